@@ -1,0 +1,55 @@
+"""The ``specdec`` command line (typer).
+
+``specdec`` itself knows nothing about MLflow, SQL or Prefect. The ``registry``, ``monitoring``
+and ``flows`` packages add their sub-commands through the ``specdec.cli`` entry-point group
+(see ``pyproject.toml``): each entry point is a function ``register(app: typer.Typer) -> None``.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points, version as _pkg_version
+
+import typer
+
+app = typer.Typer(
+    name="specdec",
+    help="Keep speculative-decoding draft/target pairs healthy.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+
+def code_version() -> str:
+    """The installed ``specdec`` version string (PEP 440), plus the git commit when available."""
+    import subprocess
+    from pathlib import Path
+
+    v = _pkg_version("specdec")
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+    except Exception:  # git missing or not a checkout
+        sha = ""
+    return f"{v}+g{sha}" if sha else v
+
+
+@app.command()
+def version() -> None:
+    """Print the specdec version (and git commit)."""
+    typer.echo(code_version())
+
+
+def _load_plugins() -> None:
+    for ep in sorted(entry_points(group="specdec.cli"), key=lambda e: e.name):
+        ep.load()(app)
+
+
+_load_plugins()
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,205 @@
+"""The sampling math of exact speculative decoding, as pure tensor functions.
+
+This is the module to check line by line against the papers:
+
+* Leviathan, Kalman, Matias (2022), "Fast Inference from Transformers via Speculative Decoding",
+  Algorithm 1 (``SpeculativeDecodingStep``).
+* Chen et al. (2023), "Accelerating Large Language Model Decoding with Speculative Sampling",
+  Algorithm 2 (modified rejection sampling).
+
+Notation: ``p`` is the target distribution, ``q`` the draft distribution, both over the target's
+vocabulary ``V``, after temperature / top-k / top-p have been applied *identically* to both
+(:func:`logits_to_probs`). For a draft token ``x ~ q``:
+
+    accept x   with probability min(1, p(x) / q(x))                 (Alg. 1, "r < p/q")
+    otherwise  sample from the residual  norm(max(0, p − q))        (Alg. 1, "p'(x)")
+    if all k drafts are accepted, sample the bonus token from p_{k+1} (Alg. 1, last line)
+
+Greedy decoding (temperature 0) is the same algorithm with one-hot ``p`` and ``q``: a draft is
+accepted iff it equals the target's argmax, and the residual is the one-hot target argmax.
+
+No function here holds state, touches a model, or allocates on a device other than the inputs'.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+
+__all__ = [
+    "SamplingConfig",
+    "logits_to_probs",
+    "sample",
+    "acceptance_probability",
+    "residual_distribution",
+    "verify_block",
+    "VerifyOutcome",
+]
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How logits become a sampling distribution (same semantics as vLLM / HF ``generate``).
+
+    Args:
+        temperature: ``0`` means greedy (argmax); otherwise logits are divided by it. Must be
+            finite and >= 0.
+        top_k: keep only the ``top_k`` most likely tokens (ties at the boundary are kept);
+            ``None`` disables. Must be >= 1.
+        top_p: nucleus sampling: keep the smallest set of most likely tokens whose probability
+            sums to >= ``top_p`` (the most likely token is always kept); ``None`` disables.
+            Must be in (0, 1].
+
+    Raises:
+        ValueError: on any out-of-range value.
+    """
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)) or self.temperature < 0:
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        if self.top_k is not None and (int(self.top_k) != self.top_k or self.top_k < 1):
+            raise ValueError(f"top_k must be an integer >= 1 or None, got {self.top_k!r}")
+        if self.top_p is not None and not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p!r}")
+
+    @property
+    def is_greedy(self) -> bool:
+        """True when ``temperature == 0`` (argmax decoding)."""
+        return self.temperature == 0
+
+    def to_dict(self) -> dict:
+        """``{"temperature": float, "top_k": int|None, "top_p": float|None}``."""
+        return asdict(self)
+
+
+def logits_to_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """Turn raw logits into the sampling distribution used for both target and draft.
+
+    Order (as in HF ``generate`` and vLLM): temperature, then top-k, then top-p, then softmax.
+    Greedy returns the one-hot argmax (first index on exact ties).
+
+    Args:
+        logits: float tensor ``[..., V]`` (any float dtype; computed in float32).
+        sampling: the :class:`SamplingConfig`.
+    Returns:
+        float32 tensor ``[..., V]``; each row sums to 1; entries outside top-k/top-p are exactly 0.
+    """
+    logits = logits.float()
+    if sampling.is_greedy:
+        return torch.nn.functional.one_hot(logits.argmax(dim=-1), logits.shape[-1]).float()
+    logits = logits / sampling.temperature
+    if sampling.top_k is not None and sampling.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, sampling.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, -math.inf)
+    if sampling.top_p is not None and sampling.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        sorted_probs = sorted_logits.softmax(dim=-1)
+        # mass strictly before each token; a token is kept if that mass is < top_p
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        drop_sorted = mass_before >= sampling.top_p
+        drop_sorted[..., 0] = False  # always keep the most likely token
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, -math.inf)
+    return logits.softmax(dim=-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> int:
+    """Draw one token id from ``probs`` (float ``[V]``, sums to 1) with ``torch.multinomial``.
+
+    A one-hot row (greedy) returns its index without consuming randomness.
+    """
+    if probs.dim() != 1:
+        raise ValueError(f"sample expects a 1-D distribution, got shape {tuple(probs.shape)}")
+    top = int(probs.argmax())
+    if probs[top] >= 1.0:
+        return top
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def acceptance_probability(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
+    """min(1, p(x)/q(x)), elementwise, in [0, 1] (Leviathan Alg. 1; Chen Alg. 2).
+
+    Edge cases: ``p(x) = 0`` gives 0 (a token the target rules out is never accepted);
+    ``q(x) = 0 < p(x)`` gives 1 (the ratio is +inf; such a token cannot be drawn from q anyway).
+    Never NaN.
+    """
+    ratio = torch.where(q_x > 0, p_x / q_x.clamp_min(torch.finfo(torch.float32).tiny), torch.ones_like(p_x))
+    return torch.where(p_x > 0, ratio.clamp(max=1.0), torch.zeros_like(p_x))
+
+
+def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p − q)): the distribution to sample from after a rejection (Leviathan Alg. 1).
+
+    Args:
+        p, q: float ``[..., V]`` distributions.
+    Returns:
+        float32 ``[..., V]``. Zero wherever ``p`` is zero. If ``max(0, p − q)`` has no mass (only
+        when ``p == q`` up to rounding, where a rejection has probability 0), falls back to ``p``,
+        so the result is never NaN.
+    """
+    r = (p.float() - q.float()).clamp_min(0.0)
+    mass = r.sum(dim=-1, keepdim=True)
+    return torch.where(mass > 0, r / mass.clamp_min(torch.finfo(torch.float32).tiny), p.float())
+
+
+@dataclass
+class VerifyOutcome:
+    """The result of verifying one block of draft tokens.
+
+    Attributes:
+        num_accepted: accepted draft tokens ``n`` (0..len(draft)).
+        next_token: the token after the accepted prefix: *recovered* (sampled from the residual at
+            the first rejection) or *bonus* (sampled from ``p[n]`` when all drafts were accepted).
+        is_bonus: True if ``next_token`` is a bonus token.
+    """
+
+    num_accepted: int
+    next_token: int
+    is_bonus: bool
+
+
+def verify_block(
+    draft_tokens: list[int],
+    p: torch.Tensor,
+    q: torch.Tensor,
+    generator: torch.Generator | None = None,
+    stop_token_ids: frozenset[int] = frozenset(),
+) -> VerifyOutcome:
+    """Modified rejection sampling over one block (Leviathan Alg. 1, lines after the target pass).
+
+    Args:
+        draft_tokens: the ``k`` proposed ids ``x_1..x_k`` (k >= 0).
+        p: float32 ``[k + 1, V]`` target distributions; ``p[i]`` is for the position of
+            ``x_{i+1}``, and ``p[k]`` is the bonus distribution.
+        q: float32 ``[k, V]`` draft distributions that ``x_1..x_k`` were drawn from (one-hot for
+            greedy or an n-gram proposal).
+        generator: source of the uniform coins ``r_i ~ U[0, 1)``; accept iff ``r_i < min(1, p/q)``
+            (strict, so a coin of exactly 0 never accepts a token with ``p(x) = 0``).
+        stop_token_ids: if an accepted draft is one of these (EOS), stop right there: the outcome
+            has ``next_token = -1`` and nothing is sampled after it.
+    Returns:
+        :class:`VerifyOutcome`.
+    """
+    k = len(draft_tokens)
+    if p.shape[0] != k + 1 or q.shape[0] != k:
+        raise ValueError(f"need p [k+1, V] and q [k, V] for k={k}, got {tuple(p.shape)} and {tuple(q.shape)}")
+    for i, x in enumerate(draft_tokens):
+        accept_prob = acceptance_probability(p[i, x], q[i, x])
+        if accept_prob >= 1.0:
+            accepted = True  # no coin needed (greedy match, or p >= q)
+        elif accept_prob <= 0.0:
+            accepted = False
+        else:
+            r = torch.rand((), generator=generator, device=p.device)
+            accepted = bool(r < accept_prob)
+        if not accepted:
+            return VerifyOutcome(i, sample(residual_distribution(p[i], q[i]), generator), is_bonus=False)
+        if x in stop_token_ids:
+            return VerifyOutcome(i + 1, -1, is_bonus=False)
+    return VerifyOutcome(k, sample(p[k], generator), is_bonus=True)
