@@ -1,0 +1,379 @@
+"""Incident lifecycle and the persisted alert outbox.
+
+One incident per (pair name, scope). The scope is a caller-chosen string, by default ``""`` (the
+pair as a whole, across versions and aliases: pair v2 fires, pair v3 resolves); pass the alias
+(``"challenger"``) to track aliases separately.
+
+Transitions, decided from the drift-rule verdict (:func:`monitoring.rules.verdict`):
+
+- OK -> firing (verdict ``failed``, no open incident): open the incident, notify (``fire``);
+- still firing: a reminder (``remind-<n>``) at most every ``reminder_interval_hours`` (24 h);
+- firing -> OK (verdict ``passed``): one ``resolve`` message, incident closed;
+- verdict ``inconclusive`` (CI too wide, too few tokens): no transition either way.
+
+Every message is first written to ``alert_deliveries`` (one row per transition and channel, unique
+idempotency key ``incident-<id>:<transition>:<channel id>``) in the same transaction as the
+transition, then sent. A send that still fails after its retries stays ``pending`` and is sent by
+the next :func:`deliver_pending` (every :func:`process` call runs it first). A row is claimed
+(``pending`` -> ``sending``) with a conditional UPDATE before its POST and marked ``delivered``
+after the 2xx, so no message is lost and none is sent twice by concurrent runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import httpx
+from sqlalchemy import or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from monitoring import channels as ch
+from monitoring.db import (
+    DELIVERED,
+    FIRING,
+    PENDING,
+    RESOLVED,
+    SENDING,
+    AlertDelivery,
+    Database,
+    Incident,
+    nan_to_none,
+    utcnow,
+)
+from monitoring.rules import FAILED_VERDICT, PASSED_VERDICT, RuleResult, verdict
+from monitoring.settings import ChannelConfig, MonitoringSettings, get_settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AlertContext:
+    """Plain facts for the message; nothing here is secret.
+
+    Attributes:
+        pair_name / pair_version: the pair validated. run_id: its history row.
+        scope: incident scope (``""`` = the pair as a whole; or an alias).
+        alias: alias the version was resolved through (shown in the message).
+        heldout: ``"name@version"``. num_draft_tokens_k: k.
+        target_hash / draft_hash: weight hashes (shown shortened).
+        baseline: label of the baseline run (e.g. ``"specdec-pair v1 (run 3, 2026-11-28)"``).
+        root_cause_hint: from :func:`monitoring.rules.root_cause_hint`.
+        links: name -> URL or path (``{"MLflow run": "http://...", "Evidently report": "/..."}``).
+    """
+
+    pair_name: str
+    pair_version: str
+    run_id: int | None = None
+    scope: str = ""
+    alias: str | None = None
+    heldout: str | None = None
+    num_draft_tokens_k: int | None = None
+    target_hash: str | None = None
+    draft_hash: str | None = None
+    baseline: str | None = None
+    root_cause_hint: str | None = None
+    links: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Delivery:
+    """One outbox row as plain data (no URL)."""
+
+    id: int
+    incident_id: int | None
+    transition: str
+    channel_id: str
+    status: str
+    attempts: int
+    idempotency_key: str
+    last_error: str | None = None
+    response_status: int | None = None
+
+
+@dataclass
+class AlertOutcome:
+    """What :func:`process` did: the transition taken (``fire``, ``remind-2``, ``resolve`` or
+    ``None``), the incident id, and every delivery attempted in this call (old pending ones too)."""
+
+    transition: str | None
+    incident_id: int | None
+    verdict: str
+    deliveries: list[Delivery] = field(default_factory=list)
+
+    @property
+    def all_delivered(self) -> bool:
+        """True when every delivery attempted in this call was delivered."""
+        return all(d.status == DELIVERED for d in self.deliveries)
+
+
+def _to_delivery(row: AlertDelivery) -> Delivery:
+    return Delivery(row.id, row.incident_id, row.transition, row.channel_id, row.status,
+                    row.attempts, row.idempotency_key, row.last_error, row.response_status)
+
+
+def _short(h: str | None) -> str | None:
+    return h[:12] if h else None
+
+
+def _fmt_rule(r: RuleResult) -> str:
+    val = "n/a" if r.value is None else f"{r.value:.3f}"
+    ci = f" (95% CI {r.ci[0]:.3f}-{r.ci[1]:.3f})" if r.ci else ""
+    thr = "" if r.threshold is None else f", threshold {r.threshold:.3f}"
+    base = "" if r.baseline is None else f", baseline {r.baseline:.3f}"
+    scope = "" if r.scope == "overall" else f" [{r.scope}]"
+    return f"*{r.rule}*{scope}: {r.metric} {val}{ci}{thr}{base}"
+
+
+def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], *,
+                  incident: Incident | None = None, now: dt.datetime | None = None) -> dict[str, Any]:
+    """The channel-neutral message (stored in the outbox, rendered per channel at send time).
+
+    Args:
+        event: ``fire`` | ``remind-<n>`` | ``resolve`` | ``test``.
+        ctx: facts about the pair and links. results: this run's rule results.
+    Returns:
+        JSON-ready dict with ``event``, ``title``, ``text`` (plain summary), ``facts`` (label ->
+        value), ``lines`` (one per firing rule, fallen categories, hint), ``links``, ``rules``
+        (firing rule dicts), ``categories_fell``, ``root_cause_hint``, pair fields and ids.
+    """
+    now = now or utcnow()
+    firing = [r for r in results if r.firing]
+    fell = [r for r in firing if r.rule == "absolute" and r.scope != "overall"]
+    overall = next((r for r in results if r.rule == "absolute" and r.scope == "overall"), None)
+    kind = event.split("-")[0]
+    who = f"{ctx.pair_name} v{ctx.pair_version}" + (f" ({ctx.alias})" if ctx.alias else "")
+    if kind == "resolve":
+        title = f"Resolved: {who} is healthy again"
+    elif kind == "remind":
+        since = incident.opened_at.strftime("%Y-%m-%d %H:%M UTC") if incident else "?"
+        title = f"Still firing since {since}: {who}"
+    elif kind == "test":
+        title = "specdec alert channel test"
+    else:
+        title = f"Speculative-decoding drift: {who}"
+    facts = {
+        "Pair": who, "Held-out": ctx.heldout, "k": ctx.num_draft_tokens_k,
+        "Target": _short(ctx.target_hash), "Draft": _short(ctx.draft_hash), "Baseline": ctx.baseline,
+    }
+    if overall is not None and overall.value is not None:
+        ci = f" (95% CI {overall.ci[0]:.3f}-{overall.ci[1]:.3f})" if overall.ci else ""
+        facts["Acceptance rate"] = f"{overall.value:.3f}{ci}, threshold {overall.threshold:.2f}"
+    lines = [_fmt_rule(r) for r in firing if r not in fell]
+    if fell:
+        lines.append("Categories that fell: " + ", ".join(
+            f"{r.scope} {r.value:.3f} < {r.threshold:.2f}" for r in fell if r.value is not None))
+    if ctx.root_cause_hint and kind != "resolve":
+        lines.append(f"Likely cause: {ctx.root_cause_hint}")
+    if incident is not None and kind == "resolve":
+        lines.append(f"Incident {incident.id} open since {incident.opened_at:%Y-%m-%d %H:%M} UTC, "
+                     f"resolved by run {ctx.run_id}.")
+    text_parts = [title] + [ln.replace("*", "") for ln in lines]
+    text_parts += [f"{k}: {v}" for k, v in ctx.links.items() if v]
+    return nan_to_none({
+        "event": event, "title": title, "text": "\n".join(text_parts), "facts": {k: (None if v is None else str(v)) for k, v in facts.items()},
+        "lines": lines, "links": {k: v for k, v in ctx.links.items() if v},
+        "rules": [r.to_dict() for r in firing], "categories_fell": [r.scope for r in fell],
+        "root_cause_hint": ctx.root_cause_hint, "pair_name": ctx.pair_name,
+        "pair_version": ctx.pair_version, "alias": ctx.alias, "run_id": ctx.run_id,
+        "incident_id": incident.id if incident is not None else None, "created_at": now.isoformat(),
+    })
+
+
+def _enqueue(s, incident: Incident, transition: str, payload: dict[str, Any],
+             channels: Iterable[ChannelConfig], now: dt.datetime) -> None:
+    for c in channels:
+        s.add(AlertDelivery(
+            incident_id=incident.id, transition=transition, channel_id=c.channel_id,
+            channel_type=c.type, idempotency_key=f"incident-{incident.id}:{transition}:{c.channel_id}",
+            payload=payload, status=PENDING, attempts=0, created_at=now, updated_at=now,
+        ))
+
+
+def _transition(db: Database, ctx: AlertContext, results: Sequence[RuleResult], verdict_: str,
+                settings: MonitoringSettings, now: dt.datetime) -> tuple[str | None, int | None]:
+    summary = {"verdict": verdict_, "run_id": ctx.run_id, "pair_version": ctx.pair_version,
+               "rules": [r.to_dict() for r in results if r.firing], "root_cause_hint": ctx.root_cause_hint}
+    with db.session() as s:
+        inc = s.scalars(select(Incident).where(
+            Incident.pair_name == ctx.pair_name, Incident.scope == ctx.scope, Incident.status == FIRING,
+        ).with_for_update()).one_or_none()
+        if verdict_ == FAILED_VERDICT:
+            if inc is None:
+                inc = Incident(pair_name=ctx.pair_name, scope=ctx.scope, status=FIRING, opened_at=now,
+                               last_notified_at=now, reminder_count=0, opened_run_id=ctx.run_id,
+                               last_run_id=ctx.run_id, summary=nan_to_none(summary))
+                s.add(inc)
+                s.flush()
+                _enqueue(s, inc, "fire", build_message("fire", ctx, results, incident=inc, now=now),
+                         settings.alert_channels, now)
+                return "fire", inc.id
+            inc.last_run_id, inc.summary = ctx.run_id, nan_to_none(summary)
+            due = inc.last_notified_at + dt.timedelta(hours=settings.reminder_interval_hours)
+            if now >= due:
+                inc.reminder_count += 1
+                inc.last_notified_at = now
+                name = f"remind-{inc.reminder_count}"
+                _enqueue(s, inc, name, build_message(name, ctx, results, incident=inc, now=now),
+                         settings.alert_channels, now)
+                return name, inc.id
+            return None, inc.id
+        if verdict_ == PASSED_VERDICT and inc is not None:
+            inc.status, inc.resolved_at, inc.resolved_run_id = RESOLVED, now, ctx.run_id
+            inc.last_run_id = ctx.run_id
+            _enqueue(s, inc, "resolve", build_message("resolve", ctx, results, incident=inc, now=now),
+                     settings.alert_channels, now)
+            return "resolve", inc.id
+        if inc is not None:
+            inc.last_run_id = ctx.run_id
+        return None, inc.id if inc is not None else None
+
+
+def process(
+    db: Database, ctx: AlertContext, results: Sequence[RuleResult], *,
+    settings: MonitoringSettings | None = None, now: dt.datetime | None = None,
+    deliver: bool = True, client: httpx.Client | None = None,
+) -> AlertOutcome:
+    """Apply the incident lifecycle to one evaluated run and send what is due.
+
+    Args:
+        db: history store. ctx: pair facts and links. results: :func:`monitoring.rules.evaluate`.
+        settings: channels, reminder interval, delivery retries (env when ``None``).
+        now: injected clock (aware UTC). deliver: send now (else only enqueue).
+        client: optional ``httpx.Client`` reused for all sends.
+    Returns:
+        :class:`AlertOutcome`. Delivery failures do not raise: the rows stay pending.
+    """
+    settings = settings or get_settings()
+    now = now or utcnow()
+    v = verdict(results)
+    if not settings.alert_channels:
+        log.warning("no alert channels configured (SPECDEC_ALERT_CHANNELS): incident state is "
+                    "tracked but nobody is notified")
+    for attempt in range(2):
+        try:
+            transition, incident_id = _transition(db, ctx, results, v, settings, now)
+            break
+        except IntegrityError:  # a concurrent process opened the incident first (Postgres)
+            if attempt:
+                raise
+    if transition:
+        log.info("incident %s of %s: %s", incident_id, ctx.pair_name, transition)
+    deliveries = deliver_pending(db, settings=settings, now=now, client=client) if deliver else []
+    return AlertOutcome(transition, incident_id, v, deliveries)
+
+
+def _claim(db: Database, ids: list[int], now: dt.datetime, stale: dt.datetime) -> list[AlertDelivery]:
+    claimed = []
+    with db.session() as s:
+        for i in ids:
+            res = s.execute(
+                update(AlertDelivery)
+                .where(AlertDelivery.id == i, or_(
+                    AlertDelivery.status == PENDING,
+                    (AlertDelivery.status == SENDING) & (AlertDelivery.updated_at < stale)))
+                .values(status=SENDING, updated_at=now)
+            )
+            if res.rowcount == 1:
+                claimed.append(i)
+        rows = list(s.scalars(select(AlertDelivery).where(AlertDelivery.id.in_(claimed)).order_by(AlertDelivery.id)))
+    return rows
+
+
+def _finish(db: Database, row_id: int, result: ch.SendResult, now: dt.datetime) -> Delivery:
+    with db.session() as s:
+        row = s.get(AlertDelivery, row_id, with_for_update=True)
+        row.attempts = (row.attempts or 0) + result.attempts
+        row.response_status = result.status_code
+        row.updated_at = now
+        if result.ok:
+            row.status, row.delivered_at, row.last_error = DELIVERED, utcnow(), None
+        else:
+            row.status, row.last_error = PENDING, result.error
+        return _to_delivery(row)
+
+
+def deliver_pending(
+    db: Database, *, settings: MonitoringSettings | None = None, now: dt.datetime | None = None,
+    client: httpx.Client | None = None,
+) -> list[Delivery]:
+    """Send every pending outbox row (oldest first) to its configured channel.
+
+    Rows for channels no longer configured stay pending (logged). Within one channel, rows are sent
+    in order and a failure holds back the later rows of that channel (a ``resolve`` never arrives
+    before its ``fire``). Rows left ``sending`` by a crashed process are retried after
+    ``delivery.sending_stale_after_s``.
+
+    Returns:
+        The deliveries attempted in this call, with their new status (``delivered`` or ``pending``).
+    """
+    settings = settings or get_settings()
+    now = now or utcnow()
+    by_id = {c.channel_id: c for c in settings.alert_channels}
+    stale = now - dt.timedelta(seconds=settings.delivery.sending_stale_after_s)
+    with db.session() as s:
+        candidates = list(s.scalars(select(AlertDelivery).where(or_(
+            AlertDelivery.status == PENDING,
+            (AlertDelivery.status == SENDING) & (AlertDelivery.updated_at < stale),
+        )).order_by(AlertDelivery.id)))
+    unknown = sorted({r.channel_id for r in candidates if r.channel_id not in by_id})
+    if unknown:
+        log.warning("pending alerts for unconfigured channel(s) %s stay pending", ", ".join(unknown))
+    rows = _claim(db, [r.id for r in candidates if r.channel_id in by_id], now, stale)
+    out: list[Delivery] = []
+    blocked: set[str] = set()
+    own = client is None
+    client = client or httpx.Client(timeout=settings.delivery.timeout_s)
+    try:
+        for row in rows:
+            channel = by_id[row.channel_id]
+            if row.channel_id in blocked:
+                with db.session() as s:
+                    r = s.get(AlertDelivery, row.id)
+                    r.status, r.updated_at = PENDING, now
+                    out.append(_to_delivery(r))
+                continue
+            result = ch.send(channel, row.payload, row.idempotency_key, settings.delivery, client=client)
+            d = _finish(db, row.id, result, now)
+            if not result.ok:
+                blocked.add(row.channel_id)
+            out.append(d)
+    finally:
+        if own:
+            client.close()
+    return out
+
+
+def pending_deliveries(db: Database) -> list[Delivery]:
+    """Outbox rows not yet delivered (pending or sending), oldest first."""
+    with db.session() as s:
+        rows = s.scalars(select(AlertDelivery).where(AlertDelivery.status != DELIVERED).order_by(AlertDelivery.id))
+        return [_to_delivery(r) for r in rows]
+
+
+def open_incident(db: Database, pair_name: str, scope: str = "") -> Incident | None:
+    """The firing incident of ``(pair_name, scope)`` (detached) or ``None``."""
+    with db.session() as s:
+        return s.scalars(select(Incident).where(
+            Incident.pair_name == pair_name, Incident.scope == scope, Incident.status == FIRING)).one_or_none()
+
+
+def send_test(settings: MonitoringSettings | None = None, *, client: httpx.Client | None = None,
+              now: dt.datetime | None = None) -> list[tuple[ChannelConfig, ch.SendResult]]:
+    """Send a test message to every configured channel (not through the outbox).
+
+    Returns:
+        ``(channel, result)`` per channel; print ``channel.display`` (never the URL).
+    """
+    settings = settings or get_settings()
+    now = now or utcnow()
+    ctx = AlertContext(pair_name="(test)", pair_version="-",
+                       root_cause_hint="this is a test message from `specdec alerts test`")
+    payload = build_message("test", ctx, [], now=now)
+    out = []
+    for c in settings.alert_channels:
+        key = f"test:{c.channel_id}:{now.isoformat()}"
+        out.append((c, ch.send(c, payload, key, settings.delivery, client=client)))
+    return out

@@ -1,0 +1,167 @@
+"""``specdec history``, ``specdec alerts test``, ``specdec db upgrade`` (typer + rich).
+
+Registered through the ``specdec.cli`` entry point ``monitoring = "monitoring.cli:register"``.
+Heavy imports (SQLAlchemy, httpx) happen inside the commands so ``specdec --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+err = Console(stderr=True)
+out = Console()
+
+alerts_app = typer.Typer(help="Alert channels (Slack / generic webhook).", no_args_is_help=True)
+db_app = typer.Typer(help="The monitoring history store (SQL, Alembic migrations).", no_args_is_help=True)
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float | None], lo: float = 0.0, hi: float = 1.0) -> str:
+    """Unicode sparkline of ``values`` on a fixed ``[lo, hi]`` scale; ``None``/NaN shown as ``·``."""
+    chars = []
+    for v in values:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            chars.append("·")
+            continue
+        x = min(max((v - lo) / (hi - lo), 0.0), 1.0)
+        chars.append(SPARK[min(int(x * len(SPARK)), len(SPARK) - 1)])
+    return "".join(chars)
+
+
+def _settings(db_url: str | None):
+    from pydantic import ValidationError
+
+    from monitoring.settings import get_settings
+
+    try:
+        return get_settings(**({"db_url": db_url} if db_url else {}))
+    except ValidationError as e:
+        from monitoring.redact import redact_text
+
+        err.print(f"[red]invalid monitoring settings:[/red] {redact_text(str(e))}")
+        raise typer.Exit(code=1)
+
+
+def _open(db_url: str | None, *, upgrade: bool):
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from monitoring.db import connect
+    from monitoring.redact import redact_db_url, redact_text
+
+    settings = _settings(db_url)
+    try:
+        return settings, connect(settings, upgrade=upgrade)
+    except SQLAlchemyError as e:
+        msg = redact_text(str(getattr(e, "orig", e))).replace(settings.db_url, redact_db_url(settings.db_url))
+        err.print(f"[red]cannot open history store {redact_db_url(settings.db_url)}:[/red] {msg}")
+        raise typer.Exit(code=1)
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def history_cmd(
+    pair: Optional[str] = typer.Option(None, "--pair", help="Only this pair (registered model name)."),
+    limit: int = typer.Option(20, "--limit", min=1, help="Most recent runs to show."),
+    db_url: Optional[str] = typer.Option(None, "--db-url", help="Override SPECDEC_DB_URL."),
+) -> None:
+    """Table of past validation runs with an acceptance-rate trend per pair."""
+    from rich.table import Table
+
+    from monitoring import history
+
+    _, db = _open(db_url, upgrade=True)
+    runs = history.list_runs(db, pair_name=pair, limit=limit)
+    if not runs:
+        err.print("no validation runs recorded" + (f" for pair {pair!r}" if pair else ""))
+        raise typer.Exit(code=0)
+    table = Table(title="specdec validation history", show_lines=False)
+    for col in ("run", "date", "pair", "alias", "held-out", "k", "acceptance (95% CI)", "α_tf",
+                "tok/step", "status", "mlflow"):
+        table.add_column(col, justify="right" if col in ("run", "k", "α_tf", "tok/step") else "left")
+    style = {"passed": "green", "failed": "red", "inconclusive": "yellow", "error": "magenta"}
+    for r in runs:
+        ci = (f" ({_f(r.acceptance_rate_ci_low)}-{_f(r.acceptance_rate_ci_high)})"
+              if r.acceptance_rate_ci_low is not None else "")
+        st = style.get(r.status)
+        table.add_row(
+            str(r.id), r.scheduled_date.isoformat(), f"{r.pair_name} v{r.pair_version}", r.alias or "",
+            f"{r.heldout_name}@{r.heldout_version}", str(r.num_draft_tokens_k or "-"),
+            f"{_f(r.acceptance_rate)}{ci}", _f(r.alpha_tf), _f(r.draft_tokens_per_step, 2),
+            f"[{st}]{r.status}[/{st}]" if st else r.status,
+            "yes" if r.mlflow_logged else "[yellow]pending[/yellow]",
+        )
+    out.print(table)
+    by_pair: dict[str, list] = {}
+    for r in reversed(runs):  # oldest first for the trend
+        by_pair.setdefault(r.pair_name, []).append(r.acceptance_rate)
+    for name, values in by_pair.items():
+        last = next((v for v in reversed(values) if v is not None), None)
+        out.print(f"acceptance trend {name}: {sparkline(values)}  (0..1 scale, oldest→newest, last {_f(last)})")
+
+
+@alerts_app.command("test")
+def alerts_test(
+    timeout: Optional[float] = typer.Option(None, help="Per-request timeout in seconds."),
+) -> None:
+    """Send a test message to every configured channel; exit 1 if any delivery fails."""
+    from monitoring.alerts import send_test
+
+    settings = _settings(None)
+    if timeout is not None:
+        settings.delivery.timeout_s = timeout
+    if not settings.alert_channels:
+        err.print("[red]no alert channels configured[/red]: set SPECDEC_ALERT_CHANNELS, e.g. "
+                  "'[{\"type\": \"slack\", \"url\": \"https://hooks.slack.com/services/...\"}]'")
+        raise typer.Exit(code=1)
+    failed = 0
+    for channel, result in send_test(settings):
+        if result.ok:
+            out.print(f"[green]ok[/green]   {channel.display}: HTTP {result.status_code} "
+                      f"after {result.attempts} attempt(s)")
+        else:
+            failed += 1
+            err.print(f"[red]FAIL[/red] {channel.display}: {result.error} after {result.attempts} attempt(s)")
+    if failed:
+        raise typer.Exit(code=1)
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    revision: str = typer.Argument("head", help="Target Alembic revision."),
+    db_url: Optional[str] = typer.Option(None, "--db-url", help="Override SPECDEC_DB_URL."),
+) -> None:
+    """Create or migrate the history tables (Alembic) to ``revision``."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from monitoring.redact import redact_db_url
+
+    settings, db = _open(db_url, upgrade=False)
+    try:
+        db.upgrade(revision)
+    except SQLAlchemyError as e:
+        err.print(f"[red]migration failed on {redact_db_url(settings.db_url)}:[/red] {type(e).__name__}")
+        raise typer.Exit(code=1)
+    out.print(f"history store {redact_db_url(settings.db_url)} at revision {db.current_revision()}")
+
+
+@db_app.command("current")
+def db_current(db_url: Optional[str] = typer.Option(None, "--db-url", help="Override SPECDEC_DB_URL.")) -> None:
+    """Print the Alembic revision of the history store (``None`` when empty)."""
+    from monitoring.redact import redact_db_url
+
+    settings, db = _open(db_url, upgrade=False)
+    out.print(f"{redact_db_url(settings.db_url)}: {db.current_revision()}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``history``, ``alerts`` and ``db`` to the ``specdec`` CLI."""
+    app.command("history")(history_cmd)
+    app.add_typer(alerts_app, name="alerts")
+    app.add_typer(db_app, name="db")

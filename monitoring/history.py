@@ -1,0 +1,547 @@
+"""Validation history: claim a nightly run, record its report, find the baseline, list past runs.
+
+Idempotency key: (pair name, pair version, held-out name, held-out version, config hash, scheduled
+date), a unique constraint on ``validation_runs``. The flow:
+
+1. :func:`claim_run` inserts the row in state ``running`` (or re-claims a finished or stale one).
+   A second run with the same key while the first is alive gets :class:`RunAlreadyClaimed`.
+2. :func:`record_run` writes the report into that same row (upsert) and replaces its per-prompt
+   rows; a retried nightly run therefore updates its row and never duplicates it.
+3. :func:`mark_mlflow_logged` once the MLflow run exists; :func:`runs_pending_mlflow` lists rows
+   whose MLflow logging must be retried.
+
+All timestamps are timezone-aware UTC. ``now`` parameters exist so tests can inject the clock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+import uuid
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+
+from monitoring.db import (
+    COMPLETED,
+    ERROR,
+    FAILED,
+    INCONCLUSIVE,
+    PASSED,
+    RUNNING,
+    Database,
+    PromptRow,
+    ValidationRun,
+    nan_to_none,
+    none_to_nan,
+    utcnow,
+)
+from specdec.report import GroupMetrics, PromptResult, ValidationReport
+
+DEFAULT_STALE_AFTER_S = 6 * 3600.0
+
+
+class RunAlreadyClaimed(Exception):
+    """Another live run holds this idempotency key (or took it over from us).
+
+    The flow catches it and exits cleanly: the other run is doing the work.
+
+    Attributes:
+        key: the :class:`RunKey`. run_id: the row id. claimed_at: when the holder claimed it.
+    """
+
+    def __init__(self, key: "RunKey", run_id: int, claimed_at: dt.datetime | None, reason: str) -> None:
+        self.key, self.run_id, self.claimed_at = key, run_id, claimed_at
+        super().__init__(f"validation run {key.describe()} (row {run_id}): {reason}")
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    """SHA-256 (64 hex chars) of ``config`` as canonical JSON (sorted keys, NaN as null).
+
+    Use the same dict for :func:`claim_run` and :func:`record_run`, e.g. the validation config's
+    ``to_dict()`` (num_draft_tokens, max_new_tokens, temperature, top_k, top_p, seed, limit).
+    """
+    blob = json.dumps(nan_to_none(dict(config)), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """The idempotency key of one nightly validation."""
+
+    pair_name: str
+    pair_version: str
+    heldout_name: str
+    heldout_version: str
+    config_hash: str
+    scheduled_date: dt.date
+
+    @classmethod
+    def build(
+        cls, pair_name: str, pair_version: str | int, heldout_name: str, heldout_version: str,
+        config: Mapping[str, Any], scheduled_date: dt.date | str,
+    ) -> "RunKey":
+        """Key from plain values; ``config`` is hashed with :func:`config_hash`.
+
+        ``scheduled_date`` is the date the run was scheduled for (a ``date`` or ISO ``YYYY-MM-DD``),
+        not when it happened to start, so a retry the next morning keeps the same key.
+        """
+        if isinstance(scheduled_date, str):
+            scheduled_date = dt.date.fromisoformat(scheduled_date)
+        elif isinstance(scheduled_date, dt.datetime):
+            scheduled_date = scheduled_date.date()
+        return cls(pair_name, str(pair_version), heldout_name, str(heldout_version),
+                   config_hash(config), scheduled_date)
+
+    def describe(self) -> str:
+        """Human-readable key (config hash shortened)."""
+        return (f"{self.pair_name} v{self.pair_version} on {self.heldout_name}@{self.heldout_version} "
+                f"config {self.config_hash[:10]} for {self.scheduled_date.isoformat()}")
+
+    def _where(self):
+        r = ValidationRun
+        return (r.pair_name == self.pair_name, r.pair_version == self.pair_version,
+                r.heldout_name == self.heldout_name, r.heldout_version == self.heldout_version,
+                r.config_hash == self.config_hash, r.scheduled_date == self.scheduled_date)
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """What the pair was made of, for root-cause hints. Plain data from the registry.
+
+    Attributes:
+        target_hash / draft_hash: weight hashes (e.g. sha256 of safetensors); ``None`` for a
+            weightless drafter (n-gram). heldout_version: held-out set version. code_version:
+            ``specdec`` version + git commit.
+    """
+
+    target_hash: str | None = None
+    draft_hash: str | None = None
+    heldout_version: str | None = None
+    code_version: str | None = None
+
+    @classmethod
+    def from_report(cls, report: ValidationReport, *, target_hash: str | None,
+                    draft_hash: str | None) -> "Lineage":
+        """Lineage with held-out and code versions taken from ``report``."""
+        return cls(target_hash, draft_hash, report.heldout_version, report.code_version)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Proof that this process owns a run row. ``previous_status`` is ``None`` for a new row."""
+
+    run_id: int
+    token: str
+    key: RunKey
+    previous_status: str | None
+    attempts: int
+
+
+@dataclass
+class RunSnapshot:
+    """A run's metrics and lineage as plain data (what :func:`monitoring.rules.evaluate` reads)."""
+
+    overall: GroupMetrics
+    categories: dict[str, GroupMetrics] = field(default_factory=dict)
+    lineage: Lineage = field(default_factory=Lineage)
+    run_id: int | None = None
+    pair_name: str | None = None
+    pair_version: str | None = None
+    scheduled_date: dt.date | None = None
+
+    @classmethod
+    def from_report(cls, report: ValidationReport, lineage: Lineage, **kw) -> "RunSnapshot":
+        """Snapshot of an in-memory report (no database needed)."""
+        return cls(report.overall, dict(report.categories), lineage, **kw)
+
+    def describe(self) -> str:
+        """``"pair v3 (run 12, 2026-11-28)"``-style label."""
+        bits = [f"run {self.run_id}"] if self.run_id is not None else []
+        if self.scheduled_date:
+            bits.append(self.scheduled_date.isoformat())
+        name = f"{self.pair_name or 'pair'} v{self.pair_version}" if self.pair_version else (self.pair_name or "run")
+        return f"{name} ({', '.join(bits)})" if bits else name
+
+
+_FLOAT_GM = {f.name for f in fields(GroupMetrics) if f.type == "float"}
+_GM_NAMES = {f.name for f in fields(GroupMetrics)}
+
+
+def group_from_dict(d: Mapping[str, Any] | None) -> GroupMetrics:
+    """Rebuild :class:`GroupMetrics` from its stored dict (``None`` -> ``nan`` for float fields)."""
+    d = dict(d or {})
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if k not in _GM_NAMES:
+            continue
+        if k in _FLOAT_GM:
+            v = none_to_nan(v)
+        elif k.endswith("_ci") or k == "per_position_acceptance":
+            v = [none_to_nan(x) for x in (v or [])]
+        out[k] = v
+    return GroupMetrics(**out)
+
+
+def _ci(g: GroupMetrics, name: str) -> tuple[float | None, float | None]:
+    ci = list(getattr(g, name) or [])
+    ci = (ci + [math.nan, math.nan])[:2]
+    return nan_to_none(float(ci[0])), nan_to_none(float(ci[1]))
+
+
+def _metric_columns(report: ValidationReport) -> dict[str, Any]:
+    g = report.overall
+    ar_lo, ar_hi = _ci(g, "acceptance_rate_ci")
+    ah_lo, ah_hi = _ci(g, "alpha_hat_ci")
+    tf_lo, tf_hi = _ci(g, "alpha_tf_ci")
+    cols = dict(
+        num_prompts=g.num_prompts, num_drafts=g.num_drafts, num_draft_tokens=g.num_draft_tokens,
+        num_accepted_tokens=g.num_accepted_tokens, acceptance_rate=g.acceptance_rate,
+        acceptance_rate_ci_low=ar_lo, acceptance_rate_ci_high=ar_hi,
+        mean_accepted_length=g.mean_accepted_length, draft_tokens_per_step=g.draft_tokens_per_step,
+        alpha_hat=g.alpha_hat, alpha_hat_ci_low=ah_lo, alpha_hat_ci_high=ah_hi,
+        alpha_tf=g.alpha_tf, alpha_tf_ci_low=tf_lo, alpha_tf_ci_high=tf_hi,
+        top1_agreement=g.top1_agreement, total_variation=g.total_variation,
+        kl_divergence=g.kl_divergence, speedup=g.speedup, predicted_speedup=g.predicted_speedup,
+        target_only_seconds=g.target_only_seconds, speculative_seconds=g.speculative_seconds,
+        wall_seconds=report.wall_seconds,
+        overall=nan_to_none(asdict(g)),
+        categories={k: nan_to_none(asdict(v)) for k, v in report.categories.items()},
+        target_ref=report.target_ref, drafter_kind=report.drafter_kind, drafter_ref=report.drafter_ref,
+        code_version=report.code_version,
+        config=json.loads(json.dumps(nan_to_none(dict(report.config)), default=str)),
+        num_draft_tokens_k=g.num_draft_tokens_k or report.config.get("num_draft_tokens"),
+        device=report.device, dtype=report.dtype, report_created_at=report.created_at,
+    )
+    return {k: nan_to_none(v) for k, v in cols.items()}
+
+
+def _prompt_rows(run_id: int, prompts: list[PromptResult]) -> list[PromptRow]:
+    ids = [p.prompt_id for p in prompts]
+    if len(ids) != len(set(ids)):
+        dup = sorted({i for i in ids if ids.count(i) > 1})[:5]
+        raise ValueError(f"report has duplicate prompt ids {dup}; held-out prompt ids must be unique")
+    cols = set(PromptRow.__table__.columns.keys()) - {"id", "run_id", "data"}
+    rows = []
+    for p in prompts:
+        d = nan_to_none(asdict(p))
+        rows.append(PromptRow(run_id=run_id, data=d, **{k: v for k, v in d.items() if k in cols}))
+    return rows
+
+
+def _select_for_update(key: RunKey):
+    return select(ValidationRun).where(*key._where()).with_for_update()
+
+
+def claim_run(
+    db: Database, key: RunKey, *, alias: str | None = None,
+    stale_after_s: float = DEFAULT_STALE_AFTER_S, now: dt.datetime | None = None,
+) -> Claim:
+    """Claim ``key`` for this process: insert the row as ``running`` or re-claim it.
+
+    A finished row (completed/passed/failed/inconclusive/error) is re-claimed: a retried nightly
+    run re-does the work in the same row. A ``running`` row whose heartbeat is older than
+    ``stale_after_s`` seconds (a crashed run) is taken over.
+
+    Args:
+        db: the history store. key: the idempotency key. alias: the alias the pair version was
+            resolved through (``"champion"``...), stored on the row. now: injected clock (UTC).
+    Returns:
+        :class:`Claim` to pass to :func:`record_run` / :func:`heartbeat` / :func:`mark_error`.
+    Raises:
+        RunAlreadyClaimed: a live run holds the key.
+    """
+    now = now or utcnow()
+    for attempt in range(2):
+        token = str(uuid.uuid4())
+        try:
+            with db.session() as s:
+                row = s.scalars(_select_for_update(key)).one_or_none()
+                if row is None:
+                    row = ValidationRun(
+                        pair_name=key.pair_name, pair_version=key.pair_version,
+                        heldout_name=key.heldout_name, heldout_version=key.heldout_version,
+                        config_hash=key.config_hash, scheduled_date=key.scheduled_date,
+                        alias=alias, status=RUNNING, claim_token=token, claimed_at=now,
+                        heartbeat_at=now, started_at=now, updated_at=now, attempts=1,
+                        mlflow_logged=False,
+                    )
+                    s.add(row)
+                    s.flush()
+                    return Claim(row.id, token, key, None, 1)
+                if row.status == RUNNING:
+                    beat = row.heartbeat_at or row.claimed_at
+                    if beat is not None and (now - beat).total_seconds() < stale_after_s:
+                        raise RunAlreadyClaimed(key, row.id, row.claimed_at, "already running")
+                previous = row.status if row.status != RUNNING else "running (stale)"
+                row.status, row.claim_token, row.error = RUNNING, token, None
+                row.claimed_at = row.heartbeat_at = row.started_at = row.updated_at = now
+                row.attempts = (row.attempts or 0) + 1
+                if alias is not None:
+                    row.alias = alias
+                return Claim(row.id, token, key, previous, row.attempts)
+        except IntegrityError:  # a concurrent insert won the race (Postgres); re-read once
+            if attempt:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _owned_row(s, claim: Claim) -> ValidationRun:
+    row = s.get(ValidationRun, claim.run_id, with_for_update=True)
+    if row is None or row.claim_token != claim.token or row.status != RUNNING:
+        raise RunAlreadyClaimed(claim.key, claim.run_id, row.claimed_at if row else None,
+                                "claim lost (taken over after going stale, or already finished)")
+    return row
+
+
+def heartbeat(db: Database, claim: Claim, *, now: dt.datetime | None = None) -> None:
+    """Refresh the claim so long validations are not considered stale.
+
+    Raises:
+        RunAlreadyClaimed: the claim was lost.
+    """
+    with db.session() as s:
+        row = _owned_row(s, claim)
+        row.heartbeat_at = row.updated_at = now or utcnow()
+
+
+def record_run(
+    db: Database, report: ValidationReport, key: RunKey, lineage: Lineage, *,
+    claim: Claim | None = None, alias: str | None = None, now: dt.datetime | None = None,
+) -> int:
+    """Write ``report`` into the row of ``key`` (upsert) and replace its per-prompt rows.
+
+    Status becomes ``completed`` (the drift rules later set passed/failed/inconclusive), the claim
+    is released, and ``mlflow_logged`` is reset to False when the metrics changed on a retry
+    (the flow logs the MLflow run after this call).
+
+    Args:
+        report: the validation report (``report.prompts`` are stored one row each).
+        key: the idempotency key (its config hash is what identifies the row; ``report.config`` is
+            stored as the config JSON). lineage: weight hashes and versions.
+        claim: the :class:`Claim` from :func:`claim_run`; without one, a row held by a live
+            ``running`` claim is refused. alias: alias the pair version was resolved through.
+    Returns:
+        The run id (primary key of ``validation_runs``).
+    Raises:
+        RunAlreadyClaimed: the claim was lost, or (without a claim) another run holds the key.
+        ValueError: duplicate prompt ids in the report.
+    """
+    now = now or utcnow()
+    values = _metric_columns(report)
+    values.update(
+        target_hash=lineage.target_hash, draft_hash=lineage.draft_hash,
+        code_version=lineage.code_version or report.code_version,
+    )
+    for attempt in range(2):
+        try:
+            with db.session() as s:
+                if claim is not None:
+                    row = _owned_row(s, claim)
+                else:
+                    row = s.scalars(_select_for_update(key)).one_or_none()
+                    if row is not None and row.status == RUNNING:
+                        raise RunAlreadyClaimed(key, row.id, row.claimed_at, "held by a running claim")
+                    if row is None:
+                        row = ValidationRun(
+                            pair_name=key.pair_name, pair_version=key.pair_version,
+                            heldout_name=key.heldout_name, heldout_version=key.heldout_version,
+                            config_hash=key.config_hash, scheduled_date=key.scheduled_date,
+                            started_at=now, attempts=1,
+                        )
+                        s.add(row)
+                        s.flush()
+                for k, v in values.items():
+                    setattr(row, k, v)
+                if alias is not None:
+                    row.alias = alias
+                row.status, row.claim_token, row.error = COMPLETED, None, None
+                row.finished_at = row.updated_at = now
+                row.mlflow_logged, row.mlflow_run_id = False, None
+                row.rule_results = row.root_cause_hint = row.baseline_run_id = None
+                row.evidently_html = row.evidently_json = row.evidently_verdict = None
+                s.execute(delete(PromptRow).where(PromptRow.run_id == row.id))
+                s.add_all(_prompt_rows(row.id, report.prompts))
+                return row.id
+        except IntegrityError:
+            if attempt or claim is not None:
+                raise
+    raise AssertionError("unreachable")
+
+
+def mark_error(db: Database, claim: Claim, message: str, *, now: dt.datetime | None = None) -> None:
+    """Record that the validation failed (status ``error``); the key can be re-claimed later.
+
+    Does nothing if the claim was already lost (the new holder owns the row).
+    """
+    now = now or utcnow()
+    with db.session() as s:
+        row = s.get(ValidationRun, claim.run_id, with_for_update=True)
+        if row is None or row.claim_token != claim.token:
+            return
+        row.status, row.claim_token, row.error = ERROR, None, message[:4000]
+        row.finished_at = row.updated_at = now
+
+
+def set_evaluation(
+    db: Database, run_id: int, *, status: str, rule_results: list[dict], root_cause_hint: str | None,
+    baseline_run_id: int | None,
+) -> None:
+    """Store the drift-rule outcome of a run (status passed/failed/inconclusive)."""
+    with db.session() as s:
+        row = s.get(ValidationRun, run_id, with_for_update=True)
+        if row is None:
+            raise KeyError(f"no validation run {run_id}")
+        row.status, row.rule_results = status, nan_to_none(rule_results)
+        row.root_cause_hint, row.baseline_run_id = root_cause_hint, baseline_run_id
+        row.updated_at = utcnow()
+
+
+def attach_evidently(db: Database, run_id: int, *, html_path: str, json_path: str,
+                     verdict: dict[str, Any]) -> None:
+    """Store the paths of a run's Evidently report and the verdict read from its JSON."""
+    with db.session() as s:
+        row = s.get(ValidationRun, run_id, with_for_update=True)
+        if row is None:
+            raise KeyError(f"no validation run {run_id}")
+        row.evidently_html, row.evidently_json = str(html_path), str(json_path)
+        row.evidently_verdict = nan_to_none(verdict)
+
+
+def mark_mlflow_logged(db: Database, run_id: int, mlflow_run_id: str) -> None:
+    """Record the MLflow run id of a history row and set ``mlflow_logged``."""
+    with db.session() as s:
+        row = s.get(ValidationRun, run_id, with_for_update=True)
+        if row is None:
+            raise KeyError(f"no validation run {run_id}")
+        row.mlflow_run_id, row.mlflow_logged, row.updated_at = mlflow_run_id, True, utcnow()
+
+
+def runs_pending_mlflow(db: Database, pair_name: str | None = None) -> list[ValidationRun]:
+    """Finished runs (not running, not error) whose MLflow logging has not succeeded, oldest first."""
+    with db.session() as s:
+        q = select(ValidationRun).where(
+            ValidationRun.mlflow_logged.is_(False), ValidationRun.status.notin_((RUNNING, ERROR))
+        )
+        if pair_name:
+            q = q.where(ValidationRun.pair_name == pair_name)
+        return list(s.scalars(q.order_by(ValidationRun.id)))
+
+
+def get_run(db: Database, run_id: int) -> ValidationRun | None:
+    """The run row (detached, read-only) or ``None``."""
+    with db.session() as s:
+        return s.get(ValidationRun, run_id)
+
+
+def find_run(db: Database, key: RunKey) -> ValidationRun | None:
+    """The row of ``key`` (detached, read-only) or ``None``; lets the flow skip finished work."""
+    with db.session() as s:
+        return s.scalars(select(ValidationRun).where(*key._where())).one_or_none()
+
+
+def list_runs(db: Database, *, pair_name: str | None = None, limit: int = 20) -> list[ValidationRun]:
+    """Most recent runs first (by scheduled date, then id); detached rows."""
+    with db.session() as s:
+        q = select(ValidationRun)
+        if pair_name:
+            q = q.where(ValidationRun.pair_name == pair_name)
+        q = q.order_by(ValidationRun.scheduled_date.desc(), ValidationRun.id.desc()).limit(limit)
+        return list(s.scalars(q))
+
+
+def newer_evaluated_run(db: Database, run_id: int, *, alias: str | None = None) -> ValidationRun | None:
+    """A run of the same pair scheduled *after* run ``run_id`` that was already evaluated
+    (passed/failed/inconclusive), restricted to ``alias`` when given; else ``None``.
+
+    Used to keep a late retry of an older nightly run from reopening or resolving incidents.
+    """
+    with db.session() as s:
+        cur = s.get(ValidationRun, run_id)
+        if cur is None:
+            raise KeyError(f"no validation run {run_id}")
+        r = ValidationRun
+        q = select(r).where(r.pair_name == cur.pair_name, r.scheduled_date > cur.scheduled_date,
+                            r.status.in_((PASSED, FAILED, INCONCLUSIVE)))
+        if alias:
+            q = q.where(r.alias == alias)
+        return s.scalars(q.order_by(r.scheduled_date.desc()).limit(1)).first()
+
+
+def find_baseline(
+    db: Database, run_id: int, *, champion_version: str | int | None = None,
+    champion_alias: str = "champion", same_config: bool = True,
+) -> ValidationRun | None:
+    """The last *passing* run of the current champion before run ``run_id``.
+
+    With ``champion_version`` the champion is that pair version of the same pair; otherwise it is
+    any run of the same pair whose ``alias`` column is ``champion_alias``. Only runs on the same
+    held-out set name (any version) and, with ``same_config``, the same config hash (same k,
+    temperature, ...) qualify, since the acceptance rate depends on them. The run itself and runs
+    scheduled after it are excluded.
+    """
+    with db.session() as s:
+        cur = s.get(ValidationRun, run_id)
+        if cur is None:
+            raise KeyError(f"no validation run {run_id}")
+        r = ValidationRun
+        q = select(r).where(
+            r.pair_name == cur.pair_name, r.status == PASSED, r.id != cur.id,
+            r.heldout_name == cur.heldout_name, r.scheduled_date <= cur.scheduled_date,
+        )
+        if champion_version is not None:
+            q = q.where(r.pair_version == str(champion_version))
+        else:
+            q = q.where(r.alias == champion_alias)
+        if same_config:
+            q = q.where(r.config_hash == cur.config_hash)
+        q = q.order_by(r.scheduled_date.desc(), r.finished_at.desc(), r.id.desc()).limit(1)
+        return s.scalars(q).first()
+
+
+def snapshot(db: Database, run_id: int) -> RunSnapshot:
+    """The stored metrics and lineage of a run as a :class:`RunSnapshot`.
+
+    Raises:
+        KeyError: no such run. ValueError: the run has no recorded metrics yet.
+    """
+    row = get_run(db, run_id)
+    if row is None:
+        raise KeyError(f"no validation run {run_id}")
+    return snapshot_of(row)
+
+
+def snapshot_of(row: ValidationRun) -> RunSnapshot:
+    """:class:`RunSnapshot` of a (detached) run row."""
+    if row.overall is None:
+        raise ValueError(f"validation run {row.id} has no recorded metrics (status {row.status})")
+    return RunSnapshot(
+        overall=group_from_dict(row.overall),
+        categories={k: group_from_dict(v) for k, v in (row.categories or {}).items()},
+        lineage=Lineage(row.target_hash, row.draft_hash, row.heldout_version, row.code_version),
+        run_id=row.id, pair_name=row.pair_name, pair_version=row.pair_version,
+        scheduled_date=row.scheduled_date,
+    )
+
+
+_PR_FIELDS = {f.name: f.type for f in fields(PromptResult)}
+
+
+def prompt_results(db: Database, run_id: int) -> list[PromptResult]:
+    """The per-prompt rows of a run as :class:`specdec.report.PromptResult` (NULL -> nan)."""
+    with db.session() as s:
+        rows = list(s.scalars(select(PromptRow).where(PromptRow.run_id == run_id).order_by(PromptRow.id)))
+        out = []
+        for r in rows:
+            src = dict(r.data or {})
+            d = {name: src.get(name, getattr(r, name, None)) for name in _PR_FIELDS
+                 if name in src or hasattr(r, name)}
+            for name, typ in _PR_FIELDS.items():
+                if typ == "float" and name in d:
+                    d[name] = none_to_nan(d[name])
+            out.append(PromptResult(**d))
+        return out

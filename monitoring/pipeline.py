@@ -1,0 +1,194 @@
+"""The calls the nightly flow makes, composed from history, rules, the Evidently report and alerts.
+
+Step by step (the flow interleaves MLflow logging between them)::
+
+    db = monitoring.connect()                                    # migrates to head
+    claim = history.claim_run(db, key, alias="champion")         # RunAlreadyClaimed -> exit
+    ... validate ...                                             # history.mark_error on failure
+    run_id = history.record_run(db, report, key, lineage, claim=claim, alias="champion")
+    ev = evaluate_run(db, run_id, champion_version="3")          # rules + hint, sets status
+    drift = drift_report(db, ev)                                 # Evidently HTML + JSON (or None)
+    ... log the MLflow run; history.mark_mlflow_logged(db, run_id, mlflow_run_id) ...
+    outcome = alert(db, ev, links={"MLflow run": url, "Evidently report": drift.html_path})
+
+or all at once with :func:`record_and_evaluate`. Everything crossing this boundary is plain data.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from monitoring import alerts, history, rules
+from monitoring.db import Database
+from monitoring.settings import MonitoringSettings, get_settings
+from specdec.report import ValidationReport
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Evaluation:
+    """Drift-rule outcome of one run.
+
+    Attributes:
+        run_id: history row. verdict: ``passed`` | ``failed`` | ``inconclusive`` (also the row's
+            new status). results: every :class:`monitoring.rules.RuleResult`.
+        root_cause_hint: one line. baseline_run_id / baseline_label: the baseline used, if any.
+    """
+
+    run_id: int
+    verdict: str
+    results: list[rules.RuleResult]
+    root_cause_hint: str
+    baseline_run_id: int | None = None
+    baseline_label: str | None = None
+
+    @property
+    def firing(self) -> list[rules.RuleResult]:
+        """The rules that fire."""
+        return [r for r in self.results if r.firing]
+
+
+@dataclass
+class MonitoringOutcome:
+    """Everything :func:`record_and_evaluate` did."""
+
+    run_id: int
+    evaluation: Evaluation
+    drift: object | None  # monitoring.evidently_report.DriftVerdict
+    alert: alerts.AlertOutcome
+    links: dict[str, str] = field(default_factory=dict)
+
+
+def evaluate_run(
+    db: Database, run_id: int, *, champion_version: str | int | None = None,
+    champion_alias: str = "champion", settings: MonitoringSettings | None = None,
+) -> Evaluation:
+    """Evaluate the drift rules on a recorded run against its baseline; store the outcome.
+
+    The baseline is the last passing run of the champion: pair version ``champion_version`` when
+    given, else runs whose ``alias`` is ``champion_alias`` (see :func:`history.find_baseline`).
+    The run's status becomes the verdict.
+
+    Raises:
+        KeyError: unknown run. ValueError: the run has no recorded metrics.
+    """
+    settings = settings or get_settings()
+    current = history.snapshot(db, run_id)
+    base_row = history.find_baseline(db, run_id, champion_version=champion_version,
+                                     champion_alias=champion_alias)
+    baseline = history.snapshot_of(base_row) if base_row is not None else None
+    results = rules.evaluate(current, baseline, settings.rules)
+    hint = rules.root_cause_hint(current.lineage, baseline.lineage if baseline else None)
+    verdict = rules.verdict(results)
+    history.set_evaluation(db, run_id, status=verdict, rule_results=[r.to_dict() for r in results],
+                           root_cause_hint=hint, baseline_run_id=base_row.id if base_row else None)
+    return Evaluation(run_id, verdict, results, hint, base_row.id if base_row else None,
+                      baseline.describe() if baseline else None)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:100] or "pair"
+
+
+def drift_report(
+    db: Database, evaluation: Evaluation, *, out_dir: str | Path | None = None,
+    settings: MonitoringSettings | None = None,
+):
+    """Evidently report of the run against its baseline, saved and attached to the history row.
+
+    Args:
+        out_dir: default ``<reports_dir>/<pair>/run-<id>/`` (files ``drift.html``, ``drift.json``).
+    Returns:
+        :class:`monitoring.evidently_report.DriftVerdict`, or ``None`` without a baseline or
+        without enough measured prompts.
+    """
+    from monitoring import evidently_report
+
+    settings = settings or get_settings()
+    if evaluation.baseline_run_id is None:
+        return None
+    row = history.get_run(db, evaluation.run_id)
+    out = Path(out_dir) if out_dir else settings.reports_dir / _safe(row.pair_name) / f"run-{row.id}"
+    verdict = evidently_report.build_report(
+        history.prompt_results(db, evaluation.run_id),
+        history.prompt_results(db, evaluation.baseline_run_id), out,
+        acceptance_threshold=settings.rules.absolute_threshold,
+        relative_drop=settings.rules.relative_drop,
+    )
+    if verdict is not None:
+        history.attach_evidently(db, evaluation.run_id, html_path=verdict.html_path,
+                                 json_path=verdict.json_path, verdict=verdict.to_dict())
+    return verdict
+
+
+def alert(
+    db: Database, evaluation: Evaluation, *, links: dict[str, str] | None = None,
+    scope: str | None = None, settings: MonitoringSettings | None = None, now: dt.datetime | None = None,
+    client: httpx.Client | None = None,
+) -> alerts.AlertOutcome:
+    """Run the incident lifecycle for an evaluated run and deliver what is due (plus old pending).
+
+    A run older (by scheduled date) than an already evaluated run of the same pair and scope
+    changes no incident; pending deliveries are still sent.
+
+    Args:
+        links: name -> URL/path shown in the message (MLflow run, Evidently report).
+        scope: incident scope. Default: the run's alias (``champion``/``challenger``), else ``""``.
+            So a failing challenger and a passing champion of the same pair validated the same
+            night do not open and resolve one incident in turn; pass ``""`` to track the pair as
+            a whole across aliases.
+    """
+    row = history.get_run(db, evaluation.run_id)
+    if scope is None:
+        scope = row.alias or ""
+    newer = history.newer_evaluated_run(db, row.id, alias=scope or None)
+    if newer is not None:  # a late retry of an older night must not flip the incident
+        log.info("run %s is older than evaluated run %s: incident left as is", row.id, newer.id)
+        settings = settings or get_settings()
+        return alerts.AlertOutcome(None, None, evaluation.verdict,
+                                   alerts.deliver_pending(db, settings=settings, now=now, client=client))
+    ctx = alerts.AlertContext(
+        pair_name=row.pair_name, pair_version=row.pair_version, run_id=row.id, scope=scope,
+        alias=row.alias, heldout=f"{row.heldout_name}@{row.heldout_version}",
+        num_draft_tokens_k=row.num_draft_tokens_k, target_hash=row.target_hash,
+        draft_hash=row.draft_hash, baseline=evaluation.baseline_label,
+        root_cause_hint=evaluation.root_cause_hint, links=dict(links or {}),
+    )
+    return alerts.process(db, ctx, evaluation.results, settings=settings, now=now, client=client)
+
+
+def record_and_evaluate(
+    db: Database, report: ValidationReport, key: history.RunKey, lineage: history.Lineage, *,
+    claim: history.Claim | None = None, alias: str | None = None,
+    champion_version: str | int | None = None, links: dict[str, str] | None = None,
+    scope: str | None = None, evidently: bool = True, settings: MonitoringSettings | None = None,
+    now: dt.datetime | None = None, client: httpx.Client | None = None,
+) -> MonitoringOutcome:
+    """Record ``report`` (upsert on ``key``), evaluate the rules, build the Evidently report, alert.
+
+    Returns:
+        :class:`MonitoringOutcome`. The Evidently report path is added to ``links``.
+    Raises:
+        RunAlreadyClaimed: the claim was lost / another live run holds the key.
+    """
+    settings = settings or get_settings()
+    run_id = history.record_run(db, report, key, lineage, claim=claim, alias=alias, now=now)
+    ev = evaluate_run(db, run_id, champion_version=champion_version, settings=settings)
+    drift = None
+    links = dict(links or {})
+    if evidently:
+        try:
+            drift = drift_report(db, ev, settings=settings)
+        except Exception as exc:  # the report is evidence, not the alert path: never block alerts
+            log.warning("Evidently report for run %s failed: %s: %s", run_id, type(exc).__name__, exc)
+        if drift is not None:
+            links.setdefault("Evidently report", drift.html_path)
+    outcome = alert(db, ev, links=links, scope=scope, settings=settings, now=now, client=client)
+    return MonitoringOutcome(run_id, ev, drift, outcome, links)

@@ -1,0 +1,269 @@
+"""Drift rules over a run and its baseline, and the root-cause hint. Pure functions, no I/O.
+
+Rules (thresholds in :class:`monitoring.settings.RuleSettings`):
+
+- ``absolute``: pooled acceptance rate below 0.40, overall and per category (own thresholds).
+  Fires only when the upper end of the 95% CI is below the threshold *and* at least N draft tokens
+  were measured; a point estimate below the threshold with a CI reaching above it is reported as
+  ``insufficient_evidence`` ("CI too wide: no alert yet").
+- ``relative``: acceptance rate more than 15% below the baseline (the last passing run of the
+  current champion): fires when the CI upper bound is below ``(1 - 0.15) * baseline``.
+- ``collapse``: ``draft_tokens_per_step`` falls by more than 30% against the baseline (a drafter
+  that stopped proposing can show 100% acceptance on almost nothing).
+- ``measurement``: the teacher-forced α (``alpha_tf``) and the decoding estimate of the same
+  quantity (``alpha_hat``, position-0 acceptance) have non-overlapping 95% CIs. For k > 1 the
+  acceptance *rate* is a different quantity from α, so it is not compared with ``alpha_tf``.
+
+Statuses: ``ok``, ``firing``, ``insufficient_evidence``, ``not_applicable``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Mapping
+
+from monitoring.settings import RuleSettings
+from specdec.report import GroupMetrics
+
+OK, FIRING, INSUFFICIENT, NOT_APPLICABLE = "ok", "firing", "insufficient_evidence", "not_applicable"
+OVERALL = "overall"
+
+
+@dataclass
+class RuleResult:
+    """One rule's outcome on one scope.
+
+    Attributes:
+        rule: ``absolute`` | ``relative`` | ``collapse`` | ``measurement``.
+        scope: ``"overall"`` or a category name.
+        status: ``ok`` | ``firing`` | ``insufficient_evidence`` | ``not_applicable``.
+        metric: the metric compared (``acceptance_rate``, ``draft_tokens_per_step``, ``alpha_tf``).
+        value: current value (probability in [0, 1], or tokens per step); ``None`` if unmeasured.
+        ci: 95% CI ``(low, high)`` of ``value`` when known.
+        threshold: the value compared against (absolute threshold, or baseline-derived limit).
+        baseline: the baseline run's value, when the rule uses one.
+        num_draft_tokens: draft tokens behind ``value`` (the evidence size).
+        message: one human sentence.
+    """
+
+    rule: str
+    scope: str
+    status: str
+    metric: str
+    value: float | None = None
+    ci: tuple[float, float] | None = None
+    threshold: float | None = None
+    baseline: float | None = None
+    num_draft_tokens: int | None = None
+    message: str = ""
+
+    @property
+    def firing(self) -> bool:
+        """True when this rule fires."""
+        return self.status == FIRING
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (NaN -> None, ci as a list)."""
+        d = asdict(self)
+        d["ci"] = list(self.ci) if self.ci else None
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "RuleResult":
+        """Inverse of :meth:`to_dict`."""
+        d = dict(d)
+        d["ci"] = tuple(d["ci"]) if d.get("ci") else None
+        return cls(**d)
+
+
+def _num(x: float | None) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def _ci(pair: list[float] | None) -> tuple[float, float] | None:
+    if not pair or len(pair) < 2:
+        return None
+    lo, hi = _num(pair[0]), _num(pair[1])
+    return (lo, hi) if lo is not None and hi is not None else None
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def _fmt_ci(ci: tuple[float, float] | None) -> str:
+    return f" (95% CI {ci[0]:.3f}-{ci[1]:.3f})" if ci else ""
+
+
+def _below(rule: str, scope: str, g: GroupMetrics, limit: float, min_tokens: int,
+           baseline: float | None, what: str) -> RuleResult:
+    """Shared logic: does the acceptance rate of ``g`` lie credibly below ``limit``?"""
+    value, ci, n = _num(g.acceptance_rate), _ci(g.acceptance_rate_ci), int(g.num_draft_tokens or 0)
+    base = dict(rule=rule, scope=scope, metric="acceptance_rate", value=value, ci=ci,
+                threshold=limit, baseline=baseline, num_draft_tokens=n)
+    label = "overall" if scope == OVERALL else f"category {scope!r}"
+    if value is None or n == 0:
+        return RuleResult(status=INSUFFICIENT, message=f"{label}: nothing drafted, acceptance unmeasured", **base)
+    if n < min_tokens:
+        return RuleResult(status=INSUFFICIENT, **base, message=(
+            f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} on only {n} draft tokens "
+            f"(< {min_tokens} needed): not enough evidence"))
+    if value >= limit:
+        return RuleResult(status=OK, **base, message=(
+            f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} >= {what} {limit:.3f}"))
+    if ci is not None and ci[1] < limit:
+        return RuleResult(status=FIRING, **base, message=(
+            f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} below {what} {limit:.3f}"))
+    why = "CI too wide" if ci is not None else "no CI available"
+    return RuleResult(status=INSUFFICIENT, **base, message=(
+        f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} below {what} {limit:.3f}, "
+        f"but {why}: no alert yet"))
+
+
+def absolute_rules(current: GroupMetrics, categories: Mapping[str, GroupMetrics],
+                   settings: RuleSettings) -> list[RuleResult]:
+    """The absolute-threshold rule overall and for each category of the current run."""
+    out = [_below("absolute", OVERALL, current, settings.threshold_for(None),
+                  settings.min_draft_tokens, None, "threshold")]
+    for name in sorted(categories):
+        out.append(_below("absolute", name, categories[name], settings.threshold_for(name),
+                          settings.min_category_draft_tokens, None, "threshold"))
+    return out
+
+
+def _comparable(current: GroupMetrics, baseline: GroupMetrics) -> str | None:
+    k_cur, k_base = current.num_draft_tokens_k, baseline.num_draft_tokens_k
+    if k_cur and k_base and k_cur != k_base:
+        return f"baseline used k={k_base}, current k={k_cur}: not comparable"
+    return None
+
+
+def relative_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: RuleSettings) -> RuleResult:
+    """Acceptance rate dropped more than ``relative_drop`` against the baseline (CI-aware)."""
+    base_value = _num(baseline.acceptance_rate) if baseline is not None else None
+    if baseline is None or base_value is None:
+        return RuleResult("relative", OVERALL, NOT_APPLICABLE, "acceptance_rate",
+                          value=_num(current.acceptance_rate), message="no passing baseline run")
+    reason = _comparable(current, baseline)
+    if reason:
+        return RuleResult("relative", OVERALL, NOT_APPLICABLE, "acceptance_rate",
+                          value=_num(current.acceptance_rate), baseline=base_value, message=reason)
+    limit = base_value * (1.0 - settings.relative_drop)
+    what = f"{1 - settings.relative_drop:.0%} of baseline {base_value:.3f} ="
+    return _below("relative", OVERALL, current, limit, settings.min_draft_tokens, base_value, what)
+
+
+def collapse_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: RuleSettings) -> RuleResult:
+    """``draft_tokens_per_step`` fell by more than ``collapse_drop`` against the baseline."""
+    value, steps = _num(current.draft_tokens_per_step), int(current.num_drafts or 0)
+    base_value = _num(baseline.draft_tokens_per_step) if baseline is not None else None
+    common = dict(rule="collapse", scope=OVERALL, metric="draft_tokens_per_step", value=value,
+                  baseline=base_value, num_draft_tokens=int(current.num_draft_tokens or 0))
+    if base_value is None or base_value <= 0:
+        return RuleResult(status=NOT_APPLICABLE, message="no passing baseline run", **common)
+    reason = _comparable(current, baseline)
+    if reason:
+        return RuleResult(status=NOT_APPLICABLE, message=reason, **common)
+    limit = base_value * (1.0 - settings.collapse_drop)
+    common["threshold"] = limit
+    if value is None or steps < settings.min_drafts:
+        return RuleResult(status=INSUFFICIENT, **common, message=(
+            f"only {steps} verification steps (< {settings.min_drafts}): drafting rate unmeasured"))
+    if value < limit:
+        return RuleResult(status=FIRING, **common, message=(
+            f"drafter collapse: {value:.2f} draft tokens per step vs {base_value:.2f} at baseline "
+            f"(limit {limit:.2f})"))
+    return RuleResult(status=OK, **common, message=(
+        f"{value:.2f} draft tokens per step (baseline {base_value:.2f})"))
+
+
+def measurement_rule(current: GroupMetrics) -> RuleResult:
+    """``alpha_tf`` and ``alpha_hat`` (both estimate α) disagree: their 95% CIs do not overlap."""
+    tf, tf_ci = _num(current.alpha_tf), _ci(current.alpha_tf_ci)
+    hat, hat_ci = _num(current.alpha_hat), _ci(current.alpha_hat_ci)
+    common = dict(rule="measurement", scope=OVERALL, metric="alpha_tf", value=tf, ci=tf_ci,
+                  baseline=None, num_draft_tokens=int(current.num_draft_tokens or 0))
+    if tf_ci is None or hat_ci is None or hat is None:
+        return RuleResult(status=NOT_APPLICABLE, message="alpha_tf or alpha_hat CI not measured", **common)
+    common["threshold"] = hat
+    if tf_ci[1] < hat_ci[0] or hat_ci[1] < tf_ci[0]:
+        return RuleResult(status=FIRING, **common, message=(
+            f"measurement disagreement: alpha_tf {tf:.3f}{_fmt_ci(tf_ci)} vs decoding alpha_hat "
+            f"{hat:.3f}{_fmt_ci(hat_ci)}; check the validation harness before trusting the numbers"))
+    return RuleResult(status=OK, **common, message=(
+        f"alpha_tf {tf:.3f}{_fmt_ci(tf_ci)} consistent with alpha_hat {hat:.3f}{_fmt_ci(hat_ci)}"))
+
+
+def evaluate(current, baseline, settings: RuleSettings | None = None) -> list[RuleResult]:
+    """Run every rule.
+
+    Args:
+        current: the run under test, a :class:`monitoring.history.RunSnapshot` or anything with
+            ``overall: GroupMetrics`` and ``categories: dict[str, GroupMetrics]`` (a
+            :class:`specdec.report.ValidationReport` works).
+        baseline: the last passing run of the champion (same shape), or ``None``.
+        settings: thresholds (defaults when ``None``).
+    Returns:
+        Results in a fixed order: absolute overall, absolute per category (sorted), relative,
+        collapse, measurement.
+    """
+    settings = settings or RuleSettings()
+    base = baseline.overall if baseline is not None else None
+    out = absolute_rules(current.overall, current.categories, settings)
+    out.append(relative_rule(current.overall, base, settings))
+    out.append(collapse_rule(current.overall, base, settings))
+    out.append(measurement_rule(current.overall))
+    return out
+
+
+PASSED_VERDICT, FAILED_VERDICT, INCONCLUSIVE_VERDICT = "passed", "failed", "inconclusive"
+
+
+def verdict(results: Iterable[RuleResult]) -> str:
+    """``failed`` if any rule fires; ``inconclusive`` if the overall absolute or the relative rule
+    lacks evidence; else ``passed``. (A small category lacking evidence does not block passing.)"""
+    results = list(results)
+    if any(r.firing for r in results):
+        return FAILED_VERDICT
+    if any(r.status == INSUFFICIENT and r.scope == OVERALL and r.rule in ("absolute", "relative")
+           for r in results):
+        return INCONCLUSIVE_VERDICT
+    return PASSED_VERDICT
+
+
+def root_cause_hint(current, baseline) -> str:
+    """A one-line likely cause from lineage facts (plain data: :class:`monitoring.history.Lineage`).
+
+    Compares the current run's target hash, draft hash, held-out version and code version with
+    those of the baseline (the last passing run). ``None`` hashes count as unknown, not changed.
+    """
+    if baseline is None:
+        return "no passing baseline run to compare with: the cause cannot be narrowed down"
+
+    def changed(a, b) -> bool:
+        return a is not None and b is not None and a != b
+
+    t = changed(current.target_hash, baseline.target_hash)
+    d = changed(current.draft_hash, baseline.draft_hash)
+    h = changed(current.heldout_version, baseline.heldout_version)
+    c = changed(current.code_version, baseline.code_version)
+    if t and d:
+        hint = "both target and draft changed since the last passing run: re-validate the new pair, " \
+               "re-derive or retrain the draft from the new target"
+    elif t:
+        hint = "target changed since the last passing run, draft unchanged: re-derive or retrain the draft"
+    elif d:
+        hint = "draft changed since the last passing run, target unchanged: the new draft is worse; " \
+               "roll it back or retrain it"
+    elif h:
+        return (f"held-out set changed since the last passing run ({baseline.heldout_version} -> "
+                f"{current.heldout_version}), pair unchanged: compare on the same held-out version")
+    else:
+        hint = "nothing changed in the pair or held-out set: the environment or code changed"
+        if c:
+            hint += f" (code {baseline.code_version} -> {current.code_version})"
+        return hint
+    if h:
+        hint += f"; the held-out set also changed ({baseline.heldout_version} -> {current.heldout_version})"
+    return hint

@@ -1,0 +1,157 @@
+"""Monitoring settings (pydantic-settings, env prefix ``SPECDEC_``, nested fields with ``__``).
+
+Environment variables (all optional):
+
+- ``SPECDEC_HOME``: data directory (default ``./.specdec``, resolved against the working directory).
+- ``SPECDEC_DB_URL``: SQLAlchemy URL of the history store. Default ``sqlite:///<home>/history.db``.
+  Postgres: ``postgresql+psycopg://user:pass@host:5432/specdec`` (psycopg 3).
+- ``SPECDEC_REPORTS_DIR``: where Evidently reports go (default ``<home>/reports``).
+- ``SPECDEC_ALERT_CHANNELS``: JSON list of channels, e.g.
+  ``[{"type": "slack", "url": "https://hooks.slack.com/services/..."},
+  {"type": "webhook", "url": "https://ops.example/hook", "name": "pager"}]``.
+  URLs are secrets (:class:`pydantic.SecretStr`): never logged, shown only as scheme and host.
+- ``SPECDEC_RULES__ABSOLUTE_THRESHOLD=0.4``, ``SPECDEC_RULES__CATEGORY_THRESHOLDS='{"code": 0.5}'``,
+  ... (see :class:`RuleSettings`).
+- ``SPECDEC_DELIVERY__MAX_ATTEMPTS=4``, ``SPECDEC_DELIVERY__BACKOFF_INITIAL_S=1`` ... (see
+  :class:`DeliverySettings`).
+- ``SPECDEC_REMINDER_INTERVAL_HOURS=24``, ``SPECDEC_CLAIM_STALE_AFTER_S=21600``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from monitoring.redact import redact_url
+
+
+class RuleSettings(BaseModel):
+    """Thresholds of the drift rules (:mod:`monitoring.rules`). Rates are probabilities in [0, 1].
+
+    Attributes:
+        absolute_threshold: pooled acceptance rate below which a pair is unhealthy (0.40).
+        min_draft_tokens: draft tokens needed before the absolute rule may fire overall (200).
+        category_thresholds: per-category acceptance thresholds; categories not listed use
+            ``absolute_threshold``.
+        min_category_draft_tokens: draft tokens a category needs before its rule may fire (100).
+        relative_drop: fractional drop of the acceptance rate against the baseline that fires (0.15,
+            i.e. the current CI upper bound must be below ``0.85 * baseline``).
+        collapse_drop: fractional fall of ``draft_tokens_per_step`` against the baseline that fires
+            (0.30).
+        min_drafts: verification steps needed before the collapse rule may fire (20).
+    """
+
+    absolute_threshold: float = Field(0.40, ge=0.0, le=1.0)
+    min_draft_tokens: int = Field(200, ge=0)
+    category_thresholds: dict[str, float] = Field(default_factory=dict)
+    min_category_draft_tokens: int = Field(100, ge=0)
+    relative_drop: float = Field(0.15, gt=0.0, lt=1.0)
+    collapse_drop: float = Field(0.30, gt=0.0, lt=1.0)
+    min_drafts: int = Field(20, ge=0)
+
+    def threshold_for(self, category: str | None) -> float:
+        """The absolute threshold for ``category`` (``None`` = overall)."""
+        if category is None:
+            return self.absolute_threshold
+        return self.category_thresholds.get(category, self.absolute_threshold)
+
+
+class DeliverySettings(BaseModel):
+    """HTTP delivery of alerts (httpx + tenacity).
+
+    Attributes:
+        timeout_s: per-request timeout in seconds.
+        max_attempts: attempts per delivery within one run (1 = no retry). Transient failures only
+            (connection errors, timeouts, HTTP 5xx and 429) are retried.
+        backoff_initial_s / backoff_max_s: exponential backoff between attempts, in seconds.
+        sending_stale_after_s: a delivery left in ``sending`` by a crashed process is retried after
+            this many seconds (the receiver can de-duplicate with the ``Idempotency-Key`` header).
+    """
+
+    timeout_s: float = Field(10.0, gt=0)
+    max_attempts: int = Field(4, ge=1)
+    backoff_initial_s: float = Field(1.0, ge=0)
+    backoff_max_s: float = Field(30.0, ge=0)
+    sending_stale_after_s: float = Field(600.0, ge=0)
+
+
+class ChannelConfig(BaseModel):
+    """One alert channel. ``url`` is a secret; ``repr``/``str`` never show it.
+
+    Attributes:
+        type: ``"slack"`` (incoming webhook; text + blocks) or ``"webhook"`` (generic JSON POST with
+            an ``Idempotency-Key`` header).
+        url: the webhook URL (:class:`pydantic.SecretStr`).
+        name: stable channel id used in the delivery outbox. Default ``"<type>:<8 hex of
+            sha256(url)>"`` (not reversible). Set it to keep pending deliveries across URL rotation.
+    """
+
+    model_config = ConfigDict(hide_input_in_errors=True)  # a bad URL must not echo in errors
+
+    type: Literal["slack", "webhook"]
+    url: SecretStr
+    name: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, v: SecretStr) -> SecretStr:
+        raw = v.get_secret_value()
+        if not raw.startswith(("http://", "https://")):
+            raise ValueError(f"alert channel URL must be http(s), got {redact_url(raw)}")
+        return v
+
+    @property
+    def channel_id(self) -> str:
+        """Stable, non-secret identifier of this channel."""
+        if self.name:
+            return self.name
+        digest = hashlib.sha256(self.url.get_secret_value().encode()).hexdigest()[:8]
+        return f"{self.type}:{digest}"
+
+    @property
+    def display(self) -> str:
+        """Safe description: channel id and the URL's scheme + host only."""
+        return f"{self.channel_id} ({self.type} {redact_url(self.url.get_secret_value())})"
+
+
+class MonitoringSettings(BaseSettings):
+    """Where the history lives, the drift-rule thresholds and the alert channels.
+
+    Read afresh by :func:`get_settings` (never cached). See the module docstring for env names.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="SPECDEC_", env_nested_delimiter="__", env_file=".env", extra="ignore",
+        hide_input_in_errors=True,
+    )
+
+    home: Path = Path(".specdec")
+    db_url: str | None = Field(None, repr=False)  # may hold a password: kept out of repr
+    reports_dir: Path | None = None
+    alert_channels: list[ChannelConfig] = Field(default_factory=list)
+    rules: RuleSettings = Field(default_factory=RuleSettings)
+    delivery: DeliverySettings = Field(default_factory=DeliverySettings)
+    reminder_interval_hours: float = Field(24.0, gt=0)
+    claim_stale_after_s: float = Field(6 * 3600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _resolve(self) -> "MonitoringSettings":
+        self.home = Path(self.home).expanduser().resolve()
+        if not self.db_url:
+            self.db_url = f"sqlite:///{self.home / 'history.db'}"
+        self.reports_dir = (
+            Path(self.reports_dir).expanduser().resolve() if self.reports_dir else self.home / "reports"
+        )
+        ids = [c.channel_id for c in self.alert_channels]
+        if len(ids) != len(set(ids)):
+            raise ValueError("alert channels must have distinct names (set 'name' on duplicates)")
+        return self
+
+
+def get_settings(**overrides) -> MonitoringSettings:
+    """Read the settings afresh from the environment; keyword ``overrides`` win over env values."""
+    return MonitoringSettings(**overrides)
