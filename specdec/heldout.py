@@ -24,7 +24,7 @@ import hashlib
 import json
 import random
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -165,29 +165,22 @@ class HeldoutSet:
 
 
 def _allocate(limit: int, sizes: dict[str, int], seed: int) -> dict[str, int]:
-    """Split ``limit`` over categories as evenly as their sizes allow (seeded tie-breaks)."""
+    """Split ``limit`` over categories as evenly as their sizes allow (seeded remainder)."""
     cats = sorted(sizes)
-    quota = {c: 0 for c in cats}
-    left = limit
+    quota = dict.fromkeys(cats, 0)
     rng = random.Random(f"specdec-heldout-alloc:{seed}")
+    left = min(limit, sum(sizes.values()))
     while left > 0:
         open_cats = [c for c in cats if quota[c] < sizes[c]]
-        if not open_cats:
+        share = left // len(open_cats)
+        if share == 0:  # fewer prompts left than open categories: seeded pick
+            rng.shuffle(open_cats)
+            for c in open_cats[:left]:
+                quota[c] += 1
             break
-        share, rem = divmod(left, len(open_cats))
         for c in open_cats:
             quota[c] += min(share, sizes[c] - quota[c])
-        if share == 0 or rem:
-            order = list(open_cats)
-            rng.shuffle(order)
-            extra = left - sum(min(share, sizes[c] - (quota[c] - min(share, sizes[c]))) for c in open_cats)
-            for c in order:
-                if extra <= 0:
-                    break
-                if quota[c] < sizes[c]:
-                    quota[c] += 1
-                    extra -= 1
-        left = limit - sum(quota.values())
+        left = min(limit, sum(sizes.values())) - sum(quota.values())
     return quota
 
 
@@ -354,7 +347,3 @@ def prompt_token_ids(prompt: HeldoutPrompt, tokenizer) -> list[int]:
         text = prompt.text or ""
     return list(tokenizer(text)["input_ids"])
 
-
-def with_prompts(hs: HeldoutSet, prompts: list[HeldoutPrompt]) -> HeldoutSet:
-    """A copy of ``hs`` holding ``prompts`` (version recomputed)."""
-    return replace(hs, prompts=prompts, version=content_version(prompts))

@@ -63,6 +63,15 @@ class GroupMetrics:
     # exactness audit (greedy only)
     exactness_checked: int = 0
     exactness_mismatches: int = 0
+    # added by validation (defaults keep older reports readable)
+    num_skipped: int = 0
+    drafted_per_position: list[int] = field(default_factory=list)
+    conditional_per_position_acceptance: list[float] = field(default_factory=list)
+    tf_coverage: float = math.nan  # fraction of teacher-forced positions the drafter scored (n-gram < 1)
+    target_pass_seconds: float = math.nan  # mean target verification pass, prefill excluded
+    draft_pass_seconds: float = math.nan  # mean draft pass (n-gram: one lookup), prefill excluded
+    cost_ratio_with_prefill: float = math.nan  # (draft_s/draft_passes)/(target_s/target_passes), prefill included
+    predicted_speedup_at_recommended: float = math.nan
 
 
 @dataclass
@@ -89,6 +98,11 @@ class PromptResult:
     exact_match: bool | None = None
     first_divergence: int | None = None
     divergence_logit_margin: float | None = None
+    # added by validation (defaults keep older CSVs readable)
+    alpha_hat: float = math.nan
+    mean_accepted_length: float = math.nan
+    target_only_tokens: int = 0
+    tf_coverage: float = math.nan
 
 
 @dataclass
@@ -116,6 +130,10 @@ class ValidationReport:
     prompts: list[PromptResult] = field(default_factory=list)
     alpha_hat_estimator: str = "position-0 acceptance: accepted_per_position[0] / num_drafts"
     wall_seconds: float = math.nan
+    heldout_source_version: str | None = None  # version of the full set a subset was drawn from
+    drafter_recipe: dict[str, Any] | None = None  # derived drafts: the recipe that re-derives them
+    environment: dict[str, Any] = field(default_factory=dict)  # torch version, cpu, gpu, threads
+    notes: list[str] = field(default_factory=list)  # plain-language findings (e.g. "slower than target-only")
     schema_version: int = SCHEMA_VERSION
 
     # convenience accessors for the headline metrics
@@ -208,7 +226,13 @@ def _fix_group(g: dict[str, Any]) -> dict[str, Any]:
     for k in _FLOAT_GROUP_FIELDS:
         if k in g and g[k] is None:
             g[k] = math.nan
-    for k in ("acceptance_rate_ci", "alpha_tf_ci", "alpha_hat_ci", "per_position_acceptance"):
+    for k in (
+        "acceptance_rate_ci",
+        "alpha_tf_ci",
+        "alpha_hat_ci",
+        "per_position_acceptance",
+        "conditional_per_position_acceptance",
+    ):
         if k in g and g[k] is not None:
             g[k] = [math.nan if v is None else v for v in g[k]]
     return g
