@@ -11,11 +11,6 @@ This package imports nothing from mlflow, prefect, evidently or sqlalchemy.
 
 from __future__ import annotations
 
-from specdec.decoding import GenerationResult, autoregressive_generate, speculative_generate
-from specdec.drafters import ModelDrafter, NgramDrafter
-from specdec.sampling import SamplingConfig
-from specdec.stats import DecodingStats
-
 __all__ = [
     "SamplingConfig",
     "autoregressive_generate",
@@ -31,6 +26,13 @@ __all__ = [
 ]
 
 _LAZY = {
+    "SamplingConfig": "specdec.sampling",
+    "autoregressive_generate": "specdec.decoding",
+    "speculative_generate": "specdec.decoding",
+    "GenerationResult": "specdec.decoding",
+    "NgramDrafter": "specdec.drafters",
+    "ModelDrafter": "specdec.drafters",
+    "DecodingStats": "specdec.stats",
     "check_pair_compatible": "specdec.models",
     "IncompatiblePairError": "specdec.models",
     "load_causal_lm": "specdec.models",
@@ -39,9 +41,13 @@ _LAZY = {
 
 
 def __getattr__(name: str):
-    # model loading pulls in transformers' auto classes; import it on first use only
+    # torch/transformers load on first use, so `import specdec.report` stays light (no torch)
     if name in _LAZY:
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'specdec' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

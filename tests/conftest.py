@@ -1,0 +1,19 @@
+"""Shared test setup: offline, no telemetry, deterministic threads."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("DO_NOT_TRACK", "true")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import warnings  # noqa: E402
+
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+import torch  # noqa: E402
+
+# Tiny test models are dominated by per-op overhead: one intra-op thread is several times faster
+# than two on a 2-core machine, and keeps parallel test processes from thrashing each other.
+torch.set_num_threads(1)
