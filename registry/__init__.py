@@ -1,0 +1,61 @@
+"""MLflow registry for speculative-decoding draft/target pairs.
+
+Public API (thin wrappers over ``mlflow.MlflowClient``; every function takes ``tracking_uri=None``,
+meaning ``SPECDEC_TRACKING_URI`` / ``MLFLOW_TRACKING_URI`` / ``sqlite:///<SPECDEC_HOME>/mlflow.db``)::
+
+    from registry import (register_model_version, register_derived_draft, get_model_version,
+                          register_pair, get_pair_version, list_pair_versions, resolve_alias,
+                          log_validation, set_validation_tags, latest_validation_run,
+                          promote, check_gate, GateConfig, DecodingConfig, PairVersion,
+                          ModelVersionRef, RegistryError, RegistryUnavailable, PairNotFound,
+                          AliasNotFound, ModelNotFound, PromotionRefused)
+
+Submodules: ``settings`` (settings + client factory), ``models`` (target/draft models), ``pairs``
+(pair versions + lineage), ``runs`` (validation runs + plots), ``gate`` and ``promotion`` (aliases),
+``cli`` (``specdec pair ...``). ``registry`` never imports ``monitoring``.
+"""
+
+from __future__ import annotations
+
+from registry.errors import (
+    AliasNotFound, ModelNotFound, PairNotFound, PromotionRefused, RegistryError, RegistryUnavailable,
+)
+
+_LAZY = {
+    "ModelVersionRef": "registry.models",
+    "register_model_version": "registry.models",
+    "register_derived_draft": "registry.models",
+    "get_model_version": "registry.models",
+    "download_model_version": "registry.models",
+    "DecodingConfig": "registry.pairs",
+    "PairVersion": "registry.pairs",
+    "register_pair": "registry.pairs",
+    "get_pair_version": "registry.pairs",
+    "list_pair_versions": "registry.pairs",
+    "resolve_alias": "registry.pairs",
+    "log_validation": "registry.runs",
+    "set_validation_tags": "registry.runs",
+    "latest_validation_run": "registry.runs",
+    "validation_history": "registry.runs",
+    "GateConfig": "registry.gate",
+    "GateResult": "registry.gate",
+    "evaluate_gate": "registry.gate",
+    "promote": "registry.promotion",
+    "check_gate": "registry.promotion",
+    "demote": "registry.promotion",
+    "PromotionResult": "registry.promotion",
+    "get_client": "registry.settings",
+    "get_settings": "registry.settings",
+}
+
+__all__ = sorted([*_LAZY, "AliasNotFound", "ModelNotFound", "PairNotFound", "PromotionRefused",
+                  "RegistryError", "RegistryUnavailable"])
+
+
+def __getattr__(name: str):
+    # mlflow takes seconds to import: load submodules on first use
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'registry' has no attribute {name!r}")

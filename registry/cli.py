@@ -1,0 +1,273 @@
+"""``specdec pair ...``: register, list, show and promote draft/target pairs in MLflow.
+
+Registered through the ``specdec.cli`` entry point ``pair = "registry.cli:register"``. Every command
+takes ``--tracking-uri`` (default ``SPECDEC_TRACKING_URI`` / ``MLFLOW_TRACKING_URI`` /
+``sqlite:///<SPECDEC_HOME>/mlflow.db``). Bad input and registry errors print one clear line to stderr
+and exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+pair_app = typer.Typer(help="Draft/target pairs in the MLflow registry: register, list, show, promote.",
+                       no_args_is_help=True)
+
+TrackingOpt = Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking/registry URI "
+                                                 "(default: SPECDEC_TRACKING_URI, MLFLOW_TRACKING_URI, or SQLite under SPECDEC_HOME).")]
+
+
+def register(app: typer.Typer) -> None:
+    """Entry point for the ``specdec.cli`` group: adds the ``pair`` sub-command."""
+    app.add_typer(pair_app, name="pair")
+
+
+def _out() -> Console:
+    return Console(soft_wrap=False)
+
+
+def _quiet_mlflow() -> None:
+    """No artifact progress bars for commands that only fetch a small pair.json (unless the user set it)."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+
+def _fail(msg: str) -> NoReturn:
+    Console(stderr=True).print(f"[bold red]error:[/] {msg}", highlight=False, markup=True)
+    raise typer.Exit(code=1)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from registry.errors import RegistryError
+
+    errs: list[type[BaseException]] = [RegistryError, ValueError, FileNotFoundError]
+    try:
+        from specdec.models import IncompatiblePairError, ModelNotFoundError
+
+        errs += [IncompatiblePairError, ModelNotFoundError]
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(errs)
+
+
+def _resolve_checkpoint(ref: str, revision: str | None, tracking_uri: str | None) -> dict[str, Any]:
+    """Resolve a model reference to a local checkpoint + tokenizer + config, without registering.
+
+    ``models:/<name>/<v>`` reuses a registered version (downloaded to the cache)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    if ref.startswith("models:/"):
+        from registry.models import download_model_version, get_model_version
+
+        mref = get_model_version(ref, tracking_uri=tracking_uri)
+        if mref.artifact != "checkpoint":
+            raise ValueError(f"{ref} is a {mref.artifact}, not a checkpoint")
+        path, source, registered = download_model_version(mref, tracking_uri=tracking_uri), mref.source, mref
+    else:
+        from specdec.models import resolve_model_ref
+
+        path, source = resolve_model_ref(ref, revision=revision)
+        registered = None
+    return {"ref": ref, "path": Path(path), "source": source, "registered": registered,
+            "tokenizer": AutoTokenizer.from_pretrained(path), "config": AutoConfig.from_pretrained(path)}
+
+
+def _default_name(resolved: dict[str, Any]) -> str:
+    from registry.models import sanitize_name
+
+    src = resolved["source"]
+    ref = str(src.get("ref") or resolved["ref"])
+    if src.get("kind") == "local" or Path(ref).exists():
+        ref = Path(ref).name
+    return sanitize_name(Path(ref).stem if ref.endswith(".gguf") else ref)
+
+
+@pair_app.command("register")
+def register_cmd(
+    target: Annotated[str, typer.Option("--target", help="Target: Hub id, local dir, .gguf, smollm2, or models:/<name>/<v>.")],
+    draft: Annotated[str, typer.Option("--draft", help="Draft: a model ref (as --target, optionally 'model:<ref>'), ngram, derived:int8 or derived:int4.")],
+    name: Annotated[str | None, typer.Option("--name", help="Pair registered model (default specdec-pair).")] = None,
+    target_name: Annotated[str | None, typer.Option(help="Registered model name for the target (default: from the ref).")] = None,
+    draft_name: Annotated[str | None, typer.Option(help="Registered model name for the draft (default: from the ref).")] = None,
+    num_draft_tokens: Annotated[int, typer.Option("--num-draft-tokens", "-k", min=1, help="k: draft tokens per step.")] = 4,
+    temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature (0 = greedy).")] = 0.0,
+    top_k: Annotated[int | None, typer.Option(min=1, help="Top-k filter.")] = None,
+    top_p: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Top-p (nucleus) filter.")] = None,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="Generation budget per prompt (tokens).")] = 128,
+    revision: Annotated[str | None, typer.Option(help="Hub revision of the target (Hub ids only).")] = None,
+    model_card: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Model card (Markdown) for the target.")] = None,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """Check draft/target compatibility, then register target, draft and the pair version."""
+    from registry.models import register_derived_draft, register_model_version, validate_name
+    from registry.pairs import DecodingConfig, compatibility_to_dict, register_pair
+
+    try:
+        for n in (name, target_name, draft_name):
+            if n:
+                validate_name(n)
+        config = DecodingConfig(num_draft_tokens=num_draft_tokens, temperature=temperature, top_k=top_k,
+                                top_p=top_p, max_new_tokens=max_new_tokens)
+        from specdec.models import check_pair_compatible
+
+        t = _resolve_checkpoint(target, revision, tracking_uri)
+        spec = draft.strip()
+        d = None
+        if spec == "ngram":
+            kind, compat = "ngram", {"compatible": True, "notes": ["n-gram drafter: proposes target-tokenizer ids copied from the context"]}
+        elif spec.startswith("derived:"):
+            from specdec.derived import DerivedDraftRecipe
+
+            recipe = DerivedDraftRecipe.from_spec(spec)
+            kind = f"derived:{recipe.kind}"
+            compat = compatibility_to_dict(check_pair_compatible(t["tokenizer"], t["tokenizer"], t["config"], t["config"]))
+            compat.setdefault("notes", []).append(f"{kind} draft is re-derived from the target at load time")
+        else:
+            kind = "model"
+            d = _resolve_checkpoint(spec.removeprefix("model:"), None, tracking_uri)
+            compat = compatibility_to_dict(check_pair_compatible(t["tokenizer"], d["tokenizer"], t["config"], d["config"]))
+        card = model_card.read_text() if model_card else None
+        tref = t["registered"] or register_model_version(target_name or _default_name(t), t["path"], source=t["source"],
+                                                         model_card=card, tracking_uri=tracking_uri)
+        if kind == "ngram":
+            dref = None
+        elif kind.startswith("derived:"):
+            dref = register_derived_draft(tref, recipe.to_dict(), name=draft_name, tracking_uri=tracking_uri)
+        else:
+            assert d is not None
+            dref = d["registered"] or register_model_version(draft_name or _default_name(d), d["path"], source=d["source"],
+                                                             tracking_uri=tracking_uri)
+        pv = register_pair(tref, dref, drafter_kind=kind, config=config, compatibility=compat, name=name,
+                           tracking_uri=tracking_uri)
+    except _user_errors() as e:
+        _fail(str(e))
+    out = _out()
+    verb = "already registered as" if pv.reused else "registered"
+    out.print(f"[green]{verb}[/] {pv.uri}  (changed: {pv.changed})", highlight=False)
+    out.print(f"  target  {tref.uri}{'  (reused)' if tref.reused else ''}  weights {tref.weights_sha256[:12]}", highlight=False)
+    if dref is not None:
+        out.print(f"  draft   {dref.uri}{'  (reused)' if dref.reused else ''}  weights {dref.weights_sha256[:12]}", highlight=False)
+    out.print(f"  drafter {kind}  k={config.num_draft_tokens} temperature={config.temperature}", highlight=False)
+
+
+@pair_app.command("list")
+def list_cmd(
+    name: Annotated[str | None, typer.Argument(help="Pair registered model (default specdec-pair).")] = None,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """List pair versions with aliases, lineage and last validation."""
+    _quiet_mlflow()
+    from registry.pairs import list_pair_versions
+
+    try:
+        versions = list_pair_versions(name, tracking_uri=tracking_uri)
+    except _user_errors() as e:
+        _fail(str(e))
+    pair = versions[0].name if versions else (name or "")
+    table = Table(title=f"{pair} versions", show_lines=False)
+    for col in ("version", "aliases", "drafter", "target", "draft", "config", "changed", "validation", "validated at"):
+        table.add_column(col, overflow="fold")
+    for pv in versions:
+        tg = pv.tags
+        status = tg.get("validation_status", "never")
+        color = {"passed": "green", "failed": "red"}.get(status, "yellow")
+        acc, low = tg.get("validation.acceptance_rate"), tg.get("validation.acceptance_rate_ci_low")
+        shown = f"[{color}]{status}[/]" + (f" α={float(acc):.3f}" if acc else "") + (f" (CI low {float(low):.3f})" if low else "")
+        cfg = pv.config
+        table.add_row(pv.version, " ".join("@" + a for a in pv.aliases), pv.drafter_kind,
+                      pv.target_uri.removeprefix("models:/"), (pv.draft_uri or "-").removeprefix("models:/"),
+                      f"k={cfg.num_draft_tokens} T={cfg.temperature:g}", pv.changed, shown,
+                      tg.get("validation.time", "-").replace("+00:00", "Z"))
+    _out().print(table)
+
+
+@pair_app.command("show")
+def show_cmd(
+    name: Annotated[str, typer.Argument(help="Pair registered model.")],
+    version: Annotated[str, typer.Argument(help="Version number or alias (champion, challenger).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """Show one pair version: exact target/draft, config, compatibility, lineage, validation, promotion."""
+    _quiet_mlflow()
+    from registry.pairs import get_pair_version
+    from registry.runs import latest_validation_run
+
+    try:
+        pv = get_pair_version(name, version, download=False, tracking_uri=tracking_uri)
+        run = latest_validation_run(name, pv.version, tracking_uri=tracking_uri)
+    except _user_errors() as e:
+        _fail(str(e))
+    d = pv.to_dict()
+    d["latest_validation"] = None if run is None else {
+        "run_id": run.info.run_id, "status": run.data.tags.get("validation_status"),
+        "metrics": {k: v for k, v in sorted(run.data.metrics.items()) if "." not in k}}
+    if as_json:
+        typer.echo(json.dumps(d, indent=2, default=str))
+        return
+    table = Table(title=f"{pv.uri}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    rows = [("aliases", ", ".join("@" + a for a in pv.aliases) or "-"), ("drafter kind", pv.drafter_kind),
+            ("target", f"{pv.target_uri}  weights {pv.target_weights_sha256[:16]}"),
+            ("draft", f"{pv.draft_uri}  weights {(pv.draft_weights_sha256 or '')[:16]}" if pv.draft_uri else "- (n-gram)"),
+            ("config", json.dumps(pv.config.to_dict())), ("changed", f"{pv.changed} (vs v{pv.previous_version})" if pv.previous_version else pv.changed),
+            ("compatibility", json.dumps(pv.compatibility)), ("created", pv.created_at or "-")]
+    if pv.recipe:
+        rows.append(("recipe", json.dumps(pv.recipe)))
+    if run is None:
+        rows.append(("validation", "never validated"))
+    else:
+        m = run.data.metrics
+        rows.append(("validation", f"{run.data.tags.get('validation_status')}  run {run.info.run_id}"))
+        for k in ("acceptance_rate", "acceptance_rate_ci_low", "mean_accepted_length", "alpha_tf", "speedup", "predicted_speedup"):
+            if k in m:
+                rows.append((f"  {k}", f"{m[k]:.4f}"))
+    for k, v in sorted(pv.tags.items()):
+        if k.startswith("promotion."):
+            rows.append((k, v))
+    for k, v in rows:
+        table.add_row(k, v)
+    _out().print(table)
+
+
+@pair_app.command("promote")
+def promote_cmd(
+    name: Annotated[str, typer.Argument(help="Pair registered model.")],
+    version: Annotated[str, typer.Argument(help="Pair version to promote.")],
+    alias: Annotated[str, typer.Option(help="Alias to move (champion is gated; challenger is not).")] = "champion",
+    force: Annotated[bool, typer.Option("--force", help="Move the alias even if the gate fails (needs --reason).")] = False,
+    reason: Annotated[str | None, typer.Option(help="Why (required with --force; recorded in tags).")] = None,
+    actor: Annotated[str | None, typer.Option(help="Who (default: the OS user).")] = None,
+    min_acceptance_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Gate: acceptance-rate CI lower bound.")] = 0.40,
+    min_predicted_speedup: Annotated[float | None, typer.Option(help="Gate: minimum predicted speedup (off by default).")] = None,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """Move an alias to a pair version if its latest validation passes the gate."""
+    _quiet_mlflow()
+    from registry.errors import PromotionRefused
+    from registry.gate import GateConfig
+    from registry.promotion import promote
+
+    gate = GateConfig(min_acceptance_rate=min_acceptance_rate, min_predicted_speedup=min_predicted_speedup)
+    try:
+        res = promote(name, version, alias, force=force, reason=reason, actor=actor, gate=gate, tracking_uri=tracking_uri)
+    except PromotionRefused as e:
+        lines = "\n".join(f"  - {r}" for r in e.reasons)
+        _fail(f"refused to move {name}@{alias} to version {version}:\n{lines}\n"
+              "Validate this version (specdec validate / the nightly flow), or use --force --reason '...'.")
+    except _user_errors() as e:
+        _fail(str(e))
+    out = _out()
+    prev = f" (was v{res.previous_version})" if res.previous_version else ""
+    out.print(f"[green]{name}@{alias}[/] -> version {res.version}{prev}", highlight=False)
+    if res.forced:
+        out.print(f"[yellow]forced by {res.actor}[/]: {res.reason}; gate said: {'; '.join(res.reasons_overridden)}", highlight=False)
+    elif res.gate.run_id:
+        out.print(f"gate passed on validation run {res.gate.run_id}", highlight=False)

@@ -1,0 +1,113 @@
+"""The promotion gate: pure functions of a validation run's metrics.
+
+The same function decides the ``validation_status`` tag written after a validation run and whether
+:func:`registry.promotion.promote` may move an alias, so the two can never disagree for one gate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Promotion criteria (issue 4, section 2).
+
+    Attributes:
+        min_acceptance_rate: the lower bound of the acceptance rate's 95% CI (metric
+            ``acceptance_rate_ci_low``) must be at least this (probability in [0, 1]; default 0.40).
+        require_exactness_clean: the greedy exactness audit must report 0 mismatches
+            (metric ``exactness_mismatches``). An audit that did not run (sampling) counts as clean.
+        min_predicted_speedup: if set, metric ``predicted_speedup`` must be at least this. Off by
+            default: speedup depends on the hardware where validation ran.
+        gated_aliases: aliases that require a passing gate. ``challenger`` is not gated by default:
+            it names the candidate that the nightly job validates next.
+    """
+
+    min_acceptance_rate: float = 0.40
+    require_exactness_clean: bool = True
+    min_predicted_speedup: float | None = None
+    gated_aliases: tuple[str, ...] = ("champion",)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (for tags / logs)."""
+        return asdict(self)
+
+
+@dataclass
+class GateResult:
+    """Outcome of :func:`evaluate_gate`.
+
+    Attributes:
+        passed: True when every criterion holds.
+        reasons: one human-readable line per failed criterion (empty when passed).
+        run_id: the validation run judged, if any.
+        metrics: the metric values the gate looked at.
+    """
+
+    passed: bool
+    reasons: list[str] = field(default_factory=list)
+    run_id: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        """``passed`` or ``failed`` (the ``validation_status`` tag value)."""
+        return "passed" if self.passed else "failed"
+
+
+def _num(metrics: Mapping[str, Any], key: str) -> float | None:
+    v = metrics.get(key)
+    if v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def evaluate_gate(metrics: Mapping[str, Any], gate: GateConfig = GateConfig(), run_id: str | None = None) -> GateResult:
+    """Judge one validation's metrics against ``gate``.
+
+    Args:
+        metrics: metric name -> value, with the names logged by :func:`registry.runs.log_validation`
+            (``acceptance_rate``, ``acceptance_rate_ci_low``, ``exactness_mismatches``,
+            ``predicted_speedup``). Missing or NaN values fail the criterion that needs them.
+        gate: the criteria.
+        run_id: recorded in the result.
+    Returns:
+        :class:`GateResult` with every failed criterion listed in ``reasons``.
+    """
+    reasons: list[str] = []
+    seen: dict[str, float] = {}
+    ci_low = _num(metrics, "acceptance_rate_ci_low")
+    rate = _num(metrics, "acceptance_rate")
+    if rate is not None:
+        seen["acceptance_rate"] = rate
+    if ci_low is None:
+        reasons.append("acceptance rate CI lower bound is missing (no drafted tokens, or CI not computed)")
+    else:
+        seen["acceptance_rate_ci_low"] = ci_low
+        if ci_low < gate.min_acceptance_rate:
+            shown = f" (point estimate {rate:.3f})" if rate is not None else ""
+            reasons.append(f"acceptance rate CI lower bound {ci_low:.3f} < {gate.min_acceptance_rate:.2f}{shown}")
+    if gate.require_exactness_clean:
+        mism = _num(metrics, "exactness_mismatches")
+        if mism is not None:
+            seen["exactness_mismatches"] = mism
+            if mism > 0:
+                checked = _num(metrics, "exactness_checked")
+                of = f" of {int(checked)} audited prompts" if checked is not None else ""
+                reasons.append(f"exactness audit found {int(mism)} mismatch(es){of}: speculative output differs from target-only")
+    if gate.min_predicted_speedup is not None:
+        sp = _num(metrics, "predicted_speedup")
+        if sp is None:
+            reasons.append("predicted speedup is missing")
+        else:
+            seen["predicted_speedup"] = sp
+            if sp < gate.min_predicted_speedup:
+                reasons.append(f"predicted speedup {sp:.2f} < {gate.min_predicted_speedup:.2f}")
+    return GateResult(passed=not reasons, reasons=reasons, run_id=run_id, metrics=seen)

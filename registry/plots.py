@@ -1,0 +1,116 @@
+"""PNG plots for validation runs (matplotlib, Agg canvas; no pyplot global state).
+
+Each function writes one PNG and returns its path. Acceptance rates are probabilities in [0, 1].
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Sequence
+
+from specdec.report import ValidationReport
+
+
+def _figure(width: float = 6.4, height: float = 4.0):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _ok(x: float | None) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
+def plot_per_position(report: ValidationReport, path: str | Path) -> Path:
+    """Per-position acceptance curve: P(draft token i accepted | reached), i = 0..k-1.
+
+    Uses ``report.overall.per_position_acceptance`` (and each category's, as thin lines).
+    """
+    fig = _figure()
+    ax = fig.add_subplot(1, 1, 1)
+    overall = report.overall.per_position_acceptance
+    if overall:
+        ax.plot(range(len(overall)), overall, marker="o", linewidth=2.2, label="all prompts", color="black")
+    for cat, g in sorted(report.categories.items()):
+        if g.per_position_acceptance:
+            ax.plot(range(len(g.per_position_acceptance)), g.per_position_acceptance, marker=".", linewidth=0.9, alpha=0.7, label=cat)
+    ax.set_xlabel("draft position i (0 = first draft token)")
+    ax.set_ylabel("acceptance rate at position i")
+    ax.set_ylim(0, 1.02)
+    if overall:
+        ax.set_xticks(range(len(overall)))
+    ax.set_title(f"Per-position acceptance (k={report.config.get('num_draft_tokens', '?')})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower left")
+    out = Path(path)
+    fig.savefig(out, bbox_inches="tight")
+    return out
+
+
+def plot_per_category(report: ValidationReport, path: str | Path, threshold: float = 0.40) -> Path:
+    """Per-category acceptance-rate bars with 95% CI error bars and the gate threshold line."""
+    fig = _figure(max(6.4, 0.7 * (len(report.categories) + 1) + 2))
+    ax = fig.add_subplot(1, 1, 1)
+    groups = [("all", report.overall)] + sorted(report.categories.items())
+    names, vals, lo, hi = [], [], [], []
+    for name, g in groups:
+        rate = g.acceptance_rate if _ok(g.acceptance_rate) else 0.0
+        ci = g.acceptance_rate_ci or [math.nan, math.nan]
+        names.append(name)
+        vals.append(rate)
+        lo.append(max(rate - ci[0], 0.0) if _ok(ci[0]) else 0.0)
+        hi.append(max(ci[1] - rate, 0.0) if len(ci) > 1 and _ok(ci[1]) else 0.0)
+    colors = ["#444444"] + ["#4C72B0"] * (len(names) - 1)
+    ax.bar(range(len(names)), vals, yerr=[lo, hi], capsize=3, color=colors)
+    ax.axhline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"gate {threshold:.2f}")
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylim(0, 1.02)
+    ax.set_ylabel("acceptance rate")
+    ax.set_title("Acceptance rate per category (95% CI)")
+    ax.legend(fontsize=7)
+    out = Path(path)
+    fig.savefig(out, bbox_inches="tight")
+    return out
+
+
+def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: float = 0.40, title: str = "") -> Path:
+    """Acceptance-rate trend over past validation runs of a pair.
+
+    Args:
+        history: oldest first; dicts with ``time`` (datetime or ISO string), ``acceptance_rate``,
+            optional ``pair_version`` (annotated) and ``acceptance_rate_ci_low``.
+    """
+    fig = _figure(7.2, 4.0)
+    ax = fig.add_subplot(1, 1, 1)
+    pts = [h for h in history if _ok(h.get("acceptance_rate"))]
+    xs = list(range(len(pts)))
+    ys = [float(h["acceptance_rate"]) for h in pts]
+    if pts:
+        ax.plot(xs, ys, marker="o", color="#4C72B0", label="acceptance rate")
+        lows = [h.get("acceptance_rate_ci_low") for h in pts]
+        if all(_ok(v) for v in lows):
+            ax.plot(xs, lows, linestyle=":", color="#4C72B0", alpha=0.7, label="CI lower bound")
+        for x, h, y in zip(xs, pts, ys):
+            if h.get("pair_version") is not None:
+                ax.annotate(f"v{h['pair_version']}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+        labels = []
+        for h in pts:
+            t = h.get("time")
+            labels.append(t.strftime("%m-%d %H:%M") if isinstance(t, datetime) else str(t or "")[5:16])
+        ax.set_xticks(xs)
+        ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
+    ax.axhline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"gate {threshold:.2f}")
+    ax.set_ylim(0, 1.02)
+    ax.set_ylabel("acceptance rate")
+    ax.set_title(title or "Acceptance rate over validation runs")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower left")
+    out = Path(path)
+    fig.savefig(out, bbox_inches="tight")
+    return out

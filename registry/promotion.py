@@ -1,0 +1,152 @@
+"""Promotion: move a pair alias (``champion`` / ``challenger``) only through the gate.
+
+``promote`` judges the **latest finished validation run of that exact pair version** with
+:func:`registry.gate.evaluate_gate`. Aliases live only in MLflow and are read back on every call, so a
+promotion done by hand in the MLflow UI is what the nightly job sees next.
+
+Version tags written on a promotion: ``promotion.alias``, ``promotion.time`` (UTC ISO-8601),
+``promotion.by``, ``promotion.forced`` (``true``/``false``), ``promotion.previous_version``,
+``promotion.gate`` (``passed``/``failed``/``never-validated``/``not-gated``), and when forced
+``promotion.forced_by`` and ``promotion.reason``.
+"""
+
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from registry.errors import PromotionRefused
+from registry.gate import GateConfig, GateResult, evaluate_gate
+from registry.pairs import _get_pair_mv, _pair_aliases, resolve_alias
+from registry.runs import _latest_validation_run
+from registry.settings import VALIDATION_EXPERIMENT, get_client, mlflow_errors
+
+ALIASES = ("champion", "challenger")
+
+
+@dataclass
+class PromotionResult:
+    """What :func:`promote` did.
+
+    Attributes:
+        pair, version, alias: the alias now pointing at ``version``.
+        previous_version: where the alias pointed before (None if unset).
+        forced: True if the gate failed (or was never run) and ``force`` moved the alias anyway.
+        gate: the gate verdict (``gate.run_id`` is the validation run judged, None if never validated).
+        actor, reason: who promoted and why (reason only when given).
+    """
+
+    pair: str
+    version: str
+    alias: str
+    previous_version: str | None
+    forced: bool
+    gate: GateResult
+    actor: str
+    reason: str | None = None
+    reasons_overridden: list[str] = field(default_factory=list)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "unknown"
+
+
+def check_gate(pair: str, version: str | int, *, gate: GateConfig = GateConfig(),
+               experiment: str = VALIDATION_EXPERIMENT, tracking_uri: str | None = None) -> GateResult:
+    """Judge the latest finished validation run of ``pair`` version ``version``.
+
+    Returns:
+        :class:`GateResult`; if the version was never validated, ``passed=False`` with the reason
+        "never validated" and ``run_id=None``.
+    """
+    client = get_client(tracking_uri)
+    with mlflow_errors(client.tracking_uri):
+        return _check_gate(client, pair, version, gate, experiment)
+
+
+def _check_gate(client, pair: str, version: str | int, gate: GateConfig, experiment: str) -> GateResult:
+    run = _latest_validation_run(client, pair, version, experiment)
+    if run is None:
+        return GateResult(passed=False, reasons=[f"version {version} was never validated (no finished validation run)"])
+    return evaluate_gate(run.data.metrics, gate, run_id=run.info.run_id)
+
+
+def promote(
+    pair: str,
+    version: str | int,
+    alias: str = "champion",
+    *,
+    force: bool = False,
+    reason: str | None = None,
+    actor: str | None = None,
+    gate: GateConfig = GateConfig(),
+    experiment: str = VALIDATION_EXPERIMENT,
+    tracking_uri: str | None = None,
+) -> PromotionResult:
+    """Point ``alias`` of ``pair`` at ``version`` if the latest validation of that exact version passes.
+
+    Args:
+        pair: pair registered model name.
+        version: pair version to promote.
+        alias: ``champion`` (gated by default), ``challenger`` (not gated by default) or another alias;
+            ``gate.gated_aliases`` decides which aliases need a passing gate.
+        force: move the alias even if the gate fails or the version was never validated. Requires
+            ``reason``; records ``promotion.forced_by`` / ``promotion.reason`` / time in version tags.
+        reason: why (required with ``force``; recorded whenever given).
+        actor: who promotes (default: the OS user from ``getpass.getuser()``).
+        gate: the gate criteria.
+    Returns:
+        :class:`PromotionResult`.
+    Raises:
+        PromotionRefused: the gate failed (``.reasons`` lists each failed criterion) and not ``force``.
+        PairNotFound: no such pair or version. ValueError: ``force`` without ``reason``, or a bad alias.
+        RegistryUnavailable: server unreachable.
+    """
+    version = str(version)
+    if not alias or not alias.replace("_", "").replace("-", "").isalnum() or alias.isdigit():
+        raise ValueError(f"invalid alias {alias!r}")
+    if force and not (reason and reason.strip()):
+        raise ValueError("a forced promotion needs a reason (--reason)")
+    actor = actor or _user()
+    client = get_client(tracking_uri)
+    uri = client.tracking_uri
+    with mlflow_errors(uri):
+        _get_pair_mv(client, pair, version)
+        gated = alias in gate.gated_aliases
+        verdict = _check_gate(client, pair, version, gate, experiment)
+        if gated and not verdict.passed and not force:
+            raise PromotionRefused(pair, version, alias, verdict.reasons)
+        previous = _pair_aliases(client, pair).get(alias)
+        forced = gated and not verdict.passed
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        gate_state = "not-gated" if not gated else (verdict.status if verdict.run_id else "never-validated")
+        tags = {"promotion.alias": alias, "promotion.time": now, "promotion.by": actor,
+                "promotion.forced": str(forced).lower(), "promotion.previous_version": previous or "none",
+                "promotion.gate": gate_state}
+        if forced:
+            tags.update({"promotion.forced_by": actor, "promotion.forced_time": now,
+                         "promotion.forced_reasons": "; ".join(verdict.reasons)[:5000]})
+        if reason:
+            tags["promotion.reason"] = reason[:5000]
+        client.set_registered_model_alias(pair, alias, version)
+        for k, v in tags.items():
+            client.set_model_version_tag(pair, version, k, v)
+    return PromotionResult(pair=pair, version=version, alias=alias, previous_version=previous, forced=forced,
+                           gate=verdict, actor=actor, reason=reason,
+                           reasons_overridden=list(verdict.reasons) if forced else [])
+
+
+def demote(pair: str, alias: str, *, tracking_uri: str | None = None) -> None:
+    """Remove ``alias`` from ``pair`` (e.g. retire a challenger).
+
+    Raises:
+        PairNotFound / AliasNotFound: nothing to remove.
+    """
+    resolve_alias(pair, alias, tracking_uri=tracking_uri)
+    client = get_client(tracking_uri)
+    with mlflow_errors(client.tracking_uri):
+        client.delete_registered_model_alias(pair, alias)

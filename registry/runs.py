@@ -1,0 +1,335 @@
+"""Validation runs in MLflow: one run per validation of one pair version.
+
+Run (experiment ``specdec-validation``):
+
+- tags: ``specdec.pair``, ``specdec.pair_version``, ``specdec.pair_uri``, ``specdec.target``,
+  ``specdec.draft``, ``specdec.drafter_kind``, ``validation_status`` (gate verdict), ``specdec.gate_reasons``.
+- params: ``heldout_name``, ``heldout_version``, every key of ``report.config`` (``num_draft_tokens``,
+  ``temperature``, ``top_k``, ``top_p``, ``max_new_tokens``, ``seed``, ``limit``...), ``device``,
+  ``dtype``, ``code_version``, ``drafter_kind``. Never a URL or secret.
+- metrics (NaN skipped): ``acceptance_rate``, ``acceptance_rate_ci_low/high``, ``mean_accepted_length``,
+  ``alpha_tf`` (+ ``_ci_low/high``), ``alpha_hat`` (+ ``_ci_low/high``), ``top1_agreement``,
+  ``total_variation``, ``kl_divergence``, ``speedup``, ``predicted_speedup``, ``cost_ratio``,
+  ``draft_tokens_per_step``, counters (``num_prompts``, ``num_drafts``, ``num_draft_tokens``,
+  ``num_accepted_tokens``, ``num_emitted_tokens``, ``exactness_checked``, ``exactness_mismatches``) and
+  every other scalar of ``report.overall``; ``acceptance_rate.pos_<i>`` per draft position, and
+  ``<metric>.<category>`` per held-out category (``acceptance_rate``, ``acceptance_rate_ci_low``,
+  ``mean_accepted_length``, ``alpha_tf``, ``alpha_hat``, ``top1_agreement``, ``speedup``,
+  ``predicted_speedup``, ``num_prompts``).
+- artifacts: ``report.json``, ``prompts.csv``, ``plots/per_position_acceptance.png``,
+  ``plots/per_category_acceptance.png``, ``plots/acceptance_trend.png``, plus ``extra_artifacts``.
+
+Afterwards the pair version gets ``validation_status`` and ``validation.*`` tags.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from registry.errors import PairNotFound
+from registry.pairs import _get_pair_mv
+from registry.gate import GateConfig, GateResult, evaluate_gate
+from registry.settings import VALIDATION_EXPERIMENT, get_client, get_or_create_experiment, mlflow_errors
+from specdec.report import PROMPTS_FILE, REPORT_FILE, ValidationReport
+
+_CATEGORY_METRICS = ("acceptance_rate", "mean_accepted_length", "alpha_tf", "alpha_hat", "top1_agreement", "speedup",
+                     "predicted_speedup", "num_prompts")
+_VERSION_TAG_METRICS = ("acceptance_rate", "acceptance_rate_ci_low", "mean_accepted_length", "alpha_tf", "predicted_speedup")
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
+
+
+def metric_key(text: str) -> str:
+    """A valid MLflow metric-name piece: characters other than ``[A-Za-z0-9_.-/ ]`` become ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.\-/ ]", "_", text) or "_"
+
+
+def report_metrics(report: ValidationReport) -> dict[str, float]:
+    """Flatten a report into MLflow metric names -> finite floats (NaN/None dropped).
+
+    Every scalar field of ``report.overall`` (:class:`~specdec.report.GroupMetrics`) is logged under its
+    own name (so fields added to the report later are logged too); ``<name>_ci`` intervals become
+    ``<name>_ci_low`` / ``<name>_ci_high``; ``per_position_acceptance[i]`` becomes
+    ``acceptance_rate.pos_<i>`` and ``conditional_per_position_acceptance[i]``
+    ``conditional_acceptance_rate.pos_<i>``; per category, ``<metric>.<category>`` for the metrics in
+    ``_CATEGORY_METRICS`` plus ``acceptance_rate_ci_low.<category>``. Also ``wall_seconds`` and
+    ``num_skipped_prompts``.
+    """
+    from dataclasses import fields
+
+    out: dict[str, float] = {}
+    g = report.overall
+    for f in fields(g):
+        v = getattr(g, f.name)
+        if _finite(v):
+            out[f.name] = float(v)
+        elif f.name.endswith("_ci") and isinstance(v, (list, tuple)) and len(v) == 2:
+            base = f.name[: -len("_ci")]
+            if _finite(v[0]):
+                out[f"{base}_ci_low"] = float(v[0])
+            if _finite(v[1]):
+                out[f"{base}_ci_high"] = float(v[1])
+    for field_name, prefix in (("per_position_acceptance", "acceptance_rate"),
+                               ("conditional_per_position_acceptance", "conditional_acceptance_rate")):
+        for i, v in enumerate(getattr(g, field_name, None) or []):
+            if _finite(v):
+                out[f"{prefix}.pos_{i}"] = float(v)
+    for cat, cg in report.categories.items():
+        key = metric_key(cat)
+        for name in _CATEGORY_METRICS:
+            v = getattr(cg, name, None)
+            if _finite(v):
+                out[f"{name}.{key}"] = float(v)
+        ci = cg.acceptance_rate_ci or []
+        if len(ci) == 2 and _finite(ci[0]):
+            out[f"acceptance_rate_ci_low.{key}"] = float(ci[0])
+    if _finite(report.wall_seconds):
+        out["wall_seconds"] = float(report.wall_seconds)
+    out["num_skipped_prompts"] = float(sum(1 for p in report.prompts if p.status != "ok"))
+    return out
+
+
+_SECRET_KEY = re.compile(r"secret|passw|api[_-]?key|access[_-]?token|auth|webhook|credential|^token$|hf_token", re.I)
+_SECRET_VALUE = re.compile(r"://|\bhf_[A-Za-z0-9]{20,}|\bsk-[A-Za-z0-9]{20,}|\bxox[a-z]-", re.I)
+
+
+def _looks_secret(key: str, value: str) -> bool:
+    """True for params that must not be logged: URL values (may embed credentials) and secret-like keys."""
+    return bool(_SECRET_KEY.search(key)) or (bool(_SECRET_VALUE.search(value)) and not value.startswith("models:/"))
+
+
+def report_params(report: ValidationReport) -> dict[str, str]:
+    """MLflow params of a validation run: held-out name/version, the decoding config, device, dtype and
+    code version. Values that look like URLs or secrets are dropped."""
+    params: dict[str, Any] = {"heldout_name": report.heldout_name, "heldout_version": report.heldout_version,
+                              "device": report.device, "dtype": report.dtype, "code_version": report.code_version,
+                              "drafter_kind": report.drafter_kind}
+    for k, v in (report.config or {}).items():
+        params.setdefault(str(k), v)
+    out = {}
+    for k, v in params.items():
+        s = "none" if v is None else str(v)
+        if _looks_secret(str(k), s):
+            continue
+        out[metric_key(k)] = s[:6000]
+    return out
+
+
+def _run_filter(pair: str, version: str | None = None) -> str:
+    f = f"tags.`specdec.pair` = '{pair}' and attributes.status = 'FINISHED'"
+    if version is not None:
+        f += f" and tags.`specdec.pair_version` = '{version}'"
+    return f
+
+
+def latest_validation_run(pair: str, version: str | int, *, experiment: str = VALIDATION_EXPERIMENT,
+                          tracking_uri: str | None = None):
+    """The most recent FINISHED validation run of exactly ``pair`` version ``version``.
+
+    Returns:
+        ``mlflow.entities.Run`` (``run.data.metrics`` / ``run.data.tags``), or None if never validated.
+    """
+    client = get_client(tracking_uri)
+    with mlflow_errors(client.tracking_uri):
+        return _latest_validation_run(client, pair, version, experiment)
+
+
+def _latest_validation_run(client, pair: str, version: str | int, experiment: str = VALIDATION_EXPERIMENT):
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return None
+    runs = client.search_runs([exp.experiment_id], _run_filter(pair, str(version)),
+                              order_by=["attributes.start_time DESC"], max_results=1)
+    return runs[0] if runs else None
+
+
+def validation_history(pair: str, *, experiment: str = VALIDATION_EXPERIMENT, max_results: int = 200,
+                       tracking_uri: str | None = None) -> list[dict[str, Any]]:
+    """Past finished validation runs of ``pair`` (all versions), oldest first.
+
+    Returns:
+        dicts with ``time`` (datetime, UTC), ``run_id``, ``pair_version``, ``acceptance_rate``,
+        ``acceptance_rate_ci_low``, ``validation_status``.
+    """
+    client = get_client(tracking_uri)
+    with mlflow_errors(client.tracking_uri):
+        return _validation_history(client, pair, experiment, max_results)
+
+
+def _validation_history(client, pair: str, experiment: str = VALIDATION_EXPERIMENT, max_results: int = 200) -> list[dict[str, Any]]:
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    runs = client.search_runs([exp.experiment_id], _run_filter(pair), order_by=["attributes.start_time DESC"],
+                              max_results=max_results)
+    out = []
+    for r in reversed(list(runs)):
+        m = r.data.metrics
+        out.append({"time": datetime.fromtimestamp(r.info.start_time / 1000, timezone.utc), "run_id": r.info.run_id,
+                    "pair_version": r.data.tags.get("specdec.pair_version"),
+                    "acceptance_rate": m.get("acceptance_rate", math.nan),
+                    "acceptance_rate_ci_low": m.get("acceptance_rate_ci_low", math.nan),
+                    "validation_status": r.data.tags.get("validation_status")})
+    return out
+
+
+def set_validation_tags(pair: str, version: str | int, *, status: str, run_id: str | None,
+                        metrics: Mapping[str, float], heldout: str | None = None, reasons: Sequence[str] = (),
+                        tracking_uri: str | None = None) -> None:
+    """Tag a pair version with its latest validation, so the MLflow UI's version list shows it.
+
+    Tags: ``validation_status`` (``passed``/``failed``), ``validation.run_id``, ``validation.time``
+    (UTC ISO-8601), ``validation.heldout``, ``validation.reasons`` and ``validation.<metric>`` for
+    acceptance_rate, acceptance_rate_ci_low, mean_accepted_length, alpha_tf, predicted_speedup.
+
+    Raises:
+        ValueError: ``status`` not passed/failed; PairNotFound: no such pair version.
+    """
+    tags = validation_tags(status=status, run_id=run_id, metrics=metrics, heldout=heldout, reasons=reasons)
+    client = get_client(tracking_uri)
+    with mlflow_errors(client.tracking_uri):
+        _set_version_tags(client, pair, str(version), tags)
+
+
+def validation_tags(*, status: str, run_id: str | None, metrics: Mapping[str, float], heldout: str | None = None,
+                    reasons: Sequence[str] = ()) -> dict[str, str]:
+    """The pair-version tags :func:`set_validation_tags` writes (see there). Raises ``ValueError`` on a bad status."""
+    if status not in ("passed", "failed"):
+        raise ValueError(f"status must be 'passed' or 'failed', got {status!r}")
+    tags = {"validation_status": status, "validation.run_id": run_id or "none",
+            "validation.time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "validation.reasons": "; ".join(reasons)[:5000] or "none"}
+    if heldout:
+        tags["validation.heldout"] = heldout
+    for k in _VERSION_TAG_METRICS:
+        if _finite(metrics.get(k)):
+            tags[f"validation.{k}"] = f"{float(metrics[k]):.4f}"
+    return tags
+
+
+def _set_version_tags(client, pair: str, version: str, tags: Mapping[str, str]) -> None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        for k, v in tags.items():
+            client.set_model_version_tag(pair, version, k, v)
+    except MlflowException as e:
+        if e.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            raise PairNotFound(f"pair version models:/{pair}/{version} not found") from e
+        raise
+
+
+def _log_extra(client, run_id: str, paths: Iterable[str | Path]) -> None:
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            client.log_artifacts(run_id, str(p), artifact_path=p.name)
+        elif p.is_file():
+            client.log_artifact(run_id, str(p))
+        else:
+            raise FileNotFoundError(f"extra artifact not found: {p}")
+
+
+def log_validation(
+    pair: str,
+    version: str | int,
+    report: ValidationReport,
+    report_dir: str | Path,
+    *,
+    extra_artifacts: Sequence[str | Path] = (),
+    history: Sequence[Mapping[str, Any]] | None = None,
+    gate: GateConfig = GateConfig(),
+    experiment: str = VALIDATION_EXPERIMENT,
+    run_name: str | None = None,
+    tracking_uri: str | None = None,
+) -> str:
+    """Log one validation of a pair version as an MLflow run, then tag the pair version.
+
+    Args:
+        pair, version: the pair version validated (must exist).
+        report: the :class:`specdec.report.ValidationReport`.
+        report_dir: directory holding ``report.json`` + ``prompts.csv`` (written with ``report.write``
+            if missing); plots are written to ``<report_dir>/plots``.
+        extra_artifacts: more files/directories to attach (e.g. the Evidently HTML/JSON); a directory
+            is logged under its own name.
+        history: past trend points, oldest first (dicts with ``time``, ``acceptance_rate``,
+            optional ``pair_version`` / ``acceptance_rate_ci_low``). Default: read this pair's past
+            runs back from MLflow. This run's point is appended either way.
+        gate: criteria that decide ``validation_status``.
+        experiment: MLflow experiment name.
+    Returns:
+        the MLflow run id.
+    Raises:
+        PairNotFound: no such pair version; FileNotFoundError: a missing extra artifact;
+        RegistryUnavailable: server unreachable. If logging fails after the run was created, the run is
+        marked FAILED (the gate ignores it) and the pair version is not tagged.
+    """
+    from mlflow.entities import Metric, Param
+
+    version = str(version)
+    client = get_client(tracking_uri)
+    uri = client.tracking_uri
+    rdir = Path(report_dir)
+    if not (rdir / REPORT_FILE).exists():
+        report.write(rdir)
+    metrics = report_metrics(report)
+    verdict: GateResult = evaluate_gate(metrics, gate)
+    with mlflow_errors(uri):
+        mv = _get_pair_mv(client, pair, version)
+        ptags = mv.tags or {}
+        if history is None:
+            history = _validation_history(client, pair, experiment)
+        eid = get_or_create_experiment(client, experiment)
+        tags = {"specdec.pair": pair, "specdec.pair_version": version, "specdec.pair_uri": f"models:/{pair}/{version}",
+                "specdec.target": ptags.get("target", "unknown"), "specdec.draft": ptags.get("draft", "unknown"),
+                "specdec.drafter_kind": ptags.get("drafter_kind", report.drafter_kind),
+                "specdec.heldout": f"{report.heldout_name}@{report.heldout_version}",
+                "specdec.report_created_at": str(report.created_at),
+                "validation_status": verdict.status, "specdec.gate_reasons": "; ".join(verdict.reasons)[:5000] or "none"}
+        run = client.create_run(eid, run_name=run_name or f"validate-{pair}-v{version}", tags=tags)
+        run_id = run.info.run_id
+        try:
+            now = int(time.time() * 1000)
+            items = [Metric(k, v, now, 0) for k, v in metrics.items()]
+            params = [Param(k, v) for k, v in report_params(report).items()]
+            for i in range(0, max(len(items), 1), 900):
+                client.log_batch(run_id, metrics=items[i:i + 900], params=params if i == 0 else [])
+            for name in (REPORT_FILE, PROMPTS_FILE):
+                if (rdir / name).exists():
+                    client.log_artifact(run_id, str(rdir / name))
+            plots = _write_plots(report, rdir / "plots", list(history), run_id, version, metrics, gate, pair)
+            client.log_artifacts(run_id, str(plots), artifact_path="plots")
+            _log_extra(client, run_id, extra_artifacts)
+            client.set_terminated(run_id, "FINISHED")
+        except BaseException:
+            try:
+                client.set_terminated(run_id, "FAILED")
+            except Exception:
+                pass
+            raise
+        _set_version_tags(client, pair, version, validation_tags(
+            status=verdict.status, run_id=run_id, metrics=metrics,
+            heldout=f"{report.heldout_name}@{report.heldout_version}", reasons=verdict.reasons))
+    return run_id
+
+
+def _write_plots(report: ValidationReport, out: Path, history: list, run_id: str, version: str,
+                 metrics: Mapping[str, float], gate: GateConfig, pair: str) -> Path:
+    from registry import plots
+
+    out.mkdir(parents=True, exist_ok=True)
+    plots.plot_per_position(report, out / "per_position_acceptance.png")
+    plots.plot_per_category(report, out / "per_category_acceptance.png", threshold=gate.min_acceptance_rate)
+    point = {"time": datetime.now(timezone.utc), "run_id": run_id, "pair_version": version,
+             "acceptance_rate": metrics.get("acceptance_rate", math.nan),
+             "acceptance_rate_ci_low": metrics.get("acceptance_rate_ci_low", math.nan)}
+    plots.plot_trend(list(history) + [point], out / "acceptance_trend.png", threshold=gate.min_acceptance_rate,
+                     title=f"{pair}: acceptance rate over validation runs")
+    return out

@@ -1,0 +1,192 @@
+"""Registry settings (pydantic-settings, env prefix ``SPECDEC_``) and the MLflow client factory.
+
+Environment variables (all optional):
+
+- ``SPECDEC_HOME``: data directory (default ``./.specdec``, resolved against the working directory).
+- ``SPECDEC_TRACKING_URI``, else ``MLFLOW_TRACKING_URI``: the MLflow tracking and registry URI.
+  Default ``sqlite:///<SPECDEC_HOME>/mlflow.db`` (an embedded store, no server needed).
+- ``SPECDEC_ARTIFACTS_DIR``: artifact root for experiments created on a local (SQLite) store
+  (default: ``mlartifacts/`` next to the SQLite file, i.e. ``<SPECDEC_HOME>/mlartifacts`` for the
+  default store). With an ``http(s)://`` server, the server decides.
+- ``SPECDEC_PAIR_NAME``: default pair registered model (``specdec-pair``).
+- ``SPECDEC_HTTP_TIMEOUT`` / ``SPECDEC_HTTP_MAX_RETRIES``: defaults for MLflow's
+  ``MLFLOW_HTTP_REQUEST_TIMEOUT`` (seconds) / ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` when those are unset,
+  so an unreachable server fails in seconds instead of minutes.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import AliasChoices, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from registry.errors import RegistryUnavailable
+
+REGISTRY_EXPERIMENT = "specdec-registry"
+VALIDATION_EXPERIMENT = "specdec-validation"
+
+
+class RegistrySettings(BaseSettings):
+    """Where the registry lives. Read afresh by :func:`get_settings` (never cached).
+
+    Attributes:
+        home: absolute data directory.
+        tracking_uri: MLflow tracking + registry URI (``sqlite:///...``, ``http://host:port``, ...).
+        artifacts_dir: absolute artifact root used for experiments created on a local store.
+        cache_dir: where :func:`registry.pairs.get_pair_version` downloads model artifacts.
+        pair_name: default pair registered model name.
+        http_timeout: seconds per HTTP request to an MLflow server.
+        http_max_retries: retries per HTTP request to an MLflow server.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SPECDEC_", env_file=".env", extra="ignore")
+
+    home: Path = Path(".specdec")
+    tracking_uri: str | None = Field(
+        default=None, validation_alias=AliasChoices("SPECDEC_TRACKING_URI", "MLFLOW_TRACKING_URI")
+    )
+    artifacts_dir: Path | None = None  # None: next to a SQLite DB, else <home>/mlartifacts
+    cache_dir: Path | None = None
+    pair_name: str = "specdec-pair"
+    http_timeout: int = 10
+    http_max_retries: int = 2
+
+    @model_validator(mode="after")
+    def _resolve(self) -> "RegistrySettings":
+        self.home = Path(self.home).expanduser().resolve()
+        if self.artifacts_dir:
+            self.artifacts_dir = Path(self.artifacts_dir).expanduser().resolve()
+        self.cache_dir = Path(self.cache_dir).expanduser().resolve() if self.cache_dir else self.home / "registry-cache"
+        if not self.tracking_uri:
+            self.tracking_uri = f"sqlite:///{self.home / 'mlflow.db'}"
+        return self
+
+
+def get_settings() -> RegistrySettings:
+    """Read :class:`RegistrySettings` from the environment (not cached, so tests can change env)."""
+    return RegistrySettings()
+
+
+def resolve_tracking_uri(tracking_uri: str | None = None) -> str:
+    """``tracking_uri`` if given, else the settings' URI (``SPECDEC_TRACKING_URI`` /
+    ``MLFLOW_TRACKING_URI`` / ``sqlite:///<home>/mlflow.db``)."""
+    return tracking_uri or get_settings().tracking_uri  # type: ignore[return-value]
+
+
+def is_local_store(tracking_uri: str) -> bool:
+    """True for a store this process opens itself (SQLite or another SQLAlchemy URL), False for a server."""
+    return not tracking_uri.startswith(("http://", "https://", "databricks"))
+
+
+def redact_uri(uri: str) -> str:
+    """``uri`` without user:password and query string, for messages and logs (never log secrets)."""
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return "<unparseable uri>"
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def get_client(tracking_uri: str | None = None, *, check: bool = True):
+    """Build an ``MlflowClient`` for ``tracking_uri`` (tracking and registry on the same URI).
+
+    For an ``http(s)://`` server, sets short ``MLFLOW_HTTP_REQUEST_TIMEOUT`` /
+    ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` defaults (only if unset) and, when ``check``, probes
+    ``<uri>/health`` so an unreachable server fails fast. For a SQLite URI, creates the parent directory.
+
+    Returns:
+        mlflow.MlflowClient; ``client.tracking_uri`` is the resolved URI.
+    Raises:
+        RegistryUnavailable: the server did not answer ``/health`` with 200.
+    """
+    from mlflow import MlflowClient
+
+    settings = get_settings()
+    uri = tracking_uri or settings.tracking_uri
+    assert uri is not None
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    if uri.startswith(("http://", "https://")):
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(settings.http_timeout))
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(settings.http_max_retries))
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+        if check:
+            check_server(uri, timeout=float(settings.http_timeout))
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def check_server(uri: str, timeout: float = 10.0) -> None:
+    """GET ``<uri>/health``; raise :class:`RegistryUnavailable` unless it answers 200.
+
+    Args:
+        uri: ``http(s)://host:port[/prefix]`` of an MLflow server.
+        timeout: seconds for connect + read.
+    """
+    import httpx
+
+    url = uri.rstrip("/") + "/health"
+    try:
+        resp = httpx.get(url, timeout=timeout)
+    except httpx.HTTPError as e:
+        raise RegistryUnavailable(
+            f"MLflow server at {redact_uri(uri)} is unreachable ({type(e).__name__}: {e}). "
+            "Start it, or point SPECDEC_TRACKING_URI / MLFLOW_TRACKING_URI elsewhere."
+        ) from e
+    if resp.status_code != 200:
+        raise RegistryUnavailable(f"MLflow server at {redact_uri(uri)} answered /health with HTTP {resp.status_code}")
+
+
+def local_artifacts_root(tracking_uri: str) -> Path:
+    """Artifact root for experiments on a local store: ``SPECDEC_ARTIFACTS_DIR`` if set, else
+    ``mlartifacts/`` next to the SQLite file, else ``<home>/mlartifacts``."""
+    s = get_settings()
+    if s.artifacts_dir:
+        return s.artifacts_dir
+    if tracking_uri.startswith("sqlite:///") and tracking_uri != "sqlite:///:memory:":
+        return Path(tracking_uri[len("sqlite:///"):]).expanduser().resolve().parent / "mlartifacts"
+    return s.home / "mlartifacts"
+
+
+@contextmanager
+def mlflow_errors(tracking_uri: str):
+    """Turn MLflow's "API request ... failed" (connection refused, timeouts, retries exhausted) into
+    :class:`RegistryUnavailable`; other exceptions pass through unchanged."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        yield
+    except MlflowException as e:
+        msg = str(e)
+        if "API request to" in msg and ("failed with exception" in msg or "Max retries" in msg):
+            msg = msg.replace(tracking_uri, redact_uri(tracking_uri))
+            raise RegistryUnavailable(f"MLflow server at {redact_uri(tracking_uri)} is unreachable: {msg[:300]}") from e
+        raise
+
+
+def get_or_create_experiment(client, name: str) -> str:
+    """The id of experiment ``name``, created if missing. On a local store its artifacts go under
+    ``<artifacts_dir>/<name>`` (not ``./mlruns`` of whatever the working directory is)."""
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    location = None
+    if is_local_store(client.tracking_uri):
+        d = local_artifacts_root(client.tracking_uri) / name
+        d.mkdir(parents=True, exist_ok=True)
+        location = d.as_uri()
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except MlflowException:  # created concurrently by another process
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id

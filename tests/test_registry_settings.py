@@ -1,0 +1,69 @@
+"""Registry settings: where the store lives, which variable wins, and fast failure on a dead server."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture()
+def clean_env(monkeypatch, tmp_path):
+    for var in ("SPECDEC_TRACKING_URI", "MLFLOW_TRACKING_URI", "SPECDEC_ARTIFACTS_DIR", "SPECDEC_CACHE_DIR", "SPECDEC_PAIR_NAME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)  # a stray .env in the repo must not leak in
+    return tmp_path
+
+
+def test_defaults_live_under_specdec_home(clean_env):
+    from registry.settings import get_settings, local_artifacts_root, resolve_tracking_uri
+
+    home = (clean_env / "home").resolve()
+    s = get_settings()
+    assert s.tracking_uri == f"sqlite:///{home / 'mlflow.db'}" == resolve_tracking_uri()
+    assert s.cache_dir == home / "registry-cache" and s.pair_name == "specdec-pair"
+    assert local_artifacts_root(s.tracking_uri) == home / "mlartifacts"
+    # another SQLite store keeps its artifacts next to its own file
+    assert local_artifacts_root("sqlite:////data/x/mlflow.db") == Path("/data/x/mlartifacts")
+
+
+def test_tracking_uri_precedence(clean_env, monkeypatch):
+    from registry.settings import get_settings, resolve_tracking_uri
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.internal:5000")
+    assert get_settings().tracking_uri == "http://mlflow.internal:5000"
+    monkeypatch.setenv("SPECDEC_TRACKING_URI", "sqlite:////srv/specdec.db")
+    assert get_settings().tracking_uri == "sqlite:////srv/specdec.db"
+    assert resolve_tracking_uri("http://explicit:1") == "http://explicit:1"
+
+
+def test_local_store_experiments_get_artifacts_under_home(clean_env):
+    from registry.settings import get_client, get_or_create_experiment
+    from registry.testing import sqlite_store
+
+    uri = sqlite_store(clean_env / "store")
+    client = get_client(uri)
+    eid = get_or_create_experiment(client, "specdec-validation")
+    assert get_or_create_experiment(client, "specdec-validation") == eid
+    assert client.get_experiment(eid).artifact_location == (clean_env / "store" / "mlartifacts" / "specdec-validation").as_uri()
+
+
+def test_dead_server_is_registry_unavailable_quickly(clean_env):
+    from registry.errors import RegistryUnavailable
+    from registry.settings import get_client, mlflow_errors, redact_uri
+    from registry.testing import free_port
+
+    dead = f"http://user:pw@127.0.0.1:{free_port()}"
+    t0 = time.monotonic()
+    with pytest.raises(RegistryUnavailable) as e:
+        get_client(dead)
+    assert "pw" not in str(e.value) and "127.0.0.1" in str(e.value)
+    # a server that dies after the client was built: MLflow's retry error becomes RegistryUnavailable too
+    client = get_client(dead, check=False)
+    with pytest.raises(RegistryUnavailable, match="unreachable"):
+        with mlflow_errors(client.tracking_uri):
+            client.get_registered_model("specdec-pair")
+    assert time.monotonic() - t0 < 30
+    assert redact_uri("https://u:secret@host:8443/prefix?token=abc") == "https://host:8443/prefix"
