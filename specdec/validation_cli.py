@@ -162,6 +162,8 @@ def _run_with_progress(validate_pairs: Any, tgt: Any, drafters: list[Any], hs: A
             else:
                 desc = f"{row.category} #{row.prompt_id}: skipped ({row.skip_reason})"
             prog.update(task, completed=done, total=total, description=desc)
+            if not _err.is_terminal:  # logs (CI, Prefect workers): one plain line per prompt
+                _err.print(f"[{done}/{total}] {desc}", highlight=False)
 
         return validate_pairs(tgt, drafters, hs, config, target_ref=target_ref, progress=tick)
 

@@ -1,0 +1,53 @@
+"""ValidationReport JSON + prompts.csv round-trip, on a report that validate_pair really produced."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from specdec import NgramDrafter
+from specdec.heldout import HeldoutPrompt, HeldoutSet, content_version
+from specdec.report import GroupMetrics, ValidationReport
+from specdec.testing import tiny_llama, tiny_tokenizer
+from specdec.validation import ValidationConfig, validate_pair
+
+
+@pytest.fixture(scope="module")
+def report():
+    prompts = [HeldoutPrompt(id=f"r{i}", category="xy"[i % 2], text="abcabcabc abc " * (i + 1)) for i in range(4)]
+    prompts.append(HeldoutPrompt(id="blank", category="x", text=""))
+    hs = HeldoutSet("rt", content_version(prompts), prompts)
+    cfg = ValidationConfig(num_draft_tokens=3, max_new_tokens=10, bootstrap_resamples=200)
+    return validate_pair(tiny_llama(seed=0), NgramDrafter(), hs, cfg, tokenizer=tiny_tokenizer(), target_ref="tiny")
+
+
+def test_json_and_csv_round_trip(report, tmp_path):
+    path = report.write(tmp_path)
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == 1 and "prompts" not in data
+    for name in (
+        "acceptance_rate", "mean_accepted_length", "alpha_tf", "top1_agreement", "total_variation",
+        "kl_divergence", "speedup", "predicted_speedup", "recommended_num_draft_tokens",
+    ):  # fmt: skip
+        assert name in data["overall"]
+    assert data["overall"]["kl_divergence"] is None  # NaN (undefined for n-gram) -> null
+    back = ValidationReport.read(tmp_path)
+    assert back.to_dict(include_prompts=True) == report.to_dict(include_prompts=True)
+    assert back.prompts[-1].status == "skipped" and back.prompts[-1].skip_reason == "empty prompt"
+    assert back.acceptance_rate == report.overall.acceptance_rate  # headline accessor
+    assert math.isnan(back.overall.kl_divergence)
+
+
+def test_reads_reports_without_the_newer_fields(report, tmp_path):
+    d = report.to_dict(include_prompts=False)
+    for k in ("environment", "notes", "drafter_recipe", "heldout_source_version"):
+        d.pop(k)
+    for k in ("tf_coverage", "drafted_per_position", "target_pass_seconds", "predicted_speedup_at_recommended"):
+        d["overall"].pop(k)
+    back = ValidationReport.from_dict(d)
+    assert back.notes == [] and isinstance(back.overall, GroupMetrics) and math.isnan(back.overall.tf_coverage)
+    assert back.overall.acceptance_rate == report.overall.acceptance_rate
+    with pytest.raises(ValueError, match="schema_version"):
+        ValidationReport.from_dict({**d, "schema_version": 99})
