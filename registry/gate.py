@@ -22,6 +22,8 @@ class GateConfig:
             (metric ``exactness_mismatches``). An audit that did not run (sampling) counts as clean.
         min_predicted_speedup: if set, metric ``predicted_speedup`` must be at least this. Off by
             default: speedup depends on the hardware where validation ran.
+        require_matching_config: the validation must have used the pair version's k and sampling
+            (metric ``config_mismatch`` = 0, written by :func:`registry.runs.log_validation`).
         gated_aliases: aliases that require a passing gate. ``challenger`` is not gated by default:
             it names the candidate that the nightly job validates next.
     """
@@ -29,6 +31,7 @@ class GateConfig:
     min_acceptance_rate: float = 0.40
     require_exactness_clean: bool = True
     min_predicted_speedup: float | None = None
+    require_matching_config: bool = True
     gated_aliases: tuple[str, ...] = ("champion",)
 
     def to_dict(self) -> dict[str, Any]:
@@ -102,6 +105,11 @@ def evaluate_gate(metrics: Mapping[str, Any], gate: GateConfig = GateConfig(), r
                 checked = _num(metrics, "exactness_checked")
                 of = f" of {int(checked)} audited prompts" if checked is not None else ""
                 reasons.append(f"exactness audit found {int(mism)} mismatch(es){of}: speculative output differs from target-only")
+    if gate.require_matching_config:
+        mism = _num(metrics, "config_mismatch")
+        if mism is not None and mism > 0:
+            seen["config_mismatch"] = mism
+            reasons.append("the validation used a different decoding config (k or sampling) than the pair version serves")
     if gate.min_predicted_speedup is not None:
         sp = _num(metrics, "predicted_speedup")
         if sp is None:

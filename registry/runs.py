@@ -3,7 +3,8 @@
 Run (experiment ``specdec-validation``):
 
 - tags: ``specdec.pair``, ``specdec.pair_version``, ``specdec.pair_uri``, ``specdec.target``,
-  ``specdec.draft``, ``specdec.drafter_kind``, ``validation_status`` (gate verdict), ``specdec.gate_reasons``.
+  ``specdec.draft``, ``specdec.drafter_kind``, ``specdec.heldout``, ``validation_status`` (gate verdict),
+  ``specdec.gate_reasons``, ``specdec.config_mismatch`` (k/sampling differences vs the pair version).
 - params: ``heldout_name``, ``heldout_version``, every key of ``report.config`` (``num_draft_tokens``,
   ``temperature``, ``top_k``, ``top_p``, ``max_new_tokens``, ``seed``, ``limit``...), ``device``,
   ``dtype``, ``code_version``, ``drafter_kind``. Never a URL or secret.
@@ -15,7 +16,8 @@ Run (experiment ``specdec-validation``):
   every other scalar of ``report.overall``; ``acceptance_rate.pos_<i>`` per draft position, and
   ``<metric>.<category>`` per held-out category (``acceptance_rate``, ``acceptance_rate_ci_low``,
   ``mean_accepted_length``, ``alpha_tf``, ``alpha_hat``, ``top1_agreement``, ``speedup``,
-  ``predicted_speedup``, ``num_prompts``).
+  ``predicted_speedup``, ``num_prompts``); ``config_mismatch`` (1 if the validation's k/sampling differ
+  from the pair version's, which fails the gate).
 - artifacts: ``report.json``, ``prompts.csv``, ``plots/per_position_acceptance.png``,
   ``plots/per_category_acceptance.png``, ``plots/acceptance_trend.png``, plus ``extra_artifacts``.
 
@@ -119,6 +121,27 @@ def report_params(report: ValidationReport) -> dict[str, str]:
         if _looks_secret(str(k), s):
             continue
         out[metric_key(k)] = s[:6000]
+    return out
+
+
+def config_mismatch(report_config: Mapping[str, Any], pair_tags: Mapping[str, str]) -> list[str]:
+    """Differences between the decoding config a validation used and the one the pair version serves.
+
+    Compares ``num_draft_tokens`` (k), ``temperature``, ``top_k`` and ``top_p`` (``max_new_tokens`` may
+    differ: validation budgets are often shorter). Keys missing on either side are not compared.
+
+    Returns:
+        one ``"key: validated X, pair serves Y"`` line per difference (empty when they agree).
+    """
+    out = []
+    for key in ("num_draft_tokens", "temperature", "top_k", "top_p"):
+        if key not in report_config or key not in pair_tags:
+            continue
+        a, b = report_config[key], pair_tags[key]
+        a = None if a in (None, "none") else float(a)
+        b = None if b in (None, "none") else float(b)
+        if (a is None) != (b is None) or (a is not None and b is not None and abs(a - b) > 1e-9):
+            out.append(f"{key}: validated {report_config[key]}, pair serves {pair_tags[key]}")
     return out
 
 
@@ -280,10 +303,12 @@ def log_validation(
     if not (rdir / REPORT_FILE).exists():
         report.write(rdir)
     metrics = report_metrics(report)
-    verdict: GateResult = evaluate_gate(metrics, gate)
     with mlflow_errors(uri):
         mv = _get_pair_mv(client, pair, version)
         ptags = mv.tags or {}
+        mismatch = config_mismatch(report.config or {}, ptags)
+        metrics["config_mismatch"] = float(bool(mismatch))
+        verdict: GateResult = evaluate_gate(metrics, gate)
         if history is None:
             history = _validation_history(client, pair, experiment)
         eid = get_or_create_experiment(client, experiment)
@@ -292,7 +317,8 @@ def log_validation(
                 "specdec.drafter_kind": ptags.get("drafter_kind", report.drafter_kind),
                 "specdec.heldout": f"{report.heldout_name}@{report.heldout_version}",
                 "specdec.report_created_at": str(report.created_at),
-                "validation_status": verdict.status, "specdec.gate_reasons": "; ".join(verdict.reasons)[:5000] or "none"}
+                "validation_status": verdict.status, "specdec.gate_reasons": "; ".join(verdict.reasons)[:5000] or "none",
+                "specdec.config_mismatch": "; ".join(mismatch) or "none"}
         run = client.create_run(eid, run_name=run_name or f"validate-{pair}-v{version}", tags=tags)
         run_id = run.info.run_id
         try:

@@ -35,7 +35,7 @@ def test_refused_then_passing_promotion(env, tmp_path):
     assert never.value.reasons == ["version 1 was never validated (no finished validation run)"]
 
     # low acceptance (CI lower bound under 0.40 although the point estimate is above) and a failed audit
-    bad = tiny_report(0.45, (0.33, 0.57), exactness_mismatches=1)
+    bad = tiny_report(0.45, (0.33, 0.57), exactness_mismatches=1, num_draft_tokens=3)
     run_bad = R.log_validation(pair, "1", bad, tmp_path / "bad", tracking_uri=uri)
     pv = R.get_pair_version(pair, "1", download=False, tracking_uri=uri)
     assert pv.validation_status == "failed" and pv.tags["validation.run_id"] == run_bad
@@ -48,7 +48,7 @@ def test_refused_then_passing_promotion(env, tmp_path):
         R.resolve_alias(pair, "champion", tracking_uri=uri)
 
     # a newer, passing validation of the same version: the gate judges the latest run
-    good = tiny_report(0.8, (0.72, 0.86))
+    good = tiny_report(0.8, (0.72, 0.86), num_draft_tokens=3)
     run_good = R.log_validation(pair, "1", good, tmp_path / "good", tracking_uri=uri)
     res = R.promote(pair, "1", actor="alice", tracking_uri=uri)
     assert res.gate.passed and res.gate.run_id == run_good and not res.forced and res.previous_version is None
@@ -62,6 +62,16 @@ def test_refused_then_passing_promotion(env, tmp_path):
     gate = R.GateConfig(min_predicted_speedup=2.0)
     with pytest.raises(R.PromotionRefused, match=r"predicted speedup 1.50 < 2.00"):
         R.promote(pair, "1", gate=gate, tracking_uri=uri)
+
+    # a validation run with another k than the pair serves does not count as validating this pair
+    other_k = tiny_report(0.9, (0.85, 0.95), num_draft_tokens=5)
+    run_k = R.log_validation(pair, "1", other_k, tmp_path / "k5", tracking_uri=uri)
+    from mlflow import MlflowClient
+
+    assert MlflowClient(uri).get_run(run_k).data.tags["specdec.config_mismatch"] == "num_draft_tokens: validated 5, pair serves 3"
+    with pytest.raises(R.PromotionRefused, match="different decoding config"):
+        R.promote(pair, "1", tracking_uri=uri)
+    assert R.promote(pair, "1", gate=R.GateConfig(require_matching_config=False), tracking_uri=uri).gate.passed
 
     # a later failing validation of the champion blocks re-promotion of that version
     R.log_validation(pair, "1", bad, tmp_path / "bad2", tracking_uri=uri)
