@@ -56,38 +56,6 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(errs)
 
 
-def _resolve_checkpoint(ref: str, revision: str | None, tracking_uri: str | None) -> dict[str, Any]:
-    """Resolve a model reference to a local checkpoint + tokenizer + config, without registering.
-
-    ``models:/<name>/<v>`` reuses a registered version (downloaded to the cache)."""
-    from transformers import AutoConfig, AutoTokenizer
-
-    if ref.startswith("models:/"):
-        from registry.models import download_model_version, get_model_version
-
-        mref = get_model_version(ref, tracking_uri=tracking_uri)
-        if mref.artifact != "checkpoint":
-            raise ValueError(f"{ref} is a {mref.artifact}, not a checkpoint")
-        path, source, registered = download_model_version(mref, tracking_uri=tracking_uri), mref.source, mref
-    else:
-        from specdec.models import resolve_model_ref
-
-        path, source = resolve_model_ref(ref, revision=revision)
-        registered = None
-    return {"ref": ref, "path": Path(path), "source": source, "registered": registered,
-            "tokenizer": AutoTokenizer.from_pretrained(path), "config": AutoConfig.from_pretrained(path)}
-
-
-def _default_name(resolved: dict[str, Any]) -> str:
-    from registry.models import sanitize_name
-
-    src = resolved["source"]
-    ref = str(src.get("ref") or resolved["ref"])
-    if src.get("kind") == "local" or Path(ref).exists():
-        ref = Path(ref).name
-    return sanitize_name(Path(ref).stem if ref.endswith(".gguf") else ref)
-
-
 @pair_app.command("register")
 def register_cmd(
     target: Annotated[str, typer.Option("--target", help="Target: Hub id, local dir, .gguf, smollm2, or models:/<name>/<v>.")],
@@ -104,49 +72,22 @@ def register_cmd(
     model_card: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Model card (Markdown) for the target.")] = None,
     tracking_uri: TrackingOpt = None,
 ) -> None:
-    """Check draft/target compatibility, then register target, draft and the pair version."""
-    from registry.models import register_derived_draft, register_model_version, validate_name
-    from registry.pairs import DecodingConfig, compatibility_to_dict, register_pair
+    """Check draft/target compatibility, then register target, draft and the pair version.
+
+    ``--draft`` also accepts ``models:/<draft>/<v>`` of a registered draft, e.g. an old derived
+    draft kept after a target-only fine-tune."""
+    from registry.pairs import DecodingConfig
+    from registry.register import register_pair_from_refs
 
     try:
-        for n in (name, target_name, draft_name):
-            if n:
-                validate_name(n)
         config = DecodingConfig(num_draft_tokens=num_draft_tokens, temperature=temperature, top_k=top_k,
                                 top_p=top_p, max_new_tokens=max_new_tokens)
-        from specdec.models import check_pair_compatible
-
-        t = _resolve_checkpoint(target, revision, tracking_uri)
-        spec = draft.strip()
-        d = None
-        if spec == "ngram":
-            kind, compat = "ngram", {"compatible": True, "notes": ["n-gram drafter: proposes target-tokenizer ids copied from the context"]}
-        elif spec.startswith("derived:"):
-            from specdec.derived import DerivedDraftRecipe
-
-            recipe = DerivedDraftRecipe.from_spec(spec)
-            kind = f"derived:{recipe.kind}"
-            compat = compatibility_to_dict(check_pair_compatible(t["tokenizer"], t["tokenizer"], t["config"], t["config"]))
-            compat.setdefault("notes", []).append(f"{kind} draft is re-derived from the target at load time")
-        else:
-            kind = "model"
-            d = _resolve_checkpoint(spec.removeprefix("model:"), None, tracking_uri)
-            compat = compatibility_to_dict(check_pair_compatible(t["tokenizer"], d["tokenizer"], t["config"], d["config"]))
         card = model_card.read_text() if model_card else None
-        tref = t["registered"] or register_model_version(target_name or _default_name(t), t["path"], source=t["source"],
-                                                         model_card=card, tracking_uri=tracking_uri)
-        if kind == "ngram":
-            dref = None
-        elif kind.startswith("derived:"):
-            dref = register_derived_draft(tref, recipe.to_dict(), name=draft_name, tracking_uri=tracking_uri)
-        else:
-            assert d is not None
-            dref = d["registered"] or register_model_version(draft_name or _default_name(d), d["path"], source=d["source"],
-                                                             tracking_uri=tracking_uri)
-        pv = register_pair(tref, dref, drafter_kind=kind, config=config, compatibility=compat, name=name,
-                           tracking_uri=tracking_uri)
+        reg = register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
+                                      config=config, revision=revision, model_card=card, tracking_uri=tracking_uri)
     except _user_errors() as e:
         _fail(str(e))
+    pv, tref, dref, kind = reg.pair, reg.target, reg.draft, reg.drafter_kind
     out = _out()
     verb = "already registered as" if pv.reused else "registered"
     out.print(f"[green]{verb}[/] {pv.uri}  (changed: {pv.changed})", highlight=False)

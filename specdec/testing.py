@@ -103,13 +103,14 @@ def perturbed_copy(model, *, scale: float, seed: int = 1):
     return clone
 
 
-def save_tiny_checkpoint(path: str | Path, *, seed: int = 0, vocab_size: int = 103, perturb: float = 0.0) -> Path:
+def save_tiny_checkpoint(path: str | Path, *, seed: int = 0, vocab_size: int = 103, perturb: float = 0.0,
+                         hidden_size: int = 32, init_std: float = 0.5) -> Path:
     """Save a tiny Llama + character tokenizer as a local HF checkpoint directory (safetensors).
 
     Returns the directory, loadable with :func:`specdec.load_causal_lm`.
     """
     path = Path(path)
-    model = tiny_llama(vocab_size, seed=seed)
+    model = tiny_llama(vocab_size, seed=seed, hidden_size=hidden_size, init_std=init_std)
     if perturb:
         model = perturbed_copy(model, scale=perturb, seed=seed + 1000)
     model.save_pretrained(path, safe_serialization=True)

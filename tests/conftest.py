@@ -17,3 +17,14 @@ import torch  # noqa: E402
 # Tiny test models are dominated by per-op overhead: one intra-op thread is several times faster
 # than two on a 2-core machine, and keeps parallel test processes from thrashing each other.
 torch.set_num_threads(1)
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """One temporary Prefect API (SQLite) for every flow test in the session."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

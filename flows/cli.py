@@ -1,0 +1,59 @@
+"""``specdec nightly run|serve`` (entry point ``specdec.cli: nightly``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+nightly_app = typer.Typer(help="The nightly validation flow (Prefect).", no_args_is_help=True)
+err = Console(stderr=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``nightly`` sub-commands to the ``specdec`` CLI."""
+    app.add_typer(nightly_app, name="nightly")
+
+
+@nightly_app.command("run")
+def run_cmd(
+    pair: Annotated[Optional[list[str]], typer.Option("--pair", help="Pair name (repeatable).")] = None,
+    alias: Annotated[Optional[list[str]], typer.Option("--alias", help="Alias to validate (repeatable).")] = None,
+    heldout: Annotated[Optional[str], typer.Option(help="Held-out set name or JSONL path.")] = None,
+    limit: Annotated[Optional[int], typer.Option(min=1, help="Stratified subset size.")] = None,
+    device: Annotated[Optional[str], typer.Option(help="auto | cpu | cuda")] = None,
+    parallel: Annotated[bool, typer.Option(help="Validate pair versions in parallel on a local Dask cluster.")] = False,
+    dask_address: Annotated[Optional[str], typer.Option(help="Existing Dask scheduler (implies --parallel).")] = None,
+) -> None:
+    """Run the nightly validation once, now (no schedule needed)."""
+    from flows.nightly import nightly_flow_for
+    from flows.settings import get_settings
+
+    s = get_settings()
+    flow = nightly_flow_for(parallel=parallel or bool(dask_address), dask_workers=s.dask_workers,
+                            dask_address=dask_address)
+    try:
+        results = flow(pairs=pair or s.pairs, aliases=tuple(alias or s.aliases), heldout=heldout or s.heldout,
+                       limit=limit if limit is not None else s.limit, device=device or s.device, dtype=s.dtype)
+    except Exception as e:  # registry/monitoring errors carry clear messages
+        err.print(f"[red]error:[/] {type(e).__name__}: {e}")
+        raise typer.Exit(1) from None
+    t = Table("pair", "alias", "version", "status", "acceptance [95% CI]", "alert", "hint")
+    for r in results:
+        ci = r.acceptance_rate_ci
+        acc = f"{r.acceptance_rate:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if r.acceptance_rate is not None and ci else "-"
+        t.add_row(r.pair, r.alias, r.version or "-", r.status, acc, r.alert_transition or "-",
+                  r.root_cause_hint or r.message or "")
+    Console().print(t)
+    if any(r.status == "error" for r in results):
+        raise typer.Exit(1)
+
+
+@nightly_app.command("serve")
+def serve_cmd() -> None:
+    """Serve the nightly deployment on its cron schedule (needs `prefect server start`)."""
+    from flows.deploy import serve_nightly
+
+    serve_nightly()

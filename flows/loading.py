@@ -1,0 +1,127 @@
+"""Turn a registered pair version into loaded models, cached on the worker.
+
+* target: the target model version's checkpoint, downloaded once per worker and loaded with
+  :func:`specdec.load_causal_lm`;
+* ``model`` drafter: the draft checkpoint, loaded the same way;
+* ``derived:*`` drafter: re-derived with :func:`specdec.derived.derive_draft` from the target
+  version **it was derived from** (recorded at registration). A pair whose target was fine-tuned
+  but whose draft was not re-derived therefore validates the stale draft, which is the point;
+* ``ngram`` drafter: an :class:`specdec.NgramDrafter`, no weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flows import model_cache
+
+
+def _resolve_device_dtype(device: str, dtype: str):
+    import torch
+
+    from specdec.settings import get_settings
+
+    s = get_settings().model_copy(update={"device": device, "dtype": dtype})
+    dev = s.resolved_device()
+    dt = s.resolved_dtype(dev)
+    if isinstance(dt, str):
+        dt = getattr(torch, dt)
+    return str(dev), dt
+
+
+def _load_checkpoint(uri: str, device: str, dtype) -> Any:
+    from registry import download_model_version, get_model_version
+    from specdec import load_causal_lm
+
+    ref = get_model_version(uri)
+    path = download_model_version(ref)
+    return load_causal_lm(str(path), dtype=dtype, device=device)
+
+
+def load_pair_models(pair: str, version: str, *, device: str = "auto", dtype: str = "auto"):
+    """Load (or reuse from the worker cache) the target and drafter of ``models:/<pair>/<version>``.
+
+    Returns:
+        ``(pair_version, target_key, drafter_key)``: the :class:`registry.PairVersion` and the cache
+        keys to pass to :func:`cached_target` / :func:`cached_drafter`.
+    Raises:
+        registry.PairNotFound / ModelNotFound / RegistryUnavailable; specdec's IncompatiblePairError.
+    """
+    from registry import get_pair_version
+
+    pv = get_pair_version(pair, version, download=False)
+    dev, dt = _resolve_device_dtype(device, dtype)
+    target_key = ("target", pv.target_uri, pv.target_weights_sha256, dev, str(dt))
+    target = model_cache.cached(target_key, lambda: _load_checkpoint(pv.target_uri, dev, dt))
+
+    kind = pv.drafter_kind
+    if kind == "ngram":
+        drafter_key = ("ngram",)
+        model_cache.cached(drafter_key, lambda: _ngram())
+    elif kind.startswith("derived:"):
+        base_uri = (pv.draft_source or {}).get("derived_from") or pv.target_uri
+        from registry import get_model_version
+
+        base_ref = get_model_version(base_uri)
+        base_key = ("target", base_uri, base_ref.weights_sha256, dev, str(dt))
+        recipe = pv.recipe or (pv.draft_source or {}).get("recipe")
+        drafter_key = ("derived", base_uri, base_ref.weights_sha256, kind, repr(sorted((recipe or {}).items())), dev, str(dt))
+
+        def _derive():
+            from specdec.derived import DerivedDraftRecipe, derive_draft
+
+            base = model_cache.cached(base_key, lambda: _load_checkpoint(base_uri, dev, dt))
+            r = DerivedDraftRecipe.from_dict(recipe) if recipe else DerivedDraftRecipe.from_spec(kind)
+            from specdec.drafter_spec import ResolvedDrafter
+
+            return ResolvedDrafter(drafter=derive_draft(base.model, r), kind=kind, ref=base_uri, recipe=r.to_dict())
+
+        model_cache.cached(drafter_key, _derive)
+    else:
+        drafter_key = ("model", pv.draft_uri, pv.draft_weights_sha256, dev, str(dt))
+
+        def _load_draft():
+            from specdec.models import check_loaded_pair
+
+            from specdec.drafter_spec import ResolvedDrafter
+
+            draft = _load_checkpoint(pv.draft_uri, dev, dt)
+            compat = check_loaded_pair(target, draft)
+            return ResolvedDrafter(drafter=draft.model, kind="model", ref=pv.draft_uri, loaded=draft,
+                                   compatibility=compat.to_dict())
+
+        model_cache.cached(drafter_key, _load_draft)
+    return pv, target_key, drafter_key
+
+
+def _ngram():
+    from specdec import NgramDrafter
+    from specdec.drafter_spec import ResolvedDrafter
+
+    return ResolvedDrafter(drafter=NgramDrafter(), kind="ngram", ref="ngram")
+
+
+def cached_target(key: tuple):
+    """The cached :class:`specdec.LoadedModel` for a target key from :func:`load_pair_models`."""
+    return model_cache.cached(key, lambda: (_ for _ in ()).throw(KeyError(f"target not loaded: {key}")))
+
+
+def cached_drafter(key: tuple):
+    """The :class:`specdec.drafter_spec.ResolvedDrafter` for :func:`specdec.validation.validate_pair`."""
+    obj = model_cache.cached(key, lambda: (_ for _ in ()).throw(KeyError(f"drafter not loaded: {key}")))
+    return obj
+
+
+def build_validation_config(pv, *, limit: int | None, seed: int = 0):
+    """The :class:`specdec.validation.ValidationConfig` for a pair version's decoding config."""
+    from specdec import SamplingConfig
+    from specdec.validation import ValidationConfig
+
+    c = pv.config
+    return ValidationConfig(
+        num_draft_tokens=int(c.num_draft_tokens),
+        max_new_tokens=int(c.max_new_tokens),
+        sampling=SamplingConfig(temperature=float(c.temperature), top_k=c.top_k, top_p=c.top_p),
+        seed=seed,
+        limit=limit,
+    )

@@ -1,0 +1,61 @@
+"""``register_pair_flow``: register target, draft and pair version in MLflow, optionally set an alias."""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger, task
+
+
+@task(retries=2, retry_delay_seconds=[5, 20], task_run_name="register {target} + {draft}")
+def register_task(target: str, draft: str, name: str | None, target_name: str | None, draft_name: str | None,
+                  config: dict) -> dict:
+    """Compatibility check, then register (or reuse) target, draft and pair version.
+
+    Returns the pair version as a dict (:meth:`registry.PairVersion.to_dict`) plus ``target_uri``/``draft_uri``.
+    """
+    from registry.pairs import DecodingConfig
+    from registry.register import register_pair_from_refs
+
+    reg = register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
+                                  config=DecodingConfig.from_dict(config))
+    return reg.pair.to_dict()
+
+
+@task(task_run_name="set @{alias} -> {pair}@v{version}")
+def set_alias_task(pair: str, version: str, alias: str) -> None:
+    """Point an ungated alias (e.g. ``challenger``) at a version."""
+    from registry import promote
+
+    promote(pair, version, alias)
+
+
+@flow(name="register-pair", log_prints=True)
+def register_pair_flow(
+    target: str,
+    draft: str,
+    name: str = "specdec-pair",
+    target_name: str | None = None,
+    draft_name: str | None = None,
+    num_draft_tokens: int = 4,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    max_new_tokens: int = 128,
+    alias: str | None = "challenger",
+) -> dict:
+    """Register a draft/target pair version and (by default) make it the ``challenger``.
+
+    Args:
+        target: model reference (Hub id, local dir, .gguf, ``smollm2``, ``models:/<name>/<v>``).
+        draft: ``ngram``, ``derived:int8|int4``, a model reference, or ``models:/<draft>/<v>``.
+        alias: alias to point at the new version (ungated); ``None`` to leave aliases alone.
+    Returns:
+        the pair version as a dict (``name``, ``version``, ``changed``, ``target_uri``, ...).
+    """
+    cfg = {"num_draft_tokens": num_draft_tokens, "temperature": temperature, "top_k": top_k, "top_p": top_p,
+           "max_new_tokens": max_new_tokens}
+    pv = register_task(target, draft, name, target_name, draft_name, cfg)
+    if alias:
+        set_alias_task(pv["name"], pv["version"], alias)
+    get_run_logger().info("pair %s v%s (%s changed)%s", pv["name"], pv["version"], pv["changed"],
+                          f" is @{alias}" if alias else "")
+    return pv

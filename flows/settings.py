@@ -1,0 +1,34 @@
+"""Settings of the Prefect flows (pydantic-settings, env prefix ``SPECDEC_NIGHTLY_``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class NightlySettings(BaseSettings):
+    """Defaults of the nightly validation deployment.
+
+    Env examples: ``SPECDEC_NIGHTLY_CRON="30 1 * * *"``, ``SPECDEC_NIGHTLY_PAIRS='["specdec-pair"]'``,
+    ``SPECDEC_NIGHTLY_LIMIT=48``, ``SPECDEC_NIGHTLY_WORK_POOL=gpu-pool``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SPECDEC_NIGHTLY_", env_file=".env", extra="ignore")
+
+    cron: str = "0 2 * * *"
+    timezone: str = "UTC"
+    pairs: list[str] = Field(default_factory=lambda: ["specdec-pair"])
+    aliases: list[str] = Field(default_factory=lambda: ["champion", "challenger"])
+    heldout: str = "spec_bench"
+    limit: int | None = 48
+    device: str = "auto"
+    dtype: str = "auto"
+    work_pool: str = "cpu-pool"
+    deployment_name: str = "nightly-validation"
+    parallel: bool = False
+    dask_workers: int = 2
+
+
+def get_settings() -> NightlySettings:
+    """Fresh settings from the environment (not cached)."""
+    return NightlySettings()

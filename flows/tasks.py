@@ -1,0 +1,135 @@
+"""Small Prefect tasks of the nightly validation. Each wraps one call into registry, monitoring or
+specdec, with retries declared where a failure is transient (a server that is briefly down).
+
+Plain data crosses task boundaries (PairVersion, ValidationReport, ids, paths), never models: the
+models stay in the worker's :mod:`flows.model_cache`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PairTarget:
+    """One (pair, alias) to validate tonight, resolved to an exact pair version."""
+
+    pair: str
+    alias: str
+    version: str
+
+
+@dataclass
+class NightlyResult:
+    """What the nightly flow did for one (pair, alias)."""
+
+    pair: str
+    alias: str
+    version: str | None
+    status: str  # passed | failed | inconclusive | skipped | already-running | error
+    history_run_id: int | None = None
+    mlflow_run_id: str | None = None
+    acceptance_rate: float | None = None
+    acceptance_rate_ci: list[float] = field(default_factory=list)
+    alert_transition: str | None = None
+    root_cause_hint: str | None = None
+    report_dir: str | None = None
+    evidently_html: str | None = None
+    message: str = ""
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:80]
+
+
+def report_dir_for(home: Path, key) -> Path:
+    """Deterministic directory of a run's report, from its idempotency key (so MLflow logging can
+    be retried later from disk)."""
+    return (home / "reports" / _safe(key.pair_name) / f"v{key.pair_version}"
+            / f"{key.scheduled_date}-{key.heldout_version[:12]}-{key.config_hash[:12]}")
+
+
+@task(retries=3, retry_delay_seconds=[5, 15, 45], task_run_name="resolve {pair}@{alias}")
+def resolve_pair_version(pair: str, alias: str) -> str | None:
+    """The pair version ``alias`` points at now (read from MLflow, so UI promotions count).
+
+    Returns None when the pair has no such alias (e.g. no challenger tonight).
+    Raises:
+        registry.PairNotFound: the pair is not registered (not retried).
+    """
+    from registry import AliasNotFound, resolve_alias
+
+    try:
+        return resolve_alias(pair, alias)
+    except AliasNotFound as e:
+        log.warning("%s", e)
+        return None
+
+
+@task(retries=2, retry_delay_seconds=[10, 30], task_run_name="load {pair}@v{version}")
+def load_pair(pair: str, version: str, device: str = "auto", dtype: str = "auto") -> dict[str, Any]:
+    """Resolve a pair version's artifacts (downloaded once per worker) and load the models into the
+    worker's model cache. Returns plain metadata (the models stay cached in-process).
+
+    Returns:
+        dict with ``pair_version`` (PairVersion.to_dict()), ``target_key``, ``drafter_key``.
+    """
+    from flows.loading import load_pair_models
+
+    pv, target_key, drafter_key = load_pair_models(pair, version, device=device, dtype=dtype)
+    return {"pair_version": pv, "target_key": target_key, "drafter_key": drafter_key}
+
+
+@task(task_run_name="validate {pair}@v{version}")
+def validate(pair: str, version: str, loaded: dict[str, Any], heldout: str, limit: int | None,
+             out_dir: str, seed: int = 0) -> Any:
+    """Run :func:`specdec.validation.validate_pair` with the pair's decoding config; write the report.
+
+    Returns:
+        :class:`specdec.report.ValidationReport` (also written to ``out_dir``).
+    """
+    from flows.loading import build_validation_config, cached_drafter, cached_target
+    from specdec.heldout import load_heldout
+    from specdec.validation import validate_pair
+
+    pv = loaded["pair_version"]
+    target = cached_target(loaded["target_key"])
+    drafter = cached_drafter(loaded["drafter_key"])
+    report = validate_pair(target, drafter, load_heldout(heldout), build_validation_config(pv, limit=limit, seed=seed))
+    report.write(out_dir)
+    return report
+
+
+@task(retries=3, retry_delay_seconds=[5, 15, 45])
+def log_to_mlflow(pair: str, version: str, report_dir: str, extra: list[str]) -> str:
+    """Log the validation run (metrics, report, plots, Evidently files) and tag the pair version.
+
+    Retried on transient failures; the caller keeps the history row pending if it still fails.
+    """
+    from registry import log_validation
+    from specdec.report import ValidationReport
+
+    report = ValidationReport.read(report_dir)
+    return log_validation(pair, version, report, report_dir, extra_artifacts=[p for p in extra if Path(p).exists()])
+
+
+def scheduled_date_of_run() -> dt.date:
+    """The date this flow run was scheduled for (Prefect's expected start), else today (UTC)."""
+    try:
+        from prefect.runtime import flow_run
+
+        start = flow_run.scheduled_start_time
+        if start is not None:
+            return dt.date(start.year, start.month, start.day)
+    except Exception:  # not in a flow run
+        pass
+    return dt.datetime.now(dt.timezone.utc).date()
