@@ -310,17 +310,12 @@ def test_deploy_command(deployed):
         assert httpx.get(f"{api}/work_pools/{pool}", timeout=10).json()["type"] == "process"
 
 
-@pytest.mark.xfail(reason="prefect.yaml hard-codes cron '0 2 * * *'; it should read "
-                          "\"{{ $SPECDEC_NIGHTLY_CRON }}\" (compose always sets it)", strict=False)
 def test_deploy_schedule_follows_SPECDEC_NIGHTLY_CRON(deployed):
     _, dep = deployed
     crons = [s["schedule"].get("cron") for s in dep["schedules"]]
     assert crons == [NIGHTLY_CRON]
 
 
-@pytest.mark.xfail(reason="prefect.yaml's pull step uses \"{{ $SPECDEC_WORKDIR | default('.') }}\"; Prefect "
-                          "templating has no filters, so the worker would chdir into that literal string",
-                   strict=False)
 def test_deploy_pull_steps_resolve_to_a_directory(stack, deployed):
     """Every ``set_working_directory`` pull step of the nightly deployment names a directory the worker
     (same image, cwd /app = repository root) can enter, after Prefect's ``{{ $ENV }}`` templating with
