@@ -68,10 +68,13 @@ class GroupMetrics:
     drafted_per_position: list[int] = field(default_factory=list)
     conditional_per_position_acceptance: list[float] = field(default_factory=list)
     tf_coverage: float = math.nan  # fraction of teacher-forced positions the drafter scored (n-gram < 1)
-    target_pass_seconds: float = math.nan  # mean target verification pass, prefill excluded
+    target_step_seconds: float = math.nan  # mean one-token target pass in target-only decoding, prefill excluded
+    target_pass_seconds: float = math.nan  # mean target verification pass (k+1 tokens), prefill excluded
     draft_pass_seconds: float = math.nan  # mean draft pass (n-gram: one lookup), prefill excluded
+    verify_cost_ratio: float = math.nan  # target_pass_seconds / target_step_seconds
     cost_ratio_with_prefill: float = math.nan  # (draft_s/draft_passes)/(target_s/target_passes), prefill included
     predicted_speedup_at_recommended: float = math.nan
+    predicted_speedup_verify_adjusted: float = math.nan  # E[tokens/step] / (c k + verify_cost_ratio)
 
 
 @dataclass

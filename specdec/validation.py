@@ -36,6 +36,7 @@ from specdec.metrics import (
     AgreementSums,
     agreement_sums,
     bootstrap_ratio_ci,
+    expected_tokens_per_step,
     onehot_agreement_sums,
     predicted_speedup,
     recommend_num_draft_tokens,
@@ -52,8 +53,9 @@ ALPHA_HAT_ESTIMATOR = (
 )
 SLOWER_NOTE = (
     "speculative decoding is SLOWER than target-only for this pair on this device: "
-    "measured speedup {speedup:.2f}x, predicted {pred:.2f}x at k={k} (best k={best_k}: {best:.2f}x); "
-    "draft/target cost per pass c={c:.2f}"
+    "measured speedup {speedup:.2f}x, predicted {pred:.2f}x at k={k} (best k={best_k}: {best:.2f}x; "
+    "{adj:.2f}x at k={k} counting the verification pass's real cost); draft/target cost per pass c={c:.2f}, "
+    "verification pass / one-token target pass = {v:.2f}"
 )
 
 
@@ -164,8 +166,10 @@ class _Run:
     speculative_seconds: float = 0.0
     target_only_tokens: int = 0
     speculative_tokens: int = 0
-    target_pass_s: float = 0.0
+    target_pass_s: float = 0.0  # speculative run: target verification passes (prefill excluded)
     target_passes: int = 0
+    target_step_s: float = 0.0  # target-only run: one-token passes (prefill excluded)
+    target_steps: int = 0
     draft_pass_s: float = 0.0
     draft_passes: int = 0
 
@@ -291,9 +295,15 @@ def _run_prompt(
     input_ids = torch.tensor([ids], dtype=torch.long, device=device)
     pseed = _prompt_seed(config.seed, prompt.id)
     kw = dict(max_new_tokens=config.max_new_tokens, sampling=config.sampling, eos_token_id=eos)
+    t_timer.new_generation()
+    before = (t_timer.decode_seconds, t_timer.decode_passes)
     ref, t_ref = _timed(lambda: autoregressive_generate(target, input_ids, generator=_gen(pseed, device), **kw), device)
+    step = (t_timer.decode_seconds - before[0], t_timer.decode_passes - before[1])
     tf = _target_tf(target, ids, ref.token_ids, config.sampling) if ref.token_ids else None
-    return [_run_drafter(prompt, ids, input_ids, ref.token_ids, t_ref, tf, target, d, config, kw, pseed, t_timer) for d in drafters]
+    runs = [_run_drafter(prompt, ids, input_ids, ref.token_ids, t_ref, tf, target, d, config, kw, pseed, t_timer) for d in drafters]
+    for r in runs:
+        r.target_step_s, r.target_steps = step
+    return runs
 
 
 def _run_drafter(
@@ -420,15 +430,21 @@ def aggregate(runs: list[_Run], k: int, *, seed: int = 0, n_resamples: int = 200
     rate_ref = _ratio(g.target_only_tokens, g.target_only_seconds)
     rate_spec = _ratio(g.speculative_tokens, g.speculative_seconds)
     g.speedup = _ratio(rate_spec, rate_ref) if not math.isnan(rate_ref) else math.nan
+    g.target_step_seconds = _ratio(sum(r.target_step_s for r in ok), sum(r.target_steps for r in ok))
     g.target_pass_seconds = _ratio(sum(r.target_pass_s for r in ok), sum(r.target_passes for r in ok))
     g.draft_pass_seconds = _ratio(sum(r.draft_pass_s for r in ok), sum(r.draft_passes for r in ok))
-    g.cost_ratio = _ratio(g.draft_pass_seconds, g.target_pass_seconds)
+    g.cost_ratio = _ratio(g.draft_pass_seconds, g.target_step_seconds)
+    g.verify_cost_ratio = _ratio(g.target_pass_seconds, g.target_step_seconds)
     if st.draft_forward_passes and st.target_forward_passes:
         g.cost_ratio_with_prefill = _ratio(
             st.draft_seconds / st.draft_forward_passes, st.target_seconds / st.target_forward_passes
         )
     if not (math.isnan(g.alpha_hat) or math.isnan(g.cost_ratio)):
         g.predicted_speedup = predicted_speedup(g.alpha_hat, g.cost_ratio, k)
+        if not math.isnan(g.verify_cost_ratio):
+            g.predicted_speedup_verify_adjusted = expected_tokens_per_step(g.alpha_hat, k) / (
+                g.cost_ratio * k + g.verify_cost_ratio
+            )
         g.recommended_num_draft_tokens, g.predicted_speedup_at_recommended = recommend_num_draft_tokens(
             g.alpha_hat, g.cost_ratio
         )
@@ -685,7 +701,9 @@ def _notes(r: ValidationReport) -> list[str]:
                 k=g.num_draft_tokens_k,
                 best_k=g.recommended_num_draft_tokens,
                 best=g.predicted_speedup_at_recommended,
+                adj=g.predicted_speedup_verify_adjusted,
                 c=g.cost_ratio,
+                v=g.verify_cost_ratio,
             )
         )
     if r.drafter_kind == "ngram":

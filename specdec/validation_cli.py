@@ -228,8 +228,10 @@ def _print_summary(report: Any) -> None:
     _out.print(spd)
     g = report.overall
     _out.print(
-        f"cost ratio ĉ = {_f(g.cost_ratio)} (draft pass {_f(g.draft_pass_seconds * 1e3, 2)} ms / target pass "
-        f"{_f(g.target_pass_seconds * 1e3, 2)} ms). α̂ = {report.alpha_hat_estimator}.",
+        f"cost ratio ĉ = {_f(g.cost_ratio)} (draft pass {_f(g.draft_pass_seconds * 1e3, 2)} ms / one-token target pass "
+        f"{_f(g.target_step_seconds * 1e3, 2)} ms); verification pass {_f(g.target_pass_seconds * 1e3, 2)} ms "
+        f"= {_f(g.verify_cost_ratio, 2)} target passes; prediction counting it: {_x(g.predicted_speedup_verify_adjusted)}. "
+        f"α̂ = {report.alpha_hat_estimator}.",
         highlight=False,
     )
     for note in report.notes:
