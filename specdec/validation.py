@@ -682,6 +682,10 @@ def _warmup(model, drafters: list[Any], subset: HeldoutSet, tok, config: Validat
         )
 
 
+def _fmt_ci(ci: list[float]) -> str:
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
 def _notes(r: ValidationReport) -> list[str]:
     """Plain-language findings for the summary and the report."""
     g = r.overall
@@ -705,6 +709,14 @@ def _notes(r: ValidationReport) -> list[str]:
                 c=g.cost_ratio,
                 v=g.verify_cost_ratio,
             )
+        )
+    if all(not math.isnan(x) for x in (*g.alpha_hat_ci, *g.alpha_tf_ci)) and (
+        g.alpha_hat_ci[1] < g.alpha_tf_ci[0] or g.alpha_tf_ci[1] < g.alpha_hat_ci[0]
+    ):
+        notes.append(
+            f"alpha_hat {g.alpha_hat:.3f} {_fmt_ci(g.alpha_hat_ci)} and alpha_tf {g.alpha_tf:.3f} "
+            f"{_fmt_ci(g.alpha_tf_ci)} disagree beyond their 95% CIs: acceptance is not i.i.d. along the "
+            "sequence (expected for n-gram copy runs, see docs/metrics.md) or the pair/decoding is off"
         )
     if r.drafter_kind == "ngram":
         notes.append(

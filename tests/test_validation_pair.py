@@ -85,6 +85,7 @@ def test_perturbed_draft_lower_and_estimators_agree(greedy_reports):
     assert g.top1_agreement == pytest.approx(g.alpha_tf)  # greedy: p, q one-hot
     assert g.kl_divergence > 0.01 and g.total_variation == pytest.approx(1 - g.alpha_tf)
     assert _overlap(g.alpha_hat_ci, g.alpha_tf_ci), (g.alpha_hat_ci, g.alpha_tf_ci)
+    assert not any("disagree" in n for n in greedy_reports[1].notes)
     # power: the acceptance rate (decays with position) is clearly lower, outside both intervals
     assert g.acceptance_rate < g.alpha_tf_ci[0] and g.acceptance_rate < g.alpha_hat_ci[0]
     assert g.alpha_hat_ci[0] <= g.alpha_hat <= g.alpha_hat_ci[1]

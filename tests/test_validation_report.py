@@ -51,3 +51,18 @@ def test_reads_reports_without_the_newer_fields(report, tmp_path):
     assert back.overall.acceptance_rate == report.overall.acceptance_rate
     with pytest.raises(ValueError, match="schema_version"):
         ValidationReport.from_dict({**d, "schema_version": 99})
+
+
+def test_notes_flag_estimator_disagreement_and_slow_drafts(report):
+    from specdec.validation import _notes
+
+    g = GroupMetrics(
+        num_prompts=5, num_draft_tokens_k=4, alpha_hat=0.3, alpha_hat_ci=[0.25, 0.35], alpha_tf=0.5,
+        alpha_tf_ci=[0.45, 0.55], speedup=0.6, predicted_speedup=0.7, predicted_speedup_at_recommended=0.8,
+        recommended_num_draft_tokens=1, cost_ratio=1.4, verify_cost_ratio=1.2, predicted_speedup_verify_adjusted=0.6,
+    )  # fmt: skip
+    d = report.to_dict()
+    d["overall"] = {**d["overall"], **g.__dict__}
+    notes = _notes(ValidationReport.from_dict(d))
+    assert any("disagree beyond their 95% CIs" in n for n in notes)
+    assert any("SLOWER than target-only" in n and "0.60x" in n for n in notes)
