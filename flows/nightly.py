@@ -49,9 +49,16 @@ def run_validation(pair: str, version: str, heldout: str, limit: int | None, dev
     from specdec.heldout import load_heldout
     from specdec.validation import validate_pair
 
+    log = _logger()
     pv, tkey, dkey = load_pair_models(pair, version, device=device, dtype=dtype)
+
+    def progress(done: int, total: int, row) -> None:
+        acc = f"acceptance {row.acceptance_rate:.2f}" if row.status == "ok" else f"skipped: {row.skip_reason}"
+        log.info("%s v%s: prompt %d/%d (%s) %s", pair, version, done, total, row.category, acc)
+
     report = validate_pair(cached_target(tkey), cached_drafter(dkey), load_heldout(heldout),
-                           build_validation_config(pv, limit=limit, seed=seed), target_ref=pv.target_uri)
+                           build_validation_config(pv, limit=limit, seed=seed), target_ref=pv.target_uri,
+                           progress=progress)
     report.write(out_dir)
     return report
 
@@ -103,17 +110,20 @@ def _mlflow_link(run_id: str) -> str:
 
 
 def _finish(pair: str, alias: str, version: str, key, claim, report, report_dir: Path,
-            champion_version: str | None) -> NightlyResult:
-    """Steps 4-7 for one validated pair version, in the flow process (serial, cheap)."""
+            champion_version: str | None, target_hash: str | None, draft_hash: str | None,
+            log_task=None) -> NightlyResult:
+    """Steps 4-7 for one validated pair version, in the flow process (serial, cheap).
+
+    Needs nothing from MLflow before the history row is written, so an MLflow outage loses nothing.
+    """
     import monitoring
     from monitoring import history
-    from registry import RegistryError, get_pair_version
+    from registry import RegistryError
 
     log = _logger()
+    log_task = log_task or log_to_mlflow
     db = monitoring.connect()
-    pv = get_pair_version(pair, version, download=False)
-    lineage = monitoring.Lineage.from_report(report, target_hash=pv.target_weights_sha256,
-                                             draft_hash=pv.draft_weights_sha256)
+    lineage = monitoring.Lineage.from_report(report, target_hash=target_hash, draft_hash=draft_hash)
     run_id = history.record_run(db, report, key, lineage, claim=claim, alias=alias)  # 4. history first
     ev = monitoring.evaluate_run(db, run_id, champion_version=champion_version)
     drift = monitoring.drift_report(db, ev, out_dir=report_dir / "evidently")
@@ -123,7 +133,7 @@ def _finish(pair: str, alias: str, version: str, key, claim, report, report_dir:
         links["Evidently report"] = str(drift.html_path)
     mlflow_run_id = None
     try:  # 5 + 7: MLflow run, artifacts, pair-version tags
-        mlflow_run_id = log_to_mlflow(pair, version, str(report_dir), extra)
+        mlflow_run_id = log_task(pair, version, str(report_dir), extra)
         history.mark_mlflow_logged(db, run_id, mlflow_run_id)
         links["MLflow run"] = _mlflow_link(mlflow_run_id)
     except RegistryError as e:
@@ -203,9 +213,10 @@ def nightly_validation_flow(
                 continue
             out = report_dir_for(home, key)
             fut = run_validation.submit(pair, version, heldout, limit, device, dtype, str(out), seed)
-            jobs.append((pair, alias, version, key, claim, out, champion, fut))
+            hashes = (pv.target_weights_sha256, pv.draft_weights_sha256)
+            jobs.append((pair, alias, version, key, claim, out, champion, hashes, fut))
 
-    for pair, alias, version, key, claim, out, champion, fut in jobs:
+    for pair, alias, version, key, claim, out, champion, hashes, fut in jobs:
         try:
             report = fut.result()
         except Exception as e:  # validation failed: record it, free the key for a retry
@@ -213,7 +224,7 @@ def nightly_validation_flow(
             log.error("%s@%s v%s: validation failed: %s", pair, alias, version, e)
             results.append(NightlyResult(pair, alias, version, "error", message=str(e)))
             continue
-        res = _finish(pair, alias, version, key, claim, report, out, champion)
+        res = _finish(pair, alias, version, key, claim, report, out, champion, *hashes)
         log.info("%s@%s v%s: %s, acceptance %.3f [%.3f, %.3f]%s", pair, alias, version, res.status,
                  res.acceptance_rate, *res.acceptance_rate_ci,
                  f", alert: {res.alert_transition}" if res.alert_transition else "")

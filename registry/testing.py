@@ -37,7 +37,8 @@ def _init_store(db: Path, default_artifact_root: str) -> None:
     RegistryStore(uri)
 
 
-def sqlite_store(directory: str | Path, template_dir: str | Path | None = None, *, for_server: bool = False) -> str:
+def sqlite_store(directory: str | Path, template_dir: str | Path | None = None, *, for_server: bool = False,
+                 keep_existing: bool = False) -> str:
     """Create an empty MLflow SQLite store at ``<directory>/mlflow.db`` and return its URI.
 
     Creating MLflow's schema takes seconds (dozens of migrations), so the first call writes an initialized
@@ -66,7 +67,8 @@ def sqlite_store(directory: str | Path, template_dir: str | Path | None = None, 
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     db = directory / "mlflow.db"
-    shutil.copyfile(template, db)
+    if not (keep_existing and db.exists()):
+        shutil.copyfile(template, db)
     return f"sqlite:///{db}"
 
 
@@ -85,19 +87,20 @@ class MlflowServer:
     """
 
     def __init__(self, directory: str | Path, *, port: int | None = None, startup_timeout: float = 90.0,
-                 template_dir: str | Path | None = None):
+                 template_dir: str | Path | None = None, keep_existing: bool = False):
         self.directory = Path(directory)
         self.port = port or free_port()
         self.uri = f"http://127.0.0.1:{self.port}"
         self.startup_timeout = startup_timeout
         self.template_dir = template_dir
+        self.keep_existing = keep_existing  # restart on an existing store (a server coming back up)
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "MlflowServer":
         """Start the process and block until ``GET /health`` answers 200."""
         import httpx
 
-        backend = sqlite_store(self.directory, self.template_dir, for_server=True)
+        backend = sqlite_store(self.directory, self.template_dir, for_server=True, keep_existing=self.keep_existing)
         artifacts = self.directory / "artifacts"
         artifacts.mkdir(parents=True, exist_ok=True)
         self.log_path = self.directory / "server.log"
