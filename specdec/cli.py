@@ -7,7 +7,7 @@ and ``flows`` packages add their sub-commands through the ``specdec.cli`` entry-
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points, version as _pkg_version
+from importlib.metadata import entry_points
 
 import typer
 
@@ -20,22 +20,10 @@ app = typer.Typer(
 
 
 def code_version() -> str:
-    """The installed ``specdec`` version string (PEP 440), plus the git commit when available."""
-    import subprocess
-    from pathlib import Path
+    """The installed ``specdec`` version plus the git commit (see :func:`specdec.validation.code_version`)."""
+    from specdec.validation import code_version as _cv
 
-    v = _pkg_version("specdec")
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
-    except Exception:  # git missing or not a checkout
-        sha = ""
-    return f"{v}+g{sha}" if sha else v
+    return _cv()
 
 
 @app.command()
