@@ -99,7 +99,7 @@ def test_first_two_tokens_follow_target_distribution(target, draft, config, draf
     print(f"\n[gof] {drafter_kind} k={k} {config}: n={N_SAMPLES} df={df} p={pvalue:.3f} "
           f"detectable_tv={tv:.3f} empirical_tv={empirical_tv:.3f} acceptance={accepted / max(drafted, 1):.3f}")
     # the drafter must actually be exercised, or the test proves nothing about rejection sampling
-    assert drafted > N_SAMPLES and accepted >= 50 and accepted / drafted < 0.99
+    assert drafted >= N_SAMPLES and accepted >= 50 and accepted / drafted < 0.99
     assert tv <= 0.06
     assert pvalue > ALPHA
 
