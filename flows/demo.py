@@ -76,8 +76,8 @@ def main() -> int:  # noqa: PLR0915 (a linear story reads best as one function)
     con = Console()
     limit = int(os.environ.get("SPECDEC_DEMO_LIMIT", "12"))
     max_new = int(os.environ.get("SPECDEC_DEMO_MAX_NEW_TOKENS", "32"))
-    ft_steps = int(os.environ.get("SPECDEC_DEMO_FT_STEPS", "30"))
-    ft_lr = float(os.environ.get("SPECDEC_DEMO_FT_LR", "3e-4"))
+    ft_steps = int(os.environ.get("SPECDEC_DEMO_FT_STEPS", "25"))
+    ft_lr = float(os.environ.get("SPECDEC_DEMO_FT_LR", "1e-3"))
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
 
