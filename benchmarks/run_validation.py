@@ -194,8 +194,12 @@ def main() -> None:
     ap.add_argument("--summarize-only", action="store_true")
     args = ap.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    mach = machine()
-    (RESULTS / "machine.json").write_text(json.dumps(mach, indent=2) + "\n")
+    mpath = RESULTS / "machine.json"
+    if args.summarize_only and mpath.exists():  # keep the description taken when the run started
+        mach = json.loads(mpath.read_text())
+    else:
+        mach = machine()
+        mpath.write_text(json.dumps(mach, indent=2) + "\n")
     if not args.summarize_only:
         wall = run_all(args.drafters, args)
         print(f"{' + '.join(args.drafters)}: {wall:.1f} s", flush=True)
