@@ -27,7 +27,16 @@ def run_cmd(
     parallel: Annotated[bool, typer.Option(help="Validate pair versions in parallel on a local Dask cluster.")] = False,
     dask_address: Annotated[Optional[str], typer.Option(help="Existing Dask scheduler (implies --parallel).")] = None,
 ) -> None:
-    """Run the nightly validation once, now (no schedule needed)."""
+    """Run the nightly validation once, now (no schedule needed; Prefect ephemeral mode is fine)."""
+    import os
+
+    from flows.settings import get_settings as _gs  # noqa: F401  (settings read before Prefect starts)
+
+    # ephemeral Prefect API: give it time to start on a busy machine, keep its state under SPECDEC_HOME
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    if not os.environ.get("PREFECT_API_URL"):
+        home = os.environ.get("SPECDEC_HOME", ".specdec")
+        os.environ.setdefault("PREFECT_HOME", str(os.path.abspath(os.path.join(home, "prefect"))))
     from flows.nightly import nightly_flow_for
     from flows.settings import get_settings
 

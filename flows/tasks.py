@@ -58,7 +58,21 @@ def report_dir_for(home: Path, key) -> Path:
             / f"{key.scheduled_date}-{key.heldout_version[:12]}-{key.config_hash[:12]}")
 
 
-@task(retries=3, retry_delay_seconds=[5, 15, 45], task_run_name="resolve {pair}@{alias}")
+def retry_if_transient(task, task_run, state) -> bool:
+    """Prefect ``retry_condition_fn``: retry only when MLflow was unreachable (not a missing pair)."""
+    from registry import RegistryUnavailable
+
+    try:
+        state.result()
+    except RegistryUnavailable:
+        return True
+    except Exception:
+        return False
+    return False
+
+
+@task(retries=3, retry_delay_seconds=[5, 15, 45], retry_condition_fn=retry_if_transient,
+      task_run_name="resolve {pair}@{alias}")
 def resolve_pair_version(pair: str, alias: str) -> str | None:
     """The pair version ``alias`` points at now (read from MLflow, so UI promotions count).
 
@@ -109,7 +123,7 @@ def validate(pair: str, version: str, loaded: dict[str, Any], heldout: str, limi
     return report
 
 
-@task(retries=3, retry_delay_seconds=[5, 15, 45])
+@task(retries=3, retry_delay_seconds=[5, 15, 45], retry_condition_fn=retry_if_transient)
 def log_to_mlflow(pair: str, version: str, report_dir: str, extra: list[str]) -> str:
     """Log the validation run (metrics, report, plots, Evidently files) and tag the pair version.
 

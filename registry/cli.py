@@ -70,9 +70,11 @@ def register_cmd(
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Generation budget per prompt (tokens).")] = 128,
     revision: Annotated[str | None, typer.Option(help="Hub revision of the target (Hub ids only).")] = None,
     model_card: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Model card (Markdown) for the target.")] = None,
+    alias: Annotated[str | None, typer.Option("--alias", help="Alias to point at the new version (ungated; '' for none).")] = "challenger",
     tracking_uri: TrackingOpt = None,
 ) -> None:
-    """Check draft/target compatibility, then register target, draft and the pair version.
+    """Check draft/target compatibility, then register target, draft and the pair version (made the @challenger,
+    so the nightly flow validates it).
 
     ``--draft`` also accepts ``models:/<draft>/<v>`` of a registered draft, e.g. an old derived
     draft kept after a target-only fine-tune."""
@@ -88,9 +90,16 @@ def register_cmd(
     except _user_errors() as e:
         _fail(str(e))
     pv, tref, dref, kind = reg.pair, reg.target, reg.draft, reg.drafter_kind
+    if alias:
+        from registry.promotion import promote
+
+        try:
+            promote(pv.name, pv.version, alias, tracking_uri=tracking_uri)
+        except _user_errors() as e:
+            _fail(f"registered {pv.uri} but could not set @{alias}: {e}")
     out = _out()
     verb = "already registered as" if pv.reused else "registered"
-    out.print(f"[green]{verb}[/] {pv.uri}  (changed: {pv.changed})", highlight=False)
+    out.print(f"[green]{verb}[/] {pv.uri}  (changed: {pv.changed}){f'  @{alias}' if alias else ''}", highlight=False)
     out.print(f"  target  {tref.uri}{'  (reused)' if tref.reused else ''}  weights {tref.weights_sha256[:12]}", highlight=False)
     if dref is not None:
         out.print(f"  draft   {dref.uri}{'  (reused)' if dref.reused else ''}  weights {dref.weights_sha256[:12]}", highlight=False)
@@ -202,7 +211,9 @@ def promote_cmd(
     except PromotionRefused as e:
         lines = "\n".join(f"  - {r}" for r in e.reasons)
         _fail(f"refused to move {name}@{alias} to version {version}:\n{lines}\n"
-              "Validate this version (specdec validate / the nightly flow), or use --force --reason '...'.")
+              "Validate this version with the nightly flow (make it the challenger: "
+              "`specdec pair promote NAME VERSION --alias challenger`, then `specdec nightly run`), "
+              "or use --force --reason '...'.")
     except _user_errors() as e:
         _fail(str(e))
     out = _out()

@@ -94,6 +94,9 @@ def redact_uri(uri: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+_SCHEMES = {"sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks", "file"}
+
+
 def get_client(tracking_uri: str | None = None, *, check: bool = True):
     """Build an ``MlflowClient`` for ``tracking_uri`` (tracking and registry on the same URI).
 
@@ -111,6 +114,12 @@ def get_client(tracking_uri: str | None = None, *, check: bool = True):
     settings = get_settings()
     uri = tracking_uri or settings.tracking_uri
     assert uri is not None
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
+    if scheme not in _SCHEMES:
+        from registry.errors import RegistryError
+
+        raise RegistryError(f"unsupported MLflow tracking URI {redact_uri(uri)!r}: use sqlite:///path, "
+                            "http(s)://host:port, or a database URI (postgresql://, mysql://)")
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     if uri.startswith(("http://", "https://")):

@@ -86,6 +86,8 @@ def validate(
     if len(set(out_dirs)) != len(out_dirs):
         _fail("the same --draft was given twice")
     for od in out_dirs:
+        if od.exists() and not od.is_dir():
+            _fail(f"--out {od} exists and is not a directory")
         if (od / "report.json").exists() and not overwrite:
             _fail(f"{od / 'report.json'} already exists; pass --overwrite or choose another --out")
 
