@@ -37,6 +37,7 @@ def run_cmd(
     if not os.environ.get("PREFECT_API_URL"):
         home = os.environ.get("SPECDEC_HOME", ".specdec")
         os.environ.setdefault("PREFECT_HOME", str(os.path.abspath(os.path.join(home, "prefect"))))
+        os.makedirs(os.environ["PREFECT_HOME"], exist_ok=True)
     from flows.nightly import nightly_flow_for
     from flows.settings import get_settings
 
