@@ -166,11 +166,13 @@ def _ensure_registered_model(client, name: str, description: str) -> None:
 
 
 def _log_and_register(client, name: str, local_dir: Path, tags: dict[str, str], params: dict[str, str],
-                      model_type: str, description: str | None, extra_dir: Path | None = None):
+                      model_type: str, description: str | None, extra_dir: Path | None = None, *,
+                      run_tags: dict[str, str] | None = None, model_description: str | None = None):
     """Registration run -> logged model (artifacts = ``local_dir``) -> model version. Marks the run and
-    the logged model FAILED if anything goes wrong, then re-raises."""
+    the logged model FAILED if anything goes wrong, then re-raises. Used for models and pairs alike."""
     eid = get_or_create_experiment(client, REGISTRY_EXPERIMENT)
-    run = client.create_run(eid, run_name=f"register-{name}", tags={"specdec.model": name, "specdec.kind": model_type})
+    run = client.create_run(eid, run_name=f"register-{name}",
+                            tags=run_tags or {"specdec.model": name, "specdec.kind": model_type})
     run_id = run.info.run_id
     model_id = None
     try:
@@ -183,7 +185,7 @@ def _log_and_register(client, name: str, local_dir: Path, tags: dict[str, str], 
         if extra_dir is not None:
             client.log_model_artifacts(model_id, str(extra_dir))
         client.finalize_logged_model(model_id, "READY")
-        _ensure_registered_model(client, name, f"specdec {model_type} model")
+        _ensure_registered_model(client, name, model_description or f"specdec {model_type} model")
         # source = the resolved artifact location, and always a run_id: MLflow's SQL registry store
         # resolves a "models:/<model_id>" source through the *global* tracking URI otherwise.
         mv = client.create_model_version(name, source=lm.artifact_location, run_id=run_id, tags=tags,

@@ -306,35 +306,17 @@ def register_pair(
 
 def _log_pair(client, name: str, doc: dict[str, Any], tags: dict[str, str], description: str | None):
     """Registration run (params = decoding config) -> logged model with ``pair.json`` -> pair version."""
-    eid = get_or_create_experiment(client, REGISTRY_EXPERIMENT)
-    run = client.create_run(eid, run_name=f"register-{name}", tags={"specdec.pair": name, "specdec.kind": "pair"})
-    run_id, model_id = run.info.run_id, None
-    try:
-        from mlflow.entities import Param
+    from registry.models import _log_and_register
 
-        params = {**{k: _optional(v) for k, v in doc["config"].items()}, "drafter_kind": doc["drafter_kind"],
-                  "target": tags["target"], "draft": tags["draft"], "changed": tags["changed"]}
-        client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
-        lm = client.create_logged_model(eid, name=name, source_run_id=run_id, tags=tags, model_type="specdec-pair")
-        model_id = lm.model_id
-        with tempfile.TemporaryDirectory() as tmp:
-            (Path(tmp) / PAIR_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True))
-            client.log_model_artifacts(model_id, tmp)
-        client.finalize_logged_model(model_id, "READY")
-        _ensure_registered_model(client, name, "specdec draft/target pairs: each version is a pair.json "
-                                 "referencing exact target/draft model versions and the decoding config")
-        mv = client.create_model_version(name, source=lm.artifact_location, run_id=run_id, tags=tags,
-                                         description=description, model_id=model_id)
-        client.set_terminated(run_id, "FINISHED")
-        return mv
-    except BaseException:
-        try:
-            if model_id is not None:
-                client.finalize_logged_model(model_id, "FAILED")
-            client.set_terminated(run_id, "FAILED")
-        except Exception:
-            pass
-        raise
+    params = {**{k: _optional(v) for k, v in doc["config"].items()}, "drafter_kind": doc["drafter_kind"],
+              "target": tags["target"], "draft": tags["draft"], "changed": tags["changed"]}
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / PAIR_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True))
+        return _log_and_register(
+            client, name, Path(tmp), tags, params, "specdec-pair", description,
+            run_tags={"specdec.pair": name, "specdec.kind": "pair"},
+            model_description="specdec draft/target pairs: each version is a pair.json referencing exact "
+                              "target/draft model versions and the decoding config")
 
 
 def _pair_versions(client, name: str) -> list:
