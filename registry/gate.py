@@ -24,6 +24,9 @@ class GateConfig:
             default: speedup depends on the hardware where validation ran.
         require_matching_config: the validation must have used the pair version's k and sampling
             (metric ``config_mismatch`` = 0, written by :func:`registry.runs.log_validation`).
+        min_num_prompts / min_draft_tokens: minimum evidence behind the CI (metrics ``num_prompts``,
+            ``num_draft_tokens``). The CI is a bootstrap over prompts: with a handful of prompts it
+            collapses towards the point estimate, so a tiny validation must not promote.
         gated_aliases: aliases that require a passing gate. ``challenger`` is not gated by default:
             it names the candidate that the nightly job validates next.
     """
@@ -32,6 +35,8 @@ class GateConfig:
     require_exactness_clean: bool = True
     min_predicted_speedup: float | None = None
     require_matching_config: bool = True
+    min_num_prompts: int = 5
+    min_draft_tokens: int = 100
     gated_aliases: tuple[str, ...] = ("champion",)
 
     def to_dict(self) -> dict[str, Any]:
@@ -110,6 +115,15 @@ def evaluate_gate(metrics: Mapping[str, Any], gate: GateConfig = GateConfig(), r
         if mism is not None and mism > 0:
             seen["config_mismatch"] = mism
             reasons.append("the validation used a different decoding config (k or sampling) than the pair version serves")
+    for key, floor, what in (("num_prompts", gate.min_num_prompts, "prompts"),
+                             ("num_draft_tokens", gate.min_draft_tokens, "drafted tokens")):
+        if floor:
+            n = _num(metrics, key)
+            if n is None or n < floor:
+                shown = "unknown" if n is None else str(int(n))
+                reasons.append(f"too little evidence: {shown} {what} validated (< {floor}); the CI is not trustworthy")
+            else:
+                seen[key] = n
     if gate.min_predicted_speedup is not None:
         sp = _num(metrics, "predicted_speedup")
         if sp is None:

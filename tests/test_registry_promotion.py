@@ -160,8 +160,13 @@ def test_unreachable_server_fails_fast(monkeypatch, tmp_path):
 def test_gate_is_a_pure_function_of_metrics():
     from registry.gate import GateConfig, evaluate_gate
 
-    ok = {"acceptance_rate": 0.6, "acceptance_rate_ci_low": 0.41, "exactness_mismatches": 0.0}
+    ok = {"acceptance_rate": 0.6, "acceptance_rate_ci_low": 0.41, "exactness_mismatches": 0.0,
+          "num_prompts": 12.0, "num_draft_tokens": 400.0}
     assert evaluate_gate(ok).passed
+    few = evaluate_gate({**ok, "num_prompts": 4.0})
+    assert not few.passed and "4 prompts" in few.reasons[0]
+    assert not evaluate_gate({**ok, "num_draft_tokens": 60.0}).passed
+    assert evaluate_gate({**ok, "num_prompts": 1.0}, GateConfig(min_num_prompts=0)).passed
     assert evaluate_gate({**ok, "acceptance_rate_ci_low": 0.399}).reasons[0].startswith("acceptance rate CI lower bound 0.399")
     assert "missing" in evaluate_gate({"acceptance_rate": 0.9}).reasons[0]
     assert evaluate_gate({**ok, "acceptance_rate_ci_low": float("nan")}).passed is False
