@@ -35,11 +35,16 @@ def sparkline(values: list[float | None], lo: float = 0.0, hi: float = 1.0) -> s
 
 def _settings(db_url: str | None):
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     from monitoring.settings import get_settings
 
     try:
         return get_settings(**({"db_url": db_url} if db_url else {}))
+    except SettingsError as e:  # e.g. SPECDEC_ALERT_CHANNELS is not valid JSON
+        err.print(f"[red]invalid monitoring settings:[/red] {e} (check the SPECDEC_* environment variables; "
+                  "SPECDEC_ALERT_CHANNELS must be a JSON list)")
+        raise typer.Exit(code=1)
     except ValidationError as e:
         from monitoring.redact import redact_text
 
