@@ -44,13 +44,35 @@ def _stop_ids(eos_token_id) -> frozenset[int]:
     return frozenset(int(t) for t in eos_token_id)
 
 
+def _is_batch(input_ids) -> bool:
+    return isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and input_ids.shape[0] > 1
+
+
+def _strip_padding(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """A single left-padded row ``[1, L]`` without its padding (validated as the batch path does)."""
+    if attention_mask is None or not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+        return input_ids
+    from specdec.batch import check_batch_inputs
+
+    if attention_mask.shape != input_ids.shape:
+        raise ValueError(
+            f"attention_mask shape {tuple(attention_mask.shape)} != input_ids shape {tuple(input_ids.shape)}"
+        )
+    if input_ids.shape[1] == 0:
+        raise ValueError("empty prompt: input_ids must hold at least one token")
+    mask = check_batch_inputs(_NoLimit, input_ids, attention_mask, 0)
+    return input_ids[:, mask[0]]
+
+
+class _NoLimit:
+    config = None
+
+
 def _check_inputs(target, input_ids: torch.Tensor, max_new_tokens: int) -> list[int]:
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
-        raise ValueError("input_ids must be a LongTensor of shape [1, prompt_len]")
+        raise ValueError("input_ids must be a LongTensor of shape [batch, prompt_len]")
     if input_ids.shape[0] != 1:
-        raise ValueError(
-            f"batch size {input_ids.shape[0]} is not supported yet: pass one prompt, shape [1, prompt_len]"
-        )
+        raise ValueError(f"expected one row, got input_ids of shape {tuple(input_ids.shape)}")
     if input_ids.shape[1] == 0:
         raise ValueError("empty prompt: input_ids must hold at least one token")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
@@ -68,12 +90,13 @@ def _check_inputs(target, input_ids: torch.Tensor, max_new_tokens: int) -> list[
 def autoregressive_generate(
     target,
     input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
     *,
     max_new_tokens: int,
     sampling: SamplingConfig,
     eos_token_id: int | list[int] | None = None,
     generator: torch.Generator | None = None,
-) -> GenerationResult:
+):
     """Target-only decoding with a KV cache: the reference that speculative decoding must match.
 
     Uses the same :func:`~specdec.sampling.logits_to_probs` and :func:`~specdec.sampling.sample`
@@ -81,17 +104,28 @@ def autoregressive_generate(
 
     Args:
         target: transformers causal LM (eval mode).
-        input_ids: LongTensor ``[1, prompt_len]``, prompt_len >= 1.
+        input_ids: LongTensor ``[1, prompt_len]``, prompt_len >= 1; or ``[B, L]`` with B > 1,
+            left-padded, which runs :func:`specdec.batch.autoregressive_generate_batch`.
+        attention_mask: ``[B, L]`` (1 = token, 0 = left padding) or None.
         max_new_tokens: maximum new tokens (>= 0).
         sampling: :class:`SamplingConfig` (temperature 0 = greedy).
         eos_token_id: an id or list of ids that end generation (the EOS is emitted).
         generator: ``torch.Generator`` for reproducible sampling.
     Returns:
-        :class:`GenerationResult`; ``stats`` counts target passes and seconds (no drafts).
+        :class:`GenerationResult` for B = 1 (``stats`` counts target passes and seconds, no
+        drafts); :class:`specdec.batch.BatchGenerationResult` for B > 1.
     Raises:
-        ValueError: batch > 1, empty prompt, negative ``max_new_tokens``, or prompt +
-            ``max_new_tokens`` longer than the target's context.
+        ValueError: malformed input or padding, empty prompt, negative ``max_new_tokens``, or
+            prompt + ``max_new_tokens`` longer than the target's context.
     """
+    if _is_batch(input_ids):
+        from specdec.batch import autoregressive_generate_batch
+
+        return autoregressive_generate_batch(
+            target, input_ids, attention_mask, max_new_tokens=max_new_tokens, sampling=sampling,
+            eos_token_id=eos_token_id, generator=generator,
+        )
+    input_ids = _strip_padding(input_ids, attention_mask)
     context = _check_inputs(target, input_ids, max_new_tokens)
     stop = _stop_ids(eos_token_id)
     device = model_device(target)
@@ -119,6 +153,7 @@ def speculative_generate(
     target,
     drafter,
     input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
     *,
     num_draft_tokens: int,
     max_new_tokens: int,
@@ -138,21 +173,33 @@ def speculative_generate(
         drafter: a transformers causal LM (the draft model, wrapped in
             :class:`~specdec.drafters.ModelDrafter`), an :class:`~specdec.drafters.NgramDrafter`, or
             any object following the :class:`~specdec.drafters.Drafter` protocol.
-        input_ids: LongTensor ``[1, prompt_len]``.
+        input_ids: LongTensor ``[1, prompt_len]``; or ``[B, L]`` with B > 1, left-padded, which
+            runs :func:`specdec.batch.speculative_generate_batch` (per-row acceptance, per-row
+            finishing, per-row stats; a custom drafter object is then not supported).
+        attention_mask: ``[B, L]`` (1 = token, 0 = left padding) or None.
         num_draft_tokens: k >= 1, tokens drafted per step. Fewer are drafted when fewer than
             k + 1 tokens remain (output never exceeds ``max_new_tokens``), after a drafted EOS, or
             when the n-gram drafter misses.
         max_new_tokens, sampling, eos_token_id, generator: as in :func:`autoregressive_generate`.
             An EOS accepted in the middle of a block ends generation at that token.
     Returns:
-        :class:`GenerationResult` whose ``stats`` follow vLLM's counters: a step counts in
-        ``num_drafts`` only if at least one token was proposed.
+        :class:`GenerationResult` (B = 1) whose ``stats`` follow vLLM's counters: a step counts in
+        ``num_drafts`` only if at least one token was proposed; for B > 1 a
+        :class:`specdec.batch.BatchGenerationResult` (``.rows`` of those, pooled ``.stats``).
     Raises:
         ValueError: as :func:`autoregressive_generate`, or ``num_draft_tokens < 1``.
         TypeError: if ``drafter`` is not a drafter or causal LM.
     """
     if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
         raise ValueError(f"num_draft_tokens must be an int >= 1, got {num_draft_tokens!r}")
+    if _is_batch(input_ids):
+        from specdec.batch import speculative_generate_batch
+
+        return speculative_generate_batch(
+            target, drafter, input_ids, attention_mask, num_draft_tokens=num_draft_tokens,
+            max_new_tokens=max_new_tokens, sampling=sampling, eos_token_id=eos_token_id, generator=generator,
+        )
+    input_ids = _strip_padding(input_ids, attention_mask)
     context = _check_inputs(target, input_ids, max_new_tokens)
     drafter = as_drafter(drafter)
     drafter.reset()

@@ -36,6 +36,9 @@ __all__ = [
     "residual_distribution",
     "verify_block",
     "VerifyOutcome",
+    "sample_rows",
+    "verify_batch",
+    "BatchVerifyOutcome",
 ]
 
 
@@ -203,3 +206,97 @@ def verify_block(
         if x in stop_token_ids:
             return VerifyOutcome(i + 1, -1, is_bonus=False)
     return VerifyOutcome(k, sample(p[k], generator), is_bonus=True)
+
+
+def sample_rows(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draw one token id per row of ``probs`` (float ``[B, V]``, rows sum to 1).
+
+    Returns:
+        LongTensor ``[B]`` on ``probs.device``. If every row is one-hot (greedy), the argmax is
+        returned without consuming randomness; otherwise ``torch.multinomial`` draws every row
+        (a one-hot row still returns its index, since zero-probability ids are never drawn).
+    """
+    if probs.dim() != 2:
+        raise ValueError(f"sample_rows expects [B, V], got shape {tuple(probs.shape)}")
+    top = probs.max(dim=-1)
+    if bool((top.values >= 1.0).all()):
+        return top.indices
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+@dataclass
+class BatchVerifyOutcome:
+    """Per-row result of :func:`verify_batch` (all LongTensor/BoolTensor ``[B]``).
+
+    Attributes:
+        num_accepted: accepted draft tokens ``n_b`` (0..num_drafts_b).
+        next_token: recovered or bonus token after the accepted prefix; ``-1`` where an accepted
+            draft was a stop token (the row ends at that token).
+        is_bonus: True where ``next_token`` is a bonus token (all of the row's drafts accepted).
+    """
+
+    num_accepted: torch.Tensor
+    next_token: torch.Tensor
+    is_bonus: torch.Tensor
+
+
+def verify_batch(
+    draft_tokens: torch.Tensor,
+    num_drafts: torch.Tensor,
+    p: torch.Tensor,
+    q: torch.Tensor,
+    generator: torch.Generator | None = None,
+    stop_token_ids: frozenset[int] = frozenset(),
+) -> BatchVerifyOutcome:
+    """:func:`verify_block` for ``B`` independent rows at once, without a Python loop over tokens.
+
+    Row ``b`` verifies its first ``num_drafts[b]`` drafts exactly as Leviathan Alg. 1: accept
+    ``x_i`` iff ``r_i < min(1, p_i(x_i) / q_i(x_i))`` with ``r_i ~ U[0, 1)`` (strict), stop at the
+    first rejection ``n`` and draw the recovered token from ``norm(max(0, p_n − q_n))``; if all
+    ``num_drafts[b]`` were accepted, draw the bonus token from ``p_{num_drafts[b]}``. The bonus
+    case uses the same formula with ``q`` set to 0 (``norm(max(0, p − 0)) = p``). Slots at or
+    beyond ``num_drafts[b]`` are padding: never accepted, their ``q`` ignored.
+
+    Args:
+        draft_tokens: LongTensor ``[B, k]`` (k >= 0; padding slots hold any valid id).
+        num_drafts: LongTensor ``[B]`` with values in ``0..k``.
+        p: float32 ``[B, k + 1, V]`` target distributions (``p[:, i]`` scores slot i; slot k is
+            the bonus position of a full row).
+        q: float32 ``[B, k, V]`` draft distributions the drafts were drawn from.
+        generator: source of the coins and of the recovered/bonus draws.
+        stop_token_ids: an accepted draft in this set ends its row there (``next_token = -1``).
+    Returns:
+        :class:`BatchVerifyOutcome`.
+    Raises:
+        ValueError: on inconsistent shapes.
+    """
+    B, k = draft_tokens.shape
+    if p.shape[:2] != (B, k + 1) or q.shape[:2] != (B, k) or num_drafts.shape != (B,):
+        raise ValueError(
+            f"need draft_tokens [B, k], num_drafts [B], p [B, k+1, V], q [B, k, V]; got "
+            f"{tuple(draft_tokens.shape)}, {tuple(num_drafts.shape)}, {tuple(p.shape)}, {tuple(q.shape)}"
+        )
+    device = p.device
+    rows = torch.arange(B, device=device)
+    slots = torch.arange(k, device=device)
+    drafted = slots[None, :] < num_drafts[:, None]  # [B, k]
+    stopped = torch.zeros(B, dtype=torch.bool, device=device)
+    if k:
+        p_x = p[:, :k].gather(-1, draft_tokens[..., None]).squeeze(-1)
+        q_x = q.gather(-1, draft_tokens[..., None]).squeeze(-1)
+        coins = torch.rand((B, k), generator=generator, device=device)
+        accepted = (coins < acceptance_probability(p_x, q_x)) & drafted
+        n = accepted.long().cumprod(dim=1).sum(dim=1)  # accepted prefix up to the first rejection
+        if stop_token_ids:
+            stop = torch.tensor(sorted(stop_token_ids), device=device)
+            is_stop = torch.isin(draft_tokens, stop) & (slots[None, :] < n[:, None])
+            stopped = is_stop.any(dim=1)
+            n = torch.where(stopped, is_stop.long().argmax(dim=1) + 1, n)
+        q_used = torch.cat([q * drafted[..., None], q.new_zeros(B, 1, q.shape[-1])], dim=1)
+    else:
+        n = torch.zeros(B, dtype=torch.long, device=device)
+        q_used = q.new_zeros(B, 1, p.shape[-1])
+    dist = residual_distribution(p[rows, n], q_used[rows, n])  # recovered, or bonus where q = 0
+    next_token = torch.where(stopped, torch.full_like(n, -1), sample_rows(dist, generator))
+    is_bonus = (n == num_drafts) & ~stopped
+    return BatchVerifyOutcome(num_accepted=n, next_token=next_token, is_bonus=is_bonus)

@@ -102,8 +102,11 @@ def test_stats_invariants(target, draft, sampling, k):
 
 
 def test_input_validation(target, draft):
-    with pytest.raises(ValueError, match="batch size 2"):
-        speculative_generate(target, draft, torch.ones(2, 4, dtype=torch.long), num_draft_tokens=2,
+    with pytest.raises(ValueError, match="left padding"):
+        speculative_generate(target, draft, torch.ones(2, 4, dtype=torch.long), torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0]]),
+                             num_draft_tokens=2, max_new_tokens=4, sampling=GREEDY)
+    with pytest.raises(ValueError, match="shape"):
+        speculative_generate(target, draft, torch.ones(4, dtype=torch.long), num_draft_tokens=2,
                              max_new_tokens=4, sampling=GREEDY)
     with pytest.raises(ValueError, match="empty prompt"):
         autoregressive_generate(target, torch.ones(1, 0, dtype=torch.long), max_new_tokens=4, sampling=GREEDY)
