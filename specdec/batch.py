@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specdec.drafters import ModelDrafter, NgramDrafter, _cache_kwarg, fit_vocab, model_device, new_cache, now
+from specdec.drafters import ModelDrafter, NgramDrafter, fit_vocab, model_device, model_kwargs, new_cache, now
 from specdec.sampling import SamplingConfig, logits_to_probs, sample_rows, verify_batch
 from specdec.stats import DecodingStats
 
@@ -97,26 +97,26 @@ class MaskedKV:
         self.cache = new_cache(model)
         self.mask = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)
         self.num_valid = torch.zeros(batch_size, dtype=torch.long, device=self.device)
-        self._kw = _cache_kwarg(model)
 
     @torch.inference_mode()
-    def forward(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, valid: torch.Tensor, logits_to_keep: int | None = None) -> torch.Tensor:
         """Append a block and run the model over it.
 
         Args:
             ids: LongTensor ``[B, m]``; ids in invalid slots are ignored (masked for every query).
             valid: BoolTensor ``[B, m]``; a row's valid slots get consecutive positions.
+            logits_to_keep: logits only for the last this-many slots (None = all ``m``).
         Returns:
-            logits ``[B, m, V]`` (rows of invalid slots are meaningless).
+            logits ``[B, n, V]`` for the last ``n`` slots (rows of invalid slots are meaningless).
         """
         self.mask = torch.cat([self.mask, valid], dim=1)
         positions = (self.num_valid[:, None] + valid.long().cumsum(dim=1) - 1).clamp_min(0)
         out = self.model(
-            input_ids=ids, attention_mask=self.mask.long(), position_ids=positions, use_cache=True,
-            **{self._kw: self.cache},
+            input_ids=ids, attention_mask=self.mask.long(), position_ids=positions,
+            **model_kwargs(self.model, self.cache, logits_to_keep),
         )
         self.num_valid = self.num_valid + valid.sum(dim=1)
-        return out.logits
+        return out.logits if logits_to_keep is None else out.logits[:, -logits_to_keep:]
 
     @torch.inference_mode()
     def invalidate_tail(self, keep: torch.Tensor, width: int) -> None:
@@ -181,7 +181,7 @@ class BatchModelDrafter:
         ids, valid = _left_pad(pending, self.kv.device)
         tokens, qs = [], []
         for j in range(k):
-            logits = self.kv.forward(ids, valid)[:, -1]
+            logits = self.kv.forward(ids, valid, logits_to_keep=1)[:, -1]
             self.forward_passes += 1
             q = logits_to_probs(fit_vocab(logits, vocab_size), sampling)
             x = sample_rows(q, generator)
@@ -303,7 +303,7 @@ def autoregressive_generate_batch(
     wall = 0.0
     while active and max_new_tokens > 0:
         t0 = now(device)
-        logits = kv.forward(ids, valid)[:, -1]
+        logits = kv.forward(ids, valid, logits_to_keep=1)[:, -1]
         tokens = sample_rows(logits_to_probs(logits, sampling), generator).tolist()
         dt = now(device) - t0
         wall += dt
@@ -388,7 +388,7 @@ def speculative_generate_batch(
         width = t_ids.shape[1]
         block = torch.cat([t_ids, drafts], dim=1)
         block_valid = torch.cat([t_valid, torch.arange(kb, device=device)[None, :] < ndraft[:, None]], dim=1)
-        logits = tkv.forward(block, block_valid)[:, width - 1 :]
+        logits = tkv.forward(block, block_valid, logits_to_keep=kb + 1)
         p = logits_to_probs(logits, sampling)
         out = verify_batch(drafts, ndraft, p, q.to(p.device), generator, stop)
         tkv.invalidate_tail(out.num_accepted + 1, kb + 1)  # keep the last pending token + accepted drafts

@@ -135,7 +135,7 @@ def autoregressive_generate(
     pending = context
     while len(result.token_ids) < max_new_tokens:
         t0 = now(device)
-        logits = forward_tokens(target, pending, cache)[-1]
+        logits = forward_tokens(target, pending, cache, logits_to_keep=1)[-1]
         token = sample(logits_to_probs(logits, sampling), generator)
         stats.target_seconds += now(device) - t0
         stats.target_forward_passes += 1
@@ -220,7 +220,7 @@ def speculative_generate(
         t1 = now(device)
         stats.draft_seconds += t1 - t0
 
-        logits = forward_tokens(target, context[num_cached:] + drafts, cache)[-(len(drafts) + 1) :]
+        logits = forward_tokens(target, context[num_cached:] + drafts, cache, logits_to_keep=len(drafts) + 1)
         if logits.shape[-1] != vocab_size:
             raise ValueError(f"target logits have {logits.shape[-1]} entries, expected {vocab_size}")
         p = logits_to_probs(logits, sampling)

@@ -76,35 +76,53 @@ def crop_cache(cache, keep: int) -> None:
         cache.crop(-remove)  # negative = "remove this many", in transformers 4.4x and 5.x alike
 
 
-_CACHE_KWARG: dict[type, str] = {}
+_FORWARD_KWARGS: dict[type, tuple[str, bool]] = {}
 
 
-def _cache_kwarg(model) -> str:
-    # transformers 5.x renamed `past_key_values` to `cache`; support both
+def _forward_kwargs(model) -> tuple[str, bool]:
+    # transformers 5.x renamed `past_key_values` to `cache`; support both. `logits_to_keep`
+    # (transformers >= 4.45) lets the LM head skip positions whose logits nobody reads.
     cls = type(model)
-    if cls not in _CACHE_KWARG:
+    if cls not in _FORWARD_KWARGS:
         import inspect
 
         params = inspect.signature(model.forward).parameters
-        _CACHE_KWARG[cls] = "cache" if "cache" in params else "past_key_values"
-    return _CACHE_KWARG[cls]
+        _FORWARD_KWARGS[cls] = ("cache" if "cache" in params else "past_key_values", "logits_to_keep" in params)
+    return _FORWARD_KWARGS[cls]
+
+
+def _cache_kwarg(model) -> str:
+    return _forward_kwargs(model)[0]
+
+
+def model_kwargs(model, cache, logits_to_keep: int | None) -> dict:
+    """Keyword arguments for ``model(...)``: the cache under its name, and ``logits_to_keep``
+    (only the last ``logits_to_keep`` positions get logits) when the model supports it."""
+    name, has_keep = _forward_kwargs(model)
+    kw = {name: cache, "use_cache": True}
+    if logits_to_keep is not None and has_keep:
+        kw["logits_to_keep"] = logits_to_keep
+    return kw
 
 
 @torch.inference_mode()
-def forward_tokens(model, tokens: list[int], cache) -> torch.Tensor:
+def forward_tokens(model, tokens: list[int], cache, logits_to_keep: int | None = None) -> torch.Tensor:
     """Run ``model`` over ``tokens`` appended to what ``cache`` holds; returns logits.
 
     Args:
         model: transformers causal LM.
         tokens: the ids not yet in the cache (at least one).
         cache: a ``DynamicCache`` holding the preceding positions; updated in place.
+        logits_to_keep: compute logits only for the last this-many positions (the LM head over a
+            long prompt is the single largest waste in a prefill otherwise); None = all.
     Returns:
-        float tensor ``[len(tokens), V]`` of next-token logits (row i predicts the token after
-        ``tokens[i]``).
+        float tensor ``[n, V]`` of next-token logits for the last ``n`` fed tokens, where
+        ``n = len(tokens)`` or ``logits_to_keep`` (row i predicts the token after its input).
     """
     ids = torch.tensor([tokens], dtype=torch.long, device=model_device(model))
-    out = model(input_ids=ids, use_cache=True, **{_cache_kwarg(model): cache})
-    return out.logits[0]
+    out = model(input_ids=ids, **model_kwargs(model, cache, logits_to_keep))
+    logits = out.logits[0]
+    return logits if logits_to_keep is None else logits[-logits_to_keep:]
 
 
 def fit_vocab(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -158,7 +176,7 @@ class ModelDrafter:
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         for _ in range(k):
-            logits = forward_tokens(self.model, pending, self.cache)[-1]
+            logits = forward_tokens(self.model, pending, self.cache, logits_to_keep=1)[-1]
             self.forward_passes += 1
             self.num_cached += len(pending)
             q = logits_to_probs(fit_vocab(logits, vocab_size), sampling)
