@@ -24,6 +24,10 @@ def run_cmd(
     heldout: Annotated[Optional[str], typer.Option(help="Held-out set name or JSONL path.")] = None,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Stratified subset size.")] = None,
     device: Annotated[Optional[str], typer.Option(help="auto | cpu | cuda")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(
+        "--batch-size", min=1,
+        help="Prompts decoded together (default: SPECDEC_NIGHTLY_BATCH_SIZE, else 1). Larger batches raise "
+             "throughput on GPUs; on a 2-core CPU batch > 1 mostly adds padding cost.")] = None,
     parallel: Annotated[bool, typer.Option(help="Validate pair versions in parallel on a local Dask cluster.")] = False,
     dask_address: Annotated[Optional[str], typer.Option(help="Existing Dask scheduler (implies --parallel).")] = None,
 ) -> None:
@@ -46,7 +50,8 @@ def run_cmd(
                             dask_address=dask_address)
     try:
         results = flow(pairs=pair or s.pairs, aliases=tuple(alias or s.aliases), heldout=heldout or s.heldout,
-                       limit=limit if limit is not None else s.limit, device=device or s.device, dtype=s.dtype)
+                       limit=limit if limit is not None else s.limit, device=device or s.device, dtype=s.dtype,
+                       batch_size=batch_size if batch_size is not None else s.batch_size)
     except Exception as e:  # registry/monitoring errors carry clear messages
         err.print(f"[red]error:[/] {type(e).__name__}: {e}")
         raise typer.Exit(1) from None

@@ -16,7 +16,7 @@ from flows.settings import NightlySettings, get_settings
 def deployment_parameters(s: NightlySettings) -> dict:
     """The nightly flow's parameters from settings (JSON-ready)."""
     return {"pairs": list(s.pairs), "aliases": list(s.aliases), "heldout": s.heldout, "limit": s.limit,
-            "device": s.device, "dtype": s.dtype}
+            "device": s.device, "dtype": s.dtype, "batch_size": s.batch_size}
 
 
 def serve_nightly(settings: NightlySettings | None = None) -> None:

@@ -112,8 +112,17 @@ def cached_drafter(key: tuple):
     return obj
 
 
-def build_validation_config(pv, *, limit: int | None, seed: int = 0):
-    """The :class:`specdec.validation.ValidationConfig` for a pair version's decoding config."""
+def build_validation_config(pv, *, limit: int | None, seed: int = 0, batch_size: int = 1):
+    """The :class:`specdec.validation.ValidationConfig` for a pair version's decoding config.
+
+    Args:
+        pv: the :class:`registry.PairVersion` (its ``config``: k, sampling, max_new_tokens).
+        limit: stratified subset size (None = all prompts).
+        seed: subset, sampling and bootstrap seed.
+        batch_size: prompts decoded together (>= 1).
+    Raises:
+        ValueError: a config value out of range (e.g. ``batch_size < 1``).
+    """
     from specdec import SamplingConfig
     from specdec.validation import ValidationConfig
 
@@ -124,4 +133,5 @@ def build_validation_config(pv, *, limit: int | None, seed: int = 0):
         sampling=SamplingConfig(temperature=float(c.temperature), top_k=c.top_k, top_p=c.top_p),
         seed=seed,
         limit=limit,
+        batch_size=batch_size,
     )

@@ -39,7 +39,7 @@ def _logger():
 
 @task(task_run_name="validate {pair}@v{version}", retries=1, retry_delay_seconds=30)
 def run_validation(pair: str, version: str, heldout: str, limit: int | None, device: str, dtype: str,
-                   out_dir: str, seed: int = 0):
+                   out_dir: str, seed: int = 0, batch_size: int = 1):
     """Load the pair's models (worker cache) and validate them on the held-out set.
 
     Returns:
@@ -57,7 +57,8 @@ def run_validation(pair: str, version: str, heldout: str, limit: int | None, dev
         log.info("%s v%s: prompt %d/%d (%s) %s", pair, version, done, total, row.category, acc)
 
     report = validate_pair(cached_target(tkey), cached_drafter(dkey), load_heldout(heldout),
-                           build_validation_config(pv, limit=limit, seed=seed), target_ref=pv.target_uri,
+                           build_validation_config(pv, limit=limit, seed=seed, batch_size=batch_size),
+                           target_ref=pv.target_uri,
                            progress=progress)
     report.write(out_dir)
     return report
@@ -159,6 +160,7 @@ def nightly_validation_flow(
     dtype: str = "auto",
     scheduled_date: dt.date | None = None,
     seed: int = 0,
+    batch_size: int = 1,
 ) -> list[NightlyResult]:
     """Validate every (pair, alias) and alert on drift. See the module docstring for the steps.
 
@@ -171,8 +173,13 @@ def nightly_validation_flow(
         scheduled_date: the night this run belongs to (default: the flow run's scheduled date);
             part of the idempotency key, so a retry of the same night updates the same row.
         seed: subset and sampling seed.
+        batch_size: prompts decoded together (>= 1); speed metrics are measured at this batch
+            size, so a value other than 1 is part of the run's config hash (drift baselines
+            compare runs with the same config).
     Returns:
         one :class:`flows.tasks.NightlyResult` per (pair, alias).
+    Raises:
+        ValueError: ``batch_size`` < 1.
     """
     import monitoring
     from monitoring import history
@@ -180,6 +187,8 @@ def nightly_validation_flow(
     from registry import get_pair_version
     from specdec.heldout import load_heldout
 
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
     log = _logger()
     night = scheduled_date or scheduled_date_of_run()
     retry_pending_mlflow_logging()
@@ -203,6 +212,8 @@ def nightly_validation_flow(
             seen[(pair, version)] = alias
             pv = get_pair_version(pair, version, download=False)
             cfg = {**pv.config.to_dict(), "drafter_kind": pv.drafter_kind, "limit": limit, "seed": seed}
+            if batch_size != 1:  # absent at 1: keys of runs made before batching stay the same
+                cfg["batch_size"] = batch_size
             key = history.RunKey.build(pair, version, held.name, held.version, cfg, night)
             try:
                 claim = history.claim_run(db, key, alias=alias,
@@ -212,7 +223,7 @@ def nightly_validation_flow(
                 results.append(NightlyResult(pair, alias, version, "already-running", message=str(e)))
                 continue
             out = report_dir_for(home, key)
-            fut = run_validation.submit(pair, version, heldout, limit, device, dtype, str(out), seed)
+            fut = run_validation.submit(pair, version, heldout, limit, device, dtype, str(out), seed, batch_size)
             hashes = (pv.target_weights_sha256, pv.draft_weights_sha256)
             jobs.append((pair, alias, version, key, claim, out, champion, hashes, fut))
 

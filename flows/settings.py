@@ -10,7 +10,11 @@ class NightlySettings(BaseSettings):
     """Defaults of the nightly validation deployment.
 
     Env examples: ``SPECDEC_NIGHTLY_CRON="30 1 * * *"``, ``SPECDEC_NIGHTLY_PAIRS='["specdec-pair"]'``,
-    ``SPECDEC_NIGHTLY_LIMIT=48``, ``SPECDEC_NIGHTLY_WORK_POOL=gpu-pool``.
+    ``SPECDEC_NIGHTLY_LIMIT=48``, ``SPECDEC_NIGHTLY_WORK_POOL=gpu-pool``, ``SPECDEC_NIGHTLY_BATCH_SIZE=8``.
+
+    ``batch_size``: prompts decoded together by the validation (>= 1, default 1; see
+    :class:`specdec.validation.ValidationConfig`). Larger batches raise throughput on a GPU worker;
+    on a small CPU batch > 1 mostly adds padding cost. Speed metrics are measured at this batch size.
     """
 
     model_config = SettingsConfigDict(env_prefix="SPECDEC_NIGHTLY_", env_file=".env", extra="ignore")
@@ -23,6 +27,7 @@ class NightlySettings(BaseSettings):
     limit: int | None = 48
     device: str = "auto"
     dtype: str = "auto"
+    batch_size: int = Field(default=1, ge=1)
     work_pool: str = "cpu-pool"
     deployment_name: str = "nightly-validation"
     parallel: bool = False

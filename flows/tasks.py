@@ -105,7 +105,7 @@ def load_pair(pair: str, version: str, device: str = "auto", dtype: str = "auto"
 
 @task(task_run_name="validate {pair}@v{version}")
 def validate(pair: str, version: str, loaded: dict[str, Any], heldout: str, limit: int | None,
-             out_dir: str, seed: int = 0) -> Any:
+             out_dir: str, seed: int = 0, batch_size: int = 1) -> Any:
     """Run :func:`specdec.validation.validate_pair` with the pair's decoding config; write the report.
 
     Returns:
@@ -118,7 +118,8 @@ def validate(pair: str, version: str, loaded: dict[str, Any], heldout: str, limi
     pv = loaded["pair_version"]
     target = cached_target(loaded["target_key"])
     drafter = cached_drafter(loaded["drafter_key"])
-    report = validate_pair(target, drafter, load_heldout(heldout), build_validation_config(pv, limit=limit, seed=seed))
+    config = build_validation_config(pv, limit=limit, seed=seed, batch_size=batch_size)
+    report = validate_pair(target, drafter, load_heldout(heldout), config)
     report.write(out_dir)
     return report
 

@@ -11,6 +11,9 @@ For every prompt :func:`validate_pair` runs, in this order:
    one-hot lookup proposal, see :func:`specdec.metrics.onehot_agreement_sums`);
 4. greedy only: the exactness audit (speculative tokens == target-only tokens).
 
+With ``ValidationConfig.batch_size`` B > 1, steps 1 and 2 run once per group of B prompts as
+batched calls (:mod:`specdec.validation_batch`); steps 3 and 4 stay per prompt.
+
 Then it pools counters per category and overall (never averaging per-prompt ratios), bootstraps
 95% CIs over prompts, and fits Leviathan's speedup model. Definitions: ``docs/metrics.md``.
 """
@@ -71,6 +74,19 @@ class ValidationConfig:
         limit: number of prompts (stratified subset, :meth:`HeldoutSet.subset`); ``None`` = all.
         bootstrap_resamples: bootstrap replicates for the 95% CIs.
         warmup: run one short untimed generation of each kind first (lazy init, allocator).
+        batch_size: prompts decoded together (>= 1). With 1 (default) every prompt runs alone.
+            With B > 1 the prompts that are not skipped are taken in held-out order (after
+            ``limit``) in groups of B, left-padded, and each group gets ONE batched target-only
+            call and ONE batched speculative call per drafter (:mod:`specdec.batch`); the
+            teacher-forced agreement stays per prompt. Then the measured ``speedup`` is batched
+            speculative vs batched target-only at the same B, and ĉ / v are measured on batched
+            passes (mean seconds per batched forward pass). Each group's wall seconds are split
+            across its rows in proportion to their emitted tokens, so per-prompt seconds sum to
+            the batch wall times. Sampling uses one ``torch.Generator`` per group, seeded from
+            ``seed`` and the group's first prompt id: a prompt's sampled tokens then depend on
+            the grouping (B, ``limit``, skipped prompts), not on the prompt alone. Greedy rows
+            equal their B = 1 outputs, so counters and agreement do not depend on B. Larger B
+            raises throughput on GPUs; on a small CPU B > 1 mostly adds padding cost.
     """
 
     num_draft_tokens: int = 4
@@ -80,6 +96,7 @@ class ValidationConfig:
     limit: int | None = None
     bootstrap_resamples: int = 2000
     warmup: bool = True
+    batch_size: int = 1
 
     def __post_init__(self) -> None:
         if self.num_draft_tokens < 1:
@@ -90,6 +107,8 @@ class ValidationConfig:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
         if self.bootstrap_resamples < 1:
             raise ValueError(f"bootstrap_resamples must be >= 1, got {self.bootstrap_resamples}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {self.batch_size!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """Flat JSON-ready dict (the report's ``config``)."""
@@ -100,6 +119,7 @@ class ValidationConfig:
             "seed": self.seed,
             "limit": self.limit,
             "bootstrap_resamples": self.bootstrap_resamples,
+            "batch_size": self.batch_size,
         }
 
 
@@ -341,10 +361,29 @@ def _run_drafter(
     else:  # n-gram: one lookup per target pass, timed by the core as draft_seconds
         run.draft_pass_s, run.draft_passes = s.draft_seconds, s.target_forward_passes
 
+    _fill_run(run, spec.token_ids, s, ref_tokens, t_ref, t_spec, tf, d, config)
+    return run
+
+
+def _fill_run(
+    run: _Run,
+    spec_tokens: list[int],
+    s: DecodingStats,
+    ref_tokens: list[int],
+    t_ref: float,
+    t_spec: float,
+    tf: _TargetTF | None,
+    d: _DrafterCtx,
+    config: ValidationConfig,
+) -> None:
+    """Fill ``run`` and its row from one prompt's speculative outcome (tokens, own counters ``s``),
+    its target-only tokens, the seconds charged to it, the drafter's teacher-forced agreement and,
+    greedy only, the exactness audit against ``ref_tokens``."""
+    row = run.row
     run.stats = s
     run.target_only_seconds, run.speculative_seconds = t_ref, t_spec
-    run.target_only_tokens, run.speculative_tokens = len(ref_tokens), len(spec.token_ids)
-    row.new_tokens, row.target_only_tokens = len(spec.token_ids), len(ref_tokens)
+    run.target_only_tokens, run.speculative_tokens = len(ref_tokens), len(spec_tokens)
+    row.new_tokens, row.target_only_tokens = len(spec_tokens), len(ref_tokens)
     row.num_drafts, row.num_draft_tokens, row.num_accepted_tokens = s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens
     row.acceptance_rate = s.acceptance_rate
     row.mean_accepted_length = s.mean_accepted_length
@@ -362,15 +401,14 @@ def _run_drafter(
     row.tf_coverage = run.agree.positions / run.tf_total if run.tf_total else math.nan
 
     if config.sampling.is_greedy:
-        row.exact_match = spec.token_ids == ref_tokens
+        row.exact_match = spec_tokens == ref_tokens
         if not row.exact_match:
-            a, b = spec.token_ids, ref_tokens
+            a, b = spec_tokens, ref_tokens
             i = next((j for j in range(min(len(a), len(b))) if a[j] != b[j]), min(len(a), len(b)))
             row.first_divergence = i
             if tf is not None and i < tf.z_p.shape[0]:
                 top2 = torch.topk(tf.z_p[i], 2).values
                 row.divergence_logit_margin = float(top2[0] - top2[1])
-    return run
 
 
 def _gen(seed: int, device: torch.device) -> torch.Generator:
@@ -549,7 +587,8 @@ def validate_pair(
         config: :class:`ValidationConfig` (defaults: k=4, 64 new tokens, greedy).
         tokenizer: required when ``target`` is a bare model.
         target_ref: name recorded in the report (default: the LoadedModel's source ref or path).
-        progress: called after each prompt as ``progress(done, total, row)``.
+        progress: called after each prompt as ``progress(done, total, row)`` (with
+            ``config.batch_size`` > 1: once per prompt after its group is done).
     Returns:
         :class:`~specdec.report.ValidationReport` with ``overall`` and per-category
         :class:`~specdec.report.GroupMetrics` and one :class:`~specdec.report.PromptResult` per
@@ -577,8 +616,16 @@ def validate_pairs(
 
     Per prompt, target-only decoding and the target's teacher-forced pass run once; each
     drafter's speculative run follows right after, so all speed ratios compare runs made under
-    the same machine conditions. Returns one report per drafter, in order. ``progress`` gets the
-    list of per-drafter rows of the prompt just done.
+    the same machine conditions. With ``config.batch_size`` B > 1 the same happens per group of
+    B prompts (one batched target-only call, then one batched speculative call per drafter; see
+    :class:`ValidationConfig`). Returns one report per drafter, in order; ``prompts`` keep the
+    held-out order either way. ``progress`` gets the list of per-drafter rows of the prompt just
+    done (with B > 1: of each prompt of the group just done, and of skipped prompts as they are
+    found).
+
+    Raises:
+        ValueError: bad config, no drafter, no tokenizer for a bare model.
+        TypeError: unsupported drafter type.
     """
     config = config or ValidationConfig()
     if not drafters:
@@ -611,6 +658,10 @@ def validate_pairs(
 
     if config.warmup:
         _warmup(model, [c.obj for c in ctxs], subset, tok, config, eos, ctx_limit)
+        if config.batch_size > 1:
+            from specdec.validation_batch import warmup_batched
+
+            warmup_batched(model, [c.obj for c in ctxs], subset, tok, config, eos, ctx_limit)
 
     per_drafter: list[list[_Run]] = [[] for _ in ctxs]
     t_timer = _PassTimer(model)
@@ -618,12 +669,19 @@ def validate_pairs(
         t_timer.__enter__()
         for c in ctxs:
             c.timer.__enter__()
-        for i, prompt in enumerate(subset.prompts):
-            runs = _run_prompt(prompt, model, tok, ctxs, config, eos, ctx_limit, t_timer)
-            for acc, run in zip(per_drafter, runs):
-                acc.append(run)
-            if progress is not None:
-                progress(i + 1, len(subset.prompts), [r.row for r in runs])
+        if config.batch_size == 1:
+            for i, prompt in enumerate(subset.prompts):
+                runs = _run_prompt(prompt, model, tok, ctxs, config, eos, ctx_limit, t_timer)
+                for acc, run in zip(per_drafter, runs):
+                    acc.append(run)
+                if progress is not None:
+                    progress(i + 1, len(subset.prompts), [r.row for r in runs])
+        else:
+            from specdec.validation_batch import run_batched
+
+            for runs in run_batched(subset.prompts, model, tok, ctxs, config, eos, ctx_limit, t_timer, progress):
+                for acc, run in zip(per_drafter, runs):
+                    acc.append(run)
     finally:
         t_timer.__exit__()
         for c in ctxs:
