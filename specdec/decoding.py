@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specdec.drafters import as_drafter, crop_cache, forward_tokens, model_device, new_cache, now
-from specdec.sampling import SamplingConfig, logits_to_probs, sample, verify_block
+from specdec.sampling import SamplingConfig, logits_to_probs, sample, verify_block, verify_greedy
 from specdec.stats import DecodingStats
 
 
@@ -136,7 +136,10 @@ def autoregressive_generate(
     while len(result.token_ids) < max_new_tokens:
         t0 = now(device)
         logits = forward_tokens(target, pending, cache, logits_to_keep=1)[-1]
-        token = sample(logits_to_probs(logits, sampling), generator)
+        if sampling.is_greedy:
+            token = int(logits.argmax())  # = sample(logits_to_probs(...)) for one-hot, one host read
+        else:
+            token = sample(logits_to_probs(logits, sampling), generator)
         stats.target_seconds += now(device) - t0
         stats.target_forward_passes += 1
         result.token_ids.append(token)
@@ -223,8 +226,11 @@ def speculative_generate(
         logits = forward_tokens(target, context[num_cached:] + drafts, cache, logits_to_keep=len(drafts) + 1)
         if logits.shape[-1] != vocab_size:
             raise ValueError(f"target logits have {logits.shape[-1]} entries, expected {vocab_size}")
-        p = logits_to_probs(logits, sampling)
-        outcome = verify_block(drafts, p, q.to(p.device), generator, stop)
+        if q is None:  # greedy drafter output: ids only (see Drafter protocol)
+            outcome = verify_greedy(drafts, logits.argmax(dim=-1).tolist(), stop)
+        else:
+            p = logits_to_probs(logits, sampling)
+            outcome = verify_block(drafts, p, q.to(p.device), generator, stop)
         stats.target_seconds += now(device) - t1
         stats.target_forward_passes += 1
 

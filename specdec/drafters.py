@@ -5,7 +5,9 @@ Every drafter implements the small protocol used by :func:`specdec.speculative_g
 * ``reset()`` before a new prompt;
 * ``propose(context, k, sampling, vocab_size, generator, stop_token_ids) -> (tokens, q)`` with
   ``tokens`` a list of at most ``k`` ids and ``q`` a float32 tensor ``[len(tokens), vocab_size]``
-  holding the distribution each token was drawn from;
+  holding the distribution each token was drawn from. Under greedy sampling ``q`` may be
+  ``None``: q is then one-hot on the tokens, and the loop verifies ids directly
+  (:func:`specdec.sampling.verify_greedy`);
 * ``rollback(num_valid)`` after verification: only the first ``num_valid`` tokens of the context
   are final; any cached state beyond them is dropped.
 
@@ -169,10 +171,12 @@ class ModelDrafter:
         Returns ``(tokens, q)`` with ``q`` float32 ``[len(tokens), vocab_size]``.
         """
         if k <= 0:
-            return [], torch.empty(0, vocab_size)
+            return [], (None if sampling.is_greedy else torch.empty(0, vocab_size))
         pending = list(context[self.num_cached :])
         if not pending:
             raise RuntimeError("draft cache is ahead of the context; rollback was not called")
+        if sampling.is_greedy:
+            return self._propose_greedy(pending, k, vocab_size, stop_token_ids), None
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         for _ in range(k):
@@ -187,6 +191,24 @@ class ModelDrafter:
             if x in stop_token_ids:
                 break
         return tokens, torch.stack(qs)
+
+    @torch.inference_mode()
+    def _propose_greedy(self, pending: list[int], k: int, vocab_size: int, stop_token_ids) -> list[int]:
+        # argmax stays on the device and feeds the next pass: one host read per step, not per token
+        ids = torch.tensor([pending], dtype=torch.long, device=model_device(self.model))
+        drafted = []
+        for _ in range(k):
+            logits = self.model(input_ids=ids, **model_kwargs(self.model, self.cache, 1)).logits[0, -1]
+            self.forward_passes += 1
+            self.num_cached += ids.shape[1]
+            x = fit_vocab(logits, vocab_size).argmax()
+            drafted.append(x)
+            ids = x.view(1, 1)
+        tokens = torch.stack(drafted).tolist()
+        for i, x in enumerate(tokens):  # stop after a drafted stop token (later drafts are dropped)
+            if x in stop_token_ids:
+                return tokens[: i + 1]
+        return tokens
 
     def rollback(self, num_valid: int) -> None:
         """Keep only the first ``num_valid`` positions in the draft KV cache."""
@@ -240,7 +262,8 @@ class NgramDrafter:
         return []
 
     def propose(self, context, k, sampling, vocab_size, generator=None, stop_token_ids=frozenset()):
-        """Propose the lookup continuation (truncated after a stop token); ``q`` is one-hot."""
+        """Propose the lookup continuation (truncated after a stop token); ``q`` is one-hot
+        (``None`` under greedy sampling, where the loop verifies ids directly)."""
         tokens = []
         for x in self.lookup(context, k):
             if x >= vocab_size:
@@ -248,6 +271,8 @@ class NgramDrafter:
             tokens.append(x)
             if x in stop_token_ids:
                 break
+        if sampling.is_greedy:
+            return tokens, None
         q = torch.zeros(len(tokens), vocab_size)
         if tokens:
             q[torch.arange(len(tokens)), torch.tensor(tokens)] = 1.0

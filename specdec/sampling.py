@@ -35,6 +35,7 @@ __all__ = [
     "acceptance_probability",
     "residual_distribution",
     "verify_block",
+    "verify_greedy",
     "VerifyOutcome",
     "sample_rows",
     "verify_batch",
@@ -206,6 +207,36 @@ def verify_block(
         if x in stop_token_ids:
             return VerifyOutcome(i + 1, -1, is_bonus=False)
     return VerifyOutcome(k, sample(p[k], generator), is_bonus=True)
+
+
+def verify_greedy(
+    draft_tokens: list[int], target_argmax: list[int], stop_token_ids: frozenset[int] = frozenset()
+) -> VerifyOutcome:
+    """:func:`verify_block` for temperature 0, on token ids instead of one-hot distributions.
+
+    With one-hot ``p`` and ``q``, ``min(1, p(x)/q(x))`` is 1 if ``x`` is the target's argmax and
+    0 otherwise, and the residual ``norm(max(0, p − q))`` is the one-hot target argmax; so this
+    is the same algorithm without building ``[k, V]`` tensors (one host read per step).
+
+    Args:
+        draft_tokens: the ``k`` proposed ids.
+        target_argmax: ``k + 1`` ids, the target's argmax at each drafted position and at the
+            bonus position (first index on exact ties, as :func:`logits_to_probs`).
+        stop_token_ids: an accepted draft in this set ends the block (``next_token = -1``).
+    Returns:
+        :class:`VerifyOutcome`.
+    Raises:
+        ValueError: if ``len(target_argmax) != len(draft_tokens) + 1``.
+    """
+    k = len(draft_tokens)
+    if len(target_argmax) != k + 1:
+        raise ValueError(f"need k+1 = {k + 1} target argmax ids, got {len(target_argmax)}")
+    for i, x in enumerate(draft_tokens):
+        if x != target_argmax[i]:
+            return VerifyOutcome(i, target_argmax[i], is_bonus=False)  # recovered = target argmax
+        if x in stop_token_ids:
+            return VerifyOutcome(i + 1, -1, is_bonus=False)
+    return VerifyOutcome(k, target_argmax[k], is_bonus=True)
 
 
 def sample_rows(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

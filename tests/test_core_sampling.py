@@ -155,3 +155,23 @@ def test_accept_or_resample_reproduces_target_distribution(name):
     acc = (torch.rand(N_SIM, generator=g) < acceptance_probability(p[x], q[x])).float().mean().item()
     alpha = torch.minimum(p, q).sum().item()
     assert acc == pytest.approx(alpha, abs=4 * math.sqrt(max(alpha * (1 - alpha), 1e-9) / N_SIM) + 1e-9)
+
+
+def test_verify_greedy_is_verify_block_on_one_hot_distributions():
+    """The id-only greedy verifier must agree with the general one on one-hot p and q."""
+    from specdec.sampling import verify_block, verify_greedy
+
+    g = torch.Generator().manual_seed(5)
+    V = 6
+    for trial in range(300):
+        k = int(torch.randint(0, 5, (1,), generator=g))
+        drafts = torch.randint(0, V, (k,), generator=g).tolist()
+        argmax = torch.randint(0, V, (k + 1,), generator=g).tolist()
+        if trial % 3 == 0:  # make long accepted prefixes common
+            argmax[:k] = drafts
+        stop = frozenset({5}) if trial % 2 else frozenset()
+        p = torch.nn.functional.one_hot(torch.tensor(argmax), V).float()
+        q = torch.nn.functional.one_hot(torch.tensor(drafts, dtype=torch.long), V).float().reshape(k, V)
+        a = verify_block(drafts, p, q, g, stop)
+        b = verify_greedy(drafts, argmax, stop)
+        assert (a.num_accepted, a.next_token, a.is_bonus) == (b.num_accepted, b.next_token, b.is_bonus)
