@@ -9,7 +9,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv test demo model clean lint
+.PHONY: venv test demo model bench clean lint
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -29,6 +29,10 @@ demo: $(STAMP)
 
 model: $(STAMP)
 	$(BIN)/specdec model fetch
+
+# speed benchmark (benchmarks/README.md); ~1 h on 2 CPU cores. BENCH_ARGS=--quick for a smoke run
+bench: $(STAMP)
+	$(BIN)/python benchmarks/perf.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .specdec

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from specdec import NgramDrafter, SamplingConfig, autoregressive_generate, speculative_generate
+from specdec import NgramDrafter, SamplingConfig, autoregressive_generate, speculative_generate, speculative_generate_batch
 
 GREEDY = SamplingConfig()
 
@@ -417,26 +417,20 @@ def left_pad(tokenizer, prompts: list[list[int]], device) -> tuple[torch.Tensor,
 
 
 def run_batch(target, draft_obj, tokenizer, prompts: list[list[int]], k: int, max_new_tokens: int, eos) -> BatchOut:
-    """Our speculative decoding on a left-padded batch (the batched API's contract).
+    """Our speculative decoding on a left-padded batch (``speculative_generate_batch``).
 
-    Returns a :class:`BatchOut` with ``error`` set (and no timing) if the installed core does not
-    accept a batch yet (``NotImplementedError`` / ``ValueError`` / ``TypeError``).
+    Returns a :class:`BatchOut` (row token ids, wall seconds, pooled stats). Errors propagate:
+    the core supports batches, so a failure here is a regression, not a missing feature.
     """
     dev = device_of(target)
     ids, mask = left_pad(tokenizer, prompts, dev)
     drafter = draft_obj  # a fresh core-side drafter per call: pass the model or the NgramDrafter
 
     def go():
-        return speculative_generate(
+        return speculative_generate_batch(
             target, drafter, ids, attention_mask=mask, num_draft_tokens=k, max_new_tokens=max_new_tokens,
             sampling=GREEDY, eos_token_id=eos,
         )  # fmt: skip
 
-    try:
-        res, s = timed(go, dev)
-    except (NotImplementedError, ValueError, TypeError) as e:
-        return BatchOut([], math.nan, error=f"{type(e).__name__}: {e}")
-    rows = getattr(res, "rows", None)
-    if rows is None:
-        return BatchOut([], s, error=f"speculative_generate returned {type(res).__name__} without .rows for B={len(prompts)}")
-    return BatchOut([list(r.token_ids) for r in rows], s, getattr(res, "stats", None))
+    res, s = timed(go, dev)
+    return BatchOut([list(r.token_ids) for r in res.rows], s, res.stats)

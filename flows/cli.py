@@ -42,10 +42,17 @@ def run_cmd(
         home = os.environ.get("SPECDEC_HOME", ".specdec")
         os.environ.setdefault("PREFECT_HOME", str(os.path.abspath(os.path.join(home, "prefect"))))
         os.makedirs(os.environ["PREFECT_HOME"], exist_ok=True)
+    from pydantic import ValidationError
+
     from flows.nightly import nightly_flow_for
     from flows.settings import get_settings
 
-    s = get_settings()
+    try:
+        s = get_settings()
+    except ValidationError as e:  # a malformed SPECDEC_NIGHTLY_* variable: say which, no traceback
+        bad = "; ".join(f"{'.'.join(str(x) for x in er['loc'])}: {er['msg']} (got {er.get('input')!r})" for er in e.errors())
+        err.print(f"[red]error:[/] invalid nightly settings (SPECDEC_NIGHTLY_* environment): {bad}")
+        raise typer.Exit(2) from None
     flow = nightly_flow_for(parallel=parallel or bool(dask_address), dask_workers=s.dask_workers,
                             dask_address=dask_address)
     try:

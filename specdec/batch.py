@@ -19,7 +19,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specdec.drafters import ModelDrafter, NgramDrafter, fit_vocab, model_device, model_kwargs, new_cache, now
+from specdec.drafters import (
+    ModelDrafter,
+    NgramDrafter,
+    check_draft_embeds,
+    fit_vocab,
+    model_device,
+    model_kwargs,
+    new_cache,
+    now,
+)
 from specdec.sampling import SamplingConfig, logits_to_probs, sample_rows, verify_batch
 from specdec.stats import DecodingStats
 
@@ -30,15 +39,21 @@ class BatchGenerationResult:
 
     Attributes:
         rows: one :class:`~specdec.decoding.GenerationResult` per input row, in input order.
-            A row's ``stats`` count its own tokens and passes; its ``*_seconds`` are the wall
-            seconds of the batched calls it took part in (shared with the other rows).
-        stats: pooled counters over all rows; ``target_seconds`` / ``draft_seconds`` are the
-            batch's wall seconds (not the sum over rows), so ``num_emitted_tokens`` divided by
-            their sum is the batch throughput in tokens/s.
+            A row's ``stats`` count its own tokens, drafts and acceptances (equal to its B = 1
+            run's under greedy decoding); its ``*_forward_passes`` count the batched passes it
+            took part in (a row drafts as many tokens as the batch's longest proposal), and its
+            ``*_seconds`` are the wall seconds of those passes (shared with the other rows).
+        stats: pooled counters over all rows (so pass counters are row-passes, summed over
+            rows); ``target_seconds`` / ``draft_seconds`` are the batch's wall seconds (not the
+            sum over rows), so ``num_emitted_tokens`` divided by their sum is the batch
+            throughput in tokens/s.
+        target_calls / draft_calls: batched model calls actually made (prefill included).
     """
 
     rows: list = field(default_factory=list)
     stats: DecodingStats = field(default_factory=DecodingStats)
+    target_calls: int = 0
+    draft_calls: int = 0
 
     @property
     def token_ids(self) -> list[list[int]]:
@@ -49,12 +64,22 @@ class BatchGenerationResult:
 def check_batch_inputs(target, input_ids, attention_mask, max_new_tokens) -> torch.Tensor:
     """Validate a left-padded batch; returns the attention mask as a BoolTensor ``[B, L]``.
 
+    Args:
+        target: the target model (its ``config.max_position_embeddings`` bounds the length), or
+            an object whose ``config`` is None (no bound).
+        input_ids: integer tensor ``[B, L]``, B >= 1, L >= 1.
+        attention_mask: ``[B, L]`` of 0/1 (bool, int or float) with left padding, or None.
+        max_new_tokens: int >= 0.
     Raises:
-        ValueError: wrong shapes or dtypes, right padding, an empty row, a negative
-            ``max_new_tokens``, or a row + ``max_new_tokens`` longer than the target's context.
+        ValueError: wrong shapes or dtypes, mask values other than 0/1, right padding, an empty
+            row, a negative ``max_new_tokens``, or a row + ``max_new_tokens`` longer than the
+            target's context.
     """
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[0] < 1:
-        raise ValueError("input_ids must be a LongTensor of shape [batch, prompt_len]")
+        shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+        raise ValueError(f"input_ids must be an integer tensor of shape [batch >= 1, prompt_len], got {shape}")
+    if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+        raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
     if input_ids.shape[1] == 0:
         raise ValueError("empty prompt: input_ids must hold at least one token")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
@@ -62,10 +87,13 @@ def check_batch_inputs(target, input_ids, attention_mask, max_new_tokens) -> tor
     if attention_mask is None:
         mask = torch.ones(input_ids.shape, dtype=torch.bool, device=input_ids.device)
     else:
+        attention_mask = torch.as_tensor(attention_mask, device=input_ids.device)
         if attention_mask.shape != input_ids.shape:
             raise ValueError(
                 f"attention_mask shape {tuple(attention_mask.shape)} != input_ids shape {tuple(input_ids.shape)}"
             )
+        if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+            raise ValueError("attention_mask must hold only 0 (padding) and 1 (token)")
         mask = attention_mask.to(torch.bool)
     lengths = mask.sum(dim=1)
     if bool((lengths == 0).any()):
@@ -74,13 +102,47 @@ def check_batch_inputs(target, input_ids, attention_mask, max_new_tokens) -> tor
     expected = torch.arange(mask.shape[1], device=mask.device)[None, :] >= (mask.shape[1] - lengths)[:, None]
     if not bool((expected == mask).all()):
         raise ValueError("attention_mask must use left padding (each row 0…0 1…1); pad with padding_side='left'")
-    limit = getattr(target.config, "max_position_embeddings", None)
+    config = getattr(target, "config", None)
+    limit = getattr(config, "max_position_embeddings", None)
     if limit is not None and int(lengths.max()) + max_new_tokens > limit:
         raise ValueError(
             f"a prompt of {int(lengths.max())} tokens + max_new_tokens={max_new_tokens} exceeds the "
             f"target's context of {limit} tokens"
         )
     return mask
+
+
+def sliding_window(model) -> int | None:
+    """The attention window (tokens) of a sliding-window model (Mistral, Gemma 2/3, ...), else None."""
+    cfg = getattr(model, "config", None)
+    window = getattr(cfg, "sliding_window", None)
+    if not window or getattr(cfg, "use_sliding_window", True) is False:
+        return None
+    layer_types = getattr(cfg, "layer_types", None)
+    if layer_types and not any("sliding" in str(t) for t in layer_types):
+        return None
+    return int(window)
+
+
+def check_no_sliding_window(models, batched: bool, max_columns: int) -> None:
+    """Refuse sliding-window models where the window could be reached.
+
+    A sliding window counts cache columns. The batched cache keeps masked-out columns (left
+    padding, rejected drafts), so a row would see less context than alone; and transformers'
+    ``DynamicCache.crop`` (the B = 1 rollback) fails once a sliding layer is full.
+
+    Raises:
+        ValueError: if a model has a window smaller than ``max_columns`` (batched: any window).
+    """
+    for m in models:
+        window = sliding_window(m)
+        if window is not None and (batched or max_columns > window):
+            raise ValueError(
+                f"{type(m).__name__} uses sliding-window attention (window {window} tokens), which "
+                + ("batched decoding does not support (masked cache columns would count against the window)"
+                   if batched else f"speculative decoding does not support beyond the window "
+                   f"(prompt + max_new_tokens + k = {max_columns} tokens)")
+            )
 
 
 class MaskedKV:
@@ -169,6 +231,7 @@ class BatchModelDrafter:
     def __init__(self, model, batch_size: int) -> None:
         self.model = model
         self.kv = MaskedKV(model, batch_size)
+        self.embed_rows = model.get_input_embeddings().weight.shape[0]
         self.forward_passes = 0
         self._fed_drafts = 0
 
@@ -177,7 +240,11 @@ class BatchModelDrafter:
 
         Returns ``(tokens [B, k], q [B, k, V], num_drafts [B])``; a row's proposal also ends
         after a drafted stop token.
+
+        Raises:
+            ValueError: a pending id the draft cannot embed (:func:`check_draft_embeds`).
         """
+        check_draft_embeds(self.embed_rows, [t for row in pending for t in row])
         ids, valid = _left_pad(pending, self.kv.device)
         tokens, qs = [], []
         for j in range(k):
@@ -294,19 +361,22 @@ def autoregressive_generate_batch(
     from specdec.decoding import _stop_ids
 
     mask = check_batch_inputs(target, input_ids, attention_mask, max_new_tokens)
+    check_no_sliding_window([target], batched=True, max_columns=0)
+    input_ids = input_ids.long().masked_fill(~mask, 0)  # padding ids may lie outside the vocabulary
     stop = _stop_ids(eos_token_id)
     device = model_device(target)
     rows = _new_rows(list(range(input_ids.shape[0])), 0)
     active = list(range(len(rows)))
     kv = MaskedKV(target, len(rows))
     ids, valid = input_ids.to(device), mask.to(device)
-    wall = 0.0
+    wall, calls = 0.0, 0
     while active and max_new_tokens > 0:
         t0 = now(device)
         logits = kv.forward(ids, valid, logits_to_keep=1)[:, -1]
         tokens = sample_rows(logits_to_probs(logits, sampling), generator).tolist()
         dt = now(device) - t0
         wall += dt
+        calls += 1
         keep = []
         for i, b in enumerate(active):
             r = rows[b]
@@ -326,7 +396,7 @@ def autoregressive_generate_batch(
         valid = torch.ones(len(active), 1, dtype=torch.bool, device=device)
     for r in rows:
         r.stats.num_emitted_tokens = len(r.token_ids)
-    return BatchGenerationResult(rows=rows, stats=_pool(rows, 0, wall, 0.0))
+    return BatchGenerationResult(rows=rows, stats=_pool(rows, 0, wall, 0.0), target_calls=calls)
 
 
 @torch.inference_mode()
@@ -362,6 +432,7 @@ def speculative_generate_batch(
     if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
         raise ValueError(f"num_draft_tokens must be an int >= 1, got {num_draft_tokens!r}")
     mask = check_batch_inputs(target, input_ids, attention_mask, max_new_tokens)
+    input_ids = input_ids.long().masked_fill(~mask, 0)  # padding ids may lie outside the vocabulary
     stop = _stop_ids(eos_token_id)
     device = model_device(target)
     k = num_draft_tokens
@@ -372,9 +443,11 @@ def speculative_generate_batch(
     active = list(range(B))
     tkv = MaskedKV(target, B)
     dr = _as_batch_drafter(drafter, B)
+    check_no_sliding_window([target] + ([dr.model] if isinstance(dr, BatchModelDrafter) else []), True, 0)
     t_ids, t_valid = input_ids.to(device), mask.to(device)  # tokens not yet in the target cache
     d_pending = {b: list(c) for b, c in enumerate(contexts)}  # tokens not yet in the draft cache
     t_wall = d_wall = 0.0
+    t_calls = 0
     while active and max_new_tokens > 0:
         limits = [min(k, max_new_tokens - len(rows[b].token_ids) - 1) for b in active]
         t0 = now(device)
@@ -395,6 +468,7 @@ def speculative_generate_batch(
         dr.rollback(out.num_accepted)
         t2 = now(device)
         t_wall += t2 - t1
+        t_calls += 1
         d_wall += t1 - t0
 
         n_acc, nxt, nd = out.num_accepted.tolist(), out.next_token.tolist(), ndraft.tolist()
@@ -435,4 +509,5 @@ def speculative_generate_batch(
         t_valid = torch.ones(len(active), 1, dtype=torch.bool, device=device)
     for r in rows:
         r.stats.num_emitted_tokens = len(r.token_ids)
-    return BatchGenerationResult(rows=rows, stats=_pool(rows, k, t_wall, d_wall))
+    return BatchGenerationResult(rows=rows, stats=_pool(rows, k, t_wall, d_wall), target_calls=t_calls,
+                                 draft_calls=dr.forward_passes)

@@ -37,11 +37,25 @@ class GenerationResult:
 
 
 def _stop_ids(eos_token_id) -> frozenset[int]:
+    """EOS ids as a frozenset: None, an int (Python, NumPy or a 0-d tensor) or an iterable of them.
+
+    Raises:
+        ValueError: a string or anything else that is not token ids.
+    """
     if eos_token_id is None:
         return frozenset()
-    if isinstance(eos_token_id, int):
-        return frozenset([eos_token_id])
-    return frozenset(int(t) for t in eos_token_id)
+    if isinstance(eos_token_id, (str, bytes)):
+        raise ValueError(f"eos_token_id must be an int or a list of ints, got {eos_token_id!r}")
+    if isinstance(eos_token_id, torch.Tensor):
+        return frozenset(int(t) for t in eos_token_id.reshape(-1).tolist())
+    try:
+        return frozenset([int(eos_token_id.__index__())])
+    except (AttributeError, TypeError):
+        pass
+    try:
+        return frozenset(int(t.__index__()) for t in eos_token_id)
+    except (AttributeError, TypeError) as e:
+        raise ValueError(f"eos_token_id must be an int or a list of ints, got {eos_token_id!r}") from e
 
 
 def _is_batch(input_ids) -> bool:
@@ -69,10 +83,11 @@ class _NoLimit:
 
 
 def _check_inputs(target, input_ids: torch.Tensor, max_new_tokens: int) -> list[int]:
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
-        raise ValueError("input_ids must be a LongTensor of shape [batch, prompt_len]")
-    if input_ids.shape[0] != 1:
-        raise ValueError(f"expected one row, got input_ids of shape {tuple(input_ids.shape)}")
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+        raise ValueError(f"input_ids must be an integer tensor of shape [batch >= 1, prompt_len], got {shape}")
+    if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+        raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
     if input_ids.shape[1] == 0:
         raise ValueError("empty prompt: input_ids must hold at least one token")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
@@ -205,6 +220,10 @@ def speculative_generate(
     input_ids = _strip_padding(input_ids, attention_mask)
     context = _check_inputs(target, input_ids, max_new_tokens)
     drafter = as_drafter(drafter)
+    from specdec.batch import check_no_sliding_window
+
+    check_no_sliding_window([target] + [m for m in [getattr(drafter, "model", None)] if m is not None],
+                            batched=False, max_columns=len(context) + max_new_tokens + num_draft_tokens)
     drafter.reset()
     stop = _stop_ids(eos_token_id)
     device = model_device(target)

@@ -142,6 +142,20 @@ def fit_vocab(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return torch.cat([logits, pad], dim=-1)
 
 
+def check_draft_embeds(draft_vocab: int, tokens) -> None:
+    """Raise a clear error when the target produced an id the draft model cannot embed.
+
+    Raises:
+        ValueError: an id >= ``draft_vocab`` (the draft's embedding rows) in ``tokens``.
+    """
+    bad = [t for t in tokens if t >= draft_vocab]
+    if bad:
+        raise ValueError(
+            f"the target produced token id {bad[0]}, but the draft model embeds only {draft_vocab} ids: "
+            "use a draft whose embedding covers every id the target can emit"
+        )
+
+
 class ModelDrafter:
     """A draft causal LM with its own KV cache.
 
@@ -157,6 +171,7 @@ class ModelDrafter:
 
     def __init__(self, model) -> None:
         self.model = model
+        self.embed_rows = model.get_input_embeddings().weight.shape[0]
         self.forward_passes = 0
         self.reset()
 
@@ -175,6 +190,7 @@ class ModelDrafter:
         pending = list(context[self.num_cached :])
         if not pending:
             raise RuntimeError("draft cache is ahead of the context; rollback was not called")
+        check_draft_embeds(self.embed_rows, pending)
         if sampling.is_greedy:
             return self._propose_greedy(pending, k, vocab_size, stop_token_ids), None
         tokens: list[int] = []

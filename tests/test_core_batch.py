@@ -196,3 +196,50 @@ def test_batched_rows_follow_target_distribution(small_target, config, drafter_k
               f"detectable_tv={tv:.3f} acceptance={accepted / drafted:.3f}")
         assert tv <= 0.06
         assert pvalue > ALPHA
+
+
+def test_batch_api_returns_batch_results_and_counts_model_calls(target, drafters):
+    from specdec import BatchGenerationResult as Exported, speculative_generate_batch
+
+    one = speculative_generate_batch(target, drafters["perturbed"], torch.tensor([[9, 10]]), num_draft_tokens=3,
+                                     max_new_tokens=12, sampling=GREEDY)
+    assert isinstance(one, Exported) and one.token_ids == [
+        autoregressive_generate(target, torch.tensor([[9, 10]]), max_new_tokens=12, sampling=GREEDY).token_ids]
+    prompts = [_prompt(n, False) for n in LENGTHS]
+    ids, mask = left_pad(prompts, pad_id=10_000)  # a pad id outside the vocabulary is fine: it is masked
+    out = speculative_generate(target, drafters["perturbed"], ids, mask, num_draft_tokens=3, max_new_tokens=12,
+                               sampling=GREEDY)
+    # one batched target call per step: as many as the longest-running row took
+    assert out.target_calls == max(r.stats.target_forward_passes for r in out.rows)
+    assert out.draft_calls == max(r.stats.draft_forward_passes for r in out.rows) > 0
+
+
+def test_clear_errors_for_unsupported_pairs_and_inputs(target):
+    from transformers import MistralConfig, MistralForCausalLM
+
+    small_draft = tiny_llama(50, seed=1)  # the target can emit ids the draft cannot embed
+    with pytest.raises(ValueError, match="draft model embeds only 50 ids"):
+        speculative_generate(target, small_draft, torch.tensor([[5, 6, 7], [8, 9, 10]]), num_draft_tokens=2,
+                             max_new_tokens=40, sampling=GREEDY)
+    with pytest.raises(ValueError, match="draft model embeds only 50 ids"):
+        speculative_generate(target, small_draft, torch.tensor([[5, 6, 70]]), num_draft_tokens=2,
+                             max_new_tokens=4, sampling=GREEDY)
+    cfg = MistralConfig(vocab_size=103, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                        num_attention_heads=4, num_key_value_heads=2, sliding_window=12)
+    sliding = MistralForCausalLM(cfg).eval()
+    with pytest.raises(ValueError, match="sliding-window attention"):
+        speculative_generate(sliding, sliding, torch.tensor([[5, 6, 7], [8, 9, 10]]), num_draft_tokens=2,
+                             max_new_tokens=4, sampling=GREEDY)
+    with pytest.raises(ValueError, match="beyond the window"):
+        speculative_generate(sliding, sliding, torch.tensor([[5, 6, 7]]), num_draft_tokens=2, max_new_tokens=30,
+                             sampling=GREEDY)
+    with pytest.raises(ValueError, match="integer token ids"):
+        autoregressive_generate(target, torch.tensor([[1.0, 2.0]]), max_new_tokens=2, sampling=GREEDY)
+    with pytest.raises(ValueError, match="only 0"):
+        autoregressive_generate(target, torch.ones(2, 3, dtype=torch.long), torch.tensor([[0, 2, 1], [1, 1, 1]]),
+                                max_new_tokens=2, sampling=GREEDY)
+    with pytest.raises(ValueError, match="eos_token_id"):
+        autoregressive_generate(target, torch.tensor([[5, 6]]), max_new_tokens=2, sampling=GREEDY, eos_token_id="12")
+    out = autoregressive_generate(target, torch.tensor([[5, 6]]), max_new_tokens=3, sampling=GREEDY,
+                                  eos_token_id=np.int64(2))
+    assert out.finish_reason in {"eos", "length"}
