@@ -23,9 +23,9 @@ Definitions (also written into the JSON under ``definitions``):
 * tokens/s = new tokens / wall seconds of one full generation (prefill included, device synced).
 * measured speedup = median over (prompt, repeat) pairs of ours tok/s / target-only tok/s (the two
   runs of a pair are adjacent in time).
-* α̂ = accepted_per_position[0] / num_drafts (validation's estimator); α_MLE = accepted /
-  (accepted + steps that ended in a rejection) (Leviathan's i.i.d. model, censored at the
-  proposal length). ĉ = median draft pass / median one-token target pass, each measured in
+* α̂ = accepted / (accepted + steps that ended in a rejection): validation's estimator
+  (``DecodingStats.alpha_hat``, the MLE under Leviathan's i.i.d. model, censored at the proposal
+  length); α pos0 = accepted_per_position[0] / num_drafts (the old estimator). ĉ = median draft pass / median one-token target pass, each measured in
   isolation with a warm KV cache. predicted speedup = Leviathan Thm 3.8 (α̂, ĉ, k).
 * P1 = measured speedup / predicted speedup (α̂). P2 = median of ours/HF tok/s over pairs whose
   outputs are identical. P3 = validation's teacher-forced pass time / speculative decoding time on

@@ -24,10 +24,12 @@ DEFINITIONS = {
     "tok_s": "new tokens / wall seconds of one whole generation (prefill included; device synchronised before and after)",
     "medians": "over (prompt, repeat) runs; paired ratios are taken within one (prompt, repeat), whose runs are adjacent in time",
     "measured_speedup": "median over (prompt, repeat) of ours tok/s / target-only tok/s",
-    "alpha_hat": "accepted_per_position[0] / num_drafts (validation's alpha_hat; steps that proposed >= 1 token)",
-    "alpha_mle": "accepted / (accepted + steps that ended in a rejection): MLE of Leviathan's i.i.d. acceptance, "
-                 "each step censored at its proposal length (steps fully accepted or ended by an accepted EOS contribute "
-                 "no rejection); from per-step (proposed, accepted) recorded by a delegating drafter wrapper",
+    "alpha_hat": "validation's alpha_hat (DecodingStats.alpha_hat): accepted / (accepted + steps that ended in a "
+                 "rejection), the MLE of Leviathan's i.i.d. acceptance, each step censored at its proposal length (steps "
+                 "fully accepted or ended by an accepted EOS contribute no rejection); cross-checked against per-step "
+                 "(proposed, accepted) recorded by a delegating drafter wrapper",
+    "alpha_pos0": "position-0 acceptance accepted_per_position[0] / num_drafts (validation's alpha_hat until 2026-11-29; "
+                  "biased low when acceptances cluster)",
     "c_hat": "median wall time of one draft pass (1 token, warm KV cache; for ngram one propose() call) / median wall "
              "time of one 1-token target pass (warm KV cache), measured in isolation on the same device",
     "verify_cost_ratio": "median (k+1)-token target pass / median 1-token target pass",
@@ -151,7 +153,7 @@ def machine(device: str) -> dict:
 
 # ------------------------------------------------------------------------------------------ summary
 def _alpha(stats: dict | None, steps: dict | None) -> dict:
-    out = {"alpha_hat": math.nan, "alpha_mle": math.nan, "acceptance_rate": math.nan, "mean_accepted_length": math.nan,
+    out = {"alpha_hat": math.nan, "alpha_pos0": math.nan, "acceptance_rate": math.nan, "mean_accepted_length": math.nan,
            "draft_tokens_per_step": math.nan, "num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
     if not stats:
         return out
@@ -159,16 +161,22 @@ def _alpha(stats: dict | None, steps: dict | None) -> dict:
     out.update(num_drafts=nd, num_draft_tokens=stats["num_draft_tokens"], num_accepted_tokens=stats["num_accepted_tokens"],
                accepted_per_position=stats["accepted_per_position"], drafted_per_position=stats["drafted_per_position"])
     if nd:
-        out["alpha_hat"] = stats["accepted_per_position"][0] / nd
+        out["alpha_pos0"] = stats["accepted_per_position"][0] / nd
         out["mean_accepted_length"] = 1 + stats["num_accepted_tokens"] / nd
         out["draft_tokens_per_step"] = stats["num_draft_tokens"] / nd
     out["acceptance_rate"] = ratio(stats["num_accepted_tokens"], stats["num_draft_tokens"])
+    if "num_rejected_steps" in stats:
+        acc, rej = stats["num_accepted_tokens"], stats["num_rejected_steps"]
+        out["alpha_hat"] = ratio(acc, acc + rej)
+        out["steps_with_rejection"] = rej
     if steps and steps.get("recorded") and steps["steps"]:
         acc, rej = steps["accepted"], steps["rejections"]
-        out["alpha_mle"] = ratio(acc, acc + rej)
-        out["steps_with_rejection"] = rej
-    elif steps is not None:
-        out["alpha_mle_reason"] = "per-step outcomes not recorded (the core did not accept the recording wrapper)"
+        if "num_rejected_steps" in stats:
+            out["alpha_hat_cross_check"] = "ok" if (acc, rej) == (stats["num_accepted_tokens"], stats["num_rejected_steps"]) \
+                else f"MISMATCH: wrapper {acc}/{rej}, DecodingStats {stats['num_accepted_tokens']}/{stats['num_rejected_steps']}"
+        else:
+            out["alpha_hat"] = ratio(acc, acc + rej)
+            out["steps_with_rejection"] = rej
     return out
 
 
@@ -229,9 +237,9 @@ def summarise(raw: dict, args, kinds: dict) -> dict:
         d["c_hat"], d["verify_cost_ratio"] = cost.get("c_hat", math.nan), cost.get("verify_cost_ratio", math.nan)
         pr = _predict(d["alpha_hat"], d["c_hat"], k, d["verify_cost_ratio"])
         d.update(pr)
-        d["predicted_speedup_alpha_mle"] = _predict(d["alpha_mle"], d["c_hat"], k)["predicted_speedup"]
+        d["predicted_speedup_alpha_pos0"] = _predict(d["alpha_pos0"], d["c_hat"], k)["predicted_speedup"]
         d["p1"] = ratio(d["measured_speedup"], d["predicted_speedup"])
-        d["p1_alpha_mle"] = ratio(d["measured_speedup"], d["predicted_speedup_alpha_mle"])
+        d["p1_alpha_pos0"] = ratio(d["measured_speedup"], d["predicted_speedup_alpha_pos0"])
         d["p1_with_v"] = ratio(d["measured_speedup"], d["predicted_speedup_with_v"])
         d["recommended_k_predicted"], d["predicted_speedup_at_recommended_k"] = (
             recommend_num_draft_tokens(d["alpha_hat"], d["c_hat"]) if not (_nan(d["alpha_hat"]) or _nan(d["c_hat"])) else (None, math.nan))
@@ -261,7 +269,7 @@ def summarise(raw: dict, args, kinds: dict) -> dict:
             d["top1_agreement"] = ag["top1"] / ag["positions"]
             d["tf_coverage"] = ratio(ag["positions"], ag.get("continuation_tokens"))
             d["abs_alpha_tf_minus_alpha_hat"] = abs(d["alpha_tf"] - d["alpha_hat"]) if not _nan(d["alpha_hat"]) else math.nan
-            d["abs_alpha_tf_minus_alpha_mle"] = abs(d["alpha_tf"] - d["alpha_mle"]) if not _nan(d["alpha_mle"]) else math.nan
+            d["abs_alpha_tf_minus_alpha_pos0"] = abs(d["alpha_tf"] - d["alpha_pos0"]) if not _nan(d["alpha_pos0"]) else math.nan
         d["hf_audit"] = raw["hf_audit"].get(s)
         drafters[s] = d
 
@@ -280,7 +288,7 @@ def summarise(raw: dict, args, kinds: dict) -> dict:
         if _nan(top["p3"]):
             top["p3_reason"] = "teacher-forced timing not run (--no-tf) or no prompt"
         top["p3_abs_alpha_tf_minus_alpha_hat"] = d.get("abs_alpha_tf_minus_alpha_hat", math.nan)
-        top["p3_abs_alpha_tf_minus_alpha_mle"] = d.get("abs_alpha_tf_minus_alpha_mle", math.nan)
+        top["p3_abs_alpha_tf_minus_alpha_pos0"] = d.get("abs_alpha_tf_minus_alpha_pos0", math.nan)
     top["p2"] = med(pooled_p2)
     top["p2_pairs"] = len(pooled_p2)
     if _nan(top["p2"]):
@@ -353,7 +361,7 @@ def _best_k(raw: dict, drafters: dict, args) -> dict:
                 "tok_s": med(r["tok_s"] for r in rr),
                 "measured_speedup": med(ratio(r["tok_s"], ref[(r["prompt_id"], r["repeat"])]["tok_s"]) for r in rr
                                         if (r["prompt_id"], r["repeat"]) in ref),
-                "alpha_hat": a["alpha_hat"], "alpha_mle": a["alpha_mle"], "mean_accepted_length": a["mean_accepted_length"],
+                "alpha_hat": a["alpha_hat"], "alpha_pos0": a["alpha_pos0"], "mean_accepted_length": a["mean_accepted_length"],
                 "predicted_speedup": _predict(a["alpha_hat"], d.get("c_hat", math.nan), k)["predicted_speedup"],
                 "identical_to_target_only": f"{sum(r['identical_to_target_only'] for r in rr)}/{len(rr)}",
             }
@@ -513,19 +521,19 @@ def markdown(doc: dict) -> str:
     L += ["", f"Representative drafter (highest measured speedup): `{top.get('representative_drafter')}`. "
           f"P2 pools the identical-output pairs of all drafters ({top.get('p2_pairs')} pairs).", ""]
     L += ["## Per drafter (k = %d)" % cfg["k"], "",
-          "| drafter | target-only tok/s | ours tok/s | HF tok/s | measured speedup | HF speedup | P2 (pairs) | α̂ | α MLE | "
-          "acceptance | ĉ | v | predicted (α̂) | P1 | P1 (α MLE) | α_tf | abs(α_tf−α̂) | abs(α_tf−α MLE) | P3 | identical ours/HF vs target, ours=HF |",
+          "| drafter | target-only tok/s | ours tok/s | HF tok/s | measured speedup | HF speedup | P2 (pairs) | α̂ | α pos0 | "
+          "acceptance | ĉ | v | predicted (α̂) | P1 | P1 (α pos0) | α_tf | abs(α_tf−α̂) | abs(α_tf−α pos0) | P3 | identical ours/HF vs target, ours=HF |",
           "|---|" + "---|" * 19]
     for s, d in doc["drafters"].items():
         t = d["tok_s"]
         i = d["identical"]
         L.append(f"| `{s}` | {_f(t['target_only'], 1)} | {_f(t['ours'], 1)} | {_f(t['hf'], 1)} | {_x(d['measured_speedup'])} "
-                 f"| {_x(d['hf_speedup'])} | {_f(d['p2'], 2)} ({d['p2_pairs']}) | {_f(d['alpha_hat'])} | {_f(d['alpha_mle'])} "
+                 f"| {_x(d['hf_speedup'])} | {_f(d['p2'], 2)} ({d['p2_pairs']}) | {_f(d['alpha_hat'])} | {_f(d['alpha_pos0'])} "
                  f"| {_f(d['acceptance_rate'])} | {_f(d['c_hat'], 4)} | {_f(d['verify_cost_ratio'], 2)} | {_x(d['predicted_speedup'])} "
-                 f"| {_f(d['p1'], 2)} | {_f(d['p1_alpha_mle'], 2)} | {_f(d.get('alpha_tf'))} | {_f(d.get('abs_alpha_tf_minus_alpha_hat'))} "
-                 f"| {_f(d.get('abs_alpha_tf_minus_alpha_mle'))} | {_f(d.get('p3'), 3)} | {i['ours_vs_target_only']}, "
+                 f"| {_f(d['p1'], 2)} | {_f(d['p1_alpha_pos0'], 2)} | {_f(d.get('alpha_tf'))} | {_f(d.get('abs_alpha_tf_minus_alpha_hat'))} "
+                 f"| {_f(d.get('abs_alpha_tf_minus_alpha_pos0'))} | {_f(d.get('p3'), 3)} | {i['ours_vs_target_only']}, "
                  f"{i['hf_vs_target_only']}, {i['ours_vs_hf']} |")
-    L += ["", "P1 uses α̂ (validation's estimator); `P1 (α MLE)` the i.i.d. MLE. v = (k+1)-token verify pass / 1-token "
+    L += ["", "P1 uses α̂ (validation's estimator, the i.i.d. MLE); `P1 (α pos0)` uses position-0 acceptance. v = (k+1)-token verify pass / 1-token "
           "target pass (Leviathan's formula assumes v = 1).", ""]
     audits = {s: d.get("hf_audit") for s, d in doc["drafters"].items() if d.get("hf_audit")}
     if audits:
@@ -546,10 +554,10 @@ def markdown(doc: dict) -> str:
             L += [f"`{s}` on {b['prompts']} prompt(s), target-only {_f(b['target_only_tok_s'], 1)} tok/s: best measured k = "
                   f"**{b['best_k_measured']}**, best predicted k in the sweep = {b['best_k_predicted_in_sweep']}, "
                   f"predicted argmax over 1..16 = {b['best_k_predicted_1_to_16']}", "",
-                  "| k | tok/s | measured speedup | α̂ | α MLE | mean accepted length | predicted speedup | identical |",
+                  "| k | tok/s | measured speedup | α̂ | α pos0 | mean accepted length | predicted speedup | identical |",
                   "|---|---|---|---|---|---|---|---|"]
             for k, v in b["by_k"].items():
-                L.append(f"| {k} | {_f(v['tok_s'], 1)} | {_x(v['measured_speedup'])} | {_f(v['alpha_hat'])} | {_f(v['alpha_mle'])} "
+                L.append(f"| {k} | {_f(v['tok_s'], 1)} | {_x(v['measured_speedup'])} | {_f(v['alpha_hat'])} | {_f(v['alpha_pos0'])} "
                          f"| {_f(v['mean_accepted_length'], 2)} | {_x(v['predicted_speedup'])} | {v['identical_to_target_only']} |")
             L.append("")
     L += ["## P5 (batching)", ""]

@@ -11,7 +11,7 @@ Rules (thresholds in :class:`monitoring.settings.RuleSettings`):
 - ``collapse``: ``draft_tokens_per_step`` falls by more than 30% against the baseline (a drafter
   that stopped proposing can show 100% acceptance on almost nothing).
 - ``measurement``: the teacher-forced α (``alpha_tf``) and the decoding estimate of the same
-  quantity (``alpha_hat``, position-0 acceptance) have non-overlapping 95% CIs. For k > 1 the
+  quantity (``alpha_hat``, the i.i.d. maximum-likelihood α from the decoding steps) have non-overlapping 95% CIs. For k > 1 the
   acceptance *rate* is a different quantity from α, so it is not compared with ``alpha_tf``.
 
 Statuses: ``ok``, ``firing``, ``insufficient_evidence``, ``not_applicable``.

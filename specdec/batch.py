@@ -485,6 +485,8 @@ def speculative_generate_batch(
                 s.num_drafts += 1
                 s.num_draft_tokens += nd[i]
                 s.num_accepted_tokens += n_acc[i]
+                if n_acc[i] < nd[i] and nxt[i] >= 0:  # ended at a rejected draft
+                    s.num_rejected_steps += 1
                 for j in range(nd[i]):
                     s.drafted_per_position[j] += 1
                 for j in range(n_acc[i]):

@@ -258,6 +258,8 @@ def speculative_generate(
             stats.num_drafts += 1
             stats.num_draft_tokens += len(drafts)
             stats.num_accepted_tokens += n_acc
+            if not outcome.is_bonus and outcome.next_token >= 0:  # ended at a rejected draft
+                stats.num_rejected_steps += 1
             for i in range(len(drafts)):
                 stats.drafted_per_position[i] += 1
             for i in range(n_acc):

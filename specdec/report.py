@@ -131,7 +131,7 @@ class ValidationReport:
     overall: GroupMetrics
     categories: dict[str, GroupMetrics] = field(default_factory=dict)
     prompts: list[PromptResult] = field(default_factory=list)
-    alpha_hat_estimator: str = "position-0 acceptance: accepted_per_position[0] / num_drafts"
+    alpha_hat_estimator: str = "i.i.d. maximum likelihood: num_accepted_tokens / (num_accepted_tokens + num_rejected_steps)"
     wall_seconds: float = math.nan
     heldout_source_version: str | None = None  # version of the full set a subset was drawn from
     drafter_recipe: dict[str, Any] | None = None  # derived drafts: the recipe that re-derives them

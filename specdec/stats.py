@@ -21,6 +21,8 @@ class DecodingStats:
         num_draft_tokens: draft tokens actually proposed (an n-gram miss proposes fewer than k,
             and the last step may propose fewer when few tokens remain).
         num_accepted_tokens: proposed tokens that passed the acceptance test.
+        num_rejected_steps: steps that ended at a rejected draft (not fully accepted, and not
+            ended by an accepted EOS). With ``num_accepted_tokens`` it gives :attr:`alpha_hat`.
         accepted_per_position: ``accepted_per_position[i]`` counts steps whose draft token at
             position ``i`` (0-based) was accepted. Non-increasing in ``i``.
         drafted_per_position: ``drafted_per_position[i]`` counts steps that proposed a token at
@@ -37,6 +39,7 @@ class DecodingStats:
     num_drafts: int = 0
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    num_rejected_steps: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
     drafted_per_position: list[int] = field(default_factory=list)
     num_emitted_tokens: int = 0
@@ -72,6 +75,21 @@ class DecodingStats:
         if self.num_drafts == 0:
             return float("nan")
         return 1.0 + self.num_accepted_tokens / self.num_drafts
+
+    @property
+    def alpha_hat(self) -> float:
+        """α̂: Leviathan's per-token acceptance probability α, estimated from the decoding steps.
+
+        ``num_accepted_tokens / (num_accepted_tokens + num_rejected_steps)``, in [0, 1]: the
+        maximum-likelihood estimate of α under Leviathan et al.'s i.i.d. model, where each step
+        is a run of Bernoulli(α) acceptances stopped at the first rejection and censored at the
+        proposal length (a fully accepted step, or one ended by an accepted EOS, has no
+        rejection). It uses every verified position, not only position 0, so with drafters whose
+        acceptances cluster (an n-gram drafter accepts in bursts) it matches the teacher-forced
+        α_tf where position-0 acceptance is biased low. ``nan`` if nothing was verified.
+        """
+        den = self.num_accepted_tokens + self.num_rejected_steps
+        return self.num_accepted_tokens / den if den else float("nan")
 
     @property
     def draft_tokens_per_step(self) -> float:
@@ -121,6 +139,7 @@ class DecodingStats:
             num_drafts=self.num_drafts + other.num_drafts,
             num_draft_tokens=self.num_draft_tokens + other.num_draft_tokens,
             num_accepted_tokens=self.num_accepted_tokens + other.num_accepted_tokens,
+            num_rejected_steps=self.num_rejected_steps + other.num_rejected_steps,
             accepted_per_position=[x + y for x, y in zip(a, b)],
             drafted_per_position=[x + y for x, y in zip(da, db)],
             num_emitted_tokens=self.num_emitted_tokens + other.num_emitted_tokens,
@@ -137,5 +156,6 @@ class DecodingStats:
             acceptance_rate=self.acceptance_rate,
             mean_accepted_length=self.mean_accepted_length,
             draft_tokens_per_step=self.draft_tokens_per_step,
+            alpha_hat=self.alpha_hat,
         )
         return d

@@ -51,8 +51,8 @@ from specdec.stats import DecodingStats
 __all__ = ["ValidationConfig", "validate_pair", "validate_pairs", "ALPHA_HAT_ESTIMATOR", "aggregate"]
 
 ALPHA_HAT_ESTIMATOR = (
-    "position-0 acceptance: accepted_per_position[0] / num_drafts (steps that proposed at least one "
-    "token); with i.i.d. acceptance this is Leviathan's alpha"
+    "i.i.d. maximum likelihood: num_accepted_tokens / (num_accepted_tokens + num_rejected_steps) "
+    "(every verified position counts; fully accepted steps are censored); Leviathan's alpha"
 )
 SLOWER_NOTE = (
     "speculative decoding is SLOWER than target-only for this pair on this device: "
@@ -387,7 +387,7 @@ def _fill_run(
     row.num_drafts, row.num_draft_tokens, row.num_accepted_tokens = s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens
     row.acceptance_rate = s.acceptance_rate
     row.mean_accepted_length = s.mean_accepted_length
-    row.alpha_hat = s.accepted_per_position[0] / s.num_drafts if s.num_drafts else math.nan
+    row.alpha_hat = s.alpha_hat
     row.target_only_seconds, row.speculative_seconds = t_ref, t_spec
 
     if tf is not None:
@@ -442,7 +442,7 @@ def aggregate(runs: list[_Run], k: int, *, seed: int = 0, n_resamples: int = 200
     g.per_position_acceptance = st.per_position_acceptance
     g.conditional_per_position_acceptance = st.conditional_per_position_acceptance
     g.draft_tokens_per_step = st.draft_tokens_per_step
-    g.alpha_hat = _ratio(st.accepted_per_position[0], st.num_drafts)
+    g.alpha_hat = st.alpha_hat
 
     ag = AgreementSums()
     for r in ok:
@@ -457,7 +457,9 @@ def aggregate(runs: list[_Run], k: int, *, seed: int = 0, n_resamples: int = 200
         [r.stats.num_accepted_tokens for r in ok], [r.stats.num_draft_tokens for r in ok], **ci
     )
     g.alpha_hat_ci = bootstrap_ratio_ci(
-        [r.stats.accepted_per_position[0] for r in ok], [r.stats.num_drafts for r in ok], **ci
+        [r.stats.num_accepted_tokens for r in ok],
+        [r.stats.num_accepted_tokens + r.stats.num_rejected_steps for r in ok],
+        **ci,
     )
     g.alpha_tf_ci = bootstrap_ratio_ci([r.agree.alpha for r in ok], [r.agree.positions for r in ok], **ci)
 

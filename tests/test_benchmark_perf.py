@@ -36,7 +36,7 @@ def test_perf_script_quick_run_on_tiny_models(perf_main, tmp_path):
     out = tmp_path / "results"
     rc = perf_main([
         "--quick", "--target", str(target), "--drafters", "ngram", "--draft", str(draft),
-        "--batch-sizes", "1,2", "--threads", "1", "--out-dir", str(out), "--tag", "-test",
+        "--batch-sizes", "1,2", "--threads", "1", "--out-dir", str(out), "--tag=-test",
     ])
     assert rc == 0
     files = sorted(out.glob("*-cpu-test.json"))

@@ -80,8 +80,8 @@ def test_greedy_rows_equal_their_single_row_runs(target, drafters, drafter_name,
         assert row.token_ids == ref.token_ids
         assert row.finish_reason == ref.finish_reason
         s, s1 = row.stats, single.stats
-        assert (s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens) == (
-            s1.num_drafts, s1.num_draft_tokens, s1.num_accepted_tokens)
+        assert (s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens, s.num_rejected_steps) == (
+            s1.num_drafts, s1.num_draft_tokens, s1.num_accepted_tokens, s1.num_rejected_steps)
         assert s.accepted_per_position == s1.accepted_per_position
         assert s.drafted_per_position == s1.drafted_per_position
         assert s.target_forward_passes == s1.target_forward_passes
@@ -92,7 +92,7 @@ def test_greedy_rows_equal_their_single_row_runs(target, drafters, drafter_name,
     if eos is not None:
         assert {r.finish_reason for r in out.rows} == {"eos", "length"}
     if drafter_name == "self":
-        assert out.stats.acceptance_rate == 1.0
+        assert out.stats.acceptance_rate == 1.0 and out.stats.alpha_hat == 1.0
 
 
 @pytest.mark.parametrize("eos", [None, 50])

@@ -1,5 +1,6 @@
 """Stops, limits, input validation and the stats invariants of the decoding loop."""
 
+import math
 import pytest
 import torch
 
@@ -92,6 +93,11 @@ def test_stats_invariants(target, draft, sampling, k):
     assert sum(s.accepted_per_position) == s.num_accepted_tokens
     assert sum(s.drafted_per_position) == s.num_draft_tokens
     assert s.drafted_per_position[0] == s.num_drafts
+    # every step proposes k except possibly the last (clipped at max_new_tokens); a step is a
+    # rejection unless all its drafts were accepted
+    full_k = s.accepted_per_position[-1]
+    assert s.num_drafts - full_k - 1 <= s.num_rejected_steps <= s.num_drafts - full_k
+    assert s.alpha_hat == s.num_accepted_tokens / (s.num_accepted_tokens + s.num_rejected_steps)
     assert s.num_emitted_tokens == len(out.token_ids) == s.target_forward_passes + s.num_accepted_tokens
     # every draft pass drafts one token; prefill/catch-up share the first pass of a step
     assert s.draft_forward_passes == s.num_draft_tokens
@@ -139,7 +145,11 @@ def test_padded_draft_vocabulary_is_exact(target):
 
 
 def test_stats_definitions():
-    s = DecodingStats(num_draft_tokens_k=4, num_drafts=10, num_draft_tokens=40, num_accepted_tokens=25)
+    s = DecodingStats(num_draft_tokens_k=4, num_drafts=10, num_draft_tokens=40, num_accepted_tokens=25,
+                      num_rejected_steps=6)
     assert s.acceptance_rate == 0.625
+    assert s.alpha_hat == 25 / 31  # i.i.d. MLE: 25 successes, 6 failures
+    assert s.merge(s).alpha_hat == 25 / 31
+    assert math.isnan(DecodingStats().alpha_hat)
     assert s.mean_accepted_length == 3.5
     assert s.draft_tokens_per_step == 4.0
