@@ -83,21 +83,10 @@ class _NoLimit:
 
 
 def _check_inputs(target, input_ids: torch.Tensor, max_new_tokens: int) -> list[int]:
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[0] != 1:
-        shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
-        raise ValueError(f"input_ids must be an integer tensor of shape [batch >= 1, prompt_len], got {shape}")
-    if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
-        raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
-    if input_ids.shape[1] == 0:
-        raise ValueError("empty prompt: input_ids must hold at least one token")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    limit = getattr(target.config, "max_position_embeddings", None)
-    if limit is not None and input_ids.shape[1] + max_new_tokens > limit:
-        raise ValueError(
-            f"prompt of {input_ids.shape[1]} tokens + max_new_tokens={max_new_tokens} exceeds the "
-            f"target's context of {limit} tokens"
-        )
+    """Validate one prompt ``[1, L]`` (same checks as a batch) and return its ids as a list."""
+    from specdec.batch import check_batch_inputs
+
+    check_batch_inputs(target, input_ids, None, max_new_tokens)
     return [int(t) for t in input_ids[0].tolist()]
 
 
