@@ -34,7 +34,17 @@ def run_cmd(
     """Run the nightly validation once, now (no schedule needed; Prefect ephemeral mode is fine)."""
     import os
 
-    from flows.settings import get_settings as _gs  # noqa: F401  (settings read before Prefect starts)
+    from pydantic import ValidationError
+
+    from flows.settings import get_settings
+
+    # settings are read (and a malformed SPECDEC_NIGHTLY_* rejected) before Prefect is imported
+    try:
+        s = get_settings()
+    except ValidationError as e:
+        bad = "; ".join(f"{'.'.join(str(x) for x in er['loc'])}: {er['msg']} (got {er.get('input')!r})" for er in e.errors())
+        err.print(f"[red]error:[/] invalid nightly settings (SPECDEC_NIGHTLY_* environment): {bad}")
+        raise typer.Exit(2) from None
 
     # ephemeral Prefect API: give it time to start on a busy machine, keep its state under SPECDEC_HOME
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
@@ -42,17 +52,8 @@ def run_cmd(
         home = os.environ.get("SPECDEC_HOME", ".specdec")
         os.environ.setdefault("PREFECT_HOME", str(os.path.abspath(os.path.join(home, "prefect"))))
         os.makedirs(os.environ["PREFECT_HOME"], exist_ok=True)
-    from pydantic import ValidationError
-
     from flows.nightly import nightly_flow_for
-    from flows.settings import get_settings
 
-    try:
-        s = get_settings()
-    except ValidationError as e:  # a malformed SPECDEC_NIGHTLY_* variable: say which, no traceback
-        bad = "; ".join(f"{'.'.join(str(x) for x in er['loc'])}: {er['msg']} (got {er.get('input')!r})" for er in e.errors())
-        err.print(f"[red]error:[/] invalid nightly settings (SPECDEC_NIGHTLY_* environment): {bad}")
-        raise typer.Exit(2) from None
     flow = nightly_flow_for(parallel=parallel or bool(dask_address), dask_workers=s.dask_workers,
                             dask_address=dask_address)
     try:
