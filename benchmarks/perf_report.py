@@ -95,19 +95,23 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------ machine
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (``platform.processor()`` where that is unreadable)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def machine(device: str) -> dict:
     """Platform, CPU model, cores, memory, library versions, torch threads, GPU (if any), load average."""
     import torch
     import transformers
 
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     mem = None
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():

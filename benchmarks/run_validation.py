@@ -34,14 +34,9 @@ def _dir_name(drafter: str) -> str:
 
 def machine() -> dict:
     """nproc, CPU model (/proc/cpuinfo), torch/transformers/torchao versions, Python, load average."""
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from perf_report import cpu_model  # benchmarks/ is on sys.path when this script runs
+
+    cpu = cpu_model()
     nproc = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip() or str(os.cpu_count())
     code = (
         "import torch, transformers, importlib.metadata as m; "
