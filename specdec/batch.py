@@ -209,9 +209,13 @@ class MaskedKV:
         self.num_valid = self.num_valid[rows]
 
 
-def _left_pad(seqs: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(seqs: list[list[int]], device, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad id lists into ``(ids LongTensor [B, W], valid BoolTensor [B, W])``, W = longest.
+
+    Padding slots hold ``pad_id`` and are False in ``valid``; an empty list is all padding.
+    """
     width = max(len(s) for s in seqs)
-    ids = torch.zeros(len(seqs), width, dtype=torch.long, device=device)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long, device=device)
     valid = torch.zeros(len(seqs), width, dtype=torch.bool, device=device)
     for b, s in enumerate(seqs):
         if s:
@@ -245,7 +249,7 @@ class BatchModelDrafter:
             ValueError: a pending id the draft cannot embed (:func:`check_draft_embeds`).
         """
         check_draft_embeds(self.embed_rows, [t for row in pending for t in row])
-        ids, valid = _left_pad(pending, self.kv.device)
+        ids, valid = left_pad(pending, self.kv.device)
         tokens, qs = [], []
         for j in range(k):
             logits = self.kv.forward(ids, valid, logits_to_keep=1)[:, -1]
@@ -269,6 +273,9 @@ class BatchModelDrafter:
         self.kv.select(rows)
 
 
+_IDS_ONLY = SamplingConfig()  # greedy: NgramDrafter.propose returns ids without building q
+
+
 class BatchNgramDrafter:
     """Prompt lookup (:class:`~specdec.drafters.NgramDrafter`) for every row; one-hot ``q``."""
 
@@ -277,16 +284,11 @@ class BatchNgramDrafter:
         self.forward_passes = 0
 
     def propose_rows(self, contexts, limits, vocab_size, stop, device):
-        props = []
-        for ctx, lim in zip(contexts, limits):
-            toks = []
-            for x in self.ngram.lookup(ctx, lim):
-                if x >= vocab_size:
-                    break
-                toks.append(x)
-                if x in stop:
-                    break
-            props.append(toks)
+        """Each row's lookup proposal (:meth:`NgramDrafter.propose`), padded to ``[B, k]``.
+
+        Returns ``(tokens [B, k], q [B, k, V] one-hot on proposed slots, num_drafts [B])``.
+        """
+        props = [self.ngram.propose(ctx, lim, _IDS_ONLY, vocab_size, None, stop)[0] for ctx, lim in zip(contexts, limits)]
         k = max((len(t) for t in props), default=0)
         ids = torch.zeros(len(props), k, dtype=torch.long, device=device)
         for b, t in enumerate(props):
@@ -327,10 +329,10 @@ def _as_batch_drafter(drafter, batch_size: int):
     )
 
 
-def _new_rows(prompts: list[list[int]], k: int):
+def _new_rows(batch_size: int, k: int):
     from specdec.decoding import GenerationResult
 
-    return [GenerationResult(stats=DecodingStats(num_draft_tokens_k=k)) for _ in prompts]
+    return [GenerationResult(stats=DecodingStats(num_draft_tokens_k=k)) for _ in range(batch_size)]
 
 
 def _pool(rows, k: int, target_seconds: float, draft_seconds: float) -> DecodingStats:
@@ -365,7 +367,7 @@ def autoregressive_generate_batch(
     input_ids = input_ids.long().masked_fill(~mask, 0)  # padding ids may lie outside the vocabulary
     stop = _stop_ids(eos_token_id)
     device = model_device(target)
-    rows = _new_rows(list(range(input_ids.shape[0])), 0)
+    rows = _new_rows(input_ids.shape[0], 0)
     active = list(range(len(rows)))
     kv = MaskedKV(target, len(rows))
     ids, valid = input_ids.to(device), mask.to(device)
@@ -438,7 +440,7 @@ def speculative_generate_batch(
     k = num_draft_tokens
     vocab_size = target.get_output_embeddings().weight.shape[0]
     B = input_ids.shape[0]
-    rows = _new_rows(list(range(B)), k)
+    rows = _new_rows(B, k)
     contexts = [input_ids[b][mask[b]].tolist() for b in range(B)]
     active = list(range(B))
     tkv = MaskedKV(target, B)

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from specdec.batch import left_pad as _left_pad
 from specdec.decoding import autoregressive_generate, speculative_generate
 from specdec.drafters import model_device
 from specdec.heldout import HeldoutPrompt, HeldoutSet, prompt_token_ids
@@ -63,13 +64,8 @@ def left_pad(seqs: list[list[int]], pad_id: int, device: torch.device) -> tuple[
     """
     if not seqs or any(len(s) == 0 for s in seqs):
         raise ValueError("left_pad needs at least one sequence and no empty sequence")
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for b, s in enumerate(seqs):
-        ids[b, width - len(s) :] = torch.tensor(s, dtype=torch.long)
-        mask[b, width - len(s) :] = 1
-    return ids.to(device), mask.to(device)
+    ids, valid = _left_pad(seqs, device, pad_id)
+    return ids, valid.long()
 
 
 def token_shares(tokens: list[int]) -> list[float]:
