@@ -16,6 +16,7 @@ from monitoring.testing import make_report
 
 DAY = dt.date(2026, 11, 29)
 T0 = dt.datetime(2026, 11, 29, 2, 0, tzinfo=dt.timezone.utc)
+HEAD = "0002_production"  # newest Alembic revision
 LIN = Lineage(target_hash="t1", draft_hash="d1", heldout_version="1", code_version="0.1.0")
 
 
@@ -41,7 +42,7 @@ def test_migrations_on_empty_db_create_the_schema_and_match_the_models(tmp_path)
     db = Database(f"sqlite:///{path}")
     assert db.current_revision() is None
     db.upgrade()
-    assert path.exists() and db.current_revision() == "0001"
+    assert path.exists() and db.current_revision() == HEAD
     tables = set(inspect(db.engine).get_table_names())
     assert {"validation_runs", "prompt_results", "incidents", "alert_deliveries", "alembic_version"} <= tables
     uniques = {u["name"] for u in inspect(db.engine).get_unique_constraints("validation_runs")}
@@ -55,7 +56,7 @@ def test_migrations_on_empty_db_create_the_schema_and_match_the_models(tmp_path)
         command.downgrade(cfg, "base")
     assert "validation_runs" not in inspect(db.engine).get_table_names()
     db.upgrade()
-    assert db.current_revision() == "0001"
+    assert db.current_revision() == HEAD
     db.dispose()
 
 
