@@ -80,31 +80,45 @@ def plot_per_category(report: ValidationReport, path: str | Path, threshold: flo
 
 
 def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: float = 0.40, title: str = "") -> Path:
-    """Acceptance-rate trend over past validation runs of a pair.
+    """Acceptance-rate trend over past validation runs of a pair, nightly and production apart.
 
     Args:
         history: oldest first; dicts with ``time`` (datetime or ISO string), ``acceptance_rate``,
-            optional ``pair_version`` (annotated) and ``acceptance_rate_ci_low``.
+            optional ``pair_version`` (annotated on nightly points), ``acceptance_rate_ci_low`` and
+            ``source`` (``"nightly"``, the default, or ``"production"``: windows of the serving
+            engine's counters, drawn as their own series).
     """
     fig = _figure(7.2, 4.0)
     ax = fig.add_subplot(1, 1, 1)
     pts = [h for h in history if _ok(h.get("acceptance_rate"))]
     xs = list(range(len(pts)))
-    ys = [float(h["acceptance_rate"]) for h in pts]
     if pts:
-        ax.plot(xs, ys, marker="o", color="#4C72B0", label="acceptance rate")
-        lows = [h.get("acceptance_rate_ci_low") for h in pts]
-        if all(_ok(v) for v in lows):
-            ax.plot(xs, lows, linestyle=":", color="#4C72B0", alpha=0.7, label="CI lower bound")
-        for x, h, y in zip(xs, pts, ys):
-            if h.get("pair_version") is not None:
-                ax.annotate(f"v{h['pair_version']}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+        styles = {"nightly": dict(marker="o", color="#4C72B0", label="acceptance rate (nightly, held-out)"),
+                  "production": dict(marker=".", color="#DD8452", label="acceptance rate (production traffic)")}
+        for src, style in styles.items():
+            sel = [(x, h) for x, h in zip(xs, pts) if (h.get("source") or "nightly") == src]
+            if not sel:
+                continue
+            sx, sy = [x for x, _ in sel], [float(h["acceptance_rate"]) for _, h in sel]
+            if src == "nightly" and len(sel) == len(pts):
+                style = {**style, "label": "acceptance rate"}
+            ax.plot(sx, sy, linestyle="-" if src == "nightly" else ":", **style)
+            lows = [h.get("acceptance_rate_ci_low") for _, h in sel]
+            if all(_ok(v) for v in lows):
+                ax.plot(sx, lows, linestyle=":", color=style["color"], alpha=0.7,
+                        label="CI lower bound" if src == "nightly" else "production CI lower bound")
+            if src == "nightly":
+                for x, h in sel:
+                    if h.get("pair_version") is not None:
+                        ax.annotate(f"v{h['pair_version']}", (x, float(h["acceptance_rate"])),
+                                    textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
         labels = []
         for h in pts:
             t = h.get("time")
             labels.append(t.strftime("%m-%d %H:%M") if isinstance(t, datetime) else str(t or "")[5:16])
-        ax.set_xticks(xs)
-        ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
+        step = max(1, math.ceil(len(pts) / 16))  # at most ~16 tick labels
+        ax.set_xticks(xs[::step])
+        ax.set_xticklabels(labels[::step], rotation=30, ha="right", fontsize=7)
     ax.axhline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"gate {threshold:.2f}")
     ax.set_ylim(0, 1.02)
     ax.set_ylabel("acceptance rate")

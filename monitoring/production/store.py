@@ -6,7 +6,7 @@ Row layout (so the nightly queries never see production rows and vice versa, and
 window updates its own row):
 
 * ``heldout_name`` = ``production:<source>:<model label>``, ``heldout_version`` = the window end
-  (``YYYY-MM-DDTHH:MM:SSZ``), ``scheduled_date`` = the window end's UTC date;
+  (``YYYY-MM-DDTHH:MM:SS.mmmZ``), ``scheduled_date`` = the window end's UTC date;
 * ``config`` / ``config_hash``: source, engine, model label, window length, k;
 * ``alias``: the alias production serves (from the mapping), ``pair_version``: the version it
   pointed at when the window was ingested (``"unknown"`` if unresolved).
@@ -45,8 +45,9 @@ def heldout_name(source: str, model: str) -> str:
 
 
 def window_label(end: dt.datetime) -> str:
-    """The window end as ``YYYY-MM-DDTHH:MM:SSZ`` (UTC), the row's ``heldout_version``."""
-    return end.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The window end as ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (UTC, milliseconds), the row's ``heldout_version``."""
+    u = end.astimezone(dt.timezone.utc)
+    return u.strftime("%Y-%m-%dT%H:%M:%S.") + f"{u.microsecond // 1000:03d}Z"
 
 
 def record_window(
@@ -167,3 +168,22 @@ def save_scrape(db: Database, source: str, engine: str, scrape: Scrape) -> None:
         row.engine, row.scraped_at = engine, scrape.at
         row.process_start_time = scrape.process_start_time
         row.series = nan_to_none(scrape.series)
+
+
+def trend_points(db: Database, pair: str, *, limit: int = 500) -> list[dict[str, Any]]:
+    """Acceptance trend of ``pair`` from both sources, oldest first, as plain dicts for
+    :func:`registry.plots.plot_trend`: ``time`` (production: window end; nightly: finish time, else
+    the scheduled date), ``acceptance_rate``, ``acceptance_rate_ci_low``, ``pair_version``, ``source``."""
+    rows = history.list_runs(db, pair_name=pair, limit=limit)
+    pts = []
+    for r in rows:
+        if r.acceptance_rate is None:
+            continue
+        if r.source == PRODUCTION:
+            t = r.window_end
+        else:
+            t = r.finished_at or dt.datetime.combine(r.scheduled_date, dt.time(), dt.timezone.utc)
+        pts.append({"time": t, "acceptance_rate": r.acceptance_rate,
+                    "acceptance_rate_ci_low": r.acceptance_rate_ci_low, "pair_version": r.pair_version,
+                    "source": r.source, "run_id": r.id})
+    return sorted(pts, key=lambda p: (p["time"], p["run_id"]))

@@ -1,0 +1,171 @@
+"""The ``production-acceptance`` flow: every 15 minutes, ingest the last window of every production
+source (a Prometheus server or a ``/metrics`` endpoint), record it with ``source = production``,
+run the drift rules, the representativeness rule and the incident lifecycle, and redraw each pair's
+acceptance trend (nightly and production) as a PNG.
+
+Window: ``(end - window_minutes, end]`` with ``end`` = the flow run's scheduled time floored to the
+minute minus ``settle_seconds`` (so the last scrape before ``end`` is stored in Prometheus before it
+is queried). A retried flow run re-ingests the same window into the same rows. Aliases are resolved
+in the MLflow registry at run time (falling back to the history store when MLflow is down).
+
+Deployment: ``prefect.yaml`` (``production-acceptance``, cron ``SPECDEC_PRODUCTION_CRON``, default
+``*/15 * * * *``), or ``specdec ingest serve``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import asdict
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+
+
+def _logger():
+    try:
+        return get_run_logger()
+    except Exception:  # outside a run context
+        return logging.getLogger("flows.production")
+
+
+def resolve_version(pair: str, alias: str) -> str | None:
+    """The version ``alias`` of ``pair`` points at now (MLflow registry); ``None`` without that alias.
+
+    Raises:
+        registry.RegistryError: MLflow unreachable or the pair unknown (the caller falls back).
+    """
+    from registry import AliasNotFound, resolve_alias
+
+    try:
+        return str(resolve_alias(pair, alias))
+    except AliasNotFound:
+        return None
+
+
+def window_end_of_run(settle_seconds: float = 60.0, now: dt.datetime | None = None) -> dt.datetime:
+    """The flow run's scheduled time (else now), floored to the minute, minus ``settle_seconds``."""
+    t = None
+    if now is None:
+        try:
+            from prefect.runtime import flow_run
+
+            t = flow_run.scheduled_start_time
+        except Exception:
+            t = None
+    t = (now or t or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
+    return t.replace(second=0, microsecond=0) - dt.timedelta(seconds=settle_seconds)
+
+
+def _code_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"specdec {version('specdec')}"
+    except PackageNotFoundError:  # pragma: no cover
+        return "specdec (not installed)"
+
+
+def _retry_on_source_error(task, task_run, state) -> bool:
+    from monitoring.production.sources import ProductionSourceError
+
+    try:
+        state.result()
+    except ProductionSourceError:
+        return True
+    except Exception:
+        return False
+    return False
+
+
+@task(retries=2, retry_delay_seconds=[10, 30], retry_condition_fn=_retry_on_source_error,
+      task_run_name="ingest {source_name}")
+def ingest_source(source_name: str, start: dt.datetime, end: dt.datetime) -> list[dict]:
+    """Ingest one window of one configured source; returns the outcomes as dicts."""
+    import monitoring
+    from monitoring.production.ingest import ingest_window
+    from monitoring.production.settings import get_production_settings
+
+    ps = get_production_settings()
+    src = next(s for s in ps.sources if s.name == source_name)
+    ms = monitoring.get_settings()
+    db = monitoring.connect(ms)
+    try:
+        out = ingest_window(db, src, start, end, settings=ps, monitoring_settings=ms,
+                            resolve_version=resolve_version, code_version=_code_version())
+    finally:
+        db.dispose()
+    return [asdict(o) for o in out]
+
+
+def write_trend_plots(pairs: list[str], out_dir: Path, db_url: str | None = None) -> dict[str, str]:
+    """``<out_dir>/<pair>/acceptance_trend.png`` (nightly and production) for each pair; pair -> path.
+    ``db_url``: the history store (default ``SPECDEC_DB_URL``)."""
+    import monitoring
+    from monitoring.production.store import trend_points
+    from registry import plots
+
+    db = monitoring.connect(url=db_url)
+    paths = {}
+    try:
+        for pair in pairs:
+            d = out_dir / pair.replace("/", "_")
+            d.mkdir(parents=True, exist_ok=True)
+            p = plots.plot_trend(trend_points(db, pair), d / "acceptance_trend.png",
+                                 threshold=monitoring.get_settings().rules.absolute_threshold,
+                                 title=f"{pair}: acceptance rate, nightly held-out vs production traffic")
+            paths[pair] = str(p)
+    finally:
+        db.dispose()
+    return paths
+
+
+@flow(name="production-acceptance", log_prints=True)
+def production_acceptance_flow(
+    window_minutes: float | None = None, end: dt.datetime | None = None, sources: list[str] | None = None,
+    settle_seconds: float = 60.0, plot: bool = True,
+) -> list[dict]:
+    """Ingest one window of every configured production source (``SPECDEC_PRODUCTION_SOURCES``).
+
+    Args:
+        window_minutes: window length (default ``SPECDEC_PRODUCTION_WINDOW_MINUTES``, 15).
+        end: window end (aware; default :func:`window_end_of_run`). sources: only these source names.
+        settle_seconds: how far behind the schedule the window ends. plot: redraw the trend PNGs.
+    Returns:
+        One dict per (source, model) (:class:`monitoring.production.ingest.WindowOutcome` fields);
+        a source that could not be read gives ``{"source", "status": "error", "message"}``.
+    Raises:
+        ValueError: no production source configured, or an unknown name in ``sources``.
+    """
+    import monitoring
+    from monitoring.production.settings import get_production_settings
+
+    log = _logger()
+    ps = get_production_settings()
+    names = [s.name for s in ps.sources]
+    if not names:
+        raise ValueError("no production source configured: set SPECDEC_PRODUCTION_SOURCES")
+    unknown = sorted(set(sources or []) - set(names))
+    if unknown:
+        raise ValueError(f"unknown production source(s) {unknown}; configured: {names}")
+    end = end or window_end_of_run(settle_seconds)
+    start = end - dt.timedelta(minutes=window_minutes or ps.window_minutes)
+    results: list[dict] = []
+    for name in sources or names:
+        try:
+            out = ingest_source(name, start, end)
+        except Exception as e:  # one broken source must not stop the others
+            log.error("production source %s: %s: %s", name, type(e).__name__, e)
+            results.append({"source": name, "status": "error", "message": f"{type(e).__name__}: {e}"})
+            continue
+        for o in out:
+            acc = "-" if o["acceptance_rate"] is None else f"{o['acceptance_rate']:.3f}"
+            log.info("%s/%s -> %s@%s v%s: %s, acceptance %s on %s draft tokens%s", o["source"], o["model"] or "-",
+                     o["pair"], o["alias"], o["version"], o["status"], acc, o["num_draft_tokens"],
+                     f", alert {o['health_transition']}" if o["health_transition"] else "")
+        results += out
+    if plot:
+        pairs = sorted({r["pair"] for r in results if r.get("pair")})
+        if pairs:
+            write_trend_plots(pairs, monitoring.get_settings().reports_dir / "production")
+    return results
