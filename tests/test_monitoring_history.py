@@ -16,7 +16,6 @@ from monitoring.testing import make_report
 
 DAY = dt.date(2026, 11, 29)
 T0 = dt.datetime(2026, 11, 29, 2, 0, tzinfo=dt.timezone.utc)
-HEAD = "0002_production"  # newest Alembic revision
 LIN = Lineage(target_hash="t1", draft_hash="d1", heldout_version="1", code_version="0.1.0")
 
 
@@ -35,8 +34,11 @@ def test_migrations_on_empty_db_create_the_schema_and_match_the_models(tmp_path)
     from alembic import command
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
+    from alembic.script import ScriptDirectory
 
     from monitoring.db import alembic_config
+
+    HEAD = ScriptDirectory.from_config(alembic_config()).get_current_head()
 
     path = tmp_path / "sub" / "fresh.db"
     db = Database(f"sqlite:///{path}")
