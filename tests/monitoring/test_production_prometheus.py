@@ -142,3 +142,15 @@ def test_specdec_ingest_prometheus_cli_one_window(scraped, tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "cannot query Prometheus at http://127.0.0.1" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_compose_prometheus_config_is_valid_for_promtool():
+    """docker/prometheus.yml (the compose profile `production`) passes Prometheus' own config check."""
+    import shutil
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool (Debian package prometheus) not installed")
+    r = subprocess.run([promtool, "check", "config", str(REPO / "docker" / "prometheus.yml")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "SUCCESS" in r.stdout + r.stderr, r.stdout + r.stderr
