@@ -120,6 +120,34 @@ def write_trend_plots(pairs: list[str], out_dir: Path, db_url: str | None = None
     return paths
 
 
+def merge_trend(nightly: list[dict], production: list[dict]) -> list[dict]:
+    """Nightly trend points (MLflow) and production windows (history store) in one time-ordered list;
+    production points keep ``source="production"`` so :func:`registry.plots.plot_trend` draws them apart."""
+    pts = [{**p, "source": p.get("source") or "nightly"} for p in nightly]
+    pts += [p for p in production if p.get("source") == "production"]
+    return sorted(pts, key=lambda p: p["time"])
+
+
+def trend_with_production(pair: str) -> list[dict] | None:
+    """The trend the nightly MLflow run plots: MLflow's validation history of ``pair`` plus its
+    production windows from the history store; ``None`` (let the registry read MLflow itself) when
+    there are no production windows or the history store cannot be read."""
+    import monitoring
+    from monitoring.production.store import trend_points
+    from registry import validation_history
+
+    try:
+        db = monitoring.connect()
+        try:
+            prod = [p for p in trend_points(db, pair) if p["source"] == "production"]
+        finally:
+            db.dispose()
+    except Exception as e:  # the trend is decoration: never fail the MLflow logging for it
+        logging.getLogger("flows.production").warning("production trend of %s unavailable: %s", pair, e)
+        return None
+    return merge_trend(validation_history(pair), prod) if prod else None
+
+
 @flow(name="production-acceptance", log_prints=True)
 def production_acceptance_flow(
     window_minutes: float | None = None, end: dt.datetime | None = None, sources: list[str] | None = None,

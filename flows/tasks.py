@@ -130,11 +130,13 @@ def log_to_mlflow(pair: str, version: str, report_dir: str, extra: list[str]) ->
 
     Retried on transient failures; the caller keeps the history row pending if it still fails.
     """
+    from flows.production import trend_with_production
     from registry import log_validation
     from specdec.report import ValidationReport
 
     report = ValidationReport.read(report_dir)
-    return log_validation(pair, version, report, report_dir, extra_artifacts=[p for p in extra if Path(p).exists()])
+    return log_validation(pair, version, report, report_dir, extra_artifacts=[p for p in extra if Path(p).exists()],
+                          history=trend_with_production(pair))
 
 
 def scheduled_date_of_run() -> dt.date:

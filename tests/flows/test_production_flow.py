@@ -66,3 +66,21 @@ def test_flow_ingests_windows_and_draws_both_sources(tmp_path, monkeypatch, pref
     png = home / "reports" / "production" / "pair-a" / "acceptance_trend.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     db.dispose()
+
+
+def test_merged_trend_is_time_ordered_and_plots_both_sources(tmp_path):
+    import datetime as dt
+
+    from flows.production import merge_trend
+    from registry.plots import plot_trend
+
+    t0 = dt.datetime(2026, 12, 1, 2, 0, tzinfo=dt.timezone.utc)
+    nightly = [{"time": t0 + dt.timedelta(days=d), "acceptance_rate": 0.6, "acceptance_rate_ci_low": 0.57,
+                "pair_version": "1"} for d in range(2)]
+    prod = [{"time": t0 + dt.timedelta(hours=h), "acceptance_rate": 0.3 if h == 5 else 0.58,
+             "acceptance_rate_ci_low": 0.55, "source": "production", "pair_version": "1"} for h in range(1, 30, 4)]
+    pts = merge_trend(nightly, prod)
+    assert [p["time"] for p in pts] == sorted(p["time"] for p in nightly + prod)
+    assert [p["source"] for p in pts].count("nightly") == 2 and len(pts) == 2 + len(prod)
+    out = plot_trend(pts, tmp_path / "trend.png")
+    assert out.read_bytes()[:4] == b"\x89PNG"
