@@ -8,7 +8,6 @@ import math
 import pytest
 
 from monitoring.production.counters import (
-    SeriesData,
     WindowCounters,
     acceptance_rate_ci,
     counter_increase,
@@ -54,7 +53,6 @@ def test_created_timestamp_reveals_a_restart_that_the_value_hides():
 
 def test_acceptance_ci_from_the_accepted_length_histogram_by_hand():
     # 300 drafts of k=3: accepted lengths 0,1,2,3 with counts 55,65,85,95
-    hist = [55, 65, 85, 95]
     drafts, tokens = 300, 900
     accepted = 65 + 2 * 85 + 3 * 95
     per_pos = [65 + 85 + 95, 85 + 95, 95]

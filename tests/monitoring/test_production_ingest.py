@@ -164,3 +164,39 @@ def test_first_scrape_is_a_baseline_and_an_unreachable_source_writes_nothing(tmp
     assert [(o.model, o.status) for o in second] == [("other-model", "unmapped")]  # no mapping: no row
     assert history.list_runs(db, source=PRODUCTION) == []
     db.dispose()
+
+
+def _text(*lines: str) -> bytes:
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_sglang_gauges_are_recorded_but_never_alert_and_llamacpp_counters_use_k(tmp_path):
+    sgl = [_text("# TYPE sglang:spec_accept_rate gauge", f'sglang:spec_accept_rate{{model_name="m"}} {r}',
+                 "# TYPE sglang:spec_accept_length gauge", f'sglang:spec_accept_length{{model_name="m"}} {n}')
+           for r, n in ((0.7, 3.1), (0.2, 1.6))]
+    lcpp = [_text("# TYPE llamacpp:n_drafted_total counter", f"llamacpp:n_drafted_total {d}",
+                  "# TYPE llamacpp:n_drafted_accepted_total counter", f"llamacpp:n_drafted_accepted_total {a}")
+            for d, a in ((0, 0), (1200, 780))]
+    with WebhookReceiver() as rx, ScriptedExporter(sgl) as s_ex, ScriptedExporter(lcpp) as l_ex:
+        ms = settings_for(tmp_path, rx)
+        db = connect(ms)
+        s_src = ProductionSource(name="sgl", kind="metrics", url=s_ex.url, engine="sglang")
+        l_src = ProductionSource(name="lcpp", kind="metrics", url=l_ex.url, engine="llamacpp")
+        ps = ProductionSettings(sources=[s_src, l_src], mappings=[
+            ProductionMapping(source="sgl", pair="pair-s", version="1"),
+            ProductionMapping(source="lcpp", pair="pair-l", version="1", num_speculative_tokens=4)])
+        for src in (s_src, l_src):
+            assert [o.status for o in ingest_window(db, src, settings=ps, monitoring_settings=ms)] == ["baseline"]
+        (s,) = ingest_window(db, s_src, settings=ps, monitoring_settings=ms)
+        (lc,) = ingest_window(db, l_src, settings=ps, monitoring_settings=ms)
+    # SGLang: the gauge value (0.2, below 40%) is recorded, but without token counts there is no evidence
+    assert (s.model, s.acceptance_rate, s.mean_accepted_length, s.num_draft_tokens) == ("m", 0.2, 1.6, None)
+    assert s.status == "inconclusive" and s.acceptance_rate_ci == [] and s.health_transition is None
+    # llama.cpp: tokens only; k = 4 bounds the drafts (>= 1200 / 4) and the variance (Bhatia-Davis)
+    m = 780 / 300
+    half = 1.959964 * math.sqrt(m * (4 - m) / 300) / 4
+    assert (lc.model, lc.num_draft_tokens, lc.num_drafts, lc.status) == ("", 1200, None, "passed")
+    assert lc.acceptance_rate == pytest.approx(0.65) and lc.acceptance_rate_ci == pytest.approx(
+        [0.65 - half, 0.65 + half], abs=1e-6)
+    assert rx.accepted == []
+    db.dispose()
