@@ -72,7 +72,7 @@ def _run(kind: str, url: str, engine: str, source: str | None, selector: str, pa
          start: dt.datetime | None = None, end: dt.datetime | None = None) -> None:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from flows.production import _code_version, resolve_version
+    from flows.production_lib import code_version, resolve_version
     from monitoring.cli import _open
     from monitoring.production.ingest import ingest_window
     from monitoring.production.sources import ProductionSourceError
@@ -81,7 +81,7 @@ def _run(kind: str, url: str, engine: str, source: str | None, selector: str, pa
     ms, db = _open(db_url, upgrade=True)
     try:
         outcomes = ingest_window(db, src, start, end, settings=ps, monitoring_settings=ms,
-                                 resolve_version=resolve_version, alert=not no_alert, code_version=_code_version())
+                                 resolve_version=resolve_version, alert=not no_alert, code_version=code_version())
     except ProductionSourceError as e:
         err.print(f"[red]error:[/] {e}")
         raise typer.Exit(1) from None
@@ -97,7 +97,7 @@ def _run(kind: str, url: str, engine: str, source: str | None, selector: str, pa
         raise typer.Exit(1)
     _print(outcomes)
     if plot is not None:
-        from flows.production import write_trend_plots
+        from flows.production_lib import write_trend_plots
 
         for p, path in write_trend_plots(sorted({o.pair for o in outcomes if o.pair}), plot, ms.db_url).items():
             out.print(f"trend of {p}: {path}")
@@ -127,7 +127,7 @@ def _print(outcomes) -> None:
 
 def _parse_end(end: str | None, settle: float) -> dt.datetime:
     if end is None:
-        from flows.production import window_end_of_run
+        from flows.production_lib import window_end_of_run
 
         return window_end_of_run(settle, now=dt.datetime.now(dt.timezone.utc))
     try:

@@ -130,7 +130,7 @@ def log_to_mlflow(pair: str, version: str, report_dir: str, extra: list[str]) ->
 
     Retried on transient failures; the caller keeps the history row pending if it still fails.
     """
-    from flows.production import trend_with_production
+    from flows.production_lib import trend_with_production
     from registry import log_validation
     from specdec.report import ValidationReport
 

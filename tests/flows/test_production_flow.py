@@ -71,7 +71,7 @@ def test_flow_ingests_windows_and_draws_both_sources(tmp_path, monkeypatch, pref
 def test_merged_trend_is_time_ordered_and_plots_both_sources(tmp_path):
     import datetime as dt
 
-    from flows.production import merge_trend
+    from flows.production_lib import merge_trend
     from registry.plots import plot_trend
 
     t0 = dt.datetime(2026, 12, 1, 2, 0, tzinfo=dt.timezone.utc)
