@@ -106,6 +106,8 @@ def register_cmd(
     if dref is not None:
         out.print(f"  draft   {dref.uri}{'  (reused)' if dref.reused else ''}  weights {dref.weights_sha256[:12]}", highlight=False)
     out.print(f"  drafter {kind}  {config.describe()}", highlight=False)
+    for note in (pv.compatibility or {}).get("notes", []):
+        out.print(f"  [yellow]note:[/] {note}", highlight=False)
 
 
 @pair_app.command("list")
