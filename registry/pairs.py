@@ -26,13 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from registry.errors import AliasNotFound, PairNotFound
-from specdec.core.config import SpeculativeConfig
 from registry.models import (
-    ModelVersionRef, client_download_model_version, ensure_registered_model, client_get_model_version, canonical_json,
+    ModelVersionRef,
+    canonical_json,
+    client_download_model_version,
+    client_get_model_version,
     download_version_artifacts,
-    sha256_text, validate_name,
+    validate_name,
 )
-from registry.settings import REGISTRY_EXPERIMENT, get_client, get_or_create_experiment, get_settings, mlflow_errors
+from registry.settings import get_client, get_settings, mlflow_errors
+from specdec.core.config import SpeculativeConfig
 
 PAIR_FILE = "pair.json"
 PAIR_SCHEMA_VERSION = 1
@@ -143,9 +146,11 @@ def compute_changed(prev_tags: dict[str, str] | None, new_tags: dict[str, str]) 
         return "initial", False
     t = (prev_tags.get("target.weights_sha256"), prev_tags.get("target.tokenizer_sha256")) != (
         new_tags.get("target.weights_sha256"), new_tags.get("target.tokenizer_sha256"))
-    pd = _draft_identity(prev_tags.get("drafter_kind", ""), prev_tags.get("draft.weights_sha256"), prev_tags.get("draft.tokenizer_sha256"))
-    nd = _draft_identity(new_tags.get("drafter_kind", ""), new_tags.get("draft.weights_sha256"), new_tags.get("draft.tokenizer_sha256"))
-    d = pd != nd
+    prev_draft = _draft_identity(prev_tags.get("drafter_kind", ""), prev_tags.get("draft.weights_sha256"),
+                                 prev_tags.get("draft.tokenizer_sha256"))
+    new_draft = _draft_identity(new_tags.get("drafter_kind", ""), new_tags.get("draft.weights_sha256"),
+                                new_tags.get("draft.tokenizer_sha256"))
+    d = prev_draft != new_draft
     c = not same_config(prev_tags, new_tags)
     if t and d:
         return "both", c
@@ -227,31 +232,31 @@ def register_pair(
     uri = client.tracking_uri
     with mlflow_errors(uri):
         t = _resolve_model(client, target)
-        dr = _resolve_model(client, draft) if draft is not None else None
-        if dr is not None:
-            is_derived = dr.artifact == "derived-recipe"
+        draft_ref = _resolve_model(client, draft) if draft is not None else None
+        if draft_ref is not None:
+            is_derived = draft_ref.artifact == "derived-recipe"
             if drafter_kind.startswith("derived:"):
                 want = drafter_kind.split(":", 1)[1]
-                if not is_derived or (dr.recipe or {}).get("kind") != want:
+                if not is_derived or (draft_ref.recipe or {}).get("kind") != want:
                     raise ValueError(f"drafter kind {drafter_kind} needs a draft registered with register_derived_draft(kind={want!r}); "
-                                     f"{dr.uri} is a {dr.artifact} ({(dr.recipe or {}).get('kind', 'no recipe')})")
+                                     f"{draft_ref.uri} is a {draft_ref.artifact} ({(draft_ref.recipe or {}).get('kind', 'no recipe')})")
             elif is_derived:
-                raise ValueError(f"{dr.uri} is a derived-recipe draft: use drafter kind derived:{(dr.recipe or {}).get('kind')}")
+                raise ValueError(f"{draft_ref.uri} is a derived-recipe draft: use drafter kind derived:{(draft_ref.recipe or {}).get('kind')}")
         compat = compatibility_to_dict(compatibility)
         if compat.get("compatible") is False:
             raise ValueError("refusing to register an incompatible pair: " + "; ".join(map(str, compat.get("problems") or ["compatible=False"])))
         cfg = config.to_dict()
         tags = {
-            "target": t.uri, "draft": dr.uri if dr else "none", "drafter_kind": drafter_kind,
+            "target": t.uri, "draft": draft_ref.uri if draft_ref else "none", "drafter_kind": drafter_kind,
             "target.weights_sha256": t.weights_sha256, "target.tokenizer_sha256": t.tokenizer_sha256,
-            "draft.weights_sha256": dr.weights_sha256 if dr else "none",
-            "draft.tokenizer_sha256": dr.tokenizer_sha256 if dr else "none",
+            "draft.weights_sha256": draft_ref.weights_sha256 if draft_ref else "none",
+            "draft.tokenizer_sha256": draft_ref.tokenizer_sha256 if draft_ref else "none",
             "config_sha256": config.sha256(), **config.to_tags(),
             "compatible": _optional(compat.get("compatible", True if compat else None)).lower(),
             "compatibility": canonical_json(compat)[:5000],
         }
-        if dr is not None and dr.derived_from:
-            tags["draft.derived_from"] = dr.derived_from
+        if draft_ref is not None and draft_ref.derived_from:
+            tags["draft.derived_from"] = draft_ref.derived_from
         existing = _pair_versions(client, name)
         for mv in existing:
             mt = mv.tags or {}
@@ -266,10 +271,10 @@ def register_pair(
         doc = {
             "schema_version": PAIR_SCHEMA_VERSION, "name": name, "drafter_kind": drafter_kind,
             "target": {"uri": t.uri, "weights_sha256": t.weights_sha256, "tokenizer_sha256": t.tokenizer_sha256, "source": t.source},
-            "draft": None if dr is None else {"uri": dr.uri, "weights_sha256": dr.weights_sha256,
-                                              "tokenizer_sha256": dr.tokenizer_sha256, "source": dr.source,
-                                              "derived_from": dr.derived_from},
-            "recipe": dr.recipe if dr is not None else None,
+            "draft": None if draft_ref is None else {"uri": draft_ref.uri, "weights_sha256": draft_ref.weights_sha256,
+                                              "tokenizer_sha256": draft_ref.tokenizer_sha256, "source": draft_ref.source,
+                                              "derived_from": draft_ref.derived_from},
+            "recipe": draft_ref.recipe if draft_ref is not None else None,
             "config": cfg, "compatibility": compat, "changed": changed, "config_changed": config_changed,
             "previous_version": str(prev.version) if prev else None,
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -302,17 +307,17 @@ def _aliases(client, name: str) -> dict[str, str]:
 
 
 def _from_doc(mv, doc: dict[str, Any], aliases: list[str], reused: bool = False) -> PairVersion:
-    t, dr = doc["target"], doc.get("draft")
+    target_doc, draft_doc = doc["target"], doc.get("draft")
     return PairVersion(
         name=mv.name, version=str(mv.version), drafter_kind=doc["drafter_kind"],
-        target_uri=t["uri"], draft_uri=dr["uri"] if dr else None,
-        target_weights_sha256=t["weights_sha256"], target_tokenizer_sha256=t["tokenizer_sha256"],
-        draft_weights_sha256=dr["weights_sha256"] if dr else None,
-        draft_tokenizer_sha256=dr["tokenizer_sha256"] if dr else None,
+        target_uri=target_doc["uri"], draft_uri=draft_doc["uri"] if draft_doc else None,
+        target_weights_sha256=target_doc["weights_sha256"], target_tokenizer_sha256=target_doc["tokenizer_sha256"],
+        draft_weights_sha256=draft_doc["weights_sha256"] if draft_doc else None,
+        draft_tokenizer_sha256=draft_doc["tokenizer_sha256"] if draft_doc else None,
         config=SpeculativeConfig.from_dict(doc["config"]), compatibility=doc.get("compatibility") or {},
         changed=doc.get("changed", "initial"), config_changed=bool(doc.get("config_changed", False)),
         previous_version=doc.get("previous_version"), recipe=doc.get("recipe"),
-        target_source=t.get("source") or {}, draft_source=dr.get("source") if dr else None,
+        target_source=target_doc.get("source") or {}, draft_source=draft_doc.get("source") if draft_doc else None,
         aliases=aliases, tags=dict(mv.tags or {}), created_at=doc.get("created_at"), reused=reused,
     )
 

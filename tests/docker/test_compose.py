@@ -42,7 +42,7 @@ import pytest
 import yaml
 from dotenv import dotenv_values
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
 COMPOSE_FILE = DOCKER / "compose.yaml"
 ENV_EXAMPLE = DOCKER / ".env.example"

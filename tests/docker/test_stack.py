@@ -14,19 +14,18 @@ Skipped where no PostgreSQL server binaries exist.
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.postgres import postgres_cluster
 from tests.docker.test_compose import (DOCKER, REPO, TEST_PASSWORD, _env_pairs, env_example, flag_value,
                                  parse_dockerfile, resolved_compose, service_argv)
 
@@ -39,18 +38,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _pg_bin(name: str) -> str | None:
-    found = shutil.which(name)
-    if found:
-        return found
-    cands = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
-    return cands[-1] if cands else None
-
-
-def _as_pg(cmd: list[str]) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
 
 
 class Stack:
@@ -143,24 +130,16 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack():
-    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
-    if not initdb or not pg_ctl:
-        pytest.skip("PostgreSQL server binaries not installed")
-    if os.geteuid() == 0 and subprocess.run(["id", "postgres"], capture_output=True).returncode:
-        pytest.skip("running as root without a 'postgres' user")
-    root = Path(tempfile.mkdtemp(prefix="specdec-docker-stack-"))
-    os.chmod(root, 0o777)
-    data, port = root / "pgdata", _free_port()
     env = env_example()
     user, db = env["POSTGRES_USER"], env["POSTGRES_DB"]
     # What the postgres image's entrypoint does: initdb with POSTGRES_USER as superuser, create POSTGRES_DB,
     # then run /docker-entrypoint-initdb.d/*.sql with psql as that user in that database.
     # (Auth is `trust` here; the image uses scram-sha-256 with POSTGRES_PASSWORD.)
-    subprocess.run(_as_pg([initdb, "-D", str(data), "-A", "trust", "-U", user, "--no-sync"]),
-                   check=True, capture_output=True, timeout=120)
-    subprocess.run(_as_pg([pg_ctl, "-D", str(data), "-w", "-t", "60", "-l", str(root / "pg.log"), "-o",
-                           f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start"]),
-                   check=True, capture_output=True, timeout=120)
+    with postgres_cluster(user, prefix="specdec-docker-stack-") as (port, root):
+        yield from _stack_on(root, port, user, db)
+
+
+def _stack_on(root: Path, port: int, user: str, db: str):
     s = Stack(root, port)
     try:
         import psycopg
@@ -181,8 +160,6 @@ def stack():
     finally:
         for p in reversed(s.procs):
             Stack.stop(p)
-        subprocess.run(_as_pg([pg_ctl, "-D", str(data), "-m", "immediate", "stop"]), capture_output=True, timeout=60)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _tables(stack: Stack, db: str) -> set[str]:
