@@ -170,6 +170,7 @@ def latest_validation_run(pair: str, version: str | int, *, experiment: str = VA
 
 
 def client_latest_validation_run(client, pair: str, version: str | int, experiment: str = VALIDATION_EXPERIMENT):
+    """:func:`latest_validation_run` with an existing ``MlflowClient`` (None if never validated)."""
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return None
