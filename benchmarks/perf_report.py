@@ -34,10 +34,10 @@ DEFINITIONS = {
              "time of one 1-token target pass (warm KV cache), measured in isolation on the same device",
     "verify_cost_ratio": "median (k+1)-token target pass / median 1-token target pass",
     "predicted_speedup": "Leviathan et al. 2022 Thm 3.8: (1 - a^(k+1)) / ((1 - a)(c k + 1)) with a = alpha_hat, c = c_hat "
-                         "(specdec.metrics.predicted_speedup)",
+                         "(specdec.validation.metrics.predicted_speedup)",
     "p1": "measured_speedup / predicted_speedup(alpha_hat)",
     "p2": "median of ours tok/s / HF tok/s over (prompt, repeat) pairs at the same k whose token ids are identical",
-    "p3": "validation's teacher-forced time (specdec.validation._target_tf + _draft_tf: the target's and the drafter's "
+    "p3": "validation's teacher-forced time (specdec.validation.teacher_forcing: target_teacher_forcing + draft_agreement: the target's and the drafter's "
           "one forward pass over prompt + the target's continuation, and the agreement sums) / speculative-decoding "
           "time on the same prompts; per prompt the median over repeats, then sums over prompts. The continuation is "
           "the target-only output that validation generates anyway; p3_vs_decoding_validation also counts that "
@@ -185,7 +185,7 @@ def _alpha(stats: dict | None, steps: dict | None) -> dict:
 
 
 def _predict(alpha: float, c: float, k: int, v: float = math.nan) -> dict:
-    from specdec.metrics import expected_tokens_per_step, predicted_speedup
+    from specdec.validation.metrics import expected_tokens_per_step, predicted_speedup
 
     if _nan(alpha) or _nan(c):
         return {"predicted_speedup": math.nan, "predicted_speedup_with_v": math.nan}
@@ -197,7 +197,7 @@ def _predict(alpha: float, c: float, k: int, v: float = math.nan) -> dict:
 
 def summarise(raw: dict, args, kinds: dict) -> dict:
     """Per-drafter tables, best k, P5 and the top-level numbers (see :data:`DEFINITIONS`)."""
-    from specdec.metrics import recommend_num_draft_tokens
+    from specdec.validation.metrics import recommend_num_speculative_tokens
 
     k = args.k
     groups: dict[tuple, dict] = defaultdict(dict)
@@ -246,7 +246,7 @@ def summarise(raw: dict, args, kinds: dict) -> dict:
         d["p1_alpha_pos0"] = ratio(d["measured_speedup"], d["predicted_speedup_alpha_pos0"])
         d["p1_with_v"] = ratio(d["measured_speedup"], d["predicted_speedup_with_v"])
         d["recommended_k_predicted"], d["predicted_speedup_at_recommended_k"] = (
-            recommend_num_draft_tokens(d["alpha_hat"], d["c_hat"]) if not (_nan(d["alpha_hat"]) or _nan(d["c_hat"])) else (None, math.nan))
+            recommend_num_speculative_tokens(d["alpha_hat"], d["c_hat"]) if not (_nan(d["alpha_hat"]) or _nan(d["c_hat"])) else (None, math.nan))
         # P3
         tf = [r for r in raw["tf"] if r["drafter"] == s]
         if tf:

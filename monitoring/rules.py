@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping
 
 from monitoring.settings import RuleSettings
-from specdec.report import GroupMetrics
+from specdec.validation.report import GroupMetrics
 
 OK, FIRING, INSUFFICIENT, NOT_APPLICABLE = "ok", "firing", "insufficient_evidence", "not_applicable"
 OVERALL = "overall"
@@ -133,7 +133,7 @@ def absolute_rules(current: GroupMetrics, categories: Mapping[str, GroupMetrics]
 
 
 def _comparable(current: GroupMetrics, baseline: GroupMetrics) -> str | None:
-    k_cur, k_base = current.num_draft_tokens_k, baseline.num_draft_tokens_k
+    k_cur, k_base = current.num_speculative_tokens, baseline.num_speculative_tokens
     if k_cur and k_base and k_cur != k_base:
         return f"baseline used k={k_base}, current k={k_cur}: not comparable"
     return None
@@ -201,7 +201,7 @@ def evaluate(current, baseline, settings: RuleSettings | None = None) -> list[Ru
     Args:
         current: the run under test, a :class:`monitoring.history.RunSnapshot` or anything with
             ``overall: GroupMetrics`` and ``categories: dict[str, GroupMetrics]`` (a
-            :class:`specdec.report.ValidationReport` works).
+            :class:`specdec.validation.report.ValidationReport` works).
         baseline: the last passing run of the champion (same shape), or ``None``.
         settings: thresholds (defaults when ``None``).
     Returns:

@@ -245,11 +245,11 @@ def refresh_description(client, pair: str, version: str, *, experiment: str | No
     Raises:
         MlflowException / RegistryUnavailable: the version or the server is missing.
     """
-    from registry.runs import _latest_validation_run
+    from registry.runs import client_latest_validation_run
     from registry.settings import VALIDATION_EXPERIMENT
 
     mv = client.get_model_version(pair, str(version))
-    run = _latest_validation_run(client, pair, str(version), experiment or VALIDATION_EXPERIMENT)
+    run = client_latest_validation_run(client, pair, str(version), experiment or VALIDATION_EXPERIMENT)
     line = describe(facts_for(client, mv, run))
     if (mv.description or "") != line:
         client.update_model_version(pair, str(version), description=line)

@@ -78,13 +78,14 @@ def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig | None =
     Raises:
         PairNotFound: no such pair. RegistryUnavailable: server unreachable.
     """
-    from registry.pairs import _pair_aliases
-    from registry.promotion import _check_gate
+    from registry.gate import GateResult, evaluate_gate
+    from registry.pairs import pair_aliases
+    from registry.runs import client_latest_validation_run
 
     gate = gate or GateConfig()
     client = get_client(tracking_uri)
     with mlflow_errors(client.tracking_uri):
-        aliases = _pair_aliases(client, pair)
+        aliases = pair_aliases(client, pair)
         version = aliases.get(alias)
         if version is None:
             return None
@@ -93,7 +94,9 @@ def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig | None =
             return None
         mv = client.get_model_version(pair, version)
         tags = dict(mv.tags or {})
-        verdict = _check_gate(client, pair, version, gate, experiment)
+        run = client_latest_validation_run(client, pair, version, experiment)
+        verdict = (GateResult(passed=False, reasons=[f"version {version} was never validated"]) if run is None
+                   else evaluate_gate(run.data.metrics, gate, run_id=run.info.run_id))
         if verdict.passed or tags.get("promotion.alias") == alias:  # passes, or promoted by an earlier specdec (promotion.* tags)
             client.set_registered_model_tag(pair, ALIAS_RECORD_PREFIX + alias, version)
             return None
