@@ -9,21 +9,22 @@ characters of its description (``ModelVersionTable``: ``truncate(description, 32
 - the version carries only the tags in :data:`VERSION_TAG_KEYS` (chosen for filtering in the UI,
   e.g. ``tags.validation_status = 'failed'``); every other registration fact (hashes, the whole
   decoding config, the compatibility result, lineage) stays in the version's ``pair.json``
-  (``"tags"``, read back by :func:`full_tags`), and every validation fact in its MLflow run.
+  (``"tags"``, read back by :func:`registry.pairfile.full_tags`), and every validation fact in its
+  MLflow run.
 
 :func:`refresh_description` rebuilds the line from MLflow state; registration, validation and
-promotion call it. Pure helpers (:func:`describe`, :func:`select_registration_tags`,
+promotion call it (through :func:`registry.runs.refresh_version`). Pure helpers (:func:`describe`, :func:`select_registration_tags`,
 :func:`validation_version_tags`) take plain data.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Mapping
+
+from registry.pairfile import full_tags, read_pair_doc
 
 #: the only tags a pair version carries (registration 5, validation 4, promotion 1)
 REGISTRATION_TAG_KEYS = ("target", "draft", "drafter_kind", "changed", "num_speculative_tokens")
@@ -183,24 +184,6 @@ def registration_description(doc: Mapping[str, Any]) -> str:
                                  date=(doc.get("created_at") or "")[:10] or None))
 
 
-def _pair_doc(client, mv) -> dict[str, Any]:
-    from registry.models import download_version_artifacts
-    from registry.pairs import PAIR_FILE
-
-    with tempfile.TemporaryDirectory() as tmp:
-        return json.loads(download_version_artifacts(client, mv.name, str(mv.version), tmp, PAIR_FILE).read_text())
-
-
-def full_tags(client, mv, doc: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """Every registration tag of a pair version (from its ``pair.json``) overlaid with its current tags.
-
-    Versions registered before the tag selection carry everything as tags; their ``pair.json`` has no
-    ``"tags"``, and the current tags are returned as they are.
-    """
-    doc = _pair_doc(client, mv) if doc is None else doc
-    return {**{k: str(v) for k, v in (doc.get("tags") or {}).items()}, **dict(mv.tags or {})}
-
-
 def _pair(metrics: Mapping[str, float], base: str) -> tuple[float, float] | None:
     lo, hi = metrics.get(f"{base}_ci_low"), metrics.get(f"{base}_ci_high")
     return (float(lo), float(hi)) if _finite(lo) and _finite(hi) else None
@@ -210,7 +193,7 @@ def facts_for(client, mv, run=None, aliases: Mapping[str, str] | None = None,
               doc: Mapping[str, Any] | None = None) -> VersionFacts:
     """:class:`VersionFacts` of one pair version from MLflow: its pair.json, tags, aliases and the
     validation ``run`` (an ``mlflow.entities.Run``; None = never validated)."""
-    doc = _pair_doc(client, mv) if doc is None else doc
+    doc = read_pair_doc(client, mv) if doc is None else doc
     tags = full_tags(client, mv, doc)
     cfg = doc.get("config") or {}
     k = cfg.get("num_speculative_tokens", cfg.get("num_draft_tokens"))
@@ -235,21 +218,17 @@ def facts_for(client, mv, run=None, aliases: Mapping[str, str] | None = None,
     return f
 
 
-def refresh_description(client, pair: str, version: str, *, experiment: str | None = None) -> str:
+def refresh_description(client, pair: str, version: str, run) -> str:
     """Rebuild and write the one-line description of pair version ``version`` from MLflow state
-    (pair.json, tags, aliases, latest finished validation run). Called after registration,
-    validation and promotion.
+    (pair.json, tags, aliases) and ``run``, its latest finished validation run (None = never
+    validated; :func:`registry.runs.refresh_version` looks it up).
 
     Returns:
         the new description.
     Raises:
         MlflowException / RegistryUnavailable: the version or the server is missing.
     """
-    from registry.runs import client_latest_validation_run
-    from registry.settings import VALIDATION_EXPERIMENT
-
     mv = client.get_model_version(pair, str(version))
-    run = client_latest_validation_run(client, pair, str(version), experiment or VALIDATION_EXPERIMENT)
     line = describe(facts_for(client, mv, run))
     if (mv.description or "") != line:
         client.update_model_version(pair, str(version), description=line)

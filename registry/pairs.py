@@ -5,13 +5,11 @@ Each pair version's artifact is ``pair.json``: the exact target and draft model 
 compatibility-check result, and ``changed``: which side differs from the previous pair version
 (``initial | target | draft | both | config | none``), decided by comparing weight/tokenizer hashes.
 
-Registration tags (strings): ``target``, ``draft`` (``none`` for ngram), ``drafter_kind``, ``changed``,
-``config_changed``, ``previous_version``, ``target.weights_sha256``, ``target.tokenizer_sha256``,
-``draft.weights_sha256``, ``draft.tokenizer_sha256``, ``config_sha256``, ``num_speculative_tokens``,
-``temperature``, ``top_k``, ``top_p``, ``max_new_tokens``, ``compatible``, ``compatibility`` (JSON). All
-of them are stored in ``pair.json`` (``"tags"``); the version itself carries only the few that
-:mod:`registry.describe` selects for the MLflow UI (at most 10 with the validation and promotion
-tags), and a one-line description (:func:`registry.describe.refresh_description`).
+Registration tags, all kept in ``pair.json`` (``"tags"``): ``target``, ``draft`` (``none`` for ngram),
+``drafter_kind``, ``changed``, ``config_changed``, ``previous_version``, ``target.weights_sha256``,
+``target.tokenizer_sha256``, ``draft.weights_sha256``, ``draft.tokenizer_sha256``, ``config_sha256``,
+``num_speculative_tokens``, ``temperature``, ``top_k``, ``top_p``, ``max_new_tokens``, ``compatible``,
+``compatibility`` (JSON). The version shows a few (:mod:`registry.describe`) and a one-line description.
 
 Registering an identical pair (same target version, draft version, drafter kind and config) returns the
 existing version.
@@ -26,17 +24,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from registry.describe import full_tags, registration_description, select_registration_tags
+from registry.describe import registration_description, select_registration_tags
 from registry.errors import AliasNotFound, PairNotFound
 from specdec.core.config import SpeculativeConfig
 from registry.models import (
     ModelVersionRef, client_download_model_version, ensure_registered_model, client_get_model_version, canonical_json,
-    download_version_artifacts,
     sha256_text, validate_name,
 )
+from registry.pairfile import PAIR_FILE, full_tags, read_pair_doc
 from registry.settings import REGISTRY_EXPERIMENT, get_client, get_or_create_experiment, get_settings, mlflow_errors
 
-PAIR_FILE = "pair.json"
 PAIR_SCHEMA_VERSION = 1
 DRAFTER_KINDS = ("model", "ngram", "derived:int8", "derived:int4")
 CHANGED_VALUES = ("initial", "target", "draft", "both", "config", "none")
@@ -389,8 +386,7 @@ def get_pair_model_version(client, pair: str, version: str):
 
 def _pair_from_artifact(client, mv) -> PairVersion:
     """PairVersion from the version's ``pair.json`` (authoritative) plus its current tags and aliases."""
-    with tempfile.TemporaryDirectory() as tmp:
-        doc = json.loads(download_version_artifacts(client, mv.name, str(mv.version), tmp, PAIR_FILE).read_text())
+    doc = read_pair_doc(client, mv)
     aliases = sorted(a for a, av in _aliases(client, mv.name).items() if av == str(mv.version))
     return _from_doc(mv, doc, aliases=aliases)
 

@@ -17,11 +17,11 @@ import getpass
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from registry.describe import ALIAS_RECORD_PREFIX, PROMOTION_TAG_KEY, promotion_label, refresh_description
+from registry.describe import ALIAS_RECORD_PREFIX, PROMOTION_TAG_KEY, promotion_label
 from registry.errors import PromotionRefused
 from registry.gate import GateConfig, GateResult, evaluate_gate
 from registry.pairs import get_pair_model_version, pair_aliases, resolve_alias
-from registry.runs import client_latest_validation_run
+from registry.runs import client_latest_validation_run, refresh_version
 from registry.settings import VALIDATION_EXPERIMENT, get_client, mlflow_errors
 
 ALIASES = ("champion", "challenger")
@@ -130,7 +130,7 @@ def promote(
         client.set_registered_model_tag(pair, ALIAS_RECORD_PREFIX + alias, version)
         client.set_model_version_tag(pair, version, PROMOTION_TAG_KEY, label)
         for v in dict.fromkeys(x for x in (version, previous) if x):  # the new holder and the old one
-            refresh_description(client, pair, v, experiment=experiment)
+            refresh_version(client, pair, v, experiment)
     return PromotionResult(pair=pair, version=version, alias=alias, previous_version=previous, forced=forced,
                            gate=verdict, actor=actor, reason=reason,
                            reasons_overridden=list(verdict.reasons) if forced else [])
@@ -146,4 +146,4 @@ def demote(pair: str, alias: str, *, tracking_uri: str | None = None) -> None:
     client = get_client(tracking_uri)
     with mlflow_errors(client.tracking_uri):
         client.delete_registered_model_alias(pair, alias)
-        refresh_description(client, pair, version)
+        refresh_version(client, pair, version)

@@ -36,9 +36,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from registry.describe import describe_run, full_tags, refresh_description, validation_version_tags
+from registry.describe import describe_run, refresh_description, validation_version_tags
 from specdec.core.config import SpeculativeConfig
 from registry.errors import PairNotFound
+from registry.pairfile import full_tags
 from registry.pairs import get_pair_model_version
 from registry.gate import GateConfig, GateResult, evaluate_gate
 from registry.settings import VALIDATION_EXPERIMENT, get_client, get_or_create_experiment, mlflow_errors
@@ -237,6 +238,12 @@ def validation_tags(*, status: str, run_id: str | None, metrics: Mapping[str, fl
     return validation_version_tags(status, metrics, gate or GateConfig())
 
 
+def refresh_version(client, pair: str, version: str | int, experiment: str = VALIDATION_EXPERIMENT) -> str:
+    """Rewrite pair version ``version``'s one-line description from its latest finished validation run
+    (:func:`registry.describe.refresh_description`). Returns the description."""
+    return refresh_description(client, pair, str(version), client_latest_validation_run(client, pair, version, experiment))
+
+
 def _set_version_tags(client, pair: str, version: str, tags: Mapping[str, str]) -> None:
     from mlflow.exceptions import MlflowException
 
@@ -345,7 +352,7 @@ def log_validation(
             status=verdict.status, run_id=run_id, metrics=metrics,
             heldout=f"{report.heldout_name}@{report.heldout_version}", reasons=verdict.reasons, gate=gate))
         try:  # what a person reads in the UI; the verdict is already recorded above
-            describe_run(client, run_id, pair, version, refresh_description(client, pair, version, experiment=experiment))
+            describe_run(client, run_id, pair, version, refresh_description(client, pair, version, client.get_run(run_id)))
         except Exception as e:  # noqa: BLE001
             _log.error("description of %s v%s / run %s not updated: %s: %s", pair, version, run_id, type(e).__name__, e)
     return run_id

@@ -105,7 +105,7 @@ def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig | None =
         if noticed is None:
             noticed = (now or datetime.now(timezone.utc)).isoformat(timespec="seconds")
             client.set_model_version_tag(pair, version, PROMOTION_TAG_KEY, f"{alias}{_NOTICED}{noticed}")
-            refresh_description(client, pair, version, experiment=experiment)
+            refresh_description(client, pair, version, run)
         state = "never validated" if verdict.run_id is None else "failed"
         return UngatedPromotion(pair=pair, alias=alias, version=version, recorded_version=recorded,
                                 gate_state=state, reasons=list(verdict.reasons), noticed_at=noticed)
