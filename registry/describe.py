@@ -206,7 +206,7 @@ def facts_for(client, mv, run=None, aliases: Mapping[str, str] | None = None,
                      date=(doc.get("created_at") or "")[:10] or None)
     if run is not None:
         m = run.data.metrics
-        held = run.data.tags.get("specdec.heldout", "")
+        held = run.data.params.get("heldout_name") or run.data.tags.get("specdec.heldout", "")
         f.status = run.data.tags.get("validation_status")
         f.acceptance_rate = m.get("acceptance_rate")
         f.acceptance_ci = _pair(m, "acceptance_rate")
@@ -214,7 +214,9 @@ def facts_for(client, mv, run=None, aliases: Mapping[str, str] | None = None,
         f.speedup_ci = _pair(m, "speedup")
         f.heldout = held.split("@", 1)[0] or None
         f.num_prompts = int(m["num_prompts"]) if _finite(m.get("num_prompts")) else None
-        f.date = datetime.fromtimestamp(run.info.start_time / 1000, timezone.utc).date().isoformat()
+        created = run.data.tags.get("specdec.report_created_at", "")  # when validated (logging may be later)
+        f.date = created[:10] if created[:4].isdigit() else \
+            datetime.fromtimestamp(run.info.start_time / 1000, timezone.utc).date().isoformat()
     return f
 
 

@@ -55,7 +55,7 @@ class UngatedPromotion:
         why = "; ".join(self.reasons) or self.gate_state
         return (f"{self.pair}@{self.alias} points at v{self.version}, moved outside specdec (MLflow UI or API; {was}). "
                 f"Its latest validation did not pass the gate ({self.gate_state}: {why}). "
-                f"Noticed {self.noticed_at.replace('+00:00', ' UTC').replace('T', ' ')}.")
+                f"Noticed {self.noticed_at.replace('T', ' ').replace('+00:00', ' UTC')}.")
 
 
 def _noticed_at(label: str | None, alias: str) -> str | None:
