@@ -41,7 +41,6 @@ def test_register_validate_promote_keeps_ten_tags_and_one_line(ckpts, tmp_path, 
     from mlflow import MlflowClient
 
     import registry as R
-    from specdec import SamplingConfig
 
     monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
     uri = sqlite_store(tmp_path / "store")
