@@ -62,12 +62,12 @@ def console(tmp_path_factory):
         R.register_pair(t2, None, drafter_kind="ngram", config=cfg, name=PAIR, tracking_uri=uri)  # v4: never validated
         expected = {"1": ("passed", 0.72, (0.65, 0.79)), "2": ("failed", 0.31, (0.24, 0.38)),
                     "3": ("passed", 0.69, (0.62, 0.76))}
-        for v, (_, acc, ci) in expected.items():
-            R.log_validation(PAIR, v, tiny_report(acc, ci, num_speculative_tokens=4, heldout_name="spec_bench"),
-                             tmp / f"report-v{v}", tracking_uri=uri)
+        runs = {v: R.log_validation(PAIR, v, tiny_report(acc, ci, num_speculative_tokens=4, heldout_name="spec_bench"),
+                                    tmp / f"report-v{v}", tracking_uri=uri)
+                for v, (_, acc, ci) in expected.items()}
         R.promote(PAIR, "1", actor="alice", tracking_uri=uri)
         R.promote(PAIR, "2", "challenger", actor="alice", tracking_uri=uri)
-        yield {"uri": uri, "expected": expected}
+        yield {"uri": uri, "expected": expected, "runs": runs}
     mp.undo()
 
 
@@ -93,7 +93,7 @@ def _fully_visible(element) -> bool:
     }""")
 
 
-def test_versions_table_shows_verdict_and_acceptance_untruncated(console, page):
+def test_versions_table_shows_verdict_and_acceptance_untruncated(page, console):
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.goto(f"{console['uri']}/#/models/{PAIR}")
     page.wait_for_selector("text=Version 4")
@@ -128,7 +128,7 @@ def test_versions_table_shows_verdict_and_acceptance_untruncated(console, page):
     page.set_viewport_size(VIEWPORT)
 
 
-def test_version_page_shows_the_whole_line(console, page):
+def test_version_page_shows_the_whole_line(page, console):
     page.goto(f"{console['uri']}/#/models/{PAIR}/versions/2")
     line = page.get_by_text("failed: acc 0.31 [0.24-0.38] at k=4", exact=False).first
     line.wait_for()
@@ -137,3 +137,22 @@ def test_version_page_shows_the_whole_line(console, page):
     assert "@challenger" in text and "by alice" in text
     page.wait_for_timeout(500)
     page.screenshot(path=str(SHOTS / "pair-version-2.png"), full_page=True)
+
+
+def test_validation_run_page_names_the_night_and_links_the_version(page, console):
+    from mlflow import MlflowClient
+
+    run_id = console["runs"]["1"]
+    eid = MlflowClient(console["uri"]).get_run(run_id).info.experiment_id
+    page.goto(f"{console['uri']}/#/experiments/{eid}/runs/{run_id}")
+    page.get_by_text(f"{PAIR} v1 night 2026-01-01").first.wait_for()
+    link = page.get_by_role("link", name=f"pair version {PAIR} v1")
+    link.wait_for()
+    assert page.get_by_text("passed: acc 0.72 [0.65-0.79] at k=4", exact=False).count() >= 1
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(SHOTS / "validation-run-v1.png"))
+    href = link.get_attribute("href")
+    assert href == f"#/models/{PAIR}/versions/1"  # MLflow opens description links in a new tab
+    page.goto(f"{console['uri']}/{href}")  # the route resolves to the version page
+    page.get_by_text("Version 1").first.wait_for()
+    assert page.get_by_text("passed: acc 0.72 [0.65-0.79] at k=4", exact=False).count() >= 1
