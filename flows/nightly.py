@@ -11,7 +11,10 @@ Per (pair, alias):
 5. log the MLflow run with its artifacts and the Evidently report;
 6. evaluate the drift rules and send alerts (one per incident, a reminder at most daily, one
    resolve message);
-7. tag the pair version (``validation_status``; done by the MLflow logging step).
+7. tag the pair version (``validation_status``; done by the MLflow logging step);
+8. ungated promotions: ``@champion`` moved outside specdec to a version that did not pass the gate
+   is noticed before validating, validated first (champion before challenger) and alerted
+   (:mod:`flows.ungated`).
 
 If MLflow is down, the history row keeps ``mlflow_logged = false`` and the next run logs it first.
 Validation itself (the heavy part) goes through the flow's task runner, so
@@ -28,6 +31,7 @@ from prefect import flow, get_run_logger, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.tasks import NightlyResult, log_to_mlflow, report_dir_for, resolve_pair_version, scheduled_date_of_run
+from flows.ungated import check_ungated, report_ungated
 
 
 def _logger():
@@ -202,7 +206,9 @@ def nightly_validation_flow(
     results: list[NightlyResult] = []
     jobs = []
     seen: dict[tuple[str, str], str] = {}
+    ungated = {}
     for pair in pairs:
+        ungated[pair] = check_ungated(pair, aliases)  # before validating: champion moved outside specdec?
         champion = resolve_pair_version(pair, "champion")
         for alias in aliases:
             version = champion if alias == "champion" else resolve_pair_version(pair, alias)
@@ -244,6 +250,7 @@ def nightly_validation_flow(
                  res.acceptance_rate, *res.acceptance_rate_ci,
                  f", alert: {res.alert_transition}" if res.alert_transition else "")
         results.append(res)
+    report_ungated(db, ungated, results)  # after the champion's validation: alert with tonight's verdict
     return results
 
 

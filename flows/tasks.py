@@ -44,6 +44,8 @@ class NightlyResult:
     report_dir: str | None = None
     evidently_html: str | None = None
     message: str = ""
+    ungated_promotion: str | None = None  # champion only: flows.ungated (the alert's message)
+    ungated_alert: str | None = None  # its transition: fire | remind-<n> | resolve
 
 
 def _safe(text: str) -> str:

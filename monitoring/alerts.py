@@ -119,6 +119,8 @@ def _short(h: str | None) -> str | None:
 
 
 def _fmt_rule(r: RuleResult) -> str:
+    if r.value is None and r.metric == "reference":  # a broken alias / version / model: its message says it
+        return f"*{r.rule}*: {r.message}"
     val = "n/a" if r.value is None else f"{r.value:.3f}"
     ci = f" (95% CI {r.ci[0]:.3f}-{r.ci[1]:.3f})" if r.ci else ""
     thr = "" if r.threshold is None else f", threshold {r.threshold:.3f}"
@@ -152,6 +154,8 @@ def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], 
         title = f"Still firing since {since}: {who}"
     elif kind == "test":
         title = "specdec alert channel test"
+    elif any(r.rule == "ungated_promotion" for r in firing):  # monitoring.promotion_alerts
+        title = f"Ungated promotion: {who}"
     else:
         title = f"Speculative-decoding drift: {who}"
     facts = {

@@ -115,7 +115,7 @@ def list_cmd(
     name: Annotated[str | None, typer.Argument(help="Pair registered model (default specdec-pair).")] = None,
     tracking_uri: TrackingOpt = None,
 ) -> None:
-    """List pair versions with aliases, lineage and last validation."""
+    """List pair versions with aliases, lineage, last validation and the one-line description."""
     _quiet_mlflow()
     from registry.pairs import list_pair_versions
 
@@ -125,19 +125,19 @@ def list_cmd(
         _fail(str(e))
     pair = versions[0].name if versions else (name or "")
     table = Table(title=f"{pair} versions", show_lines=False)
-    for col in ("version", "aliases", "drafter", "target", "draft", "config", "changed", "validation", "validated at"):
+    for col in ("version", "aliases", "drafter", "target", "draft", "config", "changed", "validation", "description"):
         table.add_column(col, overflow="fold")
     for pv in versions:
         tg = pv.tags
         status = tg.get("validation_status", "never")
         color = {"passed": "green", "failed": "red"}.get(status, "yellow")
-        acc, low = tg.get("validation.acceptance_rate"), tg.get("validation.acceptance_rate_ci_low")
-        shown = f"[{color}]{status}[/]" + (f" α={float(acc):.3f}" if acc else "") + (f" (CI low {float(low):.3f})" if low else "")
+        acc = tg.get("acceptance_rate", tg.get("validation.acceptance_rate"))
+        shown = f"[{color}]{status}[/]" + (f" acceptance {float(acc):.3f}" if acc else "")
         cfg = pv.config
         table.add_row(pv.version, " ".join("@" + a for a in pv.aliases), pv.drafter_kind,
                       pv.target_uri.removeprefix("models:/"), (pv.draft_uri or "-").removeprefix("models:/"),
                       f"k={cfg.num_speculative_tokens} T={cfg.sampling.temperature:g}", pv.changed, shown,
-                      tg.get("validation.time", "-").replace("+00:00", "Z"))
+                      pv.description or "-")
     _out().print(table)
 
 
@@ -184,8 +184,9 @@ def show_cmd(
             if k in m:
                 rows.append((f"  {k}", f"{m[k]:.4f}"))
     for k, v in sorted(pv.tags.items()):
-        if k.startswith("promotion."):
+        if k == "promotion" or k.startswith("promotion."):
             rows.append((k, v))
+    rows.append(("description", pv.description or "-"))
     for k, v in rows:
         table.add_row(k, v)
     _out().print(table)

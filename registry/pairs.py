@@ -5,12 +5,11 @@ Each pair version's artifact is ``pair.json``: the exact target and draft model 
 compatibility-check result, and ``changed``: which side differs from the previous pair version
 (``initial | target | draft | both | config | none``), decided by comparing weight/tokenizer hashes.
 
-Pair version tags (strings; visible in the MLflow UI's version list): ``target``, ``draft``
-(``none`` for ngram), ``drafter_kind``, ``changed``, ``config_changed``, ``previous_version``,
-``target.weights_sha256``, ``target.tokenizer_sha256``, ``draft.weights_sha256``,
-``draft.tokenizer_sha256``, ``config_sha256``, ``num_speculative_tokens``, ``temperature``, ``top_k``,
-``top_p``, ``max_new_tokens``, ``compatible``, ``compatibility`` (JSON). Validation adds
-``validation_status`` and ``validation.*`` (see :mod:`registry.runs`); promotion adds ``promotion.*``.
+Registration tags, all kept in ``pair.json`` (``"tags"``): ``target``, ``draft`` (``none`` for ngram),
+``drafter_kind``, ``changed``, ``config_changed``, ``previous_version``, ``target.weights_sha256``,
+``target.tokenizer_sha256``, ``draft.weights_sha256``, ``draft.tokenizer_sha256``, ``config_sha256``,
+``num_speculative_tokens``, ``temperature``, ``top_k``, ``top_p``, ``max_new_tokens``, ``compatible``,
+``compatibility`` (JSON). The version shows a few (:mod:`registry.describe`) and a one-line description.
 
 Registering an identical pair (same target version, draft version, drafter kind and config) returns the
 existing version.
@@ -26,19 +25,19 @@ from pathlib import Path
 from typing import Any
 
 from registry.changes import compute_changed, same_config
+from registry.describe import registration_description, select_registration_tags
 from registry.errors import AliasNotFound, PairNotFound
 from registry.models import (
     ModelVersionRef,
     canonical_json,
     client_download_model_version,
     client_get_model_version,
-    download_version_artifacts,
     validate_name,
 )
+from registry.pairfile import PAIR_FILE, full_tags, read_pair_doc
 from registry.settings import get_client, get_settings, mlflow_errors
 from specdec.core.config import SpeculativeConfig
 
-PAIR_FILE = "pair.json"
 PAIR_SCHEMA_VERSION = 1
 DRAFTER_KINDS = ("model", "ngram", "derived:int8", "derived:int4")
 CHANGED_VALUES = ("initial", "target", "draft", "both", "config", "none")
@@ -60,11 +59,13 @@ class PairVersion:
         recipe: the derived-draft recipe (``DerivedDraftRecipe.to_dict()``) for ``derived:*``, else None.
         target_source / draft_source: the models' ``source`` dicts.
         aliases: aliases pointing at this version, read from MLflow now.
-        tags: all current version tags (validation_status, promotion.*, ...).
+        tags: every tag: the registration tags kept in ``pair.json`` overlaid with the version's current
+            MLflow tags (validation_status, acceptance_rate, promotion, ...; :mod:`registry.describe`).
         target_path / draft_path: local artifact directories (downloaded when requested), else None.
             For ``derived:*`` the draft directory holds ``recipe.json``: re-derive the draft with
             ``specdec.models.derived.derive_draft(target_model, DerivedDraftRecipe.from_dict(pv.recipe))``.
         reused: True when :func:`register_pair` found an identical existing version.
+        description: the version's one-line description (:mod:`registry.describe`).
     """
 
     name: str
@@ -90,6 +91,7 @@ class PairVersion:
     target_path: Path | None = None
     draft_path: Path | None = None
     reused: bool = False
+    description: str | None = None
 
     @property
     def uri(self) -> str:
@@ -206,12 +208,13 @@ def register_pair(
         existing = _pair_versions(client, name)
         for mv in existing:
             mt = mv.tags or {}
-            if all(mt.get(k) == tags[k] for k in ("target", "draft", "drafter_kind")) and same_config(mt, tags):
+            if all(mt.get(k) == tags[k] for k in ("target", "draft", "drafter_kind")) and \
+                    same_config(full_tags(client, mv), tags):
                 pv = _pair_from_artifact(client, mv)
                 pv.reused = True
                 return pv
         prev = max(existing, key=lambda mv: int(mv.version)) if existing else None
-        changed, config_changed = compute_changed(dict(prev.tags or {}) if prev else None, tags)
+        changed, config_changed = compute_changed(full_tags(client, prev) if prev else None, tags)
         tags.update(changed=changed, config_changed=str(config_changed).lower(),
                     previous_version=str(prev.version) if prev else "none")
         doc = {
@@ -224,6 +227,7 @@ def register_pair(
             "config": cfg, "compatibility": compat, "changed": changed, "config_changed": config_changed,
             "previous_version": str(prev.version) if prev else None,
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "tags": tags, "description": description,
         }
         mv = _log_pair(client, name, doc, tags, description)
         return _from_doc(mv, doc, aliases=[])
@@ -238,7 +242,8 @@ def _log_pair(client, name: str, doc: dict[str, Any], tags: dict[str, str], desc
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / PAIR_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True))
         return log_and_register(
-            client, name, Path(tmp), tags, params, "specdec-pair", description,
+            client, name, Path(tmp), select_registration_tags(tags), params, "specdec-pair",
+            registration_description(doc),
             run_tags={"specdec.pair": name, "specdec.kind": "pair"},
             model_description="specdec draft/target pairs: each version is a pair.json referencing exact "
                               "target/draft model versions and the decoding config")
@@ -264,13 +269,14 @@ def _from_doc(mv, doc: dict[str, Any], aliases: list[str], reused: bool = False)
         changed=doc.get("changed", "initial"), config_changed=bool(doc.get("config_changed", False)),
         previous_version=doc.get("previous_version"), recipe=doc.get("recipe"),
         target_source=target_doc.get("source") or {}, draft_source=draft_doc.get("source") if draft_doc else None,
-        aliases=aliases, tags=dict(mv.tags or {}), created_at=doc.get("created_at"), reused=reused,
+        aliases=aliases, tags={**(doc.get("tags") or {}), **dict(mv.tags or {})}, created_at=doc.get("created_at"),
+        reused=reused, description=mv.description,
     )
 
 
 def _from_mv(client, mv, reused: bool = False, aliases: list[str] | None = None) -> PairVersion:
-    """Build a PairVersion from tags only (no artifact download): used for listings."""
-    tg = dict(mv.tags or {})
+    """Build a PairVersion from its registration tags (``pair.json``) and current tags: used for listings."""
+    tg = full_tags(client, mv)
     none = lambda v: None if v in (None, "none") else v  # noqa: E731
     try:
         compat = json.loads(tg.get("compatibility", "{}"))
@@ -285,7 +291,7 @@ def _from_mv(client, mv, reused: bool = False, aliases: list[str] | None = None)
         draft_weights_sha256=none(tg.get("draft.weights_sha256")), draft_tokenizer_sha256=none(tg.get("draft.tokenizer_sha256")),
         config=SpeculativeConfig.from_tags(tg), compatibility=compat, changed=tg.get("changed", ""),
         config_changed=tg.get("config_changed") == "true", previous_version=none(tg.get("previous_version")),
-        aliases=aliases, tags=tg, reused=reused,
+        aliases=aliases, tags=tg, reused=reused, description=mv.description,
         created_at=datetime.fromtimestamp(mv.creation_timestamp / 1000, timezone.utc).isoformat(timespec="seconds"),
     )
 
@@ -336,8 +342,7 @@ def get_pair_model_version(client, pair: str, version: str):
 
 def _pair_from_artifact(client, mv) -> PairVersion:
     """PairVersion from the version's ``pair.json`` (authoritative) plus its current tags and aliases."""
-    with tempfile.TemporaryDirectory() as tmp:
-        doc = json.loads(download_version_artifacts(client, mv.name, str(mv.version), tmp, PAIR_FILE).read_text())
+    doc = read_pair_doc(client, mv)
     aliases = sorted(a for a, av in _aliases(client, mv.name).items() if av == str(mv.version))
     return _from_doc(mv, doc, aliases=aliases)
 
@@ -384,7 +389,8 @@ def get_pair_version(
 
 
 def list_pair_versions(pair: str | None = None, *, tracking_uri: str | None = None) -> list[PairVersion]:
-    """All versions of ``pair`` (default pair name), newest first, built from tags (no downloads).
+    """All versions of ``pair`` (default pair name), newest first, from their tags and ``pair.json``
+    (one small download per version; model artifacts are not downloaded).
 
     Raises:
         PairNotFound: no registered model ``pair``.

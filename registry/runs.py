@@ -21,11 +21,14 @@ Run (experiment ``specdec-validation``):
 - artifacts: ``report.json``, ``prompts.csv``, ``plots/per_position_acceptance.png``,
   ``plots/per_category_acceptance.png``, ``plots/acceptance_trend.png``, plus ``extra_artifacts``.
 
-Afterwards the pair version gets ``validation_status`` and ``validation.*`` tags.
+Afterwards the pair version gets the tags ``validation_status``, ``acceptance_rate``, ``speedup`` and
+``policy`` and its one-line description (:mod:`registry.describe`); the run gets a readable name
+(``<pair> v<version> night <date>``) and the same line plus links as its description.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
@@ -33,16 +36,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from registry.describe import describe_run, refresh_description, validation_version_tags
 from specdec.core.config import SpeculativeConfig
 from registry.errors import PairNotFound
+from registry.pairfile import full_tags
 from registry.pairs import get_pair_model_version
 from registry.gate import GateConfig, GateResult, evaluate_gate
 from registry.settings import VALIDATION_EXPERIMENT, get_client, get_or_create_experiment, mlflow_errors
 from specdec.validation.report import PROMPTS_FILE, REPORT_FILE, ValidationReport
 
+_log = logging.getLogger(__name__)
 _CATEGORY_METRICS = ("acceptance_rate", "mean_accepted_length", "alpha_tf", "alpha_hat", "top1_agreement", "speedup",
                      "predicted_speedup", "num_prompts")
-_VERSION_TAG_METRICS = ("acceptance_rate", "acceptance_rate_ci_low", "mean_accepted_length", "alpha_tf", "predicted_speedup")
 
 
 def _finite(v: Any) -> bool:
@@ -211,36 +216,33 @@ def _validation_history(client, pair: str, experiment: str = VALIDATION_EXPERIME
 
 def set_validation_tags(pair: str, version: str | int, *, status: str, run_id: str | None,
                         metrics: Mapping[str, float], heldout: str | None = None, reasons: Sequence[str] = (),
-                        tracking_uri: str | None = None) -> None:
+                        gate: GateConfig | None = None, tracking_uri: str | None = None) -> None:
     """Tag a pair version with its latest validation, so the MLflow UI's version list shows it.
 
-    Tags: ``validation_status`` (``passed``/``failed``), ``validation.run_id``, ``validation.time``
-    (UTC ISO-8601), ``validation.heldout``, ``validation.reasons`` and ``validation.<metric>`` for
-    acceptance_rate, acceptance_rate_ci_low, mean_accepted_length, alpha_tf, predicted_speedup.
+    Tags (:func:`registry.describe.validation_version_tags`): ``validation_status``
+    (``passed``/``failed``), ``acceptance_rate``, ``speedup`` (when measured) and ``policy`` (the
+    gate's criterion). The run id, time, held-out set and gate reasons live in the validation run.
 
     Raises:
         ValueError: ``status`` not passed/failed; PairNotFound: no such pair version.
     """
-    tags = validation_tags(status=status, run_id=run_id, metrics=metrics, heldout=heldout, reasons=reasons)
+    tags = validation_tags(status=status, run_id=run_id, metrics=metrics, heldout=heldout, reasons=reasons, gate=gate)
     client = get_client(tracking_uri)
     with mlflow_errors(client.tracking_uri):
         _set_version_tags(client, pair, str(version), tags)
 
 
 def validation_tags(*, status: str, run_id: str | None, metrics: Mapping[str, float], heldout: str | None = None,
-                    reasons: Sequence[str] = ()) -> dict[str, str]:
-    """The pair-version tags :func:`set_validation_tags` writes (see there). Raises ``ValueError`` on a bad status."""
-    if status not in ("passed", "failed"):
-        raise ValueError(f"status must be 'passed' or 'failed', got {status!r}")
-    tags = {"validation_status": status, "validation.run_id": run_id or "none",
-            "validation.time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "validation.reasons": "; ".join(reasons)[:5000] or "none"}
-    if heldout:
-        tags["validation.heldout"] = heldout
-    for k in _VERSION_TAG_METRICS:
-        if _finite(metrics.get(k)):
-            tags[f"validation.{k}"] = f"{float(metrics[k]):.4f}"
-    return tags
+                    reasons: Sequence[str] = (), gate: GateConfig | None = None) -> dict[str, str]:
+    """The pair-version tags :func:`set_validation_tags` writes (see there; ``run_id``, ``heldout`` and
+    ``reasons`` are recorded in the run, not on the version). Raises ``ValueError`` on a bad status."""
+    return validation_version_tags(status, metrics, gate or GateConfig())
+
+
+def refresh_version(client, pair: str, version: str | int, experiment: str = VALIDATION_EXPERIMENT) -> str:
+    """Rewrite pair version ``version``'s one-line description from its latest finished validation run
+    (:func:`registry.describe.refresh_description`). Returns the description."""
+    return refresh_description(client, pair, str(version), client_latest_validation_run(client, pair, version, experiment))
 
 
 def _set_version_tags(client, pair: str, version: str, tags: Mapping[str, str]) -> None:
@@ -311,7 +313,7 @@ def log_validation(
     metrics = report_metrics(report)
     with mlflow_errors(uri):
         mv = get_pair_model_version(client, pair, version)
-        ptags = mv.tags or {}
+        ptags = full_tags(client, mv)  # k and sampling live in pair.json
         mismatch = config_mismatch(report.config or {}, ptags)
         metrics["config_mismatch"] = float(bool(mismatch))
         verdict: GateResult = evaluate_gate(metrics, gate)
@@ -325,7 +327,8 @@ def log_validation(
                 "specdec.report_created_at": str(report.created_at),
                 "validation_status": verdict.status, "specdec.gate_reasons": "; ".join(verdict.reasons)[:5000] or "none",
                 "specdec.config_mismatch": "; ".join(mismatch) or "none"}
-        run = client.create_run(eid, run_name=run_name or f"validate-{pair}-v{version}", tags=tags)
+        night = str(report.created_at or datetime.now(timezone.utc).isoformat())[:10]
+        run = client.create_run(eid, run_name=run_name or f"{pair} v{version} night {night}", tags=tags)
         run_id = run.info.run_id
         try:
             now = int(time.time() * 1000)
@@ -348,7 +351,11 @@ def log_validation(
             raise
         _set_version_tags(client, pair, version, validation_tags(
             status=verdict.status, run_id=run_id, metrics=metrics,
-            heldout=f"{report.heldout_name}@{report.heldout_version}", reasons=verdict.reasons))
+            heldout=f"{report.heldout_name}@{report.heldout_version}", reasons=verdict.reasons, gate=gate))
+        try:  # what a person reads in the UI; the verdict is already recorded above
+            describe_run(client, run_id, pair, version, refresh_description(client, pair, version, client.get_run(run_id)))
+        except Exception as e:  # noqa: BLE001
+            _log.error("description of %s v%s / run %s not updated: %s: %s", pair, version, run_id, type(e).__name__, e)
     return run_id
 
 
