@@ -20,7 +20,9 @@ Environment variables (all optional):
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -69,14 +71,64 @@ class DeliverySettings(BaseModel):
             (connection errors, timeouts, HTTP 5xx and 429) are retried.
         backoff_initial_s / backoff_max_s: exponential backoff between attempts, in seconds.
         sending_stale_after_s: a delivery left in ``sending`` by a crashed process is retried after
-            this many seconds (the receiver can de-duplicate with the ``Idempotency-Key`` header).
+            this many seconds; ``None`` (default) = :attr:`max_send_s` + 30 s, the longest a live
+            sender can still be working on it. The retry counts as the one allowed duplicate
+            (receivers can drop it by its ``Idempotency-Key`` header).
     """
 
     timeout_s: float = Field(10.0, gt=0)
     max_attempts: int = Field(4, ge=1)
     backoff_initial_s: float = Field(1.0, ge=0)
     backoff_max_s: float = Field(30.0, ge=0)
-    sending_stale_after_s: float = Field(600.0, ge=0)
+    sending_stale_after_s: float | None = Field(None, ge=0)
+
+    @property
+    def max_send_s(self) -> float:
+        """Worst-case seconds one :func:`monitoring.channels.send` can take: every attempt timing
+        out plus the longest wait between attempts (a Retry-After is honoured up to
+        ``backoff_max_s``, longer ones are left for the next run)."""
+        return self.max_attempts * self.timeout_s + (self.max_attempts - 1) * self.backoff_max_s
+
+    @property
+    def stale_sending_s(self) -> float:
+        """Seconds after which a row left ``sending`` is taken over (see ``sending_stale_after_s``)."""
+        if self.sending_stale_after_s is not None:
+            return self.sending_stale_after_s
+        return self.max_send_s + 30.0
+
+
+_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$|^\[[0-9A-Fa-f:.]+\]$")
+
+
+def url_problem(raw: str) -> str | None:
+    """Why ``raw`` is not a usable http(s) URL, or ``None``. The reason never contains the URL.
+
+    Checks: no whitespace or control characters, a host name (or IP literal) made of valid
+    characters, a port in 1..65535, and that httpx accepts it.
+    """
+    import httpx
+
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in raw):
+        return "it contains whitespace or control characters"
+    try:
+        parts = urlsplit(raw)
+        port = parts.port  # ValueError when out of range or not a number
+    except ValueError as e:
+        return f"invalid host or port ({str(e).split(':')[0]})"
+    netloc_host = parts.netloc.rsplit("@", 1)[-1]
+    if netloc_host.startswith("["):
+        netloc_host = netloc_host[: netloc_host.find("]") + 1]
+    else:
+        netloc_host = netloc_host.split(":", 1)[0]
+    if not parts.hostname or not _HOST.match(netloc_host):
+        return "no valid host name"
+    if port is not None and not 0 < port < 65536:
+        return "port out of range"
+    try:
+        httpx.URL(raw)
+    except Exception as e:  # httpx.InvalidURL and friends
+        return f"{type(e).__name__}"
+    return None
 
 
 class ChannelConfig(BaseModel):
@@ -102,6 +154,9 @@ class ChannelConfig(BaseModel):
         raw = v.get_secret_value()
         if not raw.startswith(("http://", "https://")):
             raise ValueError(f"alert channel URL must be http(s), got {redact_url(raw)}")
+        problem = url_problem(raw)
+        if problem:  # refused here, at settings load, not at send time in the middle of a night
+            raise ValueError(f"alert channel URL cannot be parsed: {problem}")
         return v
 
     @property
