@@ -119,6 +119,8 @@ def _short(h: str | None) -> str | None:
 
 
 def _fmt_rule(r: RuleResult) -> str:
+    if r.value is None and r.metric == "reference":  # a broken alias / version / model: its message says it
+        return f"*{r.rule}*: {r.message}"
     val = "n/a" if r.value is None else f"{r.value:.3f}"
     ci = f" (95% CI {r.ci[0]:.3f}-{r.ci[1]:.3f})" if r.ci else ""
     thr = "" if r.threshold is None else f", threshold {r.threshold:.3f}"

@@ -14,7 +14,9 @@ Environment variables (all optional):
   ... (see :class:`RuleSettings`).
 - ``SPECDEC_DELIVERY__MAX_ATTEMPTS=4``, ``SPECDEC_DELIVERY__BACKOFF_INITIAL_S=1`` ... (see
   :class:`DeliverySettings`).
-- ``SPECDEC_REMINDER_INTERVAL_HOURS=24``, ``SPECDEC_CLAIM_STALE_AFTER_S=21600``.
+- ``SPECDEC_REMINDER_INTERVAL_HOURS=24``, ``SPECDEC_CLAIM_STALE_AFTER_S=600`` (a running claim whose
+  heartbeat, refreshed every tenth of this while a nightly works, is older is taken over; a claim
+  of a dead process on the same host is taken over at once, see :mod:`flows.recovery`).
 """
 
 from __future__ import annotations
@@ -191,7 +193,7 @@ class MonitoringSettings(BaseSettings):
     rules: RuleSettings = Field(default_factory=RuleSettings)
     delivery: DeliverySettings = Field(default_factory=DeliverySettings)
     reminder_interval_hours: float = Field(24.0, gt=0)
-    claim_stale_after_s: float = Field(6 * 3600.0, gt=0)
+    claim_stale_after_s: float = Field(600.0, gt=0)
 
     @model_validator(mode="after")
     def _resolve(self) -> "MonitoringSettings":
