@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Optional
 
 import typer
@@ -32,6 +33,8 @@ def run_cmd(
     dask_address: Annotated[Optional[str], typer.Option(help="Existing Dask scheduler (implies --parallel).")] = None,
     fail_on_alert: Annotated[bool, typer.Option(
         "--fail-on-alert", help="Exit 3 when a validation failed the drift rules (CI-style use).")] = False,
+    debug: Annotated[bool, typer.Option(
+        "--debug", help="Show third-party logs and tracebacks on the terminal (they always go to the log file).")] = False,
 ) -> None:
     """Run the nightly validation once, now (no schedule needed; Prefect ephemeral mode is fine)."""
     import os
@@ -48,10 +51,20 @@ def run_cmd(
         err.print(f"[red]error:[/] invalid nightly settings (SPECDEC_NIGHTLY_* environment): {bad}")
         raise typer.Exit(2) from None
 
+    from flows.terminal import ReadableTerminal
+
+    home = os.path.abspath(os.environ.get("SPECDEC_HOME", ".specdec"))
+    with ReadableTerminal(home, "nightly", debug=debug) as term:
+        err.print(f"[dim]log file: {term.log_path}[/]")
+        _run(s, home, term, pair, alias, heldout, limit, device, batch_size, parallel, dask_address, fail_on_alert)
+
+
+def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, parallel, dask_address, fail_on_alert) -> None:
+    import os
+
     from flows.prefect_api import PrefectAPI
     from flows.recovery import NightlyLease, crash_dead_flow_runs, reap_dead_leases
 
-    home = os.path.abspath(os.environ.get("SPECDEC_HOME", ".specdec"))
     lease = NightlyLease.mine(home)
     dead = reap_dead_leases(home)  # servers left by a killed nightly (where the kernel did not stop them)
     api = None
@@ -66,6 +79,14 @@ def run_cmd(
             lease.save()
         from flows.nightly import nightly_flow_for
 
+        import torch  # noqa: F401 (its log handlers exist before the terminal filter is applied)
+
+        term.refresh()
+        try:
+            import torchao  # noqa: F401 (CUDA-extension load warnings go to the log file now)
+        except ImportError:
+            pass
+        term.refresh()
         if dead:
             crash_dead_flow_runs(home, dead)
         flow = nightly_flow_for(parallel=parallel or bool(dask_address), dask_workers=s.dask_workers,
@@ -75,7 +96,8 @@ def run_cmd(
                            limit=limit if limit is not None else s.limit, device=device or s.device, dtype=s.dtype,
                            batch_size=batch_size if batch_size is not None else s.batch_size)
         except Exception as e:  # registry/monitoring errors carry clear messages
-            err.print(f"[red]error:[/] {type(e).__name__}: {e}")
+            logging.getLogger("flows.cli").debug("nightly run failed", exc_info=True)
+            err.print(f"[red]error:[/] {type(e).__name__}: {e}  (details: {term.log_path})")
             raise typer.Exit(1) from None
     finally:
         if api is not None:
@@ -88,6 +110,9 @@ def run_cmd(
         t.add_row(r.pair, r.alias, r.version or "-", r.status, acc, r.alert_transition or "-",
                   r.root_cause_hint or r.message or "")
     Console().print(t)
+    from specdec.policy import get_policy
+
+    Console().print(f"[dim]{get_policy().describe()}[/]")
     if any(r.status == "error" for r in results):
         raise typer.Exit(1)
     if fail_on_alert and any(r.status == "failed" for r in results):

@@ -31,14 +31,20 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from monitoring.redact import redact_url
+from specdec.policy import AcceptancePolicy, get_policy
 
 
 class RuleSettings(BaseModel):
     """Thresholds of the drift rules (:mod:`monitoring.rules`). Rates are probabilities in [0, 1].
 
+    The defaults come from the acceptance policy (:class:`specdec.policy.AcceptancePolicy`,
+    ``SPECDEC_POLICY__*``), which the promotion gate, the plots and the Evidently report read too;
+    ``SPECDEC_RULES__ABSOLUTE_THRESHOLD`` is an older name for ``SPECDEC_POLICY__THRESHOLD``.
+
     Attributes:
-        absolute_threshold: pooled acceptance rate below which a pair is unhealthy (0.40).
-        min_draft_tokens: draft tokens needed before the absolute rule may fire overall (200).
+        absolute_threshold: pooled acceptance rate below which a pair is unhealthy (policy, 0.40).
+        min_draft_tokens: draft tokens needed before the absolute rule may fire overall (policy, 200).
+        alert_side: which end of the 95% CI must be below the threshold to fire (policy, ``upper``).
         category_thresholds: per-category acceptance thresholds; categories not listed use
             ``absolute_threshold``.
         min_category_draft_tokens: draft tokens a category needs before its rule may fire (100).
@@ -49,13 +55,22 @@ class RuleSettings(BaseModel):
         min_drafts: verification steps needed before the collapse rule may fire (20).
     """
 
-    absolute_threshold: float = Field(0.40, ge=0.0, le=1.0)
-    min_draft_tokens: int = Field(200, ge=0)
+    absolute_threshold: float = Field(default_factory=lambda: get_policy().threshold, ge=0.0, le=1.0)
+    min_draft_tokens: int = Field(default_factory=lambda: get_policy().min_draft_tokens, ge=0)
+    alert_side: Literal["lower", "point", "upper"] = Field(default_factory=lambda: get_policy().alert_side)
     category_thresholds: dict[str, float] = Field(default_factory=dict)
     min_category_draft_tokens: int = Field(100, ge=0)
     relative_drop: float = Field(0.15, gt=0.0, lt=1.0)
     collapse_drop: float = Field(0.30, gt=0.0, lt=1.0)
     min_drafts: int = Field(20, ge=0)
+
+    def policy(self) -> AcceptancePolicy:
+        """The acceptance policy these rules apply (:mod:`specdec.policy`; threshold, alert side and
+        minimum evidence as set here, the rest from ``SPECDEC_POLICY__*``)."""
+        base = get_policy()
+        return AcceptancePolicy(threshold=self.absolute_threshold, estimator=base.estimator,
+                                alert_side=self.alert_side, gate_side=base.gate_side,
+                                min_draft_tokens=self.min_draft_tokens, min_prompts=base.min_prompts)
 
     def threshold_for(self, category: str | None) -> float:
         """The absolute threshold for ``category`` (``None`` = overall)."""

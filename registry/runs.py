@@ -26,6 +26,7 @@ Afterwards the pair version gets ``validation_status`` and ``validation.*`` tags
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -38,6 +39,7 @@ from registry.errors import PairNotFound
 from registry.pairs import _get_pair_mv
 from registry.gate import GateConfig, GateResult, evaluate_gate
 from registry.settings import VALIDATION_EXPERIMENT, get_client, get_or_create_experiment, mlflow_errors
+from specdec.policy import get_policy
 from specdec.report import PROMPTS_FILE, REPORT_FILE, ValidationReport
 
 _log = logging.getLogger(__name__)
@@ -270,7 +272,7 @@ def log_validation(
     *,
     extra_artifacts: Sequence[str | Path] = (),
     history: Sequence[Mapping[str, Any]] | None = None,
-    gate: GateConfig = GateConfig(),
+    gate: GateConfig | None = None,
     experiment: str = VALIDATION_EXPERIMENT,
     run_name: str | None = None,
     tracking_uri: str | None = None,
@@ -309,6 +311,7 @@ def log_validation(
     from mlflow.entities import Metric, Param
 
     version = str(version)
+    gate = gate or GateConfig()
     client = get_client(tracking_uri)
     uri = client.tracking_uri
     rdir = Path(report_dir)
@@ -340,6 +343,10 @@ def log_validation(
                 "specdec.config_mismatch": "; ".join(mismatch) or "none"}
         if run_key:
             tags["specdec.run_key"] = run_key
+        tags["specdec.acceptance_policy"] = json.dumps(  # recorded with each run, shown with the verdict
+            {"threshold": gate.min_acceptance_rate, "gate_side": gate.gate_side,
+             "min_prompts": gate.min_num_prompts, "min_draft_tokens": gate.min_draft_tokens,
+             **{k: v for k, v in get_policy().to_dict().items() if k in ("estimator", "alert_side")}})
         run = client.create_run(eid, run_name=run_name or f"validate-{pair}-v{version}", tags=tags)
         run_id = run.info.run_id
         try:
