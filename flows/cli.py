@@ -55,7 +55,7 @@ def run_cmd(
 
     home = os.path.abspath(os.environ.get("SPECDEC_HOME", ".specdec"))
     with ReadableTerminal(home, "nightly", debug=debug) as term:
-        err.print(f"[dim]log file: {term.log_path}[/]")
+        err.print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
         _run(s, home, term, pair, alias, heldout, limit, device, batch_size, parallel, dask_address, fail_on_alert)
 
 
@@ -97,10 +97,16 @@ def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, paralle
                            batch_size=batch_size if batch_size is not None else s.batch_size)
         except Exception as e:  # registry/monitoring errors carry clear messages
             logging.getLogger("flows.cli").debug("nightly run failed", exc_info=True)
-            err.print(f"[red]error:[/] {type(e).__name__}: {e}  (details: {term.log_path})")
+            err.print(f"[red]error:[/] {type(e).__name__}: {e}  (details: {term.log_path})", soft_wrap=True)
             raise typer.Exit(1) from None
     finally:
         if api is not None:
+            try:  # send buffered run logs while the API is still up (else "Error logging to API")
+                from prefect.logging.handlers import APILogHandler
+
+                APILogHandler.flush()
+            except Exception:  # noqa: BLE001
+                pass
             api.stop()
         lease.release()
     t = Table("pair", "alias", "version", "status", "acceptance [95% CI]", "alert", "hint")
