@@ -73,6 +73,8 @@ def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, paralle
             # a private Prefect API that dies with this process, state kept under SPECDEC_HOME
             os.environ.setdefault("PREFECT_HOME", os.path.join(home, "prefect"))
             os.makedirs(os.environ["PREFECT_HOME"], exist_ok=True)
+            # its UI is off and it dies with us: run logs go to our log file, not to its API
+            os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
             api = PrefectAPI(os.path.join(home, "logs", "prefect-server.log")).start()
             lease.server_pid = api.proc.pid
             lease.server_create_time = _create_time(api.proc.pid)
@@ -97,6 +99,8 @@ def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, paralle
                            batch_size=batch_size if batch_size is not None else s.batch_size)
         except Exception as e:  # registry/monitoring errors carry clear messages
             logging.getLogger("flows.cli").debug("nightly run failed", exc_info=True)
+            if term.debug:
+                err.print_exception()
             err.print(f"[red]error:[/] {type(e).__name__}: {e}  (details: {term.log_path})", soft_wrap=True)
             raise typer.Exit(1) from None
     finally:
