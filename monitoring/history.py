@@ -20,7 +20,7 @@ import json
 import math
 import uuid
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Callable
 
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
@@ -130,6 +130,7 @@ def _select_for_update(key: RunKey):
 def claim_run(
     db: Database, key: RunKey, *, alias: str | None = None,
     stale_after_s: float = DEFAULT_STALE_AFTER_S, now: dt.datetime | None = None,
+    holder_dead: Callable[[int, str], bool] | None = None,
 ) -> Claim:
     """Claim ``key`` for this process: insert the row as ``running`` or re-claim it.
 
@@ -140,6 +141,9 @@ def claim_run(
     Args:
         db: the history store. key: the idempotency key. alias: the alias the pair version was
             resolved through (``"champion"``...), stored on the row. now: injected clock (UTC).
+        holder_dead: ``f(run_id, claim_token)`` that knows when the process holding a ``running``
+            claim is dead (e.g. :func:`flows.recovery.holder_dead`, same host); such a claim is
+            taken over at once instead of after ``stale_after_s``.
     Returns:
         :class:`Claim` to pass to :func:`record_run` / :func:`heartbeat` / :func:`mark_error`.
     Raises:
@@ -163,11 +167,16 @@ def claim_run(
                     s.add(row)
                     s.flush()
                     return Claim(row.id, token, key, None, 1)
+                previous = row.status
                 if row.status == RUNNING:
                     beat = row.heartbeat_at or row.claimed_at
+                    previous = "running (stale)"
                     if beat is not None and (now - beat).total_seconds() < stale_after_s:
-                        raise RunAlreadyClaimed(key, row.id, row.claimed_at, "already running")
-                previous = row.status if row.status != RUNNING else "running (stale)"
+                        if not (holder_dead and row.claim_token and holder_dead(row.id, row.claim_token)):
+                            age = (now - beat).total_seconds()
+                            raise RunAlreadyClaimed(key, row.id, row.claimed_at,
+                                                    f"already running (heartbeat {age:.0f} s ago)")
+                        previous = "running (holder process died)"
                 row.status, row.claim_token, row.error = RUNNING, token, None
                 row.claimed_at = row.heartbeat_at = row.started_at = row.updated_at = now
                 row.attempts = (row.attempts or 0) + 1

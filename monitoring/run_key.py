@@ -70,6 +70,12 @@ class RunKey:
         return cls(pair_name, str(pair_version), heldout_name, str(heldout_version),
                    config_hash(config), scheduled_date)
 
+    def key_id(self) -> str:
+        """32 hex chars identifying this key (e.g. the MLflow run tag ``specdec.run_key``)."""
+        blob = "|".join([self.pair_name, self.pair_version, self.heldout_name, self.heldout_version,
+                         self.config_hash, self.scheduled_date.isoformat()])
+        return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
     def describe(self) -> str:
         """Human-readable key (config hash shortened)."""
         return (f"{self.pair_name} v{self.pair_version} on {self.heldout_name}@{self.heldout_version} "

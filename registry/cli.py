@@ -200,7 +200,8 @@ def promote_cmd(
     force: Annotated[bool, typer.Option("--force", help="Move the alias even if the gate fails (needs --reason).")] = False,
     reason: Annotated[str | None, typer.Option(help="Why (required with --force; recorded in tags).")] = None,
     actor: Annotated[str | None, typer.Option(help="Who (default: the OS user).")] = None,
-    min_acceptance_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Gate: acceptance-rate CI lower bound.")] = 0.40,
+    min_acceptance_rate: Annotated[float | None, typer.Option(
+        min=0.0, max=1.0, help="Gate threshold (default: the acceptance policy, SPECDEC_POLICY__THRESHOLD, 0.40).")] = None,
     min_predicted_speedup: Annotated[float | None, typer.Option(help="Gate: minimum predicted speedup (off by default).")] = None,
     tracking_uri: TrackingOpt = None,
 ) -> None:
@@ -210,7 +211,9 @@ def promote_cmd(
     from registry.gate import GateConfig
     from registry.promotion import promote
 
-    gate = GateConfig(min_acceptance_rate=min_acceptance_rate, min_predicted_speedup=min_predicted_speedup)
+    gate = GateConfig(min_predicted_speedup=min_predicted_speedup)
+    if min_acceptance_rate is not None:
+        gate = GateConfig(min_acceptance_rate=min_acceptance_rate, min_predicted_speedup=min_predicted_speedup)
     try:
         res = promote(name, version, alias, force=force, reason=reason, actor=actor, gate=gate, tracking_uri=tracking_uri)
     except PromotionRefused as e:

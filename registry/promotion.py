@@ -57,7 +57,7 @@ def _user() -> str:
         return "unknown"
 
 
-def check_gate(pair: str, version: str | int, *, gate: GateConfig = GateConfig(),
+def check_gate(pair: str, version: str | int, *, gate: GateConfig | None = None,
                experiment: str = VALIDATION_EXPERIMENT, tracking_uri: str | None = None) -> GateResult:
     """Judge the latest finished validation run of ``pair`` version ``version``.
 
@@ -67,7 +67,7 @@ def check_gate(pair: str, version: str | int, *, gate: GateConfig = GateConfig()
     """
     client = get_client(tracking_uri)
     with mlflow_errors(client.tracking_uri):
-        return _check_gate(client, pair, version, gate, experiment)
+        return _check_gate(client, pair, version, gate or GateConfig(), experiment)
 
 
 def _check_gate(client, pair: str, version: str | int, gate: GateConfig, experiment: str) -> GateResult:
@@ -85,7 +85,7 @@ def promote(
     force: bool = False,
     reason: str | None = None,
     actor: str | None = None,
-    gate: GateConfig = GateConfig(),
+    gate: GateConfig | None = None,
     experiment: str = VALIDATION_EXPERIMENT,
     tracking_uri: str | None = None,
 ) -> PromotionResult:
@@ -118,6 +118,7 @@ def promote(
     uri = client.tracking_uri
     with mlflow_errors(uri):
         get_pair_model_version(client, pair, version)
+        gate = gate or GateConfig()
         gated = alias in gate.gated_aliases
         verdict = _check_gate(client, pair, version, gate, experiment)
         if gated and not verdict.passed and not force:
