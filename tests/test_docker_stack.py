@@ -8,7 +8,8 @@ Docker is rewritten: service host names become 127.0.0.1, ports become free port
 becomes 127.0.0.1, and ``/mlartifacts`` / ``/data/specdec`` become temp dirs. Every flag stays as in
 compose. Readiness is the compose healthcheck command itself (with the port rewritten).
 
-Not covered (needs Docker): image builds, container networking, volume ownership, the GPU reservation.
+Not covered here (needs Docker): image builds, container networking, volume ownership; those are
+``make stack-test`` (docker/stack_test.py). The GPU reservation is not exercised anywhere.
 Skipped where no PostgreSQL server binaries exist.
 """
 
@@ -85,6 +86,8 @@ class Stack:
     def process_env(self, service: str, **extra: str) -> dict[str, str]:
         """Image ENV (Dockerfile.cpu) + the service's compose environment, localized."""
         image_env = _env_pairs(parse_dockerfile(DOCKER / "Dockerfile.cpu"))
+        for layout in ("VIRTUAL_ENV", "PATH"):  # the image's /opt/venv; here the test's venv stands in
+            image_env.pop(layout, None)
         image_env["SPECDEC_HOME"] = str(self.root / "data" / service)
         image_env["HF_HOME"] = str(self.root / "data" / service / "huggingface")
         svc_env = {k: self.localize(str(v)) for k, v in self.compose["services"][service].get("environment", {}).items()}
