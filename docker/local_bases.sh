@@ -3,7 +3,7 @@
 #
 #   docker/local_bases.sh            # as root; needs docker (a running daemon) and debootstrap
 #
-# Builds (and leaves alone if they already exist; FORCE=1 rebuilds):
+# Builds (the Python base is left alone if it exists; FORCE=1 rebuilds it):
 #   specdec-local/python:3.11-bookworm   Debian bookworm minbase + python3.11, python3-venv, ca-certificates
 #                                        (stands in for python:3.11-slim-bookworm: build arg PYTHON_BASE_IMAGE)
 #   specdec-local/postgres:15-bookworm   the above + Debian's postgresql-15 and an entry point that does what
@@ -48,10 +48,8 @@ else
   echo "local_bases: built $PY_IMAGE"
 fi
 
-if have "$PG_IMAGE"; then
-  echo "local_bases: $PG_IMAGE exists"
-else
-  $DOCKER build -q --build-arg BASE_IMAGE="$PY_IMAGE" \
-      -f "$HERE/local-base/Dockerfile.postgres" -t "$PG_IMAGE" "$HERE/local-base" > /dev/null
-  echo "local_bases: built $PG_IMAGE"
-fi
+# Always built: Docker's layer cache makes this a no-op when nothing changed, and picks up a changed
+# entry point.
+$DOCKER build -q --build-arg BASE_IMAGE="$PY_IMAGE" \
+    -f "$HERE/local-base/Dockerfile.postgres" -t "$PG_IMAGE" "$HERE/local-base" > /dev/null
+echo "local_bases: built $PG_IMAGE"

@@ -283,7 +283,15 @@ def test_docker_compose_v1_config_cli():
 def test_compose_file_stays_valid_for_compose_v1():
     raw = raw_compose()
     assert "name" not in raw, "docker-compose 1.29 refuses a top-level `name:`; use -p / COMPOSE_PROJECT_NAME"
-    nested = re.findall(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?[-?+][^}]*\$\{", COMPOSE_FILE.read_text())
+    def strings(node):
+        if isinstance(node, dict):
+            yield from (x for v in node.values() for x in strings(v))
+        elif isinstance(node, list):
+            yield from (x for v in node for x in strings(v))
+        elif isinstance(node, str):
+            yield node
+
+    nested = [v for v in strings(raw) if re.search(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?[-?+][^}]*(?<!\$)\$\{", v)]
     assert not nested, f"docker-compose 1.29 does not expand nested defaults: {nested}"
 
 

@@ -70,6 +70,7 @@ class Stack:
         s = s.replace("@postgres:5432/", f"@127.0.0.1:{self.pg_port}/")
         s = s.replace("http://mlflow:5000", f"http://127.0.0.1:{self.ports['mlflow']}")
         s = s.replace("http://prefect-server:4200", f"http://127.0.0.1:{self.ports['prefect-server']}")
+        s = s.replace("/home/specdec/", f"{self.root}/home/")  # the image user's home
         return s
 
     def argv(self, service: str) -> list[str]:
@@ -246,6 +247,11 @@ def test_prefect_server_command(stack, servers):
     assert argv[:3] == ["prefect", "server", "start"]
     assert stack.process_env("prefect-server")["PREFECT_API_DATABASE_CONNECTION_URL"].startswith("postgresql+asyncpg://")
     assert {"flow_run", "deployment", "work_pool", "alembic_version"} <= _tables(stack, "prefect")
+    # the UI is served (its static directory is writable for the image's non-root user)
+    ui = httpx.get(f"http://127.0.0.1:{stack.ports['prefect-server']}/", timeout=30)
+    assert ui.status_code == 200 and "<html" in ui.text.lower(), ui.text[:300]
+    ui_dir = stack.process_env("prefect-server")["PREFECT_UI_STATIC_DIRECTORY"]
+    assert ui_dir.startswith(str(stack.root)) and any(Path(ui_dir).iterdir())
     assert "flow_run" not in _tables(stack, stack.env["POSTGRES_DB"])
 
 

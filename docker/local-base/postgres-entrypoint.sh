@@ -1,15 +1,17 @@
 #!/bin/sh
 # Entry point of the stand-in postgres image (local-base/Dockerfile.postgres): the parts of the official
-# image's docker-entrypoint.sh that docker/compose.yaml uses. Runs as root, drops to `postgres`.
+# image's docker-entrypoint.sh that docker/compose.yaml uses. Runs as root, drops to `postgres` with
+# setpriv, which execs (no parent left behind), so the server is PID 1 and gets `docker stop`'s SIGINT.
 set -eu
 
 if [ "$(id -u)" = 0 ]; then
   mkdir -p "$PGDATA" /var/run/postgresql
   chown -R postgres:postgres "$PGDATA" /var/run/postgresql
   chmod 700 "$PGDATA"
-  exec runuser -u postgres -- "$0" "$@"
+  exec setpriv --reuid=postgres --regid=postgres --init-groups "$0" "$@"
 fi
 
+export HOME=/var/lib/postgresql
 : "${POSTGRES_USER:=postgres}"
 : "${POSTGRES_DB:=$POSTGRES_USER}"
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
