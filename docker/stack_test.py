@@ -241,7 +241,8 @@ def write_report(steps: Steps, ok: bool, error: str | None, total: float, logs: 
         f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC · {'PASSED' if ok else 'FAILED'} · "
         f"total {total / 60:.1f} min", "",
         f"Machine: {os.cpu_count()} CPUs, {mem:.0f} GiB RAM, {platform.platform()}; Docker engine {docker_v}, "
-        f"docker-compose {compose_v}.", "",
+        f"docker-compose {compose_v}. Load average at the end (1/5/15 min): "
+        f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} (the CPUs are shared with other work).", "",
         "| step | seconds |", "| --- | ---: |",
         *[f"| {n} | {s:.0f} |" for n, s in steps.timings], f"| **total** | **{total:.0f}** |", "",
         "## Checks", "", *[f"- {c}" for c in steps.checks], *([f"- ERROR: {_cell(error)}"] if error else []), "",
