@@ -232,17 +232,26 @@ def scenario(steps: Steps, st: Stack) -> None:
                 f"one 'fire' alert received on the host ({len(Receiver.bodies)} webhook call(s))")
 
 
-def write_report(steps: Steps, ok: bool, error: str | None, total: float, logs: list[str]) -> None:
+def machine_line() -> str:
+    """One line about this machine and its Docker (call while the daemon still runs)."""
     docker_v = sh(["docker", "version", "-f", "{{.Server.Version}}"], check=False).stdout.strip()
+    driver = sh(["docker", "info", "-f", "{{.Driver}}"], check=False).stdout.strip()
     compose_v = sh(["docker-compose", "version", "--short"], check=False).stdout.strip()
+    commit = sh(["git", "rev-parse", "--short", "HEAD"], check=False).stdout.strip()
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"Machine: {os.cpu_count()} CPUs, {mem:.0f} GiB RAM, {platform.platform()}; Docker engine {docker_v} "
+            f"({driver}), docker-compose {compose_v}; repository at {commit or '?'}. Load average at the end "
+            f"(1/5/15 min): {' / '.join(f'{x:.1f}' for x in os.getloadavg())} (CPUs shared with other work).")
+
+
+def write_report(steps: Steps, ok: bool, error: str | None, total: float, logs: list[str], machine: str) -> None:
     lines = [
         "# Docker stack test (`make stack-test`)", "",
+        "Written by `docker/stack_test.py` (what runs and what is checked: its docstring; every command's "
+        "output: `.specdec/docker/stack-test.log`).", "",
         f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC · {'PASSED' if ok else 'FAILED'} · "
         f"total {total / 60:.1f} min", "",
-        f"Machine: {os.cpu_count()} CPUs, {mem:.0f} GiB RAM, {platform.platform()}; Docker engine {docker_v}, "
-        f"docker-compose {compose_v}. Load average at the end (1/5/15 min): "
-        f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} (the CPUs are shared with other work).", "",
+        machine, "",
         "| step | seconds |", "| --- | ---: |",
         *[f"| {n} | {s:.0f} |" for n, s in steps.timings], f"| **total** | **{total:.0f}** |", "",
         "## Checks", "", *[f"- {c}" for c in steps.checks], *([f"- ERROR: {_cell(error)}"] if error else []), "",
@@ -252,7 +261,6 @@ def write_report(steps: Steps, ok: bool, error: str | None, total: float, logs: 
     ]
     RESULTS.write_text("\n".join(lines))
     print(f"wrote {RESULTS.relative_to(REPO)}")
-
 
 
 def main() -> int:
@@ -286,9 +294,10 @@ def main() -> int:
                 steps.run("compose down -v", stack.down)
         if receiver is not None:
             receiver.shutdown()
+        machine = machine_line()
         if not args.keep:
             stop_daemon(daemon)
-        write_report(steps, ok, error, time.monotonic() - t0, logs)
+        write_report(steps, ok, error, time.monotonic() - t0, logs, machine)
     return 0 if ok else 1
 
 
