@@ -22,7 +22,9 @@ Steps (each timed):
 Timings, checks and the log summary go to ``benchmarks/results/stack.md``. Exit status 0 only if every
 check passed. Standard library only (runs with the system ``python3``; no project venv needed).
 
-Usage: ``python3 docker/stack_test.py [--keep] [--local-bases]``
+Usage: ``python3 docker/stack_test.py [--keep] [--local-bases]``; ``SPECDEC_COMPOSE`` picks the Compose CLI
+(default ``docker-compose``; ``"docker compose"`` for the v2 plugin), ``SPECDEC_STACK_RESULTS`` the results
+file (default ``benchmarks/results/stack.md``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import json
 import os
 import platform
 import secrets
+import shlex
 import socket
 import subprocess
 import sys
@@ -48,6 +51,9 @@ PROJECT = "specdec-stacktest"
 SERVICES = ("postgres", "mlflow", "prefect-server", "deploy", "worker")
 PAIR = "specdec-pair"
 DATA = "/data/specdec/stack-test"  # in the worker's specdec-data volume
+# The Compose CLI: Debian's docker-compose 1.29 by default; e.g. SPECDEC_COMPOSE="docker compose" for v2.
+COMPOSE = shlex.split(os.environ.get("SPECDEC_COMPOSE", "docker-compose"))
+RESULTS = REPO / os.environ.get("SPECDEC_STACK_RESULTS", str(RESULTS.relative_to(REPO)))
 
 
 def free_port() -> int:
@@ -102,7 +108,7 @@ class Stack:
                     "PREFECT_UI_API_URL": f"http://localhost:{self.ports['prefect']}/api",
                     "SPECDEC_ALERT_CHANNELS": json.dumps([{"type": "webhook", "name": "stack-test",
                                                            "url": f"http://host.docker.internal:{receiver_port}/hook"}])}
-        self.compose = ["docker-compose", "-p", PROJECT, "-f", "docker/compose.yaml", "-f",
+        self.compose = [*COMPOSE, "-p", PROJECT, "-f", "docker/compose.yaml", "-f",
                         "docker/stack-test.override.yaml", "--env-file", "docker/.env.example"]
         self.mlflow = f"http://127.0.0.1:{self.ports['mlflow']}"
         self.prefect = f"http://127.0.0.1:{self.ports['prefect']}/api"
@@ -111,7 +117,7 @@ class Stack:
         return sh([*self.compose, *args], env=self.env, timeout=timeout, check=check)
 
     def container(self, service: str) -> str:
-        return self.dc("ps", "-q", service).stdout.strip()
+        return self.dc("ps", "-a", "-q", service).stdout.strip()  # -a: v2 lists exited ones only so
 
     def up(self) -> None:
         self.dc("up", "-d", "--no-build", *SERVICES, timeout=1200)
@@ -236,11 +242,11 @@ def machine_line() -> str:
     """One line about this machine and its Docker (call while the daemon still runs)."""
     docker_v = sh(["docker", "version", "-f", "{{.Server.Version}}"], check=False).stdout.strip()
     driver = sh(["docker", "info", "-f", "{{.Driver}}"], check=False).stdout.strip()
-    compose_v = sh(["docker-compose", "version", "--short"], check=False).stdout.strip()
+    compose_v = sh([*COMPOSE, "version", "--short"], check=False).stdout.strip()
     commit = sh(["git", "rev-parse", "--short", "HEAD"], check=False).stdout.strip()
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return (f"Machine: {os.cpu_count()} CPUs, {mem:.0f} GiB RAM, {platform.platform()}; Docker engine {docker_v} "
-            f"({driver}), docker-compose {compose_v}; repository at {commit or '?'}. Load average at the end "
+            f"({driver}), {' '.join(COMPOSE)} {compose_v}; repository at {commit or '?'}. Load average at the end "
             f"(1/5/15 min): {' / '.join(f'{x:.1f}' for x in os.getloadavg())} (CPUs shared with other work).")
 
 
