@@ -8,7 +8,8 @@ Docker is rewritten: service host names become 127.0.0.1, ports become free port
 becomes 127.0.0.1, and ``/mlartifacts`` / ``/data/specdec`` become temp dirs. Every flag stays as in
 compose. Readiness is the compose healthcheck command itself (with the port rewritten).
 
-Not covered (needs Docker): image builds, container networking, volume ownership, the GPU reservation.
+Not covered here (needs Docker): image builds, container networking, volume ownership; those are
+``make stack-test`` (docker/stack_test.py). The GPU reservation is not exercised anywhere.
 Skipped where no PostgreSQL server binaries exist.
 """
 
@@ -56,6 +57,7 @@ class Stack:
         s = s.replace("@postgres:5432/", f"@127.0.0.1:{self.pg_port}/")
         s = s.replace("http://mlflow:5000", f"http://127.0.0.1:{self.ports['mlflow']}")
         s = s.replace("http://prefect-server:4200", f"http://127.0.0.1:{self.ports['prefect-server']}")
+        s = s.replace("/home/specdec/", f"{self.root}/home/")  # the image user's home
         return s
 
     def argv(self, service: str) -> list[str]:
@@ -72,6 +74,8 @@ class Stack:
     def process_env(self, service: str, **extra: str) -> dict[str, str]:
         """Image ENV (Dockerfile.cpu) + the service's compose environment, localized."""
         image_env = _env_pairs(parse_dockerfile(DOCKER / "Dockerfile.cpu"))
+        for layout in ("VIRTUAL_ENV", "PATH"):  # the image's /opt/venv; here the test's venv stands in
+            image_env.pop(layout, None)
         image_env["SPECDEC_HOME"] = str(self.root / "data" / service)
         image_env["HF_HOME"] = str(self.root / "data" / service / "huggingface")
         svc_env = {k: self.localize(str(v)) for k, v in self.compose["services"][service].get("environment", {}).items()}
@@ -220,6 +224,11 @@ def test_prefect_server_command(stack, servers):
     assert argv[:3] == ["prefect", "server", "start"]
     assert stack.process_env("prefect-server")["PREFECT_API_DATABASE_CONNECTION_URL"].startswith("postgresql+asyncpg://")
     assert {"flow_run", "deployment", "work_pool", "alembic_version"} <= _tables(stack, "prefect")
+    # the UI is served (its static directory is writable for the image's non-root user)
+    ui = httpx.get(f"http://127.0.0.1:{stack.ports['prefect-server']}/", timeout=30)
+    assert ui.status_code == 200 and "<html" in ui.text.lower(), ui.text[:300]
+    ui_dir = stack.process_env("prefect-server")["PREFECT_UI_STATIC_DIRECTORY"]
+    assert ui_dir.startswith(str(stack.root)) and any(Path(ui_dir).iterdir())
     assert "flow_run" not in _tables(stack, stack.env["POSTGRES_DB"])
 
 
