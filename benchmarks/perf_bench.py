@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+import perf_document as out_doc
 import perf_methods as pm
 import perf_report as rep
 from specdec import NgramDrafter
@@ -62,16 +63,16 @@ class Bench:
 
     def write(self, complete: bool, note: str | None = None) -> None:
         summary = rep.summarise(self.raw, self.args, self.drafter_kinds if hasattr(self, "drafter_kinds") else {})
-        doc = rep.document(self.args, self.machine, self.raw, summary, self.started_at, complete,
+        doc = out_doc.document(self.args, self.machine, self.raw, summary, self.started_at, complete,
                            time.perf_counter() - self.t_start, note)
-        rep.write_outputs(self.out_json, doc)
+        out_doc.write_outputs(self.out_json, doc)
 
     # ------------------------------------------------------------------ setup
     def load(self) -> None:
-        from specdec.drafter_spec import resolve_drafter
-        from specdec.heldout import load_heldout, prompt_token_ids
+        from specdec.models.drafter_spec import resolve_drafter
+        from specdec.validation.heldout import load_heldout, prompt_token_ids
         from specdec.models import load_causal_lm
-        from specdec.validation import _eos_ids
+        from specdec.validation.provenance import eos_token_ids
 
         a = self.args
         t0 = time.perf_counter()
@@ -89,7 +90,7 @@ class Bench:
                 obj = obj.eval()
             self.drafters[spec] = obj
             self.drafter_kinds[spec] = r.kind
-        self.eos = None if a.ignore_eos else _eos_ids(self.tok, self.model)
+        self.eos = None if a.ignore_eos else eos_token_ids(self.tok, self.model)
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
         hs = load_heldout(a.heldout)
         self.subset = hs.subset(a.limit, seed=a.seed)

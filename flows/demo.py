@@ -54,7 +54,7 @@ def _demo_heldout(home: Path) -> Path:
     Summarization and RAG prompts are ~800 tokens each; on 2 CPU cores their prefill would dominate
     the demo's runtime. The deployment's default held-out set is the full Spec-Bench.
     """
-    from specdec.heldout import load_heldout
+    from specdec.validation.heldout import load_heldout
 
     held = load_heldout("spec_bench")
     path = home / "spec_bench_short.jsonl"
@@ -118,7 +118,7 @@ def main() -> int:  # noqa: PLR0915 (a linear story reads best as one function)
 
     pair = "specdec-pair"
     common = dict(name=pair, target_name="smollm2-135m-instruct", draft_name="smollm2-135m-instruct-int8",
-                  num_draft_tokens=4, temperature=0.0, max_new_tokens=max_new)
+                  num_speculative_tokens=4, temperature=0.0, max_new_tokens=max_new)
     today = dt.datetime.now(dt.timezone.utc).date()
     nights = [today - dt.timedelta(days=2), today - dt.timedelta(days=1), today]
 

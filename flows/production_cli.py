@@ -73,12 +73,12 @@ def _run(kind: str, url: str, engine: str, source: str | None, selector: str, pa
     from sqlalchemy.exc import SQLAlchemyError
 
     from flows.production_lib import code_version, resolve_version
-    from monitoring.cli import _open
+    from monitoring.cli import open_store
     from monitoring.production.ingest import ingest_window
     from monitoring.production.sources import ProductionSourceError
 
     ps, src = _settings(kind, url, engine, source, selector, pair, alias, version, model, k)
-    ms, db = _open(db_url, upgrade=True)
+    ms, db = open_store(db_url, upgrade=True)
     try:
         outcomes = ingest_window(db, src, start, end, settings=ps, monitoring_settings=ms,
                                  resolve_version=resolve_version, alert=not no_alert, code_version=code_version())

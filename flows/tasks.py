@@ -12,7 +12,6 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from prefect import task
 
@@ -45,6 +44,8 @@ class NightlyResult:
     report_dir: str | None = None
     evidently_html: str | None = None
     message: str = ""
+    ungated_promotion: str | None = None  # champion only: flows.ungated (the alert's message)
+    ungated_alert: str | None = None  # its transition: fire | remind-<n> | resolve
 
 
 def _safe(text: str) -> str:
@@ -89,54 +90,23 @@ def resolve_pair_version(pair: str, alias: str) -> str | None:
         return None
 
 
-@task(retries=2, retry_delay_seconds=[10, 30], task_run_name="load {pair}@v{version}")
-def load_pair(pair: str, version: str, device: str = "auto", dtype: str = "auto") -> dict[str, Any]:
-    """Resolve a pair version's artifacts (downloaded once per worker) and load the models into the
-    worker's model cache. Returns plain metadata (the models stay cached in-process).
-
-    Returns:
-        dict with ``pair_version`` (PairVersion.to_dict()), ``target_key``, ``drafter_key``.
-    """
-    from flows.loading import load_pair_models
-
-    pv, target_key, drafter_key = load_pair_models(pair, version, device=device, dtype=dtype)
-    return {"pair_version": pv, "target_key": target_key, "drafter_key": drafter_key}
-
-
-@task(task_run_name="validate {pair}@v{version}")
-def validate(pair: str, version: str, loaded: dict[str, Any], heldout: str, limit: int | None,
-             out_dir: str, seed: int = 0, batch_size: int = 1) -> Any:
-    """Run :func:`specdec.validation.validate_pair` with the pair's decoding config; write the report.
-
-    Returns:
-        :class:`specdec.report.ValidationReport` (also written to ``out_dir``).
-    """
-    from flows.loading import build_validation_config, cached_drafter, cached_target
-    from specdec.heldout import load_heldout
-    from specdec.validation import validate_pair
-
-    pv = loaded["pair_version"]
-    target = cached_target(loaded["target_key"])
-    drafter = cached_drafter(loaded["drafter_key"])
-    config = build_validation_config(pv, limit=limit, seed=seed, batch_size=batch_size)
-    report = validate_pair(target, drafter, load_heldout(heldout), config)
-    report.write(out_dir)
-    return report
-
-
 @task(retries=3, retry_delay_seconds=[5, 15, 45], retry_condition_fn=retry_if_transient)
-def log_to_mlflow(pair: str, version: str, report_dir: str, extra: list[str]) -> str:
+def log_to_mlflow(pair: str, version: str, report_dir: str, extra: list[str], run_key: str | None = None) -> str:
     """Log the validation run (metrics, report, plots, Evidently files) and tag the pair version.
 
+    ``run_key`` (the history key's :meth:`~monitoring.history.RunKey.key_id`) makes the logging
+    idempotent: one finished MLflow run per nightly key, even after a crash mid-logging.
     Retried on transient failures; the caller keeps the history row pending if it still fails.
     """
     from flows.production_lib import trend_with_production
+    from flows.recovery import checkpoint
     from registry import log_validation
-    from specdec.report import ValidationReport
+    from specdec.validation.report import ValidationReport
 
     report = ValidationReport.read(report_dir)
     return log_validation(pair, version, report, report_dir, extra_artifacts=[p for p in extra if Path(p).exists()],
-                          history=trend_with_production(pair))
+                          history=trend_with_production(pair), run_key=run_key,
+                          on_run_created=lambda _run_id: checkpoint("mlflow"))
 
 
 def scheduled_date_of_run() -> dt.date:

@@ -1,6 +1,6 @@
 """Monitoring: validation history in SQL, drift rules, Evidently reports, Slack/webhook alerts.
 
-Consumes :class:`specdec.report.ValidationReport`; never imports ``registry`` or ``flows`` (lineage
+Consumes :class:`specdec.validation.report.ValidationReport`; never imports ``registry`` or ``flows`` (lineage
 facts come in as plain data). Public API (imported lazily, so ``specdec --help`` stays fast)::
 
     from monitoring import (connect, RunKey, Lineage, RunAlreadyClaimed, record_and_evaluate,
@@ -16,11 +16,11 @@ from typing import Any
 _EXPORTS = {
     "connect": "monitoring.db",
     "Database": "monitoring.db",
-    "RunKey": "monitoring.history",
-    "Lineage": "monitoring.history",
-    "Claim": "monitoring.history",
-    "RunAlreadyClaimed": "monitoring.history",
-    "config_hash": "monitoring.history",
+    "RunKey": "monitoring.run_key",
+    "Lineage": "monitoring.run_key",
+    "Claim": "monitoring.run_key",
+    "RunAlreadyClaimed": "monitoring.run_key",
+    "config_hash": "monitoring.run_key",
     "record_and_evaluate": "monitoring.pipeline",
     "evaluate_run": "monitoring.pipeline",
     "drift_report": "monitoring.pipeline",

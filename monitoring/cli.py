@@ -52,7 +52,8 @@ def _settings(db_url: str | None):
         raise typer.Exit(code=1)
 
 
-def _open(db_url: str | None, *, upgrade: bool):
+def open_store(db_url: str | None, *, upgrade: bool):
+    """(settings, connected history store) for ``db_url``; a readable error and exit 1 if unreachable."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from monitoring.db import connect
@@ -86,7 +87,7 @@ def history_cmd(
     if source not in (None, "nightly", "production"):
         err.print(f"[red]--source must be 'nightly' or 'production', got {source!r}[/red]")
         raise typer.Exit(code=2)
-    _, db = _open(db_url, upgrade=True)
+    _, db = open_store(db_url, upgrade=True)
     runs = history.list_runs(db, pair_name=pair, limit=limit, source=source)
     if not runs:
         err.print("no validation runs recorded" + (f" for pair {pair!r}" if pair else ""))
@@ -106,7 +107,7 @@ def history_cmd(
                    if prod and r.window_start and r.window_end else f"{r.heldout_name}@{r.heldout_version}")
         table.add_row(
             str(r.id), when, r.source, f"{r.pair_name} v{r.pair_version}", r.alias or "",
-            heldout, str(r.num_draft_tokens_k or "-"),
+            heldout, str(r.num_speculative_tokens or "-"),
             f"{_f(r.acceptance_rate)}{ci}", _f(r.alpha_tf), _f(r.draft_tokens_per_step, 2),
             f"[{st}]{r.status}[/{st}]" if st else r.status,
             "-" if prod else ("yes" if r.mlflow_logged else "[yellow]pending[/yellow]"),
@@ -157,7 +158,7 @@ def db_upgrade(
 
     from monitoring.redact import redact_db_url
 
-    settings, db = _open(db_url, upgrade=False)
+    settings, db = open_store(db_url, upgrade=False)
     try:
         db.upgrade(revision)
     except SQLAlchemyError as e:
@@ -171,7 +172,7 @@ def db_current(db_url: Optional[str] = typer.Option(None, "--db-url", help="Over
     """Print the Alembic revision of the history store (``None`` when empty)."""
     from monitoring.redact import redact_db_url
 
-    settings, db = _open(db_url, upgrade=False)
+    settings, db = open_store(db_url, upgrade=False)
     out.print(f"{redact_db_url(settings.db_url)}: {db.current_revision()}")
 
 

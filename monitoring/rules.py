@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping
 
 from monitoring.settings import RuleSettings
-from specdec.report import GroupMetrics
+from specdec.validation.report import GroupMetrics
 
 OK, FIRING, INSUFFICIENT, NOT_APPLICABLE = "ok", "firing", "insufficient_evidence", "not_applicable"
 OVERALL = "overall"
@@ -97,7 +97,7 @@ def _fmt_ci(ci: tuple[float, float] | None) -> str:
 
 
 def _below(rule: str, scope: str, g: GroupMetrics, limit: float, min_tokens: int,
-           baseline: float | None, what: str) -> RuleResult:
+           baseline: float | None, what: str, side: str = "upper") -> RuleResult:
     """Shared logic: does the acceptance rate of ``g`` lie credibly below ``limit``?"""
     value, ci, n = _num(g.acceptance_rate), _ci(g.acceptance_rate_ci), int(g.num_draft_tokens or 0)
     base = dict(rule=rule, scope=scope, metric="acceptance_rate", value=value, ci=ci,
@@ -109,12 +109,14 @@ def _below(rule: str, scope: str, g: GroupMetrics, limit: float, min_tokens: int
         return RuleResult(status=INSUFFICIENT, **base, message=(
             f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} on only {n} draft tokens "
             f"(< {min_tokens} needed): not enough evidence"))
+    x = value if side == "point" else (None if ci is None else ci[0] if side == "lower" else ci[1])
+    if x is not None and x < limit:
+        where = "" if side == "point" else f" (CI {side} end below it)"
+        return RuleResult(status=FIRING, **base, message=(
+            f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} below {what} {limit:.3f}{where}"))
     if value >= limit:
         return RuleResult(status=OK, **base, message=(
             f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} >= {what} {limit:.3f}"))
-    if ci is not None and ci[1] < limit:
-        return RuleResult(status=FIRING, **base, message=(
-            f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} below {what} {limit:.3f}"))
     why = "CI too wide" if ci is not None else "no CI available"
     return RuleResult(status=INSUFFICIENT, **base, message=(
         f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} below {what} {limit:.3f}, "
@@ -125,15 +127,15 @@ def absolute_rules(current: GroupMetrics, categories: Mapping[str, GroupMetrics]
                    settings: RuleSettings) -> list[RuleResult]:
     """The absolute-threshold rule overall and for each category of the current run."""
     out = [_below("absolute", OVERALL, current, settings.threshold_for(None),
-                  settings.min_draft_tokens, None, "threshold")]
+                  settings.min_draft_tokens, None, "threshold", settings.alert_side)]
     for name in sorted(categories):
         out.append(_below("absolute", name, categories[name], settings.threshold_for(name),
-                          settings.min_category_draft_tokens, None, "threshold"))
+                          settings.min_category_draft_tokens, None, "threshold", settings.alert_side))
     return out
 
 
 def _comparable(current: GroupMetrics, baseline: GroupMetrics) -> str | None:
-    k_cur, k_base = current.num_draft_tokens_k, baseline.num_draft_tokens_k
+    k_cur, k_base = current.num_speculative_tokens, baseline.num_speculative_tokens
     if k_cur and k_base and k_cur != k_base:
         return f"baseline used k={k_base}, current k={k_cur}: not comparable"
     return None
@@ -201,7 +203,7 @@ def evaluate(current, baseline, settings: RuleSettings | None = None) -> list[Ru
     Args:
         current: the run under test, a :class:`monitoring.history.RunSnapshot` or anything with
             ``overall: GroupMetrics`` and ``categories: dict[str, GroupMetrics]`` (a
-            :class:`specdec.report.ValidationReport` works).
+            :class:`specdec.validation.report.ValidationReport` works).
         baseline: the last passing run of the champion (same shape), or ``None``.
         settings: thresholds (defaults when ``None``).
     Returns:

@@ -5,12 +5,11 @@ Each pair version's artifact is ``pair.json``: the exact target and draft model 
 compatibility-check result, and ``changed``: which side differs from the previous pair version
 (``initial | target | draft | both | config | none``), decided by comparing weight/tokenizer hashes.
 
-Pair version tags (strings; visible in the MLflow UI's version list): ``target``, ``draft``
-(``none`` for ngram), ``drafter_kind``, ``changed``, ``config_changed``, ``previous_version``,
-``target.weights_sha256``, ``target.tokenizer_sha256``, ``draft.weights_sha256``,
-``draft.tokenizer_sha256``, ``config_sha256``, ``num_draft_tokens``, ``temperature``, ``top_k``,
-``top_p``, ``max_new_tokens``, ``compatible``, ``compatibility`` (JSON). Validation adds
-``validation_status`` and ``validation.*`` (see :mod:`registry.runs`); promotion adds ``promotion.*``.
+Registration tags, all kept in ``pair.json`` (``"tags"``): ``target``, ``draft`` (``none`` for ngram),
+``drafter_kind``, ``changed``, ``config_changed``, ``previous_version``, ``target.weights_sha256``,
+``target.tokenizer_sha256``, ``draft.weights_sha256``, ``draft.tokenizer_sha256``, ``config_sha256``,
+``num_speculative_tokens``, ``temperature``, ``top_k``, ``top_p``, ``max_new_tokens``, ``compatible``,
+``compatibility`` (JSON). The version shows a few (:mod:`registry.describe`) and a one-line description.
 
 Registering an identical pair (same target version, draft version, drafter kind and config) returns the
 existing version.
@@ -25,68 +24,23 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from registry.changes import compute_changed, same_config
+from registry.describe import registration_description, select_registration_tags
 from registry.errors import AliasNotFound, PairNotFound
 from registry.models import (
-    ModelVersionRef, _download_model_version, _ensure_registered_model, _get_model_version, canonical_json,
-    download_version_artifacts,
-    sha256_text, validate_name,
+    ModelVersionRef,
+    canonical_json,
+    client_download_model_version,
+    client_get_model_version,
+    validate_name,
 )
-from registry.settings import REGISTRY_EXPERIMENT, get_client, get_or_create_experiment, get_settings, mlflow_errors
+from registry.pairfile import PAIR_FILE, full_tags, read_pair_doc
+from registry.settings import get_client, get_settings, mlflow_errors
+from specdec.core.config import SpeculativeConfig
 
-PAIR_FILE = "pair.json"
 PAIR_SCHEMA_VERSION = 1
 DRAFTER_KINDS = ("model", "ngram", "derived:int8", "derived:int4")
 CHANGED_VALUES = ("initial", "target", "draft", "both", "config", "none")
-
-
-@dataclass(frozen=True)
-class DecodingConfig:
-    """The decoding config a pair is served and validated with.
-
-    Attributes:
-        num_draft_tokens: k, draft tokens proposed per verification step (>= 1).
-        temperature: sampling temperature (>= 0; 0 = greedy).
-        top_k: keep the k most likely tokens (None = off).
-        top_p: nucleus mass in (0, 1] (None = off).
-        max_new_tokens: generation budget per prompt, in tokens (>= 1).
-    Raises:
-        ValueError: on out-of-range values.
-    """
-
-    num_draft_tokens: int = 4
-    temperature: float = 0.0
-    top_k: int | None = None
-    top_p: float | None = None
-    max_new_tokens: int = 128
-
-    def __post_init__(self) -> None:
-        if int(self.num_draft_tokens) < 1:
-            raise ValueError(f"num_draft_tokens must be >= 1, got {self.num_draft_tokens}")
-        if float(self.temperature) < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k is not None and int(self.top_k) < 1:
-            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
-        if self.top_p is not None and not 0 < float(self.top_p) <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if int(self.max_new_tokens) < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict with JSON-ready values."""
-        return {"num_draft_tokens": int(self.num_draft_tokens), "temperature": float(self.temperature),
-                "top_k": None if self.top_k is None else int(self.top_k),
-                "top_p": None if self.top_p is None else float(self.top_p),
-                "max_new_tokens": int(self.max_new_tokens)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "DecodingConfig":
-        """Inverse of :meth:`to_dict` (unknown keys ignored)."""
-        known = {"num_draft_tokens", "temperature", "top_k", "top_p", "max_new_tokens"}
-        return cls(**{k: v for k, v in d.items() if k in known})
-
-    def sha256(self) -> str:
-        """Hash of the canonical JSON of :meth:`to_dict` (hex)."""
-        return sha256_text(canonical_json(self.to_dict()))
 
 
 @dataclass
@@ -99,17 +53,19 @@ class PairVersion:
         target_uri / draft_uri: ``models:/<name>/<v>``; ``draft_uri`` is None for ngram.
         target_weights_sha256, target_tokenizer_sha256, draft_weights_sha256, draft_tokenizer_sha256:
             hashes recorded at registration (draft ones None for ngram).
-        config: :class:`DecodingConfig`.
+        config: :class:`specdec.SpeculativeConfig` (k, sampling, max_new_tokens).
         compatibility: the compatibility-check result dict.
         changed: ``initial | target | draft | both | config | none`` vs ``previous_version``.
         recipe: the derived-draft recipe (``DerivedDraftRecipe.to_dict()``) for ``derived:*``, else None.
         target_source / draft_source: the models' ``source`` dicts.
         aliases: aliases pointing at this version, read from MLflow now.
-        tags: all current version tags (validation_status, promotion.*, ...).
+        tags: every tag: the registration tags kept in ``pair.json`` overlaid with the version's current
+            MLflow tags (validation_status, acceptance_rate, promotion, ...; :mod:`registry.describe`).
         target_path / draft_path: local artifact directories (downloaded when requested), else None.
             For ``derived:*`` the draft directory holds ``recipe.json``: re-derive the draft with
-            ``specdec.derived.derive_draft(target_model, DerivedDraftRecipe.from_dict(pv.recipe))``.
+            ``specdec.models.derived.derive_draft(target_model, DerivedDraftRecipe.from_dict(pv.recipe))``.
         reused: True when :func:`register_pair` found an identical existing version.
+        description: the version's one-line description (:mod:`registry.describe`).
     """
 
     name: str
@@ -121,7 +77,7 @@ class PairVersion:
     target_tokenizer_sha256: str
     draft_weights_sha256: str | None
     draft_tokenizer_sha256: str | None
-    config: DecodingConfig
+    config: SpeculativeConfig
     compatibility: dict[str, Any] = field(default_factory=dict)
     changed: str = "initial"
     config_changed: bool = False
@@ -135,6 +91,7 @@ class PairVersion:
     target_path: Path | None = None
     draft_path: Path | None = None
     reused: bool = False
+    description: str | None = None
 
     @property
     def uri(self) -> str:
@@ -172,40 +129,8 @@ def compatibility_to_dict(result: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(result).items() if not k.startswith("_")}
 
 
-def _draft_identity(kind: str, weights: str | None, tok: str | None) -> tuple[str, str, str]:
-    return (kind if kind == "ngram" else "model-or-derived", weights or "", tok or "")
-
-
-def compute_changed(prev_tags: dict[str, str] | None, new_tags: dict[str, str]) -> tuple[str, bool]:
-    """Which side of the pair changed between two pair versions' tags.
-
-    Compares ``target.weights_sha256`` + ``target.tokenizer_sha256`` (target side), the drafter kind's
-    family (ngram vs model) + ``draft.weights_sha256`` + ``draft.tokenizer_sha256`` (draft side; for a
-    derived draft the weights hash is the derivation identity, so re-deriving from a new target changes
-    it) and ``config_sha256``.
-
-    Returns:
-        ``(changed, config_changed)`` with ``changed`` in ``initial | target | draft | both | config | none``.
-    """
-    if not prev_tags:
-        return "initial", False
-    t = (prev_tags.get("target.weights_sha256"), prev_tags.get("target.tokenizer_sha256")) != (
-        new_tags.get("target.weights_sha256"), new_tags.get("target.tokenizer_sha256"))
-    pd = _draft_identity(prev_tags.get("drafter_kind", ""), prev_tags.get("draft.weights_sha256"), prev_tags.get("draft.tokenizer_sha256"))
-    nd = _draft_identity(new_tags.get("drafter_kind", ""), new_tags.get("draft.weights_sha256"), new_tags.get("draft.tokenizer_sha256"))
-    d = pd != nd
-    c = prev_tags.get("config_sha256") != new_tags.get("config_sha256")
-    if t and d:
-        return "both", c
-    if t:
-        return "target", c
-    if d:
-        return "draft", c
-    return ("config" if c else "none"), c
-
-
 def _resolve_model(client, ref: ModelVersionRef | str) -> ModelVersionRef:
-    return ref if isinstance(ref, ModelVersionRef) else _get_model_version(client, ref)
+    return ref if isinstance(ref, ModelVersionRef) else client_get_model_version(client, ref)
 
 
 def _optional(v: Any) -> str:
@@ -217,7 +142,7 @@ def register_pair(
     draft: ModelVersionRef | str | None,
     *,
     drafter_kind: str = "model",
-    config: DecodingConfig = DecodingConfig(),
+    config: SpeculativeConfig = SpeculativeConfig(),
     compatibility: Any = None,
     name: str | None = None,
     description: str | None = None,
@@ -244,6 +169,8 @@ def register_pair(
     """
     if drafter_kind not in DRAFTER_KINDS:
         raise ValueError(f"unknown drafter kind {drafter_kind!r}; use one of {', '.join(DRAFTER_KINDS)}")
+    if not isinstance(config, SpeculativeConfig):
+        raise TypeError(f"config must be a specdec.SpeculativeConfig, got {type(config).__name__}")
     if drafter_kind == "ngram" and draft is not None:
         raise ValueError("an ngram pair has no draft model: pass draft=None")
     if drafter_kind != "ngram" and draft is None:
@@ -253,52 +180,54 @@ def register_pair(
     uri = client.tracking_uri
     with mlflow_errors(uri):
         t = _resolve_model(client, target)
-        dr = _resolve_model(client, draft) if draft is not None else None
-        if dr is not None:
-            is_derived = dr.artifact == "derived-recipe"
+        draft_ref = _resolve_model(client, draft) if draft is not None else None
+        if draft_ref is not None:
+            is_derived = draft_ref.artifact == "derived-recipe"
             if drafter_kind.startswith("derived:"):
                 want = drafter_kind.split(":", 1)[1]
-                if not is_derived or (dr.recipe or {}).get("kind") != want:
+                if not is_derived or (draft_ref.recipe or {}).get("kind") != want:
                     raise ValueError(f"drafter kind {drafter_kind} needs a draft registered with register_derived_draft(kind={want!r}); "
-                                     f"{dr.uri} is a {dr.artifact} ({(dr.recipe or {}).get('kind', 'no recipe')})")
+                                     f"{draft_ref.uri} is a {draft_ref.artifact} ({(draft_ref.recipe or {}).get('kind', 'no recipe')})")
             elif is_derived:
-                raise ValueError(f"{dr.uri} is a derived-recipe draft: use drafter kind derived:{(dr.recipe or {}).get('kind')}")
+                raise ValueError(f"{draft_ref.uri} is a derived-recipe draft: use drafter kind derived:{(draft_ref.recipe or {}).get('kind')}")
         compat = compatibility_to_dict(compatibility)
         if compat.get("compatible") is False:
             raise ValueError("refusing to register an incompatible pair: " + "; ".join(map(str, compat.get("problems") or ["compatible=False"])))
         cfg = config.to_dict()
         tags = {
-            "target": t.uri, "draft": dr.uri if dr else "none", "drafter_kind": drafter_kind,
+            "target": t.uri, "draft": draft_ref.uri if draft_ref else "none", "drafter_kind": drafter_kind,
             "target.weights_sha256": t.weights_sha256, "target.tokenizer_sha256": t.tokenizer_sha256,
-            "draft.weights_sha256": dr.weights_sha256 if dr else "none",
-            "draft.tokenizer_sha256": dr.tokenizer_sha256 if dr else "none",
-            "config_sha256": config.sha256(), **{k: _optional(v) for k, v in cfg.items()},
+            "draft.weights_sha256": draft_ref.weights_sha256 if draft_ref else "none",
+            "draft.tokenizer_sha256": draft_ref.tokenizer_sha256 if draft_ref else "none",
+            "config_sha256": config.sha256(), **config.to_tags(),
             "compatible": _optional(compat.get("compatible", True if compat else None)).lower(),
             "compatibility": canonical_json(compat)[:5000],
         }
-        if dr is not None and dr.derived_from:
-            tags["draft.derived_from"] = dr.derived_from
+        if draft_ref is not None and draft_ref.derived_from:
+            tags["draft.derived_from"] = draft_ref.derived_from
         existing = _pair_versions(client, name)
         for mv in existing:
             mt = mv.tags or {}
-            if all(mt.get(k) == tags[k] for k in ("target", "draft", "drafter_kind", "config_sha256")):
+            if all(mt.get(k) == tags[k] for k in ("target", "draft", "drafter_kind")) and \
+                    same_config(full_tags(client, mv), tags):
                 pv = _pair_from_artifact(client, mv)
                 pv.reused = True
                 return pv
         prev = max(existing, key=lambda mv: int(mv.version)) if existing else None
-        changed, config_changed = compute_changed(dict(prev.tags or {}) if prev else None, tags)
+        changed, config_changed = compute_changed(full_tags(client, prev) if prev else None, tags)
         tags.update(changed=changed, config_changed=str(config_changed).lower(),
                     previous_version=str(prev.version) if prev else "none")
         doc = {
             "schema_version": PAIR_SCHEMA_VERSION, "name": name, "drafter_kind": drafter_kind,
             "target": {"uri": t.uri, "weights_sha256": t.weights_sha256, "tokenizer_sha256": t.tokenizer_sha256, "source": t.source},
-            "draft": None if dr is None else {"uri": dr.uri, "weights_sha256": dr.weights_sha256,
-                                              "tokenizer_sha256": dr.tokenizer_sha256, "source": dr.source,
-                                              "derived_from": dr.derived_from},
-            "recipe": dr.recipe if dr is not None else None,
+            "draft": None if draft_ref is None else {"uri": draft_ref.uri, "weights_sha256": draft_ref.weights_sha256,
+                                              "tokenizer_sha256": draft_ref.tokenizer_sha256, "source": draft_ref.source,
+                                              "derived_from": draft_ref.derived_from},
+            "recipe": draft_ref.recipe if draft_ref is not None else None,
             "config": cfg, "compatibility": compat, "changed": changed, "config_changed": config_changed,
             "previous_version": str(prev.version) if prev else None,
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "tags": tags, "description": description,
         }
         mv = _log_pair(client, name, doc, tags, description)
         return _from_doc(mv, doc, aliases=[])
@@ -306,14 +235,15 @@ def register_pair(
 
 def _log_pair(client, name: str, doc: dict[str, Any], tags: dict[str, str], description: str | None):
     """Registration run (params = decoding config) -> logged model with ``pair.json`` -> pair version."""
-    from registry.models import _log_and_register
+    from registry.models import log_and_register
 
     params = {**{k: _optional(v) for k, v in doc["config"].items()}, "drafter_kind": doc["drafter_kind"],
               "target": tags["target"], "draft": tags["draft"], "changed": tags["changed"]}
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / PAIR_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True))
-        return _log_and_register(
-            client, name, Path(tmp), tags, params, "specdec-pair", description,
+        return log_and_register(
+            client, name, Path(tmp), select_registration_tags(tags), params, "specdec-pair",
+            registration_description(doc),
             run_tags={"specdec.pair": name, "specdec.kind": "pair"},
             model_description="specdec draft/target pairs: each version is a pair.json referencing exact "
                               "target/draft model versions and the decoding config")
@@ -328,28 +258,26 @@ def _aliases(client, name: str) -> dict[str, str]:
 
 
 def _from_doc(mv, doc: dict[str, Any], aliases: list[str], reused: bool = False) -> PairVersion:
-    t, dr = doc["target"], doc.get("draft")
+    target_doc, draft_doc = doc["target"], doc.get("draft")
     return PairVersion(
         name=mv.name, version=str(mv.version), drafter_kind=doc["drafter_kind"],
-        target_uri=t["uri"], draft_uri=dr["uri"] if dr else None,
-        target_weights_sha256=t["weights_sha256"], target_tokenizer_sha256=t["tokenizer_sha256"],
-        draft_weights_sha256=dr["weights_sha256"] if dr else None,
-        draft_tokenizer_sha256=dr["tokenizer_sha256"] if dr else None,
-        config=DecodingConfig.from_dict(doc["config"]), compatibility=doc.get("compatibility") or {},
+        target_uri=target_doc["uri"], draft_uri=draft_doc["uri"] if draft_doc else None,
+        target_weights_sha256=target_doc["weights_sha256"], target_tokenizer_sha256=target_doc["tokenizer_sha256"],
+        draft_weights_sha256=draft_doc["weights_sha256"] if draft_doc else None,
+        draft_tokenizer_sha256=draft_doc["tokenizer_sha256"] if draft_doc else None,
+        config=SpeculativeConfig.from_dict(doc["config"]), compatibility=doc.get("compatibility") or {},
         changed=doc.get("changed", "initial"), config_changed=bool(doc.get("config_changed", False)),
         previous_version=doc.get("previous_version"), recipe=doc.get("recipe"),
-        target_source=t.get("source") or {}, draft_source=dr.get("source") if dr else None,
-        aliases=aliases, tags=dict(mv.tags or {}), created_at=doc.get("created_at"), reused=reused,
+        target_source=target_doc.get("source") or {}, draft_source=draft_doc.get("source") if draft_doc else None,
+        aliases=aliases, tags={**(doc.get("tags") or {}), **dict(mv.tags or {})}, created_at=doc.get("created_at"),
+        reused=reused, description=mv.description,
     )
 
 
 def _from_mv(client, mv, reused: bool = False, aliases: list[str] | None = None) -> PairVersion:
-    """Build a PairVersion from tags only (no artifact download): used for listings."""
-    tg = dict(mv.tags or {})
+    """Build a PairVersion from its registration tags (``pair.json``) and current tags: used for listings."""
+    tg = full_tags(client, mv)
     none = lambda v: None if v in (None, "none") else v  # noqa: E731
-    cfg = {k: tg.get(k) for k in ("num_draft_tokens", "temperature", "top_k", "top_p", "max_new_tokens")}
-    conv = {"num_draft_tokens": int, "temperature": float, "top_k": int, "top_p": float, "max_new_tokens": int}
-    cfg = {k: conv[k](v) for k, v in cfg.items() if none(v) is not None}
     try:
         compat = json.loads(tg.get("compatibility", "{}"))
     except json.JSONDecodeError:
@@ -361,9 +289,9 @@ def _from_mv(client, mv, reused: bool = False, aliases: list[str] | None = None)
         target_uri=tg.get("target", ""), draft_uri=none(tg.get("draft")),
         target_weights_sha256=tg.get("target.weights_sha256", ""), target_tokenizer_sha256=tg.get("target.tokenizer_sha256", ""),
         draft_weights_sha256=none(tg.get("draft.weights_sha256")), draft_tokenizer_sha256=none(tg.get("draft.tokenizer_sha256")),
-        config=DecodingConfig.from_dict(cfg), compatibility=compat, changed=tg.get("changed", ""),
+        config=SpeculativeConfig.from_tags(tg), compatibility=compat, changed=tg.get("changed", ""),
         config_changed=tg.get("config_changed") == "true", previous_version=none(tg.get("previous_version")),
-        aliases=aliases, tags=tg, reused=reused,
+        aliases=aliases, tags=tg, reused=reused, description=mv.description,
         created_at=datetime.fromtimestamp(mv.creation_timestamp / 1000, timezone.utc).isoformat(timespec="seconds"),
     )
 
@@ -381,7 +309,12 @@ def resolve_alias(pair: str, alias: str, *, tracking_uri: str | None = None) -> 
         return _resolve_alias(client, pair, alias)
 
 
-def _pair_aliases(client, pair: str) -> dict[str, str]:
+def pair_aliases(client, pair: str) -> dict[str, str]:
+    """Alias -> version of the pair registered model.
+
+    Raises:
+        PairNotFound: no registered model ``pair``.
+    """
     from mlflow.exceptions import MlflowException
 
     try:
@@ -392,7 +325,7 @@ def _pair_aliases(client, pair: str) -> dict[str, str]:
         raise
 
 
-def _get_pair_mv(client, pair: str, version: str):
+def get_pair_model_version(client, pair: str, version: str):
     """The MLflow ModelVersion of a pair version, or PairNotFound naming what is missing."""
     from mlflow.exceptions import MlflowException
 
@@ -401,7 +334,7 @@ def _get_pair_mv(client, pair: str, version: str):
     except MlflowException as e:
         if e.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
             raise
-        _pair_aliases(client, pair)  # raises "pair ... is not registered" when the whole pair is missing
+        pair_aliases(client, pair)  # raises "pair ... is not registered" when the whole pair is missing
         have = sorted(int(mv.version) for mv in _pair_versions(client, pair))
         latest = f"versions 1..{have[-1]}" if have else "no versions"
         raise PairNotFound(f"pair version models:/{pair}/{version} not found ({pair} has {latest})") from e
@@ -409,14 +342,13 @@ def _get_pair_mv(client, pair: str, version: str):
 
 def _pair_from_artifact(client, mv) -> PairVersion:
     """PairVersion from the version's ``pair.json`` (authoritative) plus its current tags and aliases."""
-    with tempfile.TemporaryDirectory() as tmp:
-        doc = json.loads(download_version_artifacts(client, mv.name, str(mv.version), tmp, PAIR_FILE).read_text())
+    doc = read_pair_doc(client, mv)
     aliases = sorted(a for a, av in _aliases(client, mv.name).items() if av == str(mv.version))
     return _from_doc(mv, doc, aliases=aliases)
 
 
 def _resolve_alias(client, pair: str, alias: str) -> str:
-    aliases = _pair_aliases(client, pair)
+    aliases = pair_aliases(client, pair)
     if alias not in aliases:
         have = ", ".join(f"@{a} -> v{v}" for a, v in sorted(aliases.items())) or "none"
         raise AliasNotFound(f"pair {pair!r} has no alias @{alias} (aliases: {have})")
@@ -448,16 +380,17 @@ def get_pair_version(
     with mlflow_errors(uri):
         if not v.isdigit():
             v = _resolve_alias(client, pair, v)
-        pv = _pair_from_artifact(client, _get_pair_mv(client, pair, v))
+        pv = _pair_from_artifact(client, get_pair_model_version(client, pair, v))
         if download:
-            pv.target_path = _download_model_version(client, _get_model_version(client, pv.target_uri))
+            pv.target_path = client_download_model_version(client, client_get_model_version(client, pv.target_uri))
             if pv.draft_uri:
-                pv.draft_path = _download_model_version(client, _get_model_version(client, pv.draft_uri))
+                pv.draft_path = client_download_model_version(client, client_get_model_version(client, pv.draft_uri))
     return pv
 
 
 def list_pair_versions(pair: str | None = None, *, tracking_uri: str | None = None) -> list[PairVersion]:
-    """All versions of ``pair`` (default pair name), newest first, built from tags (no downloads).
+    """All versions of ``pair`` (default pair name), newest first, from their tags and ``pair.json``
+    (one small download per version; model artifacts are not downloaded).
 
     Raises:
         PairNotFound: no registered model ``pair``.
@@ -465,7 +398,7 @@ def list_pair_versions(pair: str | None = None, *, tracking_uri: str | None = No
     pair = pair or get_settings().pair_name
     client = get_client(tracking_uri)
     with mlflow_errors(client.tracking_uri):
-        aliases = _pair_aliases(client, pair)
+        aliases = pair_aliases(client, pair)
         out = []
         for mv in sorted(_pair_versions(client, pair), key=lambda m: -int(m.version)):
             out.append(_from_mv(client, mv, aliases=sorted(a for a, v in aliases.items() if v == str(mv.version))))

@@ -13,7 +13,7 @@ counter) is delta'd on its own, then the deltas are summed per served model:
   time, after ``start``); otherwise it is only the starting point, as Prometheus' ``increase()``
   treats it.
 
-Metrics follow vLLM's definitions (``specdec.stats.DecodingStats``): acceptance rate = accepted /
+Metrics follow vLLM's definitions (``specdec.core.stats.DecodingStats``): acceptance rate = accepted /
 drafted tokens, mean accepted length = 1 + accepted / drafts, per-position rate = accepted at
 position i / drafts, drafted tokens per step = drafted tokens / drafts.
 
@@ -35,8 +35,8 @@ from typing import Iterable, Mapping, Sequence
 from scipy.stats import norm
 
 from monitoring.production.engines import ACCEPTED, DRAFT_TOKENS, DRAFTS, LENGTH_GAUGE, PER_POSITION, RATE_GAUGE
-from specdec.report import GroupMetrics
-from specdec.stats import DecodingStats
+from specdec.validation.report import GroupMetrics
+from specdec.core.stats import DecodingStats
 
 Z95 = float(norm.ppf(0.975))
 
@@ -218,7 +218,7 @@ def acceptance_rate_ci(num_drafts: int, num_draft_tokens: int, num_accepted_toke
 
 
 def window_metrics(wc: WindowCounters, k: int | None = None) -> GroupMetrics:
-    """:class:`specdec.report.GroupMetrics` of one window (``num_prompts`` = 0: no prompts).
+    """:class:`specdec.validation.report.GroupMetrics` of one window (``num_prompts`` = 0: no prompts).
 
     Args:
         wc: pooled counters. k: ``num_speculative_tokens`` when known from settings; otherwise the
@@ -231,7 +231,7 @@ def window_metrics(wc: WindowCounters, k: int | None = None) -> GroupMetrics:
     k = k or len(wc.accepted_per_position) or None
     drafts, drafted, accepted = wc.num_drafts, wc.num_draft_tokens, wc.num_accepted_tokens
     if drafted is None or accepted is None:  # gauge-only engine
-        g = GroupMetrics(num_draft_tokens_k=k or 0)
+        g = GroupMetrics(num_speculative_tokens=k or 0)
         if wc.gauge_acceptance_rate is not None:
             g.acceptance_rate = float(wc.gauge_acceptance_rate)
         if wc.gauge_accept_length is not None:
@@ -243,11 +243,11 @@ def window_metrics(wc: WindowCounters, k: int | None = None) -> GroupMetrics:
         drafts_for_ci = drafts or 0
     pp = list(wc.accepted_per_position)
     rejected = drafts - pp[-1] if drafts is not None and pp and k == len(pp) else 0
-    stats = DecodingStats(num_draft_tokens_k=k or 0, num_drafts=drafts or 0, num_draft_tokens=drafted,
+    stats = DecodingStats(num_speculative_tokens=k or 0, num_drafts=drafts or 0, num_draft_tokens=drafted,
                           num_accepted_tokens=accepted, num_rejected_steps=max(rejected, 0),
                           accepted_per_position=pp)
     g = GroupMetrics(
-        num_draft_tokens_k=k or 0, num_drafts=drafts or 0, num_draft_tokens=drafted,
+        num_speculative_tokens=k or 0, num_drafts=drafts or 0, num_draft_tokens=drafted,
         num_accepted_tokens=accepted, accepted_per_position=pp,
         acceptance_rate=stats.acceptance_rate,
         acceptance_rate_ci=acceptance_rate_ci(drafts_for_ci, drafted, accepted, pp, k),

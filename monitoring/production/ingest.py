@@ -99,7 +99,7 @@ def alert_window(db: Database, ev: ProductionEvaluation, *, source: str, setting
     where = f"production {source}, model {row.heldout_name.split(':', 2)[-1]}, window " \
             f"{row.window_start:%Y-%m-%d %H:%M}-{row.window_end:%H:%M} UTC"
     common = dict(pair_name=row.pair_name, pair_version=row.pair_version, run_id=row.id, alias=row.alias,
-                  heldout=where, num_draft_tokens_k=row.num_draft_tokens_k, links=dict(links or {}))
+                  heldout=where, num_speculative_tokens=row.num_speculative_tokens, links=dict(links or {}))
     health = alerts.process(db, alerts.AlertContext(scope=f"production:{source}", baseline=ev.baseline_label,
                                                     root_cause_hint=ev.root_cause_hint, **common),
                             ev.health, settings=settings, now=now, client=client)
@@ -169,7 +169,7 @@ def ingest_window(
         version = _resolve(mapping.pair, mapping.alias, mapping.version, resolve_version, db)
         g = window_metrics(wc, mapping.num_speculative_tokens)
         config = {"source": source.name, "engine": source.engine, "model": model, "window_seconds": window_s,
-                  "num_speculative_tokens": g.num_draft_tokens_k or None}
+                  "num_speculative_tokens": g.num_speculative_tokens or None}
         run_id = store.record_window(db, pair=mapping.pair, version=version, alias=mapping.alias,
                                      source=source.name, engine=source.engine, model=model, start=start,
                                      end=end, metrics=g, config=config, code_version=code_version, now=now)

@@ -20,7 +20,7 @@ from monitoring.db import Database, ValidationRun
 from monitoring.production import store
 from monitoring.rules import FIRING, INSUFFICIENT, NOT_APPLICABLE, OK, OVERALL, RuleResult
 from monitoring.settings import MonitoringSettings, RuleSettings
-from specdec.report import GroupMetrics
+from specdec.validation.report import GroupMetrics, group_metrics_from_dict
 
 REPRESENTATIVENESS = "representativeness"
 DIFFERS = "held-out set or serving stack differs from traffic"
@@ -59,7 +59,7 @@ def representativeness_rule(production: GroupMetrics, nightly: GroupMetrics | No
     base, base_ci = _num(nightly.acceptance_rate), _ci(nightly.acceptance_rate_ci)
     common["baseline"] = base
     where = f" ({nightly_label})" if nightly_label else ""
-    k_p, k_n = production.num_draft_tokens_k, nightly.num_draft_tokens_k
+    k_p, k_n = production.num_speculative_tokens, nightly.num_speculative_tokens
     if k_p and k_n and k_p != k_n:
         return RuleResult(status=NOT_APPLICABLE, **common, message=(
             f"production drafts k={k_p}, the nightly run{where} used k={k_n}: not comparable"))
@@ -144,7 +144,7 @@ def evaluate_window(db: Database, run_id: int, *, settings: MonitoringSettings) 
     health = rules.evaluate(current, baseline, settings.rules)
     ref = store.nightly_reference(db, row.pair_name, row.pair_version, row.alias or "champion")
     ref_label = _nightly_label(ref) if ref is not None else None
-    rep = representativeness_rule(current.overall, history.group_from_dict(ref.overall) if ref else None,
+    rep = representativeness_rule(current.overall, group_metrics_from_dict(ref.overall) if ref else None,
                                   settings.rules, ref_label)
     verdict = rules.verdict(health)
     hint = production_hint(row, base_row, rep)

@@ -34,7 +34,7 @@ from monitoring.db import (
     utcnow,
 )
 from monitoring.production.sources import Scrape
-from specdec.report import GroupMetrics, ValidationReport
+from specdec.validation.report import GroupMetrics, ValidationReport
 
 EVALUATED = (PASSED, FAILED, INCONCLUSIVE)
 

@@ -73,7 +73,7 @@ def test_acceptance_ci_from_the_accepted_length_histogram_by_hand():
 
 def test_window_metrics_follow_vllm_definitions():
     g = window_metrics(WindowCounters("m", 300, 900, 520, [245, 180, 95]))
-    assert g.num_draft_tokens_k == 3 and g.num_drafts == 300
+    assert g.num_speculative_tokens == 3 and g.num_drafts == 300
     assert g.acceptance_rate == pytest.approx(520 / 900)
     assert g.mean_accepted_length == pytest.approx(1 + 520 / 300)
     assert g.per_position_acceptance == pytest.approx([245 / 300, 180 / 300, 95 / 300])
