@@ -63,7 +63,7 @@ def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, paralle
     import os
 
     from flows.prefect_api import PrefectAPI
-    from flows.recovery import NightlyLease, crash_dead_flow_runs, reap_dead_leases
+    from flows.recovery import NightlyLease, crash_dead_flow_runs, process_create_time, reap_dead_leases
 
     lease = NightlyLease.mine(home)
     dead = reap_dead_leases(home)  # servers left by a killed nightly (where the kernel did not stop them)
@@ -77,7 +77,7 @@ def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, paralle
             os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
             api = PrefectAPI(os.path.join(home, "logs", "prefect-server.log")).start()
             lease.server_pid = api.proc.pid
-            lease.server_create_time = _create_time(api.proc.pid)
+            lease.server_create_time = process_create_time(api.proc.pid)
             lease.save()
         from flows.nightly import nightly_flow_for
 
@@ -128,12 +128,6 @@ def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, paralle
     if fail_on_alert and any(r.status == "failed" for r in results):
         err.print("[red]a validation failed the drift rules[/] (--fail-on-alert)")
         raise typer.Exit(3)
-
-
-def _create_time(pid: int) -> float | None:
-    from flows.recovery import _create_time as ct
-
-    return ct(pid)
 
 
 @nightly_app.command("serve")

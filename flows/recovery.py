@@ -53,7 +53,7 @@ def checkpoint(step: str, home: Path | str | None = None) -> None:
         time.sleep(3600)
 
 
-def _create_time(pid: int) -> float | None:
+def process_create_time(pid: int) -> float | None:
     try:
         return psutil.Process(pid).create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
@@ -62,7 +62,7 @@ def _create_time(pid: int) -> float | None:
 
 def process_alive(pid: int, create_time: float | None) -> bool:
     """True when ``pid`` runs and is the same process (same start time, so a reused pid is dead)."""
-    ct = _create_time(pid)
+    ct = process_create_time(pid)
     if ct is None:
         return False
     try:
@@ -98,7 +98,7 @@ class NightlyLease:
         d = Path(home) / "leases"
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"nightly-{os.getpid()}.json"
-        ct = _create_time(os.getpid()) or time.time()
+        ct = process_create_time(os.getpid()) or time.time()
         if path.exists():
             lease = cls.read(path)
             if lease is not None and abs(lease.create_time - ct) < 1.0:
