@@ -322,8 +322,7 @@ def mark_mlflow_logged(db: Database, run_id: int, mlflow_run_id: str) -> None:
 
 
 def runs_pending_mlflow(db: Database, pair_name: str | None = None) -> list[ValidationRun]:
-    """Finished nightly runs (not running, not error) whose MLflow logging has not succeeded, oldest
-    first. Production rows are never logged to MLflow."""
+    """Finished nightly runs (not running, not error) not yet logged to MLflow (production never is), oldest first."""
     with db.session() as s:
         q = select(ValidationRun).where(
             ValidationRun.mlflow_logged.is_(False), ValidationRun.status.notin_((RUNNING, ERROR)),
@@ -352,11 +351,7 @@ def list_runs(db: Database, *, pair_name: str | None = None, limit: int = 20,
     rows. ``source``: only ``nightly`` or ``production`` rows (both when ``None``)."""
     with db.session() as s:
         r = ValidationRun
-        q = select(r)
-        if pair_name:
-            q = q.where(r.pair_name == pair_name)
-        if source:
-            q = q.where(r.source == source)
+        q = select(r).where(*([r.pair_name == pair_name] if pair_name else []), *([r.source == source] if source else []))
         q = q.order_by(r.scheduled_date.desc(), r.window_end.desc().nulls_last(), r.id.desc()).limit(limit)
         return list(s.scalars(q))
 
