@@ -237,45 +237,65 @@ class NgramDrafter:
     """Prompt-lookup drafter: copy the continuation of an earlier occurrence of the context's suffix.
 
     For n from ``max_ngram`` down to ``min_ngram``, find the most recent earlier occurrence of the
-    last n tokens in the context (prompt + generated); propose the (up to ``k``) tokens that
-    followed it. A miss proposes nothing, and the step is a plain target step. ``q`` is one-hot on
-    each proposed token, so acceptance is ``p(x)`` and the residual is ``p`` with ``x`` removed:
-    sampling stays exactly the target's.
+    last n tokens in the context (prompt + generated); propose the tokens that followed it. A miss
+    proposes nothing, and the step is a plain target step; lookups go through an incremental
+    index (:mod:`specdec.ngram_index`), so a miss costs a few dict reads, not a scan.
+
+    A short match is weak evidence, and every rejected draft token still widens the target's
+    verification pass, so the proposal length depends on the match length n:
+    ``min(k, match_tokens[n - 1])`` tokens (``k`` for n beyond the tuple). The defaults (one
+    token after a 1-token match, k after a match of 2 or more) were chosen by measurement against
+    transformers' prompt lookup on Spec-Bench (benchmarks/results/ngram_defaults.md).
+    ``q`` is one-hot on each proposed token, so acceptance is ``p(x)`` and the residual is ``p``
+    with ``x`` removed: sampling stays exactly the target's.
 
     Args:
         max_ngram: longest suffix to match (tokens), >= min_ngram.
         min_ngram: shortest suffix to match (tokens), >= 1.
+        match_tokens: most tokens proposed after a match of 1, 2, ... tokens (each >= 1); ``()``
+            proposes k after any match (the classic prompt lookup).
     Raises:
         ValueError: on invalid sizes.
     """
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
+    DEFAULT_MATCH_TOKENS: tuple[int, ...] = (1,)
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, match_tokens: tuple[int, ...] | None = None) -> None:
         if min_ngram < 1 or max_ngram < min_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        match_tokens = self.DEFAULT_MATCH_TOKENS if match_tokens is None else tuple(match_tokens)
+        if any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in match_tokens):
+            raise ValueError(f"match_tokens must be ints >= 1, got {match_tokens!r}")
+        from specdec.ngram_index import IndexPool
+
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
+        self.match_tokens = match_tokens
         self.forward_passes = 0
+        self._index = IndexPool(max_ngram, min_ngram)
 
     def reset(self) -> None:
-        """No state to drop; kept for the protocol."""
+        """Drop the lookup indexes (they are rebuilt on demand; results never depend on them)."""
+        self._index.clear()
 
     def rollback(self, num_valid: int) -> None:
         """No cache; kept for the protocol."""
 
+    def budget(self, match_len: int, k: int) -> int:
+        """Tokens proposed after a match of ``match_len`` tokens when up to ``k`` are allowed."""
+        cap = self.match_tokens[match_len - 1] if match_len <= len(self.match_tokens) else k
+        return min(k, cap)
+
     def lookup(self, context: list[int], k: int) -> list[int]:
-        """The up-to-``k`` continuation tokens for ``context`` (empty on a miss)."""
-        n_ctx = len(context)
-        if k <= 0:
+        """The continuation proposed for ``context``: at most ``k`` tokens, fewer after a short
+        match (:meth:`budget`); empty on a miss."""
+        if k <= 0 or len(context) < 2:
             return []
-        for n in range(min(self.max_ngram, n_ctx - 1), self.min_ngram - 1, -1):
-            suffix = context[n_ctx - n :]
-            # most recent earlier occurrence whose continuation is inside the context
-            for start in range(n_ctx - n - 1, -1, -1):
-                if context[start : start + n] == suffix:
-                    cont = context[start + n : start + n + k]
-                    if cont:
-                        return cont
-        return []
+        m = self._index.match(context)
+        if m is None:
+            return []
+        n, start = m
+        return list(context[start + n : start + n + self.budget(n, k)])
 
     def propose(self, context, k, sampling, vocab_size, generator=None, stop_token_ids=frozenset()):
         """Propose the lookup continuation (truncated after a stop token); ``q`` is one-hot

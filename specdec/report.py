@@ -121,7 +121,7 @@ class ValidationReport:
     heldout_name: str
     heldout_version: str
     target_ref: str
-    drafter_kind: str  # "model" | "ngram" | "derived:int8" | "derived:int4"
+    drafter_kind: str  # "model" | "ngram" | "derived:<int8|int4|bf16|fp8>"
     drafter_ref: str | None
     config: dict[str, Any]  # num_draft_tokens, max_new_tokens, temperature, top_k, top_p, seed, limit
     device: str

@@ -35,7 +35,7 @@ def validate(
         list[str],
         typer.Option(
             "--draft",
-            help="Drafter: a model ref (or model:REF), 'ngram', 'derived:int8' or 'derived:int4'. Repeat to "
+            help="Drafter: a model ref (or model:REF), 'ngram', 'derived:int8', 'derived:int4', 'derived:bf16', 'derived:fp8' (CUDA) or 'auto' (what `specdec draft recommend` picks). Repeat to "
             "validate several drafters against one shared target-only run (one report each, in --out/<drafter>/).",
         ),
     ],
