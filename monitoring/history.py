@@ -198,7 +198,9 @@ def _metric_columns(report: ValidationReport) -> dict[str, Any]:
     ar_lo, ar_hi = _ci(g, "acceptance_rate_ci")
     ah_lo, ah_hi = _ci(g, "alpha_hat_ci")
     tf_lo, tf_hi = _ci(g, "alpha_tf_ci")
+    sp_lo, sp_hi = _ci(g, "speedup_ci")
     cols = dict(
+        speedup_ci_low=sp_lo, speedup_ci_high=sp_hi, load_avg_1m=g.load_avg_1m, num_cpus=g.num_cpus or None,
         num_prompts=g.num_prompts, num_drafts=g.num_drafts, num_draft_tokens=g.num_draft_tokens,
         num_accepted_tokens=g.num_accepted_tokens, acceptance_rate=g.acceptance_rate,
         acceptance_rate_ci_low=ar_lo, acceptance_rate_ci_high=ar_hi,

@@ -13,8 +13,12 @@ Rules (thresholds in :class:`monitoring.settings.RuleSettings`):
 - ``measurement``: the teacher-forced α (``alpha_tf``) and the decoding estimate of the same
   quantity (``alpha_hat``, the i.i.d. maximum-likelihood α from the decoding steps) have non-overlapping 95% CIs. For k > 1 the
   acceptance *rate* is a different quantity from α, so it is not compared with ``alpha_tf``.
+- ``speed``: "speculation no longer pays", the measured speedup's 95% CI lies below 1.0
+  (:mod:`monitoring.speed_rule`); speed-inconclusive on an overloaded machine.
 
-Statuses: ``ok``, ``firing``, ``insufficient_evidence``, ``not_applicable``.
+Statuses: ``ok``, ``firing``, ``insufficient_evidence``, ``not_applicable``, and ``inconclusive``
+(speed rule only: measured on an overloaded machine). Every result carries a ``severity``
+(``RuleSettings.acceptance_severity`` for the acceptance rules, ``speed_severity`` for speed).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class RuleResult:
         baseline: the baseline run's value, when the rule uses one.
         num_draft_tokens: draft tokens behind ``value`` (the evidence size).
         message: one human sentence.
+        severity: ``info`` | ``warning`` | ``critical`` (``None`` in results stored before it existed).
     """
 
     rule: str
@@ -57,6 +62,7 @@ class RuleResult:
     baseline: float | None = None
     num_draft_tokens: int | None = None
     message: str = ""
+    severity: str | None = None
 
     @property
     def firing(self) -> bool:
@@ -206,15 +212,29 @@ def evaluate(current, baseline, settings: RuleSettings | None = None) -> list[Ru
         settings: thresholds (defaults when ``None``).
     Returns:
         Results in a fixed order: absolute overall, absolute per category (sorted), relative,
-        collapse, measurement.
+        collapse, measurement, speed; each with its ``severity``.
     """
+    from monitoring.speed_rule import speed_rule
+
     settings = settings or RuleSettings()
     base = baseline.overall if baseline is not None else None
     out = absolute_rules(current.overall, current.categories, settings)
     out.append(relative_rule(current.overall, base, settings))
     out.append(collapse_rule(current.overall, base, settings))
     out.append(measurement_rule(current.overall))
+    for r in out:
+        r.severity = "warning" if r.rule == "measurement" else settings.acceptance_severity
+    out.append(speed_rule(current.overall, base, settings))
     return out
+
+
+SEVERITY_ORDER = ("info", "warning", "critical")
+
+
+def severity_of(results: Iterable[RuleResult]) -> str | None:
+    """The highest severity among the firing results (``None`` when none fires)."""
+    sev = [r.severity or "critical" for r in results if r.firing]
+    return max(sev, key=lambda s: SEVERITY_ORDER.index(s) if s in SEVERITY_ORDER else len(SEVERITY_ORDER)) if sev else None
 
 
 PASSED_VERDICT, FAILED_VERDICT, INCONCLUSIVE_VERDICT = "passed", "failed", "inconclusive"
@@ -222,12 +242,16 @@ PASSED_VERDICT, FAILED_VERDICT, INCONCLUSIVE_VERDICT = "passed", "failed", "inco
 
 def verdict(results: Iterable[RuleResult]) -> str:
     """``failed`` if any rule fires; ``inconclusive`` if the overall absolute or the relative rule
-    lacks evidence; else ``passed``. (A small category lacking evidence does not block passing.)"""
+    lacks evidence, or the speed was measured on an overloaded machine (so such a night neither
+    alerts nor resolves an open incident); else ``passed``. (A small category lacking evidence
+    does not block passing.)"""
     results = list(results)
     if any(r.firing for r in results):
         return FAILED_VERDICT
     if any(r.status == INSUFFICIENT and r.scope == OVERALL and r.rule in ("absolute", "relative")
            for r in results):
+        return INCONCLUSIVE_VERDICT
+    if any(r.rule == "speed" and r.status == "inconclusive" for r in results):
         return INCONCLUSIVE_VERDICT
     return PASSED_VERDICT
 

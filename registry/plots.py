@@ -80,11 +80,13 @@ def plot_per_category(report: ValidationReport, path: str | Path, threshold: flo
 
 
 def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: float = 0.40, title: str = "") -> Path:
-    """Acceptance-rate trend over past validation runs of a pair.
+    """Acceptance-rate trend over past validation runs of a pair, with the measured speedup.
 
     Args:
         history: oldest first; dicts with ``time`` (datetime or ISO string), ``acceptance_rate``,
-            optional ``pair_version`` (annotated) and ``acceptance_rate_ci_low``.
+            optional ``pair_version`` (annotated), ``acceptance_rate_ci_low``, and ``speedup`` /
+            ``speedup_ci_low`` / ``speedup_ci_high`` (drawn on a right-hand axis next to the
+            acceptance, with a 1.0x line; runs without a speedup are left out of that series).
     """
     fig = _figure(7.2, 4.0)
     ax = fig.add_subplot(1, 1, 1)
@@ -110,7 +112,22 @@ def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: f
     ax.set_ylabel("acceptance rate")
     ax.set_title(title or "Acceptance rate over validation runs")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower left")
+    handles, labels = ax.get_legend_handles_labels()
+    sp = [(x, h) for x, h in zip(xs, pts) if _ok(h.get("speedup"))]
+    if sp:  # measured speedup on a second axis, with its paired-bootstrap CI and the 1.0x line
+        ax2 = ax.twinx()
+        sx = [x for x, _ in sp]
+        sy = [float(h["speedup"]) for _, h in sp]
+        lo = [float(h["speedup"]) - float(h["speedup_ci_low"]) if _ok(h.get("speedup_ci_low")) else 0.0 for _, h in sp]
+        hi = [float(h["speedup_ci_high"]) - float(h["speedup"]) if _ok(h.get("speedup_ci_high")) else 0.0 for _, h in sp]
+        ax2.errorbar(sx, sy, yerr=[lo, hi], marker="s", color="#DD8452", capsize=3, label="measured speedup (95% CI)")
+        ax2.axhline(1.0, color="#DD8452", linestyle=":", linewidth=1, label="1.0x (no gain)")
+        top = max([y + h for y, h in zip(sy, hi)] + [1.5])
+        ax2.set_ylim(0, top * 1.1)
+        ax2.set_ylabel("speedup vs target-only (x)")
+        h2, l2 = ax2.get_legend_handles_labels()
+        handles, labels = handles + h2, labels + l2
+    ax.legend(handles, labels, fontsize=7, loc="lower left")
     out = Path(path)
     fig.savefig(out, bbox_inches="tight")
     return out

@@ -36,9 +36,14 @@ def test_sparkline_scale():
 def test_db_upgrade_creates_history_db_under_specdec_home(env):
     r = CliRunner().invoke(app, ["db", "upgrade"])
     assert r.exit_code == 0, r.output
-    assert (env / "home" / "history.db").exists() and "revision 0001" in r.output
+    from alembic.script import ScriptDirectory
+
+    from monitoring.db import alembic_config
+
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert (env / "home" / "history.db").exists() and f"revision {head}" in r.output
     r = CliRunner().invoke(app, ["db", "current"])
-    assert r.exit_code == 0 and "0001" in r.output
+    assert r.exit_code == 0 and head in r.output
 
 
 def test_history_table_and_trend(env):

@@ -34,14 +34,17 @@ def test_migrations_on_empty_db_create_the_schema_and_match_the_models(tmp_path)
     from alembic import command
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
+    from alembic.script import ScriptDirectory
 
     from monitoring.db import alembic_config
+
+    HEAD = ScriptDirectory.from_config(alembic_config()).get_current_head()
 
     path = tmp_path / "sub" / "fresh.db"
     db = Database(f"sqlite:///{path}")
     assert db.current_revision() is None
     db.upgrade()
-    assert path.exists() and db.current_revision() == "0001"
+    assert path.exists() and db.current_revision() == HEAD
     tables = set(inspect(db.engine).get_table_names())
     assert {"validation_runs", "prompt_results", "incidents", "alert_deliveries", "alembic_version"} <= tables
     uniques = {u["name"] for u in inspect(db.engine).get_unique_constraints("validation_runs")}
@@ -55,7 +58,7 @@ def test_migrations_on_empty_db_create_the_schema_and_match_the_models(tmp_path)
         command.downgrade(cfg, "base")
     assert "validation_runs" not in inspect(db.engine).get_table_names()
     db.upgrade()
-    assert db.current_revision() == "0001"
+    assert db.current_revision() == HEAD
     db.dispose()
 
 
