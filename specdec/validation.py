@@ -44,7 +44,9 @@ from specdec.metrics import (
     predicted_speedup,
     recommend_num_draft_tokens,
 )
+from specdec.machine import usable_cpus
 from specdec.report import GroupMetrics, PromptResult, ValidationReport
+from specdec.speed import bootstrap_speedup_ci
 from specdec.sampling import SamplingConfig, logits_to_probs
 from specdec.stats import DecodingStats
 
@@ -302,8 +304,13 @@ def _run_prompt(
     eos: Any,
     ctx_limit: int | None,
     t_timer: _PassTimer,
+    spec_first: bool = False,
 ) -> list[_Run]:
-    """Target-only once, then each drafter's speculative run and teacher-forced pass."""
+    """Target-only once and each drafter's speculative run, back to back (target-only first, or
+    last with ``spec_first``: the caller alternates, so neither side always runs on a warmer
+    machine), then the teacher-forced passes; the 1-minute load average is sampled after."""
+    from specdec.machine import load_average
+
     ids = [] if prompt.is_empty else prompt_token_ids(prompt, tokenizer)
     reason = _skip_reason(prompt, ids, config, ctx_limit)
     if reason is not None:
@@ -315,31 +322,42 @@ def _run_prompt(
     input_ids = torch.tensor([ids], dtype=torch.long, device=device)
     pseed = _prompt_seed(config.seed, prompt.id)
     kw = dict(max_new_tokens=config.max_new_tokens, sampling=config.sampling, eos_token_id=eos)
-    t_timer.new_generation()
-    before = (t_timer.decode_seconds, t_timer.decode_passes)
-    ref, t_ref = _timed(lambda: autoregressive_generate(target, input_ids, generator=_gen(pseed, device), **kw), device)
-    step = (t_timer.decode_seconds - before[0], t_timer.decode_passes - before[1])
+
+    def target_only():
+        t_timer.new_generation()
+        before = (t_timer.decode_seconds, t_timer.decode_passes)
+        ref, t_ref = _timed(lambda: autoregressive_generate(target, input_ids, generator=_gen(pseed, device), **kw), device)
+        return ref, t_ref, (t_timer.decode_seconds - before[0], t_timer.decode_passes - before[1])
+
+    if spec_first:
+        specs = [_spec_timed(prompt, ids, input_ids, target, d, config, kw, pseed, t_timer) for d in drafters]
+        ref, t_ref, step = target_only()
+    else:
+        ref, t_ref, step = target_only()
+        specs = [_spec_timed(prompt, ids, input_ids, target, d, config, kw, pseed, t_timer) for d in drafters]
+    load = load_average()
     tf = _target_tf(target, ids, ref.token_ids, config.sampling) if ref.token_ids else None
-    runs = [_run_drafter(prompt, ids, input_ids, ref.token_ids, t_ref, tf, target, d, config, kw, pseed, t_timer) for d in drafters]
-    for r in runs:
-        r.target_step_s, r.target_steps = step
+    runs = []
+    for d, (run, spec, t_spec) in zip(drafters, specs):
+        _fill_run(run, spec.token_ids, spec.stats, ref.token_ids, t_ref, t_spec, tf, d, config)
+        run.target_step_s, run.target_steps = step
+        run.row.load_avg_1m = load
+        runs.append(run)
     return runs
 
 
-def _run_drafter(
+def _spec_timed(
     prompt: HeldoutPrompt,
     ids: list[int],
     input_ids: torch.Tensor,
-    ref_tokens: list[int],
-    t_ref: float,
-    tf: _TargetTF | None,
     target: torch.nn.Module,
     d: _DrafterCtx,
     config: ValidationConfig,
     kw: dict[str, Any],
     pseed: int,
     t_timer: _PassTimer,
-) -> _Run:
+) -> tuple[_Run, Any, float]:
+    """One drafter's timed speculative run: (its _Run with pass timings, the result, seconds)."""
     row = PromptResult(prompt_id=prompt.id, category=prompt.category, prompt_tokens=len(ids))
     run = _Run(row=row)
     device = model_device(target)
@@ -360,9 +378,7 @@ def _run_drafter(
         run.draft_passes = d.timer.decode_passes - before[3]
     else:  # n-gram: one lookup per target pass, timed by the core as draft_seconds
         run.draft_pass_s, run.draft_passes = s.draft_seconds, s.target_forward_passes
-
-    _fill_run(run, spec.token_ids, s, ref_tokens, t_ref, t_spec, tf, d, config)
-    return run
+    return run, spec, t_spec
 
 
 def _fill_run(
@@ -470,6 +486,14 @@ def aggregate(runs: list[_Run], k: int, *, seed: int = 0, n_resamples: int = 200
     rate_ref = _ratio(g.target_only_tokens, g.target_only_seconds)
     rate_spec = _ratio(g.speculative_tokens, g.speculative_seconds)
     g.speedup = _ratio(rate_spec, rate_ref) if not math.isnan(rate_ref) else math.nan
+    g.speedup_ci = bootstrap_speedup_ci(
+        [r.target_only_tokens for r in ok], [r.target_only_seconds for r in ok],
+        [r.speculative_tokens for r in ok], [r.speculative_seconds for r in ok], **ci,
+    )
+    loads = [r.row.load_avg_1m for r in ok if not math.isnan(r.row.load_avg_1m)]
+    if loads:
+        g.load_avg_1m, g.load_avg_1m_max = sum(loads) / len(loads), max(loads)
+    g.num_cpus = usable_cpus()
     g.target_step_seconds = _ratio(sum(r.target_step_s for r in ok), sum(r.target_steps for r in ok))
     g.target_pass_seconds = _ratio(sum(r.target_pass_s for r in ok), sum(r.target_passes for r in ok))
     g.draft_pass_seconds = _ratio(sum(r.draft_pass_s for r in ok), sum(r.draft_passes for r in ok))
@@ -673,7 +697,7 @@ def validate_pairs(
             c.timer.__enter__()
         if config.batch_size == 1:
             for i, prompt in enumerate(subset.prompts):
-                runs = _run_prompt(prompt, model, tok, ctxs, config, eos, ctx_limit, t_timer)
+                runs = _run_prompt(prompt, model, tok, ctxs, config, eos, ctx_limit, t_timer, spec_first=i % 2 == 1)
                 for acc, run in zip(per_drafter, runs):
                     acc.append(run)
                 if progress is not None:

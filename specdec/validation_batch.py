@@ -201,11 +201,15 @@ def _run_group(
         per_drafter.append(runs)
         specs.append((rows, w, t_spec))
 
+    from specdec.machine import load_average
+
+    load = load_average()
     # per prompt: the target's teacher-forced pass once, then each drafter's agreement and audit
     for b, (_, ids) in enumerate(group):
         tf = _target_tf(target, ids, ref_tokens[b], config.sampling) if ref_tokens[b] else None
         for d, runs, (rows, w, t_spec) in zip(drafters, per_drafter, specs):
             _fill_run(runs[b], rows[b].token_ids, rows[b].stats, ref_tokens[b], t_ref * w_ref[b], t_spec * w[b], tf, d, config)
+            runs[b].row.load_avg_1m = load
     return [[runs[b] for runs in per_drafter] for b in range(len(group))]
 
 
