@@ -23,7 +23,14 @@ ALPHA_TF_TOLERANCE = 0.03
 DEFINITIONS = {
     "tok_s": "new tokens / wall seconds of one whole generation (prefill included; device synchronised before and after)",
     "medians": "over (prompt, repeat) runs; paired ratios are taken within one (prompt, repeat), whose runs are adjacent in time",
-    "measured_speedup": "median over (prompt, repeat) of ours tok/s / target-only tok/s",
+    "measured_speedup": "pooled ratio of token rates, (sum ours tokens / sum ours seconds) / (sum target-only tokens / "
+                        "sum target-only seconds), over prompts and repeats (specdec.speed.pooled_speedup, the "
+                        "statistic validation and the nightly report)",
+    "measured_speedup_ci": "95% percentile bootstrap over prompts (each prompt's runs summed over repeats, kept paired "
+                           "with its target-only runs; specdec.speed.bootstrap_speedup_ci, 2000 resamples, seed 0)",
+    "measured_speedup_median_pair": "median over (prompt, repeat) of ours tok/s / target-only tok/s",
+    "identical_outputs": "runs of ours whose token ids equal target-only's in the same (prompt, repeat), of compared_outputs",
+    "per_category": "per Spec-Bench category: ours and HF pooled speedup vs target-only (+ ours CI)",
     "alpha_hat": "validation's alpha_hat (DecodingStats.alpha_hat): accepted / (accepted + steps that ended in a "
                  "rejection), the MLE of Leviathan's i.i.d. acceptance, each step censored at its proposal length (steps "
                  "fully accepted or ended by an accepted EOS contribute no rejection); cross-checked against per-step "
@@ -224,9 +231,18 @@ def summarise(raw: dict, args, kinds: dict) -> dict:
         d: dict[str, Any] = {"kind": kinds.get(s, raw["drafters"][s].get("kind")), "k": k, "runs": len(ours_rows)}
         d["tok_s"] = {"target_only": med(r["tok_s"] for r in target_rows), "ours": med(r["tok_s"] for r in ours_rows),
                       "hf": med(r["tok_s"] for r in hf_rows)}
-        d["measured_speedup"] = med(sp)
+        d["measured_speedup_median_pair"] = med(sp)
+        d.update(_pooled_speed(target_rows, ours_rows))
         d["measured_speedup_ratio_of_medians"] = ratio(d["tok_s"]["ours"], d["tok_s"]["target_only"])
-        d["hf_speedup"] = med(hf_sp)
+        d["hf_speedup"] = _pooled_speed(target_rows, hf_rows)["measured_speedup"] if hf_rows else math.nan
+        d["hf_speedup_median_pair"] = med(hf_sp)
+        d["identical_outputs"] = sum(bool(r["identical_to_target_only"]) for r in ours_rows)
+        d["compared_outputs"] = len(ours_rows)
+        d["per_category"] = {
+            cat: {"ours": _pooled_speed(target_rows, [r for r in ours_rows if r.get("category") == cat]),
+                  "hf": (_pooled_speed(target_rows, [r for r in hf_rows if r.get("category") == cat])["measured_speedup"]
+                         if hf_rows else math.nan)}
+            for cat in sorted({r.get("category") for r in ours_rows if r.get("category")})}
         d["identical"] = {
             "ours_vs_target_only": f"{sum(r['identical_to_target_only'] for r in ours_rows)}/{len(ours_rows)}",
             "hf_vs_target_only": f"{sum(r['identical_to_target_only'] for r in hf_rows)}/{len(hf_rows)}",
@@ -321,6 +337,27 @@ def summarise(raw: dict, args, kinds: dict) -> dict:
     top["goals_met"] = goals
     return {"top": top, "drafters": drafters, "best_k": _best_k(raw, drafters, args), "p5": p5,
             "per_prompt": _per_prompt(raw)}
+
+
+def _pooled_speed(target_rows: list[dict], rows: list[dict]) -> dict:
+    """Pooled speedup of ``rows`` over the target-only runs of the same (prompt, repeat), with the
+    paired bootstrap CI over prompts (runs of one prompt summed over repeats)."""
+    from specdec.speed import bootstrap_speedup_ci, pooled_speedup
+
+    ref = {(r["prompt_id"], r["repeat"]): r for r in target_rows}
+    per: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    for r in rows:
+        t = ref.get((r["prompt_id"], r["repeat"]))
+        if t is None:
+            continue
+        acc = per[r["prompt_id"]]
+        acc[0] += t["new_tokens"]
+        acc[1] += t["seconds"]
+        acc[2] += r["new_tokens"]
+        acc[3] += r["seconds"]
+    cols = list(zip(*per.values())) if per else [[], [], [], []]
+    return {"measured_speedup": pooled_speedup(*cols), "measured_speedup_ci": bootstrap_speedup_ci(*cols),
+            "prompts": len(per)}
 
 
 def _p5(raw_p5: dict) -> dict:
@@ -538,7 +575,21 @@ def markdown(doc: dict) -> str:
                  f"| {_f(d.get('abs_alpha_tf_minus_alpha_pos0'))} | {_f(d.get('p3'), 3)} | {i['ours_vs_target_only']}, "
                  f"{i['hf_vs_target_only']}, {i['ours_vs_hf']} |")
     L += ["", "P1 uses α̂ (validation's estimator, the i.i.d. MLE); `P1 (α pos0)` uses position-0 acceptance. v = (k+1)-token verify pass / 1-token "
-          "target pass (Leviathan's formula assumes v = 1).", ""]
+          "target pass (Leviathan's formula assumes v = 1). Measured speedup is the pooled ratio of token rates.", ""]
+    L += ["### Measured speedup with its paired bootstrap CI, per category", "",
+          "| drafter | overall [95% CI] | identical | " + " | ".join(
+              sorted({c for d in doc["drafters"].values() for c in d.get("per_category", {})})) + " |"]
+    cats = sorted({c for d in doc["drafters"].values() for c in d.get("per_category", {})})
+    L.append("|---|---|---|" + "---|" * len(cats))
+    for s, d in doc["drafters"].items():
+        ci = d.get("measured_speedup_ci") or [None, None]
+        cells = []
+        for c in cats:
+            pc = d.get("per_category", {}).get(c)
+            cells.append("-" if pc is None else f"{_x(pc['ours']['measured_speedup'])} (HF {_x(pc['hf'])})")
+        L.append(f"| `{s}` | {_x(d['measured_speedup'])} [{_f(ci[0], 2)}, {_f(ci[1], 2)}] "
+                 f"| {d.get('identical_outputs')}/{d.get('compared_outputs')} | " + " | ".join(cells) + " |")
+    L.append("")
     audits = {s: d.get("hf_audit") for s, d in doc["drafters"].items() if d.get("hf_audit")}
     if audits:
         L += ["### HF audit (one untimed run per drafter)", "", "| drafter | target passes | tokens/target pass | draft passes/target pass "
