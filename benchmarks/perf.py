@@ -70,7 +70,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--limit", type=int, default=12, help="prompts (stratified subset; 12 = 2 per Spec-Bench category)")
     ap.add_argument("--seed", type=int, default=0, help="subset seed")
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--k", type=int, default=4, help="num_draft_tokens for the main comparison")
+    ap.add_argument("--k", type=int, default=4, help="num_speculative_tokens (k) for the main comparison")
     ap.add_argument("--k-sweep", default="1,2,3,4,6", help="k values for the best-k measurement ('' to skip)")
     ap.add_argument("--k-sweep-limit", type=int, default=6, help="prompts for the k sweep (a subset of the main prompts)")
     ap.add_argument("--k-sweep-repeats", type=int, default=1)

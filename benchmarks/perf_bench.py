@@ -68,10 +68,10 @@ class Bench:
 
     # ------------------------------------------------------------------ setup
     def load(self) -> None:
-        from specdec.drafter_spec import resolve_drafter
-        from specdec.heldout import load_heldout, prompt_token_ids
+        from specdec.models.drafter_spec import resolve_drafter
+        from specdec.validation.heldout import load_heldout, prompt_token_ids
         from specdec.models import load_causal_lm
-        from specdec.validation import _eos_ids
+        from specdec.validation.provenance import eos_token_ids
 
         a = self.args
         t0 = time.perf_counter()
@@ -89,7 +89,7 @@ class Bench:
                 obj = obj.eval()
             self.drafters[spec] = obj
             self.drafter_kinds[spec] = r.kind
-        self.eos = None if a.ignore_eos else _eos_ids(self.tok, self.model)
+        self.eos = None if a.ignore_eos else eos_token_ids(self.tok, self.model)
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
         hs = load_heldout(a.heldout)
         self.subset = hs.subset(a.limit, seed=a.seed)

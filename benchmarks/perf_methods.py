@@ -142,7 +142,7 @@ class Ours:
 
         def go():
             return speculative_generate(
-                target, drafter, ids, num_draft_tokens=k, max_new_tokens=max_new_tokens, sampling=GREEDY, eos_token_id=eos
+                target, drafter, ids, num_speculative_tokens=k, max_new_tokens=max_new_tokens, sampling=GREEDY, eos_token_id=eos
             )
 
         try:
@@ -374,16 +374,16 @@ def cost_ratios(target, draft_obj, prefix: list[int], k: int, reps: int) -> dict
 def teacher_forced_seconds(target, draft_obj, prompt_ids: list[int], continuation: list[int]) -> dict:
     """Time validation's teacher-forced pass: target pass, then the drafter's pass + agreement sums.
 
-    Uses :mod:`specdec.validation`'s own ``_target_tf`` / ``_draft_tf`` (the code ``validate_pair``
+    Uses :mod:`specdec.validation.teacher_forcing`'s ``target_teacher_forcing`` / ``draft_agreement`` (the code ``validate_pair``
     runs), so the timing and α_tf are exactly the validation's.
     """
-    from specdec.validation import _draft_tf, _target_tf
+    from specdec.validation.teacher_forcing import draft_agreement, target_teacher_forcing
 
     dev = device_of(target)
-    tf, t_target = timed(lambda: _target_tf(target, prompt_ids, continuation, GREEDY), dev)
+    tf, t_target = timed(lambda: target_teacher_forcing(target, prompt_ids, continuation, GREEDY), dev)
     model = None if isinstance(draft_obj, NgramDrafter) else draft_obj
     ngram = draft_obj if model is None else None
-    agree, t_draft = timed(lambda: _draft_tf(tf, model, ngram, GREEDY), dev)
+    agree, t_draft = timed(lambda: draft_agreement(tf, model, ngram, GREEDY), dev)
     return {"target_s": t_target, "draft_s": t_draft, "seconds": t_target + t_draft, "agree": agree}
 
 
@@ -428,7 +428,7 @@ def run_batch(target, draft_obj, tokenizer, prompts: list[list[int]], k: int, ma
 
     def go():
         return speculative_generate_batch(
-            target, drafter, ids, attention_mask=mask, num_draft_tokens=k, max_new_tokens=max_new_tokens,
+            target, drafter, ids, attention_mask=mask, num_speculative_tokens=k, max_new_tokens=max_new_tokens,
             sampling=GREEDY, eos_token_id=eos,
         )  # fmt: skip
 

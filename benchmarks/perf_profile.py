@@ -116,7 +116,7 @@ def profile_ours(target, draft_obj, ids: torch.Tensor, k: int, max_new_tokens: i
     drafter = make_our_drafter(draft_obj)
 
     def go():
-        return speculative_generate(target, drafter, ids, num_draft_tokens=k, max_new_tokens=max_new_tokens,
+        return speculative_generate(target, drafter, ids, num_speculative_tokens=k, max_new_tokens=max_new_tokens,
                                     sampling=GREEDY, eos_token_id=eos)
 
     go()  # warm

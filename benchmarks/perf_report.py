@@ -24,10 +24,10 @@ DEFINITIONS = {
     "tok_s": "new tokens / wall seconds of one whole generation (prefill included; device synchronised before and after)",
     "medians": "over (prompt, repeat) runs; paired ratios are taken within one (prompt, repeat), whose runs are adjacent in time",
     "measured_speedup": "pooled ratio of token rates, (sum ours tokens / sum ours seconds) / (sum target-only tokens / "
-                        "sum target-only seconds), over prompts and repeats (specdec.speed.pooled_speedup, the "
+                        "sum target-only seconds), over prompts and repeats (specdec.validation.speed.pooled_speedup, the "
                         "statistic validation and the nightly report)",
     "measured_speedup_ci": "95% percentile bootstrap over prompts (each prompt's runs summed over repeats, kept paired "
-                           "with its target-only runs; specdec.speed.bootstrap_speedup_ci, 2000 resamples, seed 0)",
+                           "with its target-only runs; specdec.validation.speed.bootstrap_speedup_ci, 2000 resamples, seed 0)",
     "measured_speedup_median_pair": "median over (prompt, repeat) of ours tok/s / target-only tok/s",
     "identical_outputs": "runs of ours whose token ids equal target-only's in the same (prompt, repeat), of compared_outputs",
     "per_category": "per Spec-Bench category: ours and HF pooled speedup vs target-only (+ ours CI)",
@@ -41,10 +41,10 @@ DEFINITIONS = {
              "time of one 1-token target pass (warm KV cache), measured in isolation on the same device",
     "verify_cost_ratio": "median (k+1)-token target pass / median 1-token target pass",
     "predicted_speedup": "Leviathan et al. 2022 Thm 3.8: (1 - a^(k+1)) / ((1 - a)(c k + 1)) with a = alpha_hat, c = c_hat "
-                         "(specdec.metrics.predicted_speedup)",
+                         "(specdec.validation.metrics.predicted_speedup)",
     "p1": "measured_speedup / predicted_speedup(alpha_hat)",
     "p2": "median of ours tok/s / HF tok/s over (prompt, repeat) pairs at the same k whose token ids are identical",
-    "p3": "validation's teacher-forced time (specdec.validation._target_tf + _draft_tf: the target's and the drafter's "
+    "p3": "validation's teacher-forced time (specdec.validation.teacher_forcing: target_teacher_forcing + draft_agreement: the target's and the drafter's "
           "one forward pass over prompt + the target's continuation, and the agreement sums) / speculative-decoding "
           "time on the same prompts; per prompt the median over repeats, then sums over prompts. The continuation is "
           "the target-only output that validation generates anyway; p3_vs_decoding_validation also counts that "
@@ -192,7 +192,7 @@ def _alpha(stats: dict | None, steps: dict | None) -> dict:
 
 
 def _predict(alpha: float, c: float, k: int, v: float = math.nan) -> dict:
-    from specdec.metrics import expected_tokens_per_step, predicted_speedup
+    from specdec.validation.metrics import expected_tokens_per_step, predicted_speedup
 
     if _nan(alpha) or _nan(c):
         return {"predicted_speedup": math.nan, "predicted_speedup_with_v": math.nan}
@@ -204,7 +204,7 @@ def _predict(alpha: float, c: float, k: int, v: float = math.nan) -> dict:
 
 def summarise(raw: dict, args, kinds: dict) -> dict:
     """Per-drafter tables, best k, P5 and the top-level numbers (see :data:`DEFINITIONS`)."""
-    from specdec.metrics import recommend_num_draft_tokens
+    from specdec.validation.metrics import recommend_num_speculative_tokens
 
     k = args.k
     groups: dict[tuple, dict] = defaultdict(dict)
@@ -262,7 +262,7 @@ def summarise(raw: dict, args, kinds: dict) -> dict:
         d["p1_alpha_pos0"] = ratio(d["measured_speedup"], d["predicted_speedup_alpha_pos0"])
         d["p1_with_v"] = ratio(d["measured_speedup"], d["predicted_speedup_with_v"])
         d["recommended_k_predicted"], d["predicted_speedup_at_recommended_k"] = (
-            recommend_num_draft_tokens(d["alpha_hat"], d["c_hat"]) if not (_nan(d["alpha_hat"]) or _nan(d["c_hat"])) else (None, math.nan))
+            recommend_num_speculative_tokens(d["alpha_hat"], d["c_hat"]) if not (_nan(d["alpha_hat"]) or _nan(d["c_hat"])) else (None, math.nan))
         # P3
         tf = [r for r in raw["tf"] if r["drafter"] == s]
         if tf:
@@ -342,7 +342,7 @@ def summarise(raw: dict, args, kinds: dict) -> dict:
 def _pooled_speed(target_rows: list[dict], rows: list[dict]) -> dict:
     """Pooled speedup of ``rows`` over the target-only runs of the same (prompt, repeat), with the
     paired bootstrap CI over prompts (runs of one prompt summed over repeats)."""
-    from specdec.speed import bootstrap_speedup_ci, pooled_speedup
+    from specdec.validation.speed import bootstrap_speedup_ci, pooled_speedup
 
     ref = {(r["prompt_id"], r["repeat"]): r for r in target_rows}
     per: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])

@@ -106,7 +106,7 @@ def summarize(drafters: list[str], mach: dict) -> Path:
         f"Held-out set `{any_r['heldout_name']}` (subset version `{any_r['heldout_version'][:12]}`, "
         f"full set `{(any_r.get('heldout_source_version') or '')[:12]}`), "
         f"{any_r['overall']['num_prompts']} prompts ({cfg['limit']} requested, stratified, seed {cfg['seed']}), "
-        f"{cfg['max_new_tokens']} new tokens, k={cfg['num_draft_tokens']}, greedy, fp32 on CPU.",
+        f"{cfg['max_new_tokens']} new tokens, k={cfg.get('num_speculative_tokens', cfg.get('num_draft_tokens'))}, greedy, fp32 on CPU.",
         "",
         "## Machine",
         "",
@@ -133,7 +133,7 @@ def summarize(drafters: list[str], mach: dict) -> Path:
             f"| {_f(g['top1_agreement'])} | {_f(g['total_variation'])} | {_f(g['kl_divergence'])} "
             f"| {_f(g['cost_ratio'], 2)} | {_f(g.get('verify_cost_ratio'), 2)} | {_x(g['speedup'])} | {_x(g['predicted_speedup'])} "
             f"| {_x(g.get('predicted_speedup_verify_adjusted'))} "
-            f"| {g['recommended_num_draft_tokens']} ({_f(g['predicted_speedup_at_recommended'], 2)}x) "
+            f"| {g['recommended_num_speculative_tokens']} ({_f(g['predicted_speedup_at_recommended'], 2)}x) "
             f"| {g['exactness_checked'] - g['exactness_mismatches']}/{g['exactness_checked']} |"
         )
     wall_p = RESULTS / "wall_seconds.txt"

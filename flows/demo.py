@@ -58,9 +58,9 @@ def _env_defaults() -> Path:
 
 def demo_heldout(home: Path, tokenizer, per_category: int) -> tuple[Path, object]:
     """Spec-Bench, all six categories, ``per_category`` prompts each drawn among the short ones
-    (:func:`specdec.short_prompts.short_prompts`), written as a held-out JSONL file."""
-    from specdec.heldout import load_heldout
-    from specdec.short_prompts import short_prompts
+    (:func:`specdec.validation.short_prompts.short_prompts`), written as a held-out JSONL file."""
+    from specdec.validation.heldout import load_heldout
+    from specdec.validation.short_prompts import short_prompts
 
     held = short_prompts(load_heldout("spec_bench"), tokenizer, per_category=per_category,
                          max_prompt_tokens=DEMO_MAX_PROMPT_TOKENS, seed=0)
@@ -80,10 +80,10 @@ def _choose_draft(con, target_dir: Path, held, max_new: int):
         k = int(os.environ.get("SPECDEC_DEMO_K", "4"))
         con.print(f"draft given by SPECDEC_DEMO_DRAFT: {forced} (k={k}); not measured")
         return forced, k, None
-    from specdec.heldout import HeldoutSet
+    from specdec.validation.heldout import HeldoutSet
     from specdec.models import load_causal_lm
-    from specdec.recommend import recommend_draft
-    from specdec.recommend_cli import print_recommendation
+    from specdec.validation.recommend import recommend_draft
+    from specdec.validation.recommend_cli import print_recommendation
 
     target = load_causal_lm(str(target_dir), dtype="float32", device="cpu")
     first = {}
@@ -109,7 +109,7 @@ def _night_speed(res) -> dict:
     out = {"speedup": None, "speedup_ci": None, "load_avg_1m": None, "num_cpus": None, "speed_rule": None}
     if not res.report_dir or not (Path(res.report_dir) / "report.json").exists():
         return out
-    from specdec.report import ValidationReport
+    from specdec.validation.report import ValidationReport
 
     g = ValidationReport.read(res.report_dir).overall
     out.update(speedup=g.speedup, speedup_ci=list(g.speedup_ci), load_avg_1m=g.load_avg_1m, num_cpus=g.num_cpus)
@@ -200,7 +200,7 @@ def _story(home: Path, log_path: Path) -> int:  # noqa: PLR0915
     pair = "specdec-pair"
     draft_name = "smollm2-135m-instruct-" + draft.replace("derived:", "").replace(":", "-")
     common = dict(name=pair, target_name="smollm2-135m-instruct", draft_name=draft_name,
-                  num_draft_tokens=k, temperature=0.0, max_new_tokens=max_new)
+                  num_speculative_tokens=k, temperature=0.0, max_new_tokens=max_new)
     today = dt.datetime.now(dt.timezone.utc).date()
     nights = [today - dt.timedelta(days=2), today - dt.timedelta(days=1), today]
     speeds: dict[str, dict] = {}
@@ -286,7 +286,7 @@ def _story(home: Path, log_path: Path) -> int:  # noqa: PLR0915
     uri = resolve_tracking_uri()
     label = {"nightly_1": "v1 (night 1)", "nightly_2": "v2 stale draft (night 2)", "nightly_3": "v3 re-derived (night 3)"}
     summary = {
-        "draft": draft, "num_draft_tokens": k,
+        "draft": draft, "num_speculative_tokens": k,
         "recommendation": None if rec is None else {"best": rec.best, "summary": rec.summary,
                                                     "native_bf16": rec.native_bf16,
                                                     "candidates": rec.to_dict()["candidates"]},

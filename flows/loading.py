@@ -3,7 +3,7 @@
 * target: the target model version's checkpoint, downloaded once per worker and loaded with
   :func:`specdec.load_causal_lm`;
 * ``model`` drafter: the draft checkpoint, loaded the same way;
-* ``derived:*`` drafter: re-derived with :func:`specdec.derived.derive_draft` from the target
+* ``derived:*`` drafter: re-derived with :func:`specdec.models.derived.derive_draft` from the target
   version **it was derived from** (recorded at registration). A pair whose target was fine-tuned
   but whose draft was not re-derived therefore validates the stale draft, which is the point;
 * ``ngram`` drafter: an :class:`specdec.NgramDrafter`, no weights.
@@ -38,18 +38,17 @@ def _load_checkpoint(uri: str, device: str, dtype) -> Any:
     return load_causal_lm(str(path), dtype=dtype, device=device)
 
 
-def load_pair_models(pair: str, version: str, *, device: str = "auto", dtype: str = "auto"):
-    """Load (or reuse from the worker cache) the target and drafter of ``models:/<pair>/<version>``.
+def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto"):
+    """Load (or reuse from the worker cache) the target and drafter of a pair version.
 
+    Args:
+        pv: the :class:`registry.PairVersion` (as read by the flow; no artifacts needed).
     Returns:
-        ``(pair_version, target_key, drafter_key)``: the :class:`registry.PairVersion` and the cache
-        keys to pass to :func:`cached_target` / :func:`cached_drafter`.
+        ``(target_key, drafter_key)``: the cache keys to pass to :func:`cached_target` /
+        :func:`cached_drafter`.
     Raises:
-        registry.PairNotFound / ModelNotFound / RegistryUnavailable; specdec's IncompatiblePairError.
+        registry.ModelNotFound / RegistryUnavailable; specdec's IncompatiblePairError.
     """
-    from registry import get_pair_version
-
-    pv = get_pair_version(pair, version, download=False)
     dev, dt = _resolve_device_dtype(device, dtype)
     target_key = ("target", pv.target_uri, pv.target_weights_sha256, dev, str(dt))
     target = model_cache.cached(target_key, lambda: _load_checkpoint(pv.target_uri, dev, dt))
@@ -68,11 +67,11 @@ def load_pair_models(pair: str, version: str, *, device: str = "auto", dtype: st
         drafter_key = ("derived", base_uri, base_ref.weights_sha256, kind, repr(sorted((recipe or {}).items())), dev, str(dt))
 
         def _derive():
-            from specdec.derived import DerivedDraftRecipe, derive_draft
+            from specdec.models.derived import DerivedDraftRecipe, derive_draft
 
             base = model_cache.cached(base_key, lambda: _load_checkpoint(base_uri, dev, dt))
             r = DerivedDraftRecipe.from_dict(recipe) if recipe else DerivedDraftRecipe.from_spec(kind)
-            from specdec.drafter_spec import ResolvedDrafter
+            from specdec.models.drafter_spec import ResolvedDrafter
 
             return ResolvedDrafter(drafter=derive_draft(base.model, r), kind=kind, ref=base_uri, recipe=r.to_dict())
 
@@ -83,7 +82,7 @@ def load_pair_models(pair: str, version: str, *, device: str = "auto", dtype: st
         def _load_draft():
             from specdec.models import check_loaded_pair
 
-            from specdec.drafter_spec import ResolvedDrafter
+            from specdec.models.drafter_spec import ResolvedDrafter
 
             draft = _load_checkpoint(pv.draft_uri, dev, dt)
             compat = check_loaded_pair(target, draft)
@@ -91,12 +90,12 @@ def load_pair_models(pair: str, version: str, *, device: str = "auto", dtype: st
                                    compatibility=compat.to_dict())
 
         model_cache.cached(drafter_key, _load_draft)
-    return pv, target_key, drafter_key
+    return target_key, drafter_key
 
 
 def _ngram():
     from specdec import NgramDrafter
-    from specdec.drafter_spec import ResolvedDrafter
+    from specdec.models.drafter_spec import ResolvedDrafter
 
     return ResolvedDrafter(drafter=NgramDrafter(), kind="ngram", ref="ngram")
 
@@ -107,31 +106,22 @@ def cached_target(key: tuple):
 
 
 def cached_drafter(key: tuple):
-    """The :class:`specdec.drafter_spec.ResolvedDrafter` for :func:`specdec.validation.validate_pair`."""
+    """The :class:`specdec.models.drafter_spec.ResolvedDrafter` for :func:`specdec.validation.validate_pair`."""
     obj = model_cache.cached(key, lambda: (_ for _ in ()).throw(KeyError(f"drafter not loaded: {key}")))
     return obj
 
 
-def build_validation_config(pv, *, limit: int | None, seed: int = 0, batch_size: int = 1):
+def build_validation_config(speculative, *, limit: int | None, seed: int = 0, batch_size: int = 1):
     """The :class:`specdec.validation.ValidationConfig` for a pair version's decoding config.
 
     Args:
-        pv: the :class:`registry.PairVersion` (its ``config``: k, sampling, max_new_tokens).
+        speculative: the pair version's :class:`specdec.SpeculativeConfig` (k, sampling, max_new_tokens).
         limit: stratified subset size (None = all prompts).
         seed: subset, sampling and bootstrap seed.
         batch_size: prompts decoded together (>= 1).
     Raises:
-        ValueError: a config value out of range (e.g. ``batch_size < 1``).
+        TypeError / ValueError: a config value of the wrong type or out of range (e.g. ``batch_size < 1``).
     """
-    from specdec import SamplingConfig
     from specdec.validation import ValidationConfig
 
-    c = pv.config
-    return ValidationConfig(
-        num_draft_tokens=int(c.num_draft_tokens),
-        max_new_tokens=int(c.max_new_tokens),
-        sampling=SamplingConfig(temperature=float(c.temperature), top_k=c.top_k, top_p=c.top_p),
-        seed=seed,
-        limit=limit,
-        batch_size=batch_size,
-    )
+    return ValidationConfig(speculative, seed=seed, limit=limit, batch_size=batch_size)

@@ -37,27 +37,31 @@ def _logger():
         return logging.getLogger("flows.nightly")
 
 
-@task(task_run_name="validate {pair}@v{version}", retries=1, retry_delay_seconds=30)
-def run_validation(pair: str, version: str, heldout: str, limit: int | None, device: str, dtype: str,
+@task(task_run_name="validate {pv.name}@v{pv.version}", retries=1, retry_delay_seconds=30)
+def run_validation(pv, heldout: str, limit: int | None, device: str, dtype: str,
                    out_dir: str, seed: int = 0, batch_size: int = 1):
     """Load the pair's models (worker cache) and validate them on the held-out set.
 
+    ``pv`` is the :class:`registry.PairVersion` the flow already read (its models and its
+    :class:`specdec.SpeculativeConfig`); nothing is fetched again.
+
     Returns:
-        :class:`specdec.report.ValidationReport`, also written to ``out_dir``.
+        :class:`specdec.validation.report.ValidationReport`, also written to ``out_dir``.
     """
     from flows.loading import build_validation_config, cached_drafter, cached_target, load_pair_models
-    from specdec.heldout import load_heldout
+    from specdec.validation.heldout import load_heldout
     from specdec.validation import validate_pair
 
     log = _logger()
-    pv, tkey, dkey = load_pair_models(pair, version, device=device, dtype=dtype)
+    pair, version = pv.name, pv.version
+    tkey, dkey = load_pair_models(pv, device=device, dtype=dtype)
 
     def progress(done: int, total: int, row) -> None:
         acc = f"acceptance {row.acceptance_rate:.2f}" if row.status == "ok" else f"skipped: {row.skip_reason}"
         log.info("%s v%s: prompt %d/%d (%s) %s", pair, version, done, total, row.category, acc)
 
     report = validate_pair(cached_target(tkey), cached_drafter(dkey), load_heldout(heldout),
-                           build_validation_config(pv, limit=limit, seed=seed, batch_size=batch_size),
+                           build_validation_config(pv.config, limit=limit, seed=seed, batch_size=batch_size),
                            target_ref=pv.target_uri,
                            progress=progress)
     report.write(out_dir)
@@ -167,7 +171,7 @@ def nightly_validation_flow(
     Args:
         pairs: pair registered-model names.
         aliases: which aliases to validate; a version behind two aliases is validated once.
-        heldout: held-out set name or JSONL path (:func:`specdec.heldout.load_heldout`).
+        heldout: held-out set name or JSONL path (:func:`specdec.validation.heldout.load_heldout`).
         limit: stratified subset size (None = the whole set).
         device / dtype: ``auto`` picks CUDA + bf16 where a GPU exists, else CPU + fp32.
         scheduled_date: the night this run belongs to (default: the flow run's scheduled date);
@@ -185,7 +189,7 @@ def nightly_validation_flow(
     from monitoring import history
     from monitoring.history import RunAlreadyClaimed
     from registry import get_pair_version
-    from specdec.heldout import load_heldout
+    from specdec.validation.heldout import load_heldout
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
@@ -223,7 +227,7 @@ def nightly_validation_flow(
                 results.append(NightlyResult(pair, alias, version, "already-running", message=str(e)))
                 continue
             out = report_dir_for(home, key)
-            fut = run_validation.submit(pair, version, heldout, limit, device, dtype, str(out), seed, batch_size)
+            fut = run_validation.submit(pv, heldout, limit, device, dtype, str(out), seed, batch_size)
             hashes = (pv.target_weights_sha256, pv.draft_weights_sha256)
             jobs.append((pair, alias, version, key, claim, out, champion, hashes, fut))
 

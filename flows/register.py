@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger, task
 
+from specdec.core.config import SamplingConfig, SpeculativeConfig
+
 
 @task(retries=2, retry_delay_seconds=[5, 20], task_run_name="register {target} + {draft}")
 def register_task(target: str, draft: str, name: str | None, target_name: str | None, draft_name: str | None,
-                  config: dict) -> dict:
+                  config: SpeculativeConfig) -> dict:
     """Compatibility check, then register (or reuse) target, draft and pair version.
 
     Returns the pair version as a dict (:meth:`registry.PairVersion.to_dict`) plus ``target_uri``/``draft_uri``.
     """
-    from registry.pairs import DecodingConfig
     from registry.register import register_pair_from_refs
 
     reg = register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
-                                  config=DecodingConfig.from_dict(config))
+                                  config=config)
     return reg.pair.to_dict()
 
 
@@ -35,7 +36,7 @@ def register_pair_flow(
     name: str = "specdec-pair",
     target_name: str | None = None,
     draft_name: str | None = None,
-    num_draft_tokens: int = 4,
+    num_speculative_tokens: int = 4,
     temperature: float = 0.0,
     top_k: int | None = None,
     top_p: float | None = None,
@@ -51,8 +52,8 @@ def register_pair_flow(
     Returns:
         the pair version as a dict (``name``, ``version``, ``changed``, ``target_uri``, ...).
     """
-    cfg = {"num_draft_tokens": num_draft_tokens, "temperature": temperature, "top_k": top_k, "top_p": top_p,
-           "max_new_tokens": max_new_tokens}
+    cfg = SpeculativeConfig(num_speculative_tokens, SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p),
+                            max_new_tokens)
     pv = register_task(target, draft, name, target_name, draft_name, cfg)
     if alias:
         set_alias_task(pv["name"], pv["version"], alias)

@@ -89,41 +89,6 @@ def resolve_pair_version(pair: str, alias: str) -> str | None:
         return None
 
 
-@task(retries=2, retry_delay_seconds=[10, 30], task_run_name="load {pair}@v{version}")
-def load_pair(pair: str, version: str, device: str = "auto", dtype: str = "auto") -> dict[str, Any]:
-    """Resolve a pair version's artifacts (downloaded once per worker) and load the models into the
-    worker's model cache. Returns plain metadata (the models stay cached in-process).
-
-    Returns:
-        dict with ``pair_version`` (PairVersion.to_dict()), ``target_key``, ``drafter_key``.
-    """
-    from flows.loading import load_pair_models
-
-    pv, target_key, drafter_key = load_pair_models(pair, version, device=device, dtype=dtype)
-    return {"pair_version": pv, "target_key": target_key, "drafter_key": drafter_key}
-
-
-@task(task_run_name="validate {pair}@v{version}")
-def validate(pair: str, version: str, loaded: dict[str, Any], heldout: str, limit: int | None,
-             out_dir: str, seed: int = 0, batch_size: int = 1) -> Any:
-    """Run :func:`specdec.validation.validate_pair` with the pair's decoding config; write the report.
-
-    Returns:
-        :class:`specdec.report.ValidationReport` (also written to ``out_dir``).
-    """
-    from flows.loading import build_validation_config, cached_drafter, cached_target
-    from specdec.heldout import load_heldout
-    from specdec.validation import validate_pair
-
-    pv = loaded["pair_version"]
-    target = cached_target(loaded["target_key"])
-    drafter = cached_drafter(loaded["drafter_key"])
-    config = build_validation_config(pv, limit=limit, seed=seed, batch_size=batch_size)
-    report = validate_pair(target, drafter, load_heldout(heldout), config)
-    report.write(out_dir)
-    return report
-
-
 @task(retries=3, retry_delay_seconds=[5, 15, 45], retry_condition_fn=retry_if_transient)
 def log_to_mlflow(pair: str, version: str, report_dir: str, extra: list[str]) -> str:
     """Log the validation run (metrics, report, plots, Evidently files) and tag the pair version.
@@ -131,7 +96,7 @@ def log_to_mlflow(pair: str, version: str, report_dir: str, extra: list[str]) ->
     Retried on transient failures; the caller keeps the history row pending if it still fails.
     """
     from registry import log_validation
-    from specdec.report import ValidationReport
+    from specdec.validation.report import ValidationReport
 
     report = ValidationReport.read(report_dir)
     return log_validation(pair, version, report, report_dir, extra_artifacts=[p for p in extra if Path(p).exists()])

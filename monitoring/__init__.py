@@ -1,6 +1,6 @@
 """Monitoring: validation history in SQL, drift rules, Evidently reports, Slack/webhook alerts.
 
-Consumes :class:`specdec.report.ValidationReport`; never imports ``registry`` or ``flows`` (lineage
+Consumes :class:`specdec.validation.report.ValidationReport`; never imports ``registry`` or ``flows`` (lineage
 facts come in as plain data). Public API (imported lazily, so ``specdec --help`` stays fast)::
 
     from monitoring import (connect, RunKey, Lineage, RunAlreadyClaimed, record_and_evaluate,

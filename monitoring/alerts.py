@@ -57,7 +57,7 @@ class AlertContext:
         pair_name / pair_version: the pair validated. run_id: its history row.
         scope: incident scope (``""`` = the pair as a whole; or an alias).
         alias: alias the version was resolved through (shown in the message).
-        heldout: ``"name@version"``. num_draft_tokens_k: k.
+        heldout: ``"name@version"``. num_speculative_tokens: k.
         target_hash / draft_hash: weight hashes (shown shortened).
         baseline: label of the baseline run (e.g. ``"specdec-pair v1 (run 3, 2026-11-28)"``).
         root_cause_hint: from :func:`monitoring.rules.root_cause_hint`.
@@ -70,7 +70,7 @@ class AlertContext:
     scope: str = ""
     alias: str | None = None
     heldout: str | None = None
-    num_draft_tokens_k: int | None = None
+    num_speculative_tokens: int | None = None
     target_hash: str | None = None
     draft_hash: str | None = None
     baseline: str | None = None
@@ -172,7 +172,7 @@ def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], 
     else:
         title = f"Speculative-decoding drift: {who}"
     facts = {
-        "Pair": who, "Held-out": ctx.heldout, "k": ctx.num_draft_tokens_k,
+        "Pair": who, "Held-out": ctx.heldout, "k": ctx.num_speculative_tokens,
         "Target": _short(ctx.target_hash), "Draft": _short(ctx.draft_hash), "Baseline": ctx.baseline,
     }
     if overall is not None and overall.value is not None:

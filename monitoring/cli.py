@@ -97,7 +97,7 @@ def history_cmd(
         st = style.get(r.status)
         table.add_row(
             str(r.id), r.scheduled_date.isoformat(), f"{r.pair_name} v{r.pair_version}", r.alias or "",
-            f"{r.heldout_name}@{r.heldout_version}", str(r.num_draft_tokens_k or "-"),
+            f"{r.heldout_name}@{r.heldout_version}", str(r.num_speculative_tokens or "-"),
             f"{_f(r.acceptance_rate)}{ci}", _f(r.alpha_tf), _f(r.draft_tokens_per_step, 2),
             _speedup_cell(r), _f(r.load_avg_1m / r.num_cpus, 2) if r.load_avg_1m is not None and r.num_cpus else "-",
             f"[{st}]{r.status}[/{st}]" if st else r.status,

@@ -6,7 +6,7 @@ Four tables:
   config hash, scheduled date) -- the idempotency key, a unique constraint. Pooled metrics with
   their 95% CIs, lineage hashes, config, device, timings, status, MLflow run id and the
   ``mlflow_logged`` flag, rule results and the Evidently verdict.
-- ``prompt_results``: one row per held-out prompt of a run (:class:`specdec.report.PromptResult`).
+- ``prompt_results``: one row per held-out prompt of a run (:class:`specdec.validation.report.PromptResult`).
 - ``incidents``: alert incidents per (pair name, scope); at most one ``firing`` per key.
 - ``alert_deliveries``: the outbox, one row per (incident transition, channel), unique
   ``idempotency_key``.
@@ -134,7 +134,7 @@ class ValidationRun(Base):
     code_version: Mapped[str | None] = mapped_column(String(100), nullable=True)
     # config and environment
     config: Mapped[dict | None] = mapped_column(JSON, nullable=True)
-    num_draft_tokens_k: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    num_speculative_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
     device: Mapped[str | None] = mapped_column(String(64), nullable=True)
     dtype: Mapped[str | None] = mapped_column(String(32), nullable=True)
     report_created_at: Mapped[str | None] = mapped_column(String(64), nullable=True)
@@ -190,7 +190,7 @@ class ValidationRun(Base):
 
 
 class PromptRow(Base):
-    """One held-out prompt's result inside a run (mirrors :class:`specdec.report.PromptResult`).
+    """One held-out prompt's result inside a run (mirrors :class:`specdec.validation.report.PromptResult`).
 
     The main metrics are columns (for SQL); ``data`` holds the complete dataclass as JSON.
     """
@@ -222,7 +222,7 @@ class PromptRow(Base):
     divergence_logit_margin: Mapped[float | None] = mapped_column(Float, nullable=True)
     alpha_hat: Mapped[float | None] = mapped_column(Float, nullable=True)
     mean_accepted_length: Mapped[float | None] = mapped_column(Float, nullable=True)
-    # the full PromptResult as a dict (fields added to specdec.report later survive here)
+    # the full PromptResult as a dict (fields added to specdec.validation.report later survive here)
     data: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 
     run: Mapped[ValidationRun] = relationship(back_populates="prompts")
@@ -388,6 +388,13 @@ def alembic_config(url: str | None = None):
     if url:
         cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
+
+
+def head_revision() -> str:
+    """The newest Alembic revision shipped in this package (what :meth:`Database.upgrade` reaches)."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
 def connect(settings=None, *, url: str | None = None, upgrade: bool = True) -> Database:

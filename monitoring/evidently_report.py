@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from specdec.report import PromptResult
+from specdec.validation.report import PromptResult
 
 COLUMNS = ("acceptance_rate", "alpha_tf", "top1_agreement")
 DRIFT_METHOD = "ks"

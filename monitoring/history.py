@@ -40,7 +40,7 @@ from monitoring.db import (
     none_to_nan,
     utcnow,
 )
-from specdec.report import GroupMetrics, PromptResult, ValidationReport
+from specdec.validation.report import GroupMetrics, PromptResult, ValidationReport, group_metrics_from_dict
 
 DEFAULT_STALE_AFTER_S = 6 * 3600.0
 
@@ -168,25 +168,6 @@ class RunSnapshot:
         return f"{name} ({', '.join(bits)})" if bits else name
 
 
-_FLOAT_GM = {f.name for f in fields(GroupMetrics) if f.type == "float"}
-_GM_NAMES = {f.name for f in fields(GroupMetrics)}
-
-
-def group_from_dict(d: Mapping[str, Any] | None) -> GroupMetrics:
-    """Rebuild :class:`GroupMetrics` from its stored dict (``None`` -> ``nan`` for float fields)."""
-    d = dict(d or {})
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if k not in _GM_NAMES:
-            continue
-        if k in _FLOAT_GM:
-            v = none_to_nan(v)
-        elif k.endswith("_ci") or k == "per_position_acceptance":
-            v = [none_to_nan(x) for x in (v or [])]
-        out[k] = v
-    return GroupMetrics(**out)
-
-
 def _ci(g: GroupMetrics, name: str) -> tuple[float | None, float | None]:
     ci = list(getattr(g, name) or [])
     ci = (ci + [math.nan, math.nan])[:2]
@@ -216,7 +197,7 @@ def _metric_columns(report: ValidationReport) -> dict[str, Any]:
         target_ref=report.target_ref, drafter_kind=report.drafter_kind, drafter_ref=report.drafter_ref,
         code_version=report.code_version,
         config=json.loads(json.dumps(nan_to_none(dict(report.config)), default=str)),
-        num_draft_tokens_k=g.num_draft_tokens_k or report.config.get("num_draft_tokens"),
+        num_speculative_tokens=g.num_speculative_tokens or report.config.get("num_speculative_tokens"),
         device=report.device, dtype=report.dtype, report_created_at=report.created_at,
     )
     return {k: nan_to_none(v) for k, v in cols.items()}
@@ -522,8 +503,8 @@ def snapshot_of(row: ValidationRun) -> RunSnapshot:
     if row.overall is None:
         raise ValueError(f"validation run {row.id} has no recorded metrics (status {row.status})")
     return RunSnapshot(
-        overall=group_from_dict(row.overall),
-        categories={k: group_from_dict(v) for k, v in (row.categories or {}).items()},
+        overall=group_metrics_from_dict(row.overall),
+        categories={k: group_metrics_from_dict(v) for k, v in (row.categories or {}).items()},
         lineage=Lineage(row.target_hash, row.draft_hash, row.heldout_version, row.code_version),
         run_id=row.id, pair_name=row.pair_name, pair_version=row.pair_version,
         scheduled_date=row.scheduled_date,
@@ -534,7 +515,7 @@ _PR_FIELDS = {f.name: f.type for f in fields(PromptResult)}
 
 
 def prompt_results(db: Database, run_id: int) -> list[PromptResult]:
-    """The per-prompt rows of a run as :class:`specdec.report.PromptResult` (NULL -> nan)."""
+    """The per-prompt rows of a run as :class:`specdec.validation.report.PromptResult` (NULL -> nan)."""
     with db.session() as s:
         rows = list(s.scalars(select(PromptRow).where(PromptRow.run_id == run_id).order_by(PromptRow.id)))
         out = []

@@ -27,7 +27,7 @@ import httpx
 from monitoring import alerts, history, rules
 from monitoring.db import Database
 from monitoring.settings import MonitoringSettings, get_settings
-from specdec.report import ValidationReport
+from specdec.validation.report import ValidationReport
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def alert(
     ctx = alerts.AlertContext(
         pair_name=row.pair_name, pair_version=row.pair_version, run_id=row.id, scope=scope,
         alias=row.alias, heldout=f"{row.heldout_name}@{row.heldout_version}",
-        num_draft_tokens_k=row.num_draft_tokens_k, target_hash=row.target_hash,
+        num_speculative_tokens=row.num_speculative_tokens, target_hash=row.target_hash,
         draft_hash=row.draft_hash, baseline=evaluation.baseline_label,
         root_cause_hint=evaluation.root_cause_hint, links=dict(links or {}),
     )

@@ -14,7 +14,7 @@ Rules (thresholds in :class:`monitoring.settings.RuleSettings`):
   quantity (``alpha_hat``, the i.i.d. maximum-likelihood α from the decoding steps) have non-overlapping 95% CIs. For k > 1 the
   acceptance *rate* is a different quantity from α, so it is not compared with ``alpha_tf``.
 - ``speed``: "speculation no longer pays", the measured speedup's 95% CI lies below 1.0
-  (:mod:`monitoring.speed_rule`); speed-inconclusive on an overloaded machine.
+  (:func:`speed_rule`); speed-inconclusive on an overloaded machine.
 
 Statuses: ``ok``, ``firing``, ``insufficient_evidence``, ``not_applicable``, and ``inconclusive``
 (speed rule only: measured on an overloaded machine). Every result carries a ``severity``
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping
 
 from monitoring.settings import RuleSettings
-from specdec.report import GroupMetrics
+from specdec.validation.report import GroupMetrics
 
 OK, FIRING, INSUFFICIENT, NOT_APPLICABLE = "ok", "firing", "insufficient_evidence", "not_applicable"
 OVERALL = "overall"
@@ -139,7 +139,7 @@ def absolute_rules(current: GroupMetrics, categories: Mapping[str, GroupMetrics]
 
 
 def _comparable(current: GroupMetrics, baseline: GroupMetrics) -> str | None:
-    k_cur, k_base = current.num_draft_tokens_k, baseline.num_draft_tokens_k
+    k_cur, k_base = current.num_speculative_tokens, baseline.num_speculative_tokens
     if k_cur and k_base and k_cur != k_base:
         return f"baseline used k={k_base}, current k={k_cur}: not comparable"
     return None
@@ -201,21 +201,85 @@ def measurement_rule(current: GroupMetrics) -> RuleResult:
         f"alpha_tf {tf:.3f}{_fmt_ci(tf_ci)} consistent with alpha_hat {hat:.3f}{_fmt_ci(hat_ci)}"))
 
 
+# --------------------------------------------------------------------------- speed
+# "Speculation no longer pays": speculative decoding is only worth serving while it is faster than
+# target-only decoding. The validation measures both on the same prompts, paired per prompt
+# (specdec.validation.speed), with a bootstrap 95% CI of the pooled speedup; the rule fires when the
+# CI's upper end is below RuleSettings.speed_threshold (1.0) with >= speed_min_prompts prompts.
+# Timings depend on the machine as much as on the pair: a run whose mean 1-minute load per CPU
+# exceeded speed_max_load_per_cpu is speed-inconclusive (status "inconclusive"): stored and shown,
+# never alerted on, and it makes the verdict inconclusive (it neither fires nor resolves).
+SPEED_RULE = "speed"
+#: status of a speed measurement taken on an overloaded machine (never alerts)
+SPEED_INCONCLUSIVE = "inconclusive"
+
+
+def load_per_cpu(g: GroupMetrics) -> float | None:
+    """Mean 1-minute load average per usable CPU during the run's timings, or ``None``."""
+    load, cpus = _num(getattr(g, "load_avg_1m", None)), int(getattr(g, "num_cpus", 0) or 0)
+    return load / cpus if load is not None and cpus > 0 else None
+
+
+def speed_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: RuleSettings):
+    """Evaluate "speculation no longer pays" on the overall metrics of a run.
+
+    Args:
+        current: the run's overall :class:`GroupMetrics` (``speedup``, ``speedup_ci``,
+            ``num_prompts``, ``load_avg_1m``, ``num_cpus``).
+        baseline: the baseline run's overall metrics (its ``speedup`` is reported as the
+            baseline, for "speedup A x -> B x"), or ``None``.
+        settings: thresholds and severity.
+    Returns:
+        :class:`monitoring.rules.RuleResult` with rule ``speed``, metric ``speedup``, the CI,
+        threshold, baseline speedup and ``severity``; status ``firing``, ``ok``,
+        ``insufficient_evidence``, ``inconclusive`` (overloaded machine) or ``not_applicable``.
+    """
+    value = _num(current.speedup)
+    ci_raw = list(getattr(current, "speedup_ci", None) or [])
+    ci = (_num(ci_raw[0]), _num(ci_raw[1])) if len(ci_raw) == 2 else (None, None)
+    ci = ci if None not in ci else None
+    base = _num(baseline.speedup) if baseline is not None else None
+    common = dict(rule=SPEED_RULE, scope=OVERALL, metric="speedup", value=value, ci=ci,
+                  threshold=settings.speed_threshold, baseline=base,
+                  num_draft_tokens=int(current.num_draft_tokens or 0), severity=settings.speed_severity)
+    if not settings.speed_enabled:
+        return RuleResult(status=NOT_APPLICABLE, message="speed rule disabled", **common)
+    if value is None:
+        return RuleResult(status=NOT_APPLICABLE, message="speedup not measured", **common)
+    shown = f"measured speedup {value:.2f}x" + (f" (95% CI {ci[0]:.2f}-{ci[1]:.2f}x)" if ci else "")
+    lpc = load_per_cpu(current)
+    if lpc is not None and lpc > settings.speed_max_load_per_cpu:
+        return RuleResult(status=SPEED_INCONCLUSIVE, **common, message=(
+            f"speed-inconclusive: {shown} taken at load {current.load_avg_1m:.2f} on {current.num_cpus} CPUs "
+            f"({lpc:.2f}/CPU > {settings.speed_max_load_per_cpu:.2f}): machine overloaded, no speed alert"))
+    n = int(current.num_prompts or 0)
+    if n < settings.speed_min_prompts or ci is None:
+        return RuleResult(status=INSUFFICIENT, **common, message=(
+            f"{shown} on {n} prompts (< {settings.speed_min_prompts} needed or no CI): not enough evidence"))
+    if value < settings.speed_threshold <= ci[1]:
+        return RuleResult(status=INSUFFICIENT, **common, message=(
+            f"{shown} below {settings.speed_threshold:.2f}x, but the CI reaches above it: no speed alert yet"))
+    if ci[1] < settings.speed_threshold:
+        was = f" (was {base:.2f}x at baseline)" if base is not None else ""
+        return RuleResult(status=FIRING, **common, message=(
+            f"speculation no longer pays: {shown}{was}, CI entirely below {settings.speed_threshold:.2f}x: "
+            "serving target-only would be faster"))
+    return RuleResult(status=OK, **common, message=f"{shown}: speculation pays or is not credibly slower")
+
+
 def evaluate(current, baseline, settings: RuleSettings | None = None) -> list[RuleResult]:
     """Run every rule.
 
     Args:
         current: the run under test, a :class:`monitoring.history.RunSnapshot` or anything with
             ``overall: GroupMetrics`` and ``categories: dict[str, GroupMetrics]`` (a
-            :class:`specdec.report.ValidationReport` works).
+            :class:`specdec.validation.report.ValidationReport` works).
         baseline: the last passing run of the champion (same shape), or ``None``.
         settings: thresholds (defaults when ``None``).
     Returns:
         Results in a fixed order: absolute overall, absolute per category (sorted), relative,
         collapse, measurement, speed; each with its ``severity``.
     """
-    from monitoring.speed_rule import speed_rule
-
     settings = settings or RuleSettings()
     base = baseline.overall if baseline is not None else None
     out = absolute_rules(current.overall, current.categories, settings)
@@ -251,7 +315,7 @@ def verdict(results: Iterable[RuleResult]) -> str:
     if any(r.status == INSUFFICIENT and r.scope == OVERALL and r.rule in ("absolute", "relative")
            for r in results):
         return INCONCLUSIVE_VERDICT
-    if any(r.rule == "speed" and r.status == "inconclusive" for r in results):
+    if any(r.rule == SPEED_RULE and r.status == SPEED_INCONCLUSIVE for r in results):
         return INCONCLUSIVE_VERDICT
     return PASSED_VERDICT
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterable
 
-from specdec.report import GroupMetrics, PromptResult, ValidationReport
+from specdec.validation.report import GroupMetrics, PromptResult, ValidationReport
 
 
 @dataclass
@@ -124,7 +124,7 @@ def _group(acc: float, ci_half: float, n_tokens: int, k: int, *, alpha_tf: float
     a_tf = acc if alpha_tf is None else alpha_tf
     a_hat = acc if alpha_hat is None else alpha_hat
     return GroupMetrics(
-        num_prompts=prompts, num_draft_tokens_k=k, num_drafts=drafts, num_draft_tokens=n_tokens,
+        num_prompts=prompts, num_speculative_tokens=k, num_drafts=drafts, num_draft_tokens=n_tokens,
         num_accepted_tokens=accepted, accepted_per_position=[accepted // max(k, 1)] * k,
         num_emitted_tokens=accepted + drafts, acceptance_rate=acc,
         acceptance_rate_ci=[max(acc - ci_half, 0.0), min(acc + ci_half, 1.0)],
@@ -148,7 +148,7 @@ def make_report(
 
     Args:
         acceptance: pooled acceptance rate; CI is ``acceptance +- ci_half``.
-        num_draft_tokens: evidence size overall. k: num_draft_tokens.
+        num_draft_tokens: evidence size overall (drafted tokens). k: num_speculative_tokens.
         categories: name -> acceptance rate per category (``category_tokens`` tokens each).
         num_prompts / prompt_spread / seed: per-prompt rows drawn around their category's rate.
         group_kw: ``alpha_tf``, ``alpha_hat``, ``tf_half``, ``hat_half``, ``tokens_per_step``.
@@ -173,7 +173,7 @@ def make_report(
     return ValidationReport(
         heldout_name=heldout_name, heldout_version=heldout_version, target_ref="tiny/target",
         drafter_kind="derived:int8", drafter_ref=None,
-        config={"num_draft_tokens": k, "max_new_tokens": 64, "temperature": 0.0, "top_k": None,
+        config={"num_speculative_tokens": k, "max_new_tokens": 64, "temperature": 0.0, "top_k": None,
                 "top_p": None, "seed": 0, "limit": num_prompts},
         device="cpu", dtype="float32", code_version=code_version, created_at="2026-11-29T02:00:00+00:00",
         overall=_group(acceptance, ci_half, num_draft_tokens, k, prompts=num_prompts, **group_kw),

@@ -6,7 +6,7 @@ meaning ``SPECDEC_TRACKING_URI`` / ``MLFLOW_TRACKING_URI`` / ``sqlite:///<SPECDE
     from registry import (register_model_version, register_derived_draft, get_model_version,
                           register_pair, get_pair_version, list_pair_versions, resolve_alias,
                           log_validation, set_validation_tags, latest_validation_run,
-                          promote, check_gate, GateConfig, DecodingConfig, PairVersion,
+                          promote, check_gate, GateConfig, SpeculativeConfig, PairVersion,
                           ModelVersionRef, RegistryError, RegistryUnavailable, PairNotFound,
                           AliasNotFound, ModelNotFound, PromotionRefused)
 
@@ -27,7 +27,7 @@ _LAZY = {
     "register_derived_draft": "registry.models",
     "get_model_version": "registry.models",
     "download_model_version": "registry.models",
-    "DecodingConfig": "registry.pairs",
+    "SpeculativeConfig": "specdec.core.config",
     "PairVersion": "registry.pairs",
     "register_pair": "registry.pairs",
     "get_pair_version": "registry.pairs",

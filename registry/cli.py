@@ -63,7 +63,9 @@ def register_cmd(
     name: Annotated[str | None, typer.Option("--name", help="Pair registered model (default specdec-pair).")] = None,
     target_name: Annotated[str | None, typer.Option(help="Registered model name for the target (default: from the ref).")] = None,
     draft_name: Annotated[str | None, typer.Option(help="Registered model name for the draft (default: from the ref).")] = None,
-    num_draft_tokens: Annotated[int, typer.Option("--num-draft-tokens", "-k", min=1, help="k: draft tokens per step.")] = 4,
+    num_speculative_tokens: Annotated[
+        int, typer.Option("--num-speculative-tokens", "-k", min=1, help="k: draft tokens proposed per step.")
+    ] = 4,
     temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature (0 = greedy).")] = 0.0,
     top_k: Annotated[int | None, typer.Option(min=1, help="Top-k filter.")] = None,
     top_p: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Top-p (nucleus) filter.")] = None,
@@ -78,12 +80,12 @@ def register_cmd(
 
     ``--draft`` also accepts ``models:/<draft>/<v>`` of a registered draft, e.g. an old derived
     draft kept after a target-only fine-tune."""
-    from registry.pairs import DecodingConfig
     from registry.register import register_pair_from_refs
+    from specdec.core.config import SamplingConfig, SpeculativeConfig
 
     try:
-        config = DecodingConfig(num_draft_tokens=num_draft_tokens, temperature=temperature, top_k=top_k,
-                                top_p=top_p, max_new_tokens=max_new_tokens)
+        sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+        config = SpeculativeConfig(num_speculative_tokens, sampling, max_new_tokens)
         card = model_card.read_text() if model_card else None
         reg = register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
                                       config=config, revision=revision, model_card=card, tracking_uri=tracking_uri)
@@ -103,7 +105,7 @@ def register_cmd(
     out.print(f"  target  {tref.uri}{'  (reused)' if tref.reused else ''}  weights {tref.weights_sha256[:12]}", highlight=False)
     if dref is not None:
         out.print(f"  draft   {dref.uri}{'  (reused)' if dref.reused else ''}  weights {dref.weights_sha256[:12]}", highlight=False)
-    out.print(f"  drafter {kind}  k={config.num_draft_tokens} temperature={config.temperature}", highlight=False)
+    out.print(f"  drafter {kind}  {config.describe()}", highlight=False)
 
 
 @pair_app.command("list")
@@ -132,7 +134,7 @@ def list_cmd(
         cfg = pv.config
         table.add_row(pv.version, " ".join("@" + a for a in pv.aliases), pv.drafter_kind,
                       pv.target_uri.removeprefix("models:/"), (pv.draft_uri or "-").removeprefix("models:/"),
-                      f"k={cfg.num_draft_tokens} T={cfg.temperature:g}", pv.changed, shown,
+                      f"k={cfg.num_speculative_tokens} T={cfg.sampling.temperature:g}", pv.changed, shown,
                       tg.get("validation.time", "-").replace("+00:00", "Z"))
     _out().print(table)
 

@@ -150,7 +150,7 @@ def _find_existing(client, name: str, weights: str, source_kind: str):
     return min(found, key=lambda mv: int(mv.version)) if found else None
 
 
-def _ensure_registered_model(client, name: str, description: str) -> None:
+def ensure_registered_model(client, name: str, description: str) -> None:
     from mlflow.exceptions import MlflowException
 
     try:
@@ -165,7 +165,7 @@ def _ensure_registered_model(client, name: str, description: str) -> None:
                 raise
 
 
-def _log_and_register(client, name: str, local_dir: Path, tags: dict[str, str], params: dict[str, str],
+def log_and_register(client, name: str, local_dir: Path, tags: dict[str, str], params: dict[str, str],
                       model_type: str, description: str | None, extra_dir: Path | None = None, *,
                       run_tags: dict[str, str] | None = None, model_description: str | None = None):
     """Registration run -> logged model (artifacts = ``local_dir``) -> model version. Marks the run and
@@ -185,7 +185,7 @@ def _log_and_register(client, name: str, local_dir: Path, tags: dict[str, str], 
         if extra_dir is not None:
             client.log_model_artifacts(model_id, str(extra_dir))
         client.finalize_logged_model(model_id, "READY")
-        _ensure_registered_model(client, name, model_description or f"specdec {model_type} model")
+        ensure_registered_model(client, name, model_description or f"specdec {model_type} model")
         # source = the resolved artifact location, and always a run_id: MLflow's SQL registry store
         # resolves a "models:/<model_id>" source through the *global* tracking URI otherwise.
         mv = client.create_model_version(name, source=lm.artifact_location, run_id=run_id, tags=tags,
@@ -256,7 +256,7 @@ def register_model_version(
             if model_card:
                 extra = Path(tmp)
                 (extra / "MODEL_CARD.md").write_text(model_card)
-            mv = _log_and_register(client, name, ckpt, tags, params, "checkpoint",
+            mv = log_and_register(client, name, ckpt, tags, params, "checkpoint",
                                    model_card.strip().splitlines()[0][:500] if model_card and model_card.strip() else None,
                                    extra_dir=extra)
         return _ref_from_mv(mv)
@@ -270,7 +270,7 @@ def register_derived_draft(
     tracking_uri: str | None = None,
 ) -> ModelVersionRef:
     """Register a derived (quantized) draft: its artifact is ``recipe.json``; the weights are re-derived
-    from the target at load time with ``specdec.derived.derive_draft(target_model, recipe)``.
+    from the target at load time with ``specdec.models.derived.derive_draft(target_model, recipe)``.
 
     Args:
         target: the target version it derives from (:class:`ModelVersionRef` or ``models:/<t>/<v>``).
@@ -289,7 +289,7 @@ def register_derived_draft(
         raise ValueError("derived-draft recipe needs a 'kind' (int8, int4, bf16 or fp8)")
     client = get_client(tracking_uri)
     with mlflow_errors(client.tracking_uri):
-        tref = target if isinstance(target, ModelVersionRef) else _get_model_version(client, target)
+        tref = target if isinstance(target, ModelVersionRef) else client_get_model_version(client, target)
         name = validate_name(name or sanitize_name(f"{tref.name}-derived-{kind}"))
         recipe_sha = sha256_text(canonical_json(recipe))
         identity = sha256_text(f"derived\n{tref.weights_sha256}\n{recipe_sha}")
@@ -311,7 +311,7 @@ def register_derived_draft(
         params = {"derived_from": tref.uri, "derived.kind": kind, "recipe_sha256": recipe_sha}
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / RECIPE_FILE).write_text(json.dumps({"recipe": recipe, "derived_from": tref.uri}, indent=2))
-            mv = _log_and_register(client, name, Path(tmp), tags, params, "derived-recipe",
+            mv = log_and_register(client, name, Path(tmp), tags, params, "derived-recipe",
                                    f"{kind} draft derived from {tref.uri}")
         return _ref_from_mv(mv)
 
@@ -331,10 +331,10 @@ def get_model_version(uri_or_name: str, version: str | int | None = None, *,
     """
     client = get_client(tracking_uri)
     with mlflow_errors(client.tracking_uri):
-        return _get_model_version(client, uri_or_name, version)
+        return client_get_model_version(client, uri_or_name, version)
 
 
-def _get_model_version(client, uri_or_name: str, version: str | int | None = None) -> ModelVersionRef:
+def client_get_model_version(client, uri_or_name: str, version: str | int | None = None) -> ModelVersionRef:
     from mlflow.exceptions import MlflowException
 
     if uri_or_name.startswith("models:/"):
@@ -368,10 +368,10 @@ def download_model_version(ref: ModelVersionRef, *, dst: str | Path | None = Non
         FileExistsError: ``dst`` exists, is not empty and is not a completed download.
         RegistryError: the download failed; RegistryUnavailable: server unreachable.
     """
-    return _download_model_version(get_client(tracking_uri), ref, dst)
+    return client_download_model_version(get_client(tracking_uri), ref, dst)
 
 
-def _download_model_version(client, ref: ModelVersionRef, dst: str | Path | None = None) -> Path:
+def client_download_model_version(client, ref: ModelVersionRef, dst: str | Path | None = None) -> Path:
     import shutil
 
     target = Path(dst) if dst else get_settings().cache_dir / ref.name / f"{ref.version}-{ref.weights_sha256[:12]}"  # type: ignore[operator]

@@ -8,7 +8,7 @@ compatibility-check result, and ``changed``: which side differs from the previou
 Pair version tags (strings; visible in the MLflow UI's version list): ``target``, ``draft``
 (``none`` for ngram), ``drafter_kind``, ``changed``, ``config_changed``, ``previous_version``,
 ``target.weights_sha256``, ``target.tokenizer_sha256``, ``draft.weights_sha256``,
-``draft.tokenizer_sha256``, ``config_sha256``, ``num_draft_tokens``, ``temperature``, ``top_k``,
+``draft.tokenizer_sha256``, ``config_sha256``, ``num_speculative_tokens``, ``temperature``, ``top_k``,
 ``top_p``, ``max_new_tokens``, ``compatible``, ``compatibility`` (JSON). Validation adds
 ``validation_status`` and ``validation.*`` (see :mod:`registry.runs`); promotion adds ``promotion.*``.
 
@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from registry.errors import AliasNotFound, PairNotFound
+from specdec.core.config import SpeculativeConfig
 from registry.models import (
-    ModelVersionRef, _download_model_version, _ensure_registered_model, _get_model_version, canonical_json,
+    ModelVersionRef, client_download_model_version, ensure_registered_model, client_get_model_version, canonical_json,
     download_version_artifacts,
     sha256_text, validate_name,
 )
@@ -37,56 +38,6 @@ PAIR_FILE = "pair.json"
 PAIR_SCHEMA_VERSION = 1
 DRAFTER_KINDS = ("model", "ngram", "derived:int8", "derived:int4", "derived:bf16", "derived:fp8")
 CHANGED_VALUES = ("initial", "target", "draft", "both", "config", "none")
-
-
-@dataclass(frozen=True)
-class DecodingConfig:
-    """The decoding config a pair is served and validated with.
-
-    Attributes:
-        num_draft_tokens: k, draft tokens proposed per verification step (>= 1).
-        temperature: sampling temperature (>= 0; 0 = greedy).
-        top_k: keep the k most likely tokens (None = off).
-        top_p: nucleus mass in (0, 1] (None = off).
-        max_new_tokens: generation budget per prompt, in tokens (>= 1).
-    Raises:
-        ValueError: on out-of-range values.
-    """
-
-    num_draft_tokens: int = 4
-    temperature: float = 0.0
-    top_k: int | None = None
-    top_p: float | None = None
-    max_new_tokens: int = 128
-
-    def __post_init__(self) -> None:
-        if int(self.num_draft_tokens) < 1:
-            raise ValueError(f"num_draft_tokens must be >= 1, got {self.num_draft_tokens}")
-        if float(self.temperature) < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k is not None and int(self.top_k) < 1:
-            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
-        if self.top_p is not None and not 0 < float(self.top_p) <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if int(self.max_new_tokens) < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict with JSON-ready values."""
-        return {"num_draft_tokens": int(self.num_draft_tokens), "temperature": float(self.temperature),
-                "top_k": None if self.top_k is None else int(self.top_k),
-                "top_p": None if self.top_p is None else float(self.top_p),
-                "max_new_tokens": int(self.max_new_tokens)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "DecodingConfig":
-        """Inverse of :meth:`to_dict` (unknown keys ignored)."""
-        known = {"num_draft_tokens", "temperature", "top_k", "top_p", "max_new_tokens"}
-        return cls(**{k: v for k, v in d.items() if k in known})
-
-    def sha256(self) -> str:
-        """Hash of the canonical JSON of :meth:`to_dict` (hex)."""
-        return sha256_text(canonical_json(self.to_dict()))
 
 
 @dataclass
@@ -99,7 +50,7 @@ class PairVersion:
         target_uri / draft_uri: ``models:/<name>/<v>``; ``draft_uri`` is None for ngram.
         target_weights_sha256, target_tokenizer_sha256, draft_weights_sha256, draft_tokenizer_sha256:
             hashes recorded at registration (draft ones None for ngram).
-        config: :class:`DecodingConfig`.
+        config: :class:`specdec.SpeculativeConfig` (k, sampling, max_new_tokens).
         compatibility: the compatibility-check result dict.
         changed: ``initial | target | draft | both | config | none`` vs ``previous_version``.
         recipe: the derived-draft recipe (``DerivedDraftRecipe.to_dict()``) for ``derived:*``, else None.
@@ -108,7 +59,7 @@ class PairVersion:
         tags: all current version tags (validation_status, promotion.*, ...).
         target_path / draft_path: local artifact directories (downloaded when requested), else None.
             For ``derived:*`` the draft directory holds ``recipe.json``: re-derive the draft with
-            ``specdec.derived.derive_draft(target_model, DerivedDraftRecipe.from_dict(pv.recipe))``.
+            ``specdec.models.derived.derive_draft(target_model, DerivedDraftRecipe.from_dict(pv.recipe))``.
         reused: True when :func:`register_pair` found an identical existing version.
     """
 
@@ -121,7 +72,7 @@ class PairVersion:
     target_tokenizer_sha256: str
     draft_weights_sha256: str | None
     draft_tokenizer_sha256: str | None
-    config: DecodingConfig
+    config: SpeculativeConfig
     compatibility: dict[str, Any] = field(default_factory=dict)
     changed: str = "initial"
     config_changed: bool = False
@@ -182,7 +133,8 @@ def compute_changed(prev_tags: dict[str, str] | None, new_tags: dict[str, str]) 
     Compares ``target.weights_sha256`` + ``target.tokenizer_sha256`` (target side), the drafter kind's
     family (ngram vs model) + ``draft.weights_sha256`` + ``draft.tokenizer_sha256`` (draft side; for a
     derived draft the weights hash is the derivation identity, so re-deriving from a new target changes
-    it) and ``config_sha256``.
+    it) and the decoding config (decoded from the tags, so versions tagged before k was renamed compare
+    equal when their values are).
 
     Returns:
         ``(changed, config_changed)`` with ``changed`` in ``initial | target | draft | both | config | none``.
@@ -194,7 +146,7 @@ def compute_changed(prev_tags: dict[str, str] | None, new_tags: dict[str, str]) 
     pd = _draft_identity(prev_tags.get("drafter_kind", ""), prev_tags.get("draft.weights_sha256"), prev_tags.get("draft.tokenizer_sha256"))
     nd = _draft_identity(new_tags.get("drafter_kind", ""), new_tags.get("draft.weights_sha256"), new_tags.get("draft.tokenizer_sha256"))
     d = pd != nd
-    c = prev_tags.get("config_sha256") != new_tags.get("config_sha256")
+    c = not same_config(prev_tags, new_tags)
     if t and d:
         return "both", c
     if t:
@@ -204,8 +156,28 @@ def compute_changed(prev_tags: dict[str, str] | None, new_tags: dict[str, str]) 
     return ("config" if c else "none"), c
 
 
+def config_of(tags: dict[str, str]) -> SpeculativeConfig | None:
+    """The decoding config recorded in a pair version's tags, or None when they hold none."""
+    try:
+        return SpeculativeConfig.from_tags(tags)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def same_config(a: dict[str, str], b: dict[str, str]) -> bool:
+    """Whether two pair versions' tags record the same decoding config.
+
+    Compares the decoded configs when both tag sets hold one (so a version tagged before k was
+    renamed equals one tagged after), else the ``config_sha256`` tags.
+    """
+    ca, cb = config_of(a), config_of(b)
+    if ca is not None and cb is not None:
+        return ca == cb
+    return a.get("config_sha256") == b.get("config_sha256")
+
+
 def _resolve_model(client, ref: ModelVersionRef | str) -> ModelVersionRef:
-    return ref if isinstance(ref, ModelVersionRef) else _get_model_version(client, ref)
+    return ref if isinstance(ref, ModelVersionRef) else client_get_model_version(client, ref)
 
 
 def _optional(v: Any) -> str:
@@ -217,7 +189,7 @@ def register_pair(
     draft: ModelVersionRef | str | None,
     *,
     drafter_kind: str = "model",
-    config: DecodingConfig = DecodingConfig(),
+    config: SpeculativeConfig = SpeculativeConfig(),
     compatibility: Any = None,
     name: str | None = None,
     description: str | None = None,
@@ -244,6 +216,8 @@ def register_pair(
     """
     if drafter_kind not in DRAFTER_KINDS:
         raise ValueError(f"unknown drafter kind {drafter_kind!r}; use one of {', '.join(DRAFTER_KINDS)}")
+    if not isinstance(config, SpeculativeConfig):
+        raise TypeError(f"config must be a specdec.SpeculativeConfig, got {type(config).__name__}")
     if drafter_kind == "ngram" and draft is not None:
         raise ValueError("an ngram pair has no draft model: pass draft=None")
     if drafter_kind != "ngram" and draft is None:
@@ -272,7 +246,7 @@ def register_pair(
             "target.weights_sha256": t.weights_sha256, "target.tokenizer_sha256": t.tokenizer_sha256,
             "draft.weights_sha256": dr.weights_sha256 if dr else "none",
             "draft.tokenizer_sha256": dr.tokenizer_sha256 if dr else "none",
-            "config_sha256": config.sha256(), **{k: _optional(v) for k, v in cfg.items()},
+            "config_sha256": config.sha256(), **config.to_tags(),
             "compatible": _optional(compat.get("compatible", True if compat else None)).lower(),
             "compatibility": canonical_json(compat)[:5000],
         }
@@ -281,7 +255,7 @@ def register_pair(
         existing = _pair_versions(client, name)
         for mv in existing:
             mt = mv.tags or {}
-            if all(mt.get(k) == tags[k] for k in ("target", "draft", "drafter_kind", "config_sha256")):
+            if all(mt.get(k) == tags[k] for k in ("target", "draft", "drafter_kind")) and same_config(mt, tags):
                 pv = _pair_from_artifact(client, mv)
                 pv.reused = True
                 return pv
@@ -306,13 +280,13 @@ def register_pair(
 
 def _log_pair(client, name: str, doc: dict[str, Any], tags: dict[str, str], description: str | None):
     """Registration run (params = decoding config) -> logged model with ``pair.json`` -> pair version."""
-    from registry.models import _log_and_register
+    from registry.models import log_and_register
 
     params = {**{k: _optional(v) for k, v in doc["config"].items()}, "drafter_kind": doc["drafter_kind"],
               "target": tags["target"], "draft": tags["draft"], "changed": tags["changed"]}
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / PAIR_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True))
-        return _log_and_register(
+        return log_and_register(
             client, name, Path(tmp), tags, params, "specdec-pair", description,
             run_tags={"specdec.pair": name, "specdec.kind": "pair"},
             model_description="specdec draft/target pairs: each version is a pair.json referencing exact "
@@ -335,7 +309,7 @@ def _from_doc(mv, doc: dict[str, Any], aliases: list[str], reused: bool = False)
         target_weights_sha256=t["weights_sha256"], target_tokenizer_sha256=t["tokenizer_sha256"],
         draft_weights_sha256=dr["weights_sha256"] if dr else None,
         draft_tokenizer_sha256=dr["tokenizer_sha256"] if dr else None,
-        config=DecodingConfig.from_dict(doc["config"]), compatibility=doc.get("compatibility") or {},
+        config=SpeculativeConfig.from_dict(doc["config"]), compatibility=doc.get("compatibility") or {},
         changed=doc.get("changed", "initial"), config_changed=bool(doc.get("config_changed", False)),
         previous_version=doc.get("previous_version"), recipe=doc.get("recipe"),
         target_source=t.get("source") or {}, draft_source=dr.get("source") if dr else None,
@@ -347,9 +321,6 @@ def _from_mv(client, mv, reused: bool = False, aliases: list[str] | None = None)
     """Build a PairVersion from tags only (no artifact download): used for listings."""
     tg = dict(mv.tags or {})
     none = lambda v: None if v in (None, "none") else v  # noqa: E731
-    cfg = {k: tg.get(k) for k in ("num_draft_tokens", "temperature", "top_k", "top_p", "max_new_tokens")}
-    conv = {"num_draft_tokens": int, "temperature": float, "top_k": int, "top_p": float, "max_new_tokens": int}
-    cfg = {k: conv[k](v) for k, v in cfg.items() if none(v) is not None}
     try:
         compat = json.loads(tg.get("compatibility", "{}"))
     except json.JSONDecodeError:
@@ -361,7 +332,7 @@ def _from_mv(client, mv, reused: bool = False, aliases: list[str] | None = None)
         target_uri=tg.get("target", ""), draft_uri=none(tg.get("draft")),
         target_weights_sha256=tg.get("target.weights_sha256", ""), target_tokenizer_sha256=tg.get("target.tokenizer_sha256", ""),
         draft_weights_sha256=none(tg.get("draft.weights_sha256")), draft_tokenizer_sha256=none(tg.get("draft.tokenizer_sha256")),
-        config=DecodingConfig.from_dict(cfg), compatibility=compat, changed=tg.get("changed", ""),
+        config=SpeculativeConfig.from_tags(tg), compatibility=compat, changed=tg.get("changed", ""),
         config_changed=tg.get("config_changed") == "true", previous_version=none(tg.get("previous_version")),
         aliases=aliases, tags=tg, reused=reused,
         created_at=datetime.fromtimestamp(mv.creation_timestamp / 1000, timezone.utc).isoformat(timespec="seconds"),
@@ -381,7 +352,7 @@ def resolve_alias(pair: str, alias: str, *, tracking_uri: str | None = None) -> 
         return _resolve_alias(client, pair, alias)
 
 
-def _pair_aliases(client, pair: str) -> dict[str, str]:
+def pair_aliases(client, pair: str) -> dict[str, str]:
     from mlflow.exceptions import MlflowException
 
     try:
@@ -392,7 +363,7 @@ def _pair_aliases(client, pair: str) -> dict[str, str]:
         raise
 
 
-def _get_pair_mv(client, pair: str, version: str):
+def get_pair_model_version(client, pair: str, version: str):
     """The MLflow ModelVersion of a pair version, or PairNotFound naming what is missing."""
     from mlflow.exceptions import MlflowException
 
@@ -401,7 +372,7 @@ def _get_pair_mv(client, pair: str, version: str):
     except MlflowException as e:
         if e.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
             raise
-        _pair_aliases(client, pair)  # raises "pair ... is not registered" when the whole pair is missing
+        pair_aliases(client, pair)  # raises "pair ... is not registered" when the whole pair is missing
         have = sorted(int(mv.version) for mv in _pair_versions(client, pair))
         latest = f"versions 1..{have[-1]}" if have else "no versions"
         raise PairNotFound(f"pair version models:/{pair}/{version} not found ({pair} has {latest})") from e
@@ -416,7 +387,7 @@ def _pair_from_artifact(client, mv) -> PairVersion:
 
 
 def _resolve_alias(client, pair: str, alias: str) -> str:
-    aliases = _pair_aliases(client, pair)
+    aliases = pair_aliases(client, pair)
     if alias not in aliases:
         have = ", ".join(f"@{a} -> v{v}" for a, v in sorted(aliases.items())) or "none"
         raise AliasNotFound(f"pair {pair!r} has no alias @{alias} (aliases: {have})")
@@ -448,11 +419,11 @@ def get_pair_version(
     with mlflow_errors(uri):
         if not v.isdigit():
             v = _resolve_alias(client, pair, v)
-        pv = _pair_from_artifact(client, _get_pair_mv(client, pair, v))
+        pv = _pair_from_artifact(client, get_pair_model_version(client, pair, v))
         if download:
-            pv.target_path = _download_model_version(client, _get_model_version(client, pv.target_uri))
+            pv.target_path = client_download_model_version(client, client_get_model_version(client, pv.target_uri))
             if pv.draft_uri:
-                pv.draft_path = _download_model_version(client, _get_model_version(client, pv.draft_uri))
+                pv.draft_path = client_download_model_version(client, client_get_model_version(client, pv.draft_uri))
     return pv
 
 
@@ -465,7 +436,7 @@ def list_pair_versions(pair: str | None = None, *, tracking_uri: str | None = No
     pair = pair or get_settings().pair_name
     client = get_client(tracking_uri)
     with mlflow_errors(client.tracking_uri):
-        aliases = _pair_aliases(client, pair)
+        aliases = pair_aliases(client, pair)
         out = []
         for mv in sorted(_pair_versions(client, pair), key=lambda m: -int(m.version)):
             out.append(_from_mv(client, mv, aliases=sorted(a for a, v in aliases.items() if v == str(mv.version))))

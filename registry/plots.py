@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
 
-from specdec.report import ValidationReport
+from specdec.validation.report import ValidationReport
 
 
 def _figure(width: float = 6.4, height: float = 4.0):
@@ -44,7 +44,7 @@ def plot_per_position(report: ValidationReport, path: str | Path) -> Path:
     ax.set_ylim(0, 1.02)
     if overall:
         ax.set_xticks(range(len(overall)))
-    ax.set_title(f"Per-position acceptance (k={report.config.get('num_draft_tokens', '?')})")
+    ax.set_title(f"Per-position acceptance (k={report.config.get('num_speculative_tokens', '?')})")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower left")
     out = Path(path)

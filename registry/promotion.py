@@ -18,8 +18,8 @@ from datetime import datetime, timezone
 
 from registry.errors import PromotionRefused
 from registry.gate import GateConfig, GateResult, evaluate_gate
-from registry.pairs import _get_pair_mv, _pair_aliases, resolve_alias
-from registry.runs import _latest_validation_run
+from registry.pairs import get_pair_model_version, pair_aliases, resolve_alias
+from registry.runs import client_latest_validation_run
 from registry.settings import VALIDATION_EXPERIMENT, get_client, mlflow_errors
 
 ALIASES = ("champion", "challenger")
@@ -69,7 +69,7 @@ def check_gate(pair: str, version: str | int, *, gate: GateConfig = GateConfig()
 
 
 def _check_gate(client, pair: str, version: str | int, gate: GateConfig, experiment: str) -> GateResult:
-    run = _latest_validation_run(client, pair, version, experiment)
+    run = client_latest_validation_run(client, pair, version, experiment)
     if run is None:
         return GateResult(passed=False, reasons=[f"version {version} was never validated (no finished validation run)"])
     return evaluate_gate(run.data.metrics, gate, run_id=run.info.run_id)
@@ -115,12 +115,12 @@ def promote(
     client = get_client(tracking_uri)
     uri = client.tracking_uri
     with mlflow_errors(uri):
-        _get_pair_mv(client, pair, version)
+        get_pair_model_version(client, pair, version)
         gated = alias in gate.gated_aliases
         verdict = _check_gate(client, pair, version, gate, experiment)
         if gated and not verdict.passed and not force:
             raise PromotionRefused(pair, version, alias, verdict.reasons)
-        previous = _pair_aliases(client, pair).get(alias)
+        previous = pair_aliases(client, pair).get(alias)
         forced = gated and not verdict.passed
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         gate_state = "not-gated" if not gated else (verdict.status if verdict.run_id else "never-validated")

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from registry.models import ModelVersionRef
-from registry.pairs import DecodingConfig, PairVersion
+from registry.pairs import PairVersion
+from specdec.core.config import SpeculativeConfig
 
 
 @dataclass
@@ -69,7 +70,7 @@ def register_pair_from_refs(
     name: str | None = None,
     target_name: str | None = None,
     draft_name: str | None = None,
-    config: DecodingConfig = DecodingConfig(),
+    config: SpeculativeConfig = SpeculativeConfig(),
     revision: str | None = None,
     model_card: str | None = None,
     tracking_uri: str | None = None,
@@ -108,7 +109,7 @@ def register_pair_from_refs(
         compat: dict[str, Any] = {"compatible": True,
                                   "notes": ["n-gram drafter: proposes target-tokenizer ids copied from the context"]}
     elif spec.startswith("derived:"):
-        from specdec.derived import DerivedDraftRecipe
+        from specdec.models.derived import DerivedDraftRecipe
 
         recipe = DerivedDraftRecipe.from_spec(spec)
         kind = f"derived:{recipe.kind}"

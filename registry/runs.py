@@ -3,9 +3,9 @@
 Run (experiment ``specdec-validation``):
 
 - tags: ``specdec.pair``, ``specdec.pair_version``, ``specdec.pair_uri``, ``specdec.target``,
-  ``specdec.draft``, ``specdec.drafter_kind``, ``specdec.heldout``, ``validation_status`` (gate verdict),
+  ``specdec.draft``, ``specdec.drafter_kind``, ``specdec.validation.heldout``, ``validation_status`` (gate verdict),
   ``specdec.gate_reasons``, ``specdec.config_mismatch`` (k/sampling differences vs the pair version).
-- params: ``heldout_name``, ``heldout_version``, every key of ``report.config`` (``num_draft_tokens``,
+- params: ``heldout_name``, ``heldout_version``, every key of ``report.config`` (``num_speculative_tokens``,
   ``temperature``, ``top_k``, ``top_p``, ``max_new_tokens``, ``seed``, ``limit``...), ``device``,
   ``dtype``, ``code_version``, ``drafter_kind``. Never a URL or secret.
 - metrics (NaN skipped): ``acceptance_rate``, ``acceptance_rate_ci_low/high``, ``mean_accepted_length``,
@@ -34,11 +34,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from specdec.core.config import SpeculativeConfig
 from registry.errors import PairNotFound
-from registry.pairs import _get_pair_mv
+from registry.pairs import get_pair_model_version
 from registry.gate import GateConfig, GateResult, evaluate_gate
 from registry.settings import VALIDATION_EXPERIMENT, get_client, get_or_create_experiment, mlflow_errors
-from specdec.report import PROMPTS_FILE, REPORT_FILE, ValidationReport
+from specdec.validation.report import PROMPTS_FILE, REPORT_FILE, ValidationReport
 
 _CATEGORY_METRICS = ("acceptance_rate", "mean_accepted_length", "alpha_tf", "alpha_hat", "top1_agreement", "speedup",
                      "predicted_speedup", "num_prompts")
@@ -58,7 +59,7 @@ def metric_key(text: str) -> str:
 def report_metrics(report: ValidationReport) -> dict[str, float]:
     """Flatten a report into MLflow metric names -> finite floats (NaN/None dropped).
 
-    Every scalar field of ``report.overall`` (:class:`~specdec.report.GroupMetrics`) is logged under its
+    Every scalar field of ``report.overall`` (:class:`~specdec.validation.report.GroupMetrics`) is logged under its
     own name (so fields added to the report later are logged too); ``<name>_ci`` intervals become
     ``<name>_ci_low`` / ``<name>_ci_high``; ``per_position_acceptance[i]`` becomes
     ``acceptance_rate.pos_<i>`` and ``conditional_per_position_acceptance[i]``
@@ -129,22 +130,26 @@ def report_params(report: ValidationReport) -> dict[str, str]:
 def config_mismatch(report_config: Mapping[str, Any], pair_tags: Mapping[str, str]) -> list[str]:
     """Differences between the decoding config a validation used and the one the pair version serves.
 
-    Compares ``num_draft_tokens`` (k), ``temperature``, ``top_k`` and ``top_p`` (``max_new_tokens`` may
-    differ: validation budgets are often shorter). Keys missing on either side are not compared.
+    Both sides go through the one codec (:meth:`specdec.SpeculativeConfig.from_dict` for the
+    report's ``config``, :meth:`~specdec.SpeculativeConfig.from_tags` for the pair version's tags),
+    so reports and pair versions written before k was renamed compare too. Compares k
+    (``num_speculative_tokens``) and the sampling (``temperature``, ``top_k``, ``top_p``);
+    ``max_new_tokens`` may differ (validation budgets are often shorter). A side that holds no
+    decoding config is not compared.
 
     Returns:
         one ``"key: validated X, pair serves Y"`` line per difference (empty when they agree).
     """
-    out = []
-    for key in ("num_draft_tokens", "temperature", "top_k", "top_p"):
-        if key not in report_config or key not in pair_tags:
-            continue
-        a, b = report_config[key], pair_tags[key]
-        a = None if a in (None, "none") else float(a)
-        b = None if b in (None, "none") else float(b)
-        if (a is None) != (b is None) or (a is not None and b is not None and abs(a - b) > 1e-9):
-            out.append(f"{key}: validated {report_config[key]}, pair serves {pair_tags[key]}")
-    return out
+    try:
+        validated = SpeculativeConfig.from_dict(report_config).to_dict()
+        served = SpeculativeConfig.from_tags(pair_tags).to_dict()
+    except (KeyError, TypeError, ValueError):
+        return []
+    return [
+        f"{key}: validated {validated[key]}, pair serves {served[key]}"
+        for key in ("num_speculative_tokens", "temperature", "top_k", "top_p")
+        if validated[key] != served[key]
+    ]
 
 
 def _run_filter(pair: str, version: str | None = None) -> str:
@@ -163,10 +168,10 @@ def latest_validation_run(pair: str, version: str | int, *, experiment: str = VA
     """
     client = get_client(tracking_uri)
     with mlflow_errors(client.tracking_uri):
-        return _latest_validation_run(client, pair, version, experiment)
+        return client_latest_validation_run(client, pair, version, experiment)
 
 
-def _latest_validation_run(client, pair: str, version: str | int, experiment: str = VALIDATION_EXPERIMENT):
+def client_latest_validation_run(client, pair: str, version: str | int, experiment: str = VALIDATION_EXPERIMENT):
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return None
@@ -284,7 +289,7 @@ def log_validation(
 
     Args:
         pair, version: the pair version validated (must exist).
-        report: the :class:`specdec.report.ValidationReport`.
+        report: the :class:`specdec.validation.report.ValidationReport`.
         report_dir: directory holding ``report.json`` + ``prompts.csv`` (written with ``report.write``
             if missing); plots are written to ``<report_dir>/plots``.
         extra_artifacts: more files/directories to attach (e.g. the Evidently HTML/JSON); a directory
@@ -311,7 +316,7 @@ def log_validation(
         report.write(rdir)
     metrics = report_metrics(report)
     with mlflow_errors(uri):
-        mv = _get_pair_mv(client, pair, version)
+        mv = get_pair_model_version(client, pair, version)
         ptags = mv.tags or {}
         mismatch = config_mismatch(report.config or {}, ptags)
         metrics["config_mismatch"] = float(bool(mismatch))
@@ -322,7 +327,7 @@ def log_validation(
         tags = {"specdec.pair": pair, "specdec.pair_version": version, "specdec.pair_uri": f"models:/{pair}/{version}",
                 "specdec.target": ptags.get("target", "unknown"), "specdec.draft": ptags.get("draft", "unknown"),
                 "specdec.drafter_kind": ptags.get("drafter_kind", report.drafter_kind),
-                "specdec.heldout": f"{report.heldout_name}@{report.heldout_version}",
+                "specdec.validation.heldout": f"{report.heldout_name}@{report.heldout_version}",
                 "specdec.report_created_at": str(report.created_at),
                 "validation_status": verdict.status, "specdec.gate_reasons": "; ".join(verdict.reasons)[:5000] or "none",
                 "specdec.config_mismatch": "; ".join(mismatch) or "none"}

@@ -2,58 +2,36 @@
 
 Public API::
 
-    from specdec import (SamplingConfig, autoregressive_generate, speculative_generate,
-                         NgramDrafter, DecodingStats, GenerationResult,
+    from specdec import (SamplingConfig, SpeculativeConfig, autoregressive_generate,
+                         speculative_generate, NgramDrafter, DecodingStats, GenerationResult,
                          check_pair_compatible, IncompatiblePairError, load_causal_lm)
 
-This package imports nothing from mlflow, prefect, evidently or sqlalchemy.
+Subpackages: :mod:`specdec.core` (the decoding core), :mod:`specdec.models` (loading, hashes,
+compatibility, derived drafts), :mod:`specdec.validation` (held-out sets, validation, reports).
+This package imports nothing from mlflow, prefect, evidently or sqlalchemy; torch and
+transformers load on first use, so ``import specdec.validation.report`` stays light.
 """
 
 from __future__ import annotations
 
-__all__ = [
-    "SamplingConfig",
-    "autoregressive_generate",
-    "speculative_generate",
-    "NgramDrafter",
-    "ModelDrafter",
-    "DecodingStats",
-    "GenerationResult",
-    "BatchGenerationResult",
-    "speculative_generate_batch",
-    "autoregressive_generate_batch",
-    "check_pair_compatible",
-    "IncompatiblePairError",
-    "load_causal_lm",
-    "LoadedModel",
-]
+from specdec.lazy import lazy_exports
 
-_LAZY = {
-    "SamplingConfig": "specdec.sampling",
-    "autoregressive_generate": "specdec.decoding",
-    "speculative_generate": "specdec.decoding",
-    "GenerationResult": "specdec.decoding",
-    "BatchGenerationResult": "specdec.batch",
-    "speculative_generate_batch": "specdec.batch",
-    "autoregressive_generate_batch": "specdec.batch",
-    "NgramDrafter": "specdec.drafters",
-    "ModelDrafter": "specdec.drafters",
-    "DecodingStats": "specdec.stats",
-    "check_pair_compatible": "specdec.models",
-    "IncompatiblePairError": "specdec.models",
-    "load_causal_lm": "specdec.models",
-    "LoadedModel": "specdec.models",
+_EXPORTS = {
+    "SamplingConfig": "specdec.core.config",
+    "SpeculativeConfig": "specdec.core.config",
+    "autoregressive_generate": "specdec.core.decoding",
+    "speculative_generate": "specdec.core.decoding",
+    "GenerationResult": "specdec.core.results",
+    "BatchGenerationResult": "specdec.core.results",
+    "speculative_generate_batch": "specdec.core.batch",
+    "autoregressive_generate_batch": "specdec.core.batch",
+    "NgramDrafter": "specdec.core.drafters",
+    "ModelDrafter": "specdec.core.drafters",
+    "DecodingStats": "specdec.core.stats",
+    "check_pair_compatible": "specdec.models.compat",
+    "IncompatiblePairError": "specdec.models.compat",
+    "load_causal_lm": "specdec.models.load",
+    "LoadedModel": "specdec.models.load",
 }
-
-
-def __getattr__(name: str):
-    # torch/transformers load on first use, so `import specdec.report` stays light (no torch)
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'specdec' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

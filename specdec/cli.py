@@ -21,7 +21,7 @@ app = typer.Typer(
 
 def code_version() -> str:
     """The installed ``specdec`` version plus the git commit (see :func:`specdec.validation.code_version`)."""
-    from specdec.validation import code_version as _cv
+    from specdec.validation.provenance import code_version as _cv
 
     return _cv()
 

@@ -39,9 +39,9 @@ def main() -> int:
     from transformers.utils.import_utils import is_gguf_available
 
     from specdec import autoregressive_generate, speculative_generate
-    from specdec.derived import DerivedDraftRecipe, derive_draft
-    from specdec.drafters import crop_cache, forward_tokens, new_cache
-    from specdec.sampling import SamplingConfig
+    from specdec.models.derived import DerivedDraftRecipe, derive_draft
+    from specdec.core.drafters import crop_cache, forward_tokens, new_cache
+    from specdec.core.config import SamplingConfig
     from specdec.settings import get_settings
     from specdec.testing import tiny_llama
 
@@ -75,7 +75,7 @@ def main() -> int:
         ref = autoregressive_generate(target, prompt, max_new_tokens=24, sampling=greedy).token_ids
         for kind in ("int8", "int4"):
             draft = derive_draft(target, DerivedDraftRecipe(kind=kind))
-            out = speculative_generate(target, draft, prompt, num_draft_tokens=4, max_new_tokens=24,
+            out = speculative_generate(target, draft, prompt, num_speculative_tokens=4, max_new_tokens=24,
                                        sampling=greedy)
             ok = out.token_ids == ref
             print(f"[{dt}] derived:{kind} greedy token-identical={ok} stats={out.stats}", flush=True)
@@ -91,23 +91,23 @@ def main() -> int:
 
 
 def _batch_check(target, draft, greedy, device, strict) -> int:
-    """B=2 left-padded greedy speculative decoding == each row alone (only if specdec.batch exists)."""
+    """B=2 left-padded greedy speculative decoding == each row alone (only if specdec.core.batch exists)."""
     import importlib.util
 
     import torch
 
     from specdec import speculative_generate
 
-    if importlib.util.find_spec("specdec.batch") is None:
+    if importlib.util.find_spec("specdec.core.batch") is None:
         return 0
     rows = [[1, 10, 11, 12, 13], [1, 40, 41]]
     width = max(map(len, rows))
     ids = torch.tensor([[3] * (width - len(r)) + r for r in rows], device=device)
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
     try:
-        out = speculative_generate(target, draft, ids, mask, num_draft_tokens=4, max_new_tokens=16,
+        out = speculative_generate(target, draft, ids, mask, num_speculative_tokens=4, max_new_tokens=16,
                                    sampling=greedy)
-        single = [speculative_generate(target, draft, torch.tensor([r], device=device), num_draft_tokens=4,
+        single = [speculative_generate(target, draft, torch.tensor([r], device=device), num_speculative_tokens=4,
                                        max_new_tokens=16, sampling=greedy).token_ids for r in rows]
         ok = [r.token_ids for r in out.rows] == single
     except Exception as e:  # report, do not hide: batch.py is new

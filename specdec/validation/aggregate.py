@@ -1,0 +1,106 @@
+"""Pooling per-prompt outcomes into group metrics: sums first, then ratios; bootstrap CIs; speedup model."""
+
+from __future__ import annotations
+
+import math
+
+from specdec.core.stats import DecodingStats
+from specdec.validation.metrics import (
+    AgreementSums,
+    bootstrap_ratio_ci,
+    expected_tokens_per_step,
+    predicted_speedup,
+    recommend_num_speculative_tokens,
+)
+from specdec.validation.machine import usable_cpus
+from specdec.validation.prompt_run import PromptRun
+from specdec.validation.report import GroupMetrics
+from specdec.validation.speed import bootstrap_speedup_ci
+
+__all__ = ["aggregate", "ratio"]
+
+
+def ratio(num: float, den: float) -> float:
+    """``num / den``, or nan when ``den`` is 0."""
+    return num / den if den else math.nan
+
+
+def aggregate(runs: list[PromptRun], k: int, *, seed: int = 0, n_resamples: int = 2000) -> GroupMetrics:
+    """Pool per-prompt outcomes into one :class:`GroupMetrics` (sums first, then ratios).
+
+    Bootstrap CIs resample the prompts that ran (status ``ok``) and recompute each pooled ratio.
+    """
+    g = GroupMetrics(num_prompts=sum(r.ok for r in runs), num_speculative_tokens=k, num_skipped=sum(not r.ok for r in runs))
+    ok = [r for r in runs if r.ok and r.stats is not None]
+    if not ok:
+        return g
+    st = DecodingStats(num_speculative_tokens=k)
+    for r in ok:
+        st = st.merge(r.stats)
+    g.num_drafts, g.num_draft_tokens, g.num_accepted_tokens = st.num_drafts, st.num_draft_tokens, st.num_accepted_tokens
+    g.accepted_per_position = list(st.accepted_per_position)
+    g.drafted_per_position = list(st.drafted_per_position)
+    g.num_emitted_tokens = st.num_emitted_tokens
+    g.acceptance_rate = st.acceptance_rate
+    g.mean_accepted_length = st.mean_accepted_length
+    g.per_position_acceptance = st.per_position_acceptance
+    g.conditional_per_position_acceptance = st.conditional_per_position_acceptance
+    g.draft_tokens_per_step = st.draft_tokens_per_step
+    g.alpha_hat = st.alpha_hat
+
+    ag = AgreementSums()
+    for r in ok:
+        ag = ag + r.agree
+    g.num_tf_positions = ag.positions
+    g.alpha_tf, g.top1_agreement = ag.mean("alpha"), ag.mean("top1")
+    g.total_variation, g.kl_divergence = ag.mean("tv"), ag.mean("kl")
+    g.tf_coverage = ratio(ag.positions, sum(r.tf_total for r in ok))
+
+    ci = dict(seed=seed, n_resamples=n_resamples)
+    g.acceptance_rate_ci = bootstrap_ratio_ci(
+        [r.stats.num_accepted_tokens for r in ok], [r.stats.num_draft_tokens for r in ok], **ci
+    )
+    g.alpha_hat_ci = bootstrap_ratio_ci(
+        [r.stats.num_accepted_tokens for r in ok],
+        [r.stats.num_accepted_tokens + r.stats.num_rejected_steps for r in ok],
+        **ci,
+    )
+    g.alpha_tf_ci = bootstrap_ratio_ci([r.agree.alpha for r in ok], [r.agree.positions for r in ok], **ci)
+
+    g.target_only_seconds = sum(r.target_only_seconds for r in ok)
+    g.speculative_seconds = sum(r.speculative_seconds for r in ok)
+    g.target_only_tokens = sum(r.target_only_tokens for r in ok)
+    g.speculative_tokens = sum(r.speculative_tokens for r in ok)
+    rate_ref = ratio(g.target_only_tokens, g.target_only_seconds)
+    rate_spec = ratio(g.speculative_tokens, g.speculative_seconds)
+    g.speedup = ratio(rate_spec, rate_ref) if not math.isnan(rate_ref) else math.nan
+    g.speedup_ci = bootstrap_speedup_ci(
+        [r.target_only_tokens for r in ok], [r.target_only_seconds for r in ok],
+        [r.speculative_tokens for r in ok], [r.speculative_seconds for r in ok], **ci,
+    )
+    loads = [r.row.load_avg_1m for r in ok if not math.isnan(r.row.load_avg_1m)]
+    if loads:
+        g.load_avg_1m, g.load_avg_1m_max = sum(loads) / len(loads), max(loads)
+    g.num_cpus = usable_cpus()
+    g.target_step_seconds = ratio(sum(r.target_step_s for r in ok), sum(r.target_steps for r in ok))
+    g.target_pass_seconds = ratio(sum(r.target_pass_s for r in ok), sum(r.target_passes for r in ok))
+    g.draft_pass_seconds = ratio(sum(r.draft_pass_s for r in ok), sum(r.draft_passes for r in ok))
+    g.cost_ratio = ratio(g.draft_pass_seconds, g.target_step_seconds)
+    g.verify_cost_ratio = ratio(g.target_pass_seconds, g.target_step_seconds)
+    if st.draft_forward_passes and st.target_forward_passes:
+        g.cost_ratio_with_prefill = ratio(
+            st.draft_seconds / st.draft_forward_passes, st.target_seconds / st.target_forward_passes
+        )
+    if not (math.isnan(g.alpha_hat) or math.isnan(g.cost_ratio)):
+        g.predicted_speedup = predicted_speedup(g.alpha_hat, g.cost_ratio, k)
+        if not math.isnan(g.verify_cost_ratio):
+            g.predicted_speedup_verify_adjusted = expected_tokens_per_step(g.alpha_hat, k) / (
+                g.cost_ratio * k + g.verify_cost_ratio
+            )
+        g.recommended_num_speculative_tokens, g.predicted_speedup_at_recommended = recommend_num_speculative_tokens(
+            g.alpha_hat, g.cost_ratio
+        )
+    audited = [r for r in ok if r.row.exact_match is not None]
+    g.exactness_checked = len(audited)
+    g.exactness_mismatches = sum(not r.row.exact_match for r in audited)
+    return g

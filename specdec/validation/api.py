@@ -1,0 +1,199 @@
+"""Validate a (target, drafter) pair on a held-out set, with the same core that serves it.
+
+For every group of prompts (:mod:`specdec.validation.runner`; B = 1 by default):
+
+1. target-only decoding (:func:`specdec.autoregressive_generate`): the reference tokens, the
+   target's own continuation for teacher forcing, and the target-only time;
+2. speculative decoding (:func:`specdec.speculative_generate`) on the same prompts and settings:
+   the pooled counters and the speculative time;
+3. per prompt, one teacher-forced forward pass of each model over prompt + the target's
+   continuation (:mod:`specdec.validation.teacher_forcing`);
+4. greedy only: the exactness audit (speculative tokens == target-only tokens).
+
+Then it pools counters per category and overall (never averaging per-prompt ratios), bootstraps
+95% CIs over prompts, and fits Leviathan's speedup model (:mod:`specdec.validation.aggregate`).
+Definitions: ``docs/metrics.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime as _dt
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from specdec.core.drafters import ModelDrafter, NgramDrafter
+from specdec.core.kv import model_device
+from specdec.validation.aggregate import aggregate
+from specdec.validation.config import ValidationConfig
+from specdec.validation.findings import findings
+from specdec.validation.heldout import HeldoutSet
+from specdec.validation.prompt_run import DrafterUnderTest, PromptRun, context_limit
+from specdec.validation.provenance import ALPHA_HAT_ESTIMATOR, code_version, environment, eos_token_ids
+from specdec.validation.report import PromptResult, ValidationReport
+from specdec.validation.runner import run_prompts, warmup
+from specdec.validation.timing import PassTimer
+
+__all__ = ["validate_pair", "validate_pairs", "drafter_parts"]
+
+
+def drafter_parts(drafter: Any) -> tuple[Any, torch.nn.Module | None, str, str | None, dict | None]:
+    """(object for speculative_generate, draft model or None, kind, ref, recipe).
+
+    Raises:
+        TypeError: not a causal LM, ModelDrafter, NgramDrafter or ResolvedDrafter.
+    """
+    kind = getattr(drafter, "kind", None)
+    if kind is not None and hasattr(drafter, "drafter"):  # a ResolvedDrafter
+        obj, ref, recipe = drafter.drafter, drafter.ref, getattr(drafter, "recipe", None)
+    else:
+        obj, ref, recipe = drafter, None, None
+    if isinstance(obj, NgramDrafter):
+        return obj, None, kind or "ngram", ref, recipe
+    if isinstance(obj, ModelDrafter):
+        return obj, obj.model, kind or "model", ref, recipe
+    if isinstance(obj, torch.nn.Module):
+        return obj, obj, kind or "model", ref, recipe
+    raise TypeError(f"drafter must be a causal LM, an NgramDrafter or a ResolvedDrafter, got {type(obj).__name__}")
+
+
+def validate_pair(
+    target: Any,
+    drafter: Any,
+    heldout: HeldoutSet,
+    config: ValidationConfig | None = None,
+    *,
+    tokenizer: Any = None,
+    target_ref: str | None = None,
+    progress: Callable[[int, int, PromptResult], None] | None = None,
+) -> ValidationReport:
+    """Measure how well ``drafter`` serves ``target`` on a held-out set.
+
+    Args:
+        target: a :class:`specdec.models.LoadedModel` (model + tokenizer), or a bare transformers
+            causal LM together with ``tokenizer=``.
+        drafter: a draft causal LM (``kind="model"``), an :class:`~specdec.NgramDrafter`
+            (``"ngram"``), or a :class:`specdec.models.drafter_spec.ResolvedDrafter` (which carries its
+            kind, ref and derivation recipe).
+        heldout: the prompts; ``config.limit`` takes a stratified subset (seeded by ``config.seed``).
+        config: :class:`ValidationConfig` (defaults: k=4, 64 new tokens, greedy).
+        tokenizer: required when ``target`` is a bare model.
+        target_ref: name recorded in the report (default: the LoadedModel's source ref or path).
+        progress: called after each prompt as ``progress(done, total, row)`` (with
+            ``config.batch_size`` > 1: once per prompt after its group is done).
+    Returns:
+        :class:`~specdec.validation.report.ValidationReport` with ``overall`` and per-category
+        :class:`~specdec.validation.report.GroupMetrics` and one :class:`~specdec.validation.report.PromptResult` per
+        prompt (skipped prompts carry ``status="skipped"`` and the reason). Rates are in [0, 1],
+        lengths in tokens, times in seconds, KL in nats.
+    Raises:
+        ValueError: bad config, or no tokenizer for a bare model.
+        TypeError: unsupported drafter type.
+    """
+    cb = None if progress is None else (lambda done, total, rows: progress(done, total, rows[0]))
+    return validate_pairs(target, [drafter], heldout, config, tokenizer=tokenizer, target_ref=target_ref, progress=cb)[0]
+
+
+def validate_pairs(
+    target: Any,
+    drafters: list[Any],
+    heldout: HeldoutSet,
+    config: ValidationConfig | None = None,
+    *,
+    tokenizer: Any = None,
+    target_ref: str | None = None,
+    progress: Callable[[int, int, list[PromptResult]], None] | None = None,
+) -> list[ValidationReport]:
+    """:func:`validate_pair` for several drafters of one target, sharing the target's work.
+
+    Per prompt, target-only decoding and the target's teacher-forced pass run once; each
+    drafter's speculative run follows right after, so all speed ratios compare runs made under
+    the same machine conditions. Prompts run in groups of ``config.batch_size`` (B = 1 is a group
+    of one; see :mod:`specdec.validation.runner`). Returns one report per drafter, in order;
+    ``prompts`` keep the held-out order. ``progress`` gets the list of per-drafter rows of each
+    prompt when it is done (skipped prompts as they are found).
+
+    Raises:
+        ValueError: bad config, no drafter, no tokenizer for a bare model.
+        TypeError: unsupported drafter type.
+    """
+    config = config or ValidationConfig()
+    if not drafters:
+        raise ValueError("validate_pairs needs at least one drafter")
+    t_wall = time.perf_counter()
+    bare = isinstance(target, torch.nn.Module)  # note: a causal LM also has a `.model` (its body)
+    model = target if bare else target.model
+    tok = tokenizer if tokenizer is not None else (None if bare else getattr(target, "tokenizer", None))
+    if tok is None:
+        raise ValueError("validate_pair needs a tokenizer: pass a LoadedModel or tokenizer=")
+    if target_ref is None:
+        source = getattr(target, "source", None) or {}
+        target_ref = str(source.get("ref") or getattr(target, "path", None) or type(model).__name__)
+    ctxs: list[DrafterUnderTest] = []
+    for drafter in drafters:
+        obj, draft_model, kind, dref, recipe = drafter_parts(drafter)
+        if draft_model is model:  # same module as both: a copy, so the pass timers can tell them apart
+            draft_model = copy.deepcopy(model)
+            obj = draft_model
+        if draft_model is not None:
+            draft_model.eval()
+        ctxs.append(DrafterUnderTest(obj, draft_model, kind, dref, recipe, PassTimer(draft_model)))
+    subset = heldout.subset(config.limit, seed=config.seed)
+    eos = eos_token_ids(tok, model)
+    ctx_limit = context_limit(model, *[c.model for c in ctxs])
+    was_training = model.training
+    model.eval()
+
+    if config.warmup:
+        warmup(model, [c.obj for c in ctxs], subset, tok, config, eos, ctx_limit)
+
+    subset_runs: list[list[PromptRun] | None] = [None] * len(subset.prompts)
+    with contextlib.ExitStack() as timers:
+        target_timer = timers.enter_context(PassTimer(model))
+        for c in ctxs:
+            timers.enter_context(c.timer)
+        try:
+            for done, (i, runs) in enumerate(run_prompts(subset.prompts, model, tok, ctxs, config, eos, ctx_limit, target_timer), 1):
+                subset_runs[i] = runs
+                if progress is not None:
+                    progress(done, len(subset.prompts), [r.row for r in runs])
+        finally:
+            model.train(was_training)
+    per_drafter = [[runs[j] for runs in subset_runs if runs is not None] for j in range(len(ctxs))]
+
+    k = config.num_speculative_tokens
+    agg = dict(seed=config.seed, n_resamples=config.bootstrap_resamples)
+    common = dict(
+        heldout_name=subset.name,
+        heldout_version=subset.version,
+        target_ref=target_ref,
+        config=config.to_dict(),
+        device=str(model_device(model)),
+        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        code_version=code_version(),
+        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        alpha_hat_estimator=ALPHA_HAT_ESTIMATOR,
+        heldout_source_version=subset.source_version,
+        environment=environment(),
+    )
+    wall = time.perf_counter() - t_wall
+    reports = []
+    for c, runs in zip(ctxs, per_drafter):
+        cats = sorted({r.row.category for r in runs})
+        report = ValidationReport(
+            **common,
+            drafter_kind=c.kind,
+            drafter_ref=c.ref,
+            drafter_recipe=c.recipe,
+            overall=aggregate(runs, k, **agg),
+            categories={cat: aggregate([r for r in runs if r.row.category == cat], k, **agg) for cat in cats},
+            prompts=[r.row for r in runs],
+        )
+        report.notes = findings(report)
+        report.wall_seconds = wall
+        reports.append(report)
+    return reports

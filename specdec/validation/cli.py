@@ -1,0 +1,277 @@
+"""``specdec validate``: measure a draft/target pair on a held-out set and write the report.
+
+Registered through the ``specdec.cli`` entry point ``validate = "specdec.validation.cli:register"``.
+Heavy imports (torch, transformers) happen inside the command so ``specdec --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+_out = Console()
+_err = Console(stderr=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``validate`` command to the ``specdec`` app (entry-point hook)."""
+    app.command("validate")(validate)
+
+
+def _fail(msg: str) -> None:
+    _err.print(f"[bold red]error:[/] {msg}", highlight=False)
+    raise typer.Exit(code=1)
+
+
+def validate(
+    target: Annotated[str, typer.Option("--target", help="Target model: local dir, Hub id, .gguf file, or 'smollm2'.")],
+    draft: Annotated[
+        list[str],
+        typer.Option(
+            "--draft",
+            help="Drafter: a model ref (or model:REF), 'ngram', 'derived:int8', 'derived:int4', 'derived:bf16', 'derived:fp8' (CUDA) or 'auto' (what `specdec draft recommend` picks). Repeat to "
+            "validate several drafters against one shared target-only run (one report each, in --out/<drafter>/).",
+        ),
+    ],
+    heldout: Annotated[
+        str, typer.Option("--heldout", help="spec_bench | humaneval | spec_bench+humaneval | path to a JSONL file.")
+    ] = "spec_bench",
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Stratified subset of N prompts (spread over categories).")
+    ] = None,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1, help="New tokens per prompt.")] = 64,
+    num_speculative_tokens: Annotated[
+        int, typer.Option("--num-speculative-tokens", "-k", min=1, help="k, draft tokens proposed per step.")
+    ] = 4,
+    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy.")] = 0.0,
+    top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="Top-k filter (sampling only).")] = None,
+    top_p: Annotated[float | None, typer.Option("--top-p", help="Top-p (nucleus) filter in (0, 1].")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seeds the subset, the sampling and the bootstrap.")] = 0,
+    device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda | cuda:N.")] = "auto",
+    dtype: Annotated[
+        str, typer.Option("--dtype", help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16.")
+    ] = "auto",
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Output directory for report.json + prompts.csv (default: $SPECDEC_HOME/validations/...)."),
+    ] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing report in --out.")] = False,
+    bootstrap_resamples: Annotated[int, typer.Option("--bootstrap-resamples", min=1, help="Bootstrap replicates.")] = 2000,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            "--batch-size",
+            min=1,
+            help="Prompts decoded together (left-padded; one batched target-only and one batched speculative call "
+            "per drafter per group). Use it when it helps: larger batches raise throughput on GPUs; on a 2-core CPU "
+            "batch > 1 mostly adds padding cost. Speedup and the cost ratio are then measured at this batch size.",
+        ),
+    ] = 1,
+) -> None:
+    """Validate a draft/target pair: acceptance, agreement, speedup and exactness, per category."""
+    t_start = time.perf_counter()
+    from specdec.core.config import SamplingConfig, SpeculativeConfig
+    from specdec.validation.heldout import HeldoutFormatError, load_heldout
+
+    try:
+        speculative = SpeculativeConfig(
+            num_speculative_tokens, SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p), max_new_tokens
+        )
+    except (TypeError, ValueError) as e:
+        _fail(str(e))
+    try:
+        hs = load_heldout(heldout)
+    except (FileNotFoundError, HeldoutFormatError) as e:
+        _fail(str(e))
+    if device not in ("auto", "cpu") and not device.startswith("cuda"):
+        _fail(f"unknown device {device!r}: use auto, cpu or cuda[:N]")
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        _fail("--device cuda requested but CUDA is not available")
+    out_dir = out or _default_out(hs.name, "+".join(draft))
+    out_dirs = [out_dir] if len(draft) == 1 else [out_dir / _safe(d) for d in draft]
+    if len(set(out_dirs)) != len(out_dirs):
+        _fail("the same --draft was given twice")
+    for od in out_dirs:
+        if od.exists() and not od.is_dir():
+            _fail(f"--out {od} exists and is not a directory")
+        if (od / "report.json").exists() and not overwrite:
+            _fail(f"{od / 'report.json'} already exists; pass --overwrite or choose another --out")
+
+    from specdec.models.drafter_spec import resolve_drafter
+    from specdec.models import load_causal_lm
+    from specdec.validation import ValidationConfig, validate_pairs
+
+    try:
+        config = ValidationConfig(
+            speculative,
+            seed=seed,
+            limit=limit,
+            bootstrap_resamples=bootstrap_resamples,
+            batch_size=batch_size,
+        )
+    except (TypeError, ValueError) as e:
+        _fail(str(e))
+    with _err.status(f"loading target {target} ..."):
+        try:
+            tgt = load_causal_lm(target, dtype=dtype, device=device)
+        except (FileNotFoundError, ValueError) as e:
+            _fail(f"target: {e}")
+    if "auto" in draft:  # measure the candidates here and validate the one that pays (or the fastest)
+        from specdec.validation.recommend_cli import print_recommendation, run_recommend
+
+        rec = run_recommend(tgt, seed=seed, target_ref=target)
+        print_recommendation(rec)
+        choice = rec.best or rec.fallback
+        if choice is None:
+            _fail("--draft auto: no candidate drafter could run here")
+        if rec.best is None:
+            _err.print(f"[yellow]--draft auto:[/] nothing pays here; validating the fastest candidate, {choice}")
+        draft = [choice if d == "auto" else d for d in draft]
+        if len(set(draft)) != len(draft):
+            _fail(f"--draft auto chose {choice}, which is also given explicitly")
+        if len(draft) > 1:
+            out_dirs = [out_dir / _safe(d) for d in draft]
+            for od in out_dirs:
+                if (od / "report.json").exists() and not overwrite:
+                    _fail(f"{od / 'report.json'} already exists; pass --overwrite or choose another --out")
+    drafters = []
+    for spec in draft:
+        with _err.status(f"preparing drafter {spec} ..."):
+            try:
+                drafters.append(resolve_drafter(spec, tgt))
+            except (FileNotFoundError, ValueError) as e:  # ModelNotFoundError, IncompatiblePairError, DrafterSpecError
+                _fail(f"drafter {spec}: {e}")
+
+    reports = _run_with_progress(validate_pairs, tgt, drafters, hs, config, target)
+    for report, od in zip(reports, out_dirs):
+        path = report.write(od)
+        _print_summary(report)
+        _out.print(f"report: {path}\nper-prompt rows: {od / 'prompts.csv'}\n")
+    _out.print(f"wall time {time.perf_counter() - t_start:.1f} s (validation {reports[0].wall_seconds:.1f} s)")
+    if reports[0].overall.num_prompts == 0:
+        _fail("no prompt could be validated (all skipped: empty or longer than the context); see prompts.csv")
+
+
+def _safe(name: str) -> str:
+    """A file-name-safe form of a drafter spec (``derived:int8`` -> ``derived_int8``)."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:60]
+
+
+def _default_out(heldout_name: str, draft: str) -> Path:
+    from specdec.settings import get_settings
+
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    return get_settings().home / "validations" / f"{heldout_name}-{_safe(draft)}-{stamp}"
+
+
+def _run_with_progress(validate_pairs: Any, tgt: Any, drafters: list[Any], hs: Any, config: Any, target_ref: str) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    n = min(config.limit or len(hs), len(hs))
+    cols = (
+        TextColumn("[bold]validate[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.description}"),
+    )
+    with Progress(*cols, console=_err, transient=False) as prog:
+        task = prog.add_task("", total=n)
+
+        def tick(done: int, total: int, rows: list[Any]) -> None:
+            row = rows[0]
+            if row.status == "ok":
+                rates = ", ".join(_f(r.acceptance_rate) for r in rows)
+                desc = f"{row.category} #{row.prompt_id}: acceptance {rates}"
+            else:
+                desc = f"{row.category} #{row.prompt_id}: skipped ({row.skip_reason})"
+            prog.update(task, completed=done, total=total, description=desc)
+            if not _err.is_terminal:  # logs (CI, Prefect workers): one plain line per prompt
+                _err.print(f"[{done}/{total}] {desc}", highlight=False)
+
+        return validate_pairs(tgt, drafters, hs, config, target_ref=target_ref, progress=tick)
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None or math.isnan(v) else f"{v:.2f}x"
+
+
+def _ci(v: float, ci: list[float]) -> str:
+    if math.isnan(v):
+        return "-"
+    return f"{v:.3f} [{_f(ci[0], 2)}, {_f(ci[1], 2)}]"
+
+
+def _batch_label(config: dict) -> str:
+    b = config.get("batch_size") or 1
+    return f", batch size {b}" if b != 1 else ""
+
+
+def _print_summary(report: Any) -> None:
+    from rich import box
+
+    k = report.config.get("num_speculative_tokens")
+    rows = [("overall", report.overall)] + list(report.categories.items())
+    title = (
+        f"{report.drafter_kind} drafter for {report.target_ref} on {report.heldout_name} "
+        f"(k={k}, {report.config.get('max_new_tokens')} new tokens, temperature {report.config.get('temperature')}"
+        f"{_batch_label(report.config)})"
+    )
+    acc = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("category", "prompts", "acceptance [95% CI]", "mean acc. len", "α̂ [95% CI]", "α_tf [95% CI]"):
+        acc.add_column(name, justify="left" if name == "category" else "right")
+    spd = Table(box=box.SIMPLE_HEAD)
+    for name in ("category", "top-1", "TV", "KL", "speedup", f"pred. (k={k})", "best k (pred.)", "exact"):
+        spd.add_column(name, justify="left" if name == "category" else "right")
+    for name, g in rows:
+        label = f"[bold]{name}[/]" if name == "overall" else name
+        skipped = f" +{g.num_skipped} skipped" if g.num_skipped else ""
+        acc.add_row(
+            label,
+            f"{g.num_prompts}{skipped}",
+            _ci(g.acceptance_rate, g.acceptance_rate_ci),
+            _f(g.mean_accepted_length, 2),
+            _ci(g.alpha_hat, g.alpha_hat_ci),
+            _ci(g.alpha_tf, g.alpha_tf_ci),
+        )
+        best = (
+            "-"
+            if g.recommended_num_speculative_tokens is None
+            else f"{g.recommended_num_speculative_tokens} ({_f(g.predicted_speedup_at_recommended, 2)}x)"
+        )
+        exact = f"{g.exactness_checked - g.exactness_mismatches}/{g.exactness_checked}" if g.exactness_checked else "-"
+        spd.add_row(
+            label,
+            _f(g.top1_agreement),
+            _f(g.total_variation),
+            _f(g.kl_divergence),
+            _x(g.speedup),
+            _x(g.predicted_speedup),
+            best,
+            exact,
+        )
+    _out.print(acc)
+    _out.print(spd)
+    g = report.overall
+    _out.print(
+        f"cost ratio ĉ = {_f(g.cost_ratio)} (draft pass {_f(g.draft_pass_seconds * 1e3, 2)} ms / one-token target pass "
+        f"{_f(g.target_step_seconds * 1e3, 2)} ms); verification pass {_f(g.target_pass_seconds * 1e3, 2)} ms "
+        f"= {_f(g.verify_cost_ratio, 2)} target passes; prediction counting it: {_x(g.predicted_speedup_verify_adjusted)}. "
+        f"α̂ = {report.alpha_hat_estimator}.",
+        highlight=False,
+    )
+    for note in report.notes:
+        _out.print(f"[bold yellow]note:[/] {note}", highlight=False)

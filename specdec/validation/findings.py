@@ -1,0 +1,72 @@
+"""Plain-language findings for the validation summary and the report's ``notes``."""
+
+from __future__ import annotations
+
+import math
+
+from specdec.validation.report import ValidationReport
+
+__all__ = ["findings", "SLOWER_NOTE"]
+
+
+SLOWER_NOTE = (
+    "speculative decoding is SLOWER than target-only for this pair on this device: "
+    "measured speedup {speedup:.2f}x, predicted {pred:.2f}x at k={k} (best k={best_k}: {best:.2f}x; "
+    "{adj:.2f}x at k={k} counting the verification pass's real cost); draft/target cost per pass c={c:.2f}, "
+    "verification pass / one-token target pass = {v:.2f}"
+)
+
+
+def format_ci(ci: list[float]) -> str:
+    """``[low, high]`` with three decimals."""
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def findings(r: ValidationReport) -> list[str]:
+    """Plain-language findings for the summary and the report."""
+    g = r.overall
+    notes: list[str] = []
+    if g.num_prompts == 0:
+        notes.append("no prompt ran: every prompt was skipped (see prompts.csv skip_reason)")
+        return notes
+    if g.num_skipped:
+        notes.append(f"{g.num_skipped} prompt(s) skipped (empty or too long); see prompts.csv")
+    slow_measured = not math.isnan(g.speedup) and g.speedup < 1
+    slow_pred = not math.isnan(g.predicted_speedup_at_recommended) and g.predicted_speedup_at_recommended < 1
+    if slow_measured or slow_pred:
+        notes.append(
+            SLOWER_NOTE.format(
+                speedup=g.speedup,
+                pred=g.predicted_speedup,
+                k=g.num_speculative_tokens,
+                best_k=g.recommended_num_speculative_tokens,
+                best=g.predicted_speedup_at_recommended,
+                adj=g.predicted_speedup_verify_adjusted,
+                c=g.cost_ratio,
+                v=g.verify_cost_ratio,
+            )
+        )
+    if all(not math.isnan(x) for x in (*g.alpha_hat_ci, *g.alpha_tf_ci)) and (
+        g.alpha_hat_ci[1] < g.alpha_tf_ci[0] or g.alpha_tf_ci[1] < g.alpha_hat_ci[0]
+    ):
+        notes.append(
+            f"alpha_hat {g.alpha_hat:.3f} {format_ci(g.alpha_hat_ci)} and alpha_tf {g.alpha_tf:.3f} "
+            f"{format_ci(g.alpha_tf_ci)} disagree beyond their 95% CIs: acceptance is not i.i.d. along the "
+            "sequence (expected for n-gram copy runs, see docs/metrics.md) or the pair/decoding is off"
+        )
+    if r.drafter_kind == "ngram":
+        notes.append(
+            "n-gram drafter: alpha_tf/top-1/TV are over the positions where the lookup proposes "
+            f"(coverage {g.tf_coverage:.0%}); KL is undefined for a one-hot q; the predicted speedup "
+            f"assumes a full proposal every step, but only {g.draft_tokens_per_step:.2f} of k={g.num_speculative_tokens} "
+            "tokens are proposed per step on average and misses are plain target steps"
+        )
+    if g.exactness_mismatches:
+        bad = [p for p in r.prompts if p.exact_match is False]
+        margins = [p.divergence_logit_margin for p in bad if p.divergence_logit_margin is not None]
+        notes.append(
+            f"exactness audit: {g.exactness_mismatches}/{g.exactness_checked} greedy outputs differ from "
+            f"target-only; largest target logit margin at the divergence "
+            f"{max(margins) if margins else float('nan'):.3g} (small = numeric near-tie, large = bug)"
+        )
+    return notes

@@ -1,0 +1,212 @@
+"""Validation math: teacher-forced agreement, Leviathan's predicted speedup, prompt bootstrap.
+
+Pure functions over tensors / numpy arrays; no models, no I/O. Definitions are written out in
+``docs/metrics.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = [
+    "AgreementSums",
+    "agreement_sums",
+    "bootstrap_ratio_ci",
+    "expected_tokens_per_step",
+    "onehot_agreement_sums",
+    "predicted_speedup",
+    "recommend_num_speculative_tokens",
+]
+
+MAX_RECOMMENDED_K = 16
+
+
+def expected_tokens_per_step(alpha: float, k: int) -> float:
+    """Expected tokens emitted per target verification pass (Leviathan et al. 2022, Eq. 1).
+
+    ``E = (1 - alpha^(k+1)) / (1 - alpha)``, with the limit ``k + 1`` at ``alpha = 1``.
+    Assumes each draft token is accepted independently with probability ``alpha``.
+
+    Args:
+        alpha: per-token acceptance probability in [0, 1]; ``nan`` gives ``nan``.
+        k: draft tokens per step (>= 0).
+    Returns:
+        tokens per step, in [1, k + 1].
+    Raises:
+        ValueError: alpha outside [0, 1] or k < 0.
+    """
+    if math.isnan(alpha):
+        return math.nan
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    if alpha == 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def predicted_speedup(alpha: float, cost_ratio: float, k: int) -> float:
+    """Leviathan et al. 2022, Theorem 3.8: expected wall-time improvement factor.
+
+    ``S = (1 - alpha^(k+1)) / ((1 - alpha) (c k + 1))``; at ``alpha = 1`` it is
+    ``(k + 1) / (c k + 1)``. ``S < 1`` means speculative decoding is slower than target-only.
+
+    Args:
+        alpha: per-token acceptance probability in [0, 1].
+        cost_ratio: c = draft forward-pass time / target forward-pass time (>= 0, unitless).
+        k: draft tokens per step (>= 1).
+    Returns:
+        predicted speedup (unitless); ``nan`` when alpha or c is ``nan``.
+    Raises:
+        ValueError: alpha outside [0, 1], c < 0 or k < 1.
+    """
+    if math.isnan(alpha) or math.isnan(cost_ratio):
+        return math.nan
+    if cost_ratio < 0:
+        raise ValueError(f"cost ratio must be >= 0, got {cost_ratio}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    return expected_tokens_per_step(alpha, k) / (cost_ratio * k + 1.0)
+
+
+def recommend_num_speculative_tokens(alpha: float, cost_ratio: float, k_max: int = MAX_RECOMMENDED_K) -> tuple[int | None, float]:
+    """The k in ``1..k_max`` that maximises :func:`predicted_speedup` (ties: the smallest k).
+
+    Returns:
+        ``(k, predicted speedup at k)``; ``(None, nan)`` when alpha or c is ``nan``. The speedup
+        may be < 1: then no k makes this drafter pay off and speculation should be switched off.
+    """
+    if math.isnan(alpha) or math.isnan(cost_ratio):
+        return None, math.nan
+    best_k, best = 1, -math.inf
+    for k in range(1, k_max + 1):
+        s = predicted_speedup(alpha, cost_ratio, k)
+        if s > best + 1e-12:
+            best_k, best = k, s
+    return best_k, best
+
+
+@dataclass
+class AgreementSums:
+    """Per-position draft/target agreement summed over positions (divide by ``positions``).
+
+    alpha: Σ_t Σ_x min(p_t(x), q_t(x)); top1: number of positions with argmax p = argmax q;
+    tv: Σ_t ½ Σ_x |p_t(x) − q_t(x)|; kl: Σ_t KL(p̃_t ‖ q̃_t) in nats (see :func:`agreement_sums`).
+    """
+
+    positions: int = 0
+    alpha: float = 0.0
+    top1: float = 0.0
+    tv: float = 0.0
+    kl: float = 0.0
+
+    def __add__(self, other: "AgreementSums") -> "AgreementSums":
+        return AgreementSums(
+            self.positions + other.positions,
+            self.alpha + other.alpha,
+            self.top1 + other.top1,
+            self.tv + other.tv,
+            self.kl + other.kl,
+        )
+
+    def mean(self, name: str) -> float:
+        """``sum / positions`` for ``name`` in {alpha, top1, tv, kl}; ``nan`` without positions."""
+        return getattr(self, name) / self.positions if self.positions else math.nan
+
+
+def agreement_sums(
+    p: torch.Tensor, q: torch.Tensor, kl_logp: torch.Tensor, kl_logq: torch.Tensor
+) -> AgreementSums:
+    """Teacher-forced agreement between target p and draft q at T positions.
+
+    Args:
+        p, q: ``FloatTensor[T, V]`` probabilities at the configured sampling settings (rows sum
+            to 1; from :func:`specdec.core.sampling.logits_to_probs`). Same V (align vocabularies first).
+        kl_logp, kl_logq: ``FloatTensor[T, V]`` log-probabilities of the *untruncated* softmax
+            used for KL (logits / T for T > 0, logits / 1 for greedy), so KL stays finite where the
+            truncated q is 0 while p is not.
+    Returns:
+        :class:`AgreementSums` over the T positions: Σ min(p, q) per position (Leviathan's
+        β = 1 − TV), argmax agreement, TV = ½‖p − q‖₁, KL(p̃‖q̃) = Σ p̃ (log p̃ − log q̃) in nats.
+    """
+    if p.shape != q.shape or p.dim() != 2:
+        raise ValueError(f"p and q must both be [T, V], got {tuple(p.shape)} and {tuple(q.shape)}")
+    p64, q64 = p.double(), q.double()
+    alpha = torch.minimum(p64, q64).sum(-1).clamp(0.0, 1.0)  # rounding can exceed 1 by ~1e-7
+    tv = (0.5 * (p64 - q64).abs().sum(-1)).clamp(0.0, 1.0)
+    top1 = (p64.argmax(-1) == q64.argmax(-1)).double()
+    lp, lq = kl_logp.double(), kl_logq.double()
+    kl = (lp.exp() * (lp - lq)).nan_to_num(nan=0.0).sum(-1).clamp_min(0.0)
+    return AgreementSums(
+        positions=int(p.shape[0]),
+        alpha=float(alpha.sum()),
+        top1=float(top1.sum()),
+        tv=float(tv.sum()),
+        kl=float(kl.sum()),
+    )
+
+
+def onehot_agreement_sums(p: torch.Tensor, proposals: Sequence[int | None]) -> AgreementSums:
+    """Agreement for a drafter with a one-hot q (the n-gram drafter), at the positions it proposes.
+
+    With q = one-hot(y): Σ min(p, q) = p(y), top-1 agreement = [argmax p = y], TV = 1 − p(y).
+    KL(p‖q) is infinite for a one-hot q unless p is one-hot at y, so it is not reported (``nan``).
+    Positions where the drafter proposes nothing are excluded (their count is the
+    ``positions`` shortfall; the caller reports the coverage).
+
+    Args:
+        p: ``FloatTensor[T, V]`` target probabilities at the configured sampling settings.
+        proposals: length-T sequence of the proposed token id at each position, or ``None``.
+    """
+    idx = [t for t, y in enumerate(proposals) if y is not None]
+    if not idx:
+        return AgreementSums(kl=math.nan)
+    rows = p[idx].double()
+    ys = torch.tensor([proposals[t] for t in idx], dtype=torch.long)
+    py = rows.gather(1, ys[:, None]).squeeze(1)
+    top1 = (rows.argmax(-1) == ys).double()
+    return AgreementSums(
+        positions=len(idx), alpha=float(py.sum()), top1=float(top1.sum()), tv=float((1 - py).sum()), kl=math.nan
+    )
+
+
+def bootstrap_ratio_ci(
+    numerators: Sequence[float],
+    denominators: Sequence[float],
+    *,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> list[float]:
+    """Percentile bootstrap CI of a pooled ratio ``Σ num / Σ den``, resampling prompts.
+
+    Each replicate draws n prompts with replacement and recomputes the *pooled* ratio (never a
+    mean of per-prompt ratios). Replicates with ``Σ den = 0`` are dropped.
+
+    Args:
+        numerators, denominators: per-prompt sums (e.g. accepted tokens and drafted tokens).
+        n_resamples: bootstrap replicates B.
+        confidence: interval coverage (0.95 gives the 2.5% and 97.5% percentiles).
+        seed: numpy ``default_rng`` seed, so the interval is reproducible.
+    Returns:
+        ``[low, high]``; ``[nan, nan]`` with no prompts or no positive denominator.
+    """
+    num = np.asarray(numerators, dtype=np.float64)
+    den = np.asarray(denominators, dtype=np.float64)
+    n = num.shape[0]
+    if n == 0 or den.sum() <= 0:
+        return [math.nan, math.nan]
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n_resamples, n))
+    s_num, s_den = num[idx].sum(1), den[idx].sum(1)
+    ok = s_den > 0
+    ratios = s_num[ok] / s_den[ok]
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    lo, hi = np.percentile(ratios, [tail, 100.0 - tail])
+    return [float(lo), float(hi)]

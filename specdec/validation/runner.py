@@ -1,0 +1,248 @@
+"""The validation runner: prompts in groups of ``batch_size`` (B = 1 is a group of one).
+
+The prompts that are not skipped (empty, or longer than the context) are taken in held-out
+order, in groups of B. Each group is left-padded (the tokenizer's pad id, else 0; the attention
+mask hides it) and gets
+
+1. ONE target-only call (:func:`specdec.autoregressive_generate`, ``[B, L]``),
+2. ONE speculative call per drafter (:func:`specdec.speculative_generate`),
+3. then, per prompt, the teacher-forced passes and, greedy only, the exactness audit of each
+   row against its own target-only row.
+
+Per-prompt rows are filled from each row's own counters. Seconds are shared by the rows of a
+call, so each call's wall seconds (and its pass-timer seconds and pass counts) are split across
+its rows in proportion to the tokens each row emitted: the pooled sums equal the wall times and
+the pooled per-pass means are those of the (batched) passes. Definitions: ``docs/metrics.md``
+("Batched validation").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from specdec.core.decoding import autoregressive_generate, speculative_generate
+from specdec.core.kv import left_pad as left_pad_with_mask
+from specdec.core.kv import model_device
+from specdec.validation.config import ValidationConfig
+from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, prompt_token_ids
+from specdec.validation.prompt_run import (
+    DrafterUnderTest,
+    PromptRun,
+    fill_run,
+    prompt_seed,
+    seeded_generator,
+    skip_reason,
+)
+from specdec.validation.report import PromptResult
+from specdec.validation.teacher_forcing import target_teacher_forcing
+from specdec.validation.timing import PassTimer, timed
+
+__all__ = ["run_prompts", "run_group", "warmup", "left_pad", "token_shares", "pad_token_id"]
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The tokenizer's pad id, else 0 (any id works: the attention mask hides padding)."""
+    pid = getattr(tokenizer, "pad_token_id", None)
+    return int(pid) if pid is not None else 0
+
+
+def left_pad(seqs: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token id lists into a batch.
+
+    Args:
+        seqs: B >= 1 non-empty lists of token ids.
+        pad_id: id written into the padding slots.
+        device: where the tensors go.
+    Returns:
+        ``(input_ids, attention_mask)``, both LongTensor ``[B, max_len]``; mask 1 = token, 0 = padding.
+    Raises:
+        ValueError: no sequences, or an empty one.
+    """
+    if not seqs or any(len(s) == 0 for s in seqs):
+        raise ValueError("left_pad needs at least one sequence and no empty sequence")
+    ids, valid = left_pad_with_mask(seqs, device, pad_id)
+    return ids, valid.long()
+
+
+def token_shares(tokens: list[int]) -> list[float]:
+    """Each row's share of a batched call's cost: its emitted tokens over the batch's (sums to 1).
+
+    Equal shares when no row emitted a token. ``tokens``: per-row counts (>= 0).
+    """
+    total = sum(tokens)
+    if total <= 0:
+        return [1.0 / len(tokens)] * len(tokens)
+    return [n / total for n in tokens]
+
+
+def generation_rows(result: Any) -> list[Any]:
+    """Per-row :class:`~specdec.core.decoding.GenerationResult` s of a B = 1 or B > 1 generation."""
+    rows = getattr(result, "rows", None)
+    return list(rows) if rows is not None else [result]
+
+
+def run_prompts(
+    prompts: list[HeldoutPrompt],
+    target: torch.nn.Module,
+    tokenizer: Any,
+    drafters: list[DrafterUnderTest],
+    config: ValidationConfig,
+    eos: Any,
+    ctx_limit: int | None,
+    target_timer: PassTimer,
+) -> Iterator[tuple[int, list[PromptRun]]]:
+    """Validate ``prompts`` in groups of ``config.batch_size`` (see the module docstring).
+
+    Args:
+        prompts: the held-out subset, in order.
+        target: the target causal LM (eval mode), hooked by ``target_timer``.
+        tokenizer: the target's tokenizer (chat template applied by :func:`prompt_token_ids`).
+        drafters: the drafters under validation, each with its own pass timer (entered).
+        config: the validation settings.
+        eos: EOS id(s) that end generation.
+        ctx_limit: the smallest context of the models (tokens), or None.
+        target_timer: the target's pass timer (entered).
+    Yields:
+        ``(index in prompts, one PromptRun per drafter)``: a skipped prompt as soon as it is found,
+        the others when their group is done (so with B = 1 in held-out order).
+    """
+    pad = pad_token_id(tokenizer)
+    group: list[tuple[int, HeldoutPrompt, list[int]]] = []
+    flushed = [0]
+
+    def flush() -> Iterator[tuple[int, list[PromptRun]]]:
+        # every other group runs its speculative calls before target-only (interleaved timing)
+        runs = run_group([(p, ids) for _, p, ids in group], target, drafters, config, eos, target_timer, pad,
+                         spec_first=flushed[0] % 2 == 1)
+        flushed[0] += 1
+        yield from zip([i for i, _, _ in group], runs)
+        group.clear()
+
+    for i, prompt in enumerate(prompts):
+        ids = [] if prompt.is_empty else prompt_token_ids(prompt, tokenizer)
+        reason = skip_reason(prompt, ids, config, ctx_limit)
+        if reason is not None:
+            row = dict(status="skipped", skip_reason=reason, prompt_tokens=len(ids))
+            yield i, [PromptRun(row=PromptResult(prompt.id, prompt.category, **row)) for _ in drafters]
+            continue
+        group.append((i, prompt, ids))
+        if len(group) == config.batch_size:
+            yield from flush()
+    if group:
+        yield from flush()
+
+
+def run_group(
+    group: list[tuple[HeldoutPrompt, list[int]]],
+    target: torch.nn.Module,
+    drafters: list[DrafterUnderTest],
+    config: ValidationConfig,
+    eos: Any,
+    t_timer: PassTimer,
+    pad: int,
+    spec_first: bool = False,
+) -> list[list[PromptRun]]:
+    """One group of prompts (B >= 1): target-only and each drafter's speculative run back to back
+    (target-only first, or last with ``spec_first``: the caller alternates, so neither side always
+    runs on the warmer machine), the 1-minute load average right after, then per prompt the
+    teacher-forced agreement and the exactness audit.
+
+    Returns:
+        per prompt of the group, one :class:`PromptRun` per drafter.
+    """
+    device = model_device(target)
+    ids_list = [ids for _, ids in group]
+    input_ids, mask = left_pad(ids_list, pad, device)
+    gseed = prompt_seed(config.seed, group[0][0].id)  # one generator per group (see ValidationConfig)
+    kw = dict(max_new_tokens=config.max_new_tokens, sampling=config.sampling, eos_token_id=eos)
+
+    def target_only():
+        t_timer.new_generation()
+        before = (t_timer.decode_seconds, t_timer.decode_passes)
+        ref, t_ref = timed(
+            lambda: autoregressive_generate(target, input_ids, mask, generator=seeded_generator(gseed, device), **kw),
+            device,
+        )
+        return ref, t_ref, t_timer.decode_seconds - before[0], t_timer.decode_passes - before[1]
+
+    per_drafter: list[list[PromptRun]] = []
+    specs: list[tuple[list[Any], list[float], float]] = []
+    if not spec_first:
+        ref, t_ref, step_s, step_n = target_only()
+    for d in drafters:
+        t_timer.new_generation()
+        d.timer.new_generation()
+        before = (t_timer.decode_seconds, t_timer.decode_passes, d.timer.decode_seconds, d.timer.decode_passes)
+        spec, t_spec = timed(
+            lambda: speculative_generate(
+                target, d.obj, input_ids, mask, num_speculative_tokens=config.num_speculative_tokens,
+                generator=seeded_generator(gseed + 1, device), **kw,
+            ),
+            device,
+        )
+        rows = generation_rows(spec)
+        w = token_shares([len(r.token_ids) for r in rows])
+        tp_s, tp_n = t_timer.decode_seconds - before[0], t_timer.decode_passes - before[1]
+        if d.model is not None:
+            dp_s, dp_n = d.timer.decode_seconds - before[2], d.timer.decode_passes - before[3]
+        else:  # n-gram: one (batched) lookup per target pass, timed by the core as draft_seconds
+            dp_s, dp_n = spec.stats.draft_seconds, max(r.stats.target_forward_passes for r in rows)
+        pooled_t, pooled_d = spec.stats.target_seconds, spec.stats.draft_seconds
+        runs = []
+        for b, (prompt, ids) in enumerate(group):
+            run = PromptRun(row=PromptResult(prompt_id=prompt.id, category=prompt.category, prompt_tokens=len(ids)))
+            run.target_pass_s, run.target_passes = tp_s * w[b], tp_n * w[b]
+            run.draft_pass_s, run.draft_passes = dp_s * w[b], dp_n * w[b]
+            s = rows[b].stats
+            s.target_seconds, s.draft_seconds = pooled_t * w[b], pooled_d * w[b]  # shares of the batch wall
+            runs.append(run)
+        per_drafter.append(runs)
+        specs.append((rows, w, t_spec))
+
+    if spec_first:
+        ref, t_ref, step_s, step_n = target_only()
+    from specdec.validation.machine import load_average
+
+    load = load_average()
+    ref_tokens = [r.token_ids for r in generation_rows(ref)]
+    w_ref = token_shares([len(t) for t in ref_tokens])
+    for runs in per_drafter:
+        for b, run in enumerate(runs):
+            run.target_step_s, run.target_steps = step_s * w_ref[b], step_n * w_ref[b]
+    # per prompt: the target's teacher-forced pass once, then each drafter's agreement and audit
+    for b, (_, ids) in enumerate(group):
+        tf = target_teacher_forcing(target, ids, ref_tokens[b], config.sampling) if ref_tokens[b] else None
+        for d, runs, (rows, w, t_spec) in zip(drafters, per_drafter, specs):
+            fill_run(runs[b], rows[b].token_ids, rows[b].stats, ref_tokens[b], t_ref * w_ref[b], t_spec * w[b], tf, d, config)
+            runs[b].row.load_avg_1m = load
+    return [[runs[b] for runs in per_drafter] for b in range(len(group))]
+
+
+def warmup(
+    target: torch.nn.Module, drafters: list[Any], subset: HeldoutSet, tokenizer: Any, config: ValidationConfig,
+    eos: Any, ctx_limit: int | None,
+) -> None:
+    """One short untimed generation of each kind on a group like the run's (not recorded).
+
+    Uses up to ``config.batch_size`` of the shortest prompts among the first
+    ``max(8, batch_size)`` (lazy init, allocator, the batched kernels and masks).
+    """
+    cands = []
+    for p in subset.prompts[: max(8, config.batch_size)]:
+        ids = [] if p.is_empty else prompt_token_ids(p, tokenizer)
+        if ids and (ctx_limit is None or len(ids) + 4 <= ctx_limit):
+            cands.append(ids)
+    pick = sorted(cands, key=len)[: config.batch_size]
+    if not pick:
+        return
+    x, mask = left_pad(pick, pad_token_id(tokenizer), model_device(target))
+    n = min(4, config.max_new_tokens)
+    autoregressive_generate(target, x, mask, max_new_tokens=n, sampling=config.sampling, eos_token_id=eos)
+    for d in drafters:
+        speculative_generate(
+            target, d, x, mask, num_speculative_tokens=config.num_speculative_tokens, max_new_tokens=n,
+            sampling=config.sampling, eos_token_id=eos,
+        )

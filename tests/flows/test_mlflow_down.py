@@ -1,0 +1,66 @@
+"""MLflow goes down after validation: the history row is kept (mlflow_logged = false), and the next
+run logs it once MLflow is back. Real ``mlflow server`` process, stopped and restarted on the same
+port and store."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from registry.testing import MlflowServer
+from specdec.testing import save_tiny_checkpoint
+
+pytestmark = pytest.mark.server
+
+
+def test_history_kept_and_mlflow_logging_retried(tmp_path, monkeypatch, prefect_harness):
+    import monitoring
+    from flows import model_cache
+    from flows.nightly import _finish, log_to_mlflow, retry_pending_mlflow_logging, run_validation
+    from flows.register import register_pair_flow
+    from flows.tasks import report_dir_for
+    from monitoring import history
+    from registry import get_pair_version, latest_validation_run
+    from specdec.validation.heldout import load_heldout
+
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SPECDEC_ALERT_CHANNELS", raising=False)
+    rows = [{"id": f"p{i}", "category": "a", "prompt": f"abc abc abc {i} abc"} for i in range(3)]
+    (tmp_path / "h.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    server = MlflowServer(tmp_path / "mlflow").start()
+    try:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", server.uri)
+        model_cache.clear()
+        pv = register_pair_flow(str(save_tiny_checkpoint(tmp_path / "tiny")), "ngram", name="down-pair",
+                                target_name="tiny-target", max_new_tokens=8)
+        held = load_heldout(str(tmp_path / "h.jsonl"))
+        pvo = get_pair_version("down-pair", pv["version"], download=False)
+        key = history.RunKey.build("down-pair", pv["version"], held.name, held.version,
+                                   pvo.config.to_dict(), dt.date(2026, 11, 2))
+        db = monitoring.connect()
+        claim = history.claim_run(db, key, alias="challenger")
+        out = report_dir_for(monitoring.get_settings().home, key)
+        report = run_validation.fn(pvo, str(tmp_path / "h.jsonl"), None, "cpu", "float32", str(out))
+        server.stop()  # MLflow goes down before the run is logged
+        res = _finish("down-pair", "challenger", pv["version"], key, claim, report, out, None,
+                      pvo.target_weights_sha256, pvo.draft_weights_sha256,
+                      log_task=log_to_mlflow.with_options(retries=0))
+        assert res.mlflow_run_id is None and res.history_run_id is not None
+        pending = history.runs_pending_mlflow(db)
+        assert [r.id for r in pending] == [res.history_run_id]
+        assert (out / "report.json").exists()
+    finally:
+        server.stop()
+
+    back = MlflowServer(tmp_path / "mlflow", port=server.port, keep_existing=True).start()
+    try:
+        logged = retry_pending_mlflow_logging.fn()
+        assert len(logged) == 1
+        assert history.runs_pending_mlflow(db) == []
+        assert history.get_run(db, res.history_run_id).mlflow_run_id == logged[0]
+        assert latest_validation_run("down-pair", pv["version"]).info.run_id == logged[0]
+        assert retry_pending_mlflow_logging.fn() == []  # never logged twice
+    finally:
+        back.stop()

@@ -1,0 +1,119 @@
+"""``specdec pair ...`` end to end through typer's CliRunner on a real SQLite MLflow store."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from registry.testing import sqlite_store, tiny_report
+from specdec.testing import save_tiny_checkpoint
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli-ckpts")
+    return {"target": save_tiny_checkpoint(root / "tiny-target", seed=0),
+            "draft": save_tiny_checkpoint(root / "tiny-draft", seed=0, perturb=0.1),
+            # 90 embedding rows for a 103-id tokenizer: the draft cannot represent every token id
+            "bad": save_tiny_checkpoint(root / "bad-draft", seed=0, vocab_size=90)}
+
+
+@pytest.fixture()
+def cli(tmp_path, monkeypatch):
+    from specdec.cli import app
+
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("COLUMNS", "200")  # a wide terminal, so table cells are not folded
+    monkeypatch.setenv("SPECDEC_TRACKING_URI", sqlite_store(tmp_path / "store"))
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(app, ["pair", *map(str, args)], catch_exceptions=False)
+
+    return invoke
+
+
+def test_register_list_show_promote(cli, ckpts, tmp_path):
+    import registry as R
+
+    r = cli("register", "--target", ckpts["target"], "--draft", ckpts["draft"], "-k", 3)
+    assert r.exit_code == 0, r.output
+    assert "registered models:/specdec-pair/1" in r.output and "(changed: initial)" in r.output
+    assert "models:/tiny-target/1" in r.output and "models:/tiny-draft/1" in r.output
+
+    again = cli("register", "--target", ckpts["target"], "--draft", f"model:{ckpts['draft']}", "-k", 3)
+    assert again.exit_code == 0 and "already registered as models:/specdec-pair/1" in again.output
+    assert "(reused)" in again.output
+
+    r = cli("register", "--target", "models:/tiny-target/1", "--draft", "derived:int8", "-k", 3)
+    assert r.exit_code == 0, r.output
+    assert "registered models:/specdec-pair/2" in r.output and "models:/tiny-target-derived-int8/1" in r.output
+    r = cli("register", "--target", ckpts["target"], "--draft", "ngram", "--temperature", 0.7, "--top-p", 0.9)
+    assert r.exit_code == 0 and "models:/specdec-pair/3" in r.output
+
+    pv3 = R.get_pair_version("specdec-pair", "3", download=False)
+    assert pv3.drafter_kind == "ngram" and pv3.config.sampling.temperature == 0.7 and pv3.config.sampling.top_p == 0.9
+    pv2 = R.get_pair_version("specdec-pair", "2", download=False)
+    assert pv2.compatibility["compatible"] is True and pv2.drafter_kind == "derived:int8"
+
+    R.log_validation("specdec-pair", "1", tiny_report(0.75, (0.7, 0.8), num_speculative_tokens=3), tmp_path / "rep")
+
+    r = cli("list")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    row1 = next(line for line in lines if line.strip().startswith("│ 1 "))
+    assert "passed α=0.750 (CI low 0.700)" in row1 and "model" in row1 and "k=3 T=0" in row1
+    row3 = next(line for line in lines if line.strip().startswith("│ 3 "))
+    assert "ngram" in row3 and "never" in row3
+
+    r = cli("promote", "specdec-pair", "2")
+    assert r.exit_code == 1 and "never validated" in r.output and "--force" in r.output
+    r = cli("promote", "specdec-pair", "2", "--force")
+    assert r.exit_code == 1 and "needs a reason" in r.output
+    r = cli("promote", "specdec-pair", "1")
+    assert r.exit_code == 0 and "specdec-pair@champion -> version 1" in r.output and "gate passed" in r.output
+    r = cli("promote", "specdec-pair", "2", "--force", "--reason", "demo override", "--actor", "carol")
+    assert r.exit_code == 0 and "(was v1)" in r.output and "forced by carol" in r.output
+    r = cli("promote", "specdec-pair", "3", "--alias", "challenger")
+    assert r.exit_code == 0
+
+    r = cli("show", "specdec-pair", "champion", "--json")
+    assert r.exit_code == 0, r.output
+    shown = json.loads(r.stdout)
+    assert shown["version"] == "2" and shown["aliases"] == ["champion"]
+    assert shown["tags"]["promotion.forced_by"] == "carol" and shown["tags"]["promotion.reason"] == "demo override"
+    assert shown["recipe"]["kind"] == "int8" and shown["latest_validation"] is None
+    r = cli("show", "specdec-pair", "1")
+    assert r.exit_code == 0 and "acceptance_rate" in r.output and "models:/tiny-target/1" in r.output
+    r = cli("list")
+    assert "@challenger" in r.output and "@champion" in r.output
+
+
+def test_incompatible_draft_is_refused_before_registering(cli, ckpts):
+    import registry as R
+
+    r = cli("register", "--target", ckpts["target"], "--draft", ckpts["bad"])
+    assert r.exit_code == 1
+    assert "incompatible draft/target pair" in r.output and "90 embedding rows" in r.output
+    assert "Traceback" not in r.output
+    with pytest.raises(R.ModelNotFound):  # nothing was registered
+        R.get_model_version("models:/tiny-target/1")
+
+
+def test_clear_errors(cli, ckpts, tmp_path):
+    r = cli("list", "no-such-pair")
+    assert r.exit_code == 1 and "pair 'no-such-pair' is not registered" in r.output
+    r = cli("show", "specdec-pair", "1")
+    assert r.exit_code == 1 and "not registered" in r.output
+    r = cli("register", "--target", tmp_path / "nowhere", "--draft", "ngram")
+    assert r.exit_code == 1 and "not found" in r.output
+    r = cli("register", "--target", ckpts["target"], "--draft", "derived:int3")
+    assert r.exit_code == 1 and "derived:int8" in r.output
+    r = cli("register", "--target", ckpts["target"], "--draft", "ngram", "--name", "bad name")
+    assert r.exit_code == 1 and "invalid registered model name" in r.output
+    r = cli("register", "--target", "models:/ghost/3", "--draft", "ngram")
+    assert r.exit_code == 1 and "models:/ghost/3 not found" in r.output
+    r = cli("list", "--tracking-uri", "http://127.0.0.1:9")
+    assert r.exit_code == 1 and "unreachable" in r.output

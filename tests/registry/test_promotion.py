@@ -1,0 +1,175 @@
+"""The promotion gate and aliases on a real SQLite MLflow store; clear errors for missing things."""
+
+from __future__ import annotations
+
+import pytest
+
+from registry.testing import free_port, sqlite_store, tiny_report
+from specdec.testing import save_tiny_checkpoint
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("promo-ckpt") / "t", seed=3)
+
+
+@pytest.fixture()
+def env(tmp_path, monkeypatch, ckpt):
+    """A store with one target and two ngram pair versions (k=3 and k=5)."""
+    import registry as R
+
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
+    uri = sqlite_store(tmp_path / "store")
+    t = R.register_model_version("target", ckpt, tracking_uri=uri)
+    for k in (3, 5):
+        R.register_pair(t, None, drafter_kind="ngram", config=R.SpeculativeConfig(k), tracking_uri=uri)
+    return uri
+
+
+def test_refused_then_passing_promotion(env, tmp_path):
+    import registry as R
+
+    uri, pair = env, "specdec-pair"
+    with pytest.raises(R.PromotionRefused) as never:
+        R.promote(pair, "1", tracking_uri=uri)
+    assert never.value.reasons == ["version 1 was never validated (no finished validation run)"]
+
+    # low acceptance (CI lower bound under 0.40 although the point estimate is above) and a failed audit
+    bad = tiny_report(0.45, (0.33, 0.57), exactness_mismatches=1, num_speculative_tokens=3)
+    run_bad = R.log_validation(pair, "1", bad, tmp_path / "bad", tracking_uri=uri)
+    pv = R.get_pair_version(pair, "1", download=False, tracking_uri=uri)
+    assert pv.validation_status == "failed" and pv.tags["validation.run_id"] == run_bad
+    with pytest.raises(R.PromotionRefused) as refused:
+        R.promote(pair, "1", tracking_uri=uri)
+    assert len(refused.value.reasons) == 2
+    assert "acceptance rate CI lower bound 0.330 < 0.40" in refused.value.reasons[0]
+    assert "exactness audit found 1 mismatch" in refused.value.reasons[1]
+    with pytest.raises(R.AliasNotFound):
+        R.resolve_alias(pair, "champion", tracking_uri=uri)
+
+    # a newer, passing validation of the same version: the gate judges the latest run
+    good = tiny_report(0.8, (0.72, 0.86), num_speculative_tokens=3)
+    run_good = R.log_validation(pair, "1", good, tmp_path / "good", tracking_uri=uri)
+    res = R.promote(pair, "1", actor="alice", tracking_uri=uri)
+    assert res.gate.passed and res.gate.run_id == run_good and not res.forced and res.previous_version is None
+    assert R.resolve_alias(pair, "champion", tracking_uri=uri) == "1"
+    tags = R.get_pair_version(pair, "1", download=False, tracking_uri=uri).tags
+    assert (tags["promotion.alias"], tags["promotion.by"], tags["promotion.forced"], tags["promotion.gate"]) == (
+        "champion", "alice", "false", "passed")
+    assert tags["validation_status"] == "passed"
+
+    # the optional speedup criterion (off by default)
+    gate = R.GateConfig(min_predicted_speedup=2.0)
+    with pytest.raises(R.PromotionRefused, match=r"predicted speedup 1.50 < 2.00"):
+        R.promote(pair, "1", gate=gate, tracking_uri=uri)
+
+    # a validation run with another k than the pair serves does not count as validating this pair
+    other_k = tiny_report(0.9, (0.85, 0.95), num_speculative_tokens=5)
+    run_k = R.log_validation(pair, "1", other_k, tmp_path / "k5", tracking_uri=uri)
+    from mlflow import MlflowClient
+
+    assert MlflowClient(uri).get_run(run_k).data.tags["specdec.config_mismatch"] == "num_speculative_tokens: validated 5, pair serves 3"
+    with pytest.raises(R.PromotionRefused, match="different decoding config"):
+        R.promote(pair, "1", tracking_uri=uri)
+    assert R.promote(pair, "1", gate=R.GateConfig(require_matching_config=False), tracking_uri=uri).gate.passed
+
+    # a later failing validation of the champion blocks re-promotion of that version
+    R.log_validation(pair, "1", bad, tmp_path / "bad2", tracking_uri=uri)
+    assert not R.check_gate(pair, "1", tracking_uri=uri).passed
+
+
+def test_force_records_who_and_why(env):
+    import registry as R
+
+    uri, pair = env, "specdec-pair"
+    with pytest.raises(ValueError, match="needs a reason"):
+        R.promote(pair, "2", force=True, tracking_uri=uri)
+    res = R.promote(pair, "2", force=True, reason="hotfix: v1 target withdrawn", actor="bob", tracking_uri=uri)
+    assert res.forced and res.reasons_overridden and res.gate.run_id is None
+    tags = R.get_pair_version(pair, "2", download=False, tracking_uri=uri).tags
+    assert tags["promotion.forced_by"] == "bob" and tags["promotion.reason"] == "hotfix: v1 target withdrawn"
+    assert tags["promotion.forced"] == "true" and tags["promotion.gate"] == "never-validated" and "promotion.forced_time" in tags
+    assert R.resolve_alias(pair, "champion", tracking_uri=uri) == "2"
+
+
+def test_challenger_is_not_gated_and_ui_alias_moves_are_seen(env):
+    from mlflow import MlflowClient
+
+    import registry as R
+
+    uri, pair = env, "specdec-pair"
+    res = R.promote(pair, "2", alias="challenger", tracking_uri=uri)
+    assert not res.forced and res.gate.run_id is None
+    assert R.resolve_alias(pair, "challenger", tracking_uri=uri) == "2"
+    # a person moves the aliases in the MLflow UI (same REST call the UI makes)
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    client.set_registered_model_alias(pair, "challenger", "1")
+    client.set_registered_model_alias(pair, "champion", "2")
+    assert R.resolve_alias(pair, "challenger", tracking_uri=uri) == "1"
+    assert R.get_pair_version(pair, "champion", download=False, tracking_uri=uri).version == "2"
+    client.delete_registered_model_alias(pair, "challenger")
+    with pytest.raises(R.AliasNotFound, match=r"no alias @challenger \(aliases: @champion -> v2\)"):
+        R.resolve_alias(pair, "challenger", tracking_uri=uri)
+
+
+def test_missing_things_give_clear_errors(env, tmp_path):
+    import registry as R
+
+    uri = env
+    with pytest.raises(R.PairNotFound, match="pair 'nope' is not registered"):
+        R.resolve_alias("nope", "champion", tracking_uri=uri)
+    with pytest.raises(R.PairNotFound, match="nope"):
+        R.get_pair_version("nope", "1", tracking_uri=uri)
+    with pytest.raises(R.PairNotFound, match="models:/specdec-pair/9"):
+        R.get_pair_version("specdec-pair", "9", tracking_uri=uri)
+    with pytest.raises(R.AliasNotFound, match="@champion"):
+        R.get_pair_version("specdec-pair", "champion", tracking_uri=uri)
+    with pytest.raises(R.PairNotFound):
+        R.promote("specdec-pair", "9", tracking_uri=uri)
+    with pytest.raises(R.PairNotFound):
+        R.log_validation("specdec-pair", "9", tiny_report(), tmp_path / "r", tracking_uri=uri)
+    with pytest.raises(R.ModelNotFound, match="models:/ghost/1"):
+        R.get_model_version("models:/ghost/1", tracking_uri=uri)
+    with pytest.raises(R.ModelNotFound, match="models:/target/7"):
+        R.register_pair("models:/target/7", None, drafter_kind="ngram", tracking_uri=uri)
+    with pytest.raises(R.ModelNotFound, match="models:/target@prod"):
+        R.register_pair("models:/target@prod", None, drafter_kind="ngram", tracking_uri=uri)
+    with pytest.raises(FileNotFoundError):
+        R.register_model_version("target", tmp_path / "missing", tracking_uri=uri)
+    with pytest.raises(ValueError, match="invalid registered model name"):
+        R.register_pair("models:/target/1", None, drafter_kind="ngram", name="bad'name", tracking_uri=uri)
+    assert isinstance(R.PairNotFound("x"), R.RegistryError) and isinstance(R.AliasNotFound("x"), R.RegistryError)
+
+
+def test_unreachable_server_fails_fast(monkeypatch, tmp_path):
+    import time
+
+    import registry as R
+
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
+    dead = f"http://127.0.0.1:{free_port()}"
+    t0 = time.monotonic()
+    with pytest.raises(R.RegistryUnavailable, match="unreachable"):
+        R.resolve_alias("specdec-pair", "champion", tracking_uri=dead)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", dead)  # the standard MLflow variable is respected
+    with pytest.raises(R.RegistryUnavailable, match=dead.removeprefix("http://")):
+        R.list_pair_versions()
+    assert time.monotonic() - t0 < 30
+
+
+def test_gate_is_a_pure_function_of_metrics():
+    from registry.gate import GateConfig, evaluate_gate
+
+    ok = {"acceptance_rate": 0.6, "acceptance_rate_ci_low": 0.41, "exactness_mismatches": 0.0,
+          "num_prompts": 12.0, "num_draft_tokens": 400.0}
+    assert evaluate_gate(ok).passed
+    few = evaluate_gate({**ok, "num_prompts": 4.0})
+    assert not few.passed and "4 prompts" in few.reasons[0]
+    assert not evaluate_gate({**ok, "num_draft_tokens": 60.0}).passed
+    assert evaluate_gate({**ok, "num_prompts": 1.0}, GateConfig(min_num_prompts=0)).passed
+    assert evaluate_gate({**ok, "acceptance_rate_ci_low": 0.399}).reasons[0].startswith("acceptance rate CI lower bound 0.399")
+    assert "missing" in evaluate_gate({"acceptance_rate": 0.9}).reasons[0]
+    assert evaluate_gate({**ok, "acceptance_rate_ci_low": float("nan")}).passed is False
+    assert evaluate_gate({**ok, "exactness_mismatches": 2.0}, GateConfig(require_exactness_clean=False)).passed
+    assert not evaluate_gate(ok, GateConfig(min_acceptance_rate=0.5)).passed
+    assert not evaluate_gate(ok, GateConfig(min_predicted_speedup=1.1)).passed  # speedup missing

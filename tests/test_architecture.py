@@ -1,0 +1,156 @@
+"""The product's import graph: no cycles, no cross-module private imports, dependencies one way.
+
+Built from the source with ``ast`` (nothing is imported), over every module of the product
+packages. A module "imports" another when any ``import`` / ``from ... import`` statement in it
+(at any depth, lazy imports inside functions included) names it; ``from pkg import name`` counts
+as importing ``pkg.name`` when that is a module, else ``pkg``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("specdec", "registry", "monitoring", "flows", "benchmarks")
+MAX_LINES = 450
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue  # Alembic revisions are loaded by Alembic, never imported
+            out[_module_name(path)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    path = MODULES[module]
+    base = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(module: str) -> list[tuple[str, str | None, int]]:
+    """``(imported module, imported name or None, line)`` for every import in ``module``."""
+    tree = ast.parse(MODULES[module].read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.name, None, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            src = _resolve(module, node)
+            for a in node.names:
+                sub = f"{src}.{a.name}"
+                found.append((sub, None, node.lineno) if sub in MODULES else (src, a.name, node.lineno))
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for m in MODULES:
+        for target, _, _ in _imports(m):
+            # importing a.b.c also runs a/__init__ and a.b/__init__, which are part of the product
+            if target in MODULES and target != m:
+                graph[m].add(target)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_graph_sees_known_edges():
+    """The parser must see real edges, or the other tests here could not fail."""
+    graph = _graph()
+    assert "specdec.core.sampling" in graph["specdec.core.decoding"]
+    assert "specdec.validation.report" in graph["monitoring.history"]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles():
+    assert _cycles(_graph()) == []
+
+
+def test_no_private_names_imported_across_modules():
+    bad = []
+    for m in MODULES:
+        for target, name, line in _imports(m):
+            private_module = any(p.startswith("_") and not p.startswith("__") for p in target.split("."))
+            private_name = name is not None and name.startswith("_") and not name.startswith("__")
+            if target.split(".")[0] in PACKAGES and target != m and (private_name or private_module):
+                bad.append(f"{MODULES[m].relative_to(ROOT)}:{line} imports {target}{'.' + name if name else ''}")
+    assert bad == []
+
+
+@pytest.mark.parametrize(
+    "package, forbidden",
+    [
+        ("specdec", ("mlflow", "prefect", "evidently", "sqlalchemy", "registry", "monitoring", "flows")),
+        ("registry", ("prefect", "monitoring", "flows")),
+        ("monitoring", ("prefect", "mlflow", "registry", "flows")),
+    ],
+)
+def test_dependencies_point_one_way(package, forbidden):
+    bad = [
+        f"{MODULES[m].relative_to(ROOT)}:{line} imports {target}"
+        for m in MODULES
+        if m.split(".")[0] == package
+        for target, _, line in _imports(m)
+        if target.split(".")[0] in forbidden
+    ]
+    assert bad == []
+
+
+def test_product_files_stay_small():
+    big = {str(p.relative_to(ROOT)): n for p in MODULES.values() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert big == {}

@@ -1,0 +1,107 @@
+"""Validation math against hand-computed values: Leviathan's speedup, agreement, bootstrap."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from specdec.validation.metrics import (
+    AgreementSums,
+    agreement_sums,
+    bootstrap_ratio_ci,
+    expected_tokens_per_step,
+    onehot_agreement_sums,
+    predicted_speedup,
+    recommend_num_speculative_tokens,
+)
+
+
+@pytest.mark.parametrize(
+    "alpha, c, k, expected",
+    [
+        (0.8, 0.1, 4, (1 - 0.8**5) / (0.2 * 1.4)),  # = 0.67232 / 0.28
+        (0.8, 0.1, 4, 2.4011428571428571),
+        (0.5, 0.0, 2, 1.75),  # free draft: E[tokens] = 1 + .5 + .25
+        (1.0, 0.5, 3, 4 / 2.5),  # alpha = 1 limit: (k+1)/(ck+1)
+        (0.0, 0.2, 3, 1 / 1.6),  # nothing accepted: pure overhead
+        (0.6, 1.4, 4, (1 - 0.6**5) / (0.4 * 6.6)),  # slower draft than target: < 1
+    ],
+)
+def test_predicted_speedup_hand_values(alpha, c, k, expected):
+    assert predicted_speedup(alpha, c, k) == pytest.approx(expected, rel=1e-12)
+
+
+def test_expected_tokens_and_limits():
+    assert expected_tokens_per_step(0.8, 4) == pytest.approx(1 + 0.8 + 0.64 + 0.512 + 0.4096)
+    assert expected_tokens_per_step(1.0, 7) == 8.0
+    # continuity at alpha -> 1
+    assert predicted_speedup(1 - 1e-9, 0.3, 5) == pytest.approx(predicted_speedup(1.0, 0.3, 5), rel=1e-6)
+    assert math.isnan(predicted_speedup(math.nan, 0.1, 4)) and math.isnan(predicted_speedup(0.5, math.nan, 4))
+    for bad in [(1.2, 0.1, 4), (-0.1, 0.1, 4), (0.5, -1.0, 4), (0.5, 0.1, 0)]:
+        with pytest.raises(ValueError):
+            predicted_speedup(*bad)
+
+
+def test_recommended_k_is_the_argmax():
+    # alpha=.8, c=.1: S(k) = 1.636, 2.033, 2.271, 2.401, 2.460, 2.470, 2.448 ... -> k = 6
+    k, s = recommend_num_speculative_tokens(0.8, 0.1)
+    assert k == 6 and s == pytest.approx((1 - 0.8**7) / (0.2 * 1.6))
+    # a slow draft never pays off; the best is k=1 and still < 1
+    k, s = recommend_num_speculative_tokens(0.5, 1.5)
+    assert k == 1 and s == pytest.approx(0.75 / (0.5 * 2.5)) and s < 1
+    # perfect, free draft: the largest k allowed
+    assert recommend_num_speculative_tokens(1.0, 0.0, k_max=16) == (16, 17.0)
+    assert recommend_num_speculative_tokens(math.nan, 0.1) == (None, pytest.approx(math.nan, nan_ok=True))
+
+
+def test_agreement_sums_hand_values():
+    p = torch.tensor([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]])
+    q = torch.tensor([[0.25, 0.25, 0.5], [1.0, 0.0, 0.0]])
+    lp = torch.log(torch.tensor([[0.5, 0.4, 0.1], [0.7, 0.2, 0.1]]))
+    lq = torch.log(torch.tensor([[0.25, 0.25, 0.5], [0.7, 0.2, 0.1]]))
+    s = agreement_sums(p, q, lp, lq)
+    assert s.positions == 2
+    assert s.alpha == pytest.approx(0.5 + 1.0)  # sum of min(p, q) per row
+    assert s.tv == pytest.approx(0.5 + 0.0)  # alpha = 1 - TV row by row
+    assert s.top1 == 1.0  # row 0: argmax p = 0, argmax q = 2; row 1 agrees
+    kl0 = 0.5 * math.log(0.5 / 0.25) + 0.4 * math.log(0.4 / 0.25) + 0.1 * math.log(0.1 / 0.5)
+    assert s.kl == pytest.approx(kl0)
+    assert s.mean("alpha") == pytest.approx(0.75) and AgreementSums().mean("alpha") != AgreementSums().mean("alpha")
+
+
+def test_onehot_agreement_for_ngram_proposals():
+    p = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]])
+    s = onehot_agreement_sums(p, [0, 2, None])  # third position: no proposal, excluded
+    assert s.positions == 2
+    assert s.alpha == pytest.approx(0.7 + 0.3) and s.tv == pytest.approx(0.3 + 0.7)
+    assert s.top1 == 1.0 and math.isnan(s.kl)
+    assert onehot_agreement_sums(p, [None] * 3).positions == 0
+
+
+def test_bootstrap_pools_counts_and_is_reproducible():
+    # five long prompts at rate .9 and twenty short ones at rate .1: the pooled rate is ~.87, far
+    # from the mean of per-prompt ratios (.26); the CI must sit around the pooled value
+    num = [900.0] * 5 + [1.0] * 20
+    den = [1000.0] * 5 + [10.0] * 20
+    pooled = sum(num) / sum(den)
+    lo, hi = bootstrap_ratio_ci(num, den, seed=1)
+    assert lo <= pooled <= hi and lo > 0.5
+    assert bootstrap_ratio_ci(num, den, seed=1) == [lo, hi]
+    # identical prompts: a zero-width interval at the common ratio
+    assert bootstrap_ratio_ci([3, 3, 3], [4, 4, 4]) == pytest.approx([0.75, 0.75])
+    assert all(math.isnan(x) for x in bootstrap_ratio_ci([], []))
+    assert all(math.isnan(x) for x in bootstrap_ratio_ci([0, 0], [0, 0]))
+
+
+def test_bootstrap_coverage_on_binomial_data():
+    # 40 prompts x 50 Bernoulli(0.7) trials: the 95% interval should contain 0.7 in most of 40
+    # independent repetitions (expected ~38; fail only if coverage is grossly wrong)
+    g = torch.Generator().manual_seed(0)
+    hits = 0
+    for rep in range(40):
+        x = (torch.rand(40, 50, generator=g) < 0.7).sum(1).double().tolist()
+        lo, hi = bootstrap_ratio_ci(x, [50.0] * 40, n_resamples=500, seed=rep)
+        hits += lo <= 0.7 <= hi
+    assert hits >= 33

@@ -1,0 +1,94 @@
+"""ValidationReport JSON + prompts.csv round-trip, on a report that validate_pair really produced."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+
+from specdec import NgramDrafter
+from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, content_version
+from specdec.validation.report import GroupMetrics, ValidationReport
+from specdec.testing import tiny_llama, tiny_tokenizer
+from specdec.validation import ValidationConfig, validate_pair
+
+
+@pytest.fixture(scope="module")
+def report():
+    prompts = [HeldoutPrompt(id=f"r{i}", category="xy"[i % 2], text="abcabcabc abc " * (i + 1)) for i in range(4)]
+    prompts.append(HeldoutPrompt(id="blank", category="x", text=""))
+    hs = HeldoutSet("rt", content_version(prompts), prompts)
+    cfg = ValidationConfig(num_speculative_tokens=3, max_new_tokens=10, bootstrap_resamples=200)
+    return validate_pair(tiny_llama(seed=0), NgramDrafter(), hs, cfg, tokenizer=tiny_tokenizer(), target_ref="tiny")
+
+
+def test_json_and_csv_round_trip(report, tmp_path):
+    path = report.write(tmp_path)
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == 2 and "prompts" not in data
+    for name in (
+        "acceptance_rate", "mean_accepted_length", "alpha_tf", "top1_agreement", "total_variation",
+        "kl_divergence", "speedup", "predicted_speedup", "recommended_num_speculative_tokens",
+    ):  # fmt: skip
+        assert name in data["overall"]
+    assert data["overall"]["kl_divergence"] is None  # NaN (undefined for n-gram) -> null
+    back = ValidationReport.read(tmp_path)
+    assert back.to_dict(include_prompts=True) == report.to_dict(include_prompts=True)
+    assert back.prompts[-1].status == "skipped" and back.prompts[-1].skip_reason == "empty prompt"
+    assert back.acceptance_rate == report.overall.acceptance_rate  # headline accessor
+    assert math.isnan(back.overall.kl_divergence)
+
+
+def test_reads_reports_without_the_newer_fields(report, tmp_path):
+    d = report.to_dict(include_prompts=False)
+    for k in ("environment", "notes", "drafter_recipe", "heldout_source_version"):
+        d.pop(k)
+    for k in ("tf_coverage", "drafted_per_position", "target_pass_seconds", "predicted_speedup_at_recommended"):
+        d["overall"].pop(k)
+    back = ValidationReport.from_dict(d)
+    assert back.notes == [] and isinstance(back.overall, GroupMetrics) and math.isnan(back.overall.tf_coverage)
+    assert back.overall.acceptance_rate == report.overall.acceptance_rate
+    with pytest.raises(ValueError, match="schema_version"):
+        ValidationReport.from_dict({**d, "schema_version": 99})
+
+
+def test_reads_schema_1_reports_written_before_k_was_renamed(report):
+    d = report.to_dict()
+    legacy = {**copy.deepcopy(d), "schema_version": 1}
+    legacy["config"]["num_draft_tokens"] = legacy["config"].pop("num_speculative_tokens")
+    for group in [legacy["overall"], *legacy["categories"].values()]:
+        group["num_draft_tokens_k"] = group.pop("num_speculative_tokens")
+        group["recommended_num_draft_tokens"] = group.pop("recommended_num_speculative_tokens")
+    back = ValidationReport.from_dict(legacy)
+    assert back.schema_version == 2 and back.config["num_speculative_tokens"] == 3
+    assert back.overall.num_speculative_tokens == 3
+    assert back.to_dict() == d
+
+
+def test_notes_flag_estimator_disagreement_and_slow_drafts(report):
+    from specdec.validation.findings import findings
+
+    g = GroupMetrics(
+        num_prompts=5, num_speculative_tokens=4, alpha_hat=0.3, alpha_hat_ci=[0.25, 0.35], alpha_tf=0.5,
+        alpha_tf_ci=[0.45, 0.55], speedup=0.6, predicted_speedup=0.7, predicted_speedup_at_recommended=0.8,
+        recommended_num_speculative_tokens=1, cost_ratio=1.4, verify_cost_ratio=1.2, predicted_speedup_verify_adjusted=0.6,
+    )  # fmt: skip
+    d = report.to_dict()
+    d["overall"] = {**d["overall"], **g.__dict__}
+    notes = findings(ValidationReport.from_dict(d))
+    assert any("disagree beyond their 95% CIs" in n for n in notes)
+    assert any("SLOWER than target-only" in n and "0.60x" in n for n in notes)
+
+
+def test_speed_evidence_in_the_report(report, tmp_path):
+    g = report.overall
+    lo, hi = g.speedup_ci
+    assert g.speedup > 0 and lo <= hi and lo <= g.speedup * 1.05 and hi >= g.speedup * 0.95
+    assert g.num_cpus >= 1 and g.load_avg_1m >= 0 and g.load_avg_1m_max >= g.load_avg_1m
+    ok = [p for p in report.prompts if p.status == "ok"]
+    assert all(p.load_avg_1m >= 0 for p in ok)
+    back = ValidationReport.read(report.write(tmp_path))
+    assert back.overall.speedup_ci == pytest.approx(g.speedup_ci)
+    assert [p.load_avg_1m for p in back.prompts[:4]] == pytest.approx([p.load_avg_1m for p in ok])
