@@ -207,8 +207,9 @@ def measurement_rule(current: GroupMetrics) -> RuleResult:
 # (specdec.validation.speed), with a bootstrap 95% CI of the pooled speedup; the rule fires when the
 # CI's upper end is below RuleSettings.speed_threshold (1.0) with >= speed_min_prompts prompts.
 # Timings depend on the machine as much as on the pair: a run whose mean 1-minute load per CPU
-# exceeded speed_max_load_per_cpu is speed-inconclusive (status "inconclusive"): stored and shown,
-# never alerted on, and it makes the verdict inconclusive (it neither fires nor resolves).
+# exceeded speed_max_load_per_cpu and whose speedup (or its CI's lower end) is below the threshold is
+# speed-inconclusive (status "inconclusive"): stored and shown, never alerted on, and it makes the
+# verdict inconclusive (it neither fires nor resolves). A clear gain measured under load still counts.
 SPEED_RULE = "speed"
 #: status of a speed measurement taken on an overloaded machine (never alerts)
 SPEED_INCONCLUSIVE = "inconclusive"
@@ -248,7 +249,8 @@ def speed_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: R
         return RuleResult(status=NOT_APPLICABLE, message="speedup not measured", **common)
     shown = f"measured speedup {value:.2f}x" + (f" (95% CI {ci[0]:.2f}-{ci[1]:.2f}x)" if ci else "")
     lpc = load_per_cpu(current)
-    if lpc is not None and lpc > settings.speed_max_load_per_cpu:
+    unfavourable = value < settings.speed_threshold or (ci is not None and ci[0] < settings.speed_threshold)
+    if lpc is not None and lpc > settings.speed_max_load_per_cpu and unfavourable:
         return RuleResult(status=SPEED_INCONCLUSIVE, **common, message=(
             f"speed-inconclusive: {shown} taken at load {current.load_avg_1m:.2f} on {current.num_cpus} CPUs "
             f"({lpc:.2f}/CPU > {settings.speed_max_load_per_cpu:.2f}): machine overloaded, no speed alert"))

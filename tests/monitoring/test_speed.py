@@ -70,6 +70,9 @@ def test_overloaded_machine_is_speed_inconclusive_and_never_alerts():
     # the same numbers at an ordinary load fire; a looser limit accepts the loaded run
     assert speed(ev(report(speedup=0.6, ci=(0.5, 0.7), load=2.2, cpus=2))).status == FIRING
     assert speed(ev(rep, settings=RuleSettings(speed_max_load_per_cpu=3.0))).status == FIRING
+    # a clear gain measured under load still counts: the load only withholds judgement on bad news
+    fast = ev(report(speedup=1.3, ci=(1.2, 1.4), load=4.3, cpus=2))
+    assert speed(fast).status == OK and rules.verdict(fast) == "passed"
 
 
 def test_too_few_prompts_disabled_and_unmeasured():
@@ -98,7 +101,7 @@ def test_alert_text_names_acceptance_and_speedup_changes():
 def test_history_row_and_end_to_end_alert(tmp_path):
     with WebhookReceiver() as receiver:
         s = MonitoringSettings(
-            db_url=f"sqlite:///{tmp_path / 'history.db'}", reports_dir=tmp_path / "reports",
+            db_url=f"sqlite:///{tmp_path / 'history.db'}", reports_dir=tmp_path / "reports", rules=RuleSettings(),
             alert_channels=[ChannelConfig(type="webhook", url=receiver.url("/hook"))],
             delivery=DeliverySettings(max_attempts=2, backoff_initial_s=0.01, timeout_s=2),
         )
