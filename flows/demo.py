@@ -146,7 +146,7 @@ def _story(home: Path, log_path: Path) -> int:  # noqa: PLR0915
     from rich.panel import Panel
     from rich.table import Table
 
-    con = Console()
+    con = Console(width=max(Console().width, 110))  # tables stay readable when stdout is a file
     per_cat = int(os.environ.get("SPECDEC_DEMO_PER_CATEGORY", "2"))
     max_new = int(os.environ.get("SPECDEC_DEMO_MAX_NEW_TOKENS", "48"))
     t_start = time.perf_counter()

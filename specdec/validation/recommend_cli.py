@@ -42,12 +42,14 @@ def print_recommendation(rec: Any, console: Console = _out) -> None:
     t = Table(title=f"draft candidates for {rec.target_ref} ({rec.device}, {rec.dtype}; {rec.num_prompts} prompts "
                     f"over {len(rec.categories)} categories, {rec.max_new_tokens} new tokens, greedy)",
               title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("drafter", "α (tf)", "c", "k", "v(k)", "predicted", "measured speedup [95% CI]", "α̂", "identical",
-                "note"):
-        t.add_column(col, justify="left" if col in ("drafter", "note") else "right")
+    for col in ("drafter", "α (tf)", "c", "k", "v(k)", "predicted", "measured speedup [95% CI]", "α̂", "identical"):
+        t.add_column(col, justify="left" if col == "drafter" else "right", no_wrap=True)
+    notes = []
     for c in rec.candidates:
+        if c.reason:
+            notes.append(f"{c.spec}: {'unavailable: ' if not c.available else ''}{c.reason}")
         if not c.available:
-            t.add_row(c.spec, *["-"] * 8, f"[yellow]unavailable:[/] {c.reason}")
+            t.add_row(c.spec, *["-"] * 8)
             continue
         ci = f" [{_f(c.speedup_ci[0])}, {_f(c.speedup_ci[1])}]"
         sp = f"{_f(c.measured_speedup, 2, 'x')}{ci}"
@@ -55,8 +57,10 @@ def print_recommendation(rec: Any, console: Console = _out) -> None:
         name = f"[bold]{c.spec}[/]" if c.spec == rec.best else c.spec
         t.add_row(name, _f(c.alpha, 3), _f(c.cost_ratio), str(c.k or "-"), _f(c.verify_cost),
                   _f(c.predicted_speedup, 2, "x"), f"[{style}]{sp}[/]" if style else sp, _f(c.alpha_hat, 3),
-                  f"{c.identical_outputs}/{c.compared_outputs}", c.reason or "")
+                  f"{c.identical_outputs}/{c.compared_outputs}")
     console.print(t)
+    for n in notes:
+        console.print(f"  [dim]note[/] {n}", highlight=False)
     nb = rec.native_bf16
     console.print(f"native bf16: {'yes' if nb.get('native') else 'no'} ({nb.get('detail')}); target one-token pass "
                   f"{rec.target_step_ms:.1f} ms; load avg {', '.join(f'{x:.1f}' for x in rec.load_avg_1m[:1] + rec.load_avg_1m[-1:])}"
