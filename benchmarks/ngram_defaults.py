@@ -30,13 +30,14 @@ if str(ROOT) not in sys.path:
 for _k, _v in (("HF_HUB_OFFLINE", "1"), ("DO_NOT_TRACK", "true"), ("TOKENIZERS_PARALLELISM", "false")):
     os.environ.setdefault(_k, _v)
 
-#: name -> (max_ngram, min_ngram, match_tokens); () = classic prompt lookup (k tokens after any match)
+#: name -> (max_ngram, min_ngram, match_tokens, first_occurrence); match_tokens () = classic prompt
+#: lookup (k tokens after any match); first_occurrence = continue the earliest match (as HF does)
 POLICIES = {
-    "classic n3": (3, 1, ()),
-    "weak1 n3": (3, 1, (1,)),
-    "weak1-2 n3": (3, 1, (1, 2)),
-    "weak1 n4": (4, 1, (1,)),
-    "min2 n3": (3, 2, ()),
+    "classic n3": (3, 1, (), False),
+    "classic n3 first": (3, 1, (), True),
+    "weak1 n3": (3, 1, (1,), False),
+    "weak1-2 n3": (3, 1, (1, 2), False),
+    "min2 n3": (3, 2, (), False),
 }
 
 
@@ -76,7 +77,8 @@ def main(argv=None) -> int:
                          max_prompt_tokens=a.max_prompt_tokens, seed=0)
     names = [n for n in a.policies.split(",") if n]
     methods = ["target_only"] + [f"ours {n}" for n in names] + [f"hf k={a.k} n=3", "hf k=10 n=2"]
-    drafters = {f"ours {n}": NgramDrafter(*POLICIES[n][:2], match_tokens=POLICIES[n][2]) for n in names}
+    drafters = {f"ours {n}": NgramDrafter(*POLICIES[n][:2], match_tokens=POLICIES[n][2], first_occurrence=POLICIES[n][3])
+                for n in names}
     x0 = torch.tensor([prompt_token_ids(held.prompts[0], tok)])
     pm.run_target_only(model, x0, 4, eos)  # warm-up
     rows = []

@@ -86,10 +86,19 @@ class ModelDrafter:
     then drafts autoregressively. ``rollback`` crops the cache to the verified prefix, so nothing
     is recomputed from scratch.
 
+    A draft derived from the target itself (:func:`specdec.models.derived.derive_draft` records
+    its source module) skips its own prefill of a long prompt: the loop runs the target's prefill
+    as a plain step and the drafter adopts the target's prompt KV cast to its own dtype
+    (:meth:`can_adopt_prefix`, :meth:`adopt_prefix`). The output stays exactly the target's (the
+    target verifies every token); only the draft's view of the prompt comes from the target.
+
     Args:
         model: a transformers causal LM whose vocabulary is compatible with the target's
             (see :func:`specdec.check_pair_compatible`).
     """
+
+    #: prompts at least this long are prefilled once, by the target, for both models
+    ADOPT_PREFIX_MIN_TOKENS = 160
 
     def __init__(self, model) -> None:
         self.model = model
@@ -148,6 +157,21 @@ class ModelDrafter:
                 return tokens[: i + 1]
         return tokens
 
+    def can_adopt_prefix(self, target, prompt_len: int) -> bool:
+        """True when this draft was derived from ``target`` itself (same KV layout) and the prompt
+        is long enough (>= :attr:`ADOPT_PREFIX_MIN_TOKENS`) for skipping the draft prefill to pay."""
+        source = getattr(self.model, "derived_source", None)
+        return prompt_len >= self.ADOPT_PREFIX_MIN_TOKENS and source is not None and source() is target
+
+    def adopt_prefix(self, target_cache, positions: int) -> None:
+        """Take the first ``positions`` positions of the target's KV cache (cast to the draft's
+        dtype) as this draft's cache, instead of computing them."""
+        from specdec.core.kv import copy_cache_prefix
+
+        dtype = self.model.get_input_embeddings().weight.dtype
+        self.cache = copy_cache_prefix(target_cache, self.model, positions, dtype)
+        self.num_cached = positions
+
     def rollback(self, num_valid: int) -> None:
         """Keep only the first ``num_valid`` positions in the draft KV cache."""
         if self.num_cached > num_valid:
@@ -176,13 +200,16 @@ class NgramDrafter:
         min_ngram: shortest suffix to match (tokens), >= 1.
         match_tokens: most tokens proposed after a match of 1, 2, ... tokens (each >= 1); ``()``
             proposes k after any match (the classic prompt lookup).
+        first_occurrence: continue the earliest occurrence of the suffix instead of the most
+            recent one (transformers' prompt lookup takes the earliest).
     Raises:
         ValueError: on invalid sizes.
     """
 
     DEFAULT_MATCH_TOKENS: tuple[int, ...] = (1,)
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, match_tokens: tuple[int, ...] | None = None) -> None:
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, match_tokens: tuple[int, ...] | None = None,
+                 first_occurrence: bool = False) -> None:
         if min_ngram < 1 or max_ngram < min_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         match_tokens = self.DEFAULT_MATCH_TOKENS if match_tokens is None else tuple(match_tokens)
@@ -194,7 +221,8 @@ class NgramDrafter:
         self.min_ngram = min_ngram
         self.match_tokens = match_tokens
         self.forward_passes = 0
-        self._index = IndexPool(max_ngram, min_ngram)
+        self.first_occurrence = first_occurrence
+        self._index = IndexPool(max_ngram, min_ngram, first=first_occurrence)
 
     def reset(self) -> None:
         """Drop the lookup indexes (they are rebuilt on demand; results never depend on them)."""

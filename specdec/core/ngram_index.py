@@ -21,13 +21,15 @@ from collections.abc import Sequence
 __all__ = ["NgramIndex", "IndexPool", "brute_force_match"]
 
 
-def brute_force_match(context: Sequence[int], max_n: int, min_n: int) -> tuple[int, int] | None:
-    """Reference matcher: ``(n, start)`` of the longest, most recent earlier occurrence of the
-    context's suffix (``min_n <= n <= max_n``) with a non-empty continuation, or ``None``."""
+def brute_force_match(context: Sequence[int], max_n: int, min_n: int, first: bool = False) -> tuple[int, int] | None:
+    """Reference matcher: ``(n, start)`` of the longest, most recent (``first``: earliest) earlier
+    occurrence of the context's suffix (``min_n <= n <= max_n``) with a non-empty continuation, or
+    ``None``."""
     L = len(context)
     for n in range(min(max_n, L - 1), min_n - 1, -1):
         suffix = list(context[L - n:])
-        for start in range(L - n - 1, -1, -1):
+        starts = range(0, L - n) if first else range(L - n - 1, -1, -1)
+        for start in starts:
             if list(context[start:start + n]) == suffix:
                 return n, start
     return None
@@ -38,10 +40,11 @@ class NgramIndex:
 
     Args:
         max_n, min_n: n-gram sizes indexed, ``1 <= min_n <= max_n``.
+        first: keep each n-gram's earliest occurrence instead of its most recent one.
     """
 
-    def __init__(self, max_n: int, min_n: int) -> None:
-        self.max_n, self.min_n = max_n, min_n
+    def __init__(self, max_n: int, min_n: int, first: bool = False) -> None:
+        self.max_n, self.min_n, self.first = max_n, min_n, first
         self.tokens: list[int] = []
         self.maps: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(min_n, max_n + 1)}
 
@@ -61,7 +64,9 @@ class NgramIndex:
             end = len(toks) - 1
             for n, mp in self.maps.items():
                 if end - n >= 0:
-                    mp[tuple(toks[end - n:end])] = end - n
+                    key = tuple(toks[end - n:end])
+                    if not (self.first and key in mp):
+                        mp[key] = end - n
 
     def match(self, context: Sequence[int]) -> tuple[int, int] | None:
         """``(n, start)`` as :func:`brute_force_match` (indexes ``context`` first)."""
@@ -79,8 +84,8 @@ class IndexPool:
     evicted), so B batched rows keep their own indexes. Identity is only a hint: every index
     still checks that the context extends what it indexed."""
 
-    def __init__(self, max_n: int, min_n: int, size: int = 64) -> None:
-        self.max_n, self.min_n, self.size = max_n, min_n, size
+    def __init__(self, max_n: int, min_n: int, size: int = 64, first: bool = False) -> None:
+        self.max_n, self.min_n, self.size, self.first = max_n, min_n, size, first
         self.pool: OrderedDict[int, NgramIndex] = OrderedDict()
 
     def clear(self) -> None:
@@ -97,7 +102,7 @@ class IndexPool:
             if last is not None and self.pool[last]._is_extension(context):
                 idx = self.pool.pop(last)
             else:
-                idx = NgramIndex(self.max_n, self.min_n)
+                idx = NgramIndex(self.max_n, self.min_n, self.first)
             self.pool[key] = idx
             while len(self.pool) > self.size:
                 self.pool.popitem(last=False)

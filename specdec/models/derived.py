@@ -29,6 +29,7 @@ Precision recipes (the recipe records ``dtype``):
 from __future__ import annotations
 
 import copy
+import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
@@ -201,7 +202,9 @@ def derive_draft(target_model: torch.nn.Module, recipe: DerivedDraftRecipe) -> t
         target_model: a ``transformers`` causal LM (any device/dtype torchao supports there).
         recipe: what to apply.
     Returns:
-        The draft ``nn.Module`` in eval mode, same device, with attribute ``derived_recipe``.
+        The draft ``nn.Module`` in eval mode, same device, with attributes ``derived_recipe`` and
+        ``derived_source`` (a weak reference to ``target_model``: the decoding core lets a draft
+        derived from the very target it serves adopt that target's prompt KV cache).
     Raises:
         UnsupportedRecipeError: the recipe cannot run on the target's device (``fp8`` off a
             float8-capable GPU), raised before anything is copied.
@@ -219,6 +222,7 @@ def derive_draft(target_model: torch.nn.Module, recipe: DerivedDraftRecipe) -> t
         draft.to(torch.bfloat16)
         draft.eval()
         draft.derived_recipe = recipe
+        draft.derived_source = weakref.ref(target_model)
         return draft
     from torchao.quantization import quantize_
 
@@ -245,4 +249,5 @@ def derive_draft(target_model: torch.nn.Module, recipe: DerivedDraftRecipe) -> t
     quantize_(draft, recipe.torchao_config(), filter_fn=keep)
     draft.eval()
     draft.derived_recipe = recipe
+    draft.derived_source = weakref.ref(target_model)  # lets the core share the prompt prefill
     return draft

@@ -18,11 +18,12 @@ def test_index_equals_brute_force_on_growing_contexts(vocab):
     rng = random.Random(vocab)
     for trial in range(30):
         max_n, min_n = rng.choice([(3, 1), (4, 2), (1, 1), (5, 3)])
-        idx = NgramIndex(max_n, min_n)
+        first = trial % 2 == 1
+        idx = NgramIndex(max_n, min_n, first=first)
         ctx: list[int] = []
         for _ in range(rng.randint(1, 80)):
             ctx.append(rng.randrange(vocab))
-            assert idx.match(ctx) == brute_force_match(ctx, max_n, min_n), (trial, ctx)
+            assert idx.match(ctx) == brute_force_match(ctx, max_n, min_n, first), (trial, ctx)
 
 
 def test_index_reindexes_a_context_that_is_not_an_extension():
@@ -57,6 +58,9 @@ def test_weak_matches_propose_fewer_tokens_and_a_miss_proposes_nothing():
     assert weak.lookup(ctx + [11], 4) == [12, 13]  # a 2-token match: 2 tokens
     assert weak.lookup(ctx + [11, 12], 4) == [13, 14, 20, 30]  # 3-token match: k
     assert weak.lookup([1, 2, 3, 4], 4) == []  # miss
+    rep = [5, 6, 7, 5, 8, 9, 5]  # [5] occurs at 0 and 3
+    assert NgramDrafter(match_tokens=()).lookup(rep, 2) == [8, 9]
+    assert NgramDrafter(match_tokens=(), first_occurrence=True).lookup(rep, 2) == [6, 7]
     assert weak.budget(1, 4) == 1 and weak.budget(5, 3) == 3
     with pytest.raises(ValueError, match="match_tokens"):
         NgramDrafter(match_tokens=(0,))
