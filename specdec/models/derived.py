@@ -109,6 +109,13 @@ class DerivedDraftRecipe:
             raise ValueError(f"derived:{self.kind} has dtype {want}, got {self.dtype!r}")
 
     @property
+    def adopts_target_prefix(self) -> bool:
+        """Whether decoding lets this draft adopt its source target's prompt KV instead of a
+        prefill of its own (:class:`specdec.core.drafters.ModelDrafter`): the speed recipes
+        ``bf16`` / ``fp8``; int8/int4 drafts keep their own prefill."""
+        return self.kind in ("bf16", "fp8")
+
+    @property
     def spec(self) -> str:
         """The short CLI form, e.g. ``"derived:int8"``."""
         return f"derived:{self.kind}"
