@@ -18,7 +18,7 @@
 Each "night" gets its own scheduled date, as a real schedule would. The terminal shows our steps
 and results only; third-party warnings and progress bars go to ``<demo dir>/demo.log``.
 Env overrides: ``SPECDEC_DEMO_PER_CATEGORY`` (2 prompts per category), ``SPECDEC_DEMO_MAX_NEW_TOKENS``
-(48), ``SPECDEC_DEMO_DRAFT`` (skip the measurement, e.g. ``derived:bf16``) with ``SPECDEC_DEMO_K``.
+(64), ``SPECDEC_DEMO_DRAFT`` (skip the measurement, e.g. ``derived:bf16``) with ``SPECDEC_DEMO_K``.
 State lives in ``.specdec/demo`` (wiped at the start; the converted model in ``.specdec/models`` is
 kept). ``demo_summary.json`` records per night acceptance and ``speedup`` (with CI and load).
 """
@@ -148,7 +148,7 @@ def _story(home: Path, log_path: Path) -> int:  # noqa: PLR0915
 
     con = Console(width=max(Console().width, 110))  # tables stay readable when stdout is a file
     per_cat = int(os.environ.get("SPECDEC_DEMO_PER_CATEGORY", "2"))
-    max_new = int(os.environ.get("SPECDEC_DEMO_MAX_NEW_TOKENS", "48"))
+    max_new = int(os.environ.get("SPECDEC_DEMO_MAX_NEW_TOKENS", "64"))
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
 
