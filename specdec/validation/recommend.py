@@ -14,9 +14,9 @@
    paired per-prompt bootstrap 95% CI (:mod:`specdec.validation.speed`), and every greedy output is compared
    with target-only's.
 
-The best candidate is the fastest one whose outputs were all identical and whose measured
-speedup is above 1; when none is, the recommendation says so and why (e.g. no derived draft is
-cheaper than the target: ``c`` near or above 1, no native bf16). Candidates that cannot run here
+The best candidate is, among those whose outputs were all identical and whose measured speedup
+is above 1, the one with the highest CI lower bound (the gain it credibly gives); when none is,
+the recommendation says so and why (e.g. no derived draft is cheaper than the target: ``c`` near or above 1, no native bf16). Candidates that cannot run here
 (``derived:fp8`` off a float8 GPU) are listed with the reason.
 """
 
@@ -345,8 +345,8 @@ def recommend_draft(
         c.reason = _finding(c)
 
     measured = [c for c in results if c.available and not math.isnan(c.measured_speedup)]
-    paying = sorted((c for c in measured if c.pays), key=lambda c: -c.measured_speedup)
-    fastest = max(measured, key=lambda c: c.measured_speedup, default=None)
+    paying = sorted((c for c in measured if c.pays), key=_rank, reverse=True)
+    fastest = max(measured, key=_rank, default=None)
     nb = native_bf16(str(device))
     best = paying[0].spec if paying else None
     summary = _summary(best, paying, measured, nb, str(device))
@@ -358,6 +358,13 @@ def recommend_draft(
         max_new_tokens=max_new_tokens, target_step_ms=t1 * 1e3, verify_cost_by_k=verify,
         load_avg_1m=list(load.samples), num_cpus=usable_cpus(), seconds=time.perf_counter() - t_start,
     )
+
+
+def _rank(c: CandidateResult) -> tuple[float, float]:
+    """Rank by the lower end of the speedup CI (the gain it credibly gives), then the point value:
+    a steady 1.10x [1.05, 1.15] beats a prompt-dependent 1.12x [0.85, 1.40]."""
+    lo = c.speedup_ci[0] if c.speedup_ci and not math.isnan(c.speedup_ci[0]) else c.measured_speedup
+    return (lo, c.measured_speedup)
 
 
 def _finding(c: CandidateResult) -> str | None:

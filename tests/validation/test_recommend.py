@@ -109,3 +109,13 @@ def test_cli_recommend_and_validate_auto(target_dir, heldout_file, tmp_path):
     assert res.exit_code == 0, res.output
     rep = ValidationReport.read(vout)
     assert rep.drafter_kind in ("derived:bf16", "derived:int8", "derived:int4", "ngram")
+
+
+def test_ranking_prefers_the_credible_gain():
+    from specdec.validation.recommend import _rank
+
+    steady = CandidateResult(spec="derived:bf16", measured_speedup=1.10, speedup_ci=[1.05, 1.15],
+                             identical_outputs=6, compared_outputs=6)
+    jumpy = CandidateResult(spec="ngram", measured_speedup=1.12, speedup_ci=[0.85, 1.40],
+                            identical_outputs=6, compared_outputs=6)
+    assert max([jumpy, steady], key=_rank) is steady
