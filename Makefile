@@ -9,7 +9,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv test demo model bench clean lint
+.PHONY: venv test demo model bench clean lint stack-test
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 venv: $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -rs
 
 demo: $(STAMP)
 	$(BIN)/python -m flows.demo
@@ -33,6 +33,11 @@ model: $(STAMP)
 # speed benchmark (benchmarks/README.md); ~1 h on 2 CPU cores. BENCH_ARGS=--quick for a smoke run
 bench: $(STAMP)
 	$(BIN)/python benchmarks/perf.py $(BENCH_ARGS)
+
+# the docker stack for real (docker/README.md): images, compose up, a nightly run through Prefect, checks,
+# compose down -v; timings in benchmarks/results/stack.md. Not part of `make test`. Root, system python3.
+stack-test:
+	python3 docker/stack_test.py $(STACK_ARGS)
 
 clean:
 	rm -rf $(VENV) .specdec

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+import perf_document as out_doc
 import perf_methods as pm
 import perf_report as rep
 from specdec import NgramDrafter
@@ -62,9 +63,9 @@ class Bench:
 
     def write(self, complete: bool, note: str | None = None) -> None:
         summary = rep.summarise(self.raw, self.args, self.drafter_kinds if hasattr(self, "drafter_kinds") else {})
-        doc = rep.document(self.args, self.machine, self.raw, summary, self.started_at, complete,
+        doc = out_doc.document(self.args, self.machine, self.raw, summary, self.started_at, complete,
                            time.perf_counter() - self.t_start, note)
-        rep.write_outputs(self.out_json, doc)
+        out_doc.write_outputs(self.out_json, doc)
 
     # ------------------------------------------------------------------ setup
     def load(self) -> None:

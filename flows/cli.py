@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Optional
 
 import typer
@@ -30,6 +31,10 @@ def run_cmd(
              "throughput on GPUs; on a 2-core CPU batch > 1 mostly adds padding cost.")] = None,
     parallel: Annotated[bool, typer.Option(help="Validate pair versions in parallel on a local Dask cluster.")] = False,
     dask_address: Annotated[Optional[str], typer.Option(help="Existing Dask scheduler (implies --parallel).")] = None,
+    fail_on_alert: Annotated[bool, typer.Option(
+        "--fail-on-alert", help="Exit 3 when a validation failed the drift rules (CI-style use).")] = False,
+    debug: Annotated[bool, typer.Option(
+        "--debug", help="Show third-party logs and tracebacks on the terminal (they always go to the log file).")] = False,
 ) -> None:
     """Run the nightly validation once, now (no schedule needed; Prefect ephemeral mode is fine)."""
     import os
@@ -46,23 +51,68 @@ def run_cmd(
         err.print(f"[red]error:[/] invalid nightly settings (SPECDEC_NIGHTLY_* environment): {bad}")
         raise typer.Exit(2) from None
 
-    # ephemeral Prefect API: give it time to start on a busy machine, keep its state under SPECDEC_HOME
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
-    if not os.environ.get("PREFECT_API_URL"):
-        home = os.environ.get("SPECDEC_HOME", ".specdec")
-        os.environ.setdefault("PREFECT_HOME", str(os.path.abspath(os.path.join(home, "prefect"))))
-        os.makedirs(os.environ["PREFECT_HOME"], exist_ok=True)
-    from flows.nightly import nightly_flow_for
+    from flows.terminal import ReadableTerminal
 
-    flow = nightly_flow_for(parallel=parallel or bool(dask_address), dask_workers=s.dask_workers,
-                            dask_address=dask_address)
+    home = os.path.abspath(os.environ.get("SPECDEC_HOME", ".specdec"))
+    with ReadableTerminal(home, "nightly", debug=debug) as term:
+        err.print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
+        _run(s, home, term, pair, alias, heldout, limit, device, batch_size, parallel, dask_address, fail_on_alert)
+
+
+def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, parallel, dask_address, fail_on_alert) -> None:
+    import os
+
+    from flows.prefect_api import PrefectAPI
+    from flows.recovery import NightlyLease, crash_dead_flow_runs, process_create_time, reap_dead_leases
+
+    lease = NightlyLease.mine(home)
+    dead = reap_dead_leases(home)  # servers left by a killed nightly (where the kernel did not stop them)
+    api = None
     try:
-        results = flow(pairs=pair or s.pairs, aliases=tuple(alias or s.aliases), heldout=heldout or s.heldout,
-                       limit=limit if limit is not None else s.limit, device=device or s.device, dtype=s.dtype,
-                       batch_size=batch_size if batch_size is not None else s.batch_size)
-    except Exception as e:  # registry/monitoring errors carry clear messages
-        err.print(f"[red]error:[/] {type(e).__name__}: {e}")
-        raise typer.Exit(1) from None
+        if not os.environ.get("PREFECT_API_URL"):
+            # a private Prefect API that dies with this process, state kept under SPECDEC_HOME
+            os.environ.setdefault("PREFECT_HOME", os.path.join(home, "prefect"))
+            os.makedirs(os.environ["PREFECT_HOME"], exist_ok=True)
+            # its UI is off and it dies with us: run logs go to our log file, not to its API
+            os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
+            api = PrefectAPI(os.path.join(home, "logs", "prefect-server.log")).start()
+            lease.server_pid = api.proc.pid
+            lease.server_create_time = process_create_time(api.proc.pid)
+            lease.save()
+        from flows.nightly import nightly_flow_for
+
+        import torch  # noqa: F401 (its log handlers exist before the terminal filter is applied)
+
+        term.refresh()
+        try:
+            import torchao  # noqa: F401 (CUDA-extension load warnings go to the log file now)
+        except ImportError:
+            pass
+        term.refresh()
+        if dead:
+            crash_dead_flow_runs(home, dead)
+        flow = nightly_flow_for(parallel=parallel or bool(dask_address), dask_workers=s.dask_workers,
+                                dask_address=dask_address)
+        try:
+            results = flow(pairs=pair or s.pairs, aliases=tuple(alias or s.aliases), heldout=heldout or s.heldout,
+                           limit=limit if limit is not None else s.limit, device=device or s.device, dtype=s.dtype,
+                           batch_size=batch_size if batch_size is not None else s.batch_size)
+        except Exception as e:  # registry/monitoring errors carry clear messages
+            logging.getLogger("flows.cli").debug("nightly run failed", exc_info=True)
+            if term.debug:
+                err.print_exception()
+            err.print(f"[red]error:[/] {type(e).__name__}: {e}  (details: {term.log_path})", soft_wrap=True)
+            raise typer.Exit(1) from None
+    finally:
+        if api is not None:
+            try:  # send buffered run logs while the API is still up (else "Error logging to API")
+                from prefect.logging.handlers import APILogHandler
+
+                APILogHandler.flush()
+            except Exception:  # noqa: BLE001
+                pass
+            api.stop()
+        lease.release()
     t = Table("pair", "alias", "version", "status", "acceptance [95% CI]", "alert", "hint")
     for r in results:
         ci = r.acceptance_rate_ci
@@ -70,8 +120,14 @@ def run_cmd(
         t.add_row(r.pair, r.alias, r.version or "-", r.status, acc, r.alert_transition or "-",
                   r.root_cause_hint or r.message or "")
     Console().print(t)
+    from specdec.policy import get_policy
+
+    Console().print(f"[dim]{get_policy().describe()}[/]")
     if any(r.status == "error" for r in results):
         raise typer.Exit(1)
+    if fail_on_alert and any(r.status == "failed" for r in results):
+        err.print("[red]a validation failed the drift rules[/] (--fail-on-alert)")
+        raise typer.Exit(3)
 
 
 @nightly_app.command("serve")

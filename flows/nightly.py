@@ -11,7 +11,10 @@ Per (pair, alias):
 5. log the MLflow run with its artifacts and the Evidently report;
 6. evaluate the drift rules and send alerts (one per incident, a reminder at most daily, one
    resolve message);
-7. tag the pair version (``validation_status``; done by the MLflow logging step).
+7. tag the pair version (``validation_status``; done by the MLflow logging step);
+8. ungated promotions: ``@champion`` moved outside specdec to a version that did not pass the gate
+   is noticed before validating, validated first (champion before challenger) and alerted
+   (:mod:`flows.ungated`).
 
 If MLflow is down, the history row keeps ``mlflow_logged = false`` and the next run logs it first.
 Validation itself (the heavy part) goes through the flow's task runner, so
@@ -27,7 +30,9 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows.recovery import checkpoint
 from flows.tasks import NightlyResult, log_to_mlflow, report_dir_for, resolve_pair_version, scheduled_date_of_run
+from flows.ungated import check_ungated, report_ungated
 
 
 def _logger():
@@ -59,6 +64,7 @@ def run_validation(pv, heldout: str, limit: int | None, device: str, dtype: str,
     def progress(done: int, total: int, row) -> None:
         acc = f"acceptance {row.acceptance_rate:.2f}" if row.status == "ok" else f"skipped: {row.skip_reason}"
         log.info("%s v%s: prompt %d/%d (%s) %s", pair, version, done, total, row.category, acc)
+        checkpoint("validation")
 
     report = validate_pair(cached_target(tkey), cached_drafter(dkey), load_heldout(heldout),
                            build_validation_config(pv.config, limit=limit, seed=seed, batch_size=batch_size),
@@ -91,10 +97,14 @@ def retry_pending_mlflow_logging() -> list[str]:
             continue
         extra = [p for p in (row.evidently_html, row.evidently_json) if p]
         try:
-            run_id = log_to_mlflow.fn(row.pair_name, row.pair_version, str(rdir), extra)
+            run_id = log_to_mlflow.fn(row.pair_name, row.pair_version, str(rdir), extra, key.key_id())
         except RegistryUnavailable as e:
             log.warning("MLflow still unreachable (%s); %s run(s) stay pending", e, "these")
             break
+        except Exception as e:  # noqa: BLE001 (one bad row must not stop tonight's validation)
+            log.error("history run %s: MLflow logging failed again (%s: %s); it stays pending", row.id,
+                      type(e).__name__, e)
+            continue
         history.mark_mlflow_logged(db, row.id, run_id)
         log.info("logged pending history run %s to MLflow run %s", row.id, run_id)
         done.append(run_id)
@@ -117,41 +127,68 @@ def _mlflow_link(run_id: str) -> str:
 def _finish(pair: str, alias: str, version: str, key, claim, report, report_dir: Path,
             champion_version: str | None, target_hash: str | None, draft_hash: str | None,
             log_task=None) -> NightlyResult:
-    """Steps 4-7 for one validated pair version, in the flow process (serial, cheap).
+    """Steps 4-7 for one validated pair version, in the flow process (serial, cheap), through the
+    tested :func:`monitoring.pipeline.record_and_evaluate` path.
 
-    Needs nothing from MLflow before the history row is written, so an MLflow outage loses nothing.
+    The history row, the drift rules and the alert always happen; the Evidently report, the
+    MLflow run (with its plots and artifacts) are best-effort: an error there is logged and the
+    alert still goes out. Needs nothing from MLflow before the history row is written, so an MLflow
+    outage loses nothing (the row stays pending and is logged on the next run).
     """
     import monitoring
-    from monitoring import history
-    from registry import RegistryError
+    from monitoring.pipeline import record_and_evaluate
 
     log = _logger()
     log_task = log_task or log_to_mlflow
     db = monitoring.connect()
     lineage = monitoring.Lineage.from_report(report, target_hash=target_hash, draft_hash=draft_hash)
-    run_id = history.record_run(db, report, key, lineage, claim=claim, alias=alias)  # 4. history first
-    ev = monitoring.evaluate_run(db, run_id, champion_version=champion_version)
-    drift = monitoring.drift_report(db, ev, out_dir=report_dir / "evidently")
-    extra = [str(drift.html_path), str(drift.json_path)] if drift is not None else []
-    links: dict[str, str] = {"Report": str(report_dir / "report.json")}
-    if drift is not None:
-        links["Evidently report"] = str(drift.html_path)
-    mlflow_run_id = None
-    try:  # 5 + 7: MLflow run, artifacts, pair-version tags
-        mlflow_run_id = log_task(pair, version, str(report_dir), extra)
+    mlflow_run: dict[str, str] = {}
+
+    def log_mlflow(run_id: int, ev, drift, links: dict[str, str]) -> None:  # 5 + 7, best-effort
+        from monitoring import history
+
+        extra = [str(drift.html_path), str(drift.json_path)] if drift is not None else []
+        try:
+            mlflow_run_id = log_task(pair, version, str(report_dir), extra, key.key_id())
+        except Exception as e:  # noqa: BLE001 (RegistryError or anything else: the alert goes out)
+            log.error("MLflow logging failed (%s: %s): history run %s kept, logged on the next run",
+                      type(e).__name__, e, run_id)
+            return
         history.mark_mlflow_logged(db, run_id, mlflow_run_id)
-        links["MLflow run"] = _mlflow_link(mlflow_run_id)
-    except RegistryError as e:
-        log.error("MLflow logging failed (%s): history run %s kept, retried on the next run", e, run_id)
-    outcome = monitoring.alert(db, ev, links=links)  # 6. drift rules -> incident lifecycle
+        mlflow_run["id"] = mlflow_run_id
+        try:
+            links["MLflow run"] = _mlflow_link(mlflow_run_id)
+        except Exception:  # noqa: BLE001
+            links["MLflow run"] = f"runs:/{mlflow_run_id}"
+
+    checkpoint("history")
+    out = record_and_evaluate(db, report, key, lineage, claim=claim, alias=alias,  # 4 history first, 6 rules
+                              champion_version=champion_version, links={"Report": str(report_dir / "report.json")},
+                              before_alert=log_mlflow, evidently_dir=report_dir / "evidently")
+    ev, drift = out.evaluation, out.drift
     o = report.overall
     return NightlyResult(
-        pair=pair, alias=alias, version=version, status=ev.verdict, history_run_id=run_id,
-        mlflow_run_id=mlflow_run_id, acceptance_rate=o.acceptance_rate, acceptance_rate_ci=list(o.acceptance_rate_ci),
-        alert_transition=outcome.transition, root_cause_hint=ev.root_cause_hint, report_dir=str(report_dir),
+        pair=pair, alias=alias, version=version, status=ev.verdict, history_run_id=out.run_id,
+        mlflow_run_id=mlflow_run.get("id"), acceptance_rate=o.acceptance_rate,
+        acceptance_rate_ci=list(o.acceptance_rate_ci), alert_transition=out.alert.transition,
+        root_cause_hint=ev.root_cause_hint, report_dir=str(report_dir),
         evidently_html=str(drift.html_path) if drift is not None else None,
         message="; ".join(r.message for r in ev.firing) if ev.firing else "",
     )
+
+
+def _broken(db, pair: str, alias: str, version: str | None, error: BaseException, what: str) -> NightlyResult:
+    """One clear log line and one alert for a (pair, alias) that could not be validated."""
+    from monitoring.pipeline import alert_broken
+
+    msg = f"{pair}@{alias}" + (f" v{version}" if version else "") + f": {what}: {type(error).__name__}: {error}"
+    _logger().error("%s (the other aliases are still validated)", msg)
+    transition = None
+    try:
+        transition = alert_broken(db, pair, alias, msg, version=version).transition
+    except Exception as e:  # noqa: BLE001
+        _logger().error("%s@%s: the alert for this error could not be queued: %s: %s", pair, alias, type(e).__name__, e)
+    return NightlyResult(pair, alias, version, "error", message=msg, alert_transition=transition)
 
 
 @flow(name="nightly-validation", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=1))
@@ -186,65 +223,121 @@ def nightly_validation_flow(
         ValueError: ``batch_size`` < 1.
     """
     import monitoring
+    from flows.recovery import Heartbeat, NightlyLease, forget_claim, holder_dead
     from monitoring import history
     from monitoring.history import RunAlreadyClaimed
-    from registry import get_pair_version
+    from registry import RegistryUnavailable, get_pair_version
     from specdec.validation.heldout import load_heldout
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
     log = _logger()
     night = scheduled_date or scheduled_date_of_run()
-    retry_pending_mlflow_logging()
     held = load_heldout(heldout)
+    settings = monitoring.get_settings()
     db = monitoring.connect()
-    home = monitoring.get_settings().home
+    home = settings.home
+    lease = NightlyLease.mine(home)
+    try:
+        from prefect.runtime import flow_run
+
+        lease.flow_run_id = flow_run.id
+        lease.save()
+    except Exception:  # noqa: BLE001 (outside a flow run)
+        pass
+    retry_pending_mlflow_logging()
     results: list[NightlyResult] = []
     jobs = []
     seen: dict[tuple[str, str], str] = {}
+    dead = holder_dead(home)
+    beat = Heartbeat(db, settings.claim_stale_after_s / 10)
+    ungated = {}
     for pair in pairs:
-        champion = resolve_pair_version(pair, "champion")
-        for alias in aliases:
-            version = champion if alias == "champion" else resolve_pair_version(pair, alias)
-            if version is None:
-                results.append(NightlyResult(pair, alias, None, "skipped", message=f"no @{alias}"))
-                continue
-            if (pair, version) in seen:
-                results.append(NightlyResult(pair, alias, version, "skipped",
-                                             message=f"same version as @{seen[(pair, version)]}"))
+        try:  # before validating: was champion moved outside specdec?
+            ungated[pair] = check_ungated(pair, aliases)
+        except RegistryUnavailable:
+            raise
+        except Exception as e:  # noqa: BLE001 (a broken alias is reported below, per alias)
+            log.warning("%s: ungated-promotion check skipped: %s: %s", pair, type(e).__name__, e)
+        try:
+            champion = resolve_pair_version(pair, "champion")
+        except RegistryUnavailable:
+            raise
+        except Exception as e:  # noqa: BLE001 (a broken champion must not hide the challenger)
+            results.append(_broken(db, pair, "champion", None, e, "cannot resolve the alias"))
+            champion = None
+            aliases_left = [a for a in aliases if a != "champion"]
+        else:
+            aliases_left = list(aliases)
+        for alias in aliases_left:
+            version = None
+            try:
+                version = champion if alias == "champion" else resolve_pair_version(pair, alias)
+                if version is None:
+                    results.append(NightlyResult(pair, alias, None, "skipped", message=f"no @{alias}"))
+                    continue
+                if (pair, version) in seen:
+                    results.append(NightlyResult(pair, alias, version, "skipped",
+                                                 message=f"same version as @{seen[(pair, version)]}"))
+                    continue
+                pv = get_pair_version(pair, version, download=False)
+            except RegistryUnavailable:
+                raise
+            except Exception as e:  # noqa: BLE001 (one bad alias does not hide the rest)
+                results.append(_broken(db, pair, alias, version, e, "cannot resolve the pair version"))
                 continue
             seen[(pair, version)] = alias
-            pv = get_pair_version(pair, version, download=False)
             cfg = {**pv.config.to_dict(), "drafter_kind": pv.drafter_kind, "limit": limit, "seed": seed}
             if batch_size != 1:  # absent at 1: keys of runs made before batching stay the same
                 cfg["batch_size"] = batch_size
             key = history.RunKey.build(pair, version, held.name, held.version, cfg, night)
             try:
-                claim = history.claim_run(db, key, alias=alias,
-                                          stale_after_s=monitoring.get_settings().claim_stale_after_s)
+                claim = history.claim_run(db, key, alias=alias, stale_after_s=settings.claim_stale_after_s,
+                                          holder_dead=dead)
             except RunAlreadyClaimed as e:
                 log.warning("%s@%s v%s: %s; leaving it to that run", pair, alias, version, e)
                 results.append(NightlyResult(pair, alias, version, "already-running", message=str(e)))
                 continue
+            if claim.previous_status and claim.previous_status.startswith("running"):
+                log.warning("%s@%s v%s: took over history run %s (%s)", pair, alias, version, claim.run_id,
+                            claim.previous_status)
+            lease.add_claim(claim.run_id, claim.token)
+            forget_claim(home, claim.run_id)
+            beat.add(claim)
             out = report_dir_for(home, key)
             args = (pv, heldout, limit, device, dtype, str(out), seed, batch_size)
             fut = _Inline.run(run_validation, args) if _serial() else run_validation.submit(*args)
             hashes = (pv.target_weights_sha256, pv.draft_weights_sha256)
             jobs.append((pair, alias, version, key, claim, out, champion, hashes, fut))
 
-    for pair, alias, version, key, claim, out, champion, hashes, fut in jobs:
-        try:
-            report = fut.result()
-        except Exception as e:  # validation failed: record it, free the key for a retry
-            history.mark_error(db, claim, f"{type(e).__name__}: {e}")
-            log.error("%s@%s v%s: validation failed: %s", pair, alias, version, e)
-            results.append(NightlyResult(pair, alias, version, "error", message=str(e)))
-            continue
-        res = _finish(pair, alias, version, key, claim, report, out, champion, *hashes)
-        log.info("%s@%s v%s: %s, acceptance %.3f [%.3f, %.3f]%s", pair, alias, version, res.status,
-                 res.acceptance_rate, *res.acceptance_rate_ci,
-                 f", alert: {res.alert_transition}" if res.alert_transition else "")
-        results.append(res)
+    with beat:
+        for pair, alias, version, key, claim, out, champion, hashes, fut in jobs:
+            try:
+                report = fut.result()
+            except Exception as e:  # noqa: BLE001 (validation failed: record it, free the key, alert)
+                beat.remove(claim.run_id)
+                history.mark_error(db, claim, f"{type(e).__name__}: {e}")
+                lease.drop_claim(claim.run_id)
+                results.append(_broken(db, pair, alias, version, e, "validation failed"))
+                continue
+            beat.remove(claim.run_id)
+            try:
+                res = _finish(pair, alias, version, key, claim, report, out, champion, *hashes)
+            except RunAlreadyClaimed as e:  # taken over while we were slow: the other run records it
+                log.warning("%s@%s v%s: %s", pair, alias, version, e)
+                results.append(NightlyResult(pair, alias, version, "already-running", message=str(e)))
+                continue
+            except Exception as e:  # noqa: BLE001 (e.g. the history store failed: say so, go on)
+                history.mark_error(db, claim, f"{type(e).__name__}: {e}")
+                results.append(_broken(db, pair, alias, version, e, "recording the validation failed"))
+                continue
+            finally:
+                lease.drop_claim(claim.run_id)
+            log.info("%s@%s v%s: %s, acceptance %.3f [%.3f, %.3f]%s", pair, alias, version, res.status,
+                     res.acceptance_rate, *res.acceptance_rate_ci,
+                     f", alert: {res.alert_transition}" if res.alert_transition else "")
+            results.append(res)
+    report_ungated(db, ungated, results)  # after the champion's validation: alert with tonight's verdict
     return results
 
 

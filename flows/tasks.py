@@ -12,7 +12,6 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from prefect import task
 
@@ -45,6 +44,8 @@ class NightlyResult:
     report_dir: str | None = None
     evidently_html: str | None = None
     message: str = ""
+    ungated_promotion: str | None = None  # champion only: flows.ungated (the alert's message)
+    ungated_alert: str | None = None  # its transition: fire | remind-<n> | resolve
 
 
 def _safe(text: str) -> str:
@@ -90,16 +91,20 @@ def resolve_pair_version(pair: str, alias: str) -> str | None:
 
 
 @task(retries=3, retry_delay_seconds=[5, 15, 45], retry_condition_fn=retry_if_transient)
-def log_to_mlflow(pair: str, version: str, report_dir: str, extra: list[str]) -> str:
+def log_to_mlflow(pair: str, version: str, report_dir: str, extra: list[str], run_key: str | None = None) -> str:
     """Log the validation run (metrics, report, plots, Evidently files) and tag the pair version.
 
+    ``run_key`` (the history key's :meth:`~monitoring.history.RunKey.key_id`) makes the logging
+    idempotent: one finished MLflow run per nightly key, even after a crash mid-logging.
     Retried on transient failures; the caller keeps the history row pending if it still fails.
     """
+    from flows.recovery import checkpoint
     from registry import log_validation
     from specdec.validation.report import ValidationReport
 
     report = ValidationReport.read(report_dir)
-    return log_validation(pair, version, report, report_dir, extra_artifacts=[p for p in extra if Path(p).exists()])
+    return log_validation(pair, version, report, report_dir, extra_artifacts=[p for p in extra if Path(p).exists()],
+                          run_key=run_key, on_run_created=lambda _run_id: checkpoint("mlflow"))
 
 
 def scheduled_date_of_run() -> dt.date:

@@ -43,7 +43,7 @@ from monitoring.db import (
     nan_to_none,
     utcnow,
 )
-from monitoring.rules import FAILED_VERDICT, PASSED_VERDICT, RuleResult, severity_of, verdict
+from monitoring.rules import FAILED_VERDICT, PASSED_VERDICT, RuleResult, change_since_baseline, severity_of, verdict
 from monitoring.settings import ChannelConfig, MonitoringSettings, get_settings
 
 log = logging.getLogger(__name__)
@@ -119,6 +119,8 @@ def _short(h: str | None) -> str | None:
 
 
 def _fmt_rule(r: RuleResult) -> str:
+    if r.value is None and r.metric == "reference":  # a broken alias / version / model: its message says it
+        return f"*{r.rule}*: {r.message}"
     val = "n/a" if r.value is None else f"{r.value:.3f}"
     ci = f" (95% CI {r.ci[0]:.3f}-{r.ci[1]:.3f})" if r.ci else ""
     thr = "" if r.threshold is None else f", threshold {r.threshold:.3f}"
@@ -128,20 +130,6 @@ def _fmt_rule(r: RuleResult) -> str:
     if r.rule == "speed":
         return f"*{r.rule}*{sev}: {r.message}"
     return f"*{r.rule}*{scope}{sev}: {r.metric} {val}{ci}{thr}{base}"
-
-
-def change_since_baseline(results: Sequence[RuleResult]) -> str | None:
-    """``"Since baseline: acceptance 0.962 -> 0.231, speedup 1.21x -> 0.62x"`` from the relative
-    and speed rule results (each carries the baseline value and the current one); ``None`` when
-    neither has a baseline."""
-    parts = []
-    rel = next((r for r in results if r.rule == "relative" and r.scope == "overall"), None)
-    if rel is not None and rel.baseline is not None and rel.value is not None:
-        parts.append(f"acceptance {rel.baseline:.3f} -> {rel.value:.3f}")
-    sp = next((r for r in results if r.rule == "speed"), None)
-    if sp is not None and sp.baseline is not None and sp.value is not None:
-        parts.append(f"speedup {sp.baseline:.2f}x -> {sp.value:.2f}x")
-    return "Since baseline: " + ", ".join(parts) if parts else None
 
 
 def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], *,
@@ -169,6 +157,8 @@ def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], 
         title = f"Still firing since {since}: {who}"
     elif kind == "test":
         title = "specdec alert channel test"
+    elif any(r.rule == "ungated_promotion" for r in firing):  # monitoring.promotion_alerts
+        title = f"Ungated promotion: {who}"
     else:
         title = f"Speculative-decoding drift: {who}"
     facts = {
@@ -310,7 +300,16 @@ def _claim(db: Database, ids: list[int], now: dt.datetime, stale: dt.datetime) -
     return rows
 
 
-def _finish(db: Database, row_id: int, result: ch.SendResult, now: dt.datetime) -> Delivery:
+UNCONFIRMED = "unconfirmed"  # sent twice without an answer: not sent again (at most one duplicate)
+
+
+def _maybe_before(row: AlertDelivery, stale_sending: bool) -> bool:
+    """Whether a copy of this row may already be at the receiver: an earlier attempt got no answer,
+    or a process crashed while the row was ``sending``."""
+    return stale_sending or (row.last_error or "").startswith(ch.MAYBE_DELIVERED)
+
+
+def _finish(db: Database, row_id: int, result: ch.SendResult, now: dt.datetime, maybe_before: bool) -> Delivery:
     with db.session() as s:
         row = s.get(AlertDelivery, row_id, with_for_update=True)
         row.attempts = (row.attempts or 0) + result.attempts
@@ -318,6 +317,16 @@ def _finish(db: Database, row_id: int, result: ch.SendResult, now: dt.datetime) 
         row.updated_at = now
         if result.ok:
             row.status, row.delivered_at, row.last_error = DELIVERED, utcnow(), None
+        elif maybe_before and result.maybe_delivered:
+            row.status = UNCONFIRMED
+            row.last_error = (f"{ch.MAYBE_DELIVERED} (twice without an answer); not sent again so the "
+                              f"receiver gets at most one duplicate: {result.error}")
+            log.error("alert %s (%s) to %s: no answer twice; it may have arrived, it is not sent again",
+                      row.transition, row.idempotency_key, row.channel_id)
+        elif maybe_before or result.maybe_delivered:  # the one duplicate is still allowed
+            error = result.error or ""
+            row.status = PENDING
+            row.last_error = error if error.startswith(ch.MAYBE_DELIVERED) else f"{ch.MAYBE_DELIVERED} once; now: {error}"
         else:
             row.status, row.last_error = PENDING, result.error
         return _to_delivery(row)
@@ -332,15 +341,22 @@ def deliver_pending(
     Rows for channels no longer configured stay pending (logged). Within one channel, rows are sent
     in order and a failure holds back the later rows of that channel (a ``resolve`` never arrives
     before its ``fire``). Rows left ``sending`` by a crashed process are retried after
-    ``delivery.sending_stale_after_s``.
+    ``delivery.stale_sending_s`` (the longest a live sender can take, plus 30 s).
+
+    At most two copies of a row ever reach a receiver: a request that was sent but not answered
+    (timeout after sending) or a row a crashed process left ``sending`` may have arrived, so the
+    row gets one more attempt; if that one is unanswered too, the row becomes ``unconfirmed`` and
+    is not sent again (logged as an error; :func:`pending_deliveries` lists it).
+    Any exception while sending leaves the row ``pending`` (retried on the next run).
 
     Returns:
-        The deliveries attempted in this call, with their new status (``delivered`` or ``pending``).
+        The deliveries attempted in this call, with their new status (``delivered``, ``pending``
+        or ``unconfirmed``).
     """
     settings = settings or get_settings()
     now = now or utcnow()
     by_id = {c.channel_id: c for c in settings.alert_channels}
-    stale = now - dt.timedelta(seconds=settings.delivery.sending_stale_after_s)
+    stale = now - dt.timedelta(seconds=settings.delivery.stale_sending_s)
     with db.session() as s:
         candidates = list(s.scalars(select(AlertDelivery).where(or_(
             AlertDelivery.status == PENDING,
@@ -349,9 +365,12 @@ def deliver_pending(
     unknown = sorted({r.channel_id for r in candidates if r.channel_id not in by_id})
     if unknown:
         log.warning("pending alerts for unconfigured channel(s) %s stay pending", ", ".join(unknown))
+    was_sending = {r.id for r in candidates if r.status == SENDING}
     rows = _claim(db, [r.id for r in candidates if r.channel_id in by_id], now, stale)
     out: list[Delivery] = []
     blocked: set[str] = set()
+    done: set[int] = set()
+    in_flight: int | None = None
     own = client is None
     client = client or httpx.Client(timeout=settings.delivery.timeout_s)
     try:
@@ -362,15 +381,28 @@ def deliver_pending(
                     r = s.get(AlertDelivery, row.id)
                     r.status, r.updated_at = PENDING, now
                     out.append(_to_delivery(r))
+                done.add(row.id)
                 continue
-            result = ch.send(channel, row.payload, row.idempotency_key, settings.delivery, client=client)
-            d = _finish(db, row.id, result, now)
+            maybe = _maybe_before(row, row.id in was_sending)
+            in_flight = row.id
+            try:
+                result = ch.send(channel, row.payload, row.idempotency_key, settings.delivery, client=client)
+            except Exception as exc:  # noqa: BLE001 (send never raises by contract; belt and braces)
+                result = ch.SendResult(False, None, 0, f"{type(exc).__name__} at send time")
+            d = _finish(db, row.id, result, now, maybe)
+            in_flight = None
+            done.add(row.id)
             if not result.ok:
                 blocked.add(row.channel_id)
             out.append(d)
     finally:
         if own:
             client.close()
+        left = [r.id for r in rows if r.id not in done and r.id != in_flight]
+        if left:  # interrupted: rows never sent go back to pending at once (the in-flight one goes stale)
+            with db.session() as s:
+                s.execute(update(AlertDelivery).where(AlertDelivery.id.in_(left), AlertDelivery.status == SENDING)
+                          .values(status=PENDING))
     return out
 
 

@@ -1,9 +1,14 @@
 """Alert channels: render a message for Slack or a generic JSON webhook, POST it with retries.
 
-Delivery uses httpx with tenacity: connection errors, timeouts, HTTP 5xx and 429 are retried with
-exponential backoff (``DeliverySettings``); other 4xx fail at once. Every request carries an
-``Idempotency-Key`` header (the outbox key), so a receiver can drop a duplicate after a crash
-between "sent" and "marked delivered".
+Delivery uses httpx with tenacity. Within one call, failures where the request certainly did not
+reach the receiver (connection refused or timed out while connecting) and answers saying it was
+not accepted (HTTP 5xx, 429) are retried with exponential backoff (``DeliverySettings``); a 429's
+``Retry-After`` is waited for when it is at most ``backoff_max_s``, else the call gives up and the
+outbox retries on the next run. Other 4xx fail at once. A request that was sent but got no answer
+(read/write timeout, connection dropped) *may have been delivered*: it is never retried within
+the call (``SendResult.maybe_delivered``); the outbox allows one more attempt on a later run, so a
+receiver sees at most one duplicate per message. Every request carries an ``Idempotency-Key``
+header (the outbox key), so a receiver can drop that duplicate.
 
 Webhook URLs are secrets: they appear nowhere in logs, results or exception text; only the
 channel id and ``scheme://host/…`` do.
@@ -28,9 +33,15 @@ EMOJI = {"fire": ":rotating_light:", "remind": ":warning:", "resolve": ":white_c
 
 
 class _TransientHTTP(Exception):
-    def __init__(self, status: int) -> None:
-        self.status = status
-        super().__init__(f"HTTP {status}")
+    def __init__(self, status: int, retry_after: float | None = None) -> None:
+        self.status, self.retry_after = status, retry_after
+        super().__init__(f"HTTP {status}" + (f" (Retry-After {retry_after:.0f} s)" if retry_after is not None else ""))
+
+
+class _RetryAfterTooLong(Exception):
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        super().__init__(f"HTTP 429 with Retry-After {seconds:.0f} s: left for the next run")
 
 
 class _PermanentHTTP(Exception):
@@ -52,14 +63,45 @@ class SendResult:
     status_code: int | None
     attempts: int
     error: str | None = None
+    maybe_delivered: bool = False
+
+
+MAYBE_DELIVERED = "may have been delivered"
+# the request never left: safe to repeat at once
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 
 
 def _transient(exc: BaseException) -> bool:
-    return isinstance(exc, (_TransientHTTP, httpx.TransportError))
+    return isinstance(exc, (_TransientHTTP, *_NOT_SENT))
+
+
+def _ambiguous(exc: BaseException) -> bool:
+    """Sent, but no answer: the receiver may have it (read/write timeout, dropped connection)."""
+    return isinstance(exc, httpx.TransportError) and not isinstance(exc, _NOT_SENT)
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date); ``None`` if absent or
+    unparseable; never negative."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        import email.utils
+        import time as _time
+
+        when = email.utils.parsedate_to_datetime(value)
+        return max(when.timestamp() - _time.time(), 0.0)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, (_TransientHTTP, _PermanentHTTP)):
+    if isinstance(exc, (_TransientHTTP, _PermanentHTTP, _RetryAfterTooLong)):
         return str(exc)
     # transport errors: class name plus the (redacted) reason, never the request URL
     return redact_text(f"{type(exc).__name__}: {exc}")[:500]
@@ -105,21 +147,27 @@ def send(
         settings: timeout, attempts and backoff.
         client: an ``httpx.Client`` to reuse (one is created and closed otherwise).
     Returns:
-        :class:`SendResult`; ``error`` is redacted (no URL).
+        :class:`SendResult`; ``error`` is redacted (no URL). ``maybe_delivered`` is True when the
+        last request was sent but not answered (see the module docstring). Any exception (a bug in
+        rendering included) becomes a failed result: the caller's outbox row stays retryable.
     """
-    body = render_slack(payload) if channel.type == "slack" else render_webhook(payload, idempotency_key)
-    headers = {"Idempotency-Key": idempotency_key, "User-Agent": "specdec-monitoring"}
-    own = client is None
-    client = client or httpx.Client(timeout=settings.timeout_s)
     attempts = 0
     status: int | None = None
-    retrying = Retrying(
-        stop=stop_after_attempt(settings.max_attempts),
-        wait=wait_exponential(multiplier=settings.backoff_initial_s, max=settings.backoff_max_s),
-        retry=retry_if_exception(_transient),
-        reraise=True,
-    )
+    own = client is None
     try:
+        body = render_slack(payload) if channel.type == "slack" else render_webhook(payload, idempotency_key)
+        headers = {"Idempotency-Key": idempotency_key, "User-Agent": "specdec-monitoring"}
+        client = client or httpx.Client(timeout=settings.timeout_s)
+        backoff = wait_exponential(multiplier=settings.backoff_initial_s, max=settings.backoff_max_s)
+
+        def wait(state) -> float:  # a 429's Retry-After wins over the exponential backoff
+            exc = state.outcome.exception()
+            if isinstance(exc, _TransientHTTP) and exc.retry_after is not None:
+                return exc.retry_after
+            return backoff(state)
+
+        retrying = Retrying(stop=stop_after_attempt(settings.max_attempts), wait=wait,
+                            retry=retry_if_exception(_transient), reraise=True)
         for attempt in retrying:
             with attempt:
                 attempts += 1
@@ -130,14 +178,23 @@ def send(
                 if status >= 500 or status == 429:
                     log.warning("alert to %s: HTTP %d (attempt %d/%d)", channel.display, status,
                                 attempts, settings.max_attempts)
-                    raise _TransientHTTP(status)
+                    after = retry_after_s(resp.headers.get("Retry-After")) if status == 429 else None
+                    if after is not None and after > settings.backoff_max_s:
+                        raise _RetryAfterTooLong(after)
+                    raise _TransientHTTP(status, after)
                 if status >= 400:
                     raise _PermanentHTTP(status)
         return SendResult(True, status, attempts)
-    except (_TransientHTTP, _PermanentHTTP, httpx.HTTPError) as exc:
+    except Exception as exc:  # noqa: BLE001 (never raises: the outbox row must stay retryable)
+        maybe = _ambiguous(exc)
         err = _describe(exc)
+        if maybe:
+            err = f"{err} ({MAYBE_DELIVERED}: sent, no answer; not repeated in this run)"
+        elif not isinstance(exc, (_TransientHTTP, _PermanentHTTP, _RetryAfterTooLong, httpx.HTTPError)):
+            log.error("alert to %s: unexpected %s at send time", channel.display, type(exc).__name__,
+                      exc_info=True)
         log.warning("alert to %s failed after %d attempt(s): %s", channel.display, attempts, err)
-        return SendResult(False, status, attempts, err)
+        return SendResult(False, status, attempts, err, maybe_delivered=maybe)
     finally:
-        if own:
+        if own and client is not None:
             client.close()

@@ -16,12 +16,11 @@ All timestamps are timezone-aware UTC. ``now`` parameters exist so tests can inj
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import math
 import uuid
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Callable
 
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
@@ -40,106 +39,16 @@ from monitoring.db import (
     none_to_nan,
     utcnow,
 )
+from monitoring.run_key import Claim, Lineage, RunAlreadyClaimed, RunKey, config_hash
 from specdec.validation.report import GroupMetrics, PromptResult, ValidationReport, group_metrics_from_dict
 
+# re-exported: the key, the claim and the lineage are part of this module's API
+__all__ = ["RunAlreadyClaimed", "config_hash", "RunKey", "Lineage", "Claim", "DEFAULT_STALE_AFTER_S",
+           "RunSnapshot", "claim_run", "heartbeat", "record_run", "mark_error", "set_evaluation", "attach_evidently",
+           "mark_mlflow_logged", "runs_pending_mlflow", "get_run", "find_run", "list_runs", "newer_evaluated_run",
+           "find_baseline", "snapshot", "snapshot_of", "prompt_results"]
+
 DEFAULT_STALE_AFTER_S = 6 * 3600.0
-
-
-class RunAlreadyClaimed(Exception):
-    """Another live run holds this idempotency key (or took it over from us).
-
-    The flow catches it and exits cleanly: the other run is doing the work.
-
-    Attributes:
-        key: the :class:`RunKey`. run_id: the row id. claimed_at: when the holder claimed it.
-    """
-
-    def __init__(self, key: "RunKey", run_id: int, claimed_at: dt.datetime | None, reason: str) -> None:
-        self.key, self.run_id, self.claimed_at = key, run_id, claimed_at
-        super().__init__(f"validation run {key.describe()} (row {run_id}): {reason}")
-
-
-def config_hash(config: Mapping[str, Any]) -> str:
-    """SHA-256 (64 hex chars) of ``config`` as canonical JSON (sorted keys, NaN as null).
-
-    Use the same dict for :func:`claim_run` and :func:`record_run`, e.g. the validation config's
-    ``to_dict()`` (num_draft_tokens, max_new_tokens, temperature, top_k, top_p, seed, limit).
-    """
-    blob = json.dumps(nan_to_none(dict(config)), sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class RunKey:
-    """The idempotency key of one nightly validation."""
-
-    pair_name: str
-    pair_version: str
-    heldout_name: str
-    heldout_version: str
-    config_hash: str
-    scheduled_date: dt.date
-
-    @classmethod
-    def build(
-        cls, pair_name: str, pair_version: str | int, heldout_name: str, heldout_version: str,
-        config: Mapping[str, Any], scheduled_date: dt.date | str,
-    ) -> "RunKey":
-        """Key from plain values; ``config`` is hashed with :func:`config_hash`.
-
-        ``scheduled_date`` is the date the run was scheduled for (a ``date`` or ISO ``YYYY-MM-DD``),
-        not when it happened to start, so a retry the next morning keeps the same key.
-        """
-        if isinstance(scheduled_date, str):
-            scheduled_date = dt.date.fromisoformat(scheduled_date)
-        elif isinstance(scheduled_date, dt.datetime):
-            scheduled_date = scheduled_date.date()
-        return cls(pair_name, str(pair_version), heldout_name, str(heldout_version),
-                   config_hash(config), scheduled_date)
-
-    def describe(self) -> str:
-        """Human-readable key (config hash shortened)."""
-        return (f"{self.pair_name} v{self.pair_version} on {self.heldout_name}@{self.heldout_version} "
-                f"config {self.config_hash[:10]} for {self.scheduled_date.isoformat()}")
-
-    def _where(self):
-        r = ValidationRun
-        return (r.pair_name == self.pair_name, r.pair_version == self.pair_version,
-                r.heldout_name == self.heldout_name, r.heldout_version == self.heldout_version,
-                r.config_hash == self.config_hash, r.scheduled_date == self.scheduled_date)
-
-
-@dataclass(frozen=True)
-class Lineage:
-    """What the pair was made of, for root-cause hints. Plain data from the registry.
-
-    Attributes:
-        target_hash / draft_hash: weight hashes (e.g. sha256 of safetensors); ``None`` for a
-            weightless drafter (n-gram). heldout_version: held-out set version. code_version:
-            ``specdec`` version + git commit.
-    """
-
-    target_hash: str | None = None
-    draft_hash: str | None = None
-    heldout_version: str | None = None
-    code_version: str | None = None
-
-    @classmethod
-    def from_report(cls, report: ValidationReport, *, target_hash: str | None,
-                    draft_hash: str | None) -> "Lineage":
-        """Lineage with held-out and code versions taken from ``report``."""
-        return cls(target_hash, draft_hash, report.heldout_version, report.code_version)
-
-
-@dataclass(frozen=True)
-class Claim:
-    """Proof that this process owns a run row. ``previous_status`` is ``None`` for a new row."""
-
-    run_id: int
-    token: str
-    key: RunKey
-    previous_status: str | None
-    attempts: int
 
 
 @dataclass
@@ -223,6 +132,7 @@ def _select_for_update(key: RunKey):
 def claim_run(
     db: Database, key: RunKey, *, alias: str | None = None,
     stale_after_s: float = DEFAULT_STALE_AFTER_S, now: dt.datetime | None = None,
+    holder_dead: Callable[[int, str], bool] | None = None,
 ) -> Claim:
     """Claim ``key`` for this process: insert the row as ``running`` or re-claim it.
 
@@ -233,6 +143,9 @@ def claim_run(
     Args:
         db: the history store. key: the idempotency key. alias: the alias the pair version was
             resolved through (``"champion"``...), stored on the row. now: injected clock (UTC).
+        holder_dead: ``f(run_id, claim_token)`` that knows when the process holding a ``running``
+            claim is dead (e.g. :func:`flows.recovery.holder_dead`, same host); such a claim is
+            taken over at once instead of after ``stale_after_s``.
     Returns:
         :class:`Claim` to pass to :func:`record_run` / :func:`heartbeat` / :func:`mark_error`.
     Raises:
@@ -256,11 +169,16 @@ def claim_run(
                     s.add(row)
                     s.flush()
                     return Claim(row.id, token, key, None, 1)
+                previous = row.status
                 if row.status == RUNNING:
                     beat = row.heartbeat_at or row.claimed_at
+                    previous = "running (stale)"
                     if beat is not None and (now - beat).total_seconds() < stale_after_s:
-                        raise RunAlreadyClaimed(key, row.id, row.claimed_at, "already running")
-                previous = row.status if row.status != RUNNING else "running (stale)"
+                        if not (holder_dead and row.claim_token and holder_dead(row.id, row.claim_token)):
+                            age = (now - beat).total_seconds()
+                            raise RunAlreadyClaimed(key, row.id, row.claimed_at,
+                                                    f"already running (heartbeat {age:.0f} s ago)")
+                        previous = "running (holder process died)"
                 row.status, row.claim_token, row.error = RUNNING, token, None
                 row.claimed_at = row.heartbeat_at = row.started_at = row.updated_at = now
                 row.attempts = (row.attempts or 0) + 1

@@ -21,6 +21,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import httpx
 
@@ -113,6 +114,7 @@ def drift_report(
 
     settings = settings or get_settings()
     if evaluation.baseline_run_id is None:
+        log.info("run %s: no passing baseline run yet, so no Evidently drift report", evaluation.run_id)
         return None
     row = history.get_run(db, evaluation.run_id)
     out = Path(out_dir) if out_dir else settings.reports_dir / _safe(row.pair_name) / f"run-{row.id}"
@@ -125,6 +127,10 @@ def drift_report(
     if verdict is not None:
         history.attach_evidently(db, evaluation.run_id, html_path=verdict.html_path,
                                  json_path=verdict.json_path, verdict=verdict.to_dict())
+    else:
+        log.warning("run %s: Evidently drift report skipped: fewer than two measured prompts in this run or "
+                    "its baseline (run %s); a drift test needs at least two per side",
+                    evaluation.run_id, evaluation.baseline_run_id)
     return verdict
 
 
@@ -170,9 +176,18 @@ def record_and_evaluate(
     champion_version: str | int | None = None, links: dict[str, str] | None = None,
     scope: str | None = None, evidently: bool = True, settings: MonitoringSettings | None = None,
     now: dt.datetime | None = None, client: httpx.Client | None = None,
+    before_alert: Callable[[int, Evaluation, object | None, dict[str, str]], None] | None = None,
+    evidently_dir: str | Path | None = None,
 ) -> MonitoringOutcome:
     """Record ``report`` (upsert on ``key``), evaluate the rules, build the Evidently report, alert.
 
+    The history row, the rules and the alert always happen; the Evidently report and
+    ``before_alert`` (the nightly logs its MLflow run there and adds links) are best-effort: an
+    exception in them is logged with its type and the alert still goes out.
+
+    Args:
+        before_alert: ``f(run_id, evaluation, drift_verdict_or_None, links)``; may add to ``links``.
+        evidently_dir: where the Evidently files go (default: see :func:`drift_report`).
     Returns:
         :class:`MonitoringOutcome`. The Evidently report path is added to ``links``.
     Raises:
@@ -185,10 +200,43 @@ def record_and_evaluate(
     links = dict(links or {})
     if evidently:
         try:
-            drift = drift_report(db, ev, settings=settings)
+            drift = drift_report(db, ev, settings=settings, out_dir=evidently_dir)
         except Exception as exc:  # the report is evidence, not the alert path: never block alerts
-            log.warning("Evidently report for run %s failed: %s: %s", run_id, type(exc).__name__, exc)
+            log.error("Evidently report for run %s failed: %s: %s (the alert still goes out)", run_id,
+                      type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
         if drift is not None:
-            links.setdefault("Evidently report", drift.html_path)
+            links.setdefault("Evidently report", str(drift.html_path))
+    elif ev.baseline_run_id is not None:
+        log.info("run %s: Evidently report skipped (disabled)", run_id)
+    if before_alert is not None:
+        try:
+            before_alert(run_id, ev, drift, links)
+        except Exception as exc:  # noqa: BLE001 (optional step: never blocks the alert)
+            log.error("run %s: %s: %s (the alert still goes out)", run_id, type(exc).__name__, exc,
+                      exc_info=log.isEnabledFor(logging.DEBUG))
     outcome = alert(db, ev, links=links, scope=scope, settings=settings, now=now, client=client)
     return MonitoringOutcome(run_id, ev, drift, outcome, links)
+
+
+def alert_broken(
+    db: Database, pair_name: str, alias: str, message: str, *, version: str | None = None,
+    settings: MonitoringSettings | None = None, now: dt.datetime | None = None,
+    client: httpx.Client | None = None,
+) -> alerts.AlertOutcome:
+    """One alert for a (pair, alias) that could not be validated at all: a broken alias, a pair
+    version or model that no longer exists, a model that does not load, a validation that raised.
+
+    It is an incident of scope ``alias`` like a failing validation (a rule ``reference`` that
+    fires), so it is sent once, reminded daily while it stays broken, and resolved by the next
+    passing validation of that alias.
+
+    Args:
+        message: one line saying what is broken (shown in the alert; no secrets).
+        version: the pair version, when known.
+    """
+    result = rules.RuleResult(rule="reference", scope=rules.OVERALL, status=rules.FIRING, metric="reference",
+                              message=message)
+    ctx = alerts.AlertContext(pair_name=pair_name, pair_version=version or "?", scope=alias, alias=alias,
+                              root_cause_hint="nothing was validated for this alias tonight; fix the reference "
+                                              "in MLflow (aliases, versions, models) or the error above")
+    return alerts.process(db, ctx, [result], settings=settings, now=now, client=client)

@@ -103,7 +103,7 @@ def _fmt_ci(ci: tuple[float, float] | None) -> str:
 
 
 def _below(rule: str, scope: str, g: GroupMetrics, limit: float, min_tokens: int,
-           baseline: float | None, what: str) -> RuleResult:
+           baseline: float | None, what: str, side: str = "upper") -> RuleResult:
     """Shared logic: does the acceptance rate of ``g`` lie credibly below ``limit``?"""
     value, ci, n = _num(g.acceptance_rate), _ci(g.acceptance_rate_ci), int(g.num_draft_tokens or 0)
     base = dict(rule=rule, scope=scope, metric="acceptance_rate", value=value, ci=ci,
@@ -115,12 +115,14 @@ def _below(rule: str, scope: str, g: GroupMetrics, limit: float, min_tokens: int
         return RuleResult(status=INSUFFICIENT, **base, message=(
             f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} on only {n} draft tokens "
             f"(< {min_tokens} needed): not enough evidence"))
+    x = value if side == "point" else (None if ci is None else ci[0] if side == "lower" else ci[1])
+    if x is not None and x < limit:
+        where = "" if side == "point" else f" (CI {side} end below it)"
+        return RuleResult(status=FIRING, **base, message=(
+            f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} below {what} {limit:.3f}{where}"))
     if value >= limit:
         return RuleResult(status=OK, **base, message=(
             f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} >= {what} {limit:.3f}"))
-    if ci is not None and ci[1] < limit:
-        return RuleResult(status=FIRING, **base, message=(
-            f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} below {what} {limit:.3f}"))
     why = "CI too wide" if ci is not None else "no CI available"
     return RuleResult(status=INSUFFICIENT, **base, message=(
         f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} below {what} {limit:.3f}, "
@@ -131,10 +133,10 @@ def absolute_rules(current: GroupMetrics, categories: Mapping[str, GroupMetrics]
                    settings: RuleSettings) -> list[RuleResult]:
     """The absolute-threshold rule overall and for each category of the current run."""
     out = [_below("absolute", OVERALL, current, settings.threshold_for(None),
-                  settings.min_draft_tokens, None, "threshold")]
+                  settings.min_draft_tokens, None, "threshold", settings.alert_side)]
     for name in sorted(categories):
         out.append(_below("absolute", name, categories[name], settings.threshold_for(name),
-                          settings.min_category_draft_tokens, None, "threshold"))
+                          settings.min_category_draft_tokens, None, "threshold", settings.alert_side))
     return out
 
 
@@ -357,3 +359,18 @@ def root_cause_hint(current, baseline) -> str:
     if h:
         hint += f"; the held-out set also changed ({baseline.heldout_version} -> {current.heldout_version})"
     return hint
+
+
+def change_since_baseline(results: Iterable[RuleResult]) -> str | None:
+    """``"Since baseline: acceptance 0.962 -> 0.231, speedup 1.21x -> 0.62x"`` from the relative
+    and speed rule results (each carries the baseline value and the current one); ``None`` when
+    neither has a baseline."""
+    results = list(results)
+    parts = []
+    rel = next((r for r in results if r.rule == "relative" and r.scope == "overall"), None)
+    if rel is not None and rel.baseline is not None and rel.value is not None:
+        parts.append(f"acceptance {rel.baseline:.3f} -> {rel.value:.3f}")
+    sp = next((r for r in results if r.rule == "speed"), None)
+    if sp is not None and sp.baseline is not None and sp.value is not None:
+        parts.append(f"speedup {sp.baseline:.2f}x -> {sp.value:.2f}x")
+    return "Since baseline: " + ", ".join(parts) if parts else None

@@ -14,27 +14,37 @@ Environment variables (all optional):
   ... (see :class:`RuleSettings`).
 - ``SPECDEC_DELIVERY__MAX_ATTEMPTS=4``, ``SPECDEC_DELIVERY__BACKOFF_INITIAL_S=1`` ... (see
   :class:`DeliverySettings`).
-- ``SPECDEC_REMINDER_INTERVAL_HOURS=24``, ``SPECDEC_CLAIM_STALE_AFTER_S=21600``.
+- ``SPECDEC_REMINDER_INTERVAL_HOURS=24``, ``SPECDEC_CLAIM_STALE_AFTER_S=600`` (a running claim whose
+  heartbeat, refreshed every tenth of this while a nightly works, is older is taken over; a claim
+  of a dead process on the same host is taken over at once, see :mod:`flows.recovery`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from monitoring.redact import redact_url
+from specdec.policy import AcceptancePolicy, get_policy
 
 
 class RuleSettings(BaseModel):
     """Thresholds of the drift rules (:mod:`monitoring.rules`). Rates are probabilities in [0, 1].
 
+    The defaults come from the acceptance policy (:class:`specdec.policy.AcceptancePolicy`,
+    ``SPECDEC_POLICY__*``), which the promotion gate, the plots and the Evidently report read too;
+    ``SPECDEC_RULES__ABSOLUTE_THRESHOLD`` is an older name for ``SPECDEC_POLICY__THRESHOLD``.
+
     Attributes:
-        absolute_threshold: pooled acceptance rate below which a pair is unhealthy (0.40).
-        min_draft_tokens: draft tokens needed before the absolute rule may fire overall (200).
+        absolute_threshold: pooled acceptance rate below which a pair is unhealthy (policy, 0.40).
+        min_draft_tokens: draft tokens needed before the absolute rule may fire overall (policy, 200).
+        alert_side: which end of the 95% CI must be below the threshold to fire (policy, ``upper``).
         category_thresholds: per-category acceptance thresholds; categories not listed use
             ``absolute_threshold``.
         min_category_draft_tokens: draft tokens a category needs before its rule may fire (100).
@@ -55,8 +65,9 @@ class RuleSettings(BaseModel):
         speed_severity: severity of the speed rule (``warning``).
     """
 
-    absolute_threshold: float = Field(0.40, ge=0.0, le=1.0)
-    min_draft_tokens: int = Field(200, ge=0)
+    absolute_threshold: float = Field(default_factory=lambda: get_policy().threshold, ge=0.0, le=1.0)
+    min_draft_tokens: int = Field(default_factory=lambda: get_policy().min_draft_tokens, ge=0)
+    alert_side: Literal["lower", "point", "upper"] = Field(default_factory=lambda: get_policy().alert_side)
     category_thresholds: dict[str, float] = Field(default_factory=dict)
     min_category_draft_tokens: int = Field(100, ge=0)
     relative_drop: float = Field(0.15, gt=0.0, lt=1.0)
@@ -68,6 +79,14 @@ class RuleSettings(BaseModel):
     speed_min_prompts: int = Field(5, ge=2)
     speed_max_load_per_cpu: float = Field(1.25, gt=0.0)
     speed_severity: Literal["info", "warning", "critical"] = "warning"
+
+    def policy(self) -> AcceptancePolicy:
+        """The acceptance policy these rules apply (:mod:`specdec.policy`; threshold, alert side and
+        minimum evidence as set here, the rest from ``SPECDEC_POLICY__*``)."""
+        base = get_policy()
+        return AcceptancePolicy(threshold=self.absolute_threshold, estimator=base.estimator,
+                                alert_side=self.alert_side, gate_side=base.gate_side,
+                                min_draft_tokens=self.min_draft_tokens, min_prompts=base.min_prompts)
 
     def threshold_for(self, category: str | None) -> float:
         """The absolute threshold for ``category`` (``None`` = overall)."""
@@ -85,14 +104,64 @@ class DeliverySettings(BaseModel):
             (connection errors, timeouts, HTTP 5xx and 429) are retried.
         backoff_initial_s / backoff_max_s: exponential backoff between attempts, in seconds.
         sending_stale_after_s: a delivery left in ``sending`` by a crashed process is retried after
-            this many seconds (the receiver can de-duplicate with the ``Idempotency-Key`` header).
+            this many seconds; ``None`` (default) = :attr:`max_send_s` + 30 s, the longest a live
+            sender can still be working on it. The retry counts as the one allowed duplicate
+            (receivers can drop it by its ``Idempotency-Key`` header).
     """
 
     timeout_s: float = Field(10.0, gt=0)
     max_attempts: int = Field(4, ge=1)
     backoff_initial_s: float = Field(1.0, ge=0)
     backoff_max_s: float = Field(30.0, ge=0)
-    sending_stale_after_s: float = Field(600.0, ge=0)
+    sending_stale_after_s: float | None = Field(None, ge=0)
+
+    @property
+    def max_send_s(self) -> float:
+        """Worst-case seconds one :func:`monitoring.channels.send` can take: every attempt timing
+        out plus the longest wait between attempts (a Retry-After is honoured up to
+        ``backoff_max_s``, longer ones are left for the next run)."""
+        return self.max_attempts * self.timeout_s + (self.max_attempts - 1) * self.backoff_max_s
+
+    @property
+    def stale_sending_s(self) -> float:
+        """Seconds after which a row left ``sending`` is taken over (see ``sending_stale_after_s``)."""
+        if self.sending_stale_after_s is not None:
+            return self.sending_stale_after_s
+        return self.max_send_s + 30.0
+
+
+_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$|^\[[0-9A-Fa-f:.]+\]$")
+
+
+def url_problem(raw: str) -> str | None:
+    """Why ``raw`` is not a usable http(s) URL, or ``None``. The reason never contains the URL.
+
+    Checks: no whitespace or control characters, a host name (or IP literal) made of valid
+    characters, a port in 1..65535, and that httpx accepts it.
+    """
+    import httpx
+
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in raw):
+        return "it contains whitespace or control characters"
+    try:
+        parts = urlsplit(raw)
+        port = parts.port  # ValueError when out of range or not a number
+    except ValueError as e:
+        return f"invalid host or port ({str(e).split(':')[0]})"
+    netloc_host = parts.netloc.rsplit("@", 1)[-1]
+    if netloc_host.startswith("["):
+        netloc_host = netloc_host[: netloc_host.find("]") + 1]
+    else:
+        netloc_host = netloc_host.split(":", 1)[0]
+    if not parts.hostname or not _HOST.match(netloc_host):
+        return "no valid host name"
+    if port is not None and not 0 < port < 65536:
+        return "port out of range"
+    try:
+        httpx.URL(raw)
+    except Exception as e:  # httpx.InvalidURL and friends
+        return f"{type(e).__name__}"
+    return None
 
 
 class ChannelConfig(BaseModel):
@@ -118,6 +187,9 @@ class ChannelConfig(BaseModel):
         raw = v.get_secret_value()
         if not raw.startswith(("http://", "https://")):
             raise ValueError(f"alert channel URL must be http(s), got {redact_url(raw)}")
+        problem = url_problem(raw)
+        if problem:  # refused here, at settings load, not at send time in the middle of a night
+            raise ValueError(f"alert channel URL cannot be parsed: {problem}")
         return v
 
     @property
@@ -152,7 +224,7 @@ class MonitoringSettings(BaseSettings):
     rules: RuleSettings = Field(default_factory=RuleSettings)
     delivery: DeliverySettings = Field(default_factory=DeliverySettings)
     reminder_interval_hours: float = Field(24.0, gt=0)
-    claim_stale_after_s: float = Field(6 * 3600.0, gt=0)
+    claim_stale_after_s: float = Field(600.0, gt=0)
 
     @model_validator(mode="after")
     def _resolve(self) -> "MonitoringSettings":

@@ -17,6 +17,17 @@ from typing import Any, Iterable
 from specdec.validation.report import GroupMetrics, PromptResult, ValidationReport
 
 
+@dataclass(frozen=True)
+class Reply:
+    """A scripted answer: ``status`` with extra ``headers`` (e.g. ``{"Retry-After": "1"}``), sent
+    after ``delay_s`` seconds (a delay longer than the client's timeout is a receiver that hangs:
+    the request arrived and was recorded, the answer never reaches the client in time)."""
+
+    status: int = 200
+    headers: tuple[tuple[str, str], ...] = ()
+    delay_s: float = 0.0
+
+
 @dataclass
 class ReceivedRequest:
     """One POST the receiver got, and the status it answered."""
@@ -31,18 +42,21 @@ class WebhookReceiver:
     """A real webhook endpoint on ``127.0.0.1`` (threaded), for tests and the demo.
 
     Args:
-        statuses: statuses to answer, in order, before falling back to ``default_status``.
+        statuses: statuses (ints or :class:`Reply`) to answer, in order, before falling back to
+            ``default_status``.
         default_status: status once the script is exhausted (200).
         port: 0 for an ephemeral port, or a fixed one (e.g. to come back up where a run failed).
     Use as a context manager; ``url(path)`` gives the endpoint, ``requests`` what arrived,
     ``accepted`` the bodies answered 2xx.
     """
 
-    def __init__(self, statuses: Iterable[int] = (), default_status: int = 200, port: int = 0) -> None:
+    def __init__(self, statuses: Iterable[int | Reply] = (), default_status: int | Reply = 200,
+                 port: int = 0) -> None:
         self._script = list(statuses)
         self.default_status = default_status
         self.requests: list[ReceivedRequest] = []
         self._lock = threading.Lock()
+        self._stop = threading.Event()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -53,14 +67,23 @@ class WebhookReceiver:
                 except ValueError:
                     body = raw.decode("utf-8", "replace")
                 with receiver._lock:
-                    status = receiver._script.pop(0) if receiver._script else receiver.default_status
+                    reply = receiver._script.pop(0) if receiver._script else receiver.default_status
+                    reply = reply if isinstance(reply, Reply) else Reply(int(reply))
+                    status = reply.status
                     receiver.requests.append(ReceivedRequest(self.path, dict(self.headers), body, status))
+                if reply.delay_s:
+                    receiver._stop.wait(reply.delay_s)
                 payload = b"ok" if status < 400 else b"error"
                 self.send_response(status)
+                for name, value in reply.headers:
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
-                self.wfile.write(payload)
+                try:
+                    self.wfile.write(payload)
+                except OSError:  # the client gave up (timeout) before the answer
+                    pass
 
             def log_message(self, *args) -> None:  # keep test output (and URLs) quiet
                 pass
@@ -75,7 +98,7 @@ class WebhookReceiver:
         """The endpoint URL for ``path``."""
         return f"http://127.0.0.1:{self.port}{path}"
 
-    def script(self, statuses: Iterable[int]) -> None:
+    def script(self, statuses: Iterable[int | Reply]) -> None:
         """Queue statuses to answer next."""
         with self._lock:
             self._script.extend(statuses)
@@ -94,6 +117,7 @@ class WebhookReceiver:
 
     def stop(self) -> None:
         """Stop serving and release the port."""
+        self._stop.set()  # release handlers that are hanging on purpose
         if self._thread is not None:
             self.server.shutdown()
             self._thread.join(5)
@@ -182,4 +206,4 @@ def make_report(
     )
 
 
-__all__ = ["WebhookReceiver", "ReceivedRequest", "free_port", "make_report"]
+__all__ = ["WebhookReceiver", "ReceivedRequest", "Reply", "free_port", "make_report"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -106,6 +106,8 @@ def register_cmd(
     if dref is not None:
         out.print(f"  draft   {dref.uri}{'  (reused)' if dref.reused else ''}  weights {dref.weights_sha256[:12]}", highlight=False)
     out.print(f"  drafter {kind}  {config.describe()}", highlight=False)
+    for note in (pv.compatibility or {}).get("notes", []):
+        out.print(f"  [yellow]note:[/] {note}", highlight=False)
 
 
 @pair_app.command("list")
@@ -113,7 +115,7 @@ def list_cmd(
     name: Annotated[str | None, typer.Argument(help="Pair registered model (default specdec-pair).")] = None,
     tracking_uri: TrackingOpt = None,
 ) -> None:
-    """List pair versions with aliases, lineage and last validation."""
+    """List pair versions with aliases, lineage, last validation and the one-line description."""
     _quiet_mlflow()
     from registry.pairs import list_pair_versions
 
@@ -123,19 +125,19 @@ def list_cmd(
         _fail(str(e))
     pair = versions[0].name if versions else (name or "")
     table = Table(title=f"{pair} versions", show_lines=False)
-    for col in ("version", "aliases", "drafter", "target", "draft", "config", "changed", "validation", "validated at"):
+    for col in ("version", "aliases", "drafter", "target", "draft", "config", "changed", "validation", "description"):
         table.add_column(col, overflow="fold")
     for pv in versions:
         tg = pv.tags
         status = tg.get("validation_status", "never")
         color = {"passed": "green", "failed": "red"}.get(status, "yellow")
-        acc, low = tg.get("validation.acceptance_rate"), tg.get("validation.acceptance_rate_ci_low")
-        shown = f"[{color}]{status}[/]" + (f" α={float(acc):.3f}" if acc else "") + (f" (CI low {float(low):.3f})" if low else "")
+        acc = tg.get("acceptance_rate", tg.get("validation.acceptance_rate"))
+        shown = f"[{color}]{status}[/]" + (f" acceptance {float(acc):.3f}" if acc else "")
         cfg = pv.config
         table.add_row(pv.version, " ".join("@" + a for a in pv.aliases), pv.drafter_kind,
                       pv.target_uri.removeprefix("models:/"), (pv.draft_uri or "-").removeprefix("models:/"),
                       f"k={cfg.num_speculative_tokens} T={cfg.sampling.temperature:g}", pv.changed, shown,
-                      tg.get("validation.time", "-").replace("+00:00", "Z"))
+                      pv.description or "-")
     _out().print(table)
 
 
@@ -182,8 +184,9 @@ def show_cmd(
             if k in m:
                 rows.append((f"  {k}", f"{m[k]:.4f}"))
     for k, v in sorted(pv.tags.items()):
-        if k.startswith("promotion."):
+        if k == "promotion" or k.startswith("promotion."):
             rows.append((k, v))
+    rows.append(("description", pv.description or "-"))
     for k, v in rows:
         table.add_row(k, v)
     _out().print(table)
@@ -197,7 +200,8 @@ def promote_cmd(
     force: Annotated[bool, typer.Option("--force", help="Move the alias even if the gate fails (needs --reason).")] = False,
     reason: Annotated[str | None, typer.Option(help="Why (required with --force; recorded in tags).")] = None,
     actor: Annotated[str | None, typer.Option(help="Who (default: the OS user).")] = None,
-    min_acceptance_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Gate: acceptance-rate CI lower bound.")] = 0.40,
+    min_acceptance_rate: Annotated[float | None, typer.Option(
+        min=0.0, max=1.0, help="Gate threshold (default: the acceptance policy, SPECDEC_POLICY__THRESHOLD, 0.40).")] = None,
     min_predicted_speedup: Annotated[float | None, typer.Option(help="Gate: minimum predicted speedup (off by default).")] = None,
     tracking_uri: TrackingOpt = None,
 ) -> None:
@@ -207,7 +211,9 @@ def promote_cmd(
     from registry.gate import GateConfig
     from registry.promotion import promote
 
-    gate = GateConfig(min_acceptance_rate=min_acceptance_rate, min_predicted_speedup=min_predicted_speedup)
+    gate = GateConfig(min_predicted_speedup=min_predicted_speedup)
+    if min_acceptance_rate is not None:
+        gate = GateConfig(min_acceptance_rate=min_acceptance_rate, min_predicted_speedup=min_predicted_speedup)
     try:
         res = promote(name, version, alias, force=force, reason=reason, actor=actor, gate=gate, tracking_uri=tracking_uri)
     except PromotionRefused as e:

@@ -10,14 +10,20 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
+from specdec.policy import get_policy
+
 
 @dataclass(frozen=True)
 class GateConfig:
     """Promotion criteria (issue 4, section 2).
 
+    Defaults come from the acceptance policy (:class:`specdec.policy.AcceptancePolicy`,
+    ``SPECDEC_POLICY__*``), the same one the drift rules, plots and Evidently report read.
+
     Attributes:
-        min_acceptance_rate: the lower bound of the acceptance rate's 95% CI (metric
-            ``acceptance_rate_ci_low``) must be at least this (probability in [0, 1]; default 0.40).
+        min_acceptance_rate: the ``gate_side`` end of the acceptance rate's 95% CI (default the
+            lower end, metric ``acceptance_rate_ci_low``) must be at least this (policy threshold).
+        gate_side: ``lower`` | ``point`` | ``upper`` (policy).
         require_exactness_clean: the greedy exactness audit must report 0 mismatches
             (metric ``exactness_mismatches``). An audit that did not run (sampling) counts as clean.
         min_predicted_speedup: if set, metric ``predicted_speedup`` must be at least this. Off by
@@ -31,12 +37,13 @@ class GateConfig:
             it names the candidate that the nightly job validates next.
     """
 
-    min_acceptance_rate: float = 0.40
+    min_acceptance_rate: float = field(default_factory=lambda: get_policy().threshold)
     require_exactness_clean: bool = True
     min_predicted_speedup: float | None = None
     require_matching_config: bool = True
-    min_num_prompts: int = 5
-    min_draft_tokens: int = 100
+    min_num_prompts: int = field(default_factory=lambda: get_policy().min_prompts)
+    min_draft_tokens: int = field(default_factory=lambda: get_policy().min_draft_tokens)
+    gate_side: str = field(default_factory=lambda: get_policy().gate_side)
     gated_aliases: tuple[str, ...] = ("champion",)
 
     def to_dict(self) -> dict[str, Any]:
@@ -77,7 +84,7 @@ def _num(metrics: Mapping[str, Any], key: str) -> float | None:
     return None if math.isnan(f) else f
 
 
-def evaluate_gate(metrics: Mapping[str, Any], gate: GateConfig = GateConfig(), run_id: str | None = None) -> GateResult:
+def evaluate_gate(metrics: Mapping[str, Any], gate: GateConfig | None = None, run_id: str | None = None) -> GateResult:
     """Judge one validation's metrics against ``gate``.
 
     Args:
@@ -89,19 +96,22 @@ def evaluate_gate(metrics: Mapping[str, Any], gate: GateConfig = GateConfig(), r
     Returns:
         :class:`GateResult` with every failed criterion listed in ``reasons``.
     """
+    gate = gate or GateConfig()
     reasons: list[str] = []
     seen: dict[str, float] = {}
-    ci_low = _num(metrics, "acceptance_rate_ci_low")
+    key, what = {"lower": ("acceptance_rate_ci_low", "CI lower bound"), "point": ("acceptance_rate", "point estimate"),
+                 "upper": ("acceptance_rate_ci_high", "CI upper bound")}[gate.gate_side]
+    ci_low = _num(metrics, key)
     rate = _num(metrics, "acceptance_rate")
     if rate is not None:
         seen["acceptance_rate"] = rate
     if ci_low is None:
-        reasons.append("acceptance rate CI lower bound is missing (no drafted tokens, or CI not computed)")
+        reasons.append(f"acceptance rate {what} is missing (no drafted tokens, or CI not computed)")
     else:
-        seen["acceptance_rate_ci_low"] = ci_low
+        seen[key] = ci_low
         if ci_low < gate.min_acceptance_rate:
-            shown = f" (point estimate {rate:.3f})" if rate is not None else ""
-            reasons.append(f"acceptance rate CI lower bound {ci_low:.3f} < {gate.min_acceptance_rate:.2f}{shown}")
+            shown = f" (point estimate {rate:.3f})" if rate is not None and key != "acceptance_rate" else ""
+            reasons.append(f"acceptance rate {what} {ci_low:.3f} < {gate.min_acceptance_rate:.2f}{shown}")
     if gate.require_exactness_clean:
         mism = _num(metrics, "exactness_mismatches")
         if mism is not None:

@@ -151,6 +151,7 @@ def _find_existing(client, name: str, weights: str, source_kind: str):
 
 
 def ensure_registered_model(client, name: str, description: str) -> None:
+    """Create the registered model ``name`` (with ``description``) unless it exists; never fails if it does."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -335,6 +336,11 @@ def get_model_version(uri_or_name: str, version: str | int | None = None, *,
 
 
 def client_get_model_version(client, uri_or_name: str, version: str | int | None = None) -> ModelVersionRef:
+    """:func:`get_model_version` with an existing ``MlflowClient``.
+
+    Raises:
+        ModelNotFound: no such model version.
+    """
     from mlflow.exceptions import MlflowException
 
     if uri_or_name.startswith("models:/"):
@@ -372,6 +378,7 @@ def download_model_version(ref: ModelVersionRef, *, dst: str | Path | None = Non
 
 
 def client_download_model_version(client, ref: ModelVersionRef, dst: str | Path | None = None) -> Path:
+    """:func:`download_model_version` with an existing ``MlflowClient``: the local directory of the artifacts."""
     import shutil
 
     target = Path(dst) if dst else get_settings().cache_dir / ref.name / f"{ref.version}-{ref.weights_sha256[:12]}"  # type: ignore[operator]

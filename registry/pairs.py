@@ -5,12 +5,11 @@ Each pair version's artifact is ``pair.json``: the exact target and draft model 
 compatibility-check result, and ``changed``: which side differs from the previous pair version
 (``initial | target | draft | both | config | none``), decided by comparing weight/tokenizer hashes.
 
-Pair version tags (strings; visible in the MLflow UI's version list): ``target``, ``draft``
-(``none`` for ngram), ``drafter_kind``, ``changed``, ``config_changed``, ``previous_version``,
-``target.weights_sha256``, ``target.tokenizer_sha256``, ``draft.weights_sha256``,
-``draft.tokenizer_sha256``, ``config_sha256``, ``num_speculative_tokens``, ``temperature``, ``top_k``,
-``top_p``, ``max_new_tokens``, ``compatible``, ``compatibility`` (JSON). Validation adds
-``validation_status`` and ``validation.*`` (see :mod:`registry.runs`); promotion adds ``promotion.*``.
+Registration tags, all kept in ``pair.json`` (``"tags"``): ``target``, ``draft`` (``none`` for ngram),
+``drafter_kind``, ``changed``, ``config_changed``, ``previous_version``, ``target.weights_sha256``,
+``target.tokenizer_sha256``, ``draft.weights_sha256``, ``draft.tokenizer_sha256``, ``config_sha256``,
+``num_speculative_tokens``, ``temperature``, ``top_k``, ``top_p``, ``max_new_tokens``, ``compatible``,
+``compatibility`` (JSON). The version shows a few (:mod:`registry.describe`) and a one-line description.
 
 Registering an identical pair (same target version, draft version, drafter kind and config) returns the
 existing version.
@@ -25,16 +24,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from registry.changes import compute_changed, same_config
+from registry.describe import registration_description, select_registration_tags
 from registry.errors import AliasNotFound, PairNotFound
-from specdec.core.config import SpeculativeConfig
 from registry.models import (
-    ModelVersionRef, client_download_model_version, ensure_registered_model, client_get_model_version, canonical_json,
-    download_version_artifacts,
-    sha256_text, validate_name,
+    ModelVersionRef,
+    canonical_json,
+    client_download_model_version,
+    client_get_model_version,
+    validate_name,
 )
-from registry.settings import REGISTRY_EXPERIMENT, get_client, get_or_create_experiment, get_settings, mlflow_errors
+from registry.pairfile import PAIR_FILE, full_tags, read_pair_doc
+from registry.settings import get_client, get_settings, mlflow_errors
+from specdec.core.config import SpeculativeConfig
 
-PAIR_FILE = "pair.json"
 PAIR_SCHEMA_VERSION = 1
 DRAFTER_KINDS = ("model", "ngram", "derived:int8", "derived:int4", "derived:bf16", "derived:fp8")
 CHANGED_VALUES = ("initial", "target", "draft", "both", "config", "none")
@@ -56,11 +59,13 @@ class PairVersion:
         recipe: the derived-draft recipe (``DerivedDraftRecipe.to_dict()``) for ``derived:*``, else None.
         target_source / draft_source: the models' ``source`` dicts.
         aliases: aliases pointing at this version, read from MLflow now.
-        tags: all current version tags (validation_status, promotion.*, ...).
+        tags: every tag: the registration tags kept in ``pair.json`` overlaid with the version's current
+            MLflow tags (validation_status, acceptance_rate, promotion, ...; :mod:`registry.describe`).
         target_path / draft_path: local artifact directories (downloaded when requested), else None.
             For ``derived:*`` the draft directory holds ``recipe.json``: re-derive the draft with
             ``specdec.models.derived.derive_draft(target_model, DerivedDraftRecipe.from_dict(pv.recipe))``.
         reused: True when :func:`register_pair` found an identical existing version.
+        description: the version's one-line description (:mod:`registry.describe`).
     """
 
     name: str
@@ -86,6 +91,7 @@ class PairVersion:
     target_path: Path | None = None
     draft_path: Path | None = None
     reused: bool = False
+    description: str | None = None
 
     @property
     def uri(self) -> str:
@@ -121,59 +127,6 @@ def compatibility_to_dict(result: Any) -> dict[str, Any]:
     if is_dataclass(result):
         return asdict(result)
     return {k: v for k, v in vars(result).items() if not k.startswith("_")}
-
-
-def _draft_identity(kind: str, weights: str | None, tok: str | None) -> tuple[str, str, str]:
-    return (kind if kind == "ngram" else "model-or-derived", weights or "", tok or "")
-
-
-def compute_changed(prev_tags: dict[str, str] | None, new_tags: dict[str, str]) -> tuple[str, bool]:
-    """Which side of the pair changed between two pair versions' tags.
-
-    Compares ``target.weights_sha256`` + ``target.tokenizer_sha256`` (target side), the drafter kind's
-    family (ngram vs model) + ``draft.weights_sha256`` + ``draft.tokenizer_sha256`` (draft side; for a
-    derived draft the weights hash is the derivation identity, so re-deriving from a new target changes
-    it) and the decoding config (decoded from the tags, so versions tagged before k was renamed compare
-    equal when their values are).
-
-    Returns:
-        ``(changed, config_changed)`` with ``changed`` in ``initial | target | draft | both | config | none``.
-    """
-    if not prev_tags:
-        return "initial", False
-    t = (prev_tags.get("target.weights_sha256"), prev_tags.get("target.tokenizer_sha256")) != (
-        new_tags.get("target.weights_sha256"), new_tags.get("target.tokenizer_sha256"))
-    pd = _draft_identity(prev_tags.get("drafter_kind", ""), prev_tags.get("draft.weights_sha256"), prev_tags.get("draft.tokenizer_sha256"))
-    nd = _draft_identity(new_tags.get("drafter_kind", ""), new_tags.get("draft.weights_sha256"), new_tags.get("draft.tokenizer_sha256"))
-    d = pd != nd
-    c = not same_config(prev_tags, new_tags)
-    if t and d:
-        return "both", c
-    if t:
-        return "target", c
-    if d:
-        return "draft", c
-    return ("config" if c else "none"), c
-
-
-def config_of(tags: dict[str, str]) -> SpeculativeConfig | None:
-    """The decoding config recorded in a pair version's tags, or None when they hold none."""
-    try:
-        return SpeculativeConfig.from_tags(tags)
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def same_config(a: dict[str, str], b: dict[str, str]) -> bool:
-    """Whether two pair versions' tags record the same decoding config.
-
-    Compares the decoded configs when both tag sets hold one (so a version tagged before k was
-    renamed equals one tagged after), else the ``config_sha256`` tags.
-    """
-    ca, cb = config_of(a), config_of(b)
-    if ca is not None and cb is not None:
-        return ca == cb
-    return a.get("config_sha256") == b.get("config_sha256")
 
 
 def _resolve_model(client, ref: ModelVersionRef | str) -> ModelVersionRef:
@@ -227,52 +180,54 @@ def register_pair(
     uri = client.tracking_uri
     with mlflow_errors(uri):
         t = _resolve_model(client, target)
-        dr = _resolve_model(client, draft) if draft is not None else None
-        if dr is not None:
-            is_derived = dr.artifact == "derived-recipe"
+        draft_ref = _resolve_model(client, draft) if draft is not None else None
+        if draft_ref is not None:
+            is_derived = draft_ref.artifact == "derived-recipe"
             if drafter_kind.startswith("derived:"):
                 want = drafter_kind.split(":", 1)[1]
-                if not is_derived or (dr.recipe or {}).get("kind") != want:
+                if not is_derived or (draft_ref.recipe or {}).get("kind") != want:
                     raise ValueError(f"drafter kind {drafter_kind} needs a draft registered with register_derived_draft(kind={want!r}); "
-                                     f"{dr.uri} is a {dr.artifact} ({(dr.recipe or {}).get('kind', 'no recipe')})")
+                                     f"{draft_ref.uri} is a {draft_ref.artifact} ({(draft_ref.recipe or {}).get('kind', 'no recipe')})")
             elif is_derived:
-                raise ValueError(f"{dr.uri} is a derived-recipe draft: use drafter kind derived:{(dr.recipe or {}).get('kind')}")
+                raise ValueError(f"{draft_ref.uri} is a derived-recipe draft: use drafter kind derived:{(draft_ref.recipe or {}).get('kind')}")
         compat = compatibility_to_dict(compatibility)
         if compat.get("compatible") is False:
             raise ValueError("refusing to register an incompatible pair: " + "; ".join(map(str, compat.get("problems") or ["compatible=False"])))
         cfg = config.to_dict()
         tags = {
-            "target": t.uri, "draft": dr.uri if dr else "none", "drafter_kind": drafter_kind,
+            "target": t.uri, "draft": draft_ref.uri if draft_ref else "none", "drafter_kind": drafter_kind,
             "target.weights_sha256": t.weights_sha256, "target.tokenizer_sha256": t.tokenizer_sha256,
-            "draft.weights_sha256": dr.weights_sha256 if dr else "none",
-            "draft.tokenizer_sha256": dr.tokenizer_sha256 if dr else "none",
+            "draft.weights_sha256": draft_ref.weights_sha256 if draft_ref else "none",
+            "draft.tokenizer_sha256": draft_ref.tokenizer_sha256 if draft_ref else "none",
             "config_sha256": config.sha256(), **config.to_tags(),
             "compatible": _optional(compat.get("compatible", True if compat else None)).lower(),
             "compatibility": canonical_json(compat)[:5000],
         }
-        if dr is not None and dr.derived_from:
-            tags["draft.derived_from"] = dr.derived_from
+        if draft_ref is not None and draft_ref.derived_from:
+            tags["draft.derived_from"] = draft_ref.derived_from
         existing = _pair_versions(client, name)
         for mv in existing:
             mt = mv.tags or {}
-            if all(mt.get(k) == tags[k] for k in ("target", "draft", "drafter_kind")) and same_config(mt, tags):
+            if all(mt.get(k) == tags[k] for k in ("target", "draft", "drafter_kind")) and \
+                    same_config(full_tags(client, mv), tags):
                 pv = _pair_from_artifact(client, mv)
                 pv.reused = True
                 return pv
         prev = max(existing, key=lambda mv: int(mv.version)) if existing else None
-        changed, config_changed = compute_changed(dict(prev.tags or {}) if prev else None, tags)
+        changed, config_changed = compute_changed(full_tags(client, prev) if prev else None, tags)
         tags.update(changed=changed, config_changed=str(config_changed).lower(),
                     previous_version=str(prev.version) if prev else "none")
         doc = {
             "schema_version": PAIR_SCHEMA_VERSION, "name": name, "drafter_kind": drafter_kind,
             "target": {"uri": t.uri, "weights_sha256": t.weights_sha256, "tokenizer_sha256": t.tokenizer_sha256, "source": t.source},
-            "draft": None if dr is None else {"uri": dr.uri, "weights_sha256": dr.weights_sha256,
-                                              "tokenizer_sha256": dr.tokenizer_sha256, "source": dr.source,
-                                              "derived_from": dr.derived_from},
-            "recipe": dr.recipe if dr is not None else None,
+            "draft": None if draft_ref is None else {"uri": draft_ref.uri, "weights_sha256": draft_ref.weights_sha256,
+                                              "tokenizer_sha256": draft_ref.tokenizer_sha256, "source": draft_ref.source,
+                                              "derived_from": draft_ref.derived_from},
+            "recipe": draft_ref.recipe if draft_ref is not None else None,
             "config": cfg, "compatibility": compat, "changed": changed, "config_changed": config_changed,
             "previous_version": str(prev.version) if prev else None,
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "tags": tags, "description": description,
         }
         mv = _log_pair(client, name, doc, tags, description)
         return _from_doc(mv, doc, aliases=[])
@@ -287,7 +242,8 @@ def _log_pair(client, name: str, doc: dict[str, Any], tags: dict[str, str], desc
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / PAIR_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True))
         return log_and_register(
-            client, name, Path(tmp), tags, params, "specdec-pair", description,
+            client, name, Path(tmp), select_registration_tags(tags), params, "specdec-pair",
+            registration_description(doc),
             run_tags={"specdec.pair": name, "specdec.kind": "pair"},
             model_description="specdec draft/target pairs: each version is a pair.json referencing exact "
                               "target/draft model versions and the decoding config")
@@ -302,24 +258,25 @@ def _aliases(client, name: str) -> dict[str, str]:
 
 
 def _from_doc(mv, doc: dict[str, Any], aliases: list[str], reused: bool = False) -> PairVersion:
-    t, dr = doc["target"], doc.get("draft")
+    target_doc, draft_doc = doc["target"], doc.get("draft")
     return PairVersion(
         name=mv.name, version=str(mv.version), drafter_kind=doc["drafter_kind"],
-        target_uri=t["uri"], draft_uri=dr["uri"] if dr else None,
-        target_weights_sha256=t["weights_sha256"], target_tokenizer_sha256=t["tokenizer_sha256"],
-        draft_weights_sha256=dr["weights_sha256"] if dr else None,
-        draft_tokenizer_sha256=dr["tokenizer_sha256"] if dr else None,
+        target_uri=target_doc["uri"], draft_uri=draft_doc["uri"] if draft_doc else None,
+        target_weights_sha256=target_doc["weights_sha256"], target_tokenizer_sha256=target_doc["tokenizer_sha256"],
+        draft_weights_sha256=draft_doc["weights_sha256"] if draft_doc else None,
+        draft_tokenizer_sha256=draft_doc["tokenizer_sha256"] if draft_doc else None,
         config=SpeculativeConfig.from_dict(doc["config"]), compatibility=doc.get("compatibility") or {},
         changed=doc.get("changed", "initial"), config_changed=bool(doc.get("config_changed", False)),
         previous_version=doc.get("previous_version"), recipe=doc.get("recipe"),
-        target_source=t.get("source") or {}, draft_source=dr.get("source") if dr else None,
-        aliases=aliases, tags=dict(mv.tags or {}), created_at=doc.get("created_at"), reused=reused,
+        target_source=target_doc.get("source") or {}, draft_source=draft_doc.get("source") if draft_doc else None,
+        aliases=aliases, tags={**(doc.get("tags") or {}), **dict(mv.tags or {})}, created_at=doc.get("created_at"),
+        reused=reused, description=mv.description,
     )
 
 
 def _from_mv(client, mv, reused: bool = False, aliases: list[str] | None = None) -> PairVersion:
-    """Build a PairVersion from tags only (no artifact download): used for listings."""
-    tg = dict(mv.tags or {})
+    """Build a PairVersion from its registration tags (``pair.json``) and current tags: used for listings."""
+    tg = full_tags(client, mv)
     none = lambda v: None if v in (None, "none") else v  # noqa: E731
     try:
         compat = json.loads(tg.get("compatibility", "{}"))
@@ -334,7 +291,7 @@ def _from_mv(client, mv, reused: bool = False, aliases: list[str] | None = None)
         draft_weights_sha256=none(tg.get("draft.weights_sha256")), draft_tokenizer_sha256=none(tg.get("draft.tokenizer_sha256")),
         config=SpeculativeConfig.from_tags(tg), compatibility=compat, changed=tg.get("changed", ""),
         config_changed=tg.get("config_changed") == "true", previous_version=none(tg.get("previous_version")),
-        aliases=aliases, tags=tg, reused=reused,
+        aliases=aliases, tags=tg, reused=reused, description=mv.description,
         created_at=datetime.fromtimestamp(mv.creation_timestamp / 1000, timezone.utc).isoformat(timespec="seconds"),
     )
 
@@ -353,6 +310,11 @@ def resolve_alias(pair: str, alias: str, *, tracking_uri: str | None = None) -> 
 
 
 def pair_aliases(client, pair: str) -> dict[str, str]:
+    """Alias -> version of the pair registered model.
+
+    Raises:
+        PairNotFound: no registered model ``pair``.
+    """
     from mlflow.exceptions import MlflowException
 
     try:
@@ -380,8 +342,7 @@ def get_pair_model_version(client, pair: str, version: str):
 
 def _pair_from_artifact(client, mv) -> PairVersion:
     """PairVersion from the version's ``pair.json`` (authoritative) plus its current tags and aliases."""
-    with tempfile.TemporaryDirectory() as tmp:
-        doc = json.loads(download_version_artifacts(client, mv.name, str(mv.version), tmp, PAIR_FILE).read_text())
+    doc = read_pair_doc(client, mv)
     aliases = sorted(a for a, av in _aliases(client, mv.name).items() if av == str(mv.version))
     return _from_doc(mv, doc, aliases=aliases)
 
@@ -428,7 +389,8 @@ def get_pair_version(
 
 
 def list_pair_versions(pair: str | None = None, *, tracking_uri: str | None = None) -> list[PairVersion]:
-    """All versions of ``pair`` (default pair name), newest first, built from tags (no downloads).
+    """All versions of ``pair`` (default pair name), newest first, from their tags and ``pair.json``
+    (one small download per version; model artifacts are not downloaded).
 
     Raises:
         PairNotFound: no registered model ``pair``.

@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
 
+from specdec.policy import get_policy
 from specdec.validation.report import ValidationReport
 
 
@@ -52,7 +53,7 @@ def plot_per_position(report: ValidationReport, path: str | Path) -> Path:
     return out
 
 
-def plot_per_category(report: ValidationReport, path: str | Path, threshold: float = 0.40) -> Path:
+def plot_per_category(report: ValidationReport, path: str | Path, threshold: float | None = None) -> Path:
     """Per-category acceptance-rate bars with 95% CI error bars and the gate threshold line."""
     fig = _figure(max(6.4, 0.7 * (len(report.categories) + 1) + 2))
     ax = fig.add_subplot(1, 1, 1)
@@ -67,6 +68,7 @@ def plot_per_category(report: ValidationReport, path: str | Path, threshold: flo
         hi.append(max(ci[1] - rate, 0.0) if len(ci) > 1 and _ok(ci[1]) else 0.0)
     colors = ["#444444"] + ["#4C72B0"] * (len(names) - 1)
     ax.bar(range(len(names)), vals, yerr=[lo, hi], capsize=3, color=colors)
+    threshold = get_policy().threshold if threshold is None else threshold  # the acceptance policy's line
     ax.axhline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"gate {threshold:.2f}")
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
@@ -79,7 +81,7 @@ def plot_per_category(report: ValidationReport, path: str | Path, threshold: flo
     return out
 
 
-def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: float = 0.40, title: str = "") -> Path:
+def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: float | None = None, title: str = "") -> Path:
     """Acceptance-rate trend over past validation runs of a pair, with the measured speedup.
 
     Args:
@@ -107,6 +109,7 @@ def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: f
             labels.append(t.strftime("%m-%d %H:%M") if isinstance(t, datetime) else str(t or "")[5:16])
         ax.set_xticks(xs)
         ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
+    threshold = get_policy().threshold if threshold is None else threshold  # the acceptance policy's line
     ax.axhline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"gate {threshold:.2f}")
     ax.set_ylim(0, 1.02)
     ax.set_ylabel("acceptance rate")

@@ -4,10 +4,11 @@
 :func:`registry.gate.evaluate_gate`. Aliases live only in MLflow and are read back on every call, so a
 promotion done by hand in the MLflow UI is what the nightly job sees next.
 
-Version tags written on a promotion: ``promotion.alias``, ``promotion.time`` (UTC ISO-8601),
-``promotion.by``, ``promotion.forced`` (``true``/``false``), ``promotion.previous_version``,
-``promotion.gate`` (``passed``/``failed``/``never-validated``/``not-gated``), and when forced
-``promotion.forced_by`` and ``promotion.reason``.
+Written on a promotion: the version tag ``promotion`` (``champion 2026-11-30 by alice (gate passed)``,
+or ``..., forced: <reason>``; :func:`registry.describe.promotion_label`), the registered-model tag
+``specdec.alias.<alias>`` = the version (so :mod:`registry.ungated` can tell a move made outside
+specdec, e.g. in the MLflow UI), and the one-line descriptions of the promoted version and of the
+version that held the alias before.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import getpass
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from registry.describe import ALIAS_RECORD_PREFIX, PROMOTION_TAG_KEY, promotion_label
 from registry.errors import PromotionRefused
 from registry.gate import GateConfig, GateResult, evaluate_gate
 from registry.pairs import get_pair_model_version, pair_aliases, resolve_alias
-from registry.runs import client_latest_validation_run
+from registry.runs import client_latest_validation_run, refresh_version
 from registry.settings import VALIDATION_EXPERIMENT, get_client, mlflow_errors
 
 ALIASES = ("champion", "challenger")
@@ -55,7 +57,7 @@ def _user() -> str:
         return "unknown"
 
 
-def check_gate(pair: str, version: str | int, *, gate: GateConfig = GateConfig(),
+def check_gate(pair: str, version: str | int, *, gate: GateConfig | None = None,
                experiment: str = VALIDATION_EXPERIMENT, tracking_uri: str | None = None) -> GateResult:
     """Judge the latest finished validation run of ``pair`` version ``version``.
 
@@ -65,7 +67,7 @@ def check_gate(pair: str, version: str | int, *, gate: GateConfig = GateConfig()
     """
     client = get_client(tracking_uri)
     with mlflow_errors(client.tracking_uri):
-        return _check_gate(client, pair, version, gate, experiment)
+        return _check_gate(client, pair, version, gate or GateConfig(), experiment)
 
 
 def _check_gate(client, pair: str, version: str | int, gate: GateConfig, experiment: str) -> GateResult:
@@ -83,7 +85,7 @@ def promote(
     force: bool = False,
     reason: str | None = None,
     actor: str | None = None,
-    gate: GateConfig = GateConfig(),
+    gate: GateConfig | None = None,
     experiment: str = VALIDATION_EXPERIMENT,
     tracking_uri: str | None = None,
 ) -> PromotionResult:
@@ -95,7 +97,7 @@ def promote(
         alias: ``champion`` (gated by default), ``challenger`` (not gated by default) or another alias;
             ``gate.gated_aliases`` decides which aliases need a passing gate.
         force: move the alias even if the gate fails or the version was never validated. Requires
-            ``reason``; records ``promotion.forced_by`` / ``promotion.reason`` / time in version tags.
+            ``reason``; the ``promotion`` version tag and the description then say who forced it and why.
         reason: why (required with ``force``; recorded whenever given).
         actor: who promotes (default: the OS user from ``getpass.getuser()``).
         gate: the gate criteria.
@@ -116,6 +118,7 @@ def promote(
     uri = client.tracking_uri
     with mlflow_errors(uri):
         get_pair_model_version(client, pair, version)
+        gate = gate or GateConfig()
         gated = alias in gate.gated_aliases
         verdict = _check_gate(client, pair, version, gate, experiment)
         if gated and not verdict.passed and not force:
@@ -123,18 +126,12 @@ def promote(
         previous = pair_aliases(client, pair).get(alias)
         forced = gated and not verdict.passed
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        gate_state = "not-gated" if not gated else (verdict.status if verdict.run_id else "never-validated")
-        tags = {"promotion.alias": alias, "promotion.time": now, "promotion.by": actor,
-                "promotion.forced": str(forced).lower(), "promotion.previous_version": previous or "none",
-                "promotion.gate": gate_state}
-        if forced:
-            tags.update({"promotion.forced_by": actor, "promotion.forced_time": now,
-                         "promotion.forced_reasons": "; ".join(verdict.reasons)[:5000]})
-        if reason:
-            tags["promotion.reason"] = reason[:5000]
+        label = promotion_label(alias, now, actor, gated=gated, passed=verdict.passed, forced=forced, reason=reason)
         client.set_registered_model_alias(pair, alias, version)
-        for k, v in tags.items():
-            client.set_model_version_tag(pair, version, k, v)
+        client.set_registered_model_tag(pair, ALIAS_RECORD_PREFIX + alias, version)
+        client.set_model_version_tag(pair, version, PROMOTION_TAG_KEY, label)
+        for v in dict.fromkeys(x for x in (version, previous) if x):  # the new holder and the old one
+            refresh_version(client, pair, v, experiment)
     return PromotionResult(pair=pair, version=version, alias=alias, previous_version=previous, forced=forced,
                            gate=verdict, actor=actor, reason=reason,
                            reasons_overridden=list(verdict.reasons) if forced else [])
@@ -146,7 +143,8 @@ def demote(pair: str, alias: str, *, tracking_uri: str | None = None) -> None:
     Raises:
         PairNotFound / AliasNotFound: nothing to remove.
     """
-    resolve_alias(pair, alias, tracking_uri=tracking_uri)
+    version = resolve_alias(pair, alias, tracking_uri=tracking_uri)
     client = get_client(tracking_uri)
     with mlflow_errors(client.tracking_uri):
         client.delete_registered_model_alias(pair, alias)
+        refresh_version(client, pair, version)

@@ -22,29 +22,35 @@ Run (experiment ``specdec-validation``):
   ``plots/per_category_acceptance.png``, ``plots/acceptance_trend.png`` (acceptance and measured
   speedup with its CI), plus ``extra_artifacts``.
 
-Afterwards the pair version gets ``validation_status`` and ``validation.*`` tags.
+Afterwards the pair version gets the tags ``validation_status``, ``acceptance_rate``, ``speedup`` and
+``policy`` and its one-line description (:mod:`registry.describe`); the run gets a readable name
+(``<pair> v<version> night <date>``) and the same line plus links as its description.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import re
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from registry.describe import describe_run, refresh_description, validation_version_tags
 from specdec.core.config import SpeculativeConfig
 from registry.errors import PairNotFound
+from registry.pairfile import full_tags
 from registry.pairs import get_pair_model_version
 from registry.gate import GateConfig, GateResult, evaluate_gate
 from registry.settings import VALIDATION_EXPERIMENT, get_client, get_or_create_experiment, mlflow_errors
+from specdec.policy import get_policy
 from specdec.validation.report import PROMPTS_FILE, REPORT_FILE, ValidationReport
 
+_log = logging.getLogger(__name__)
 _CATEGORY_METRICS = ("acceptance_rate", "mean_accepted_length", "alpha_tf", "alpha_hat", "top1_agreement", "speedup",
                      "predicted_speedup", "num_prompts")
-_VERSION_TAG_METRICS = ("acceptance_rate", "acceptance_rate_ci_low", "mean_accepted_length", "alpha_tf", "predicted_speedup",
-                        "speedup", "speedup_ci_high")
 
 
 def _finite(v: Any) -> bool:
@@ -172,6 +178,7 @@ def latest_validation_run(pair: str, version: str | int, *, experiment: str = VA
 
 
 def client_latest_validation_run(client, pair: str, version: str | int, experiment: str = VALIDATION_EXPERIMENT):
+    """:func:`latest_validation_run` with an existing ``MlflowClient`` (None if never validated)."""
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return None
@@ -217,36 +224,33 @@ def _validation_history(client, pair: str, experiment: str = VALIDATION_EXPERIME
 
 def set_validation_tags(pair: str, version: str | int, *, status: str, run_id: str | None,
                         metrics: Mapping[str, float], heldout: str | None = None, reasons: Sequence[str] = (),
-                        tracking_uri: str | None = None) -> None:
+                        gate: GateConfig | None = None, tracking_uri: str | None = None) -> None:
     """Tag a pair version with its latest validation, so the MLflow UI's version list shows it.
 
-    Tags: ``validation_status`` (``passed``/``failed``), ``validation.run_id``, ``validation.time``
-    (UTC ISO-8601), ``validation.heldout``, ``validation.reasons`` and ``validation.<metric>`` for
-    acceptance_rate, acceptance_rate_ci_low, mean_accepted_length, alpha_tf, predicted_speedup.
+    Tags (:func:`registry.describe.validation_version_tags`): ``validation_status``
+    (``passed``/``failed``), ``acceptance_rate``, ``speedup`` (when measured) and ``policy`` (the
+    gate's criterion). The run id, time, held-out set and gate reasons live in the validation run.
 
     Raises:
         ValueError: ``status`` not passed/failed; PairNotFound: no such pair version.
     """
-    tags = validation_tags(status=status, run_id=run_id, metrics=metrics, heldout=heldout, reasons=reasons)
+    tags = validation_tags(status=status, run_id=run_id, metrics=metrics, heldout=heldout, reasons=reasons, gate=gate)
     client = get_client(tracking_uri)
     with mlflow_errors(client.tracking_uri):
         _set_version_tags(client, pair, str(version), tags)
 
 
 def validation_tags(*, status: str, run_id: str | None, metrics: Mapping[str, float], heldout: str | None = None,
-                    reasons: Sequence[str] = ()) -> dict[str, str]:
-    """The pair-version tags :func:`set_validation_tags` writes (see there). Raises ``ValueError`` on a bad status."""
-    if status not in ("passed", "failed"):
-        raise ValueError(f"status must be 'passed' or 'failed', got {status!r}")
-    tags = {"validation_status": status, "validation.run_id": run_id or "none",
-            "validation.time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "validation.reasons": "; ".join(reasons)[:5000] or "none"}
-    if heldout:
-        tags["validation.heldout"] = heldout
-    for k in _VERSION_TAG_METRICS:
-        if _finite(metrics.get(k)):
-            tags[f"validation.{k}"] = f"{float(metrics[k]):.4f}"
-    return tags
+                    reasons: Sequence[str] = (), gate: GateConfig | None = None) -> dict[str, str]:
+    """The pair-version tags :func:`set_validation_tags` writes (see there; ``run_id``, ``heldout`` and
+    ``reasons`` are recorded in the run, not on the version). Raises ``ValueError`` on a bad status."""
+    return validation_version_tags(status, metrics, gate or GateConfig())
+
+
+def refresh_version(client, pair: str, version: str | int, experiment: str = VALIDATION_EXPERIMENT) -> str:
+    """Rewrite pair version ``version``'s one-line description from its latest finished validation run
+    (:func:`registry.describe.refresh_description`). Returns the description."""
+    return refresh_description(client, pair, str(version), client_latest_validation_run(client, pair, version, experiment))
 
 
 def _set_version_tags(client, pair: str, version: str, tags: Mapping[str, str]) -> None:
@@ -280,10 +284,12 @@ def log_validation(
     *,
     extra_artifacts: Sequence[str | Path] = (),
     history: Sequence[Mapping[str, Any]] | None = None,
-    gate: GateConfig = GateConfig(),
+    gate: GateConfig | None = None,
     experiment: str = VALIDATION_EXPERIMENT,
     run_name: str | None = None,
     tracking_uri: str | None = None,
+    run_key: str | None = None,
+    on_run_created: Callable[[str], None] | None = None,
 ) -> str:
     """Log one validation of a pair version as an MLflow run, then tag the pair version.
 
@@ -299,6 +305,14 @@ def log_validation(
             runs back from MLflow. This run's point is appended either way.
         gate: criteria that decide ``validation_status``.
         experiment: MLflow experiment name.
+        run_key: idempotency key of this validation (e.g. the nightly history key), stored as tag
+            ``specdec.run_key``. Runs of the same key that a crashed process left ``RUNNING`` are
+            ended ``FAILED`` and deleted before the new run starts, and older runs of the key are
+            deleted once the new one finished: one finished MLflow run per key, however often it
+            is retried.
+        on_run_created: called with the new run id right after the run exists (crash tests).
+        Artifacts that are evidence, not results (plots, ``extra_artifacts``) are best-effort: a
+        failure there is logged and the run still finishes.
     Returns:
         the MLflow run id.
     Raises:
@@ -309,6 +323,7 @@ def log_validation(
     from mlflow.entities import Metric, Param
 
     version = str(version)
+    gate = gate or GateConfig()
     client = get_client(tracking_uri)
     uri = client.tracking_uri
     rdir = Path(report_dir)
@@ -317,13 +332,20 @@ def log_validation(
     metrics = report_metrics(report)
     with mlflow_errors(uri):
         mv = get_pair_model_version(client, pair, version)
-        ptags = mv.tags or {}
+        ptags = full_tags(client, mv)  # k and sampling live in pair.json
         mismatch = config_mismatch(report.config or {}, ptags)
         metrics["config_mismatch"] = float(bool(mismatch))
         verdict: GateResult = evaluate_gate(metrics, gate)
         if history is None:
             history = _validation_history(client, pair, experiment)
         eid = get_or_create_experiment(client, experiment)
+        earlier = _runs_of_key(client, eid, run_key) if run_key else []
+        for old in earlier:
+            if old.info.status in ("RUNNING", "SCHEDULED"):  # left by a killed process
+                client.set_terminated(old.info.run_id, "FAILED")
+                client.delete_run(old.info.run_id)
+                _log.warning("MLflow run %s of %s was left RUNNING by a crashed process: ended and deleted",
+                             old.info.run_id, run_key)
         tags = {"specdec.pair": pair, "specdec.pair_version": version, "specdec.pair_uri": f"models:/{pair}/{version}",
                 "specdec.target": ptags.get("target", "unknown"), "specdec.draft": ptags.get("draft", "unknown"),
                 "specdec.drafter_kind": ptags.get("drafter_kind", report.drafter_kind),
@@ -331,9 +353,18 @@ def log_validation(
                 "specdec.report_created_at": str(report.created_at),
                 "validation_status": verdict.status, "specdec.gate_reasons": "; ".join(verdict.reasons)[:5000] or "none",
                 "specdec.config_mismatch": "; ".join(mismatch) or "none"}
-        run = client.create_run(eid, run_name=run_name or f"validate-{pair}-v{version}", tags=tags)
+        if run_key:
+            tags["specdec.run_key"] = run_key
+        tags["specdec.acceptance_policy"] = json.dumps(  # recorded with each run, shown with the verdict
+            {"threshold": gate.min_acceptance_rate, "gate_side": gate.gate_side,
+             "min_prompts": gate.min_num_prompts, "min_draft_tokens": gate.min_draft_tokens,
+             **{k: v for k, v in get_policy().to_dict().items() if k in ("estimator", "alert_side")}})
+        night = str(report.created_at or datetime.now(timezone.utc).isoformat())[:10]
+        run = client.create_run(eid, run_name=run_name or f"{pair} v{version} night {night}", tags=tags)
         run_id = run.info.run_id
         try:
+            if on_run_created is not None:
+                on_run_created(run_id)
             now = int(time.time() * 1000)
             items = [Metric(k, v, now, 0) for k, v in metrics.items()]
             params = [Param(k, v) for k, v in report_params(report).items()]
@@ -342,9 +373,19 @@ def log_validation(
             for name in (REPORT_FILE, PROMPTS_FILE):
                 if (rdir / name).exists():
                     client.log_artifact(run_id, str(rdir / name))
-            plots = _write_plots(report, rdir / "plots", list(history), run_id, version, metrics, gate, pair)
-            client.log_artifacts(run_id, str(plots), artifact_path="plots")
-            _log_extra(client, run_id, extra_artifacts)
+            try:  # evidence, not the result: never blocks the run
+                plots = _write_plots(report, rdir / "plots", list(history), run_id, version, metrics, gate, pair)
+                client.log_artifacts(run_id, str(plots), artifact_path="plots")
+            except Exception as e:  # noqa: BLE001
+                _log.error("plots for MLflow run %s failed (%s: %s); the run is logged without them",
+                           run_id, type(e).__name__, e, exc_info=_log.isEnabledFor(logging.DEBUG))
+            try:
+                _log_extra(client, run_id, extra_artifacts)
+            except FileNotFoundError:
+                raise
+            except Exception as e:  # noqa: BLE001
+                _log.error("extra artifacts of MLflow run %s failed (%s: %s); the run is logged without them",
+                           run_id, type(e).__name__, e)
             client.set_terminated(run_id, "FINISHED")
         except BaseException:
             try:
@@ -354,8 +395,20 @@ def log_validation(
             raise
         _set_version_tags(client, pair, version, validation_tags(
             status=verdict.status, run_id=run_id, metrics=metrics,
-            heldout=f"{report.heldout_name}@{report.heldout_version}", reasons=verdict.reasons))
+            heldout=f"{report.heldout_name}@{report.heldout_version}", reasons=verdict.reasons, gate=gate))
+        try:  # what a person reads in the UI; the verdict is already recorded above
+            describe_run(client, run_id, pair, version, refresh_description(client, pair, version, client.get_run(run_id)))
+        except Exception as e:  # noqa: BLE001
+            _log.error("description of %s v%s / run %s not updated: %s: %s", pair, version, run_id, type(e).__name__, e)
+        for old in earlier:  # superseded by this run: one finished run per key
+            if old.info.status not in ("RUNNING", "SCHEDULED"):
+                client.delete_run(old.info.run_id)
     return run_id
+
+
+def _runs_of_key(client, experiment_id: str, run_key: str) -> list:
+    """Active (not deleted) runs tagged ``specdec.run_key = run_key``, any status."""
+    return list(client.search_runs([experiment_id], f"tags.`specdec.run_key` = '{run_key}'", max_results=100))
 
 
 def _write_plots(report: ValidationReport, out: Path, history: list, run_id: str, version: str,

@@ -18,6 +18,7 @@ from specdec.core.batch_drafters import as_batch_drafter
 from specdec.core.config import SamplingConfig, check_sampling
 from specdec.core.inputs import (
     check_batch_inputs,
+    check_draft_context,
     check_no_sliding_window,
     num_speculative_tokens_argument,
     stop_token_ids,
@@ -141,7 +142,9 @@ def speculative_generate_batch(
     active = list(range(B))
     target_kv = MaskedKV(target, B)
     drafter = as_batch_drafter(drafter, contexts)
-    check_no_sliding_window([target] + [m for m in [getattr(drafter, "model", None)] if m is not None], True, 0)
+    draft_model = getattr(drafter, "model", None)
+    check_draft_context(draft_model, int(mask.sum(dim=1).max()) + max_new_tokens)
+    check_no_sliding_window([target] + [m for m in [draft_model] if m is not None], True, 0)
     pending_ids, pending_valid = input_ids.to(device), mask.to(device)  # tokens not yet in the target cache
     target_wall = draft_wall = 0.0
     target_calls = 0

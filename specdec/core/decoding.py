@@ -17,6 +17,7 @@ from specdec.core.batch import autoregressive_generate_batch, speculative_genera
 from specdec.core.config import SamplingConfig, check_sampling
 from specdec.core.drafters import as_drafter
 from specdec.core.inputs import (
+    check_draft_context,
     check_no_sliding_window,
     check_prompt,
     is_batch,
@@ -151,6 +152,7 @@ def speculative_generate(
     input_ids = strip_padding(input_ids, attention_mask)
     context = check_prompt(target, input_ids, max_new_tokens)
     drafter = as_drafter(drafter)
+    check_draft_context(getattr(drafter, "model", None), len(context) + max_new_tokens)
     check_no_sliding_window([target] + [m for m in [getattr(drafter, "model", None)] if m is not None],
                             batched=False, max_columns=len(context) + max_new_tokens + k)
     drafter.reset()

@@ -138,6 +138,25 @@ def check_no_sliding_window(models, batched: bool, max_columns: int) -> None:
             )
 
 
+def check_draft_context(draft_model, tokens: int) -> None:
+    """Refuse a generation the draft model's context cannot hold (``max_position_embeddings``).
+
+    The target's context is checked by :func:`check_batch_inputs`; a draft with a shorter context
+    would otherwise fail (or silently degrade) in the middle of decoding.
+
+    Args:
+        draft_model: the draft causal LM, or None (n-gram drafter: nothing to check).
+        tokens: the longest prompt + ``max_new_tokens``.
+    Raises:
+        ValueError: ``tokens`` exceeds the draft's context.
+    """
+    limit = getattr(getattr(draft_model, "config", None), "max_position_embeddings", None)
+    if limit is not None and tokens > limit:
+        raise ValueError(
+            f"prompt + max_new_tokens = {tokens} tokens exceeds the draft model's context of {limit} tokens"
+        )
+
+
 def vocab_size(model) -> int | None:
     """Rows of ``model``'s output embedding (the ids it can score), or None for a non-model."""
     get = getattr(model, "get_output_embeddings", None)

@@ -78,7 +78,8 @@ def _fmt_ids(diffs: list[tuple[int, str | None, str | None]], limit: int = 5) ->
 
 
 def check_pair_compatible(target_tokenizer, draft_tokenizer, target_config, draft_config, *,
-                          strict: bool = True) -> CompatibilityResult:
+                          strict: bool = True, target_generation_config=None,
+                          draft_generation_config=None) -> CompatibilityResult:
     """Check that a draft model can propose tokens for a target model (same ids, same tokens).
 
     Speculative decoding (Leviathan et al. 2022) compares p and q id by id, so every id the draft
@@ -90,12 +91,21 @@ def check_pair_compatible(target_tokenizer, draft_tokenizer, target_config, draf
     3. token text: :data:`PROBE_TEXTS` encode to the same ids and decode to the same text on both
        sides (catches different normalizers, pre-tokenizers or merges over the same vocabulary);
     4. embedding rows: the tokenizer vocabulary fits in both configs' ``vocab_size``. Padded rows
-       are allowed (e.g. target 103 rows, draft 110): ``shared_vocab_size = min`` of the two.
+       are allowed (e.g. target 103 rows, draft 110): ``shared_vocab_size = min`` of the two;
+    5. what can make a compatible-looking pair fail or mislead mid-run: the end-of-sequence ids the
+       model configs (and generation configs, when given) declare must agree (a draft trained to
+       stop on another id keeps proposing past the target's EOS, or stops drafting where the target
+       goes on), and a ``bos_token_id`` that differs is a problem too. Noted, not refused: a draft
+       with a shorter context than the target (decoding refuses prompts beyond it up front), a
+       sliding-window draft (batched decoding refuses it), and draft embedding rows fewer than the
+       target's (a target id beyond them stops decoding with an error).
 
     Args:
         target_tokenizer, draft_tokenizer: ``transformers`` tokenizers.
         target_config, draft_config: model configs (``vocab_size`` = embedding rows), or None to
             use ``len(tokenizer)``.
+        target_generation_config, draft_generation_config: the models' ``generation_config`` (their
+            ``eos_token_id`` is what generation stops on), or None.
         strict: raise on a mismatch (default); if False return ``compatible=False`` with ``problems``.
     Returns:
         :class:`CompatibilityResult`.
@@ -161,11 +171,8 @@ def check_pair_compatible(target_tokenizer, draft_tokenizer, target_config, draf
     if t_rows != d_rows:
         notes.append(f"padded embedding rows: target {t_rows}, draft {d_rows}; ids >= {shared} get "
                      f"probability 0 and are never proposed (tokenizer has {t_len} ids)")
-    for attr in ("bos_token_id", "eos_token_id"):
-        t_v = getattr(target_config, attr, None) if target_config is not None else None
-        d_v = getattr(draft_config, attr, None) if draft_config is not None else None
-        if t_v is not None and d_v is not None and t_v != d_v:
-            notes.append(f"config {attr} differs: target {t_v}, draft {d_v} (the target's is used)")
+    _check_runtime_properties(target_config, draft_config, target_generation_config, draft_generation_config,
+                              problems, notes)
 
     result = CompatibilityResult(
         compatible=not problems, shared_vocab_size=shared, target_vocab_size=t_rows,
@@ -177,11 +184,44 @@ def check_pair_compatible(target_tokenizer, draft_tokenizer, target_config, draf
     return result
 
 
+def _ids(value) -> frozenset[int]:
+    """An id or list of ids (or None) as a set."""
+    if value is None:
+        return frozenset()
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return frozenset(int(v) for v in value)
+    return frozenset([int(value)])
+
+
+def _check_runtime_properties(target_config, draft_config, target_gen, draft_gen, problems: list[str],
+                              notes: list[str]) -> None:
+    """Step 5 of :func:`check_pair_compatible`: stop ids, context, sliding window, embedding rows."""
+    for where, t_cfg, d_cfg in (("config", target_config, draft_config), ("generation_config", target_gen, draft_gen)):
+        for attr in ("eos_token_id", "bos_token_id"):
+            t_v, d_v = _ids(getattr(t_cfg, attr, None)), _ids(getattr(d_cfg, attr, None))
+            if t_v and d_v and t_v != d_v:
+                problems.append(f"{where} {attr} differs: target {sorted(t_v)}, draft {sorted(d_v)} (the draft "
+                                f"would {'stop' if attr == 'eos_token_id' else 'start'} on a different token than the target)")
+    t_ctx = getattr(target_config, "max_position_embeddings", None)
+    d_ctx = getattr(draft_config, "max_position_embeddings", None)
+    if t_ctx and d_ctx and d_ctx < t_ctx:
+        notes.append(f"the draft's context ({d_ctx} tokens) is shorter than the target's ({t_ctx}): prompt + "
+                     f"max_new_tokens + k beyond {d_ctx} tokens is refused")
+    window = getattr(draft_config, "sliding_window", None)
+    if window and getattr(draft_config, "use_sliding_window", True) is not False:
+        notes.append(f"the draft uses sliding-window attention ({window} tokens): batched decoding refuses it")
+    t_rows, d_rows = _config_vocab_size(target_config), _config_vocab_size(draft_config)
+    if t_rows and d_rows and d_rows < t_rows:
+        notes.append(f"the draft embeds only {d_rows} ids, the target scores {t_rows}: a target token id >= {d_rows} "
+                     "stops decoding with an error")
+
+
 def check_loaded_pair(target: LoadedModel, draft: LoadedModel, *, strict: bool = True) -> CompatibilityResult:
     """:func:`check_pair_compatible` on two :class:`LoadedModel` (their tokenizers and configs).
 
     Raises:
         IncompatiblePairError: as :func:`check_pair_compatible`.
     """
-    return check_pair_compatible(target.tokenizer, draft.tokenizer, target.model.config,
-                                 draft.model.config, strict=strict)
+    return check_pair_compatible(target.tokenizer, draft.tokenizer, target.model.config, draft.model.config,
+                                 strict=strict, target_generation_config=getattr(target.model, "generation_config", None),
+                                 draft_generation_config=getattr(draft.model, "generation_config", None))

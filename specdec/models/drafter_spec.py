@@ -83,11 +83,11 @@ def resolve_drafter(
     ref = spec.removeprefix("model:")
     if not ref:
         raise DrafterSpecError("model: needs a reference, e.g. model:./my-draft or model:org/name")
-    from specdec.models import check_pair_compatible, load_causal_lm
+    from specdec.models import check_loaded_pair, load_causal_lm
 
     p = next(target.model.parameters())
     loaded = load_causal_lm(ref, dtype=dtype or p.dtype, device=device or p.device)
-    compat = check_pair_compatible(target.tokenizer, loaded.tokenizer, target.model.config, loaded.model.config)
+    compat = check_loaded_pair(target, loaded)
     return ResolvedDrafter(
         drafter=loaded.model,
         kind="model",

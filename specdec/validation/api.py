@@ -118,10 +118,14 @@ def validate_pairs(
     prompt when it is done (skipped prompts as they are found).
 
     Raises:
-        ValueError: bad config, no drafter, no tokenizer for a bare model.
-        TypeError: unsupported drafter type.
+        ValueError: no drafter, no tokenizer for a bare model.
+        TypeError: unsupported drafter type; ``config`` not a ValidationConfig; ``heldout`` not a HeldoutSet.
     """
-    config = config or ValidationConfig()
+    config = ValidationConfig() if config is None else config
+    if not isinstance(config, ValidationConfig):
+        raise TypeError(f"config must be a ValidationConfig, got {type(config).__name__}")
+    if not isinstance(heldout, HeldoutSet):
+        raise TypeError(f"heldout must be a HeldoutSet (see specdec.validation.heldout.load_heldout), got {type(heldout).__name__}")
     if not drafters:
         raise ValueError("validate_pairs needs at least one drafter")
     t_wall = time.perf_counter()

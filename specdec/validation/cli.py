@@ -149,6 +149,8 @@ def validate(
                 drafters.append(resolve_drafter(spec, tgt))
             except (FileNotFoundError, ValueError) as e:  # ModelNotFoundError, IncompatiblePairError, DrafterSpecError
                 _fail(f"drafter {spec}: {e}")
+        for note in (drafters[-1].compatibility or {}).get("notes", []):
+            _err.print(f"[bold yellow]note:[/] drafter {spec}: {note}", highlight=False)
 
     reports = _run_with_progress(validate_pairs, tgt, drafters, hs, config, target)
     for report, od in zip(reports, out_dirs):

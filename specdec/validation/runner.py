@@ -28,6 +28,7 @@ from specdec.core.kv import left_pad as left_pad_with_mask
 from specdec.core.kv import model_device
 from specdec.validation.config import ValidationConfig
 from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, prompt_token_ids
+from specdec.validation.machine import load_average
 from specdec.validation.prompt_run import (
     DrafterUnderTest,
     PromptRun,
@@ -111,6 +112,7 @@ def run_prompts(
     """
     pad = pad_token_id(tokenizer)
     group: list[tuple[int, HeldoutPrompt, list[int]]] = []
+
     flushed = [0]
 
     def flush() -> Iterator[tuple[int, list[PromptRun]]]:
@@ -141,7 +143,7 @@ def run_group(
     drafters: list[DrafterUnderTest],
     config: ValidationConfig,
     eos: Any,
-    t_timer: PassTimer,
+    target_timer: PassTimer,
     pad: int,
     spec_first: bool = False,
 ) -> list[list[PromptRun]]:
@@ -154,70 +156,67 @@ def run_group(
         per prompt of the group, one :class:`PromptRun` per drafter.
     """
     device = model_device(target)
-    ids_list = [ids for _, ids in group]
-    input_ids, mask = left_pad(ids_list, pad, device)
-    gseed = prompt_seed(config.seed, group[0][0].id)  # one generator per group (see ValidationConfig)
-    kw = dict(max_new_tokens=config.max_new_tokens, sampling=config.sampling, eos_token_id=eos)
+    input_ids, mask = left_pad([ids for _, ids in group], pad, device)
+    group_seed = prompt_seed(config.seed, group[0][0].id)  # one generator per group (see ValidationConfig)
+    decode = dict(max_new_tokens=config.max_new_tokens, sampling=config.sampling, eos_token_id=eos)
 
     def target_only():
-        t_timer.new_generation()
-        before = (t_timer.decode_seconds, t_timer.decode_passes)
-        ref, t_ref = timed(
-            lambda: autoregressive_generate(target, input_ids, mask, generator=seeded_generator(gseed, device), **kw),
+        start = target_timer.start_generation()
+        reference, reference_seconds = timed(
+            lambda: autoregressive_generate(target, input_ids, mask, generator=seeded_generator(group_seed, device),
+                                            **decode),
             device,
         )
-        return ref, t_ref, t_timer.decode_seconds - before[0], t_timer.decode_passes - before[1]
+        return (reference, reference_seconds, *target_timer.since(start))
 
-    per_drafter: list[list[PromptRun]] = []
-    specs: list[tuple[list[Any], list[float], float]] = []
     if not spec_first:
-        ref, t_ref, step_s, step_n = target_only()
+        reference, reference_seconds, step_seconds, steps = target_only()
+    per_drafter: list[list[PromptRun]] = []
+    speculative: list[tuple[list[Any], list[float], float]] = []  # per drafter: rows, shares, wall seconds
     for d in drafters:
-        t_timer.new_generation()
-        d.timer.new_generation()
-        before = (t_timer.decode_seconds, t_timer.decode_passes, d.timer.decode_seconds, d.timer.decode_passes)
-        spec, t_spec = timed(
+        target_start, draft_start = target_timer.start_generation(), d.timer.start_generation()
+        out, wall = timed(
             lambda: speculative_generate(
                 target, d.obj, input_ids, mask, num_speculative_tokens=config.num_speculative_tokens,
-                generator=seeded_generator(gseed + 1, device), **kw,
+                generator=seeded_generator(group_seed + 1, device), **decode,
             ),
             device,
         )
-        rows = generation_rows(spec)
-        w = token_shares([len(r.token_ids) for r in rows])
-        tp_s, tp_n = t_timer.decode_seconds - before[0], t_timer.decode_passes - before[1]
+        rows = generation_rows(out)
+        shares = token_shares([len(r.token_ids) for r in rows])
+        verify_seconds, verify_passes = target_timer.since(target_start)
         if d.model is not None:
-            dp_s, dp_n = d.timer.decode_seconds - before[2], d.timer.decode_passes - before[3]
+            draft_seconds, draft_passes = d.timer.since(draft_start)
         else:  # n-gram: one (batched) lookup per target pass, timed by the core as draft_seconds
-            dp_s, dp_n = spec.stats.draft_seconds, max(r.stats.target_forward_passes for r in rows)
-        pooled_t, pooled_d = spec.stats.target_seconds, spec.stats.draft_seconds
+            draft_seconds, draft_passes = out.stats.draft_seconds, max(r.stats.target_forward_passes for r in rows)
         runs = []
         for b, (prompt, ids) in enumerate(group):
             run = PromptRun(row=PromptResult(prompt_id=prompt.id, category=prompt.category, prompt_tokens=len(ids)))
-            run.target_pass_s, run.target_passes = tp_s * w[b], tp_n * w[b]
-            run.draft_pass_s, run.draft_passes = dp_s * w[b], dp_n * w[b]
-            s = rows[b].stats
-            s.target_seconds, s.draft_seconds = pooled_t * w[b], pooled_d * w[b]  # shares of the batch wall
+            run.target_pass_s, run.target_passes = verify_seconds * shares[b], verify_passes * shares[b]
+            run.draft_pass_s, run.draft_passes = draft_seconds * shares[b], draft_passes * shares[b]
+            row_stats = rows[b].stats  # seconds: shares of the batch's wall, not each the whole batch
+            row_stats.target_seconds = out.stats.target_seconds * shares[b]
+            row_stats.draft_seconds = out.stats.draft_seconds * shares[b]
             runs.append(run)
         per_drafter.append(runs)
-        specs.append((rows, w, t_spec))
+        speculative.append((rows, shares, wall))
 
     if spec_first:
-        ref, t_ref, step_s, step_n = target_only()
-    from specdec.validation.machine import load_average
-
+        reference, reference_seconds, step_seconds, steps = target_only()
     load = load_average()
-    ref_tokens = [r.token_ids for r in generation_rows(ref)]
-    w_ref = token_shares([len(t) for t in ref_tokens])
+    reference_tokens = [r.token_ids for r in generation_rows(reference)]
+    reference_shares = token_shares([len(t) for t in reference_tokens])
     for runs in per_drafter:
         for b, run in enumerate(runs):
-            run.target_step_s, run.target_steps = step_s * w_ref[b], step_n * w_ref[b]
+            run.target_step_s, run.target_steps = step_seconds * reference_shares[b], steps * reference_shares[b]
+            run.row.load_avg_1m = load
     # per prompt: the target's teacher-forced pass once, then each drafter's agreement and audit
     for b, (_, ids) in enumerate(group):
-        tf = target_teacher_forcing(target, ids, ref_tokens[b], config.sampling) if ref_tokens[b] else None
-        for d, runs, (rows, w, t_spec) in zip(drafters, per_drafter, specs):
-            fill_run(runs[b], rows[b].token_ids, rows[b].stats, ref_tokens[b], t_ref * w_ref[b], t_spec * w[b], tf, d, config)
-            runs[b].row.load_avg_1m = load
+        ref = reference_tokens[b]
+        forced = target_teacher_forcing(target, ids, ref, config.sampling) if ref else None
+        for d, runs, (rows, shares, wall) in zip(drafters, per_drafter, speculative):
+            fill_run(runs[b], rows[b].token_ids, rows[b].stats, ref, reference_seconds * reference_shares[b],
+                     wall * shares[b], forced, d, config)
     return [[runs[b] for runs in per_drafter] for b in range(len(group))]
 
 

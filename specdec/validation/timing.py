@@ -45,7 +45,17 @@ class PassTimer:
         self.handles = []
 
     def new_generation(self) -> None:
+        """The next call is a prefill (not counted as a decode pass)."""
         self._first = True
+
+    def start_generation(self) -> tuple[float, int]:
+        """:meth:`new_generation`, returning the decode totals so far (for :meth:`since`)."""
+        self.new_generation()
+        return self.decode_seconds, self.decode_passes
+
+    def since(self, start: tuple[float, int]) -> tuple[float, int]:
+        """Decode seconds and passes recorded after ``start`` (from :meth:`start_generation`)."""
+        return self.decode_seconds - start[0], self.decode_passes - start[1]
 
     def _pre(self, module: Any, args: Any) -> None:
         sync(self.device)

@@ -26,18 +26,8 @@ NEW_TOKENS = 40
 
 
 @pytest.fixture(scope="module")
-def target():
-    return tiny_llama(103, seed=0)
-
-
-@pytest.fixture(scope="module")
-def drafters(target):
-    return {
-        "self": target,
-        "independent": tiny_llama(103, seed=1),
-        "perturbed": perturbed_copy(target, scale=0.02, seed=7),
-        "ngram": NgramDrafter(),
-    }
+def drafters(model_drafts):
+    return {**model_drafts, "ngram": NgramDrafter()}
 
 
 def _prompt(n: int, repetitive: bool) -> list[int]:

@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from specdec import NgramDrafter, SamplingConfig, autoregressive_generate, speculative_generate
-from specdec.testing import perturbed_copy, tiny_llama
 
 PROMPT_LENGTHS = [1, 2, 17, 64]
 KS = list(range(1, 9))
@@ -13,17 +12,8 @@ GREEDY = SamplingConfig()
 
 
 @pytest.fixture(scope="module")
-def target():
-    return tiny_llama(103, seed=0)
-
-
-@pytest.fixture(scope="module")
-def drafts(target):
-    return {
-        "self": target,
-        "independent": tiny_llama(103, seed=1),
-        "perturbed": perturbed_copy(target, scale=0.02, seed=7),
-    }
+def drafts(model_drafts):
+    return model_drafts
 
 
 def _prompt(n: int, repetitive: bool = False) -> torch.Tensor:

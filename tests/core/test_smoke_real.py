@@ -16,7 +16,7 @@ import torch
 from specdec import NgramDrafter, SamplingConfig, autoregressive_generate, load_causal_lm, speculative_generate
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 QUESTIONS = REPO / "specdec" / "data" / "heldout" / "spec_bench" / "question.jsonl"
 SMOKE_IDS = {161: "translation", 241: "summarization", 481: "rag"}
 NEW_TOKENS = 64

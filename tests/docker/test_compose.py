@@ -5,6 +5,8 @@ What is checked, and how:
 
 - ``docker compose config`` (Compose v2) on ``docker/compose.yaml`` with ``docker/.env.example``, only
   where a Compose v2 binary exists (``docker compose`` plugin or ``docker-compose`` v2); skipped otherwise.
+- ``docker-compose config`` (Debian's Compose v1.29) likewise where it is installed, plus the two rules
+  that keep the file valid for it: no top-level ``name:`` and no nested ``${A:-${B}}`` defaults.
 - Compose's variable interpolation, re-implemented here per the Compose spec (``${VAR}``, ``${VAR:-d}``,
   ``${VAR-d}``, ``${VAR:?err}``, ``${VAR?err}``, ``${VAR:+r}``, ``$$``, nesting), driven by
   ``.env.example``: every variable the compose file uses is documented there, the documented values
@@ -17,8 +19,11 @@ What is checked, and how:
   ``docker/postgres-init``).
 - Dockerfiles: parsed into instructions (with BuildKit's own parser through the ``dockerfile`` package
   when installed, which also cross-checks the small parser below), then the base images, the torch pin
-  (equal to ``pyproject.toml``'s), ``pip install .``, the non-root user, the env and the volume.
-  ``.dockerignore`` patterns keep the package sources and drop ``.venv``/``.git``/``.env``.
+  (equal to ``pyproject.toml``'s), ``pip install .``, the non-root user, the env and the volume, and no
+  BuildKit-only feature (the legacy builder of docker-compose 1.29 builds them; no ``# syntax=`` frontend
+  pull). The root ``.dockerignore`` keeps the package sources and drops ``.venv``/``.git``/``.env``.
+
+The images really built and the stack really running are ``make stack-test`` (``docker/stack_test.py``).
 
 Whether the server commands in compose really start (against a real PostgreSQL) is tested in
 ``tests/docker/test_stack.py``.
@@ -42,10 +47,11 @@ import pytest
 import yaml
 from dotenv import dotenv_values
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
 COMPOSE_FILE = DOCKER / "compose.yaml"
 ENV_EXAMPLE = DOCKER / ".env.example"
+OVERRIDE_FILE = DOCKER / "stack-test.override.yaml"
 SCHEMA_FILE = DOCKER / "schema" / "compose-spec.json"
 TEST_PASSWORD = "test-password-1234"  # what a user puts into docker/.env
 
@@ -191,7 +197,8 @@ def healthcheck_url(service: dict) -> str:
     return m.group(1)
 
 
-def _find_compose_v2() -> list[str] | None:
+def _find_compose(major: str) -> list[str] | None:
+    """The command of an installed Compose CLI of the given major version ("1" or "2"), or None."""
     for cmd in (["docker", "compose"], ["docker-compose"]):
         if not shutil.which(cmd[0]):
             continue
@@ -199,7 +206,7 @@ def _find_compose_v2() -> list[str] | None:
             r = subprocess.run([*cmd, "version", "--short"], capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             continue
-        if r.returncode == 0 and re.match(r"v?2\.", r.stdout.strip()):
+        if r.returncode == 0 and re.match(rf"v?{major}\.", r.stdout.strip()):
             return cmd
     return None
 
@@ -209,7 +216,7 @@ def _find_compose_v2() -> list[str] | None:
 # ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("profile", [None, "gpu"])
 def test_docker_compose_config_cli(profile, tmp_path):
-    compose = _find_compose_v2()
+    compose = _find_compose("2")
     if compose is None:
         pytest.skip("no Compose v2 binary here (`docker compose` plugin / docker-compose v2); the schema "
                     "and structure tests below stand in for it")
@@ -237,6 +244,55 @@ def test_docker_compose_config_cli(profile, tmp_path):
     env.pop("POSTGRES_PASSWORD")
     r = subprocess.run([*args, "config", "--quiet"], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode != 0 and "POSTGRES_PASSWORD" in r.stderr
+
+
+def test_docker_compose_v1_config_cli():
+    """Debian's docker-compose 1.29 accepts the file (with the stack-test override), interpolates it as
+    the other tests do, and refuses it without POSTGRES_PASSWORD."""
+    compose = _find_compose("1")
+    if compose is None:
+        pytest.skip("no docker-compose 1.x here (Debian: apt-get install docker-compose)")
+    import os
+
+    env = {**os.environ, "POSTGRES_PASSWORD": TEST_PASSWORD}
+    args = [*compose, "-p", "specdec", "-f", str(COMPOSE_FILE), "--env-file", str(ENV_EXAMPLE)]
+    r = subprocess.run([*args, "config"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    services = yaml.safe_load(r.stdout)["services"]
+    ours = resolved_compose()["services"]
+    unescape = lambda v: json.loads(json.dumps(v).replace("$$", "$"))  # noqa: E731
+    for name in ours:
+        if name == "gpu-worker":
+            continue  # 1.29 lists profiled services too; compared below
+        for key in ("image", "entrypoint", "command", "environment", "working_dir"):
+            want = ours[name].get(key)
+            if key == "environment" and want is not None:
+                want = {k: str(v) for k, v in want.items()}
+            got = unescape(services[name].get(key))
+            if key == "command" and isinstance(want, str):
+                got = got if isinstance(got, str) else got[0]
+            assert got == want, f"{name}.{key}"
+    r = subprocess.run([*args, "-f", str(OVERRIDE_FILE), "config", "-q"], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    env.pop("POSTGRES_PASSWORD")
+    r = subprocess.run([*args, "config", "-q"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode != 0 and "POSTGRES_PASSWORD" in r.stderr
+
+
+def test_compose_file_stays_valid_for_compose_v1():
+    raw = raw_compose()
+    assert "name" not in raw, "docker-compose 1.29 refuses a top-level `name:`; use -p / COMPOSE_PROJECT_NAME"
+    def strings(node):
+        if isinstance(node, dict):
+            yield from (x for v in node.values() for x in strings(v))
+        elif isinstance(node, list):
+            yield from (x for v in node for x in strings(v))
+        elif isinstance(node, str):
+            yield node
+
+    nested = [v for v in strings(raw) if re.search(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?[-?+][^}]*(?<!\$)\$\{", v)]
+    assert not nested, f"docker-compose 1.29 does not expand nested defaults: {nested}"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -294,6 +350,9 @@ def test_compose_matches_the_compose_spec_schema(compose_validator):
     errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
               for e in compose_validator.iter_errors(resolved_compose())]
     assert not errors, "\n".join(errors)
+    override = yaml.safe_load(OVERRIDE_FILE.read_text())
+    assert not list(compose_validator.iter_errors(override))
+    assert set(override["services"]) <= set(resolved_compose()["services"])
 
 
 @pytest.mark.parametrize("breakage", ["unknown_service_key", "bad_healthcheck", "bad_depends_condition",
@@ -457,8 +516,8 @@ def test_urls_point_at_the_right_services_ports_and_databases():
     assert urlsplit(healthcheck_url(svcs["prefect-server"])).port == prefect_port
     assert urlsplit(healthcheck_url(svcs["prefect-server"])).path == "/api/health"
     assert svcs["prefect-server"]["environment"]["PREFECT_UI_API_URL"] == "http://localhost:4200/api"
-    assert resolved_compose(PREFECT_PORT="14200")["services"]["prefect-server"]["environment"][
-        "PREFECT_UI_API_URL"] == "http://localhost:14200/api"
+    assert resolved_compose(PREFECT_UI_API_URL="http://localhost:14200/api")["services"]["prefect-server"][
+        "environment"]["PREFECT_UI_API_URL"] == "http://localhost:14200/api"
 
     published = {n: [p.rsplit(":", 1)[1] for p in s.get("ports", [])] for n, s in svcs.items()}
     assert published["mlflow"] == [str(mlflow_port)] and published["prefect-server"] == [str(prefect_port)]
@@ -556,8 +615,13 @@ def test_dockerfile_contents(name):
     froms = [r for w, r in instrs if w == "FROM"]
     assert len(froms) == 1
     base = interpolate(froms[0], args)
+    assert not re.search(r"(?m)^#\s*syntax=", (DOCKER / name).read_text()), \
+        "a `# syntax=` directive makes BuildKit pull a frontend image (fails offline)"
+    assert not any(r.startswith("--mount") for w, r in instrs if w == "RUN"), \
+        "RUN --mount needs BuildKit; docker-compose 1.29 builds with the legacy builder"
     if name == "Dockerfile.cpu":
         assert base.startswith("python:3.11-slim")
+        assert froms[0] == "${PYTHON_BASE_IMAGE}", "the base is a build arg (local stand-ins)"
         assert args["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
     else:
         assert base.startswith("nvidia/cuda:") and "-ubuntu" in base
@@ -571,10 +635,14 @@ def test_dockerfile_contents(name):
     assert args["TORCH_VERSION"] == pin, "image torch pin differs from pyproject.toml"
     runs = [r for w, r in instrs if w == "RUN"]
     torch_i = next(i for i, r in enumerate(runs) if 'pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}"' in r)
-    pkg_i = next(i for i, r in enumerate(runs) if re.search(r"pip install \.(\s|$)", r))
+    pkg_i = next(i for i, r in enumerate(runs) if re.search(r"pip install --no-deps \.(\s|$)", r))
+    deps_i = next(i for i, r in enumerate(runs) if "pip install -r /tmp/requirements.txt" in r)
+    assert "['project']['dependencies']" in runs[deps_i], "dependencies come from pyproject.toml"
+    assert torch_i < deps_i < pkg_i
     assert torch_i < pkg_i, "torch must come from the chosen index before `pip install .` resolves it"
-    i_copy, i_pkg = instrs.index(("COPY", ". /app")), instrs.index(("RUN", next(r for r in runs if re.search(r"pip install \.(\s|$)", r))))
-    assert instrs.index(("WORKDIR", "/app")) < i_copy < i_pkg
+    i_copy, i_pkg = instrs.index(("COPY", ". /app")), instrs.index(("RUN", runs[pkg_i]))
+    i_deps = instrs.index(("RUN", runs[deps_i]))
+    assert instrs.index(("WORKDIR", "/app")) < instrs.index(("COPY", "pyproject.toml /app/")) < i_deps < i_copy < i_pkg
 
     users = [r for w, r in instrs if w == "USER"]
     assert users and users[-1] not in ("root", "0") and words.index("USER") > i_pkg
@@ -620,9 +688,10 @@ def _dockerignore_excludes(patterns: list[str], path: str) -> bool:
     return excluded
 
 
-@pytest.mark.parametrize("name", ["Dockerfile.cpu", "Dockerfile.cuda"])
-def test_dockerignore_keeps_sources_and_drops_local_state(name):
-    path = DOCKER / f"{name}.dockerignore"
+def test_dockerignore_keeps_sources_and_drops_local_state():
+    # One .dockerignore at the context root: the legacy builder reads no <Dockerfile>.dockerignore.
+    assert not list(DOCKER.glob("*.dockerignore"))
+    path = REPO / ".dockerignore"
     patterns = [ln.strip().strip("/") for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
     needed = [p for p in tracked if p.split("/")[0] in ("specdec", "registry", "monitoring", "flows")
@@ -633,7 +702,8 @@ def test_dockerignore_keeps_sources_and_drops_local_state(name):
     for p in ["pyproject.toml", "README.md", "prefect.yaml", "flows/nightly.py", "specdec/data/heldout/x.jsonl"]:
         assert not _dockerignore_excludes(patterns, p), p
     for p in [".venv/bin/python", ".git/HEAD", ".env", "docker/.env", ".specdec/history.db", "mlruns/0/meta.yaml",
-              "specdec/__pycache__/x.pyc", "specdec.egg-info/PKG-INFO", "sub/mlflow.db"]:
+              "specdec/__pycache__/x.pyc", "specdec.egg-info/PKG-INFO", "sub/mlflow.db",
+              ".specdec/docker/wheelhouse/torch-2.13.0+cpu.whl", "tests/conftest.py"]:
         assert _dockerignore_excludes(patterns, p), f"{p} would be sent to the Docker daemon"
 
 

@@ -8,25 +8,25 @@ Docker is rewritten: service host names become 127.0.0.1, ports become free port
 becomes 127.0.0.1, and ``/mlartifacts`` / ``/data/specdec`` become temp dirs. Every flag stays as in
 compose. Readiness is the compose healthcheck command itself (with the port rewritten).
 
-Not covered (needs Docker): image builds, container networking, volume ownership, the GPU reservation.
+Not covered here (needs Docker): image builds, container networking, volume ownership; those are
+``make stack-test`` (docker/stack_test.py). The GPU reservation is not exercised anywhere.
 Skipped where no PostgreSQL server binaries exist.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.postgres import postgres_cluster
 from tests.docker.test_compose import (DOCKER, REPO, TEST_PASSWORD, _env_pairs, env_example, flag_value,
                                  parse_dockerfile, resolved_compose, service_argv)
 
@@ -39,18 +39,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _pg_bin(name: str) -> str | None:
-    found = shutil.which(name)
-    if found:
-        return found
-    cands = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
-    return cands[-1] if cands else None
-
-
-def _as_pg(cmd: list[str]) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
 
 
 class Stack:
@@ -69,6 +57,7 @@ class Stack:
         s = s.replace("@postgres:5432/", f"@127.0.0.1:{self.pg_port}/")
         s = s.replace("http://mlflow:5000", f"http://127.0.0.1:{self.ports['mlflow']}")
         s = s.replace("http://prefect-server:4200", f"http://127.0.0.1:{self.ports['prefect-server']}")
+        s = s.replace("/home/specdec/", f"{self.root}/home/")  # the image user's home
         return s
 
     def argv(self, service: str) -> list[str]:
@@ -85,6 +74,8 @@ class Stack:
     def process_env(self, service: str, **extra: str) -> dict[str, str]:
         """Image ENV (Dockerfile.cpu) + the service's compose environment, localized."""
         image_env = _env_pairs(parse_dockerfile(DOCKER / "Dockerfile.cpu"))
+        for layout in ("VIRTUAL_ENV", "PATH"):  # the image's /opt/venv; here the test's venv stands in
+            image_env.pop(layout, None)
         image_env["SPECDEC_HOME"] = str(self.root / "data" / service)
         image_env["HF_HOME"] = str(self.root / "data" / service / "huggingface")
         svc_env = {k: self.localize(str(v)) for k, v in self.compose["services"][service].get("environment", {}).items()}
@@ -143,24 +134,16 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack():
-    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
-    if not initdb or not pg_ctl:
-        pytest.skip("PostgreSQL server binaries not installed")
-    if os.geteuid() == 0 and subprocess.run(["id", "postgres"], capture_output=True).returncode:
-        pytest.skip("running as root without a 'postgres' user")
-    root = Path(tempfile.mkdtemp(prefix="specdec-docker-stack-"))
-    os.chmod(root, 0o777)
-    data, port = root / "pgdata", _free_port()
     env = env_example()
     user, db = env["POSTGRES_USER"], env["POSTGRES_DB"]
     # What the postgres image's entrypoint does: initdb with POSTGRES_USER as superuser, create POSTGRES_DB,
     # then run /docker-entrypoint-initdb.d/*.sql with psql as that user in that database.
     # (Auth is `trust` here; the image uses scram-sha-256 with POSTGRES_PASSWORD.)
-    subprocess.run(_as_pg([initdb, "-D", str(data), "-A", "trust", "-U", user, "--no-sync"]),
-                   check=True, capture_output=True, timeout=120)
-    subprocess.run(_as_pg([pg_ctl, "-D", str(data), "-w", "-t", "60", "-l", str(root / "pg.log"), "-o",
-                           f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start"]),
-                   check=True, capture_output=True, timeout=120)
+    with postgres_cluster(user, prefix="specdec-docker-stack-") as (port, root):
+        yield from _stack_on(root, port, user, db)
+
+
+def _stack_on(root: Path, port: int, user: str, db: str):
     s = Stack(root, port)
     try:
         import psycopg
@@ -181,8 +164,6 @@ def stack():
     finally:
         for p in reversed(s.procs):
             Stack.stop(p)
-        subprocess.run(_as_pg([pg_ctl, "-D", str(data), "-m", "immediate", "stop"]), capture_output=True, timeout=60)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _tables(stack: Stack, db: str) -> set[str]:
@@ -243,6 +224,11 @@ def test_prefect_server_command(stack, servers):
     assert argv[:3] == ["prefect", "server", "start"]
     assert stack.process_env("prefect-server")["PREFECT_API_DATABASE_CONNECTION_URL"].startswith("postgresql+asyncpg://")
     assert {"flow_run", "deployment", "work_pool", "alembic_version"} <= _tables(stack, "prefect")
+    # the UI is served (its static directory is writable for the image's non-root user)
+    ui = httpx.get(f"http://127.0.0.1:{stack.ports['prefect-server']}/", timeout=30)
+    assert ui.status_code == 200 and "<html" in ui.text.lower(), ui.text[:300]
+    ui_dir = stack.process_env("prefect-server")["PREFECT_UI_STATIC_DIRECTORY"]
+    assert ui_dir.startswith(str(stack.root)) and any(Path(ui_dir).iterdir())
     assert "flow_run" not in _tables(stack, stack.env["POSTGRES_DB"])
 
 

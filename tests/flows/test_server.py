@@ -17,7 +17,7 @@ from monitoring.testing import free_port
 from specdec.testing import save_tiny_checkpoint
 
 pytestmark = pytest.mark.server
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -112,3 +112,48 @@ def test_check_loaded_pair(tmp_path, monkeypatch):
     draft = load_causal_lm(save_tiny_checkpoint(tmp_path / "d", seed=1, vocab_size=110))
     res = check_loaded_pair(target, draft)
     assert res.compatible and res.shared_vocab_size == 103 and res.draft_vocab_size == 110
+
+
+def test_draft_config_declaring_another_eos_is_refused():
+    """Before: accepted with only a note; the draft then stops drafting where the target goes on."""
+    tok = tiny_tokenizer()
+    target, draft = tiny_llama(103).config, tiny_llama(103).config
+    draft.eos_token_id = 6
+    with pytest.raises(IncompatiblePairError, match=r"config eos_token_id differs: target \[2\], draft \[6\]"):
+        check_pair_compatible(tok, tok, target, draft)
+    draft.eos_token_id = [2]  # a list naming the same id is the same
+    assert check_pair_compatible(tok, tok, target, draft).compatible
+
+
+def test_generation_config_eos_mismatch_is_refused():
+    from transformers import GenerationConfig
+
+    tok = tiny_tokenizer()
+    cfg = tiny_llama(103).config
+    with pytest.raises(IncompatiblePairError, match=r"generation_config eos_token_id differs: target \[2\], draft \[2, 6\]"):
+        check_pair_compatible(tok, tok, cfg, cfg, target_generation_config=GenerationConfig(eos_token_id=2),
+                              draft_generation_config=GenerationConfig(eos_token_id=[2, 6]))
+
+
+def test_properties_that_fail_mid_run_are_noted_and_checked_up_front():
+    """A shorter draft context is noted at pairing time and refused before decoding starts
+    (before: it ran into the draft's position limit in the middle of a generation)."""
+    import torch
+
+    from specdec import NgramDrafter, SamplingConfig, speculative_generate
+
+    tok = tiny_tokenizer()
+    target = tiny_llama(103)
+    short = tiny_llama(103)
+    short.config.max_position_embeddings = 16
+    res = check_pair_compatible(tok, tok, target.config, short.config)
+    assert res.compatible and any("the draft's context (16 tokens) is shorter" in n for n in res.notes)
+    ids = torch.arange(5, 15)[None]  # 10 prompt tokens
+    with pytest.raises(ValueError, match="exceeds the draft model's context of 16 tokens"):
+        speculative_generate(target, short, ids, num_speculative_tokens=2, max_new_tokens=8, sampling=SamplingConfig())
+    with pytest.raises(ValueError, match="exceeds the draft model's context of 16 tokens"):
+        speculative_generate(target, short, torch.cat([ids, ids]), num_speculative_tokens=2, max_new_tokens=8,
+                             sampling=SamplingConfig())
+    speculative_generate(target, NgramDrafter(), ids, num_speculative_tokens=2, max_new_tokens=8, sampling=SamplingConfig())
+    notes = check_pair_compatible(tok, tok, tiny_llama(110).config, tiny_llama(103).config).notes
+    assert any("the draft embeds only 103 ids, the target scores 110" in n for n in notes)

@@ -73,6 +73,7 @@ def write_tiny_gguf(path: Path, *, seed: int = 0, hidden: int = 64, layers: int 
 @pytest.fixture()
 def home(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SPECDEC_MODELS_DIR", raising=False)  # the cache must land under this home
     return tmp_path / "home"
 
 

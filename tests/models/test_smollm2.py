@@ -17,7 +17,7 @@ from specdec.models.derived import DerivedDraftRecipe, derive_draft
 from specdec.models import SMOLLM2_GGUF_SHA256, check_loaded_pair, load_causal_lm
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -1,69 +1,28 @@
 """The history store on a real PostgreSQL server (psycopg 3), started here as a throwaway cluster.
 
-Skipped only where no PostgreSQL server binaries exist (``initdb``/``pg_ctl`` on PATH or under
-``/usr/lib/postgresql/*/bin``). As root, the cluster runs as the ``postgres`` user.
+Skipped only where no PostgreSQL server binaries exist (see :func:`tests.postgres.postgres_cluster`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import glob
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
 
 import pytest
 
-from monitoring.db import head_revision
-
 from monitoring import alerts, history, rules
 from monitoring.alerts import AlertContext
-from monitoring.db import Database
+from monitoring.db import Database, head_revision
 from monitoring.history import Lineage, RunAlreadyClaimed, RunKey
 from monitoring.settings import MonitoringSettings
 from monitoring.testing import make_report
-
-
-def _pg_bin(name: str) -> str | None:
-    found = shutil.which(name)
-    if found:
-        return found
-    cands = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
-    return cands[-1] if cands else None
-
-
-def _as_pg(cmd: list[str]) -> list[str]:
-    if os.geteuid() == 0:  # postgres refuses to run as root
-        return ["runuser", "-u", "postgres", "--", *cmd]
-    return cmd
+from tests.postgres import postgres_cluster
 
 
 @pytest.fixture(scope="module")
 def pg_url():
-    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
-    if not initdb or not pg_ctl:
-        pytest.skip("PostgreSQL server binaries not installed")
-    if os.geteuid() == 0 and subprocess.run(["id", "postgres"], capture_output=True).returncode:
-        pytest.skip("running as root without a 'postgres' user")
-    root = tempfile.mkdtemp(prefix="specdec-pg-")
-    os.chmod(root, 0o777)
-    data = os.path.join(root, "data")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    subprocess.run(_as_pg([initdb, "-D", data, "-A", "trust", "-U", "specdec", "--no-sync"]),
-                   check=True, capture_output=True, timeout=120)
-    subprocess.run(_as_pg([pg_ctl, "-D", data, "-w", "-t", "60", "-l", os.path.join(root, "log"), "-o",
-                           f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start"]),
-                   check=True, capture_output=True, timeout=120)
-    try:
+    with postgres_cluster("specdec") as (port, _):
         yield f"postgresql+psycopg://specdec@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run(_as_pg([pg_ctl, "-D", data, "-m", "immediate", "stop"]), capture_output=True, timeout=60)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_postgres_migrate_upsert_claim_and_incident(pg_url):

@@ -64,7 +64,8 @@ def test_register_list_show_promote(cli, ckpts, tmp_path):
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     row1 = next(line for line in lines if line.strip().startswith("│ 1 "))
-    assert "passed α=0.750 (CI low 0.700)" in row1 and "model" in row1 and "k=3 T=0" in row1
+    assert "passed acceptance 0.750" in row1 and "model" in row1 and "k=3 T=0" in row1
+    assert "passed: acc 0.75 [0.70-0.80] at k=3" in row1  # the version's description
     row3 = next(line for line in lines if line.strip().startswith("│ 3 "))
     assert "ngram" in row3 and "never" in row3
 
@@ -83,7 +84,7 @@ def test_register_list_show_promote(cli, ckpts, tmp_path):
     assert r.exit_code == 0, r.output
     shown = json.loads(r.stdout)
     assert shown["version"] == "2" and shown["aliases"] == ["champion"]
-    assert shown["tags"]["promotion.forced_by"] == "carol" and shown["tags"]["promotion.reason"] == "demo override"
+    assert shown["tags"]["promotion"].endswith("by carol, forced: demo override")
     assert shown["recipe"]["kind"] == "int8" and shown["latest_validation"] is None
     r = cli("show", "specdec-pair", "1")
     assert r.exit_code == 0 and "acceptance_rate" in r.output and "models:/tiny-target/1" in r.output

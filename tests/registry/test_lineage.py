@@ -119,7 +119,7 @@ def test_lineage_detects_which_side_changed(uri, ckpts):
 
 def test_compute_changed_table():
     import registry as R
-    from registry.pairs import compute_changed
+    from registry.changes import compute_changed
 
     base = {"target.weights_sha256": "t", "target.tokenizer_sha256": "k", "drafter_kind": "model",
             "draft.weights_sha256": "d", "draft.tokenizer_sha256": "k", "config_sha256": "c"}

@@ -12,14 +12,13 @@ the counters of at least one prompt, so the equality checks have power.
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 from typer.testing import CliRunner
 
 from specdec import NgramDrafter, SamplingConfig, SpeculativeConfig
-from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, content_version
 from specdec.validation.report import ValidationReport
+from tests.validation.heldouts import toy_heldout
 from specdec.testing import perturbed_copy, save_tiny_checkpoint, tiny_llama, tiny_tokenizer
 from specdec.validation import ValidationConfig, validate_pairs
 from specdec.validation.prompt_run import DrafterUnderTest
@@ -30,21 +29,6 @@ K, NEW_TOKENS, B = 3, 20, 3
 COUNTERS = ("status", "skip_reason", "prompt_tokens", "new_tokens", "target_only_tokens", "num_drafts",
             "num_draft_tokens", "num_accepted_tokens", "num_tf_positions", "alpha_tf", "top1_agreement",
             "exact_match", "first_divergence")  # fmt: skip
-
-
-def _heldout() -> HeldoutSet:
-    rng = random.Random(0)
-    prompts = [
-        HeldoutPrompt(
-            id=f"p{i}",
-            category="ab"[i % 2],
-            messages=[{"role": "user", "content": "".join(rng.choice("abcdefghij klmnop") for _ in range(rng.randint(3, 60)))}],
-        )
-        for i in range(7)
-    ]
-    prompts.insert(2, HeldoutPrompt(id="empty", category="a", messages=[{"role": "user", "content": "  "}]))
-    prompts.append(HeldoutPrompt(id="long", category="b", text="x" * 600))  # > 512-token context
-    return HeldoutSet("toy", content_version(prompts), prompts)
 
 
 def _ok_groups(report) -> list[list]:
@@ -64,7 +48,7 @@ def reports(target):
     out = {}
     for b in (1, B):
         cfg = ValidationConfig(num_speculative_tokens=K, max_new_tokens=NEW_TOKENS, batch_size=b, bootstrap_resamples=200)
-        out[b] = validate_pairs(target, drafters, _heldout(), cfg, tokenizer=tiny_tokenizer(), target_ref="tiny")
+        out[b] = validate_pairs(target, drafters, toy_heldout(7, "ab", (3, 60), empty_at=2), cfg, tokenizer=tiny_tokenizer(), target_ref="tiny")
     return out
 
 
@@ -114,7 +98,7 @@ def test_pass_timers_exclude_the_batched_prefill(target):
     tok = tiny_tokenizer()
     draft = perturbed_copy(target, scale=0.03)
     cfg = ValidationConfig(num_speculative_tokens=K, max_new_tokens=NEW_TOKENS, batch_size=4)
-    prompts = [p for p in _heldout().prompts if p.id.startswith("p")][:4]
+    prompts = [p for p in toy_heldout(7, "ab", (3, 60), empty_at=2).prompts if p.id.startswith("p")][:4]
     target_timer, d = PassTimer(target), DrafterUnderTest(draft, draft, "model", None, None, PassTimer(draft))
     with target_timer, d.timer:
         runs = [r[0] for _, r in run_prompts(prompts, target, tok, [d], cfg, 2, 512, target_timer)]
@@ -135,7 +119,7 @@ def test_sampling_batched_is_reproducible(target):
         bootstrap_resamples=50, warmup=False,
     )  # fmt: skip
     draft = perturbed_copy(target, scale=0.03)
-    a, b = (validate_pairs(target, [draft], _heldout(), cfg, tokenizer=tiny_tokenizer())[0] for _ in range(2))
+    a, b = (validate_pairs(target, [draft], toy_heldout(7, "ab", (3, 60), empty_at=2), cfg, tokenizer=tiny_tokenizer())[0] for _ in range(2))
     key = ("new_tokens", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "alpha_tf")
     assert [[getattr(p, f) for f in key] for p in a.prompts] == [[getattr(p, f) for f in key] for p in b.prompts]
     assert a.overall.num_prompts == 7 and a.overall.exactness_checked == 0  # audit is greedy only

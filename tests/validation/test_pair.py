@@ -10,32 +10,16 @@ from __future__ import annotations
 
 import copy
 import math
-import random
 
 import pytest
 
 from specdec import NgramDrafter, SamplingConfig
-from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, content_version
+from tests.validation.heldouts import toy_heldout
 from specdec.testing import perturbed_copy, tiny_llama, tiny_tokenizer
 from specdec.validation import ValidationConfig, validate_pair, validate_pairs
 
 N_PROMPTS, NEW_TOKENS, K = 12, 32, 4
 PERTURB = 0.03
-
-
-def _heldout() -> HeldoutSet:
-    rng = random.Random(0)
-    prompts = [
-        HeldoutPrompt(
-            id=f"p{i}",
-            category="abc"[i % 3],
-            messages=[{"role": "user", "content": "".join(rng.choice("abcdefghij klmnop") for _ in range(rng.randint(5, 30)))}],
-        )
-        for i in range(N_PROMPTS)
-    ]
-    prompts.append(HeldoutPrompt(id="empty", category="a", messages=[{"role": "user", "content": "   "}]))
-    prompts.append(HeldoutPrompt(id="long", category="b", text="x" * 600))  # > 512-token context
-    return HeldoutSet("toy", content_version(prompts), prompts)
 
 
 def _overlap(a: list[float], b: list[float]) -> bool:
@@ -52,7 +36,7 @@ def greedy_reports(target):
     """Three drafters on one shared target-only run: exact copy, perturbed copy, n-gram."""
     drafters = [copy.deepcopy(target), perturbed_copy(target, scale=PERTURB), NgramDrafter()]
     cfg = ValidationConfig(num_speculative_tokens=K, max_new_tokens=NEW_TOKENS, bootstrap_resamples=1000)
-    return validate_pairs(target, drafters, _heldout(), cfg, tokenizer=tiny_tokenizer(), target_ref="tiny")
+    return validate_pairs(target, drafters, toy_heldout(N_PROMPTS, "abc", (5, 30)), cfg, tokenizer=tiny_tokenizer(), target_ref="tiny")
 
 
 def test_draft_equal_to_target_gives_exact_ones(greedy_reports):
@@ -115,7 +99,7 @@ def test_sampling_estimators_agree(target):
     cfg = ValidationConfig(
         num_speculative_tokens=K, max_new_tokens=NEW_TOKENS, sampling=SamplingConfig(temperature=1.0), bootstrap_resamples=1000
     )
-    r = validate_pair(target, perturbed_copy(target, scale=PERTURB), _heldout(), cfg, tokenizer=tiny_tokenizer())
+    r = validate_pair(target, perturbed_copy(target, scale=PERTURB), toy_heldout(N_PROMPTS, "abc", (5, 30)), cfg, tokenizer=tiny_tokenizer())
     g = r.overall
     assert 0.3 < g.alpha_tf < 0.95
     assert _overlap(g.alpha_hat_ci, g.alpha_tf_ci), (g.alpha_hat_ci, g.alpha_tf_ci)
@@ -127,8 +111,8 @@ def test_sampling_estimators_agree(target):
 
 def test_bad_inputs(target):
     with pytest.raises(ValueError, match="tokenizer"):
-        validate_pair(target, NgramDrafter(), _heldout())
+        validate_pair(target, NgramDrafter(), toy_heldout(N_PROMPTS, "abc", (5, 30)))
     with pytest.raises(TypeError):
-        validate_pair(target, "not a drafter", _heldout(), tokenizer=tiny_tokenizer())
+        validate_pair(target, "not a drafter", toy_heldout(N_PROMPTS, "abc", (5, 30)), tokenizer=tiny_tokenizer())
     with pytest.raises(ValueError):
         ValidationConfig(num_speculative_tokens=0)

@@ -1,0 +1,114 @@
+"""A readable terminal for long-running commands (issue 12, item 7).
+
+Everything is logged to a file (``<SPECDEC_HOME>/logs/<command>-<UTC time>.log``, DEBUG, tracebacks
+included). The terminal shows our messages: records of ``flows``, ``monitoring``, ``registry``,
+``specdec`` and of the flow/task run loggers (INFO and up, Prefect's own state chatter dropped),
+and other libraries' records only at ERROR. Tracebacks are replaced on the terminal by a pointer to
+the log file. ``debug=True`` (``--debug``) leaves the terminal as the libraries configured it.
+Progress bars of MLflow artifact downloads and Hugging Face loads are switched off.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import re
+import sys
+import warnings
+from pathlib import Path
+
+OURS = ("flows", "monitoring", "registry", "specdec", "prefect.flow_runs", "prefect.task_runs")
+_ENGINE_CHATTER = re.compile(r"^(Finished in state|Beginning |Created |Executing |Submitting |Starting temporary "
+                             r"server|Stopping temporary server|Running flow|View at )")
+
+
+def quiet_env() -> None:
+    """Environment that turns third-party progress bars off (call before importing them)."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TQDM_DISABLE", "1")
+
+
+class _TerminalFilter(logging.Filter):
+    def __init__(self, log_path: Path) -> None:
+        super().__init__()
+        self.log_path = log_path
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        ours = record.name.startswith(OURS)
+        if not ours and record.levelno < logging.ERROR:
+            return False
+        if record.name.startswith("prefect.") and record.levelno < logging.WARNING:
+            if _ENGINE_CHATTER.match(str(record.msg)):
+                return False
+        if record.exc_info or record.exc_text or record.stack_info:
+            record.exc_info, record.exc_text, record.stack_info = None, None, None
+            record.msg = f"{record.getMessage()} (traceback in {self.log_path})"
+            record.args = ()
+        return True
+
+
+def _terminal_handlers() -> list[logging.Handler]:
+    out = []
+    loggers = [logging.getLogger()] + [lg for lg in logging.Logger.manager.loggerDict.values()
+                                       if isinstance(lg, logging.Logger)]
+    for lg in loggers:
+        for h in lg.handlers:
+            stream = getattr(h, "stream", None)
+            if isinstance(h, logging.FileHandler):
+                continue
+            if stream in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__) or "Console" in type(h).__name__:
+                out.append(h)
+    return out
+
+
+class ReadableTerminal:
+    """Context manager: install the log file and the terminal filter; re-applied by :meth:`refresh`
+    after libraries that add their own handlers were imported (Prefect, torch, torchao)."""
+
+    def __init__(self, home: Path | str, command: str, debug: bool = False) -> None:
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        self.log_path = Path(home) / "logs" / f"{command}-{stamp}-{os.getpid()}.log"
+        self.debug = debug
+        self.file_handler: logging.FileHandler | None = None
+        self.filter = _TerminalFilter(self.log_path)
+
+    def __enter__(self) -> "ReadableTerminal":
+        quiet_env()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.file_handler = logging.FileHandler(self.log_path, encoding="utf-8")
+        self.file_handler.setLevel(logging.DEBUG)
+        self.file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.captureWarnings(True)
+        if not self.debug:
+            warnings.simplefilter("default")
+        self.refresh()
+        return self
+
+    def refresh(self) -> None:
+        """Attach the file handler to every logger that does not propagate to the root, and the
+        terminal filter to every terminal handler (call after heavy imports)."""
+        root = logging.getLogger()
+        if self.file_handler not in root.handlers:
+            root.addHandler(self.file_handler)
+        if root.level > logging.INFO:
+            root.setLevel(logging.INFO)
+        for lg in list(logging.Logger.manager.loggerDict.values()):
+            if isinstance(lg, logging.Logger) and not lg.propagate and self.file_handler not in lg.handlers:
+                lg.addHandler(self.file_handler)
+        if not self.debug:
+            for h in _terminal_handlers():
+                if self.filter not in h.filters:
+                    h.addFilter(self.filter)
+
+    def __exit__(self, *exc) -> None:
+        self.refresh()
+        for h in _terminal_handlers():
+            h.removeFilter(self.filter)
+        for lg in [logging.getLogger()] + list(logging.Logger.manager.loggerDict.values()):
+            if isinstance(lg, logging.Logger) and self.file_handler in lg.handlers:
+                lg.removeHandler(self.file_handler)
+        if self.file_handler is not None:
+            self.file_handler.close()

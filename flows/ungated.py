@@ -1,0 +1,77 @@
+"""The nightly's check for ungated promotions (an alias moved outside specdec to a version the gate
+never let through; :mod:`registry.ungated`) and its alert (:mod:`monitoring.promotion_alerts`).
+
+Before validating, :func:`check_ungated` looks at ``@champion`` of each pair; the flow then validates
+that version first (champion before challenger) and :func:`report_ungated` raises the alert with
+tonight's verdict, or resolves an open one when the alias is gated again.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+log = logging.getLogger("flows.nightly")
+
+GATED_ALIAS = "champion"
+
+
+def check_ungated(pair: str, aliases: Sequence[str]) -> dict[str, Any]:
+    """Check ``pair@champion`` (only when the nightly validates ``champion``).
+
+    Returns:
+        ``{"checked": bool, "finding": registry.ungated.UngatedPromotion | None}``; an MLflow error
+        is logged and leaves ``checked`` False (no alert either way tonight).
+    """
+    if GATED_ALIAS not in aliases:
+        return {"checked": False, "finding": None}
+    from registry.ungated import check_alias
+
+    try:
+        finding = check_alias(pair, GATED_ALIAS)
+    except Exception as e:  # noqa: BLE001 (the validation itself must still run)
+        log.error("%s@%s: ungated-promotion check failed: %s: %s", pair, GATED_ALIAS, type(e).__name__, e)
+        return {"checked": False, "finding": None}
+    if finding is not None:
+        log.warning("ungated promotion: %s", finding.message())
+    return {"checked": True, "finding": finding}
+
+
+def _tonight(result) -> str:
+    if result is None:
+        return "not validated tonight"
+    if result.acceptance_rate is not None and result.status in ("passed", "failed", "inconclusive"):
+        ci = result.acceptance_rate_ci
+        shown = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if len(ci) == 2 else ""
+        return f"validated first tonight: {result.status}, acceptance {result.acceptance_rate:.3f}{shown}"
+    return f"tonight's validation: {result.status}" + (f" ({result.message})" if result.message else "")
+
+
+def report_ungated(db, checks: dict[str, dict[str, Any]], results: list) -> None:
+    """Raise (or resolve) the ungated-promotion alert of each checked pair, after validation.
+
+    The message names the version, when it was noticed, the gate's reasons and tonight's verdict;
+    the champion's :class:`flows.tasks.NightlyResult` gets ``ungated_promotion`` (the message) and
+    ``ungated_alert`` (the transition).
+    """
+    from monitoring.promotion_alerts import alert_ungated_promotion
+
+    for pair, check in checks.items():
+        if not check["checked"]:
+            continue
+        f = check["finding"]
+        champ = next((r for r in results if r.pair == pair and r.alias == GATED_ALIAS), None)
+        validated = champ
+        if f is not None and champ is not None and champ.status == "skipped" and champ.version == f.version:
+            validated = next((r for r in results if r.pair == pair and r.version == f.version and r is not champ), champ)
+        message = f"{f.message()} {_tonight(validated).capitalize()}." if f is not None else f"{pair}@{GATED_ALIAS} is gated again"
+        try:
+            out = alert_ungated_promotion(db, pair, GATED_ALIAS, version=f.version if f else (champ.version if champ else None),
+                                          message=message, firing=f is not None)
+        except Exception as e:  # noqa: BLE001
+            log.error("%s: ungated-promotion alert not queued: %s: %s", pair, type(e).__name__, e)
+            continue
+        if champ is not None and f is not None:
+            champ.ungated_promotion, champ.ungated_alert = message, out.transition
+        elif champ is not None and out.transition:
+            champ.ungated_alert = out.transition

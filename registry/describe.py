@@ -1,0 +1,262 @@
+"""What a person sees of a pair version in the MLflow UI: a one-line description and at most 10 tags.
+
+The MLflow versions table shows each version's tags as ``key: value`` chips and the first 29
+characters of its description (``ModelVersionTable``: ``truncate(description, 32)``), so
+
+- the description is one line that starts with the verdict and the acceptance rate with its 95% CI
+  (``passed: acc 0.72 [0.65-0.79]``, 28 characters), then k, the measured speedup [CI], the
+  held-out set and size, what changed since which version, the date, and who holds which alias;
+- the version carries only the tags in :data:`VERSION_TAG_KEYS` (chosen for filtering in the UI,
+  e.g. ``tags.validation_status = 'failed'``); every other registration fact (hashes, the whole
+  decoding config, the compatibility result, lineage) stays in the version's ``pair.json``
+  (``"tags"``, read back by :func:`registry.pairfile.full_tags`), and every validation fact in its
+  MLflow run.
+
+:func:`refresh_description` rebuilds the line from MLflow state; registration, validation and
+promotion call it (through :func:`registry.runs.refresh_version`). Pure helpers (:func:`describe`, :func:`select_registration_tags`,
+:func:`validation_version_tags`) take plain data.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from registry.pairfile import full_tags, read_pair_doc
+
+#: the only tags a pair version carries (registration 5, validation 4, promotion 1)
+REGISTRATION_TAG_KEYS = ("target", "draft", "drafter_kind", "changed", "num_speculative_tokens")
+VALIDATION_TAG_KEYS = ("validation_status", "acceptance_rate", "speedup", "policy")
+PROMOTION_TAG_KEY = "promotion"
+VERSION_TAG_KEYS = (*VALIDATION_TAG_KEYS, *REGISTRATION_TAG_KEYS, PROMOTION_TAG_KEY)
+#: the MLflow UI's versions table shows this many characters of a description (then "...")
+TABLE_DESCRIPTION_CHARS = 29
+#: registered-model tag naming the version specdec last moved an alias to (``<prefix><alias>``)
+ALIAS_RECORD_PREFIX = "specdec.alias."
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
+
+
+def select_registration_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    """The registration tags a pair version shows, from the full registration tag dict.
+
+    Args:
+        tags: every registration tag (:func:`registry.pairs.register_pair` builds them; k may be
+            under ``num_speculative_tokens`` or the older ``num_draft_tokens``).
+    Returns:
+        ``target``, ``draft``, ``drafter_kind``, ``changed`` and ``num_speculative_tokens`` (k), those
+        present.
+    """
+    out = {k: str(tags[k]) for k in REGISTRATION_TAG_KEYS if k in tags}
+    if "num_speculative_tokens" not in out and "num_draft_tokens" in tags:
+        out["num_speculative_tokens"] = str(tags["num_draft_tokens"])
+    return out
+
+
+def policy_label(gate: Any) -> str:
+    """Short text of the gate's acceptance criterion, e.g. ``ci_low>=0.40`` (a ``GateConfig``)."""
+    side = {"lower": "ci_low", "point": "acceptance", "upper": "ci_high"}.get(getattr(gate, "gate_side", "lower"), "ci_low")
+    return f"{side}>={float(gate.min_acceptance_rate):.2f}"
+
+
+def validation_version_tags(status: str, metrics: Mapping[str, float], gate: Any) -> dict[str, str]:
+    """The validation tags a pair version shows after a validation.
+
+    Args:
+        status: the gate verdict, ``passed`` or ``failed``.
+        metrics: the run's metrics (``acceptance_rate`` in [0, 1], ``speedup`` measured, x).
+        gate: the ``GateConfig`` that decided ``status``.
+    Returns:
+        ``validation_status``, ``acceptance_rate`` (3 decimals), ``speedup`` (2 decimals, only when
+        measured) and ``policy``.
+    Raises:
+        ValueError: ``status`` is not passed/failed.
+    """
+    if status not in ("passed", "failed"):
+        raise ValueError(f"status must be 'passed' or 'failed', got {status!r}")
+    tags = {"validation_status": status, "policy": policy_label(gate)}
+    if _finite(metrics.get("acceptance_rate")):
+        tags["acceptance_rate"] = f"{float(metrics['acceptance_rate']):.3f}"
+    if _finite(metrics.get("speedup")):
+        tags["speedup"] = f"{float(metrics['speedup']):.2f}"
+    return tags
+
+
+def promotion_label(alias: str, when: str, actor: str, *, gated: bool, passed: bool, forced: bool,
+                    reason: str | None = None) -> str:
+    """The ``promotion`` tag: ``champion 2026-11-30 by alice (gate passed)`` or
+    ``champion 2026-11-30 by bob, forced: <reason>``; ``when`` is an ISO-8601 time (UTC)."""
+    day = when[:10]
+    if forced:
+        return f"{alias} {day} by {actor}, forced: {reason or 'no reason given'}"[:500]
+    state = "gate passed" if passed else "not gated" if not gated else "gate failed"
+    return f"{alias} {day} by {actor} ({state})" + (f": {reason}" if reason else "")[:400]
+
+
+@dataclass
+class VersionFacts:
+    """Everything the one-line description says, as plain data.
+
+    Attributes:
+        status: ``passed`` / ``failed`` (latest validation's gate verdict), None = never validated.
+        acceptance_rate / acceptance_ci: pooled acceptance rate and its 95% CI, in [0, 1].
+        k: num_speculative_tokens of the pair version.
+        speedup / speedup_ci: measured wall-clock speedup (x) and its CI, None if not measured.
+        heldout / num_prompts: held-out set name and how many prompts were validated.
+        changed / previous_version: which side changed, and since which pair version.
+        date: ``YYYY-MM-DD`` of the latest validation (else of the registration).
+        promotion: the version's ``promotion`` tag, if any; holds_alias: it still holds that alias.
+        note: a free-text description given at registration (appended).
+    """
+
+    status: str | None = None
+    acceptance_rate: float | None = None
+    acceptance_ci: tuple[float, float] | None = None
+    k: int | None = None
+    speedup: float | None = None
+    speedup_ci: tuple[float, float] | None = None
+    heldout: str | None = None
+    num_prompts: int | None = None
+    changed: str | None = None
+    previous_version: str | None = None
+    date: str | None = None
+    promotion: str | None = None
+    holds_alias: bool = False
+    note: str | None = None
+
+
+def _down(x: float) -> str:
+    return f"{math.floor(x * 100 + 1e-9) / 100:.2f}"
+
+
+def _up(x: float) -> str:
+    return f"{math.ceil(x * 100 - 1e-9) / 100:.2f}"
+
+
+def _ci(ci: tuple[float, float] | None) -> str:
+    # rounded outwards: the interval shown always contains the one measured (0.398 never shows as 0.40)
+    return f" [{_down(ci[0])}-{_up(ci[1])}]" if ci and all(_finite(c) for c in ci) else ""
+
+
+_CHANGED = {"initial": "first version", "target": "target changed", "draft": "draft changed",
+            "both": "target and draft changed", "config": "decoding config changed", "none": "nothing changed"}
+
+
+def describe(f: VersionFacts) -> str:
+    """The one-line description: ``passed: acc 0.72 [0.65-0.79] at k=4 · speedup 1.31x [1.10-1.52] ·
+    spec_bench, 48 prompts · target changed since v1 · 2026-11-30 · @champion 2026-11-30 by alice (gate passed)``.
+
+    The first :data:`TABLE_DESCRIPTION_CHARS` characters hold the verdict and the acceptance rate
+    with its CI (2 decimals, CI rounded outwards), so the MLflow versions table shows them whole.
+    A version never validated starts with ``not validated``. Returns a single line (no newline).
+    """
+    if f.status is None:
+        parts = ["not validated" + (f" at k={f.k}" if f.k else "")]
+    else:
+        acc = f"{f.acceptance_rate:.2f}" if _finite(f.acceptance_rate) else "n/a"
+        parts = [f"{f.status}: acc {acc}{_ci(f.acceptance_ci)}" + (f" at k={f.k}" if f.k else "")]
+        if _finite(f.speedup):
+            parts.append(f"speedup {f.speedup:.2f}x{_ci(f.speedup_ci)}")
+        if f.heldout:
+            parts.append(f.heldout + (f", {f.num_prompts} prompts" if f.num_prompts else ""))
+    if f.changed:
+        text = _CHANGED.get(f.changed, f"{f.changed} changed")
+        parts.append(text + (f" since v{f.previous_version}" if f.previous_version and f.changed != "initial" else ""))
+    if f.date:
+        parts.append(f.date if f.status else f"registered {f.date}")
+    if f.promotion:
+        parts.append(("@" if f.holds_alias else "was @") + f.promotion)
+    if f.note:
+        parts.append(f.note)
+    return " · ".join(p.replace("\n", " ").strip() for p in parts if p)
+
+
+def registration_description(doc: Mapping[str, Any]) -> str:
+    """The description of a pair version just registered (never validated), from its ``pair.json`` dict."""
+    cfg = doc.get("config") or {}
+    k = cfg.get("num_speculative_tokens", cfg.get("num_draft_tokens"))
+    return describe(VersionFacts(k=int(k) if k is not None else None, changed=doc.get("changed"),
+                                 previous_version=doc.get("previous_version"), note=doc.get("description"),
+                                 date=(doc.get("created_at") or "")[:10] or None))
+
+
+def _pair(metrics: Mapping[str, float], base: str) -> tuple[float, float] | None:
+    lo, hi = metrics.get(f"{base}_ci_low"), metrics.get(f"{base}_ci_high")
+    return (float(lo), float(hi)) if _finite(lo) and _finite(hi) else None
+
+
+def facts_for(client, mv, run=None, aliases: Mapping[str, str] | None = None,
+              doc: Mapping[str, Any] | None = None) -> VersionFacts:
+    """:class:`VersionFacts` of one pair version from MLflow: its pair.json, tags, aliases and the
+    validation ``run`` (an ``mlflow.entities.Run``; None = never validated)."""
+    doc = read_pair_doc(client, mv) if doc is None else doc
+    tags = full_tags(client, mv, doc)
+    cfg = doc.get("config") or {}
+    k = cfg.get("num_speculative_tokens", cfg.get("num_draft_tokens"))
+    aliases = aliases if aliases is not None else {a: str(v) for a, v in (client.get_registered_model(mv.name).aliases or {}).items()}
+    promo = tags.get(PROMOTION_TAG_KEY)
+    promo_alias = promo.split(" ", 1)[0] if promo else None
+    f = VersionFacts(k=int(k) if k is not None else None, changed=doc.get("changed") or tags.get("changed"),
+                     previous_version=doc.get("previous_version"), note=doc.get("description"), promotion=promo,
+                     holds_alias=bool(promo_alias) and aliases.get(promo_alias) == str(mv.version),
+                     date=(doc.get("created_at") or "")[:10] or None)
+    if run is not None:
+        m = run.data.metrics
+        held = run.data.params.get("heldout_name") or run.data.tags.get("specdec.heldout", "")
+        f.status = run.data.tags.get("validation_status")
+        f.acceptance_rate = m.get("acceptance_rate")
+        f.acceptance_ci = _pair(m, "acceptance_rate")
+        f.speedup = m.get("speedup") if _finite(m.get("speedup")) else None
+        f.speedup_ci = _pair(m, "speedup")
+        f.heldout = held.split("@", 1)[0] or None
+        f.num_prompts = int(m["num_prompts"]) if _finite(m.get("num_prompts")) else None
+        created = run.data.tags.get("specdec.report_created_at", "")  # when validated (logging may be later)
+        f.date = created[:10] if created[:4].isdigit() else \
+            datetime.fromtimestamp(run.info.start_time / 1000, timezone.utc).date().isoformat()
+    return f
+
+
+def refresh_description(client, pair: str, version: str, run) -> str:
+    """Rebuild and write the one-line description of pair version ``version`` from MLflow state
+    (pair.json, tags, aliases) and ``run``, its latest finished validation run (None = never
+    validated; :func:`registry.runs.refresh_version` looks it up).
+
+    Returns:
+        the new description.
+    Raises:
+        MlflowException / RegistryUnavailable: the version or the server is missing.
+    """
+    mv = client.get_model_version(pair, str(version))
+    line = describe(facts_for(client, mv, run))
+    if (mv.description or "") != line:
+        client.update_model_version(pair, str(version), description=line)
+    return line
+
+
+def run_description(line: str, links: Mapping[str, str]) -> str:
+    """A validation run's description (Markdown, tag ``mlflow.note.content``): the version's line,
+    then one link per line (``[name](url)``)."""
+    return line + "\n\n" + "\n".join(f"- [{name}]({url})" for name, url in links.items())
+
+
+def describe_run(client, run_id: str, pair: str, version: str, line: str) -> None:
+    """Set a validation run's description: ``line`` plus links to the pair version, the report, the
+    plots and the Evidently report (UI routes relative to the MLflow server)."""
+    run = client.get_run(run_id)
+    eid = run.info.experiment_id
+    base = f"#/experiments/{eid}/runs/{run_id}/artifactPath"
+    links = {f"pair version {pair} v{version}": f"#/models/{pair}/versions/{version}",
+             "report.json": f"{base}/report.json", "per-category acceptance": f"{base}/plots/per_category_acceptance.png",
+             "acceptance trend": f"{base}/plots/acceptance_trend.png"}
+    try:
+        names = [a.path for a in client.list_artifacts(run_id)]
+    except Exception:  # noqa: BLE001 (links are a convenience)
+        names = []
+    for p in names:
+        if p.endswith(".html"):  # the Evidently report (an extra artifact)
+            links["Evidently report"] = f"{base}/{p}"
+    client.set_tag(run_id, "mlflow.note.content", run_description(line, links))

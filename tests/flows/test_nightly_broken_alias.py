@@ -1,0 +1,53 @@
+"""One bad alias does not hide the rest (issue 12, item 3): @champion points at a pair version whose
+target model version was deleted from the registry; the healthy @challenger is still validated,
+and the broken one becomes one error result, one log line and one alert (not repeated the same
+day, resolved once that alias validates again)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from monitoring.testing import WebhookReceiver
+from specdec.testing import save_tiny_checkpoint
+
+
+def test_broken_champion_alerts_once_and_challenger_is_validated(tmp_path, monkeypatch, prefect_harness):
+    from mlflow import MlflowClient
+
+    from flows import model_cache
+    from flows.nightly import nightly_validation_flow
+    from registry import promote
+    from registry.pairs import DecodingConfig
+    from registry.register import register_pair_from_refs
+    from registry.settings import resolve_tracking_uri
+
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("SPECDEC_TRACKING_URI", raising=False)
+    rows = [{"id": f"p{i}", "category": "a", "prompt": f"abc abc abc {i} abc"} for i in range(4)]
+    (tmp_path / "h.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    model_cache.clear()
+    cfg = DecodingConfig(max_new_tokens=8)
+    old = register_pair_from_refs(str(save_tiny_checkpoint(tmp_path / "a", seed=1)), "ngram", name="bp",
+                                  target_name="old-target", config=cfg)
+    new = register_pair_from_refs(str(save_tiny_checkpoint(tmp_path / "b", seed=2)), "ngram", name="bp",
+                                  target_name="new-target", config=cfg)
+    promote("bp", old.pair.version, "champion", force=True, reason="test setup")
+    promote("bp", new.pair.version, "challenger")
+    MlflowClient(resolve_tracking_uri()).delete_model_version("old-target", old.target.version)
+
+    with WebhookReceiver() as rx:
+        monkeypatch.setenv("SPECDEC_ALERT_CHANNELS", json.dumps([{"type": "webhook", "url": rx.url(), "name": "ops"}]))
+        for _ in range(2):  # the same night twice: still one alert
+            res = {r.alias: r for r in nightly_validation_flow(
+                pairs=["bp"], heldout=str(tmp_path / "h.jsonl"), limit=None, device="cpu", dtype="float32",
+                scheduled_date=dt.date(2026, 11, 5))}
+            assert res["champion"].status == "error" and "old-target" in res["champion"].message
+            assert res["challenger"].status in ("passed", "failed", "inconclusive"), res["challenger"]
+            assert res["challenger"].history_run_id is not None
+        fired = [r.body for r in rx.accepted]
+        assert len(fired) == 1, fired
+        assert fired[0]["alias"] == "champion" and "old-target" in json.dumps(fired[0])

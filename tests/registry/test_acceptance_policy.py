@@ -1,0 +1,69 @@
+"""One acceptance policy (issue 12, item 5): the drift rules, the promotion gate, the plots and the
+Evidently threshold read the same object; setting it (or the older SPECDEC_RULES__ABSOLUTE_THRESHOLD)
+moves all of them, and it is recorded with each MLflow run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from monitoring import rules
+from monitoring.settings import MonitoringSettings
+from monitoring.testing import make_report
+from registry.gate import GateConfig, evaluate_gate
+from specdec.policy import AcceptancePolicy, get_policy
+
+OK = {"acceptance_rate": 0.62, "acceptance_rate_ci_low": 0.55, "acceptance_rate_ci_high": 0.69,
+      "exactness_mismatches": 0.0, "num_prompts": 40.0, "num_draft_tokens": 2000.0}
+
+
+@pytest.mark.parametrize("var", ["SPECDEC_POLICY__THRESHOLD", "SPECDEC_RULES__ABSOLUTE_THRESHOLD"])
+def test_one_threshold_moves_alerts_and_gate_together(monkeypatch, var):
+    assert evaluate_gate(OK).passed and MonitoringSettings().rules.absolute_threshold == 0.40
+    monkeypatch.setenv(var, "0.7")
+    assert get_policy().threshold == 0.7
+    assert MonitoringSettings().rules.absolute_threshold == 0.7
+    assert GateConfig().min_acceptance_rate == 0.7
+    verdict = evaluate_gate(OK)
+    assert not verdict.passed and "0.70" in verdict.reasons[0]
+    results = rules.evaluate(make_report(0.62, ci_half=0.03), None, MonitoringSettings().rules)
+    assert rules.verdict(results) == "failed"  # CI upper 0.65 < 0.70
+
+
+def test_sides_and_evidence_are_policy(monkeypatch):
+    report = make_report(0.38, ci_half=0.05)  # point below 0.40, CI reaches above: upper side does not alert
+    assert rules.verdict(rules.evaluate(report, None, MonitoringSettings().rules)) == "inconclusive"
+    monkeypatch.setenv("SPECDEC_POLICY__ALERT_SIDE", "point")
+    assert rules.verdict(rules.evaluate(report, None, MonitoringSettings().rules)) == "failed"
+    monkeypatch.setenv("SPECDEC_POLICY__GATE_SIDE", "point")
+    monkeypatch.setenv("SPECDEC_POLICY__MIN_DRAFT_TOKENS", "5000")
+    g = GateConfig()
+    assert (g.gate_side, g.min_draft_tokens) == ("point", 5000)
+    assert any("too little evidence" in r for r in evaluate_gate(OK).reasons)
+    assert MonitoringSettings().rules.min_draft_tokens == 5000
+
+
+@pytest.mark.parametrize("env,msg", [({"SPECDEC_POLICY__THRESHOLD": "high"}, "THRESHOLD"),
+                                     ({"SPECDEC_POLICY__ALERT_SIDE": "middle"}, "alert_side"),
+                                     ({"SPECDEC_POLICY__THRESHOLD": "1.5"}, "threshold")])
+def test_bad_policy_is_refused_with_its_name(env, msg):
+    with pytest.raises(ValueError, match=msg):
+        AcceptancePolicy.from_env(env)
+
+
+def test_policy_recorded_with_the_mlflow_run(tmp_path, monkeypatch):
+    from registry.testing import sqlite_store
+
+    uri = sqlite_store(tmp_path / "ml")
+    monkeypatch.setenv("SPECDEC_POLICY__THRESHOLD", "0.55")
+    import registry as R
+    from specdec.testing import save_tiny_checkpoint
+
+    t = R.register_model_version("target", save_tiny_checkpoint(tmp_path / "tiny"), tracking_uri=uri)
+    pv = R.register_pair(t, None, drafter_kind="ngram", name="pol-pair", tracking_uri=uri)
+    run_id = R.log_validation("pol-pair", pv.version, make_report(0.62), tmp_path / "r", tracking_uri=uri)
+    from mlflow import MlflowClient
+
+    tags = MlflowClient(uri).get_run(run_id).data.tags
+    assert json.loads(tags["specdec.acceptance_policy"])["threshold"] == 0.55
