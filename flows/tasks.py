@@ -98,13 +98,15 @@ def log_to_mlflow(pair: str, version: str, report_dir: str, extra: list[str], ru
     idempotent: one finished MLflow run per nightly key, even after a crash mid-logging.
     Retried on transient failures; the caller keeps the history row pending if it still fails.
     """
+    from flows.production_lib import trend_with_production
     from flows.recovery import checkpoint
     from registry import log_validation
     from specdec.validation.report import ValidationReport
 
     report = ValidationReport.read(report_dir)
     return log_validation(pair, version, report, report_dir, extra_artifacts=[p for p in extra if Path(p).exists()],
-                          run_key=run_key, on_run_created=lambda _run_id: checkpoint("mlflow"))
+                          history=trend_with_production(pair), run_key=run_key,
+                          on_run_created=lambda _run_id: checkpoint("mlflow"))
 
 
 def scheduled_date_of_run() -> dt.date:

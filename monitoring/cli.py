@@ -52,7 +52,8 @@ def _settings(db_url: str | None):
         raise typer.Exit(code=1)
 
 
-def _open(db_url: str | None, *, upgrade: bool):
+def open_store(db_url: str | None, *, upgrade: bool):
+    """(settings, connected history store) for ``db_url``; a readable error and exit 1 if unreachable."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from monitoring.db import connect
@@ -74,20 +75,25 @@ def _f(x: float | None, digits: int = 3) -> str:
 def history_cmd(
     pair: Optional[str] = typer.Option(None, "--pair", help="Only this pair (registered model name)."),
     limit: int = typer.Option(20, "--limit", min=1, help="Most recent runs to show."),
+    source: Optional[str] = typer.Option(None, "--source", help="Only 'nightly' (held-out validations) or "
+                                         "'production' (serving-engine counter windows); default both."),
     db_url: Optional[str] = typer.Option(None, "--db-url", help="Override SPECDEC_DB_URL."),
 ) -> None:
-    """Table of past validation runs with an acceptance-rate trend per pair."""
+    """Table of past validation runs (nightly and production) with an acceptance-rate trend per pair."""
     from rich.table import Table
 
     from monitoring import history
 
-    _, db = _open(db_url, upgrade=True)
-    runs = history.list_runs(db, pair_name=pair, limit=limit)
+    if source not in (None, "nightly", "production"):
+        err.print(f"[red]--source must be 'nightly' or 'production', got {source!r}[/red]")
+        raise typer.Exit(code=2)
+    _, db = open_store(db_url, upgrade=True)
+    runs = history.list_runs(db, pair_name=pair, limit=limit, source=source)
     if not runs:
         err.print("no validation runs recorded" + (f" for pair {pair!r}" if pair else ""))
         raise typer.Exit(code=0)
     table = Table(title="specdec validation history", show_lines=False)
-    for col in ("run", "date", "pair", "alias", "held-out", "k", "acceptance (95% CI)", "α_tf",
+    for col in ("run", "date", "source", "pair", "alias", "held-out", "k", "acceptance (95% CI)", "α_tf",
                 "tok/step", "speedup (95% CI)", "load/CPU", "status", "mlflow"):
         table.add_column(col, justify="right" if col in ("run", "k", "α_tf", "tok/step", "load/CPU") else "left")
     style = {"passed": "green", "failed": "red", "inconclusive": "yellow", "error": "magenta"}
@@ -95,27 +101,32 @@ def history_cmd(
         ci = (f" ({_f(r.acceptance_rate_ci_low)}-{_f(r.acceptance_rate_ci_high)})"
               if r.acceptance_rate_ci_low is not None else "")
         st = style.get(r.status)
+        prod = r.source == "production"
+        when = f"{r.window_end:%Y-%m-%d %H:%M}" if prod and r.window_end else r.scheduled_date.isoformat()
+        heldout = (f"{r.heldout_name.removeprefix('production:')} {r.window_start:%H:%M}-{r.window_end:%H:%M}"
+                   if prod and r.window_start and r.window_end else f"{r.heldout_name}@{r.heldout_version}")
         table.add_row(
-            str(r.id), r.scheduled_date.isoformat(), f"{r.pair_name} v{r.pair_version}", r.alias or "",
-            f"{r.heldout_name}@{r.heldout_version}", str(r.num_speculative_tokens or "-"),
+            str(r.id), when, r.source, f"{r.pair_name} v{r.pair_version}", r.alias or "",
+            heldout, str(r.num_speculative_tokens or "-"),
             f"{_f(r.acceptance_rate)}{ci}", _f(r.alpha_tf), _f(r.draft_tokens_per_step, 2),
             _speedup_cell(r), _f(r.load_avg_1m / r.num_cpus, 2) if r.load_avg_1m is not None and r.num_cpus else "-",
             f"[{st}]{r.status}[/{st}]" if st else r.status,
-            "yes" if r.mlflow_logged else "[yellow]pending[/yellow]",
+            "-" if prod else ("yes" if r.mlflow_logged else "[yellow]pending[/yellow]"),
         )
     out.print(table)
-    by_pair: dict[str, list] = {}
+    by_pair: dict[tuple[str, str], list] = {}
     for r in reversed(runs):  # oldest first for the trend
-        by_pair.setdefault(r.pair_name, []).append(r)
-    for name, rows in by_pair.items():
+        by_pair.setdefault((r.pair_name, r.source), []).append(r)
+    for (name, src), rows in by_pair.items():
         values = [r.acceptance_rate for r in rows]
         last = next((v for v in reversed(values) if v is not None), None)
-        out.print(f"acceptance trend {name}: {sparkline(values)}  (0..1 scale, oldest→newest, last {_f(last)})")
+        label = name if src == "nightly" else f"{name} ({src})"
+        out.print(f"acceptance trend {label}: {sparkline(values)}  (0..1 scale, oldest→newest, last {_f(last)})")
         speeds = [r.speedup for r in rows]
         if any(v is not None for v in speeds):
             last = next((v for v in reversed(speeds) if v is not None), None)
             scaled = [None if v is None else min(max(v / 2.0, 0.0), 1.0) for v in speeds]
-            out.print(f"speedup trend    {name}: {sparkline(scaled)}  (0..2x scale, oldest→newest, last "
+            out.print(f"speedup trend    {label}: {sparkline(scaled)}  (0..2x scale, oldest→newest, last "
                       f"{_f(last, 2)}x)")
 
 
@@ -164,7 +175,7 @@ def db_upgrade(
 
     from monitoring.redact import redact_db_url
 
-    settings, db = _open(db_url, upgrade=False)
+    settings, db = open_store(db_url, upgrade=False)
     try:
         db.upgrade(revision)
     except SQLAlchemyError as e:
@@ -178,7 +189,7 @@ def db_current(db_url: Optional[str] = typer.Option(None, "--db-url", help="Over
     """Print the Alembic revision of the history store (``None`` when empty)."""
     from monitoring.redact import redact_db_url
 
-    settings, db = _open(db_url, upgrade=False)
+    settings, db = open_store(db_url, upgrade=False)
     out.print(f"{redact_db_url(settings.db_url)}: {db.current_revision()}")
 
 

@@ -1,15 +1,19 @@
 """The history store: SQLAlchemy 2 models, the engine, and Alembic upgrades run from code.
 
-Four tables:
+Five tables:
 
 - ``validation_runs``: one row per (pair name, pair version, held-out name, held-out version,
   config hash, scheduled date) -- the idempotency key, a unique constraint. Pooled metrics with
   their 95% CIs, lineage hashes, config, device, timings, status, MLflow run id and the
-  ``mlflow_logged`` flag, rule results and the Evidently verdict.
+  ``mlflow_logged`` flag, rule results and the Evidently verdict. ``source`` says where the
+  numbers come from: ``nightly`` (a held-out validation) or ``production`` (a window of a serving
+  engine's counters, :mod:`monitoring.production`; ``window_start``/``window_end`` set).
 - ``prompt_results``: one row per held-out prompt of a run (:class:`specdec.validation.report.PromptResult`).
 - ``incidents``: alert incidents per (pair name, scope); at most one ``firing`` per key.
 - ``alert_deliveries``: the outbox, one row per (incident transition, channel), unique
   ``idempotency_key``.
+- ``production_scrapes``: the last direct ``/metrics`` scrape per production source (the counter
+  values the next window's deltas start from).
 
 SQLite (default, ``sqlite:///<home>/history.db``) runs in WAL mode with ``BEGIN IMMEDIATE``
 transactions, so two processes writing the same file serialise instead of failing on lock upgrades.
@@ -60,6 +64,8 @@ TERMINAL_STATUSES = (COMPLETED, PASSED, FAILED, INCONCLUSIVE, ERROR)
 FIRING, RESOLVED = "firing", "resolved"
 # delivery statuses
 PENDING, SENDING, DELIVERED = "pending", "sending", "delivered"
+# where a validation_runs row comes from
+NIGHTLY, PRODUCTION = "nightly", "production"
 
 
 def utcnow() -> dt.datetime:
@@ -104,6 +110,7 @@ class ValidationRun(Base):
         ),
         Index("ix_validation_runs_pair_status", "pair_name", "status"),
         Index("ix_validation_runs_alias", "alias"),
+        Index("ix_validation_runs_source_pair", "source", "pair_name"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -116,6 +123,9 @@ class ValidationRun(Base):
     scheduled_date: Mapped[dt.date] = mapped_column(Date)
     # claim / lifecycle
     alias: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    source: Mapped[str] = mapped_column(String(20), default=NIGHTLY, server_default=NIGHTLY)
+    window_start: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    window_end: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
     status: Mapped[str] = mapped_column(String(20), default=RUNNING)
     claim_token: Mapped[str | None] = mapped_column(String(36), nullable=True)
     claimed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
@@ -163,7 +173,7 @@ class ValidationRun(Base):
     kl_divergence: Mapped[float | None] = mapped_column(Float, nullable=True)
     speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
     predicted_speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
-    # speed evidence (migration 0003_speed): paired bootstrap CI of speedup, machine load during timings
+    # speed evidence (migration 0004_speed): paired bootstrap CI of speedup, machine load during timings
     speedup_ci_low: Mapped[float | None] = mapped_column(Float, nullable=True)
     speedup_ci_high: Mapped[float | None] = mapped_column(Float, nullable=True)
     load_avg_1m: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -281,6 +291,23 @@ class AlertDelivery(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
     delivered_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class ProductionScrape(Base):
+    """The last direct ``/metrics`` scrape of one production source (one row per source name).
+
+    ``series`` holds every speculative-decoding series of the scrape as JSON
+    (``[{"name", "labels", "value", "created"}]``); the next scrape's window deltas start from it.
+    """
+
+    __tablename__ = "production_scrapes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    source: Mapped[str] = mapped_column(String(200), unique=True)
+    engine: Mapped[str] = mapped_column(String(32))
+    scraped_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    process_start_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    series: Mapped[list] = mapped_column(JSON)
 
 
 def nan_to_none(x: Any) -> Any:

@@ -30,6 +30,7 @@ from monitoring.db import (
     ERROR,
     FAILED,
     INCONCLUSIVE,
+    NIGHTLY,
     PASSED,
     RUNNING,
     Database,
@@ -85,10 +86,8 @@ def _ci(g: GroupMetrics, name: str) -> tuple[float | None, float | None]:
 
 def _metric_columns(report: ValidationReport) -> dict[str, Any]:
     g = report.overall
-    ar_lo, ar_hi = _ci(g, "acceptance_rate_ci")
-    ah_lo, ah_hi = _ci(g, "alpha_hat_ci")
-    tf_lo, tf_hi = _ci(g, "alpha_tf_ci")
-    sp_lo, sp_hi = _ci(g, "speedup_ci")
+    names = ("acceptance_rate", "alpha_hat", "alpha_tf", "speedup")
+    (ar_lo, ar_hi), (ah_lo, ah_hi), (tf_lo, tf_hi), (sp_lo, sp_hi) = (_ci(g, f"{n}_ci") for n in names)
     cols = dict(
         speedup_ci_low=sp_lo, speedup_ci_high=sp_hi, load_avg_1m=g.load_avg_1m, num_cpus=g.num_cpus or None,
         num_prompts=g.num_prompts, num_drafts=g.num_drafts, num_draft_tokens=g.num_draft_tokens,
@@ -323,10 +322,11 @@ def mark_mlflow_logged(db: Database, run_id: int, mlflow_run_id: str) -> None:
 
 
 def runs_pending_mlflow(db: Database, pair_name: str | None = None) -> list[ValidationRun]:
-    """Finished runs (not running, not error) whose MLflow logging has not succeeded, oldest first."""
+    """Finished nightly runs (not running, not error) not yet logged to MLflow (production never is), oldest first."""
     with db.session() as s:
         q = select(ValidationRun).where(
-            ValidationRun.mlflow_logged.is_(False), ValidationRun.status.notin_((RUNNING, ERROR))
+            ValidationRun.mlflow_logged.is_(False), ValidationRun.status.notin_((RUNNING, ERROR)),
+            ValidationRun.source == NIGHTLY,
         )
         if pair_name:
             q = q.where(ValidationRun.pair_name == pair_name)
@@ -345,18 +345,19 @@ def find_run(db: Database, key: RunKey) -> ValidationRun | None:
         return s.scalars(select(ValidationRun).where(*key._where())).one_or_none()
 
 
-def list_runs(db: Database, *, pair_name: str | None = None, limit: int = 20) -> list[ValidationRun]:
-    """Most recent runs first (by scheduled date, then id); detached rows."""
+def list_runs(db: Database, *, pair_name: str | None = None, limit: int = 20,
+              source: str | None = None) -> list[ValidationRun]:
+    """Most recent runs first (by scheduled date, then production window end, then id); detached
+    rows. ``source``: only ``nightly`` or ``production`` rows (both when ``None``)."""
     with db.session() as s:
-        q = select(ValidationRun)
-        if pair_name:
-            q = q.where(ValidationRun.pair_name == pair_name)
-        q = q.order_by(ValidationRun.scheduled_date.desc(), ValidationRun.id.desc()).limit(limit)
+        r = ValidationRun
+        q = select(r).where(*([r.pair_name == pair_name] if pair_name else []), *([r.source == source] if source else []))
+        q = q.order_by(r.scheduled_date.desc(), r.window_end.desc().nulls_last(), r.id.desc()).limit(limit)
         return list(s.scalars(q))
 
 
 def newer_evaluated_run(db: Database, run_id: int, *, alias: str | None = None) -> ValidationRun | None:
-    """A run of the same pair scheduled *after* run ``run_id`` that was already evaluated
+    """A run of the same pair and source scheduled *after* run ``run_id`` that was already evaluated
     (passed/failed/inconclusive), restricted to ``alias`` when given; else ``None``.
 
     Used to keep a late retry of an older nightly run from reopening or resolving incidents.
@@ -367,7 +368,7 @@ def newer_evaluated_run(db: Database, run_id: int, *, alias: str | None = None) 
             raise KeyError(f"no validation run {run_id}")
         r = ValidationRun
         q = select(r).where(r.pair_name == cur.pair_name, r.scheduled_date > cur.scheduled_date,
-                            r.status.in_((PASSED, FAILED, INCONCLUSIVE)))
+                            r.status.in_((PASSED, FAILED, INCONCLUSIVE)), r.source == cur.source)
         if alias:
             q = q.where(r.alias == alias)
         return s.scalars(q.order_by(r.scheduled_date.desc()).limit(1)).first()
@@ -382,8 +383,8 @@ def find_baseline(
     With ``champion_version`` the champion is that pair version of the same pair; otherwise it is
     any run of the same pair whose ``alias`` column is ``champion_alias``. Only runs on the same
     held-out set name (any version) and, with ``same_config``, the same config hash (same k,
-    temperature, ...) qualify, since the acceptance rate depends on them. The run itself and runs
-    scheduled after it are excluded.
+    temperature, ...) qualify, since the acceptance rate depends on them. The run itself, runs
+    scheduled after it and runs of another ``source`` (nightly vs production) are excluded.
     """
     with db.session() as s:
         cur = s.get(ValidationRun, run_id)
@@ -393,6 +394,7 @@ def find_baseline(
         q = select(r).where(
             r.pair_name == cur.pair_name, r.status == PASSED, r.id != cur.id,
             r.heldout_name == cur.heldout_name, r.scheduled_date <= cur.scheduled_date,
+            r.source == cur.source,
         )
         if champion_version is not None:
             q = q.where(r.pair_version == str(champion_version))

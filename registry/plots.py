@@ -47,7 +47,21 @@ def plot_per_position(report: ValidationReport, path: str | Path) -> Path:
         ax.set_xticks(range(len(overall)))
     ax.set_title(f"Per-position acceptance (k={report.config.get('num_speculative_tokens', '?')})")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower left")
+    handles, names = ax.get_legend_handles_labels()
+    sp = [(x, h) for x, h in zip(xs, pts) if _ok(h.get("speedup"))]
+    if sp:  # measured speedup on a second axis, with its paired-bootstrap CI and the 1.0x line
+        ax2 = ax.twinx()
+        sy = [float(h["speedup"]) for _, h in sp]
+        lo = [y - float(h["speedup_ci_low"]) if _ok(h.get("speedup_ci_low")) else 0.0 for y, (_, h) in zip(sy, sp)]
+        hi = [float(h["speedup_ci_high"]) - y if _ok(h.get("speedup_ci_high")) else 0.0 for y, (_, h) in zip(sy, sp)]
+        ax2.errorbar([x for x, _ in sp], sy, yerr=[lo, hi], marker="s", color="#55A868", capsize=3,
+                     label="measured speedup (95% CI)")
+        ax2.axhline(1.0, color="#55A868", linestyle=":", linewidth=1, label="speedup 1.0x (no gain)")
+        ax2.set_ylim(0, max([y + h for y, h in zip(sy, hi)] + [1.5]) * 1.1)
+        ax2.set_ylabel("speedup vs target-only (x)")
+        h2, n2 = ax2.get_legend_handles_labels()
+        handles, names = handles + h2, names + n2
+    ax.legend(handles, names, fontsize=7, loc="lower left")
     out = Path(path)
     fig.savefig(out, bbox_inches="tight")
     return out
@@ -82,55 +96,68 @@ def plot_per_category(report: ValidationReport, path: str | Path, threshold: flo
 
 
 def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: float | None = None, title: str = "") -> Path:
-    """Acceptance-rate trend over past validation runs of a pair, with the measured speedup.
+    """Acceptance-rate trend over past validation runs of a pair, nightly and production apart.
 
     Args:
         history: oldest first; dicts with ``time`` (datetime or ISO string), ``acceptance_rate``,
-            optional ``pair_version`` (annotated), ``acceptance_rate_ci_low``, and ``speedup`` /
-            ``speedup_ci_low`` / ``speedup_ci_high`` (drawn on a right-hand axis next to the
-            acceptance, with a 1.0x line; runs without a speedup are left out of that series).
+            optional ``pair_version`` (annotated on nightly points), ``acceptance_rate_ci_low`` and
+            ``source`` (``"nightly"``, the default, or ``"production"``: windows of the serving
+            engine's counters, drawn as their own series), and ``speedup`` / ``speedup_ci_low`` /
+            ``speedup_ci_high`` (the measured speedup, drawn on a right-hand axis with its CI and a
+            1.0x line; points without one are left out of that series).
     """
     fig = _figure(7.2, 4.0)
     ax = fig.add_subplot(1, 1, 1)
     pts = [h for h in history if _ok(h.get("acceptance_rate"))]
     xs = list(range(len(pts)))
-    ys = [float(h["acceptance_rate"]) for h in pts]
     if pts:
-        ax.plot(xs, ys, marker="o", color="#4C72B0", label="acceptance rate")
-        lows = [h.get("acceptance_rate_ci_low") for h in pts]
-        if all(_ok(v) for v in lows):
-            ax.plot(xs, lows, linestyle=":", color="#4C72B0", alpha=0.7, label="CI lower bound")
-        for x, h, y in zip(xs, pts, ys):
-            if h.get("pair_version") is not None:
-                ax.annotate(f"v{h['pair_version']}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+        styles = {"nightly": dict(marker="o", color="#4C72B0", label="acceptance rate (nightly, held-out)"),
+                  "production": dict(marker=".", color="#DD8452", label="acceptance rate (production traffic)")}
+        for src, style in styles.items():
+            sel = [(x, h) for x, h in zip(xs, pts) if (h.get("source") or "nightly") == src]
+            if not sel:
+                continue
+            sx, sy = [x for x, _ in sel], [float(h["acceptance_rate"]) for _, h in sel]
+            if src == "nightly" and len(sel) == len(pts):
+                style = {**style, "label": "acceptance rate"}
+            ax.plot(sx, sy, linestyle="-" if src == "nightly" else ":", **style)
+            lows = [h.get("acceptance_rate_ci_low") for _, h in sel]
+            if all(_ok(v) for v in lows):
+                ax.plot(sx, lows, linestyle=":", color=style["color"], alpha=0.7,
+                        label="CI lower bound" if src == "nightly" else "production CI lower bound")
+            if src == "nightly":
+                for x, h in sel:
+                    if h.get("pair_version") is not None:
+                        ax.annotate(f"v{h['pair_version']}", (x, float(h["acceptance_rate"])),
+                                    textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
         labels = []
         for h in pts:
             t = h.get("time")
             labels.append(t.strftime("%m-%d %H:%M") if isinstance(t, datetime) else str(t or "")[5:16])
-        ax.set_xticks(xs)
-        ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
+        step = max(1, math.ceil(len(pts) / 16))  # at most ~16 tick labels
+        ax.set_xticks(xs[::step])
+        ax.set_xticklabels(labels[::step], rotation=30, ha="right", fontsize=7)
     threshold = get_policy().threshold if threshold is None else threshold  # the acceptance policy's line
     ax.axhline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"gate {threshold:.2f}")
     ax.set_ylim(0, 1.02)
     ax.set_ylabel("acceptance rate")
     ax.set_title(title or "Acceptance rate over validation runs")
     ax.grid(alpha=0.3)
-    handles, labels = ax.get_legend_handles_labels()
+    handles, names = ax.get_legend_handles_labels()
     sp = [(x, h) for x, h in zip(xs, pts) if _ok(h.get("speedup"))]
     if sp:  # measured speedup on a second axis, with its paired-bootstrap CI and the 1.0x line
         ax2 = ax.twinx()
-        sx = [x for x, _ in sp]
         sy = [float(h["speedup"]) for _, h in sp]
-        lo = [float(h["speedup"]) - float(h["speedup_ci_low"]) if _ok(h.get("speedup_ci_low")) else 0.0 for _, h in sp]
-        hi = [float(h["speedup_ci_high"]) - float(h["speedup"]) if _ok(h.get("speedup_ci_high")) else 0.0 for _, h in sp]
-        ax2.errorbar(sx, sy, yerr=[lo, hi], marker="s", color="#DD8452", capsize=3, label="measured speedup (95% CI)")
-        ax2.axhline(1.0, color="#DD8452", linestyle=":", linewidth=1, label="1.0x (no gain)")
-        top = max([y + h for y, h in zip(sy, hi)] + [1.5])
-        ax2.set_ylim(0, top * 1.1)
+        lo = [y - float(h["speedup_ci_low"]) if _ok(h.get("speedup_ci_low")) else 0.0 for y, (_, h) in zip(sy, sp)]
+        hi = [float(h["speedup_ci_high"]) - y if _ok(h.get("speedup_ci_high")) else 0.0 for y, (_, h) in zip(sy, sp)]
+        ax2.errorbar([x for x, _ in sp], sy, yerr=[lo, hi], marker="s", color="#55A868", capsize=3,
+                     label="measured speedup (95% CI)")
+        ax2.axhline(1.0, color="#55A868", linestyle=":", linewidth=1, label="speedup 1.0x (no gain)")
+        ax2.set_ylim(0, max([y + h for y, h in zip(sy, hi)] + [1.5]) * 1.1)
         ax2.set_ylabel("speedup vs target-only (x)")
-        h2, l2 = ax2.get_legend_handles_labels()
-        handles, labels = handles + h2, labels + l2
-    ax.legend(handles, labels, fontsize=7, loc="lower left")
+        h2, n2 = ax2.get_legend_handles_labels()
+        handles, names = handles + h2, names + n2
+    ax.legend(handles, names, fontsize=7, loc="lower left")
     out = Path(path)
     fig.savefig(out, bbox_inches="tight")
     return out

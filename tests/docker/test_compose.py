@@ -452,7 +452,8 @@ def test_volumes_declared_and_mounted_where_the_images_expect_them():
 def test_gpu_profile():
     svcs = resolved_compose()["services"]
     profiled = {n for n, s in svcs.items() if s.get("profiles")}
-    assert profiled == {"gpu-worker"} and svcs["gpu-worker"]["profiles"] == ["gpu"]
+    assert profiled == {"gpu-worker", "prometheus"} and svcs["gpu-worker"]["profiles"] == ["gpu"]
+    assert svcs["prometheus"]["profiles"] == ["production"]  # optional Prometheus for production acceptance
     gpu = svcs["gpu-worker"]
     devices = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "device_ids": ["0"], "capabilities": ["gpu"]}]

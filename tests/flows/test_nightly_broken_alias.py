@@ -20,7 +20,7 @@ def test_broken_champion_alerts_once_and_challenger_is_validated(tmp_path, monke
     from flows import model_cache
     from flows.nightly import nightly_validation_flow
     from registry import promote
-    from registry.pairs import DecodingConfig
+    from specdec import SpeculativeConfig
     from registry.register import register_pair_from_refs
     from registry.settings import resolve_tracking_uri
 
@@ -30,7 +30,7 @@ def test_broken_champion_alerts_once_and_challenger_is_validated(tmp_path, monke
     rows = [{"id": f"p{i}", "category": "a", "prompt": f"abc abc abc {i} abc"} for i in range(4)]
     (tmp_path / "h.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     model_cache.clear()
-    cfg = DecodingConfig(max_new_tokens=8)
+    cfg = SpeculativeConfig(max_new_tokens=8)
     old = register_pair_from_refs(str(save_tiny_checkpoint(tmp_path / "a", seed=1)), "ngram", name="bp",
                                   target_name="old-target", config=cfg)
     new = register_pair_from_refs(str(save_tiny_checkpoint(tmp_path / "b", seed=2)), "ngram", name="bp",

@@ -59,10 +59,10 @@ def _env(home: Path, receiver: WebhookReceiver, **extra) -> dict[str, str]:
 def _register(setup, home: Path) -> None:
     code = (
         "from registry.register import register_pair_from_refs\n"
-        "from registry.pairs import DecodingConfig\n"
+        "from specdec import SpeculativeConfig\n"
         "from registry import promote\n"
         f"reg = register_pair_from_refs({setup['ckpt']!r}, 'ngram', name={PAIR!r}, target_name='crash-target',"
-        " config=DecodingConfig(max_new_tokens=8))\n"
+        " config=SpeculativeConfig(max_new_tokens=8))\n"
         "promote(reg.pair.name, reg.pair.version, 'challenger')\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "SPECDEC_TRACKING"))}

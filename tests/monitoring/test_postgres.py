@@ -30,6 +30,9 @@ def test_postgres_migrate_upsert_claim_and_incident(pg_url):
     assert db.current_revision() is None
     db.upgrade()
     assert db.current_revision() == head_revision()
+    from sqlalchemy import inspect
+
+    assert "source" in {c["name"] for c in inspect(db.engine).get_columns("validation_runs")}
     rep = make_report(0.29, num_prompts=5)
     key = RunKey.build("pair-a", "2", rep.heldout_name, "1", rep.config, "2026-11-29")
 
@@ -61,4 +64,17 @@ def test_postgres_migrate_upsert_claim_and_incident(pg_url):
     assert alerts.process(db, ctx, results, settings=s, now=t0).transition == "fire"
     assert alerts.process(db, ctx, results, settings=s, now=t0 + dt.timedelta(hours=1)).transition is None
     assert alerts.open_incident(db, "pair-a").opened_at == t0  # timezone-aware round trip
+
+    # a production window (monitoring.production) next to the nightly row, evaluated on Postgres
+    from monitoring.production.counters import WindowCounters, window_metrics
+    from monitoring.production.rules import evaluate_window
+    from monitoring.production.store import record_window
+
+    g = window_metrics(WindowCounters("m", 300, 900, 520, [245, 180, 95]))
+    pid = record_window(db, pair="pair-a", version="2", alias="champion", source="vllm", engine="vllm", model="m",
+                        start=t0, end=t0 + dt.timedelta(minutes=15), metrics=g, config={"window_seconds": 900})
+    ev = evaluate_window(db, pid, settings=s)
+    assert ev.verdict == "passed" and ev.representativeness.status == "not_applicable"  # nightly v2 not evaluated
+    assert [r.id for r in history.list_runs(db, source="production")] == [pid]
+    assert [r.id for r in history.list_runs(db, source="nightly")] == [rid]
     db.dispose()

@@ -4,8 +4,8 @@ The nightly measures speedup paired per prompt with a bootstrap CI, and the mach
 timings were taken under (monitoring.speed_rule: "speculation no longer pays", speed-inconclusive
 on an overloaded machine). Older rows keep NULL (their overall JSON has no such fields).
 
-Revision ID: 0003_speed
-Revises: 0002
+Revision ID: 0004_speed
+Revises: 0003_production
 Create Date: 2026-11-30
 
 """
@@ -16,8 +16,8 @@ import sqlalchemy as sa
 
 
 # revision identifiers, used by Alembic.
-revision: str = '0003_speed'
-down_revision: Union[str, Sequence[str], None] = '0002'
+revision: str = '0004_speed'
+down_revision: Union[str, Sequence[str], None] = '0003_production'
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 

@@ -1,0 +1,99 @@
+"""Helpers of the production-acceptance flow that need no Prefect (the ``specdec ingest`` CLI imports
+them without importing Prefect, whose logging setup binds a console handler to the current stderr).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from pathlib import Path
+
+
+def resolve_version(pair: str, alias: str) -> str | None:
+    """The version ``alias`` of ``pair`` points at now (MLflow registry); ``None`` without that alias.
+
+    Raises:
+        registry.RegistryError: MLflow unreachable or the pair unknown (the caller falls back).
+    """
+    from registry import AliasNotFound, resolve_alias
+
+    try:
+        return str(resolve_alias(pair, alias))
+    except AliasNotFound:
+        return None
+
+
+def window_end_of_run(settle_seconds: float = 60.0, now: dt.datetime | None = None) -> dt.datetime:
+    """The flow run's scheduled time (else now), floored to the minute, minus ``settle_seconds``."""
+    t = None
+    if now is None:
+        try:
+            from prefect.runtime import flow_run
+
+            t = flow_run.scheduled_start_time
+        except Exception:
+            t = None
+    t = (now or t or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
+    return t.replace(second=0, microsecond=0) - dt.timedelta(seconds=settle_seconds)
+
+
+def code_version() -> str:
+    """``specdec <installed version>`` (recorded on production rows)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"specdec {version('specdec')}"
+    except PackageNotFoundError:  # pragma: no cover
+        return "specdec (not installed)"
+
+
+def write_trend_plots(pairs: list[str], out_dir: Path, db_url: str | None = None) -> dict[str, str]:
+    """``<out_dir>/<pair>/acceptance_trend.png`` (nightly and production) for each pair; pair -> path.
+    ``db_url``: the history store (default ``SPECDEC_DB_URL``)."""
+    import monitoring
+    from monitoring.production.store import trend_points
+    from registry import plots
+
+    db = monitoring.connect(url=db_url)
+    paths = {}
+    try:
+        for pair in pairs:
+            d = out_dir / pair.replace("/", "_")
+            d.mkdir(parents=True, exist_ok=True)
+            p = plots.plot_trend(trend_points(db, pair), d / "acceptance_trend.png",
+                                 threshold=monitoring.get_settings().rules.absolute_threshold,
+                                 title=f"{pair}: acceptance rate, nightly held-out vs production traffic")
+            paths[pair] = str(p)
+    finally:
+        db.dispose()
+    return paths
+
+
+def merge_trend(nightly: list[dict], production: list[dict]) -> list[dict]:
+    """Nightly trend points (MLflow) and production windows (history store) in one time-ordered list;
+    production points keep ``source="production"`` so :func:`registry.plots.plot_trend` draws them apart."""
+    pts = [{**p, "source": p.get("source") or "nightly"} for p in nightly]
+    pts += [p for p in production if p.get("source") == "production"]
+    return sorted(pts, key=lambda p: p["time"])
+
+
+def trend_with_production(pair: str) -> list[dict] | None:
+    """The trend the nightly MLflow run plots: MLflow's validation history of ``pair`` plus its
+    production windows from the history store; ``None`` (let the registry read MLflow itself) when
+    there are no production windows or the history store cannot be read."""
+    import monitoring
+    from monitoring.production.store import trend_points
+    from registry import validation_history
+
+    try:
+        db = monitoring.connect()
+        try:
+            prod = [p for p in trend_points(db, pair) if p["source"] == "production"]
+        finally:
+            db.dispose()
+    except Exception as e:  # the trend is decoration: never fail the MLflow logging for it
+        logging.getLogger("flows.production").warning("production trend of %s unavailable: %s", pair, e)
+        return None
+    return merge_trend(validation_history(pair), prod) if prod else None
+
+

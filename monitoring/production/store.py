@@ -1,0 +1,189 @@
+"""Production rows in the history store: one ``validation_runs`` row per (pair, source, model,
+window), ``source = production``; the last direct scrape per source; the lookups the production
+rules need (previous passing window, nightly champion run).
+
+Row layout (so the nightly queries never see production rows and vice versa, and a re-ingested
+window updates its own row):
+
+* ``heldout_name`` = ``production:<source>:<model label>``, ``heldout_version`` = the window end
+  (``YYYY-MM-DDTHH:MM:SS.mmmZ``), ``scheduled_date`` = the window end's UTC date;
+* ``config`` / ``config_hash``: source, engine, model label, window length, k;
+* ``alias``: the alias production serves (from the mapping), ``pair_version``: the version it
+  pointed at when the window was ingested (``"unknown"`` if unresolved).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import select
+
+from monitoring import history
+from monitoring.db import (
+    COMPLETED,
+    FAILED,
+    INCONCLUSIVE,
+    NIGHTLY,
+    PASSED,
+    PRODUCTION,
+    Database,
+    ProductionScrape,
+    ValidationRun,
+    nan_to_none,
+    utcnow,
+)
+from monitoring.production.sources import Scrape
+from specdec.validation.report import GroupMetrics, ValidationReport
+
+EVALUATED = (PASSED, FAILED, INCONCLUSIVE)
+
+
+def heldout_name(source: str, model: str) -> str:
+    """``production:<source>:<model>`` (at most 200 characters, the column size)."""
+    return f"production:{source}:{model or '-'}"[:200]
+
+
+def window_label(end: dt.datetime) -> str:
+    """The window end as ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (UTC, milliseconds), the row's ``heldout_version``."""
+    u = end.astimezone(dt.timezone.utc)
+    return u.strftime("%Y-%m-%dT%H:%M:%S.") + f"{u.microsecond // 1000:03d}Z"
+
+
+def record_window(
+    db: Database, *, pair: str, version: str | None, alias: str, source: str, engine: str, model: str,
+    start: dt.datetime, end: dt.datetime, metrics: GroupMetrics, config: dict[str, Any],
+    code_version: str | None = None, now: dt.datetime | None = None,
+) -> int:
+    """Insert or update the production row of one window (idempotent per pair/source/model/window).
+
+    Args:
+        pair / version / alias: the registered pair serving this model, the version its alias
+            pointed at (``None`` -> ``"unknown"``), and the alias.
+        source / engine / model: where the counters came from. start / end: the window (aware UTC).
+        metrics: :func:`monitoring.production.counters.window_metrics`. config: what identifies the
+            measurement (hashed; must not contain secrets).
+    Returns:
+        The row id. Status is ``completed`` until the rules are evaluated.
+    """
+    now = now or utcnow()
+    version = str(version) if version is not None else "unknown"
+    name, label = heldout_name(source, model), window_label(end)
+    chash = history.config_hash(config)
+    report = ValidationReport(
+        heldout_name=name, heldout_version=label, target_ref=f"production:{engine}", drafter_kind=engine,
+        drafter_ref=None, config=dict(config), device=None, dtype=None, code_version=code_version or "",
+        created_at=now.isoformat(), overall=metrics, categories={}, prompts=[],
+        wall_seconds=(end - start).total_seconds(),
+    )
+    values = history._metric_columns(report)
+    with db.session() as s:
+        r = ValidationRun
+        row = s.scalars(select(r).where(
+            r.source == PRODUCTION, r.pair_name == pair, r.heldout_name == name, r.heldout_version == label,
+            r.config_hash == chash).with_for_update()).one_or_none()
+        if row is None:
+            row = ValidationRun(pair_name=pair, pair_version=version, heldout_name=name, heldout_version=label,
+                                config_hash=chash, scheduled_date=end.astimezone(dt.timezone.utc).date(),
+                                source=PRODUCTION, started_at=now, attempts=0, mlflow_logged=False)
+            s.add(row)
+        for k, v in values.items():
+            setattr(row, k, v)
+        row.pair_version, row.alias, row.source = version, alias, PRODUCTION
+        row.window_start, row.window_end = start, end
+        row.status, row.error, row.claim_token = COMPLETED, None, None
+        row.attempts = (row.attempts or 0) + 1
+        row.finished_at = row.updated_at = now
+        row.rule_results = row.root_cause_hint = row.baseline_run_id = None
+        s.flush()
+        return row.id
+
+
+def previous_passing_window(db: Database, run_id: int) -> ValidationRun | None:
+    """The last *passing* window before run ``run_id`` of the same pair, source, model and config."""
+    with db.session() as s:
+        cur = s.get(ValidationRun, run_id)
+        if cur is None:
+            raise KeyError(f"no validation run {run_id}")
+        r = ValidationRun
+        return s.scalars(select(r).where(
+            r.source == PRODUCTION, r.pair_name == cur.pair_name, r.heldout_name == cur.heldout_name,
+            r.config_hash == cur.config_hash, r.status == PASSED, r.window_end < cur.window_end,
+        ).order_by(r.window_end.desc()).limit(1)).first()
+
+
+def newer_evaluated_window(db: Database, run_id: int) -> ValidationRun | None:
+    """An already evaluated window *after* run ``run_id`` (same pair, source, model, config), if any:
+    a late re-ingestion of an old window must not flip incidents."""
+    with db.session() as s:
+        cur = s.get(ValidationRun, run_id)
+        if cur is None:
+            raise KeyError(f"no validation run {run_id}")
+        r = ValidationRun
+        return s.scalars(select(r).where(
+            r.source == PRODUCTION, r.pair_name == cur.pair_name, r.heldout_name == cur.heldout_name,
+            r.config_hash == cur.config_hash, r.status.in_(EVALUATED), r.window_end > cur.window_end,
+        ).limit(1)).first()
+
+
+def nightly_reference(db: Database, pair: str, version: str | None, alias: str) -> ValidationRun | None:
+    """The nightly run production is compared with: the latest evaluated nightly run of ``pair``
+    version ``version`` (any alias), or, when the version is unknown, of whatever ``alias`` pointed
+    at. ``None`` when there is none."""
+    with db.session() as s:
+        r = ValidationRun
+        q = select(r).where(r.source == NIGHTLY, r.pair_name == pair, r.status.in_(EVALUATED),
+                            r.overall.is_not(None))
+        q = q.where(r.pair_version == str(version)) if version not in (None, "unknown") else q.where(r.alias == alias)
+        return s.scalars(q.order_by(r.scheduled_date.desc(), r.id.desc()).limit(1)).first()
+
+
+def version_from_history(db: Database, pair: str, alias: str) -> str | None:
+    """The pair version the latest nightly run validated under ``alias`` (a fallback when the
+    registry cannot be asked)."""
+    with db.session() as s:
+        r = ValidationRun
+        row = s.scalars(select(r).where(r.source == NIGHTLY, r.pair_name == pair, r.alias == alias)
+                        .order_by(r.scheduled_date.desc(), r.id.desc()).limit(1)).first()
+        return row.pair_version if row is not None else None
+
+
+def load_scrape(db: Database, source: str) -> Scrape | None:
+    """The last stored direct scrape of ``source`` (``None`` before the first)."""
+    with db.session() as s:
+        row = s.scalars(select(ProductionScrape).where(ProductionScrape.source == source)).one_or_none()
+        if row is None:
+            return None
+        return Scrape(at=row.scraped_at, series=list(row.series or []), process_start_time=row.process_start_time)
+
+
+def save_scrape(db: Database, source: str, engine: str, scrape: Scrape) -> None:
+    """Store ``scrape`` as the last scrape of ``source`` (replacing the previous one)."""
+    with db.session() as s:
+        row = s.scalars(select(ProductionScrape).where(ProductionScrape.source == source)
+                        .with_for_update()).one_or_none()
+        if row is None:
+            row = ProductionScrape(source=source, engine=engine)
+            s.add(row)
+        row.engine, row.scraped_at = engine, scrape.at
+        row.process_start_time = scrape.process_start_time
+        row.series = nan_to_none(scrape.series)
+
+
+def trend_points(db: Database, pair: str, *, limit: int = 500) -> list[dict[str, Any]]:
+    """Acceptance trend of ``pair`` from both sources, oldest first, as plain dicts for
+    :func:`registry.plots.plot_trend`: ``time`` (production: window end; nightly: finish time, else
+    the scheduled date), ``acceptance_rate``, ``acceptance_rate_ci_low``, ``pair_version``, ``source``."""
+    rows = history.list_runs(db, pair_name=pair, limit=limit)
+    pts = []
+    for r in rows:
+        if r.acceptance_rate is None:
+            continue
+        if r.source == PRODUCTION:
+            t = r.window_end
+        else:
+            t = r.finished_at or dt.datetime.combine(r.scheduled_date, dt.time(), dt.timezone.utc)
+        pts.append({"time": t, "acceptance_rate": r.acceptance_rate,
+                    "acceptance_rate_ci_low": r.acceptance_rate_ci_low, "pair_version": r.pair_version,
+                    "source": r.source, "run_id": r.id})
+    return sorted(pts, key=lambda p: (p["time"], p["run_id"]))
