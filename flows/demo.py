@@ -18,7 +18,7 @@
 Each "night" gets its own scheduled date, as a real schedule would. The terminal shows our steps
 and results only; third-party warnings and progress bars go to ``<demo dir>/demo.log``.
 Env overrides: ``SPECDEC_DEMO_PER_CATEGORY`` (2 prompts per category), ``SPECDEC_DEMO_MAX_NEW_TOKENS``
-(64), ``SPECDEC_DEMO_DRAFT`` (skip the measurement, e.g. ``derived:bf16``) with ``SPECDEC_DEMO_K``.
+(48), ``SPECDEC_DEMO_DRAFT`` (skip the measurement, e.g. ``derived:bf16``) with ``SPECDEC_DEMO_K``.
 State lives in ``.specdec/demo`` (wiped at the start; the converted model in ``.specdec/models`` is
 kept). ``demo_summary.json`` records per night acceptance and ``speedup`` (with CI and load).
 """
@@ -91,7 +91,7 @@ def _choose_draft(con, target_dir: Path, held, max_new: int):
         first.setdefault(p.category, p)
     sub = HeldoutSet(held.name, held.version, list(first.values()))
     with con.status("measuring candidates (cost, acceptance, interleaved timing) ..."):
-        rec = recommend_draft(target, sub, candidates=DEMO_CANDIDATES, max_new_tokens=max_new,
+        rec = recommend_draft(target, sub, candidates=DEMO_CANDIDATES, max_new_tokens=min(max_new, 32),
                               k_values=tuple(range(1, 7)), cost_reps=10, calibration_prompts=2,
                               target_ref="smollm2 (fp32)")
     print_recommendation(rec, con)
@@ -148,7 +148,7 @@ def _story(home: Path, log_path: Path) -> int:  # noqa: PLR0915
 
     con = Console(width=max(Console().width, 110))  # tables stay readable when stdout is a file
     per_cat = int(os.environ.get("SPECDEC_DEMO_PER_CATEGORY", "2"))
-    max_new = int(os.environ.get("SPECDEC_DEMO_MAX_NEW_TOKENS", "64"))
+    max_new = int(os.environ.get("SPECDEC_DEMO_MAX_NEW_TOKENS", "48"))
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
 

@@ -4,7 +4,8 @@
 
 1. **cost** (isolated passes with a warm KV cache, repetitions interleaved across models): the
    target's one-token pass, its (k+1)-token verification pass for every k (``v(k)`` = ratio to the
-   one-token pass) and each draft model's one-token pass (``c`` = ratio to the target's);
+   one-token pass, fitted as ``1 + slope k`` against timing noise) and each draft model's
+   one-token pass (``c`` = ratio to the target's);
 2. **acceptance** (teacher forcing on a few prompts): greedy top-1 agreement of each draft with
    the target's own continuation, the per-token α of Leviathan's model;
 3. **best k** per model drafter from α, c and v(k) (:func:`specdec.validation.speed.best_k`); the n-gram
@@ -33,7 +34,7 @@ import torch
 
 from specdec.validation.speed import best_k, bootstrap_speedup_ci, pooled_speedup, predicted_speedup_with_verify
 
-__all__ = ["CandidateResult", "Recommendation", "recommend_draft", "default_candidates"]
+__all__ = ["CandidateResult", "Recommendation", "recommend_draft", "default_candidates", "smooth_verify_cost"]
 
 CPU_CANDIDATES = ("derived:bf16", "derived:int8", "derived:int4", "ngram")
 CUDA_CANDIDATES = ("derived:fp8", "derived:int8", "ngram")
@@ -173,6 +174,21 @@ def _top1_agreement(draft, prompt: list[int], continuation: list[int]) -> tuple[
     return sum(int(p == t) for p, t in zip(pred, continuation) if t < v), n
 
 
+def smooth_verify_cost(measured: dict[int, float]) -> dict[int, float]:
+    """v(k) fitted as ``1 + slope * k`` (least squares through v(0) = 1: a 1-token pass is the
+    unit), so the choice of k does not follow the noise of single timings.
+
+    Args:
+        measured: ``{k: (k+1)-token target pass / 1-token pass}`` for k >= 1.
+    Returns:
+        ``{k: 1 + slope * k}`` for the same k (slope >= 0).
+    """
+    num = sum(k * (v - 1.0) for k, v in measured.items())
+    den = sum(k * k for k in measured)
+    slope = max(num / den, 0.0) if den else 0.0
+    return {k: 1.0 + slope * k for k in measured}
+
+
 def _timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
     from specdec.core.kv import sync
 
@@ -269,7 +285,7 @@ def recommend_draft(
     costs = _pass_costs({"target": (model, [1] + [k + 1 for k in ks]),
                          **{s: (drafters[s], [1]) for s in model_specs}}, cal_prompt, cost_reps)
     t1 = costs["target"][1]
-    verify = {k: costs["target"][k + 1] / t1 for k in ks}
+    verify = smooth_verify_cost({k: costs["target"][k + 1] / t1 for k in ks})
     for s in model_specs:
         by_spec[s].cost_ratio = costs[s][1] / t1
     load.sample()

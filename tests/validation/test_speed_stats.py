@@ -54,3 +54,13 @@ def test_best_k_with_verify_cost():
     assert k2 < flat_k and s2 < flat_s
     assert s2 == pytest.approx(max(predicted_speedup_with_verify(0.95, 0.5, k, v) for k, v in grow.items()))
     assert best_k(float("nan"), 0.5, 1.0) == (None, best_k(float("nan"), 0.5, 1.0)[1])
+
+
+def test_verify_cost_fit_is_linear_through_one():
+    from specdec.validation.recommend import smooth_verify_cost
+
+    noisy = {1: 1.71, 2: 1.20, 3: 1.50, 4: 1.37, 5: 1.47}
+    fit = smooth_verify_cost(noisy)
+    slope = fit[1] - 1
+    assert all(abs(fit[k] - (1 + slope * k)) < 1e-12 for k in noisy) and 0 < slope < 0.2
+    assert smooth_verify_cost({1: 0.9, 2: 0.95}) == {1: 1.0, 2: 1.0}  # never below one pass
