@@ -91,7 +91,7 @@ def _choose_draft(con, target_dir: Path, held, max_new: int):
         first.setdefault(p.category, p)
     sub = HeldoutSet(held.name, held.version, list(first.values()))
     with con.status("measuring candidates (cost, acceptance, interleaved timing) ..."):
-        rec = recommend_draft(target, sub, candidates=DEMO_CANDIDATES, max_new_tokens=min(max_new, 32),
+        rec = recommend_draft(target, sub, candidates=DEMO_CANDIDATES, max_new_tokens=max_new,
                               k_values=tuple(range(1, 7)), cost_reps=10, calibration_prompts=2,
                               target_ref="smollm2 (fp32)")
     print_recommendation(rec, con)
@@ -246,7 +246,13 @@ def _story(home: Path, log_path: Path) -> int:  # noqa: PLR0915
     if n1["challenger"].status not in ("passed", "inconclusive"):
         con.print("[red]v1 did not pass its validation; the demo cannot continue[/]")
         return 1
-    promote_flow(pair, v1["version"])
+    from registry import PromotionRefused
+
+    try:
+        promote_flow(pair, v1["version"])
+    except PromotionRefused as e:
+        con.print(f"[red]v1 cannot become champion: {e}; the demo cannot continue[/]")
+        return 1
     con.print(f"[green]promoted[/] {pair} v{v1['version']} -> @champion (gate passed)")
     seen = show_alerts(0)
 

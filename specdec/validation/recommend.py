@@ -4,7 +4,7 @@
 
 1. **cost** (isolated passes with a warm KV cache, repetitions interleaved across models): the
    target's one-token pass, its (k+1)-token verification pass for every k (``v(k)`` = ratio to the
-   one-token pass, fitted as ``1 + slope k`` against timing noise) and each draft model's
+   one-token pass, fitted as ``a + b k`` against timing noise) and each draft model's
    one-token pass (``c`` = ratio to the target's);
 2. **acceptance** (teacher forcing on a few prompts): greedy top-1 agreement of each draft with
    the target's own continuation, the per-token α of Leviathan's model;
@@ -175,18 +175,24 @@ def _top1_agreement(draft, prompt: list[int], continuation: list[int]) -> tuple[
 
 
 def smooth_verify_cost(measured: dict[int, float]) -> dict[int, float]:
-    """v(k) fitted as ``1 + slope * k`` (least squares through v(0) = 1: a 1-token pass is the
-    unit), so the choice of k does not follow the noise of single timings.
+    """v(k) fitted as ``a + b k`` (ordinary least squares over the measured k), so the choice of
+    k does not follow the noise of single timings. The intercept absorbs the jump from a 1-token
+    pass (the unit) to any wider one; values never go below 1.
 
     Args:
         measured: ``{k: (k+1)-token target pass / 1-token pass}`` for k >= 1.
     Returns:
-        ``{k: 1 + slope * k}`` for the same k (slope >= 0).
+        ``{k: max(1, a + b k)}`` for the same k (``b >= 0``); the input itself with fewer than 2 points.
     """
-    num = sum(k * (v - 1.0) for k, v in measured.items())
-    den = sum(k * k for k in measured)
-    slope = max(num / den, 0.0) if den else 0.0
-    return {k: 1.0 + slope * k for k in measured}
+    if len(measured) < 2:
+        return {k: max(1.0, v) for k, v in measured.items()}
+    n = len(measured)
+    mk = sum(measured) / n
+    mv = sum(measured.values()) / n
+    b = sum((k - mk) * (v - mv) for k, v in measured.items()) / sum((k - mk) ** 2 for k in measured)
+    b = max(b, 0.0)
+    a = mv - b * mk
+    return {k: max(1.0, a + b * k) for k in measured}
 
 
 def _timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:

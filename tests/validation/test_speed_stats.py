@@ -56,11 +56,13 @@ def test_best_k_with_verify_cost():
     assert best_k(float("nan"), 0.5, 1.0) == (None, best_k(float("nan"), 0.5, 1.0)[1])
 
 
-def test_verify_cost_fit_is_linear_through_one():
+def test_verify_cost_fit_is_a_line():
     from specdec.validation.recommend import smooth_verify_cost
 
-    noisy = {1: 1.71, 2: 1.20, 3: 1.50, 4: 1.37, 5: 1.47}
+    exact = {k: 1.2 + 0.05 * k for k in range(1, 7)}
+    assert smooth_verify_cost(exact) == pytest.approx(exact)
+    noisy = {1: 1.71, 2: 1.20, 3: 1.50, 4: 1.37, 5: 1.47, 6: 1.82}
     fit = smooth_verify_cost(noisy)
-    slope = fit[1] - 1
-    assert all(abs(fit[k] - (1 + slope * k)) < 1e-12 for k in noisy) and 0 < slope < 0.2
+    b = fit[2] - fit[1]
+    assert all(fit[k] == pytest.approx(fit[1] + b * (k - 1)) for k in noisy) and b >= 0
     assert smooth_verify_cost({1: 0.9, 2: 0.95}) == {1: 1.0, 2: 1.0}  # never below one pass
