@@ -129,7 +129,8 @@ def markdown(doc: dict) -> str:
                  f"| {_f(d.get('abs_alpha_tf_minus_alpha_pos0'))} | {_f(d.get('p3'), 3)} | {i['ours_vs_target_only']}, "
                  f"{i['hf_vs_target_only']}, {i['ours_vs_hf']} |")
     L += ["", "P1 uses α̂ (validation's estimator, the i.i.d. MLE); `P1 (α pos0)` uses position-0 acceptance. v = (k+1)-token verify pass / 1-token "
-          "target pass (Leviathan's formula assumes v = 1).", ""]
+          "target pass (Leviathan's formula assumes v = 1). Measured speedup is the pooled ratio of token rates.", ""]
+    L += _speed_table(doc)
     audits = {s: d.get("hf_audit") for s, d in doc["drafters"].items() if d.get("hf_audit")}
     if audits:
         L += ["### HF audit (one untimed run per drafter)", "", "| drafter | target passes | tokens/target pass | draft passes/target pass "
@@ -218,3 +219,21 @@ def markdown(doc: dict) -> str:
     L += ["", "## Definitions", ""] + [f"- **{k}**: {v}" for k, v in doc["definitions"].items()]
     L += ["", "Top-level rules: " + "; ".join(f"{k}: {v}" for k, v in doc["top_level_rules"].items()), ""]
     return "\n".join(L)
+
+
+def _speed_table(doc: dict) -> list[str]:
+    """Per drafter: measured speedup with its paired bootstrap CI, identical outputs, and per category
+    ours vs transformers' (HF) pooled speedup."""
+    cats = sorted({c for d in doc["drafters"].values() for c in d.get("per_category", {})})
+    L = ["### Measured speedup with its paired bootstrap CI, per category", "",
+         "| drafter | overall [95% CI] | identical | " + " | ".join(cats) + " |",
+         "|---|---|---|" + "---|" * len(cats)]
+    for s, d in doc["drafters"].items():
+        ci = d.get("measured_speedup_ci") or [None, None]
+        cells = []
+        for c in cats:
+            pc = d.get("per_category", {}).get(c)
+            cells.append("-" if pc is None else f"{_x(pc['ours']['measured_speedup'])} (HF {_x(pc['hf'])})")
+        L.append(f"| `{s}` | {_x(d['measured_speedup'])} [{_f(ci[0], 2)}, {_f(ci[1], 2)}] "
+                 f"| {d.get('identical_outputs')}/{d.get('compared_outputs')} | " + " | ".join(cells) + " |")
+    return L + [""]

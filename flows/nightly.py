@@ -305,7 +305,8 @@ def nightly_validation_flow(
             forget_claim(home, claim.run_id)
             beat.add(claim)
             out = report_dir_for(home, key)
-            fut = run_validation.submit(pv, heldout, limit, device, dtype, str(out), seed, batch_size)
+            args = (pv, heldout, limit, device, dtype, str(out), seed, batch_size)
+            fut = _Inline.run(run_validation, args) if _serial() else run_validation.submit(*args)
             hashes = (pv.target_weights_sha256, pv.draft_weights_sha256)
             jobs.append((pair, alias, version, key, claim, out, champion, hashes, fut))
 
@@ -338,6 +339,39 @@ def nightly_validation_flow(
             results.append(res)
     report_ungated(db, ungated, results)  # after the champion's validation: alert with tonight's verdict
     return results
+
+
+def _serial() -> bool:
+    """True when the flow runs with its default one-worker thread pool: validations then run in the
+    flow's own thread (the main thread of ``specdec nightly run``), since the speed it measures
+    depends on it. bf16 matmuls (oneDNN) run about 2x slower from a worker thread's OpenMP team
+    than from the main thread (measured on this machine: 114 vs 59 us per 1x576x1536 linear), which
+    would make a bf16 draft look far costlier than it serves."""
+    try:
+        from prefect.context import get_run_context
+
+        return isinstance(get_run_context().task_runner, ThreadPoolTaskRunner)
+    except Exception:  # noqa: BLE001 (outside a flow run: submit as usual)
+        return False
+
+
+class _Inline:
+    """The outcome of a task called in the flow's thread, with the ``.result()`` of a future."""
+
+    def __init__(self, value=None, error: BaseException | None = None) -> None:
+        self.value, self.error = value, error
+
+    @classmethod
+    def run(cls, task_obj, args) -> "_Inline":
+        try:
+            return cls(task_obj(*args))
+        except Exception as e:  # noqa: BLE001 (re-raised by result(), as a future would)
+            return cls(error=e)
+
+    def result(self):
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 def nightly_flow_for(parallel: bool = False, dask_workers: int = 2, dask_address: str | None = None):

@@ -47,7 +47,7 @@ def register_pair_flow(
 
     Args:
         target: model reference (Hub id, local dir, .gguf, ``smollm2``, ``models:/<name>/<v>``).
-        draft: ``ngram``, ``derived:int8|int4``, a model reference, or ``models:/<draft>/<v>``.
+        draft: ``ngram``, ``derived:int8|int4|bf16|fp8``, a model reference, or ``models:/<draft>/<v>``.
         alias: alias to point at the new version (ungated); ``None`` to leave aliases alone.
     Returns:
         the pair version as a dict (``name``, ``version``, ``changed``, ``target_uri``, ...).

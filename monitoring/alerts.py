@@ -43,7 +43,7 @@ from monitoring.db import (
     nan_to_none,
     utcnow,
 )
-from monitoring.rules import FAILED_VERDICT, PASSED_VERDICT, RuleResult, verdict
+from monitoring.rules import FAILED_VERDICT, PASSED_VERDICT, RuleResult, change_since_baseline, severity_of, verdict
 from monitoring.settings import ChannelConfig, MonitoringSettings, get_settings
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,10 @@ def _fmt_rule(r: RuleResult) -> str:
     thr = "" if r.threshold is None else f", threshold {r.threshold:.3f}"
     base = "" if r.baseline is None else f", baseline {r.baseline:.3f}"
     scope = "" if r.scope == "overall" else f" [{r.scope}]"
-    return f"*{r.rule}*{scope}: {r.metric} {val}{ci}{thr}{base}"
+    sev = f" ({r.severity})" if r.severity else ""
+    if r.rule == "speed":
+        return f"*{r.rule}*{sev}: {r.message}"
+    return f"*{r.rule}*{scope}{sev}: {r.metric} {val}{ci}{thr}{base}"
 
 
 def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], *,
@@ -165,7 +168,18 @@ def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], 
     if overall is not None and overall.value is not None:
         ci = f" (95% CI {overall.ci[0]:.3f}-{overall.ci[1]:.3f})" if overall.ci else ""
         facts["Acceptance rate"] = f"{overall.value:.3f}{ci}, threshold {overall.threshold:.2f}"
+    speed = next((r for r in results if r.rule == "speed"), None)
+    if speed is not None and speed.value is not None:
+        ci = f" (95% CI {speed.ci[0]:.2f}-{speed.ci[1]:.2f}x)" if speed.ci else ""
+        facts["Speedup"] = f"{speed.value:.2f}x{ci}" + (" [speed-inconclusive: machine overloaded]"
+                                                        if speed.status == "inconclusive" else "")
+    severity = severity_of(firing)
+    if severity:
+        facts["Severity"] = severity
     lines = [_fmt_rule(r) for r in firing if r not in fell]
+    change = change_since_baseline(results)
+    if change:
+        lines.insert(0, change)
     if fell:
         lines.append("Categories that fell: " + ", ".join(
             f"{r.scope} {r.value:.3f} < {r.threshold:.2f}" for r in fell if r.value is not None))

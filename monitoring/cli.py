@@ -94,8 +94,8 @@ def history_cmd(
         raise typer.Exit(code=0)
     table = Table(title="specdec validation history", show_lines=False)
     for col in ("run", "date", "source", "pair", "alias", "held-out", "k", "acceptance (95% CI)", "α_tf",
-                "tok/step", "status", "mlflow"):
-        table.add_column(col, justify="right" if col in ("run", "k", "α_tf", "tok/step") else "left")
+                "tok/step", "speedup (95% CI)", "load/CPU", "status", "mlflow"):
+        table.add_column(col, justify="right" if col in ("run", "k", "α_tf", "tok/step", "load/CPU") else "left")
     style = {"passed": "green", "failed": "red", "inconclusive": "yellow", "error": "magenta"}
     for r in runs:
         ci = (f" ({_f(r.acceptance_rate_ci_low)}-{_f(r.acceptance_rate_ci_high)})"
@@ -109,17 +109,34 @@ def history_cmd(
             str(r.id), when, r.source, f"{r.pair_name} v{r.pair_version}", r.alias or "",
             heldout, str(r.num_speculative_tokens or "-"),
             f"{_f(r.acceptance_rate)}{ci}", _f(r.alpha_tf), _f(r.draft_tokens_per_step, 2),
+            _speedup_cell(r), _f(r.load_avg_1m / r.num_cpus, 2) if r.load_avg_1m is not None and r.num_cpus else "-",
             f"[{st}]{r.status}[/{st}]" if st else r.status,
             "-" if prod else ("yes" if r.mlflow_logged else "[yellow]pending[/yellow]"),
         )
     out.print(table)
     by_pair: dict[tuple[str, str], list] = {}
     for r in reversed(runs):  # oldest first for the trend
-        by_pair.setdefault((r.pair_name, r.source), []).append(r.acceptance_rate)
-    for (name, src), values in by_pair.items():
+        by_pair.setdefault((r.pair_name, r.source), []).append(r)
+    for (name, src), rows in by_pair.items():
+        values = [r.acceptance_rate for r in rows]
         last = next((v for v in reversed(values) if v is not None), None)
         label = name if src == "nightly" else f"{name} ({src})"
         out.print(f"acceptance trend {label}: {sparkline(values)}  (0..1 scale, oldest→newest, last {_f(last)})")
+        speeds = [r.speedup for r in rows]
+        if any(v is not None for v in speeds):
+            last = next((v for v in reversed(speeds) if v is not None), None)
+            scaled = [None if v is None else min(max(v / 2.0, 0.0), 1.0) for v in speeds]
+            out.print(f"speedup trend    {label}: {sparkline(scaled)}  (0..2x scale, oldest→newest, last "
+                      f"{_f(last, 2)}x)")
+
+
+def _speedup_cell(r) -> str:
+    """``1.21x (1.12-1.30)``, red when the CI lies below 1.0."""
+    if r.speedup is None:
+        return "-"
+    ci = (f" ({_f(r.speedup_ci_low, 2)}-{_f(r.speedup_ci_high, 2)})" if r.speedup_ci_low is not None else "")
+    cell = f"{r.speedup:.2f}x{ci}"
+    return f"[red]{cell}[/red]" if r.speedup_ci_high is not None and r.speedup_ci_high < 1.0 else cell
 
 
 @alerts_app.command("test")

@@ -173,6 +173,11 @@ class ValidationRun(Base):
     kl_divergence: Mapped[float | None] = mapped_column(Float, nullable=True)
     speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
     predicted_speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # speed evidence (migration 0004_speed): paired bootstrap CI of speedup, machine load during timings
+    speedup_ci_low: Mapped[float | None] = mapped_column(Float, nullable=True)
+    speedup_ci_high: Mapped[float | None] = mapped_column(Float, nullable=True)
+    load_avg_1m: Mapped[float | None] = mapped_column(Float, nullable=True)
+    num_cpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
     overall: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # GroupMetrics as dict
     categories: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # name -> GroupMetrics dict
     # evaluation

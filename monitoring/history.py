@@ -86,10 +86,10 @@ def _ci(g: GroupMetrics, name: str) -> tuple[float | None, float | None]:
 
 def _metric_columns(report: ValidationReport) -> dict[str, Any]:
     g = report.overall
-    ar_lo, ar_hi = _ci(g, "acceptance_rate_ci")
-    ah_lo, ah_hi = _ci(g, "alpha_hat_ci")
-    tf_lo, tf_hi = _ci(g, "alpha_tf_ci")
+    names = ("acceptance_rate", "alpha_hat", "alpha_tf", "speedup")
+    (ar_lo, ar_hi), (ah_lo, ah_hi), (tf_lo, tf_hi), (sp_lo, sp_hi) = (_ci(g, f"{n}_ci") for n in names)
     cols = dict(
+        speedup_ci_low=sp_lo, speedup_ci_high=sp_hi, load_avg_1m=g.load_avg_1m, num_cpus=g.num_cpus or None,
         num_prompts=g.num_prompts, num_drafts=g.num_drafts, num_draft_tokens=g.num_draft_tokens,
         num_accepted_tokens=g.num_accepted_tokens, acceptance_rate=g.acceptance_rate,
         acceptance_rate_ci_low=ar_lo, acceptance_rate_ci_high=ar_hi,

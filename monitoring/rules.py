@@ -13,8 +13,12 @@ Rules (thresholds in :class:`monitoring.settings.RuleSettings`):
 - ``measurement``: the teacher-forced α (``alpha_tf``) and the decoding estimate of the same
   quantity (``alpha_hat``, the i.i.d. maximum-likelihood α from the decoding steps) have non-overlapping 95% CIs. For k > 1 the
   acceptance *rate* is a different quantity from α, so it is not compared with ``alpha_tf``.
+- ``speed``: "speculation no longer pays", the measured speedup's 95% CI lies below 1.0
+  (:func:`speed_rule`); speed-inconclusive on an overloaded machine.
 
-Statuses: ``ok``, ``firing``, ``insufficient_evidence``, ``not_applicable``.
+Statuses: ``ok``, ``firing``, ``insufficient_evidence``, ``not_applicable``, and ``inconclusive``
+(speed rule only: measured on an overloaded machine). Every result carries a ``severity``
+(``RuleSettings.acceptance_severity`` for the acceptance rules, ``speed_severity`` for speed).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class RuleResult:
         baseline: the baseline run's value, when the rule uses one.
         num_draft_tokens: draft tokens behind ``value`` (the evidence size).
         message: one human sentence.
+        severity: ``info`` | ``warning`` | ``critical`` (``None`` in results stored before it existed).
     """
 
     rule: str
@@ -57,6 +62,7 @@ class RuleResult:
     baseline: float | None = None
     num_draft_tokens: int | None = None
     message: str = ""
+    severity: str | None = None
 
     @property
     def firing(self) -> bool:
@@ -197,6 +203,74 @@ def measurement_rule(current: GroupMetrics) -> RuleResult:
         f"alpha_tf {tf:.3f}{_fmt_ci(tf_ci)} consistent with alpha_hat {hat:.3f}{_fmt_ci(hat_ci)}"))
 
 
+# --------------------------------------------------------------------------- speed
+# "Speculation no longer pays": speculative decoding is only worth serving while it is faster than
+# target-only decoding. The validation measures both on the same prompts, paired per prompt
+# (specdec.validation.speed), with a bootstrap 95% CI of the pooled speedup; the rule fires when the
+# CI's upper end is below RuleSettings.speed_threshold (1.0) with >= speed_min_prompts prompts.
+# Timings depend on the machine as much as on the pair: a run whose mean 1-minute load per CPU
+# exceeded speed_max_load_per_cpu and whose speedup (or its CI's lower end) is below the threshold is
+# speed-inconclusive (status "inconclusive"): stored and shown, never alerted on, and it makes the
+# verdict inconclusive (it neither fires nor resolves). A clear gain measured under load still counts.
+SPEED_RULE = "speed"
+#: status of a speed measurement taken on an overloaded machine (never alerts)
+SPEED_INCONCLUSIVE = "inconclusive"
+
+
+def load_per_cpu(g: GroupMetrics) -> float | None:
+    """Mean 1-minute load average per usable CPU during the run's timings, or ``None``."""
+    load, cpus = _num(getattr(g, "load_avg_1m", None)), int(getattr(g, "num_cpus", 0) or 0)
+    return load / cpus if load is not None and cpus > 0 else None
+
+
+def speed_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: RuleSettings):
+    """Evaluate "speculation no longer pays" on the overall metrics of a run.
+
+    Args:
+        current: the run's overall :class:`GroupMetrics` (``speedup``, ``speedup_ci``,
+            ``num_prompts``, ``load_avg_1m``, ``num_cpus``).
+        baseline: the baseline run's overall metrics (its ``speedup`` is reported as the
+            baseline, for "speedup A x -> B x"), or ``None``.
+        settings: thresholds and severity.
+    Returns:
+        :class:`monitoring.rules.RuleResult` with rule ``speed``, metric ``speedup``, the CI,
+        threshold, baseline speedup and ``severity``; status ``firing``, ``ok``,
+        ``insufficient_evidence``, ``inconclusive`` (overloaded machine) or ``not_applicable``.
+    """
+    value = _num(current.speedup)
+    ci_raw = list(getattr(current, "speedup_ci", None) or [])
+    ci = (_num(ci_raw[0]), _num(ci_raw[1])) if len(ci_raw) == 2 else (None, None)
+    ci = ci if None not in ci else None
+    base = _num(baseline.speedup) if baseline is not None else None
+    common = dict(rule=SPEED_RULE, scope=OVERALL, metric="speedup", value=value, ci=ci,
+                  threshold=settings.speed_threshold, baseline=base,
+                  num_draft_tokens=int(current.num_draft_tokens or 0), severity=settings.speed_severity)
+    if not settings.speed_enabled:
+        return RuleResult(status=NOT_APPLICABLE, message="speed rule disabled", **common)
+    if value is None:
+        return RuleResult(status=NOT_APPLICABLE, message="speedup not measured", **common)
+    shown = f"measured speedup {value:.2f}x" + (f" (95% CI {ci[0]:.2f}-{ci[1]:.2f}x)" if ci else "")
+    lpc = load_per_cpu(current)
+    unfavourable = value < settings.speed_threshold or (ci is not None and ci[0] < settings.speed_threshold)
+    if lpc is not None and lpc > settings.speed_max_load_per_cpu and unfavourable:
+        return RuleResult(status=SPEED_INCONCLUSIVE, **common, message=(
+            f"speed-inconclusive: {shown} taken at load {current.load_avg_1m:.2f} on {current.num_cpus} CPUs "
+            f"({lpc:.2f}/CPU > {settings.speed_max_load_per_cpu:.2f}): machine overloaded, no speed alert"))
+    n = int(current.num_prompts or 0)
+    if n < settings.speed_min_prompts or ci is None:
+        return RuleResult(status=INSUFFICIENT, **common, message=(
+            f"{shown} on {n} prompts (< {settings.speed_min_prompts} needed or no CI): not enough evidence"))
+    if value < settings.speed_threshold <= ci[1]:
+        return RuleResult(status=INSUFFICIENT, **common, message=(
+            f"{shown} below {settings.speed_threshold:.2f}x, but the CI reaches above it: no speed alert yet"))
+    if ci[1] < settings.speed_threshold:
+        was = f" (was {base:.2f}x at baseline)" if base is not None else ""
+        return RuleResult(status=FIRING, **common, message=(
+            f"speculation no longer pays: {shown}{was}, CI entirely below {settings.speed_threshold:.2f}x: "
+            "serving target-only would be faster"))
+    return RuleResult(status=OK, **common, message=f"{shown}: speculation pays or is not credibly slower")
+
+
 def evaluate(current, baseline, settings: RuleSettings | None = None) -> list[RuleResult]:
     """Run every rule.
 
@@ -208,7 +282,7 @@ def evaluate(current, baseline, settings: RuleSettings | None = None) -> list[Ru
         settings: thresholds (defaults when ``None``).
     Returns:
         Results in a fixed order: absolute overall, absolute per category (sorted), relative,
-        collapse, measurement.
+        collapse, measurement, speed; each with its ``severity``.
     """
     settings = settings or RuleSettings()
     base = baseline.overall if baseline is not None else None
@@ -216,7 +290,19 @@ def evaluate(current, baseline, settings: RuleSettings | None = None) -> list[Ru
     out.append(relative_rule(current.overall, base, settings))
     out.append(collapse_rule(current.overall, base, settings))
     out.append(measurement_rule(current.overall))
+    for r in out:
+        r.severity = "warning" if r.rule == "measurement" else settings.acceptance_severity
+    out.append(speed_rule(current.overall, base, settings))
     return out
+
+
+SEVERITY_ORDER = ("info", "warning", "critical")
+
+
+def severity_of(results: Iterable[RuleResult]) -> str | None:
+    """The highest severity among the firing results (``None`` when none fires)."""
+    sev = [r.severity or "critical" for r in results if r.firing]
+    return max(sev, key=lambda s: SEVERITY_ORDER.index(s) if s in SEVERITY_ORDER else len(SEVERITY_ORDER)) if sev else None
 
 
 PASSED_VERDICT, FAILED_VERDICT, INCONCLUSIVE_VERDICT = "passed", "failed", "inconclusive"
@@ -224,12 +310,16 @@ PASSED_VERDICT, FAILED_VERDICT, INCONCLUSIVE_VERDICT = "passed", "failed", "inco
 
 def verdict(results: Iterable[RuleResult]) -> str:
     """``failed`` if any rule fires; ``inconclusive`` if the overall absolute or the relative rule
-    lacks evidence; else ``passed``. (A small category lacking evidence does not block passing.)"""
+    lacks evidence, or the speed was measured on an overloaded machine (so such a night neither
+    alerts nor resolves an open incident); else ``passed``. (A small category lacking evidence
+    does not block passing.)"""
     results = list(results)
     if any(r.firing for r in results):
         return FAILED_VERDICT
     if any(r.status == INSUFFICIENT and r.scope == OVERALL and r.rule in ("absolute", "relative")
            for r in results):
+        return INCONCLUSIVE_VERDICT
+    if any(r.rule == SPEED_RULE and r.status == SPEED_INCONCLUSIVE for r in results):
         return INCONCLUSIVE_VERDICT
     return PASSED_VERDICT
 
@@ -269,3 +359,18 @@ def root_cause_hint(current, baseline) -> str:
     if h:
         hint += f"; the held-out set also changed ({baseline.heldout_version} -> {current.heldout_version})"
     return hint
+
+
+def change_since_baseline(results: Iterable[RuleResult]) -> str | None:
+    """``"Since baseline: acceptance 0.962 -> 0.231, speedup 1.21x -> 0.62x"`` from the relative
+    and speed rule results (each carries the baseline value and the current one); ``None`` when
+    neither has a baseline."""
+    results = list(results)
+    parts = []
+    rel = next((r for r in results if r.rule == "relative" and r.scope == "overall"), None)
+    if rel is not None and rel.baseline is not None and rel.value is not None:
+        parts.append(f"acceptance {rel.baseline:.3f} -> {rel.value:.3f}")
+    sp = next((r for r in results if r.rule == "speed"), None)
+    if sp is not None and sp.baseline is not None and sp.value is not None:
+        parts.append(f"speedup {sp.baseline:.2f}x -> {sp.value:.2f}x")
+    return "Since baseline: " + ", ".join(parts) if parts else None

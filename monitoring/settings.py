@@ -53,6 +53,16 @@ class RuleSettings(BaseModel):
         collapse_drop: fractional fall of ``draft_tokens_per_step`` against the baseline that fires
             (0.30).
         min_drafts: verification steps needed before the collapse rule may fire (20).
+        acceptance_severity: severity of the acceptance rules (absolute, relative, collapse) in
+            alerts (``critical``).
+        speed_enabled: evaluate the "speculation no longer pays" rule (on by default).
+        speed_threshold: that rule fires when the upper end of the measured speedup's 95% CI is
+            below this (1.0: speculative decoding credibly slower than target-only).
+        speed_min_prompts: measured prompts needed before it may fire (5).
+        speed_max_load_per_cpu: a run whose mean 1-minute load average per CPU during the timings
+            exceeded this (1.25: other work took more than a quarter of the machine besides the
+            validation's own threads) is speed-inconclusive: recorded, never alerted on.
+        speed_severity: severity of the speed rule (``warning``).
     """
 
     absolute_threshold: float = Field(default_factory=lambda: get_policy().threshold, ge=0.0, le=1.0)
@@ -63,6 +73,12 @@ class RuleSettings(BaseModel):
     relative_drop: float = Field(0.15, gt=0.0, lt=1.0)
     collapse_drop: float = Field(0.30, gt=0.0, lt=1.0)
     min_drafts: int = Field(20, ge=0)
+    acceptance_severity: Literal["info", "warning", "critical"] = "critical"
+    speed_enabled: bool = True
+    speed_threshold: float = Field(1.0, gt=0.0)
+    speed_min_prompts: int = Field(5, ge=2)
+    speed_max_load_per_cpu: float = Field(1.25, gt=0.0)
+    speed_severity: Literal["info", "warning", "critical"] = "warning"
 
     def policy(self) -> AcceptancePolicy:
         """The acceptance policy these rules apply (:mod:`specdec.policy`; threshold, alert side and

@@ -59,7 +59,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 @pair_app.command("register")
 def register_cmd(
     target: Annotated[str, typer.Option("--target", help="Target: Hub id, local dir, .gguf, smollm2, or models:/<name>/<v>.")],
-    draft: Annotated[str, typer.Option("--draft", help="Draft: a model ref (as --target, optionally 'model:<ref>'), ngram, derived:int8 or derived:int4.")],
+    draft: Annotated[str, typer.Option("--draft", help="Draft: a model ref (as --target, optionally 'model:<ref>'), ngram, derived:int8, derived:int4, derived:bf16 or derived:fp8 (CUDA).")],
     name: Annotated[str | None, typer.Option("--name", help="Pair registered model (default specdec-pair).")] = None,
     target_name: Annotated[str | None, typer.Option(help="Registered model name for the target (default: from the ref).")] = None,
     draft_name: Annotated[str | None, typer.Option(help="Registered model name for the draft (default: from the ref).")] = None,

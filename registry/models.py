@@ -16,7 +16,7 @@ Model version tags (all strings):
   ``{"kind": "derived", "recipe": {...}, "derived_from": "models:/<target>/<v>"}``.
 - ``source_kind``: ``source["kind"]`` (used for idempotent re-registration).
 - ``specdec.artifact``: ``checkpoint`` or ``derived-recipe``.
-- derived drafts only: ``derived_from`` (``models:/<target>/<v>``), ``derived.kind`` (``int8``/``int4``),
+- derived drafts only: ``derived_from`` (``models:/<target>/<v>``), ``derived.kind`` (``int8``/``int4``/``bf16``/``fp8``),
   ``recipe_sha256``.
 
 Re-registering identical weights (same ``weights_sha256`` and ``source_kind``) under the same name
@@ -275,7 +275,7 @@ def register_derived_draft(
 
     Args:
         target: the target version it derives from (:class:`ModelVersionRef` or ``models:/<t>/<v>``).
-        recipe: ``DerivedDraftRecipe.to_dict()``; must contain ``kind`` (``int8`` or ``int4``).
+        recipe: ``DerivedDraftRecipe.to_dict()``; must contain ``kind`` (``int8``, ``int4``, ``bf16`` or ``fp8``).
         name: registered model name for the draft (default ``<target>-derived-<kind>``).
         tracking_uri: MLflow URI (default: :mod:`registry.settings`).
     Returns:
@@ -287,7 +287,7 @@ def register_derived_draft(
     """
     kind = str(recipe.get("kind", ""))
     if not kind:
-        raise ValueError("derived-draft recipe needs a 'kind' (int8 or int4)")
+        raise ValueError("derived-draft recipe needs a 'kind' (int8, int4, bf16 or fp8)")
     client = get_client(tracking_uri)
     with mlflow_errors(client.tracking_uri):
         tref = target if isinstance(target, ModelVersionRef) else client_get_model_version(client, target)

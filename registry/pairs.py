@@ -39,7 +39,7 @@ from registry.settings import get_client, get_settings, mlflow_errors
 from specdec.core.config import SpeculativeConfig
 
 PAIR_SCHEMA_VERSION = 1
-DRAFTER_KINDS = ("model", "ngram", "derived:int8", "derived:int4")
+DRAFTER_KINDS = ("model", "ngram", "derived:int8", "derived:int4", "derived:bf16", "derived:fp8")
 CHANGED_VALUES = ("initial", "target", "draft", "both", "config", "none")
 
 
@@ -49,7 +49,7 @@ class PairVersion:
 
     Attributes:
         name, version: pair registered model name and version (decimal string).
-        drafter_kind: ``model | ngram | derived:int8 | derived:int4``.
+        drafter_kind: ``model | ngram | derived:int8 | derived:int4 | derived:bf16 | derived:fp8``.
         target_uri / draft_uri: ``models:/<name>/<v>``; ``draft_uri`` is None for ngram.
         target_weights_sha256, target_tokenizer_sha256, draft_weights_sha256, draft_tokenizer_sha256:
             hashes recorded at registration (draft ones None for ngram).
@@ -153,7 +153,7 @@ def register_pair(
     Args:
         target: target model version (:class:`ModelVersionRef` or ``models:/<name>/<v>``).
         draft: draft model version, or None for ``drafter_kind="ngram"``.
-        drafter_kind: ``model | ngram | derived:int8 | derived:int4``. For ``derived:*`` the draft must be a
+        drafter_kind: ``model | ngram | derived:int8 | derived:int4 | derived:bf16 | derived:fp8``. For ``derived:*`` the draft must be a
             derived-recipe version of that kind whose ``derived_from`` is any target version (lineage is
             recorded; a draft derived from an older target is allowed and shows as such).
         config: decoding config (k, sampling, max_new_tokens).

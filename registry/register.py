@@ -79,7 +79,7 @@ def register_pair_from_refs(
 
     Args:
         target: a model reference (see :func:`resolve_checkpoint`).
-        draft: ``ngram``; ``derived:int8`` / ``derived:int4`` (derived from this target); a model
+        draft: ``ngram``; ``derived:int8`` / ``int4`` / ``bf16`` / ``fp8`` (derived from this target); a model
             reference, optionally ``model:<ref>``; or ``models:/<name>/<v>`` of an already
             registered draft, including a derived-recipe version (e.g. an old derived draft kept
             after a target-only fine-tune).

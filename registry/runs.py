@@ -19,7 +19,8 @@ Run (experiment ``specdec-validation``):
   ``predicted_speedup``, ``num_prompts``); ``config_mismatch`` (1 if the validation's k/sampling differ
   from the pair version's, which fails the gate).
 - artifacts: ``report.json``, ``prompts.csv``, ``plots/per_position_acceptance.png``,
-  ``plots/per_category_acceptance.png``, ``plots/acceptance_trend.png``, plus ``extra_artifacts``.
+  ``plots/per_category_acceptance.png``, ``plots/acceptance_trend.png`` (acceptance and measured
+  speedup with its CI), plus ``extra_artifacts``.
 
 Afterwards the pair version gets the tags ``validation_status``, ``acceptance_rate``, ``speedup`` and
 ``policy`` and its one-line description (:mod:`registry.describe`); the run gets a readable name
@@ -186,13 +187,17 @@ def client_latest_validation_run(client, pair: str, version: str | int, experime
     return runs[0] if runs else None
 
 
+_SPEED_KEYS = ("speedup", "speedup_ci_low", "speedup_ci_high", "predicted_speedup")
+
+
 def validation_history(pair: str, *, experiment: str = VALIDATION_EXPERIMENT, max_results: int = 200,
                        tracking_uri: str | None = None) -> list[dict[str, Any]]:
     """Past finished validation runs of ``pair`` (all versions), oldest first.
 
     Returns:
         dicts with ``time`` (datetime, UTC), ``run_id``, ``pair_version``, ``acceptance_rate``,
-        ``acceptance_rate_ci_low``, ``validation_status``.
+        ``acceptance_rate_ci_low``, ``speedup``, ``speedup_ci_low``, ``speedup_ci_high``,
+        ``predicted_speedup`` (NaN where not logged), ``validation_status``.
     """
     client = get_client(tracking_uri)
     with mlflow_errors(client.tracking_uri):
@@ -212,6 +217,7 @@ def _validation_history(client, pair: str, experiment: str = VALIDATION_EXPERIME
                     "pair_version": r.data.tags.get("specdec.pair_version"),
                     "acceptance_rate": m.get("acceptance_rate", math.nan),
                     "acceptance_rate_ci_low": m.get("acceptance_rate_ci_low", math.nan),
+                    **{k: m.get(k, math.nan) for k in _SPEED_KEYS},
                     "validation_status": r.data.tags.get("validation_status")})
     return out
 
@@ -414,7 +420,8 @@ def _write_plots(report: ValidationReport, out: Path, history: list, run_id: str
     plots.plot_per_category(report, out / "per_category_acceptance.png", threshold=gate.min_acceptance_rate)
     point = {"time": datetime.now(timezone.utc), "run_id": run_id, "pair_version": version,
              "acceptance_rate": metrics.get("acceptance_rate", math.nan),
-             "acceptance_rate_ci_low": metrics.get("acceptance_rate_ci_low", math.nan)}
+             "acceptance_rate_ci_low": metrics.get("acceptance_rate_ci_low", math.nan),
+             **{k: metrics.get(k, math.nan) for k in _SPEED_KEYS}}
     plots.plot_trend(list(history) + [point], out / "acceptance_trend.png", threshold=gate.min_acceptance_rate,
-                     title=f"{pair}: acceptance rate over validation runs")
+                     title=f"{pair}: acceptance rate and speedup over validation runs")
     return out

@@ -164,11 +164,16 @@ def speculative_generate(
     cache = new_cache(target)
     num_cached = 0  # positions of `context` held in the target cache
     draft_passes_before = drafter.forward_passes
+    # a draft derived from this target adopts the target's prompt KV after a plain first step
+    adopt = max_new_tokens > 0 and getattr(drafter, "can_adopt_prefix", lambda *a: False)(target, len(context))
 
     while len(result.token_ids) < max_new_tokens:
         budget = min(k, max_new_tokens - len(result.token_ids) - 1)
         t0 = now(device)
-        drafts, q = drafter.propose(context, budget, sampling, vocab_size, generator, stop)
+        if adopt:
+            drafts, q = [], (None if sampling.is_greedy else torch.empty(0, vocab_size))
+        else:
+            drafts, q = drafter.propose(context, budget, sampling, vocab_size, generator, stop)
         t1 = now(device)
         stats.draft_seconds += t1 - t0
 
@@ -192,6 +197,9 @@ def speculative_generate(
         result.token_ids.extend(emitted)
         crop_cache(cache, verified)  # drop rejected drafts; the recovered/bonus token stays pending
         num_cached = verified
+        if adopt:
+            drafter.adopt_prefix(cache, verified)
+            adopt = False
         drafter.rollback(verified)
         if emitted and emitted[-1] in stop:
             result.finish_reason = "eos"

@@ -86,10 +86,24 @@ class ModelDrafter:
     then drafts autoregressively. ``rollback`` crops the cache to the verified prefix, so nothing
     is recomputed from scratch.
 
+    A precision-lowered copy of the target itself (``derived:bf16`` / ``derived:fp8``, whose
+    :func:`specdec.models.derived.derive_draft` records its source module) skips its own prompt
+    prefill: the loop runs the target's prefill as a plain step and the drafter adopts the
+    target's prompt KV cast to its own dtype (:meth:`can_adopt_prefix`, :meth:`adopt_prefix`).
+    The output stays exactly the target's (the target verifies every token); only the draft's
+    view of the prompt comes from the target. Measured on SmolLM2 (2 CPU cores, 12 Spec-Bench
+    prompts): it pays at every prompt length (one plain target step costs less than a draft
+    prefill plus the drafts it would enable), most on long prompts (RAG: 0.65x -> 1.0x).
+    int8/int4 copies (monitoring recipes) and stale drafts keep their own prefill, so their
+    acceptance is what the draft alone proposes.
+
     Args:
         model: a transformers causal LM whose vocabulary is compatible with the target's
             (see :func:`specdec.check_pair_compatible`).
     """
+
+    #: prompts at least this long are prefilled once, by the target, for both models
+    ADOPT_PREFIX_MIN_TOKENS = 1
 
     def __init__(self, model) -> None:
         self.model = model
@@ -148,6 +162,23 @@ class ModelDrafter:
                 return tokens[: i + 1]
         return tokens
 
+    def can_adopt_prefix(self, target, prompt_len: int) -> bool:
+        """True when this draft is a precision-lowered copy of ``target`` itself (same KV layout;
+        recipe ``adopts_target_prefix``) and the prompt has >= :attr:`ADOPT_PREFIX_MIN_TOKENS` tokens."""
+        source = getattr(self.model, "derived_source", None)
+        recipe = getattr(self.model, "derived_recipe", None)
+        return (prompt_len >= self.ADOPT_PREFIX_MIN_TOKENS and getattr(recipe, "adopts_target_prefix", False)
+                and source is not None and source() is target)
+
+    def adopt_prefix(self, target_cache, positions: int) -> None:
+        """Take the first ``positions`` positions of the target's KV cache (cast to the draft's
+        dtype) as this draft's cache, instead of computing them."""
+        from specdec.core.kv import copy_cache_prefix
+
+        dtype = self.model.get_input_embeddings().weight.dtype
+        self.cache = copy_cache_prefix(target_cache, self.model, positions, dtype)
+        self.num_cached = positions
+
     def rollback(self, num_valid: int) -> None:
         """Keep only the first ``num_valid`` positions in the draft KV cache."""
         if self.num_cached > num_valid:
@@ -159,45 +190,69 @@ class NgramDrafter:
     """Prompt-lookup drafter: copy the continuation of an earlier occurrence of the context's suffix.
 
     For n from ``max_ngram`` down to ``min_ngram``, find the most recent earlier occurrence of the
-    last n tokens in the context (prompt + generated); propose the (up to ``k``) tokens that
-    followed it. A miss proposes nothing, and the step is a plain target step. ``q`` is one-hot on
-    each proposed token, so acceptance is ``p(x)`` and the residual is ``p`` with ``x`` removed:
-    sampling stays exactly the target's.
+    last n tokens in the context (prompt + generated); propose the tokens that followed it. A miss
+    proposes nothing, and the step is a plain target step; lookups go through an incremental
+    index (:mod:`specdec.core.ngram_index`), so a miss costs a few dict reads, not a scan.
+
+    A short match is weak evidence, and every rejected draft token still widens the target's
+    verification pass, so the proposal length depends on the match length n:
+    ``min(k, match_tokens[n - 1])`` tokens (``k`` for n beyond the tuple). The defaults (one
+    token after a 1-token match, k after a match of 2 or more) were chosen by measurement against
+    transformers' prompt lookup on Spec-Bench (benchmarks/results/ngram_defaults.md).
+    ``q`` is one-hot on each proposed token, so acceptance is ``p(x)`` and the residual is ``p``
+    with ``x`` removed: sampling stays exactly the target's.
 
     Args:
         max_ngram: longest suffix to match (tokens), >= min_ngram.
         min_ngram: shortest suffix to match (tokens), >= 1.
+        match_tokens: most tokens proposed after a match of 1, 2, ... tokens (each >= 1); ``()``
+            proposes k after any match (the classic prompt lookup).
+        first_occurrence: continue the earliest occurrence of the suffix instead of the most
+            recent one (transformers' prompt lookup takes the earliest).
     Raises:
         ValueError: on invalid sizes.
     """
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
+    DEFAULT_MATCH_TOKENS: tuple[int, ...] = (1,)
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, match_tokens: tuple[int, ...] | None = None,
+                 first_occurrence: bool = False) -> None:
         if min_ngram < 1 or max_ngram < min_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        match_tokens = self.DEFAULT_MATCH_TOKENS if match_tokens is None else tuple(match_tokens)
+        if any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in match_tokens):
+            raise ValueError(f"match_tokens must be ints >= 1, got {match_tokens!r}")
+        from specdec.core.ngram_index import IndexPool
+
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
+        self.match_tokens = match_tokens
         self.forward_passes = 0
+        self.first_occurrence = first_occurrence
+        self._index = IndexPool(max_ngram, min_ngram, first=first_occurrence)
 
     def reset(self) -> None:
-        """No state to drop; kept for the protocol."""
+        """Drop the lookup indexes (they are rebuilt on demand; results never depend on them)."""
+        self._index.clear()
 
     def rollback(self, num_valid: int) -> None:
         """No cache; kept for the protocol."""
 
+    def budget(self, match_len: int, k: int) -> int:
+        """Tokens proposed after a match of ``match_len`` tokens when up to ``k`` are allowed."""
+        cap = self.match_tokens[match_len - 1] if match_len <= len(self.match_tokens) else k
+        return min(k, cap)
+
     def lookup(self, context: list[int], k: int) -> list[int]:
-        """The up-to-``k`` continuation tokens for ``context`` (empty on a miss)."""
-        n_ctx = len(context)
-        if k <= 0:
+        """The continuation proposed for ``context``: at most ``k`` tokens, fewer after a short
+        match (:meth:`budget`); empty on a miss."""
+        if k <= 0 or len(context) < 2:
             return []
-        for n in range(min(self.max_ngram, n_ctx - 1), self.min_ngram - 1, -1):
-            suffix = context[n_ctx - n :]
-            # most recent earlier occurrence whose continuation is inside the context
-            for start in range(n_ctx - n - 1, -1, -1):
-                if context[start : start + n] == suffix:
-                    cont = context[start + n : start + n + k]
-                    if cont:
-                        return cont
-        return []
+        m = self._index.match(context)
+        if m is None:
+            return []
+        n, start = m
+        return list(context[start + n : start + n + self.budget(n, k)])
 
     def propose(self, context, k, sampling, vocab_size, generator=None, stop_token_ids=frozenset()):
         """Propose the lookup continuation (truncated after a stop token); ``q`` is one-hot

@@ -47,6 +47,25 @@ def crop_cache(cache, keep: int) -> None:
         cache.crop(-remove)  # negative = "remove this many", in transformers 4.4x and 5.x alike
 
 
+def cache_layer_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``(keys, values)`` per layer of a ``DynamicCache``, each ``[batch, kv_heads, positions, head_dim]``
+    (transformers 5.x ``cache.layers``; 4.x ``key_cache``/``value_cache``)."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        return [(layer.keys, layer.values) for layer in layers]
+    return list(zip(cache.key_cache, cache.value_cache))
+
+
+def copy_cache_prefix(source, model, positions: int, dtype: torch.dtype):
+    """A new cache for ``model`` holding the first ``positions`` positions of ``source``, cast to
+    ``dtype`` (the source is left untouched). Both models must share the KV layout (layers,
+    KV heads, head dim): e.g. a draft derived from the target by a dtype cast or quantization."""
+    out = new_cache(model)
+    for i, (k, v) in enumerate(cache_layer_tensors(source)):
+        out.update(k[:, :, :positions].to(dtype), v[:, :, :positions].to(dtype), i)
+    return out
+
+
 FORWARD_KWARGS_BY_CLASS: dict[type, tuple[str, bool]] = {}
 
 

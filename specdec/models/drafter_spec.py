@@ -4,8 +4,8 @@ Specs, as accepted by ``specdec validate --draft``:
 
 - ``ngram`` / ``ngram:N`` / ``ngram:N:M``: prompt-lookup drafter (:class:`~specdec.NgramDrafter`,
   ``max_ngram=N`` (default 3), ``min_ngram=M`` (default 1)); no model.
-- ``derived:int8`` / ``derived:int4``: a torchao weight-only quantized copy of the target
-  (:func:`specdec.models.derived.derive_draft`); the recipe travels with the drafter.
+- ``derived:int8`` / ``derived:int4`` / ``derived:bf16`` / ``derived:fp8``: a lower-precision copy of
+  the target (:func:`specdec.models.derived.derive_draft`); the recipe travels with the drafter.
 - ``model:<ref>`` or a plain ``<ref>``: a draft causal LM loaded with
   :func:`specdec.load_causal_lm` (local dir, Hub id, ``.gguf``, ``smollm2``), checked with
   :func:`specdec.check_pair_compatible`.
@@ -31,7 +31,7 @@ class ResolvedDrafter:
 
     Attributes:
         drafter: a transformers causal LM (``model``, ``derived:*``) or an ``NgramDrafter``.
-        kind: ``"model"``, ``"ngram"``, ``"derived:int8"`` or ``"derived:int4"``.
+        kind: ``"model"``, ``"ngram"``, ``"derived:<int8|int4|bf16|fp8>"``.
         ref: the draft model reference (``model``), the n-gram sizes (``ngram``), or ``None``.
         recipe: the :class:`~specdec.models.derived.DerivedDraftRecipe` as a dict (derived drafts only).
         loaded: the :class:`~specdec.models.LoadedModel` of a ``model`` drafter.
@@ -68,7 +68,7 @@ def resolve_drafter(
     """
     spec = (spec or "").strip()
     if not spec:
-        raise DrafterSpecError("empty drafter spec: use ngram, derived:int8, derived:int4 or model:<ref>")
+        raise DrafterSpecError("empty drafter spec: use ngram, derived:int8, derived:int4, derived:bf16, derived:fp8 or model:<ref>")
     if spec == "ngram" or spec.startswith("ngram:"):
         return _ngram(spec)
     if spec.startswith("derived:"):

@@ -12,8 +12,10 @@ from specdec.validation.metrics import (
     predicted_speedup,
     recommend_num_speculative_tokens,
 )
+from specdec.validation.machine import usable_cpus
 from specdec.validation.prompt_run import PromptRun
 from specdec.validation.report import GroupMetrics
+from specdec.validation.speed import bootstrap_speedup_ci
 
 __all__ = ["aggregate", "ratio"]
 
@@ -72,6 +74,14 @@ def aggregate(runs: list[PromptRun], k: int, *, seed: int = 0, n_resamples: int 
     rate_ref = ratio(g.target_only_tokens, g.target_only_seconds)
     rate_spec = ratio(g.speculative_tokens, g.speculative_seconds)
     g.speedup = ratio(rate_spec, rate_ref) if not math.isnan(rate_ref) else math.nan
+    g.speedup_ci = bootstrap_speedup_ci(
+        [r.target_only_tokens for r in ok], [r.target_only_seconds for r in ok],
+        [r.speculative_tokens for r in ok], [r.speculative_seconds for r in ok], **ci,
+    )
+    loads = [r.row.load_avg_1m for r in ok if not math.isnan(r.row.load_avg_1m)]
+    if loads:
+        g.load_avg_1m, g.load_avg_1m_max = sum(loads) / len(loads), max(loads)
+    g.num_cpus = usable_cpus()
     g.target_step_seconds = ratio(sum(r.target_step_s for r in ok), sum(r.target_steps for r in ok))
     g.target_pass_seconds = ratio(sum(r.target_pass_s for r in ok), sum(r.target_passes for r in ok))
     g.draft_pass_seconds = ratio(sum(r.draft_pass_s for r in ok), sum(r.draft_passes for r in ok))

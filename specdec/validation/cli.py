@@ -35,7 +35,7 @@ def validate(
         list[str],
         typer.Option(
             "--draft",
-            help="Drafter: a model ref (or model:REF), 'ngram', 'derived:int8' or 'derived:int4'. Repeat to "
+            help="Drafter: a model ref (or model:REF), 'ngram', 'derived:int8', 'derived:int4', 'derived:bf16', 'derived:fp8' (CUDA) or 'auto' (what `specdec draft recommend` picks). Repeat to "
             "validate several drafters against one shared target-only run (one report each, in --out/<drafter>/).",
         ),
     ],
@@ -124,6 +124,24 @@ def validate(
             tgt = load_causal_lm(target, dtype=dtype, device=device)
         except (FileNotFoundError, ValueError) as e:
             _fail(f"target: {e}")
+    if "auto" in draft:  # measure the candidates here and validate the one that pays (or the fastest)
+        from specdec.validation.recommend_cli import print_recommendation, run_recommend
+
+        rec = run_recommend(tgt, seed=seed, target_ref=target)
+        print_recommendation(rec)
+        choice = rec.best or rec.fallback
+        if choice is None:
+            _fail("--draft auto: no candidate drafter could run here")
+        if rec.best is None:
+            _err.print(f"[yellow]--draft auto:[/] nothing pays here; validating the fastest candidate, {choice}")
+        draft = [choice if d == "auto" else d for d in draft]
+        if len(set(draft)) != len(draft):
+            _fail(f"--draft auto chose {choice}, which is also given explicitly")
+        if len(draft) > 1:
+            out_dirs = [out_dir / _safe(d) for d in draft]
+            for od in out_dirs:
+                if (od / "report.json").exists() and not overwrite:
+                    _fail(f"{od / 'report.json'} already exists; pass --overwrite or choose another --out")
     drafters = []
     for spec in draft:
         with _err.status(f"preparing drafter {spec} ..."):

@@ -82,6 +82,12 @@ class GroupMetrics:
     cost_ratio_with_prefill: float = math.nan  # (draft_s/draft_passes)/(target_s/target_passes), prefill included
     predicted_speedup_at_recommended: float = math.nan
     predicted_speedup_verify_adjusted: float = math.nan  # E[tokens/step] / (c k + verify_cost_ratio)
+    # speed evidence (specdec.validation.speed): paired per-prompt bootstrap CI of `speedup`, and the machine
+    # load the timings were taken under (1-minute load average sampled after each prompt)
+    speedup_ci: list[float] = field(default_factory=lambda: [math.nan, math.nan])
+    load_avg_1m: float = math.nan  # mean of the per-prompt samples
+    load_avg_1m_max: float = math.nan
+    num_cpus: int = 0  # logical CPUs the measurement could use (load per CPU = load_avg_1m / num_cpus)
 
 
 @dataclass
@@ -113,6 +119,7 @@ class PromptResult:
     mean_accepted_length: float = math.nan
     target_only_tokens: int = 0
     tf_coverage: float = math.nan
+    load_avg_1m: float = math.nan  # 1-minute load average right after this prompt's timed runs
 
 
 @dataclass
@@ -128,7 +135,7 @@ class ValidationReport:
     heldout_name: str
     heldout_version: str
     target_ref: str
-    drafter_kind: str  # "model" | "ngram" | "derived:int8" | "derived:int4"
+    drafter_kind: str  # "model" | "ngram" | "derived:<int8|int4|bf16|fp8>"
     drafter_ref: str | None
     config: dict[str, Any]  # num_speculative_tokens, max_new_tokens, temperature, top_k, top_p, seed, limit, ...
     device: str
@@ -254,6 +261,7 @@ def _fix_group(g: dict[str, Any]) -> dict[str, Any]:
         "acceptance_rate_ci",
         "alpha_tf_ci",
         "alpha_hat_ci",
+        "speedup_ci",
         "per_position_acceptance",
         "conditional_per_position_acceptance",
     ):

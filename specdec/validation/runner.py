@@ -28,6 +28,7 @@ from specdec.core.kv import left_pad as left_pad_with_mask
 from specdec.core.kv import model_device
 from specdec.validation.config import ValidationConfig
 from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, prompt_token_ids
+from specdec.validation.machine import load_average
 from specdec.validation.prompt_run import (
     DrafterUnderTest,
     PromptRun,
@@ -112,8 +113,13 @@ def run_prompts(
     pad = pad_token_id(tokenizer)
     group: list[tuple[int, HeldoutPrompt, list[int]]] = []
 
+    flushed = [0]
+
     def flush() -> Iterator[tuple[int, list[PromptRun]]]:
-        runs = run_group([(p, ids) for _, p, ids in group], target, drafters, config, eos, target_timer, pad)
+        # every other group runs its speculative calls before target-only (interleaved timing)
+        runs = run_group([(p, ids) for _, p, ids in group], target, drafters, config, eos, target_timer, pad,
+                         spec_first=flushed[0] % 2 == 1)
+        flushed[0] += 1
         yield from zip([i for i, _, _ in group], runs)
         group.clear()
 
@@ -139,9 +145,12 @@ def run_group(
     eos: Any,
     target_timer: PassTimer,
     pad: int,
+    spec_first: bool = False,
 ) -> list[list[PromptRun]]:
-    """One group of prompts (B >= 1): target-only, each drafter's speculative run, then per prompt
-    the teacher-forced agreement and the exactness audit.
+    """One group of prompts (B >= 1): target-only and each drafter's speculative run back to back
+    (target-only first, or last with ``spec_first``: the caller alternates, so neither side always
+    runs on the warmer machine), the 1-minute load average right after, then per prompt the
+    teacher-forced agreement and the exactness audit.
 
     Returns:
         per prompt of the group, one :class:`PromptRun` per drafter.
@@ -151,15 +160,17 @@ def run_group(
     group_seed = prompt_seed(config.seed, group[0][0].id)  # one generator per group (see ValidationConfig)
     decode = dict(max_new_tokens=config.max_new_tokens, sampling=config.sampling, eos_token_id=eos)
 
-    start = target_timer.start_generation()
-    reference, reference_seconds = timed(
-        lambda: autoregressive_generate(target, input_ids, mask, generator=seeded_generator(group_seed, device), **decode),
-        device,
-    )
-    step_seconds, steps = target_timer.since(start)
-    reference_tokens = [r.token_ids for r in generation_rows(reference)]
-    reference_shares = token_shares([len(t) for t in reference_tokens])
+    def target_only():
+        start = target_timer.start_generation()
+        reference, reference_seconds = timed(
+            lambda: autoregressive_generate(target, input_ids, mask, generator=seeded_generator(group_seed, device),
+                                            **decode),
+            device,
+        )
+        return (reference, reference_seconds, *target_timer.since(start))
 
+    if not spec_first:
+        reference, reference_seconds, step_seconds, steps = target_only()
     per_drafter: list[list[PromptRun]] = []
     speculative: list[tuple[list[Any], list[float], float]] = []  # per drafter: rows, shares, wall seconds
     for d in drafters:
@@ -183,7 +194,6 @@ def run_group(
             run = PromptRun(row=PromptResult(prompt_id=prompt.id, category=prompt.category, prompt_tokens=len(ids)))
             run.target_pass_s, run.target_passes = verify_seconds * shares[b], verify_passes * shares[b]
             run.draft_pass_s, run.draft_passes = draft_seconds * shares[b], draft_passes * shares[b]
-            run.target_step_s, run.target_steps = step_seconds * reference_shares[b], steps * reference_shares[b]
             row_stats = rows[b].stats  # seconds: shares of the batch's wall, not each the whole batch
             row_stats.target_seconds = out.stats.target_seconds * shares[b]
             row_stats.draft_seconds = out.stats.draft_seconds * shares[b]
@@ -191,6 +201,15 @@ def run_group(
         per_drafter.append(runs)
         speculative.append((rows, shares, wall))
 
+    if spec_first:
+        reference, reference_seconds, step_seconds, steps = target_only()
+    load = load_average()
+    reference_tokens = [r.token_ids for r in generation_rows(reference)]
+    reference_shares = token_shares([len(t) for t in reference_tokens])
+    for runs in per_drafter:
+        for b, run in enumerate(runs):
+            run.target_step_s, run.target_steps = step_seconds * reference_shares[b], steps * reference_shares[b]
+            run.row.load_avg_1m = load
     # per prompt: the target's teacher-forced pass once, then each drafter's agreement and audit
     for b, (_, ids) in enumerate(group):
         ref = reference_tokens[b]

@@ -54,3 +54,7 @@ def test_perf_script_quick_run_on_tiny_models(perf_main, tmp_path):
             assert d["ours_identical_to_target_only"] is True, (prompt["prompt_id"], name)
             assert d["hf_identical_to_target_only"] is True, (prompt["prompt_id"], name)
     assert isinstance(res["p5"], float) and math.isfinite(res["p5"])
+    for name, d in res["drafters"].items():  # the speed contract of issue 14
+        assert d["compared_outputs"] >= 1 and d["identical_outputs"] == d["compared_outputs"], name
+        assert d["measured_speedup"] > 0 and len(d["measured_speedup_ci"]) == 2, name
+        assert d["per_category"] and all("hf" in v for v in d["per_category"].values()), name

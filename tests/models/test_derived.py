@@ -48,7 +48,7 @@ def test_recipe_round_trip_and_spec():
         with pytest.raises(ValueError, match="derived"):
             DerivedDraftRecipe.from_spec(bad)
     with pytest.raises(ValueError, match="unknown derived draft kind"):
-        DerivedDraftRecipe(kind="fp8")
+        DerivedDraftRecipe(kind="fp16")
 
 
 def test_int8_draft_close_to_target_and_target_untouched():

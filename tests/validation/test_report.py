@@ -80,3 +80,15 @@ def test_notes_flag_estimator_disagreement_and_slow_drafts(report):
     notes = findings(ValidationReport.from_dict(d))
     assert any("disagree beyond their 95% CIs" in n for n in notes)
     assert any("SLOWER than target-only" in n and "0.60x" in n for n in notes)
+
+
+def test_speed_evidence_in_the_report(report, tmp_path):
+    g = report.overall
+    lo, hi = g.speedup_ci
+    assert g.speedup > 0 and lo <= hi and lo <= g.speedup * 1.05 and hi >= g.speedup * 0.95
+    assert g.num_cpus >= 1 and g.load_avg_1m >= 0 and g.load_avg_1m_max >= g.load_avg_1m
+    ok = [p for p in report.prompts if p.status == "ok"]
+    assert all(p.load_avg_1m >= 0 for p in ok)
+    back = ValidationReport.read(report.write(tmp_path))
+    assert back.overall.speedup_ci == pytest.approx(g.speedup_ci)
+    assert [p.load_avg_1m for p in back.prompts[:4]] == pytest.approx([p.load_avg_1m for p in ok])

@@ -1,0 +1,131 @@
+"""``specdec draft recommend``: which draft pays on this machine (see :mod:`specdec.validation.recommend`).
+
+Registered through the ``specdec.cli`` entry point ``draft = "specdec.validation.recommend_cli:register"``;
+``specdec validate --draft auto`` uses :func:`run_recommend` too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+draft_app = typer.Typer(help="Choose a draft for a target on this machine.", no_args_is_help=True)
+_out = Console()
+_err = Console(stderr=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``draft`` sub-command group to the ``specdec`` app."""
+    app.add_typer(draft_app, name="draft")
+
+
+def _fail(msg: str) -> None:
+    _err.print(f"[bold red]error:[/] {msg}", highlight=False)
+    raise typer.Exit(code=1)
+
+
+def _f(x: float | None, d: int = 2, suffix: str = "") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}{suffix}"
+
+
+def print_recommendation(rec: Any, console: Console = _out) -> None:
+    """The candidates table (α, c, v, measured speedup with CI, best k), the native-bf16 line and
+    the recommendation."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title=f"draft candidates for {rec.target_ref} ({rec.device}, {rec.dtype}; {rec.num_prompts} prompts "
+                    f"over {len(rec.categories)} categories, {rec.max_new_tokens} new tokens, greedy)",
+              title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("drafter", "α (tf)", "c", "k", "v(k)", "predicted", "measured speedup [95% CI]", "α̂", "identical"):
+        t.add_column(col, justify="left" if col == "drafter" else "right", no_wrap=True)
+    notes = []
+    for c in rec.candidates:
+        if c.reason:
+            notes.append(f"{c.spec}: {'unavailable: ' if not c.available else ''}{c.reason}")
+        if not c.available:
+            t.add_row(c.spec, *["-"] * 8)
+            continue
+        ci = f" [{_f(c.speedup_ci[0])}, {_f(c.speedup_ci[1])}]"
+        sp = f"{_f(c.measured_speedup, 2, 'x')}{ci}"
+        style = "green" if c.pays else ("red" if c.measured_speedup < 1 else "")
+        name = f"[bold]{c.spec}[/]" if c.spec == rec.best else c.spec
+        t.add_row(name, _f(c.alpha, 3), _f(c.cost_ratio), str(c.k or "-"), _f(c.verify_cost),
+                  _f(c.predicted_speedup, 2, "x"), f"[{style}]{sp}[/]" if style else sp, _f(c.alpha_hat, 3),
+                  f"{c.identical_outputs}/{c.compared_outputs}")
+    console.print(t)
+    for n in notes:
+        console.print(f"  [dim]note[/] {n}", highlight=False)
+    nb = rec.native_bf16
+    console.print(f"native bf16: {'yes' if nb.get('native') else 'no'} ({nb.get('detail')}); target one-token pass "
+                  f"{rec.target_step_ms:.1f} ms; load avg {', '.join(f'{x:.1f}' for x in rec.load_avg_1m[:1] + rec.load_avg_1m[-1:])}"
+                  f" on {rec.num_cpus} CPUs; {rec.seconds:.0f} s", highlight=False)
+    color = "green" if rec.best else "yellow"
+    console.print(f"[bold {color}]recommendation:[/] {rec.summary}", highlight=False)
+
+
+def run_recommend(target: Any, *, heldout: str = "spec_bench", candidates: list[str] | None = None,
+                  per_category: int = 1, max_prompt_tokens: int | None = 256, max_new_tokens: int = 32,
+                  repeats: int = 1, k_max: int = 8, ngram_k: int = 4, seed: int = 0, target_ref: str | None = None,
+                  console: Console = _err) -> Any:
+    """Load the held-out set, pick the short stratified prompts and run
+    :func:`specdec.validation.recommend.recommend_draft` with a status line. Returns the Recommendation."""
+    from specdec.validation.heldout import load_heldout
+    from specdec.validation.recommend import recommend_draft
+    from specdec.validation.short_prompts import short_prompts
+
+    held = short_prompts(load_heldout(heldout), target.tokenizer, per_category=per_category,
+                         max_prompt_tokens=max_prompt_tokens, seed=seed)
+    with console.status("measuring draft candidates ...") as status:
+        return recommend_draft(target, held, candidates=candidates, max_new_tokens=max_new_tokens,
+                               k_values=tuple(range(1, k_max + 1)), ngram_k=ngram_k, repeats=repeats, seed=seed,
+                               target_ref=target_ref, progress=lambda m: status.update(m))
+
+
+@draft_app.command("recommend")
+def recommend(
+    target: Annotated[str, typer.Option("--target", help="Target model: local dir, Hub id, .gguf file, or 'smollm2'.")],
+    candidate: Annotated[list[str] | None, typer.Option(
+        "--candidate", help="Drafter spec to measure (repeatable). Default: derived:bf16, derived:int8, derived:int4, "
+                            "ngram on a CPU; derived:fp8, derived:int8, ngram on CUDA.")] = None,
+    heldout: Annotated[str, typer.Option("--heldout", help="spec_bench | humaneval | a JSONL path.")] = "spec_bench",
+    per_category: Annotated[int, typer.Option("--per-category", min=1, help="Prompts per category.")] = 1,
+    max_prompt_tokens: Annotated[int, typer.Option(
+        "--max-prompt-tokens", min=0, help="Draw among prompts at most this long (0 = any length).")] = 256,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1)] = 32,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Interleaved repeats per prompt.")] = 1,
+    k_max: Annotated[int, typer.Option("--k-max", min=1, help="Largest k considered.")] = 8,
+    ngram_k: Annotated[int, typer.Option("--ngram-k", min=1, help="k of the n-gram drafter.")] = 4,
+    device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda | cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option("--dtype", help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16.")] = "auto",
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the result as JSON here.")] = None,
+) -> None:
+    """Measure candidate drafts (derived copies, n-gram) against the target here and name the best."""
+    import torch
+
+    from specdec.models import load_causal_lm
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        _fail("--device cuda requested but CUDA is not available")
+    with _err.status(f"loading target {target} ..."):
+        try:
+            tgt = load_causal_lm(target, dtype=dtype, device=device)
+        except (FileNotFoundError, ValueError) as e:
+            _fail(f"target: {e}")
+    try:
+        rec = run_recommend(tgt, heldout=heldout, candidates=candidate or None, per_category=per_category,
+                            max_prompt_tokens=max_prompt_tokens or None, max_new_tokens=max_new_tokens,
+                            repeats=repeats, k_max=k_max, ngram_k=ngram_k, seed=seed, target_ref=target)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+    print_recommendation(rec)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(rec.to_dict(), indent=2))
+        _out.print(f"written: {json_out}")
