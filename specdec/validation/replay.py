@@ -37,7 +37,7 @@ from specdec.core.sampling import NO_NEXT_TOKEN, verify_greedy
 from specdec.core.stats import DecodingStats
 from specdec.validation.teacher_forcing import teacher_forced_logits
 
-__all__ = ["DraftTrace", "draft_trace", "replay_counters", "replay_curve", "RecordingDrafter", "first_flip",
+__all__ = ["DraftTrace", "draft_trace", "replay_counters", "replay_curve", "recording", "RecordingModelDrafter", "RecordingNgramDrafter", "first_flip",
            "counters_equal", "COMPARED_COUNTERS", "UNSEEN"]
 
 #: placeholder for a draft token the teacher-forced pass does not see (after a rejection); never a real id
@@ -228,40 +228,46 @@ def counters_equal(a: DecodingStats, b: DecodingStats, exact: bool = True) -> bo
     return all(getattr(a, n) == getattr(b, n) for n in names)
 
 
-class RecordingDrafter:
-    """A drafter that records every proposal of the drafter it wraps (Drafter protocol).
+class _Recording:
+    """Mixin: record ``(len(context), tokens)`` of every proposal in ``blocks`` (cleared by ``reset``)."""
 
-    ``blocks`` holds ``(context_len, tokens)`` per ``propose`` call, so a decoded run can be
-    compared block by block with its replay (:func:`first_flip`). Everything else (``model``,
-    prefix adoption) is delegated, so decoding behaves exactly as with the wrapped drafter.
-    """
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.blocks: list[tuple[int, list[int]]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["inner"], name)
-
-    @property
-    def forward_passes(self) -> int:
-        """The wrapped drafter's forward passes."""
-        return self.inner.forward_passes
+        super().__init__(*args, **kwargs)
 
     def reset(self) -> None:
-        """Reset the wrapped drafter and forget the recorded blocks."""
         self.blocks = []
-        self.inner.reset()
+        super().reset()  # type: ignore[misc]
 
     def propose(self, context, k, sampling, vocab_size, generator=None, stop_token_ids=frozenset()):
-        """Delegate, recording ``(len(context), tokens)``."""
-        tokens, q = self.inner.propose(context, k, sampling, vocab_size, generator, stop_token_ids)
+        tokens, q = super().propose(context, k, sampling, vocab_size, generator, stop_token_ids)  # type: ignore[misc]
         self.blocks.append((len(context), list(tokens)))
         return tokens, q
 
-    def rollback(self, num_valid: int) -> None:
-        """Delegate."""
-        self.inner.rollback(num_valid)
+
+class RecordingModelDrafter(_Recording, ModelDrafter):
+    """A :class:`ModelDrafter` that records its proposals (decoding is unchanged)."""
+
+
+class RecordingNgramDrafter(_Recording, NgramDrafter):
+    """An :class:`NgramDrafter` that records its proposals (decoding is unchanged)."""
+
+
+def recording(drafter: Any) -> Any:
+    """A recording copy of ``drafter`` (a causal LM, :class:`ModelDrafter` or :class:`NgramDrafter`):
+    same model / same n-gram settings, plus ``blocks``, so a decoded run can be compared block by
+    block with its replay (:func:`first_flip`).
+
+    Raises:
+        TypeError: another drafter type.
+    """
+    if isinstance(drafter, NgramDrafter):
+        return RecordingNgramDrafter(drafter.max_ngram, drafter.min_ngram, drafter.match_tokens, drafter.first_occurrence)
+    if isinstance(drafter, ModelDrafter):
+        return RecordingModelDrafter(drafter.model)
+    if isinstance(drafter, torch.nn.Module):
+        return RecordingModelDrafter(drafter)
+    raise TypeError(f"cannot record proposals of a {type(drafter).__name__}")
 
 
 def first_flip(blocks: list[tuple[int, list[int]]], prompt_len: int, trace: DraftTrace,

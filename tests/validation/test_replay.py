@@ -15,10 +15,10 @@ from specdec import NgramDrafter, SamplingConfig, autoregressive_generate, specu
 from specdec.testing import perturbed_copy, tiny_llama
 from specdec.validation.replay import (
     COMPARED_COUNTERS,
-    RecordingDrafter,
     counters_equal,
     draft_trace,
     first_flip,
+    recording,
     replay_counters,
 )
 
@@ -56,16 +56,10 @@ def _cases(target):
 
 
 def _decode(target, drafter, ids, k, max_new, stop):
-    rec = RecordingDrafter(drafter if isinstance(drafter, NgramDrafter) else _model_drafter(drafter))
+    rec = recording(drafter)
     out = speculative_generate(target, rec, torch.tensor([ids]), num_speculative_tokens=k, max_new_tokens=max_new,
                                sampling=GREEDY, eos_token_id=sorted(stop) or None)
     return out, rec
-
-
-def _model_drafter(model):
-    from specdec.core.drafters import ModelDrafter
-
-    return ModelDrafter(model)
 
 
 def _check_all(target, drafters, replay, exact=True):
