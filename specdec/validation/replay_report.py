@@ -252,6 +252,8 @@ def _report(j, replayed, decoded, blocks, config, kmax, precision, method, subse
         section["counters"] = {"decode": _counters(decoded.overall)}
         if greedy:
             section.update(_agreement(j, replayed, decoded, blocks, k, precision, stop))
+            decoded.overall.replay_decode_agreement = section["replay_decode_agreement"]
+            decoded.overall.replay_beyond_numerics = section["beyond_numerics"]
             ids = {r.prompt_id for r in decoded.prompts if r.status == "ok"}
             same = [r for r in _replay_runs(replayed, j, k) if r.row.prompt_id in ids]
             section["counters"]["replay_on_decoded"] = _counters(aggregate(same, k, **agg))

@@ -89,6 +89,10 @@ class GroupMetrics:
     load_avg_1m: float = math.nan  # mean of the per-prompt samples
     load_avg_1m_max: float = math.nan
     num_cpus: int = 0  # logical CPUs the measurement could use (load per CPU = load_avg_1m / num_cpus)
+    # replay health (method both, specdec.validation.replay_report; overall only): share of decoded prompts whose
+    # counters equal their replay, and the disagreements that rounding cannot explain (None: not measured)
+    replay_decode_agreement: float = math.nan
+    replay_beyond_numerics: int | None = None
 
 
 @dataclass
