@@ -42,6 +42,8 @@ from specdec.validation.report import GroupMetrics, PromptResult, ValidationRepo
 __all__ = ["validate_replay", "METHODS", "decode_subsample"]
 
 METHODS = ("replay", "decode", "both")
+#: activations computed in these precisions make replay and decoding two measurements (decoding gates)
+REDUCED_PRECISIONS = ("bf16", "fp16", "fp8")
 #: fields of GroupMetrics that the gating measurement's acceptance fills
 ACCEPTANCE_FIELDS = ("num_prompts", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position",
                      "drafted_per_position", "num_emitted_tokens", "acceptance_rate", "acceptance_rate_ci",
@@ -245,7 +247,8 @@ def _report(j, replayed, decoded, blocks, config, kmax, precision, method, subse
         overall.acceptance_rate, overall.acceptance_rate_ci = e["expected_acceptance_rate"], e["expected_acceptance_rate_ci"]
         overall.mean_accepted_length = e["expected_mean_accepted_length"]
     section.update(recommend_from_curve(section["acceptance_by_k"], c, v, k))
-    gate = "decode" if (precision != "fp32" and decoded is not None) or (not greedy and decoded is not None) else "replay"
+    reduced = precision in REDUCED_PRECISIONS  # int8/int4 copies quantize weights only: fp32 activations, one computation
+    gate = "decode" if decoded is not None and (reduced or not greedy) else "replay"
     section["gate_method"] = gate
     if decoded is not None:
         section["num_prompts_decoded"] = decoded.overall.num_prompts
