@@ -130,3 +130,29 @@ def test_recording_drafter_names_the_flip(target, drafters):
     trace.argmax[3] = (trace.argmax[3] + 1) % 103  # a replay that saw a different draft token at position 3
     t, margin = first_flip(rec.blocks, len(ids), trace, ref)
     assert t == 3 and margin >= 0
+
+
+def test_replay_equals_decoding_with_an_adopted_prompt_prefix(target):
+    # a draft that adopts the target's prompt KV starts with one plain target step; an fp32 copy of the
+    # target with only its LM head perturbed has exactly the target's KV, so the adoption is exact here
+    import copy
+    import weakref
+
+    from specdec.models.derived import DerivedDraftRecipe
+
+    draft = copy.deepcopy(target)
+    g = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        draft.lm_head.weight.add_(torch.randn(draft.lm_head.weight.shape, generator=g) * 0.5 * draft.lm_head.weight.std())
+    draft.derived_recipe, draft.derived_source = DerivedDraftRecipe(kind="bf16"), weakref.ref(target)
+    from specdec.validation.replay_run import adopts_prefix
+
+    for ids, max_new, stop in _cases(target)[::3]:
+        assert adopts_prefix(draft, target, len(ids))
+        ref = autoregressive_generate(target, torch.tensor([ids]), max_new_tokens=max_new, sampling=GREEDY,
+                                      eos_token_id=sorted(stop) or None).token_ids
+        trace = draft_trace(draft, ids, ref, 103, kmax=8, stop_token_ids=stop, exact=True, adopts_prefix=True)
+        for k in KS:
+            out, _ = _decode(target, draft, ids, k, max_new, stop)
+            got = _right(trace, ref, k, max_new, stop)
+            assert counters_equal(got, out.stats), (len(ids), k)

@@ -144,3 +144,20 @@ def test_cli_method_both_end_to_end(ckpts, tmp_path, monkeypatch):
     assert again.overall.num_accepted_tokens == model_report.overall.num_accepted_tokens
     bad = CliRunner().invoke(app, [*map(str, args), "--method", "nope", "--out", str(tmp_path / "x")])
     assert bad.exit_code == 1 and "unknown --method" in bad.output
+
+
+def test_reduced_precision_draft_reports_both_and_gates_on_decoding(tmp_path):
+    target, tok = tiny_llama(103, seed=0), tiny_tokenizer()
+    draft = perturbed_copy(target, scale=0.02, seed=3).to(torch.bfloat16)
+    cfg = ValidationConfig(max_new_tokens=12, bootstrap_resamples=100)
+    [r] = validate_replay(target, [draft], _heldout(9), cfg, method="both", decode_fraction=0.1, tokenizer=tok,
+                          cache=ContinuationCache(tmp_path), kmax=6)
+    sec = r.replay
+    assert sec["precision"] == "bf16" and sec["gate_method"] == "decode"
+    assert sec["num_prompts_replayed"] == 9 and sec["num_prompts_decoded"] == 6  # 10% of 9, raised to 2 per category
+    # decoding gates: the overall acceptance is the decoded subsample's; the replay is kept next to it
+    assert r.overall.num_prompts == 6 and r.overall.acceptance_rate == sec["counters"]["decode"]["acceptance_rate"]
+    assert sec["counters"]["replay"]["num_prompts"] == 9 and isinstance(sec["replay_inside_decode_ci"], bool)
+    for d in sec["disagreements"]:  # every difference is named and classified
+        assert d["class"] in ("near-tie (numerics)", "beyond numerics", "draft stop after a rejection")
+    assert r.overall.replay_beyond_numerics == sec["beyond_numerics"]
