@@ -83,6 +83,11 @@ class ContinuationCache:
         self.hits = 0
         self.misses = 0
 
+    @property
+    def weights_memo(self) -> Path:
+        """The cross-process memo of checkpoint weight hashes (:func:`model_weights_hash`)."""
+        return self.root / "weights-sha256.json"
+
     def _path(self, key: ContinuationKey) -> Path:
         d = key.digest()
         return self.root / d[:2] / f"{d}.json"
@@ -113,27 +118,38 @@ class ContinuationCache:
         return p
 
 
-_WEIGHTS_MEMO: dict[tuple, str] = {}
+_WEIGHTS_MEMO: dict[str, str] = {}
 
 
-def model_weights_hash(model: torch.nn.Module, path: str | Path | None = None) -> str:
+def model_weights_hash(model: torch.nn.Module, path: str | Path | None = None, memo_file: str | Path | None = None) -> str:
     """A content hash of the target's weights.
 
     With ``path`` (a checkpoint directory holding ``*.safetensors``): the checkpoint's
-    :func:`specdec.models.hashes.weights_sha256`, memoised per process by file names, sizes and
-    mtimes. Otherwise (a model built in memory): sha256 over every parameter and buffer's name,
-    dtype, shape and bytes.
+    :func:`specdec.models.hashes.weights_sha256`, memoised by resolved path, file names, sizes and
+    mtime (ns) in this process and, with ``memo_file``, across processes (a JSON file: a re-run night
+    does not re-read the weights). Otherwise (a model built in memory): sha256 over every parameter
+    and buffer's name, dtype, shape and bytes.
     """
     if path is not None:
         p = Path(path)
         files = sorted(p.glob("*.safetensors")) if p.is_dir() else []
         if files:
-            memo = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files) + (str(p.resolve()),)
-            if memo not in _WEIGHTS_MEMO:
+            stamp = json.dumps([str(p.resolve())] + [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files])
+            if stamp not in _WEIGHTS_MEMO and memo_file is not None:
+                try:
+                    _WEIGHTS_MEMO.update(json.loads(Path(memo_file).read_text()))
+                except (OSError, json.JSONDecodeError):
+                    pass
+            if stamp not in _WEIGHTS_MEMO:
                 from specdec.models.hashes import weights_sha256
 
-                _WEIGHTS_MEMO[memo] = weights_sha256(p)
-            return _WEIGHTS_MEMO[memo]
+                _WEIGHTS_MEMO[stamp] = weights_sha256(p)
+                if memo_file is not None:
+                    Path(memo_file).parent.mkdir(parents=True, exist_ok=True)
+                    tmp = Path(memo_file).with_suffix(f".{os.getpid()}.tmp")
+                    tmp.write_text(json.dumps(_WEIGHTS_MEMO))
+                    tmp.replace(memo_file)
+            return _WEIGHTS_MEMO[stamp]
     h = hashlib.sha256()
     for name, t in list(model.state_dict().items()):
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())

@@ -116,14 +116,15 @@ def validate_replay(
     if not config.sampling.is_greedy:
         kmax = min(kmax, 8)
     kmax = max(kmax, k)
-    weights = model_weights_hash(model, None if bare else getattr(target, "path", None))
+    cache = cache or ContinuationCache()
+    weights = model_weights_hash(model, None if bare else getattr(target, "path", None), cache.weights_memo)
     eos = eos_token_ids(tok, model)
     was_training = model.training
     model.eval()
     try:
         replayed = replay_prompts(
             subset, model, tok, [p[0] for p in parts], config, eos, context_limit(model, *[p[1] for p in parts]),
-            cache=cache or ContinuationCache(), target_weights=weights, kmax=kmax, exact=exact,
+            cache=cache, target_weights=weights, kmax=kmax, exact=exact,
             progress=None if progress is None else (lambda d, t, _r: progress("replay", d, t)),
         )
     finally:
