@@ -29,6 +29,7 @@ from specdec.core.inputs import stop_token_ids
 from specdec.validation.aggregate import aggregate
 from specdec.validation.config import ValidationConfig
 from specdec.validation.continuation_cache import ContinuationCache, model_weights_hash
+from specdec.validation.findings import findings
 from specdec.validation.heldout import HeldoutSet
 from specdec.validation.prompt_run import PromptRun, context_limit
 from specdec.validation.provenance import eos_token_ids
@@ -273,12 +274,18 @@ def _report(j, replayed, decoded, blocks, config, kmax, precision, method, subse
                 for name in ACCEPTANCE_FIELDS:
                     setattr(base, name, getattr(g, name))
         report.heldout_version, report.heldout_source_version = subset.version, subset.source_version
+        report.notes = findings(report)
     else:
         from specdec.validation.api import report_common
 
         report = ValidationReport(**report_common(subset, target_ref, config, model), drafter_kind=kind,
                                   drafter_ref=dref, drafter_recipe=recipe, overall=overall, categories=cats, prompts=rows)
         report.wall_seconds = section["seconds"]["continuation"] + section["seconds"]["replay"]
+    if greedy:  # per prompt at the configured k (prompts.csv holds the decoded rows when decoding gates)
+        section["prompts"] = [{"prompt_id": rp.prompt.id, "category": rp.prompt.category, "produced_by": rp.produced_by,
+                               **{n: getattr(rp.drafters[j].curve[k], n) for n in
+                                  ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_emitted_tokens")}}
+                              for rp in ok]
     report.method = method
     report.replay = section
     return report
