@@ -38,7 +38,7 @@ from specdec.core.stats import DecodingStats
 from specdec.validation.teacher_forcing import teacher_forced_logits
 
 __all__ = ["DraftTrace", "draft_trace", "replay_counters", "replay_curve", "recording", "RecordingModelDrafter", "RecordingNgramDrafter", "first_flip",
-           "counters_equal", "COMPARED_COUNTERS", "UNSEEN"]
+           "target_divergence", "counters_equal", "COMPARED_COUNTERS", "UNSEEN"]
 
 #: placeholder for a draft token the teacher-forced pass does not see (after a rejection); never a real id
 UNSEEN = -2
@@ -233,15 +233,17 @@ class _Recording:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.blocks: list[tuple[int, list[int]]] = []
+        self.contexts: list[list[int]] = []  # the context of each proposal (prompt + emitted tokens)
         super().__init__(*args, **kwargs)
 
     def reset(self) -> None:
-        self.blocks = []
+        self.blocks, self.contexts = [], []
         super().reset()  # type: ignore[misc]
 
     def propose(self, context, k, sampling, vocab_size, generator=None, stop_token_ids=frozenset()):
         tokens, q = super().propose(context, k, sampling, vocab_size, generator, stop_token_ids)  # type: ignore[misc]
         self.blocks.append((len(context), list(tokens)))
+        self.contexts.append(list(context))
         return tokens, q
 
 
@@ -292,4 +294,15 @@ def first_flip(blocks: list[tuple[int, list[int]]], prompt_len: int, trace: Draf
                 return t, (trace.margin[t] if trace.margin else float("nan"))
             if x != continuation[t]:
                 break
+    return None
+
+
+def target_divergence(contexts: list[list[int]], prompt_len: int, continuation: list[int]) -> int | None:
+    """The first continuation position where a decoded run's own emitted tokens (seen in the contexts
+    its drafter was given) left ``continuation``: a target-side difference, which the exactness
+    audit explains (target logit margin there). None when every context follows ``continuation``."""
+    for ctx in contexts:
+        emitted = ctx[prompt_len:]
+        if emitted != continuation[: len(emitted)]:
+            return next((i for i, (a, b) in enumerate(zip(emitted, continuation)) if a != b), min(len(emitted), len(continuation)))
     return None

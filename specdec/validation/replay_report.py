@@ -33,7 +33,7 @@ from specdec.validation.findings import findings
 from specdec.validation.heldout import HeldoutSet
 from specdec.validation.prompt_run import PromptRun, context_limit
 from specdec.validation.provenance import eos_token_ids
-from specdec.validation.replay import first_flip, recording
+from specdec.validation.replay import first_flip, recording, target_divergence
 from specdec.validation.replay_curve import (acceptance_by_k, classify, decoded_stop_after_rejection, precision_of,
                                              recommend_from_curve)
 from specdec.validation.replay_expected import expected_curve
@@ -131,13 +131,14 @@ def validate_replay(
     finally:
         model.train(was_training)
     decoded: list[ValidationReport | None] = [None] * len(drafters)
-    blocks: dict[str, list[list]] = {}
+    blocks: dict[str, list[tuple]] = {}
     if method == "both":
         sub = decode_subsample(subset, decode_fraction, config.seed)
         wrapped = [_recording(d) for d in drafters] if config.batch_size == 1 else list(drafters)
 
         def tick(done: int, total: int, rows: list[PromptResult]) -> None:
-            blocks[rows[0].prompt_id] = [list(getattr(drafter_parts(w)[0], "blocks", []) or []) for w in wrapped]
+            objs = [drafter_parts(w)[0] for w in wrapped]
+            blocks[rows[0].prompt_id] = [(list(getattr(o, "blocks", [])), list(getattr(o, "contexts", []))) for o in objs]
             if progress is not None:
                 progress("decode", done, total)
 
@@ -181,7 +182,7 @@ def _replay_runs(replayed: list[ReplayedPrompt], j: int, k: int) -> list[PromptR
     return runs
 
 
-def _agreement(j: int, replayed: list[ReplayedPrompt], decoded: ValidationReport, blocks: dict[str, list[list]],
+def _agreement(j: int, replayed: list[ReplayedPrompt], decoded: ValidationReport, blocks: dict[str, list[tuple]],
                k: int, precision: str, stop: frozenset[int]) -> dict[str, Any]:
     """``replay_decode_agreement`` and the named disagreements of drafter ``j`` (greedy)."""
     by_id = {rp.prompt.id: rp for rp in replayed if rp.status == "ok"}
@@ -194,7 +195,10 @@ def _agreement(j: int, replayed: list[ReplayedPrompt], decoded: ValidationReport
         s = rp.drafters[j].curve[k]
         dec = (row.num_drafts, row.num_draft_tokens, row.num_accepted_tokens)
         rep = (s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens)
-        recorded = (blocks.get(row.prompt_id) or [[]] * (j + 1))[j]
+        recorded, contexts = (blocks.get(row.prompt_id) or [([], [])] * (j + 1))[j]
+        target_flip = target_divergence(contexts, len(rp.ids), rp.continuation)
+        if target_flip is not None:  # the decoded run's target left the replayed continuation first
+            recorded = [b for b in recorded if b[0] - len(rp.ids) < target_flip]
         flip = first_flip(recorded, len(rp.ids), rp.drafters[j].trace, rp.continuation) if recorded else None
         if dec == rep and flip is None:
             agreeing += 1
@@ -202,12 +206,15 @@ def _agreement(j: int, replayed: list[ReplayedPrompt], decoded: ValidationReport
         unseen_stop = dec[0] == rep[0] and dec[2] == rep[2] and decoded_stop_after_rejection(
             recorded, len(rp.ids), rp.continuation, stop)
         position, margin = flip if flip is not None else (None, None)
+        side = "draft"
+        if target_flip is not None and (flip is None or target_flip <= flip[0]):
+            position, margin, side = target_flip, row.divergence_logit_margin, "target"
         disagreements.append({
             "prompt_id": row.prompt_id, "category": row.category, "position": position,
             "logit_margin": None if margin is None or math.isnan(margin) else margin,
             "decode": dict(zip(("num_drafts", "num_draft_tokens", "num_accepted_tokens"), dec)),
             "replay": dict(zip(("num_drafts", "num_draft_tokens", "num_accepted_tokens"), rep)),
-            "exact_match": row.exact_match,
+            "exact_match": row.exact_match, "side": side,
             "class": classify(margin, precision, unseen_stop=unseen_stop, counters_equal=dec == rep),
         })
     return {"replay_decode_agreement": agreeing / compared if compared else math.nan, "num_compared": compared,

@@ -156,3 +156,11 @@ def test_replay_equals_decoding_with_an_adopted_prompt_prefix(target):
             out, _ = _decode(target, draft, ids, k, max_new, stop)
             got = _right(trace, ref, k, max_new, stop)
             assert counters_equal(got, out.stats), (len(ids), k)
+
+
+def test_target_divergence_is_told_apart_from_a_draft_flip():
+    from specdec.validation.replay import target_divergence
+
+    y = [10, 11, 12, 13, 14]
+    assert target_divergence([[1, 2], [1, 2, 10, 11], [1, 2, 10, 11, 12, 13]], 2, y) is None
+    assert target_divergence([[1, 2], [1, 2, 10, 11], [1, 2, 10, 11, 99, 13]], 2, y) == 2
