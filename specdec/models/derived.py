@@ -17,7 +17,9 @@ Precision recipes (the recipe records ``dtype``):
 
 - ``bf16``: the whole target cast to bfloat16 (``Module.to(torch.bfloat16)``, LM head and
   embeddings included). On a CPU with native bf16 (AVX512-BF16 / AMX-BF16) a bf16 copy of an fp32
-  SmolLM2 runs a decode pass in about half the time (c ≈ 0.53) with α ≈ 0.99: a draft that pays.
+  SmolLM2 runs a decode pass in 0.3-0.45 of the target's time with α ≈ 0.95-0.99: a draft that
+  pays. On the CPU its one-token passes skip oneDNN (:mod:`specdec.models.cpu_kernels`: ATen's bf16
+  GEMV is about twice as fast there; with oneDNN c was 0.6-0.8 and the draft did not pay).
   Without native bf16 it is emulated and usually slower than the target
   (:func:`specdec.validation.machine.native_bf16`).
 - ``fp8``: torchao float8 (e4m3) weights for every ``nn.Linear`` but the LM head
@@ -34,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 import torch
+
+from specdec.models.cpu_kernels import use_gemv_for_single_row
 
 KINDS = ("int8", "int4", "bf16", "fp8")
 _METHODS = {
@@ -199,8 +203,9 @@ def derive_draft(target_model: torch.nn.Module, recipe: DerivedDraftRecipe) -> t
     """A lower-precision deep copy of ``target_model``; the target is left untouched.
 
     ``bf16``: the copy is cast to bfloat16 as a whole (weights, buffers, LM head), so its forward
-    runs in bf16 and returns bf16 logits. ``int8`` / ``int4`` / ``fp8``: every ``nn.Linear`` of the
-    copy except ``lm_head`` (when ``recipe.keep_lm_head_fp32``) gets torchao's weight-only
+    runs in bf16 and returns bf16 logits; on the CPU its one-row passes use ATen's GEMV instead of
+    oneDNN (:func:`specdec.models.cpu_kernels.use_gemv_for_single_row`). ``int8`` / ``int4`` /
+    ``fp8``: every ``nn.Linear`` of the copy except ``lm_head`` (when ``recipe.keep_lm_head_fp32``) gets torchao's weight-only
     quantization; activations stay in the model's dtype. With tied embeddings (SmolLM2), the copy's
     ``lm_head`` and ``embed_tokens`` keep sharing one unquantized tensor; if the head is to be
     quantized it is first untied in the copy.
@@ -227,6 +232,8 @@ def derive_draft(target_model: torch.nn.Module, recipe: DerivedDraftRecipe) -> t
         raise RuntimeError(f"deep copy shares {len(shared)} storages with the target; refusing to quantize")
     if recipe.kind == "bf16":
         draft.to(torch.bfloat16)
+        if next(draft.parameters()).device.type == "cpu":
+            use_gemv_for_single_row(draft)  # oneDNN off for one-row passes: c 0.6-0.8 -> 0.3-0.45 here
         draft.eval()
         draft.derived_recipe = recipe
         draft.derived_source = weakref.ref(target_model)
