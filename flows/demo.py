@@ -227,7 +227,7 @@ def _story(home: Path, log_path: Path) -> int:  # noqa: PLR0915
     def nightly(night: dt.date, label: str, aliases=("champion", "challenger")):
         t0 = time.perf_counter()
         res = nightly_validation_flow(pairs=[pair], aliases=aliases, heldout=str(heldout), limit=None,
-                                      device="cpu", dtype="float32", scheduled_date=night)
+                                      device="cpu", dtype="float32", scheduled_date=night, method="decode")
         lap(label, t0)
         t = Table("alias", "version", "status", "acceptance [95% CI]", "speedup [95% CI]", "load/CPU", "alert",
                   "root-cause hint / note", title=f"nightly validation for {night} ({timings[label]:.0f}s)")

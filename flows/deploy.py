@@ -16,7 +16,8 @@ from flows.settings import NightlySettings, get_settings
 def deployment_parameters(s: NightlySettings) -> dict:
     """The nightly flow's parameters from settings (JSON-ready)."""
     return {"pairs": list(s.pairs), "aliases": list(s.aliases), "heldout": s.heldout, "limit": s.limit,
-            "device": s.device, "dtype": s.dtype, "batch_size": s.batch_size}
+            "device": s.device, "dtype": s.dtype, "batch_size": s.batch_size, "method": s.method,
+            "decode_fraction": s.decode_fraction}
 
 
 def serve_nightly(settings: NightlySettings | None = None) -> None:

@@ -44,7 +44,8 @@ def _logger():
 
 @task(task_run_name="validate {pv.name}@v{pv.version}", retries=1, retry_delay_seconds=30)
 def run_validation(pv, heldout: str, limit: int | None, device: str, dtype: str,
-                   out_dir: str, seed: int = 0, batch_size: int = 1):
+                   out_dir: str, seed: int = 0, batch_size: int = 1, method: str = "decode",
+                   decode_fraction: float = 0.25):
     """Load the pair's models (worker cache) and validate them on the held-out set.
 
     ``pv`` is the :class:`registry.PairVersion` the flow already read (its models and its
@@ -66,10 +67,20 @@ def run_validation(pv, heldout: str, limit: int | None, device: str, dtype: str,
         log.info("%s v%s: prompt %d/%d (%s) %s", pair, version, done, total, row.category, acc)
         checkpoint("validation")
 
-    report = validate_pair(cached_target(tkey), cached_drafter(dkey), load_heldout(heldout),
-                           build_validation_config(pv.config, limit=limit, seed=seed, batch_size=batch_size),
-                           target_ref=pv.target_uri,
-                           progress=progress)
+    config = build_validation_config(pv.config, limit=limit, seed=seed, batch_size=batch_size)
+    if method == "decode":
+        report = validate_pair(cached_target(tkey), cached_drafter(dkey), load_heldout(heldout), config,
+                               target_ref=pv.target_uri, progress=progress)
+    else:  # replay every prompt (cached target continuations), decode a stratified subsample
+        from specdec.validation.replay_report import validate_replay
+
+        def phase(name: str, done: int, total: int) -> None:
+            log.info("%s v%s: %s %d/%d", pair, version, name, done, total)
+            checkpoint("validation")
+
+        [report] = validate_replay(cached_target(tkey), [cached_drafter(dkey)], load_heldout(heldout), config,
+                                   method=method, decode_fraction=decode_fraction, target_ref=pv.target_uri,
+                                   progress=phase)
     report.write(out_dir)
     return report
 
@@ -196,12 +207,14 @@ def nightly_validation_flow(
     pairs: list[str] = ["specdec-pair"],  # noqa: B006 (Prefect parameters must be JSON defaults)
     aliases: tuple[str, ...] = ("champion", "challenger"),
     heldout: str = "spec_bench",
-    limit: int | None = 48,
+    limit: int | None = 192,
     device: str = "auto",
     dtype: str = "auto",
     scheduled_date: dt.date | None = None,
     seed: int = 0,
     batch_size: int = 1,
+    method: str = "both",
+    decode_fraction: float = 0.25,
 ) -> list[NightlyResult]:
     """Validate every (pair, alias) and alert on drift. See the module docstring for the steps.
 
@@ -209,7 +222,13 @@ def nightly_validation_flow(
         pairs: pair registered-model names.
         aliases: which aliases to validate; a version behind two aliases is validated once.
         heldout: held-out set name or JSONL path (:func:`specdec.validation.heldout.load_heldout`).
-        limit: stratified subset size (None = the whole set).
+        limit: stratified subset size over all six Spec-Bench categories (None = the whole set); 192 by
+            default: the replay makes every prompt cheap, and 25% of 192 are decoded (as many as the
+            48-prompt decode-only nightly decoded).
+        method: ``both`` (default: replay every prompt from the cached target continuation, decode a
+            stratified ``decode_fraction`` subsample, compare them), ``replay`` or ``decode``
+            (:func:`specdec.validation.replay_report.validate_replay`; docs/metrics.md "Replay").
+        decode_fraction: share of the prompts decoded with ``method="both"`` (at least 2 per category).
         device / dtype: ``auto`` picks CUDA + bf16 where a GPU exists, else CPU + fp32.
         scheduled_date: the night this run belongs to (default: the flow run's scheduled date);
             part of the idempotency key, so a retry of the same night updates the same row.
@@ -290,6 +309,8 @@ def nightly_validation_flow(
             cfg = {**pv.config.to_dict(), "drafter_kind": pv.drafter_kind, "limit": limit, "seed": seed}
             if batch_size != 1:  # absent at 1: keys of runs made before batching stay the same
                 cfg["batch_size"] = batch_size
+            if method != "decode":  # absent for decode: keys of runs made before replay stay the same
+                cfg.update(method=method, decode_fraction=decode_fraction)
             key = history.RunKey.build(pair, version, held.name, held.version, cfg, night)
             try:
                 claim = history.claim_run(db, key, alias=alias, stale_after_s=settings.claim_stale_after_s,
@@ -305,7 +326,7 @@ def nightly_validation_flow(
             forget_claim(home, claim.run_id)
             beat.add(claim)
             out = report_dir_for(home, key)
-            args = (pv, heldout, limit, device, dtype, str(out), seed, batch_size)
+            args = (pv, heldout, limit, device, dtype, str(out), seed, batch_size, method, decode_fraction)
             fut = _Inline.run(run_validation, args) if _serial() else run_validation.submit(*args)
             hashes = (pv.target_weights_sha256, pv.draft_weights_sha256)
             jobs.append((pair, alias, version, key, claim, out, champion, hashes, fut))

@@ -10,7 +10,7 @@ class NightlySettings(BaseSettings):
     """Defaults of the nightly validation deployment.
 
     Env examples: ``SPECDEC_NIGHTLY_CRON="30 1 * * *"``, ``SPECDEC_NIGHTLY_PAIRS='["specdec-pair"]'``,
-    ``SPECDEC_NIGHTLY_LIMIT=48``, ``SPECDEC_NIGHTLY_WORK_POOL=gpu-pool``, ``SPECDEC_NIGHTLY_BATCH_SIZE=8``.
+    ``SPECDEC_NIGHTLY_LIMIT=192``, ``SPECDEC_NIGHTLY_METHOD=decode``, ``SPECDEC_NIGHTLY_WORK_POOL=gpu-pool``, ``SPECDEC_NIGHTLY_BATCH_SIZE=8``.
 
     ``batch_size``: prompts decoded together by the validation (>= 1, default 1; see
     :class:`specdec.validation.ValidationConfig`). Larger batches raise throughput on a GPU worker;
@@ -24,7 +24,9 @@ class NightlySettings(BaseSettings):
     pairs: list[str] = Field(default_factory=lambda: ["specdec-pair"])
     aliases: list[str] = Field(default_factory=lambda: ["champion", "challenger"])
     heldout: str = "spec_bench"
-    limit: int | None = 48
+    limit: int | None = 192
+    method: str = "both"
+    decode_fraction: float = Field(default=0.25, gt=0, le=1)
     device: str = "auto"
     dtype: str = "auto"
     batch_size: int = Field(default=1, ge=1)

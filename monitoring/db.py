@@ -178,6 +178,10 @@ class ValidationRun(Base):
     speedup_ci_high: Mapped[float | None] = mapped_column(Float, nullable=True)
     load_avg_1m: Mapped[float | None] = mapped_column(Float, nullable=True)
     num_cpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # replay (migration 0005_replay): how acceptance was measured, replay/decode agreement, unexplained flips
+    method: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    replay_decode_agreement: Mapped[float | None] = mapped_column(Float, nullable=True)
+    replay_beyond_numerics: Mapped[int | None] = mapped_column(Integer, nullable=True)
     overall: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # GroupMetrics as dict
     categories: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # name -> GroupMetrics dict
     # evaluation

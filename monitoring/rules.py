@@ -13,6 +13,8 @@ Rules (thresholds in :class:`monitoring.settings.RuleSettings`):
 - ``measurement``: the teacher-forced α (``alpha_tf``) and the decoding estimate of the same
   quantity (``alpha_hat``, the i.i.d. maximum-likelihood α from the decoding steps) have non-overlapping 95% CIs. For k > 1 the
   acceptance *rate* is a different quantity from α, so it is not compared with ``alpha_tf``.
+- ``measurement`` (scope ``replay``): a ``--method both`` run whose replay and decoding disagree
+  beyond numerics (:func:`replay_rule`); near-ties at the pair's rounding never fire it.
 - ``speed``: "speculation no longer pays", the measured speedup's 95% CI lies below 1.0
   (:func:`speed_rule`); speed-inconclusive on an overloaded machine.
 
@@ -203,6 +205,28 @@ def measurement_rule(current: GroupMetrics) -> RuleResult:
         f"alpha_tf {tf:.3f}{_fmt_ci(tf_ci)} consistent with alpha_hat {hat:.3f}{_fmt_ci(hat_ci)}"))
 
 
+def replay_rule(current: GroupMetrics) -> RuleResult:
+    """Measurement health of a replay (``--method both``): decoded prompts whose counters differ from
+    their replay for a reason rounding cannot explain (``replay_beyond_numerics`` > 0: a flip at a draft
+    logit margin above the pair precision's numerics bound, or a counter difference with no flip at all).
+
+    Near-ties (flips within :data:`specdec.validation.replay_curve.NUMERICS_MARGIN`) never fire it: with a
+    bf16 draft, replay and decoding round differently by design (docs/metrics.md, "Replay").
+    """
+    n = getattr(current, "replay_beyond_numerics", None)
+    agree = _num(getattr(current, "replay_decode_agreement", None))
+    common = dict(rule="measurement", scope="replay", metric="replay_decode_agreement", value=agree, threshold=0.0,
+                  num_draft_tokens=int(current.num_draft_tokens or 0))
+    if n is None:
+        return RuleResult(status=NOT_APPLICABLE, message="no replay/decode comparison in this run", **common)
+    if n > 0:
+        return RuleResult(status=FIRING, **common, message=(
+            f"replay and decoding disagree beyond numerics on {n} prompt(s) (agreement {_fmt(agree)}): a "
+            "bookkeeping or measurement error; see the report's replay.disagreements before trusting either"))
+    return RuleResult(status=OK, **common, message=(
+        f"replay/decode agreement {_fmt(agree)}; every difference is a near-tie within numerics"))
+
+
 # --------------------------------------------------------------------------- speed
 # "Speculation no longer pays": speculative decoding is only worth serving while it is faster than
 # target-only decoding. The validation measures both on the same prompts, paired per prompt
@@ -282,7 +306,7 @@ def evaluate(current, baseline, settings: RuleSettings | None = None) -> list[Ru
         settings: thresholds (defaults when ``None``).
     Returns:
         Results in a fixed order: absolute overall, absolute per category (sorted), relative,
-        collapse, measurement, speed; each with its ``severity``.
+        collapse, measurement, measurement (replay), speed; each with its ``severity``.
     """
     settings = settings or RuleSettings()
     base = baseline.overall if baseline is not None else None
@@ -290,6 +314,7 @@ def evaluate(current, baseline, settings: RuleSettings | None = None) -> list[Ru
     out.append(relative_rule(current.overall, base, settings))
     out.append(collapse_rule(current.overall, base, settings))
     out.append(measurement_rule(current.overall))
+    out.append(replay_rule(current.overall))
     for r in out:
         r.severity = "warning" if r.rule == "measurement" else settings.acceptance_severity
     out.append(speed_rule(current.overall, base, settings))

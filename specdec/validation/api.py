@@ -38,7 +38,7 @@ from specdec.validation.report import PromptResult, ValidationReport
 from specdec.validation.runner import run_prompts, warmup
 from specdec.validation.timing import PassTimer
 
-__all__ = ["validate_pair", "validate_pairs", "drafter_parts"]
+__all__ = ["validate_pair", "validate_pairs", "drafter_parts", "report_common"]
 
 
 def drafter_parts(drafter: Any) -> tuple[Any, torch.nn.Module | None, str, str | None, dict | None]:
@@ -171,19 +171,7 @@ def validate_pairs(
 
     k = config.num_speculative_tokens
     agg = dict(seed=config.seed, n_resamples=config.bootstrap_resamples)
-    common = dict(
-        heldout_name=subset.name,
-        heldout_version=subset.version,
-        target_ref=target_ref,
-        config=config.to_dict(),
-        device=str(model_device(model)),
-        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
-        code_version=code_version(),
-        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        alpha_hat_estimator=ALPHA_HAT_ESTIMATOR,
-        heldout_source_version=subset.source_version,
-        environment=environment(),
-    )
+    common = report_common(subset, target_ref, config, model)
     wall = time.perf_counter() - t_wall
     reports = []
     for c, runs in zip(ctxs, per_drafter):
@@ -201,3 +189,21 @@ def validate_pairs(
         report.wall_seconds = wall
         reports.append(report)
     return reports
+
+
+def report_common(subset: HeldoutSet, target_ref: str | None, config: ValidationConfig, model: torch.nn.Module) -> dict[str, Any]:
+    """The :class:`ValidationReport` fields every drafter's report of one run shares (held-out
+    version, target, config, device, dtype, code version, timestamp, environment)."""
+    return dict(
+        heldout_name=subset.name,
+        heldout_version=subset.version,
+        target_ref=target_ref or type(model).__name__,
+        config=config.to_dict(),
+        device=str(model_device(model)),
+        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        code_version=code_version(),
+        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        alpha_hat_estimator=ALPHA_HAT_ESTIMATOR,
+        heldout_source_version=subset.source_version,
+        environment=environment(),
+    )

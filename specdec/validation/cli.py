@@ -73,6 +73,18 @@ def validate(
             "batch > 1 mostly adds padding cost. Speedup and the cost ratio are then measured at this batch size.",
         ),
     ] = 1,
+    method: Annotated[
+        str,
+        typer.Option(
+            "--method",
+            help="decode: speculative decoding on every prompt (speed, exactness). replay: acceptance for every k from "
+            "one teacher-forced draft pass over the target's (cached) continuation. both: replay every prompt and "
+            "decode a stratified subsample (--decode-fraction), reporting replay_decode_agreement.",
+        ),
+    ] = "decode",
+    decode_fraction: Annotated[
+        float, typer.Option("--decode-fraction", help="--method both: share of prompts decoded (at least 2 per category).")
+    ] = 0.25,
 ) -> None:
     """Validate a draft/target pair: acceptance, agreement, speedup and exactness, per category."""
     t_start = time.perf_counter()
@@ -85,6 +97,10 @@ def validate(
         )
     except (TypeError, ValueError) as e:
         _fail(str(e))
+    if method not in ("decode", "replay", "both"):
+        _fail(f"unknown --method {method!r}: use decode, replay or both")
+    if not 0 < decode_fraction <= 1:
+        _fail(f"--decode-fraction must be in (0, 1], got {decode_fraction}")
     try:
         hs = load_heldout(heldout)
     except (FileNotFoundError, HeldoutFormatError) as e:
@@ -152,10 +168,19 @@ def validate(
         for note in (drafters[-1].compatibility or {}).get("notes", []):
             _err.print(f"[bold yellow]note:[/] drafter {spec}: {note}", highlight=False)
 
-    reports = _run_with_progress(validate_pairs, tgt, drafters, hs, config, target)
+    if method == "decode":
+        reports = _run_with_progress(validate_pairs, tgt, drafters, hs, config, target)
+    else:
+        from specdec.validation.replay_cli import run_replay
+
+        reports = run_replay(tgt, drafters, hs, config, target, method, decode_fraction, _err)
     for report, od in zip(reports, out_dirs):
         path = report.write(od)
         _print_summary(report)
+        if report.replay is not None:
+            from specdec.validation.replay_cli import print_replay
+
+            print_replay(report, _out)
         _out.print(f"report: {path}\nper-prompt rows: {od / 'prompts.csv'}\n")
     _out.print(f"wall time {time.perf_counter() - t_start:.1f} s (validation {reports[0].wall_seconds:.1f} s)")
     if reports[0].overall.num_prompts == 0:

@@ -14,10 +14,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Schema 1 named k ``num_draft_tokens_k`` (metrics) / ``num_draft_tokens`` (config) and the
 #: recommended k ``recommended_num_draft_tokens``; :meth:`ValidationReport.from_dict` reads it.
-READABLE_SCHEMA_VERSIONS = (1, 2)
+#: Schema 3 added ``method`` and the ``replay`` section (schema 1/2 reports read as ``method="decode"``).
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 _RENAMED_GROUP_FIELDS = {
     "num_draft_tokens_k": "num_speculative_tokens",
     "recommended_num_draft_tokens": "recommended_num_speculative_tokens",
@@ -88,6 +89,10 @@ class GroupMetrics:
     load_avg_1m: float = math.nan  # mean of the per-prompt samples
     load_avg_1m_max: float = math.nan
     num_cpus: int = 0  # logical CPUs the measurement could use (load per CPU = load_avg_1m / num_cpus)
+    # replay health (method both, specdec.validation.replay_report; overall only): share of decoded prompts whose
+    # counters equal their replay, and the disagreements that rounding cannot explain (None: not measured)
+    replay_decode_agreement: float = math.nan
+    replay_beyond_numerics: int | None = None
 
 
 @dataclass
@@ -152,6 +157,11 @@ class ValidationReport:
     environment: dict[str, Any] = field(default_factory=dict)  # torch version, cpu, gpu, threads
     notes: list[str] = field(default_factory=list)  # plain-language findings (e.g. "slower than target-only")
     schema_version: int = SCHEMA_VERSION
+    #: how acceptance was measured: ``decode`` (speculative decoding), ``replay`` (teacher-forced
+    #: replay, :mod:`specdec.validation.replay`) or ``both``; ``replay`` holds the replay section
+    #: (acceptance by k, per-method counters, replay_decode_agreement, gate method; docs/metrics.md)
+    method: str = "decode"
+    replay: dict[str, Any] | None = None
 
     # convenience accessors for the headline metrics
     def __getattr__(self, name: str) -> Any:  # only called when normal lookup fails

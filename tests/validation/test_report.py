@@ -10,7 +10,7 @@ import pytest
 
 from specdec import NgramDrafter
 from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, content_version
-from specdec.validation.report import GroupMetrics, ValidationReport
+from specdec.validation.report import SCHEMA_VERSION, GroupMetrics, ValidationReport
 from specdec.testing import tiny_llama, tiny_tokenizer
 from specdec.validation import ValidationConfig, validate_pair
 
@@ -27,7 +27,7 @@ def report():
 def test_json_and_csv_round_trip(report, tmp_path):
     path = report.write(tmp_path)
     data = json.loads(path.read_text())
-    assert data["schema_version"] == 2 and "prompts" not in data
+    assert data["schema_version"] == SCHEMA_VERSION == 3 and "prompts" not in data
     for name in (
         "acceptance_rate", "mean_accepted_length", "alpha_tf", "top1_agreement", "total_variation",
         "kl_divergence", "speedup", "predicted_speedup", "recommended_num_speculative_tokens",
@@ -62,7 +62,7 @@ def test_reads_schema_1_reports_written_before_k_was_renamed(report):
         group["num_draft_tokens_k"] = group.pop("num_speculative_tokens")
         group["recommended_num_draft_tokens"] = group.pop("recommended_num_speculative_tokens")
     back = ValidationReport.from_dict(legacy)
-    assert back.schema_version == 2 and back.config["num_speculative_tokens"] == 3
+    assert back.schema_version == SCHEMA_VERSION and back.method == "decode" and back.replay is None and back.config["num_speculative_tokens"] == 3
     assert back.overall.num_speculative_tokens == 3
     assert back.to_dict() == d
 
@@ -92,3 +92,11 @@ def test_speed_evidence_in_the_report(report, tmp_path):
     back = ValidationReport.read(report.write(tmp_path))
     assert back.overall.speedup_ci == pytest.approx(g.speedup_ci)
     assert [p.load_avg_1m for p in back.prompts[:4]] == pytest.approx([p.load_avg_1m for p in ok])
+
+
+def test_reads_schema_2_reports_as_decode_method(report):
+    d = report.to_dict()
+    old = {k: v for k, v in copy.deepcopy(d).items() if k not in ("method", "replay")}
+    old["schema_version"] = 2
+    back = ValidationReport.from_dict(old)
+    assert back.method == "decode" and back.replay is None and back.to_dict() == d

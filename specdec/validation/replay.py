@@ -1,0 +1,308 @@
+"""Greedy replay: the counters speculative decoding would produce, for every k, from one draft pass.
+
+Under greedy decoding the target's continuation ``y`` does not depend on the drafter or on k
+(the output is the target's own greedy continuation, token for token). Speculative decoding with
+k then proposes, at a block that starts after ``m`` emitted tokens, the draft's greedy tokens
+``x_0, x_1, ...`` after ``prompt + y[:m]``; while they match ``y`` they are exactly the draft's
+argmax on the teacher-forced sequence ``prompt + y``. So ONE teacher-forced draft pass over
+``prompt + y[:-1]`` (:func:`draft_trace`) gives every block of every k; each block is verified
+with the core's own :func:`specdec.core.sampling.verify_greedy` and counted with the core's
+:class:`specdec.core.stats.DecodingStats` (:func:`replay_counters`), so the math stays in one place.
+
+Bookkeeping follows :func:`specdec.core.decoding.speculative_generate` exactly: the budget of a
+block is ``min(k, max_new_tokens - emitted - 1)`` (a block with budget 0 is a plain target step,
+not counted in ``num_drafts``), drafts after a drafted stop token are dropped, an accepted stop
+token ends generation, and a draft that adopts the target's prompt KV (``derived:bf16``/``fp8``)
+starts with one plain target step.
+
+What one teacher-forced pass cannot see: the draft's tokens after a *rejected* draft in the same
+block (they follow the draft's own wrong token). They never change acceptance (verification
+stops at the rejection), but a stop token among them would shorten the block's proposal; the
+fast replay assumes none (``num_draft_tokens`` is then an upper bound). ``exact=True`` runs the
+draft's own greedy proposal after each rejected token (:class:`specdec.core.drafters.ModelDrafter`)
+and is exact in every counter. The n-gram drafter proposes from the context alone, so its replay
+is always exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from specdec.core.config import SamplingConfig
+from specdec.core.drafters import ModelDrafter, NgramDrafter, fit_vocab
+from specdec.core.sampling import NO_NEXT_TOKEN, verify_greedy
+from specdec.core.stats import DecodingStats
+from specdec.validation.teacher_forcing import teacher_forced_logits
+
+__all__ = ["DraftTrace", "draft_trace", "replay_counters", "replay_curve", "recording", "RecordingModelDrafter", "RecordingNgramDrafter", "first_flip",
+           "target_divergence", "counters_equal", "COMPARED_COUNTERS", "UNSEEN"]
+
+#: placeholder for a draft token the teacher-forced pass does not see (after a rejection); never a real id
+UNSEEN = -2
+#: the counters a replay must reproduce exactly (vLLM names, plus the per-position lists)
+COMPARED_COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_rejected_steps",
+                     "accepted_per_position", "drafted_per_position", "num_emitted_tokens")
+
+
+@dataclass
+class DraftTrace:
+    """What one teacher-forced draft pass says about a continuation ``y`` of length N.
+
+    Attributes:
+        argmax: ``N`` ids; ``argmax[t]`` is the draft's greedy token after ``prompt + y[:t]``
+            (model drafter; empty for n-gram).
+        margin: ``N`` floats, draft logit margin (top-1 minus top-2, in logits) at each t.
+        proposals: n-gram only: ``N`` lists, the lookup proposal (up to ``kmax`` ids) after
+            ``prompt + y[:t]``, already cut after a stop token / at an id the target lacks.
+        free_runs: exact mode: ``{t: ids}``, the draft's own greedy proposal (up to ``kmax - 1``
+            ids, cut after a stop token) after ``prompt + y[:t] + [argmax[t]]`` where
+            ``argmax[t] != y[t]``.
+        adopts_prefix: the drafter adopts the target's prompt KV, so decoding starts with one plain
+            target step (no drafts).
+        exact: every counter is exact (n-gram, or ``free_runs`` filled).
+    """
+
+    argmax: list[int] = field(default_factory=list)
+    margin: list[float] = field(default_factory=list)
+    proposals: list[list[int]] | None = None
+    free_runs: dict[int, list[int]] = field(default_factory=dict)
+    adopts_prefix: bool = False
+    exact: bool = False
+
+
+@torch.inference_mode()
+def draft_trace(
+    drafter: Any,
+    prompt_ids: list[int],
+    continuation: list[int],
+    vocab_size: int,
+    *,
+    kmax: int = 16,
+    stop_token_ids: frozenset[int] = frozenset(),
+    exact: bool = False,
+    adopts_prefix: bool = False,
+) -> DraftTrace:
+    """One teacher-forced draft pass over ``prompt_ids + continuation[:-1]``.
+
+    Args:
+        drafter: a draft causal LM, a :class:`ModelDrafter` or an :class:`NgramDrafter`.
+        prompt_ids: the prompt (>= 1 id).
+        continuation: the target's greedy continuation ``y`` (may end with a stop token).
+        vocab_size: the target's vocabulary size (draft logits are fitted to it as in decoding).
+        kmax: the largest k replayed (bounds n-gram proposals and exact free runs).
+        stop_token_ids: ids that end generation (EOS).
+        exact: also run the draft's own greedy proposal after every rejected draft token.
+        adopts_prefix: decoding adopts the target's prompt KV (see :class:`DraftTrace`).
+    Returns:
+        :class:`DraftTrace`. Costs one full forward pass of the draft (``exact``: plus one
+        short greedy proposal per position where the draft disagrees with ``y``).
+    Raises:
+        ValueError: empty prompt.
+    """
+    if not prompt_ids:
+        raise ValueError("draft_trace needs a non-empty prompt")
+    N = len(continuation)
+    if isinstance(drafter, NgramDrafter):
+        drafter.reset()
+        full = prompt_ids + continuation
+        props = [_cut(drafter.lookup(full[: len(prompt_ids) + t], kmax), vocab_size, stop_token_ids) for t in range(N)]
+        return DraftTrace(proposals=props, adopts_prefix=False, exact=True)
+    model = drafter.model if isinstance(drafter, ModelDrafter) else drafter
+    if N == 0:
+        return DraftTrace(adopts_prefix=adopts_prefix, exact=True)
+    z = fit_vocab(teacher_forced_logits(model, prompt_ids + continuation[:-1], N), vocab_size)
+    top2 = torch.topk(z, 2, dim=-1).values
+    trace = DraftTrace(argmax=z.argmax(dim=-1).tolist(), margin=(top2[:, 0] - top2[:, 1]).tolist(),
+                       adopts_prefix=adopts_prefix, exact=exact)
+    if exact and kmax > 1:
+        runner = ModelDrafter(model)
+        for t, (d, y) in enumerate(zip(trace.argmax, continuation)):
+            if d != y and d not in stop_token_ids:
+                runner.reset()
+                ids, _ = runner.propose(prompt_ids + continuation[:t] + [d], kmax - 1, SamplingConfig(), vocab_size,
+                                        None, stop_token_ids)
+                trace.free_runs[t] = ids
+    return trace
+
+
+def _cut(tokens: list[int], vocab_size: int, stop: frozenset[int]) -> list[int]:
+    out = []
+    for x in tokens:  # as NgramDrafter.propose: never an id the target lacks; stop after a stop token
+        if x >= vocab_size:
+            break
+        out.append(x)
+        if x in stop:
+            break
+    return out
+
+
+def _block(trace: DraftTrace, y: list[int], m: int, budget: int, stop: frozenset[int]) -> list[int]:
+    """The drafts decoding proposes at a block starting after ``m`` emitted tokens."""
+    if budget <= 0:
+        return []
+    if trace.proposals is not None:
+        return trace.proposals[m][:budget]
+    drafts: list[int] = []
+    left = None  # where the chain left y (the first rejected draft), if it did
+    for i in range(budget):
+        t = m + i
+        if left is None:
+            drafts.append(trace.argmax[t])
+            if drafts[-1] != y[t]:
+                left = t
+        else:  # the draft follows its own (rejected) token: the free run after position `left`
+            run = trace.free_runs.get(left, [])
+            if t - left - 1 < len(run):
+                drafts.append(run[t - left - 1])
+            elif trace.exact:  # the exact free run ended (after a stop token): so did decoding's proposal
+                break
+            else:
+                drafts.append(UNSEEN)
+        if drafts[-1] in stop:  # drafts after a drafted stop token are dropped
+            break
+    return drafts
+
+
+def replay_counters(
+    trace: DraftTrace,
+    continuation: list[int],
+    *,
+    num_speculative_tokens: int,
+    max_new_tokens: int,
+    stop_token_ids: frozenset[int] = frozenset(),
+) -> DecodingStats:
+    """The counters :func:`specdec.speculative_generate` (greedy, B = 1) produces with this k.
+
+    Args:
+        trace: :func:`draft_trace` of the continuation.
+        continuation: the target's greedy continuation ``y``: ``max_new_tokens`` ids, or fewer
+            ending with a stop token.
+        num_speculative_tokens: k >= 1.
+        max_new_tokens: the decoding budget the continuation was produced with.
+        stop_token_ids: ids that end generation.
+    Returns:
+        :class:`DecodingStats` with the step counters (``num_drafts``, ``num_draft_tokens``,
+        ``num_accepted_tokens``, ``num_rejected_steps``, ``accepted_per_position``,
+        ``drafted_per_position``), ``num_emitted_tokens`` and ``target_forward_passes`` (one per
+        step); seconds and draft passes stay 0.
+    Raises:
+        ValueError: k < 1, or the continuation is inconsistent with ``max_new_tokens`` / stops.
+    """
+    k = num_speculative_tokens
+    if k < 1:
+        raise ValueError(f"num_speculative_tokens must be >= 1, got {k}")
+    y = continuation
+    if len(y) > max_new_tokens or any(x in stop_token_ids for x in y[:-1]):
+        raise ValueError("continuation is longer than max_new_tokens or has a stop token before its end")
+    if len(y) < max_new_tokens and (not y or y[-1] not in stop_token_ids):
+        raise ValueError("a continuation shorter than max_new_tokens must end with a stop token")
+    stats = DecodingStats(num_speculative_tokens=k)
+    m = 0
+    if trace.adopts_prefix and max_new_tokens > 0:  # the plain first step of a draft that adopts the prompt KV
+        m, stats.target_forward_passes = 1, 1
+    while m < len(y) and not (m and y[m - 1] in stop_token_ids):
+        drafts = _block(trace, y, m, min(k, max_new_tokens - m - 1), stop_token_ids)
+        pad = len(drafts) + 1 - len(y[m:m + len(drafts) + 1])
+        outcome = verify_greedy(drafts, y[m:m + len(drafts) + 1] + [UNSEEN] * pad, stop_token_ids)
+        stats.record_step(len(drafts), outcome.num_accepted, rejected=outcome.rejected)
+        stats.target_forward_passes += 1
+        m += outcome.num_accepted + (outcome.next_token != NO_NEXT_TOKEN)
+    stats.num_emitted_tokens = m
+    return stats
+
+
+def replay_curve(trace: DraftTrace, continuation: list[int], ks: range | list[int], *, max_new_tokens: int,
+                 stop_token_ids: frozenset[int] = frozenset()) -> dict[int, DecodingStats]:
+    """:func:`replay_counters` for every k in ``ks`` from the same trace: ``{k: DecodingStats}``."""
+    return {k: replay_counters(trace, continuation, num_speculative_tokens=k, max_new_tokens=max_new_tokens,
+                               stop_token_ids=stop_token_ids) for k in ks}
+
+
+def counters_equal(a: DecodingStats, b: DecodingStats, exact: bool = True) -> bool:
+    """True when ``a`` and ``b`` agree on :data:`COMPARED_COUNTERS` (``exact=False``: all but the
+    proposal counts ``num_draft_tokens`` / ``drafted_per_position``, which a fast replay bounds)."""
+    names = COMPARED_COUNTERS if exact else tuple(n for n in COMPARED_COUNTERS if "draft" not in n or n == "num_drafts")
+    return all(getattr(a, n) == getattr(b, n) for n in names)
+
+
+class _Recording:
+    """Mixin: record ``(len(context), tokens)`` of every proposal in ``blocks`` (cleared by ``reset``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.blocks: list[tuple[int, list[int]]] = []
+        self.contexts: list[list[int]] = []  # the context of each proposal (prompt + emitted tokens)
+        super().__init__(*args, **kwargs)
+
+    def reset(self) -> None:
+        self.blocks, self.contexts = [], []
+        super().reset()  # type: ignore[misc]
+
+    def propose(self, context, k, sampling, vocab_size, generator=None, stop_token_ids=frozenset()):
+        tokens, q = super().propose(context, k, sampling, vocab_size, generator, stop_token_ids)  # type: ignore[misc]
+        self.blocks.append((len(context), list(tokens)))
+        self.contexts.append(list(context))
+        return tokens, q
+
+
+class RecordingModelDrafter(_Recording, ModelDrafter):
+    """A :class:`ModelDrafter` that records its proposals (decoding is unchanged)."""
+
+
+class RecordingNgramDrafter(_Recording, NgramDrafter):
+    """An :class:`NgramDrafter` that records its proposals (decoding is unchanged)."""
+
+
+def recording(drafter: Any) -> Any:
+    """A recording copy of ``drafter`` (a causal LM, :class:`ModelDrafter` or :class:`NgramDrafter`):
+    same model / same n-gram settings, plus ``blocks``, so a decoded run can be compared block by
+    block with its replay (:func:`first_flip`).
+
+    Raises:
+        TypeError: another drafter type.
+    """
+    if isinstance(drafter, NgramDrafter):
+        return RecordingNgramDrafter(drafter.max_ngram, drafter.min_ngram, drafter.match_tokens, drafter.first_occurrence)
+    if isinstance(drafter, ModelDrafter):
+        return RecordingModelDrafter(drafter.model)
+    if isinstance(drafter, torch.nn.Module):
+        return RecordingModelDrafter(drafter)
+    raise TypeError(f"cannot record proposals of a {type(drafter).__name__}")
+
+
+def first_flip(blocks: list[tuple[int, list[int]]], prompt_len: int, trace: DraftTrace,
+               continuation: list[int]) -> tuple[int, float] | None:
+    """The first continuation position where a decoded draft token differs from the replayed one.
+
+    Only tokens on the teacher-forced chain are compared (up to and including the first decoded
+    token that differs from ``continuation``). Returns ``(position, draft logit margin there)``
+    (margin ``nan`` for n-gram), or None when every compared token agrees.
+    """
+    for ctx_len, tokens in blocks:
+        m = ctx_len - prompt_len
+        for i, x in enumerate(tokens):
+            t = m + i
+            if t >= len(continuation):
+                break
+            if trace.proposals is not None:
+                replayed = trace.proposals[m][i] if i < len(trace.proposals[m]) else UNSEEN
+            else:
+                replayed = trace.argmax[t]
+            if x != replayed:
+                return t, (trace.margin[t] if trace.margin else float("nan"))
+            if x != continuation[t]:
+                break
+    return None
+
+
+def target_divergence(contexts: list[list[int]], prompt_len: int, continuation: list[int]) -> int | None:
+    """The first continuation position where a decoded run's own emitted tokens (seen in the contexts
+    its drafter was given) left ``continuation``: a target-side difference, which the exactness
+    audit explains (target logit margin there). None when every context follows ``continuation``."""
+    for ctx in contexts:
+        emitted = ctx[prompt_len:]
+        if emitted != continuation[: len(emitted)]:
+            return next((i for i, (a, b) in enumerate(zip(emitted, continuation)) if a != b), min(len(emitted), len(continuation)))
+    return None

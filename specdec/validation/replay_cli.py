@@ -1,0 +1,77 @@
+"""Terminal side of ``specdec validate --method replay|both``: progress and the replay tables."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["run_replay", "print_replay"]
+
+
+def _f(x: Any, digits: int = 3) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def run_replay(tgt: Any, drafters: list[Any], hs: Any, config: Any, target_ref: str, method: str,
+               decode_fraction: float, err: Console) -> list[Any]:
+    """:func:`specdec.validation.replay_report.validate_replay` with a progress bar per phase
+    (and one plain line per prompt when stderr is not a terminal)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from specdec.validation.replay_report import validate_replay
+
+    with Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=False) as prog:
+        tasks: dict[str, Any] = {}
+
+        def tick(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = prog.add_task(phase, total=total)
+            prog.update(tasks[phase], completed=done, total=total)
+            if not err.is_terminal:
+                err.print(f"[{phase} {done}/{total}]", highlight=False)
+
+        return validate_replay(tgt, drafters, hs, config, method=method, decode_fraction=decode_fraction,
+                               target_ref=target_ref, progress=tick)
+
+
+def print_replay(report: Any, out: Console) -> None:
+    """The acceptance-by-k table, the per-method counters, agreement and the recommended k."""
+    r = report.replay
+    k0 = report.config.get("num_speculative_tokens")
+    t = Table(title=f"replay ({r['kind']}; precision {r['precision']}; gate: {r['gate_method']})", title_justify="left",
+              box=box.SIMPLE_HEAD)
+    for name in ("k", "acceptance [95% CI]", "mean acc. len", "pred. speedup (c, v measured)"):
+        t.add_column(name, justify="right")
+    for row in r["acceptance_by_k"]:
+        acc = row.get("acceptance_rate", row.get("expected_acceptance_rate"))
+        ci = row.get("acceptance_rate_ci", row.get("expected_acceptance_rate_ci")) or [None, None]
+        mal = row.get("mean_accepted_length", row.get("expected_mean_accepted_length"))
+        mark = " *" if row["k"] == k0 else ""
+        t.add_row(f"{row['k']}{mark}", f"{_f(acc)} [{_f(ci[0], 2)}, {_f(ci[1], 2)}]", _f(mal, 2),
+                  _f(row.get("predicted_speedup"), 2))
+    out.print(t)
+    cont = r["continuations"]
+    out.print(f"replayed {r['num_prompts_replayed']} prompts (continuations: {cont['cache']} cached, "
+              f"{cont['speculative'] + cont['target-only']} produced); seconds: continuation "
+              f"{_f(r['seconds']['continuation'], 1)}, replay {_f(r['seconds']['replay'], 1)}", highlight=False)
+    if r.get("recommended_num_speculative_tokens") is not None:
+        out.print(f"recommended k from the replayed curve: {r['recommended_num_speculative_tokens']} "
+                  f"(predicted {_f(r['predicted_speedup_at_recommended'], 2)}x with c = {_f(r['cost_ratio'])}, "
+                  f"v(k={r['verify_cost_k']}) = {_f(r['verify_cost_ratio'], 2)})", highlight=False)
+    if "counters" in r:
+        for name, c in r["counters"].items():
+            ci = c.get("acceptance_rate_ci") or [None, None]
+            out.print(f"{name:>17}: {c['num_prompts']} prompts, acceptance {_f(c['acceptance_rate'])} "
+                      f"[{_f(ci[0], 2)}, {_f(ci[1], 2)}], drafts {c['num_drafts']}, proposed {c['num_draft_tokens']}, "
+                      f"accepted {c['num_accepted_tokens']}", highlight=False)
+    if "replay_decode_agreement" in r:
+        out.print(f"replay_decode_agreement: {_f(r['replay_decode_agreement'])} of {r['num_compared']} decoded prompts; "
+                  f"{r['beyond_numerics']} disagreement(s) beyond numerics", highlight=False)
+        for d in r["disagreements"][:10]:
+            out.print(f"  {d['category']} #{d['prompt_id']}: position {d['position']}, logit margin "
+                      f"{_f(d['logit_margin'])}: {d['class']}", highlight=False)

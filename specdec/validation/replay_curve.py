@@ -1,0 +1,149 @@
+"""The replayed acceptance-by-k curve, the k it recommends, and how replay/decode differences are classified.
+
+Predicted speedup at k from the replayed counters (pooled over prompts) and the costs measured by
+the decoding validation on the same machine (c = draft pass / target one-token pass, v(k0) =
+target verification pass / one-token pass at the decoded k0):
+
+    speedup(k) = (A_k + D_k) / (c * T_k + v(k) * D_k)
+
+with ``A_k`` accepted tokens, ``D_k`` draft steps and ``T_k`` proposed tokens at k (each step
+emits its accepted tokens plus one; target-only decoding emits one token per one-token pass).
+v(k) is taken linear in the tokens scored, through v(0) = 1 and the measured v(k0):
+``v(k) = 1 + (v(k0) - 1) * k / k0`` (the form of :func:`specdec.validation.recommend.smooth_verify_cost`,
+with the single point decoding measured). This is the measured-c-and-v model, not Leviathan's
+i.i.d. formula: the acceptance comes from the replayed counters at each k.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from specdec.core.stats import DecodingStats
+from specdec.validation.metrics import bootstrap_ratio_ci
+
+__all__ = ["acceptance_by_k", "recommend_from_curve", "classify", "precision_of", "decoded_stop_after_rejection",
+           "NUMERICS_MARGIN", "NEAR_TIE", "BEYOND_NUMERICS", "UNSEEN_STOP"]
+
+#: largest logit margin (target-vocabulary draft logits, top-1 minus top-2) at which a replay/decode
+#: flip is explained by rounding alone, per precision of the pair. fp32: full-sequence vs incremental
+#: passes differ by ~1e-5 relative; bf16: logits of magnitude 10-30 carry ~0.06-0.25 rounding per op,
+#: calibrated on the benchmark (benchmarks/results/*-replay-cpu.json: largest bf16 flip margin seen).
+NUMERICS_MARGIN = {"fp32": 0.01, "int8": 0.05, "int4": 0.05, "fp16": 0.5, "bf16": 2.0, "fp8": 4.0}
+NEAR_TIE, BEYOND_NUMERICS, UNSEEN_STOP = "near-tie (numerics)", "beyond numerics", "draft stop after a rejection"
+
+
+def _pool(stats: list[DecodingStats], k: int) -> DecodingStats:
+    out = DecodingStats(num_speculative_tokens=k)
+    for s in stats:
+        out = out.merge(s)
+    return out
+
+
+def verify_cost_at(k: int, v0: float, k0: int) -> float:
+    """v(k) = 1 + (v(k0) - 1) k / k0 (module docstring); nan when v0 is."""
+    return 1.0 + (v0 - 1.0) * k / k0 if k0 and not math.isnan(v0) else math.nan
+
+
+def acceptance_by_k(curves: list[dict[int, DecodingStats]], ks: range | list[int], c: float, v: float, k0: int, *,
+                    seed: int = 0, n_resamples: int = 2000) -> list[dict[str, Any]]:
+    """The replayed acceptance table: one row per k.
+
+    Args:
+        curves: per prompt, ``{k: DecodingStats}`` (:func:`specdec.validation.replay.replay_curve`).
+        ks: the k values (each present in every curve).
+        c, v: measured cost ratio and verification cost at ``k0`` (nan when not measured).
+    Returns:
+        rows ``{"k", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "acceptance_rate",
+        "acceptance_rate_ci", "mean_accepted_length", "alpha_hat", "predicted_speedup"}`` (rates in
+        [0, 1], lengths in tokens, 95% percentile-bootstrap CIs over prompts).
+    """
+    rows = []
+    for k in ks:
+        per = [cv[k] for cv in curves]
+        s = _pool(per, k)
+        rows.append({
+            "k": k, "num_drafts": s.num_drafts, "num_draft_tokens": s.num_draft_tokens,
+            "num_accepted_tokens": s.num_accepted_tokens, "acceptance_rate": s.acceptance_rate,
+            "acceptance_rate_ci": bootstrap_ratio_ci([x.num_accepted_tokens for x in per],
+                                                     [x.num_draft_tokens for x in per], seed=seed,
+                                                     n_resamples=n_resamples),
+            "mean_accepted_length": s.mean_accepted_length, "alpha_hat": s.alpha_hat,
+            "predicted_speedup": _speedup(s.num_accepted_tokens, s.num_drafts, s.num_draft_tokens, c, v, k, k0),
+        })
+    return rows
+
+
+def _speedup(accepted: float, steps: float, proposed: float, c: float, v: float, k: int, k0: int) -> float:
+    vk = verify_cost_at(k, v, k0)
+    cost = c * proposed + vk * steps
+    return (accepted + steps) / cost if steps and not math.isnan(cost) and cost > 0 else math.nan
+
+
+def recommend_from_curve(table: list[dict[str, Any]], c: float, v: float, k0: int) -> dict[str, Any]:
+    """The k with the highest predicted speedup on the replayed curve, with the c and v used.
+
+    Rows may carry exact (``num_*``) or expected (``expected_num_*``) counters.
+    Returns:
+        ``{"recommended_num_speculative_tokens", "predicted_speedup_at_recommended", "cost_ratio",
+        "verify_cost_ratio", "verify_cost_k"}``; the k is None when c or v was not measured.
+    """
+    best, best_s = None, math.nan
+    for row in table:
+        a = row.get("num_accepted_tokens", row.get("expected_num_accepted_tokens"))
+        d = row.get("num_drafts", row.get("expected_num_drafts"))
+        t = row.get("num_draft_tokens", row.get("expected_num_draft_tokens"))
+        s = _speedup(a, d, t, c, v, row["k"], k0)
+        row["predicted_speedup"] = s
+        if not math.isnan(s) and (best is None or s > best_s):
+            best, best_s = row["k"], s
+    return {"recommended_num_speculative_tokens": best, "predicted_speedup_at_recommended": best_s,
+            "cost_ratio": c, "verify_cost_ratio": v, "verify_cost_k": k0}
+
+
+def classify(margin: float | None, precision: str, *, unseen_stop: bool = False, counters_equal: bool = False) -> str:
+    """Why a decoded prompt's counters differ from its replay.
+
+    Returns:
+        :data:`UNSEEN_STOP` (decoding proposed a stop token after a rejected draft, which a fast
+        replay cannot see; acceptance counters agree), :data:`NEAR_TIE` (the first differing draft
+        token sits where the draft's logit margin is at most :data:`NUMERICS_MARGIN` for the pair's
+        precision), else :data:`BEYOND_NUMERICS` (a larger margin, no differing token at all, or no
+        margin known: a bookkeeping or measurement error).
+    """
+    if unseen_stop and margin is None:
+        return UNSEEN_STOP
+    if margin is None or math.isnan(margin):
+        return BEYOND_NUMERICS
+    return NEAR_TIE if margin <= NUMERICS_MARGIN.get(precision, NUMERICS_MARGIN["fp32"]) else BEYOND_NUMERICS
+
+
+def precision_of(target: torch.nn.Module, draft: torch.nn.Module | None, recipe: dict | None) -> str:
+    """The lowest precision either side computes in: ``fp8``, ``bf16``, ``fp16``, ``int4``, ``int8`` or ``fp32``."""
+    dtypes = {p.dtype for m in (target, draft) if m is not None for p in m.parameters() if p.is_floating_point()}
+    names = {str(d).removeprefix("torch.") for d in dtypes}
+    if any(n.startswith("float8") for n in names) or (recipe or {}).get("kind") == "fp8":
+        return "fp8"
+    if "bfloat16" in names:
+        return "bf16"
+    if "float16" in names:
+        return "fp16"
+    if (recipe or {}).get("kind") in ("int8", "int4"):
+        return str(recipe["kind"])
+    return "fp32"
+
+
+def decoded_stop_after_rejection(blocks: list[tuple[int, list[int]]], prompt_len: int, continuation: list[int],
+                                 stop: frozenset[int]) -> bool:
+    """True when a decoded block proposed a stop token after its first rejected draft (the part of a
+    proposal a fast replay does not see)."""
+    for ctx_len, tokens in blocks:
+        m = ctx_len - prompt_len
+        for i, x in enumerate(tokens):
+            if m + i >= len(continuation) or x != continuation[m + i]:
+                if any(t in stop for t in tokens[i + 1:]):
+                    return True
+                break
+    return False

@@ -1,0 +1,206 @@
+"""The replay engine: continuations (cached or produced by the core) and per-prompt replays.
+
+For every prompt of the subset that can run (:func:`specdec.validation.prompt_run.skip_reason`):
+
+1. the target's continuation from the :class:`~specdec.validation.continuation_cache.ContinuationCache`,
+   or produced by the core and stored: greedy with a model drafter under test, by
+   :func:`specdec.speculative_generate` with that pair (token-identical to target-only, and
+   faster when the draft pays); otherwise by :func:`specdec.autoregressive_generate` with the
+   same per-prompt generator as the decoding validation (:func:`prompt_seed`);
+2. per drafter, one teacher-forced draft pass: greedy, the counters of every k in ``1..kmax``
+   (:mod:`specdec.validation.replay`); sampling, the per-position alphas (one teacher-forced
+   target pass shared by the drafters) for the expected counters
+   (:mod:`specdec.validation.replay_expected`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from specdec.core.decoding import autoregressive_generate, speculative_generate
+from specdec.core.drafters import ModelDrafter, NgramDrafter, fit_vocab
+from specdec.core.inputs import stop_token_ids
+from specdec.core.kv import model_device
+from specdec.core.stats import DecodingStats
+from specdec.validation.config import ValidationConfig
+from specdec.validation.continuation_cache import ContinuationCache, ContinuationKey, chat_template_hash
+from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, prompt_token_ids
+from specdec.validation.prompt_run import prompt_seed, seeded_generator, skip_reason
+from specdec.validation.replay import DraftTrace, draft_trace, replay_curve
+from specdec.validation.replay_expected import position_alphas
+from specdec.validation.teacher_forcing import teacher_forced_logits
+
+__all__ = ["ReplayedPrompt", "DrafterReplay", "replay_prompts", "adopts_prefix"]
+
+
+@dataclass
+class DrafterReplay:
+    """One drafter's replay of one prompt: ``curve`` (greedy, ``{k: DecodingStats}``) or
+    ``alphas`` (sampling, per continuation position), and the trace (greedy)."""
+
+    curve: dict[int, DecodingStats] = field(default_factory=dict)
+    alphas: list[float] = field(default_factory=list)
+    trace: DraftTrace | None = None
+    adopts_prefix: bool = False
+
+
+@dataclass
+class ReplayedPrompt:
+    """One prompt: its ids, the target's continuation, where it came from, and each drafter's replay.
+
+    ``status`` is ``"ok"`` or ``"skipped"`` (``skip_reason`` says why); ``produced_by`` is
+    ``"cache"``, ``"speculative"`` or ``"target-only"``; seconds are wall seconds.
+    """
+
+    prompt: HeldoutPrompt
+    ids: list[int]
+    status: str = "ok"
+    skip_reason: str | None = None
+    continuation: list[int] = field(default_factory=list)
+    produced_by: str = ""
+    continuation_seconds: float = 0.0
+    replay_seconds: float = 0.0
+    drafters: list[DrafterReplay] = field(default_factory=list)
+
+
+def adopts_prefix(drafter_obj: Any, target: torch.nn.Module, prompt_len: int) -> bool:
+    """Whether decoding lets this drafter adopt the target's prompt KV (one plain first step)."""
+    if isinstance(drafter_obj, ModelDrafter):
+        return bool(drafter_obj.can_adopt_prefix(target, prompt_len))
+    if isinstance(drafter_obj, torch.nn.Module):
+        return bool(ModelDrafter(drafter_obj).can_adopt_prefix(target, prompt_len))
+    return False
+
+
+def _timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    out = fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return out, time.perf_counter() - t0
+
+
+def replay_prompts(
+    subset: HeldoutSet,
+    target: torch.nn.Module,
+    tokenizer: Any,
+    drafters: list[Any],
+    config: ValidationConfig,
+    eos: Any,
+    ctx_limit: int | None,
+    *,
+    cache: ContinuationCache,
+    target_weights: str,
+    kmax: int = 16,
+    exact: bool = False,
+    progress: Callable[[int, int, ReplayedPrompt], None] | None = None,
+) -> list[ReplayedPrompt]:
+    """Replay every prompt of ``subset`` for every drafter (see the module docstring).
+
+    Args:
+        subset: the prompts (its ``source_version`` keys the cache).
+        target: the target causal LM (eval mode).
+        tokenizer: its tokenizer (chat template applied by :func:`prompt_token_ids`).
+        drafters: per drafter, the object decoding uses (causal LM, ModelDrafter or NgramDrafter).
+        config: the validation settings (k is irrelevant: every k in ``1..kmax`` is replayed).
+        eos: EOS id(s). ctx_limit: the models' smallest context (tokens) or None.
+        cache: where continuations are read and stored.
+        target_weights: the target's weights hash (:func:`model_weights_hash`).
+        kmax: largest k replayed (greedy: 1..kmax; sampling: 1..min(kmax, 8)).
+        exact: greedy model drafters: also run the draft after each rejected token
+            (:func:`draft_trace`), so ``num_draft_tokens`` is exact too.
+        progress: ``progress(done, total, replayed)`` after each prompt.
+    Returns:
+        one :class:`ReplayedPrompt` per prompt, in order.
+    """
+    device = model_device(target)
+    stop = stop_token_ids(eos)
+    vocab = target.get_output_embeddings().weight.shape[0]
+    template = chat_template_hash(tokenizer)
+    greedy = config.sampling.is_greedy
+    producer = next((d for d in drafters if not isinstance(d, NgramDrafter)), None) if greedy else None
+    out: list[ReplayedPrompt] = []
+    for i, prompt in enumerate(subset.prompts):
+        ids = [] if prompt.is_empty else prompt_token_ids(prompt, tokenizer)
+        rp = ReplayedPrompt(prompt, ids)
+        reason = skip_reason(prompt, ids, config, ctx_limit)
+        if reason is not None:
+            rp.status, rp.skip_reason = "skipped", reason
+            out.append(rp)
+            if progress is not None:
+                progress(i + 1, len(subset.prompts), rp)
+            continue
+        key = ContinuationKey.build(
+            target_weights=target_weights, heldout_version=subset.source_version, prompt_id=prompt.id, prompt_ids=ids,
+            chat_template=template, max_new_tokens=config.max_new_tokens, sampling=config.sampling, seed=config.seed,
+            stop_token_ids=stop, dtype=next(target.parameters()).dtype, device=device,
+        )
+        cached = cache.get(key)
+        if cached is not None:
+            rp.continuation, rp.produced_by = cached, "cache"
+        else:
+            rp.continuation, rp.continuation_seconds = _timed(lambda: _produce(target, producer, ids, config, eos,
+                                                                                 prompt.id, device), device)
+            rp.produced_by = "speculative" if producer is not None else "target-only"
+            cache.put(key, rp.continuation, rp.produced_by)
+        rp.drafters, rp.replay_seconds = _timed(
+            lambda: _replay_one(target, drafters, ids, rp.continuation, config, stop, vocab, kmax, exact), device)
+        out.append(rp)
+        if progress is not None:
+            progress(i + 1, len(subset.prompts), rp)
+    return out
+
+
+def _produce(target, producer, ids: list[int], config: ValidationConfig, eos: Any, prompt_id: str,
+             device: torch.device) -> list[int]:
+    x = torch.tensor([ids], dtype=torch.long, device=device)
+    decode = dict(max_new_tokens=config.max_new_tokens, sampling=config.sampling, eos_token_id=eos)
+    if producer is not None:  # greedy: the pair's output is the target's own greedy continuation
+        return speculative_generate(target, producer, x, num_speculative_tokens=config.num_speculative_tokens,
+                                    **decode).token_ids
+    gen = seeded_generator(prompt_seed(config.seed, prompt_id), device)  # as the decoding validation's target-only
+    return autoregressive_generate(target, x, generator=gen, **decode).token_ids
+
+
+@torch.inference_mode()
+def _replay_one(target, drafters, ids, y, config: ValidationConfig, stop, vocab: int, kmax: int,
+                exact: bool) -> list[DrafterReplay]:
+    res: list[DrafterReplay] = []
+    if config.sampling.is_greedy:
+        for d in drafters:
+            adopt = adopts_prefix(d, target, len(ids))
+            trace = draft_trace(d, ids, y, vocab, kmax=kmax, stop_token_ids=stop, exact=exact, adopts_prefix=adopt)
+            curve = replay_curve(trace, y, range(1, kmax + 1), max_new_tokens=config.max_new_tokens, stop_token_ids=stop)
+            res.append(DrafterReplay(curve=curve, trace=trace, adopts_prefix=adopt))
+        return res
+    z_p = teacher_forced_logits(target, ids + y[:-1], len(y)) if y else None
+    for d in drafters:
+        adopt = adopts_prefix(d, target, len(ids))
+        if z_p is None:
+            res.append(DrafterReplay(adopts_prefix=adopt))
+            continue
+        if isinstance(d, NgramDrafter):
+            d.reset()
+            full = ids + y
+            z_q = torch.full_like(z_p, float("-inf"))
+            for t in range(len(y)):
+                look = d.lookup(full[: len(ids) + t], 1)
+                if look and look[0] < vocab:
+                    z_q[t, look[0]] = 0.0
+                else:  # no proposal: nothing can be accepted there
+                    z_q[t] = 0.0
+            alphas = position_alphas(z_p, z_q, config.sampling)
+            alphas = [a if z_q[t].isfinite().sum() == 1 else 0.0 for t, a in enumerate(alphas)]
+        else:
+            model = d.model if isinstance(d, ModelDrafter) else d
+            z_q = fit_vocab(teacher_forced_logits(model, ids + y[:-1], len(y)), vocab)
+            alphas = position_alphas(z_p, z_q, config.sampling)
+        res.append(DrafterReplay(alphas=alphas, adopts_prefix=adopt))
+    return res
