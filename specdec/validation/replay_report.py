@@ -232,7 +232,7 @@ def _report(j, replayed, decoded, blocks, config, kmax, precision, method, subse
         "kind": "exact counters (greedy replay)" if greedy else "expected values (sampling: teacher-forced p, q)",
         "num_draft_tokens_exact": bool(exact) if greedy else False,
         "precision": precision, "num_prompts_replayed": len(ok),
-        "continuations": {w: sum(rp.produced_by == w for rp in ok) for w in ("cache", "speculative", "target-only")},
+        "continuations": {w: sum(rp.produced_by == w for rp in ok) for w in ("cache", "speculative", "ngram", "target-only")},
         "seconds": {"continuation": sum(rp.continuation_seconds for rp in ok),
                     "replay": sum(rp.replay_seconds for rp in ok)},
     }

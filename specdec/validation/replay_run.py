@@ -3,10 +3,12 @@
 For every prompt of the subset that can run (:func:`specdec.validation.prompt_run.skip_reason`):
 
 1. the target's continuation from the :class:`~specdec.validation.continuation_cache.ContinuationCache`,
-   or produced by the core and stored: greedy with a model drafter under test, by
-   :func:`specdec.speculative_generate` with that pair (token-identical to target-only, and
-   faster when the draft pays); otherwise by :func:`specdec.autoregressive_generate` with the
-   same per-prompt generator as the decoding validation (:func:`prompt_seed`);
+   or produced by the core and stored. Greedy: by :func:`specdec.speculative_generate` (token-identical
+   to target-only) with whichever producer is faster here (:class:`ProducerChoice`: the model
+   drafter under test, if any, and the n-gram drafter, whose miss costs nothing, are timed on the
+   first produced continuations, then the faster per new token produces the rest). Sampling: by
+   :func:`specdec.autoregressive_generate` with the same per-prompt generator as the decoding
+   validation (:func:`prompt_seed`);
 2. per drafter, one teacher-forced draft pass: greedy, the counters of every k in ``1..kmax``
    (:mod:`specdec.validation.replay`); sampling, the per-position alphas (one teacher-forced
    target pass shared by the drafters) for the expected counters
@@ -35,7 +37,7 @@ from specdec.validation.replay import DraftTrace, draft_trace, replay_curve
 from specdec.validation.replay_expected import position_alphas
 from specdec.validation.teacher_forcing import teacher_forced_logits
 
-__all__ = ["ReplayedPrompt", "DrafterReplay", "replay_prompts", "adopts_prefix"]
+__all__ = ["ReplayedPrompt", "DrafterReplay", "replay_prompts", "adopts_prefix", "ProducerChoice"]
 
 
 @dataclass
@@ -54,7 +56,8 @@ class ReplayedPrompt:
     """One prompt: its ids, the target's continuation, where it came from, and each drafter's replay.
 
     ``status`` is ``"ok"`` or ``"skipped"`` (``skip_reason`` says why); ``produced_by`` is
-    ``"cache"``, ``"speculative"`` or ``"target-only"``; seconds are wall seconds.
+    ``"cache"``, ``"speculative"`` (the model drafter under test), ``"ngram"`` (the n-gram drafter) or
+    ``"target-only"``; seconds are wall seconds.
     """
 
     prompt: HeldoutPrompt
@@ -66,6 +69,53 @@ class ReplayedPrompt:
     continuation_seconds: float = 0.0
     replay_seconds: float = 0.0
     drafters: list[DrafterReplay] = field(default_factory=list)
+
+
+class ProducerChoice:
+    """Which drafter produces the greedy continuations: the faster one, measured here.
+
+    Every option is exact (greedy speculative decoding emits the target's own continuation), so the
+    choice only changes cost. The options are tried in turn on the first ``trials`` produced
+    continuations each; after that the one with the fewest seconds per new token (pooled over its
+    trials) produces the rest.
+
+    Args:
+        options: ``(name, drafter)`` pairs, e.g. ``[("speculative", model_drafter), ("ngram", NgramDrafter())]``;
+            at least one.
+        trials: produced continuations timed per option before choosing (>= 1).
+    Raises:
+        ValueError: no options, or ``trials < 1``.
+    """
+
+    def __init__(self, options: list[tuple[str, Any]], trials: int = 2) -> None:
+        if not options or trials < 1:
+            raise ValueError("ProducerChoice needs at least one option and trials >= 1")
+        self.options = list(options)
+        self.trials = trials
+        self._seconds = {name: 0.0 for name, _ in options}
+        self._tokens = {name: 0 for name, _ in options}
+        self._runs = {name: 0 for name, _ in options}
+
+    def next(self) -> tuple[str, Any]:
+        """The option that produces the next continuation: ``(name, drafter)``."""
+        pending = [o for o in self.options if self._runs[o[0]] < self.trials]
+        if pending:
+            return min(pending, key=lambda o: self._runs[o[0]])
+        return min(self.options, key=lambda o: self.seconds_per_token(o[0]))
+
+    def record(self, name: str, seconds: float, new_tokens: int) -> None:
+        """One produced continuation: wall ``seconds`` for ``new_tokens`` tokens."""
+        self._runs[name] += 1
+        self._seconds[name] += seconds
+        self._tokens[name] += max(new_tokens, 1)
+
+    def seconds_per_token(self, name: str) -> float:
+        """Pooled seconds per new token of ``name`` (inf before its first run)."""
+        return self._seconds[name] / self._tokens[name] if self._tokens[name] else float("inf")
+
+    def summary(self) -> dict[str, float]:
+        """``{name: seconds per new token}`` of the options tried (for reports)."""
+        return {n: self.seconds_per_token(n) for n, _ in self.options if self._runs[n]}
 
 
 def adopts_prefix(drafter_obj: Any, target: torch.nn.Module, prompt_len: int) -> bool:
@@ -125,7 +175,11 @@ def replay_prompts(
     vocab = target.get_output_embeddings().weight.shape[0]
     template = chat_template_hash(tokenizer)
     greedy = config.sampling.is_greedy
-    producer = next((d for d in drafters if not isinstance(d, NgramDrafter)), None) if greedy else None
+    producers = None
+    if greedy:
+        model = next((d for d in drafters if not isinstance(d, NgramDrafter)), None)
+        producers = ProducerChoice(([("speculative", model)] if model is not None else [])
+                                   + [("ngram", NgramDrafter())])
     out: list[ReplayedPrompt] = []
     for i, prompt in enumerate(subset.prompts):
         ids = [] if prompt.is_empty else prompt_token_ids(prompt, tokenizer)
@@ -146,9 +200,12 @@ def replay_prompts(
         if cached is not None:
             rp.continuation, rp.produced_by = cached, "cache"
         else:
+            name, producer = producers.next() if producers is not None else ("target-only", None)
             rp.continuation, rp.continuation_seconds = _timed(lambda: _produce(target, producer, ids, config, eos,
                                                                                  prompt.id, device), device)
-            rp.produced_by = "speculative" if producer is not None else "target-only"
+            rp.produced_by = name
+            if producers is not None:
+                producers.record(name, rp.continuation_seconds, len(rp.continuation))
             cache.put(key, rp.continuation, rp.produced_by)
         rp.drafters, rp.replay_seconds = _timed(
             lambda: _replay_one(target, drafters, ids, rp.continuation, config, stop, vocab, kmax, exact), device)

@@ -19,6 +19,7 @@ from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, content_versio
 from specdec.validation.replay import draft_trace, replay_counters
 from specdec.validation.replay_expected import expected_counters, position_alphas
 from specdec.validation.replay_report import validate_replay
+from specdec.validation.replay_run import ProducerChoice, replay_prompts
 from specdec.validation.report import ValidationReport
 from specdec.validation.teacher_forcing import teacher_forced_logits
 
@@ -76,7 +77,9 @@ def test_cache_reused_when_only_the_draft_changed_and_never_otherwise(tmp_path):
         [r] = validate_replay(tgt, [d], heldout or _heldout(), config, method="replay", tokenizer=tokenizer, cache=cache, kmax=4)
         return r.replay["continuations"]
 
-    assert run() == {"cache": 0, "speculative": 6, "target-only": 0}
+    first = run()  # the model drafter and the n-gram drafter each produce 2, the faster the rest
+    assert first["cache"] == 0 and first["target-only"] == 0
+    assert first["speculative"] >= 2 and first["ngram"] >= 2 and first["speculative"] + first["ngram"] == 6
     assert run(draft_seed=4)["cache"] == 6  # another draft: same continuations
     assert run(tgt=perturbed_copy(target, scale=0.01, seed=5))["cache"] == 0  # target weights
     assert run(config=ValidationConfig(max_new_tokens=11, bootstrap_resamples=50))["cache"] == 0
@@ -85,9 +88,36 @@ def test_cache_reused_when_only_the_draft_changed_and_never_otherwise(tmp_path):
     other.chat_template = "{% for m in messages %}[{{ m['content'] }}]{% endfor %}"
     assert run(tokenizer=other)["cache"] == 0  # chat template
     sampled = ValidationConfig(max_new_tokens=10, sampling=SamplingConfig(temperature=1.0), bootstrap_resamples=50)
-    assert run(config=sampled) == {"cache": 0, "speculative": 0, "target-only": 6}
+    assert run(config=sampled) == {"cache": 0, "speculative": 0, "ngram": 0, "target-only": 6}
     assert run(tgt=copy.deepcopy(target).to(torch.bfloat16))["cache"] == 0  # dtype
     assert model_weights_hash(target) == model_weights_hash(tiny_llama(103, seed=0))
+
+
+def test_every_producer_emits_the_targets_greedy_continuation(tmp_path):
+    # the cache holds what target-only greedy decoding emits, whichever producer made it
+    target, tok = tiny_llama(103, seed=0), tiny_tokenizer()
+    draft = perturbed_copy(target, scale=0.05, seed=3)
+    cfg = ValidationConfig(max_new_tokens=12, bootstrap_resamples=50)
+    out = replay_prompts(_heldout(8), target, tok, [draft], cfg, None, None, cache=ContinuationCache(tmp_path),
+                         target_weights="w", kmax=4)
+    assert {rp.produced_by for rp in out} == {"speculative", "ngram"}
+    for rp in out:
+        ref = autoregressive_generate(target, torch.tensor([rp.ids]), max_new_tokens=12, sampling=SamplingConfig())
+        assert rp.continuation == ref.token_ids, rp.prompt.id
+
+
+def test_producer_choice_takes_the_faster_after_its_trials():
+    choice = ProducerChoice([("speculative", "m"), ("ngram", "n")], trials=2)
+    order = []
+    for _ in range(4):  # model drafter 2 s, n-gram 1 s per 10 tokens
+        name, _ = choice.next()
+        order.append(name)
+        choice.record(name, 2.0 if name == "speculative" else 1.0, 10)
+    assert sorted(order) == ["ngram", "ngram", "speculative", "speculative"]
+    assert [choice.next()[0] for _ in range(3)] == ["ngram"] * 3
+    assert choice.summary() == {"speculative": 0.2, "ngram": 0.1}
+    with pytest.raises(ValueError):
+        ProducerChoice([])
 
 
 def test_expected_counters_equal_greedy_replay_in_the_one_hot_limit():
