@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -68,12 +69,33 @@ def document(args, machine_desc: dict, raw: dict, summary: dict, started_at, com
         "runs": {"main": raw["main"], "teacher_forced": raw["tf"], "k_sweep": raw["k_sweep"], "p5": raw.get("p5"),
                  "costs": raw["costs"], "pooled_stats": raw["stats"], "step_outcomes": raw["steps"]},
     }
+    doc["derived_verdict"] = derived_verdict(summary["drafters"], cfg.get("device", "cpu"))
     for k in ("p1", "p2", "p3", "p5"):
         v = doc[k]
         doc[k] = None if is_nan(v) else float(v)
         if doc[k] is None and f"{k}_reason" not in doc:
             doc[f"{k}_reason"] = "not measured (run incomplete)" if not complete else "not measured"
     return clean(doc)
+
+
+def derived_verdict(drafters: dict, device: str) -> str | None:
+    """One sentence: does a derived draft (a lower-precision copy of the target) pay here, and if
+    not, why (its cost ratio c and the CPU's native bf16 support). None without derived drafters."""
+    from specdec.validation.machine import native_bf16
+
+    derived = {s: d for s, d in drafters.items() if s.startswith("derived:")}
+    if not derived:
+        return None
+    nb = native_bf16(device)
+    paying = [s for s, d in derived.items() if (d.get("measured_speedup_ci") or [math.nan])[0] > 1.0]
+    facts = "; ".join(f"{s}: c = {_f(d.get('c_hat'), 2)}, measured {_x(d.get('measured_speedup'))}"
+                      f" [{', '.join(_f(v, 2) for v in (d.get('measured_speedup_ci') or []))}]"
+                      for s, d in derived.items())
+    bf16 = f"native bf16: {'yes' if nb.get('native') else 'no'} ({nb.get('detail', '')})"
+    if paying:
+        return f"a derived draft pays here ({', '.join(paying)}; CI above 1.0x): {facts}; {bf16}"
+    return (f"no derived draft pays here: {facts}; {bf16}. A derived draft pays only when its one-token pass "
+            f"costs well under a target pass (c << 1); here it does not")
 
 
 def write_outputs(path: Path, doc: dict) -> None:
@@ -113,6 +135,8 @@ def markdown(doc: dict) -> str:
         met = top["goals_met"].get(k)
         L.append(f"| {k.upper()} | {_f(doc[k])}{'' if doc[k] is not None else ' (' + doc.get(k + '_reason', '') + ')'} "
                  f"| {doc['goals'][k]}{' and abs(α_tf − α̂) ≤ 0.03' if k == 'p3' else ''} | {'–' if met is None else ('yes' if met else 'no')} |")
+    if doc.get("derived_verdict"):
+        L += ["", f"Derived drafts: {doc['derived_verdict']}."]
     L += ["", f"Representative drafter (highest measured speedup): `{top.get('representative_drafter')}`. "
           f"P2 pools the identical-output pairs of all drafters ({top.get('p2_pairs')} pairs).", ""]
     L += ["## Per drafter (k = %d)" % cfg["k"], "",

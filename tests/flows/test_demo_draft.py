@@ -1,0 +1,52 @@
+"""Which draft the demo's story runs with (flows.demo._story_draft), from a recommendation."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from flows.demo import NO_SPEED_K, _story_draft
+from monitoring.settings import MonitoringSettings
+from specdec.validation.recommend import CandidateResult, Recommendation
+
+
+def _rec(*cands: CandidateResult, best: str | None) -> Recommendation:
+    return Recommendation(target_ref="t", device="cpu", dtype="float32", native_bf16={"native": True},
+                          candidates=list(cands), best=best, fallback=best, summary="", num_prompts=6,
+                          categories=[], max_new_tokens=48, target_step_ms=30.0, verify_cost_by_k={},
+                          load_avg_1m=[], num_cpus=2, seconds=1.0)
+
+
+def _cand(spec: str, speedup: float, c: float = 0.5, k: int = 3) -> CandidateResult:
+    return CandidateResult(spec=spec, cost_ratio=c, k=k, measured_speedup=speedup, speedup_ci=[speedup - 0.1, speedup + 0.1],
+                           identical_outputs=6, compared_outputs=6,
+                           reason=None if speedup > 1 else f"not cheaper than the target here (c = {c:.2f} of a target pass)")
+
+
+def _console() -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    return Console(file=out, width=200), out
+
+
+def test_a_paying_derived_draft_is_taken_even_when_ngram_ranks_first(monkeypatch):
+    monkeypatch.setenv("SPECDEC_RULES__SPEED_ENABLED", "true")  # undone after the test, whatever the demo sets
+    con, out = _console()
+    rec = _rec(_cand("derived:bf16", 1.2), _cand("derived:int8", 0.7, c=1.3), _cand("ngram", 1.3, c=float("nan")),
+               best="ngram")
+    assert _story_draft(rec, con) == "derived:bf16"
+    assert "going on with derived:bf16" in out.getvalue()
+    assert MonitoringSettings().rules.speed_enabled  # the speed rule stays on
+
+
+def test_where_no_derived_draft_pays_the_demo_says_why_and_turns_the_speed_rule_off(monkeypatch):
+    monkeypatch.setenv("SPECDEC_RULES__SPEED_ENABLED", "true")  # undone after the test, whatever the demo sets
+    con, out = _console()
+    rec = _rec(_cand("derived:bf16", 0.82, c=0.96), _cand("derived:int8", 0.73, c=1.37),
+               _cand("ngram", 1.16, c=float("nan")), best="ngram")
+    assert _story_draft(rec, con) == "derived:bf16"  # the fastest derived draft
+    text = " ".join(out.getvalue().split())
+    assert "no derived draft pays on this machine" in text
+    assert "c = 0.96" in text and "c = 1.37" in text  # the why
+    assert f"k={NO_SPEED_K}" in text and "SPECDEC_RULES__SPEED_ENABLED=false" in text
+    assert MonitoringSettings().rules.speed_enabled is False
