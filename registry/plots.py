@@ -47,21 +47,7 @@ def plot_per_position(report: ValidationReport, path: str | Path) -> Path:
         ax.set_xticks(range(len(overall)))
     ax.set_title(f"Per-position acceptance (k={report.config.get('num_speculative_tokens', '?')})")
     ax.grid(alpha=0.3)
-    handles, names = ax.get_legend_handles_labels()
-    sp = [(x, h) for x, h in zip(xs, pts) if _ok(h.get("speedup"))]
-    if sp:  # measured speedup on a second axis, with its paired-bootstrap CI and the 1.0x line
-        ax2 = ax.twinx()
-        sy = [float(h["speedup"]) for _, h in sp]
-        lo = [y - float(h["speedup_ci_low"]) if _ok(h.get("speedup_ci_low")) else 0.0 for y, (_, h) in zip(sy, sp)]
-        hi = [float(h["speedup_ci_high"]) - y if _ok(h.get("speedup_ci_high")) else 0.0 for y, (_, h) in zip(sy, sp)]
-        ax2.errorbar([x for x, _ in sp], sy, yerr=[lo, hi], marker="s", color="#55A868", capsize=3,
-                     label="measured speedup (95% CI)")
-        ax2.axhline(1.0, color="#55A868", linestyle=":", linewidth=1, label="speedup 1.0x (no gain)")
-        ax2.set_ylim(0, max([y + h for y, h in zip(sy, hi)] + [1.5]) * 1.1)
-        ax2.set_ylabel("speedup vs target-only (x)")
-        h2, n2 = ax2.get_legend_handles_labels()
-        handles, names = handles + h2, names + n2
-    ax.legend(handles, names, fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="lower left")
     out = Path(path)
     fig.savefig(out, bbox_inches="tight")
     return out
