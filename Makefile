@@ -16,7 +16,8 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -e '.[test]'
+	@echo "installing specdec and its dependencies into $(VENV) (a few minutes on first use)"
+	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
 venv: $(STAMP)

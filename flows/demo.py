@@ -168,6 +168,11 @@ def main() -> int:  # noqa: PLR0915 (a linear story reads best as one function)
     with ThirdPartyToLog(log_path):
         try:
             return _story(home, log_path)
+        except KeyboardInterrupt:
+            from rich.console import Console
+
+            Console().print(f"[bold yellow]demo interrupted[/] (state so far in {home}; log in {log_path})")
+            return 130
         except Exception as e:  # the traceback is in the log file
             from rich.console import Console
 

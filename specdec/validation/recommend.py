@@ -82,9 +82,11 @@ class CandidateResult:
 
     @property
     def pays(self) -> bool:
-        """Measured faster than target-only with every compared output identical."""
+        """Credibly faster than target-only with every compared output identical: the measured
+        speedup and the lower end of its 95% CI (when one was computed) are above 1.0."""
+        lo = self.speedup_ci[0] if self.speedup_ci else math.nan
         return (self.available and not math.isnan(self.measured_speedup) and self.measured_speedup > PAYS_ABOVE
-                and self.identical_outputs == self.compared_outputs)
+                and (math.isnan(lo) or lo > PAYS_ABOVE) and self.identical_outputs == self.compared_outputs)
 
 
 @dataclass
@@ -394,6 +396,9 @@ def _finding(c: CandidateResult) -> str | None:
         return f"{c.compared_outputs - c.identical_outputs} greedy output(s) differ from target-only (numeric near-ties?)"
     if not math.isnan(c.cost_ratio) and c.cost_ratio >= 0.9:
         return f"not cheaper than the target here (c = {c.cost_ratio:.2f} of a target pass)"
+    lo = c.speedup_ci[0] if c.speedup_ci else math.nan
+    if not math.isnan(c.measured_speedup) and c.measured_speedup > PAYS_ABOVE and not math.isnan(lo) and lo <= PAYS_ABOVE:
+        return f"faster on average but not credibly (95% CI {lo:.2f}-{c.speedup_ci[1]:.2f}x includes 1.0x)"
     if not math.isnan(c.measured_speedup) and c.measured_speedup <= PAYS_ABOVE:
         if c.kind == "ngram":
             return "too few of its lookups hit on these prompts to pay for the wider verification passes"

@@ -33,7 +33,7 @@ def run_replay(tgt: Any, drafters: list[Any], hs: Any, config: Any, target_ref: 
                 tasks[phase] = prog.add_task(phase, total=total)
             prog.update(tasks[phase], completed=done, total=total)
             if not err.is_terminal:
-                err.print(f"[{phase} {done}/{total}]", highlight=False)
+                err.print(f"[{phase} {done}/{total}]", highlight=False, markup=False)
 
         return validate_replay(tgt, drafters, hs, config, method=method, decode_fraction=decode_fraction,
                                target_ref=target_ref, progress=tick)
@@ -57,7 +57,7 @@ def print_replay(report: Any, out: Console) -> None:
     out.print(t)
     cont = r["continuations"]
     out.print(f"replayed {r['num_prompts_replayed']} prompts (continuations: {cont['cache']} cached, "
-              f"{cont['speculative'] + cont['target-only']} produced); seconds: continuation "
+              f"{sum(v for w, v in cont.items() if w != 'cache')} produced); seconds: continuation "
               f"{_f(r['seconds']['continuation'], 1)}, replay {_f(r['seconds']['replay'], 1)}", highlight=False)
     if r.get("recommended_num_speculative_tokens") is not None:
         out.print(f"recommended k from the replayed curve: {r['recommended_num_speculative_tokens']} "

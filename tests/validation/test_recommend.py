@@ -88,6 +88,11 @@ def test_pays_needs_identical_outputs_and_a_gain():
     assert ok.pays
     assert not CandidateResult(spec="x", measured_speedup=1.2, identical_outputs=3, compared_outputs=4).pays
     assert not CandidateResult(spec="x", measured_speedup=0.99, identical_outputs=4, compared_outputs=4).pays
+    # faster on average, but the CI includes 1.0x: not credibly faster
+    assert not CandidateResult(spec="x", measured_speedup=1.15, speedup_ci=[0.89, 1.95], identical_outputs=4,
+                               compared_outputs=4).pays
+    assert CandidateResult(spec="x", measured_speedup=1.27, speedup_ci=[1.13, 1.41], identical_outputs=4,
+                           compared_outputs=4).pays
 
 
 def test_cli_recommend_and_validate_auto(target_dir, heldout_file, tmp_path):
