@@ -82,20 +82,23 @@ def derived_verdict(drafters: dict, device: str) -> str | None:
     """One sentence: does a derived draft (a lower-precision copy of the target) pay here, and if
     not, why (its cost ratio c and the CPU's native bf16 support). None without derived drafters."""
     from specdec.validation.machine import native_bf16
+    from specdec.validation.recommend import PAYS_ABOVE
 
     derived = {s: d for s, d in drafters.items() if s.startswith("derived:")}
     if not derived:
         return None
     nb = native_bf16(device)
-    paying = [s for s, d in derived.items() if (d.get("measured_speedup_ci") or [math.nan])[0] > 1.0]
+    paying = [s for s, d in derived.items() if (d.get("measured_speedup_ci") or [math.nan])[0] > PAYS_ABOVE]
     facts = "; ".join(f"{s}: c = {_f(d.get('c_hat'), 2)}, measured {_x(d.get('measured_speedup'))}"
                       f" [{', '.join(_f(v, 2) for v in (d.get('measured_speedup_ci') or []))}]"
                       for s, d in derived.items())
     bf16 = f"native bf16: {'yes' if nb.get('native') else 'no'} ({nb.get('detail', '')})"
     if paying:
         return f"a derived draft pays here ({', '.join(paying)}; CI above 1.0x): {facts}; {bf16}"
-    return (f"no derived draft pays here: {facts}; {bf16}. A derived draft pays only when its one-token pass "
-            f"costs well under a target pass (c << 1); here it does not")
+    dear = all(not (d.get("c_hat") is not None and d["c_hat"] < 0.9) for d in derived.values())
+    why = ("none is cheaper than the target here (c >= 0.9)" if dear
+           else "acceptance too low for the cost of the cheaper ones")
+    return f"no derived draft pays here ({why}): {facts}; {bf16}"
 
 
 def write_outputs(path: Path, doc: dict) -> None:

@@ -36,18 +36,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from specdec.validation.report import nan_to_none
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-
-
-def _clean(x):
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_clean(v) for v in x]
-    return x
 
 
 def _load() -> list[float]:
@@ -86,7 +78,7 @@ def bench_drafter(tgt, spec: str, heldout, config, cache_root: Path) -> dict:
     t_warm = min(warm_runs)
     load2 = _load()
     r = both.replay
-    return _clean({
+    return nan_to_none({
         "drafter": spec, "precision": r["precision"], "gate_method": r["gate_method"],
         "num_prompts": r["num_prompts_replayed"], "num_prompts_decoded": r["num_prompts_decoded"],
         "seconds": {"replay_cold": cold, "replay_warm": t_warm, "replay_warm_runs": warm_runs, "decode_validation": decode, "both_total": t_both,
@@ -121,7 +113,7 @@ def night(tgt, spec: str, config, cache_root: Path, limit: int | None) -> dict:
     load0 = _load()
     t1 = time.perf_counter()
     [warm] = validate_replay(tgt, [drafter], hs, cfg, method="replay", cache=cache, target_ref="smollm2")
-    return _clean({"drafter": spec, "num_prompts": warm.replay["num_prompts_replayed"], "cold_seconds": cold,
+    return nan_to_none({"drafter": spec, "num_prompts": warm.replay["num_prompts_replayed"], "cold_seconds": cold,
                    "warm_seconds": time.perf_counter() - t1, "load_avg_before": load0, "load_avg_after": _load(),
                    "acceptance_k4": warm.overall.acceptance_rate})
 

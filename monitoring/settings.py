@@ -32,6 +32,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from monitoring.redact import redact_url
 from specdec.policy import AcceptancePolicy, get_policy
+from specdec.validation.machine import OVERLOADED_LOAD_PER_CPU
 
 
 class RuleSettings(BaseModel):
@@ -77,7 +78,7 @@ class RuleSettings(BaseModel):
     speed_enabled: bool = True
     speed_threshold: float = Field(1.0, gt=0.0)
     speed_min_prompts: int = Field(5, ge=2)
-    speed_max_load_per_cpu: float = Field(1.25, gt=0.0)
+    speed_max_load_per_cpu: float = Field(OVERLOADED_LOAD_PER_CPU, gt=0.0)
     speed_severity: Literal["info", "warning", "critical"] = "warning"
 
     def policy(self) -> AcceptancePolicy:

@@ -21,6 +21,12 @@ __all__ = ["cpu_flags", "native_bf16", "load_average", "usable_cpus", "LoadSampl
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
+#: mean 1-minute load average per CPU above which speed timings are unreliable (other work took more
+#: than a quarter of the machine besides the measurement's own threads); the default of the nightly's
+#: speed-inconclusive bound (monitoring RuleSettings.speed_max_load_per_cpu) and of recommend's warning
+OVERLOADED_LOAD_PER_CPU = 1.25
+
+
 def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
     """The ``flags`` of the first CPU in ``cpuinfo`` (Linux); an empty set where it is unreadable."""
     try:

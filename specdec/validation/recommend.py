@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from specdec.validation.report import nan_to_none
 from specdec.validation.speed import best_k, bootstrap_speedup_ci, pooled_speedup, predicted_speedup_with_verify
 
 __all__ = ["CandidateResult", "Recommendation", "recommend_draft", "default_candidates", "smooth_verify_cost"]
@@ -81,10 +82,15 @@ class CandidateResult:
     reason: str | None = None
 
     @property
+    def speedup_ci_low(self) -> float:
+        """Lower end of the measured speedup's 95% CI (NaN when none was computed)."""
+        return self.speedup_ci[0] if self.speedup_ci else math.nan
+
+    @property
     def pays(self) -> bool:
         """Credibly faster than target-only with every compared output identical: the measured
         speedup and the lower end of its 95% CI (when one was computed) are above 1.0."""
-        lo = self.speedup_ci[0] if self.speedup_ci else math.nan
+        lo = self.speedup_ci_low
         return (self.available and not math.isnan(self.measured_speedup) and self.measured_speedup > PAYS_ABOVE
                 and (math.isnan(lo) or lo > PAYS_ABOVE) and self.identical_outputs == self.compared_outputs)
 
@@ -115,17 +121,7 @@ class Recommendation:
         """JSON-ready dict (NaN -> None)."""
         d = asdict(self)
         d["candidates"] = [{**asdict(c), "pays": c.pays} for c in self.candidates]
-        return _nan_none(d)
-
-
-def _nan_none(x: Any) -> Any:
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _nan_none(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_nan_none(v) for v in x]
-    return x
+        return nan_to_none(d)
 
 
 # --------------------------------------------------------------------------- phase 1: costs
@@ -387,8 +383,8 @@ def recommend_draft(
 def _rank(c: CandidateResult) -> tuple[float, float]:
     """Rank by the lower end of the speedup CI (the gain it credibly gives), then the point value:
     a steady 1.10x [1.05, 1.15] beats a prompt-dependent 1.12x [0.85, 1.40]."""
-    lo = c.speedup_ci[0] if c.speedup_ci and not math.isnan(c.speedup_ci[0]) else c.measured_speedup
-    return (lo, c.measured_speedup)
+    lo = c.speedup_ci_low
+    return (c.measured_speedup if math.isnan(lo) else lo, c.measured_speedup)
 
 
 def _finding(c: CandidateResult) -> str | None:
@@ -396,7 +392,7 @@ def _finding(c: CandidateResult) -> str | None:
         return f"{c.compared_outputs - c.identical_outputs} greedy output(s) differ from target-only (numeric near-ties?)"
     if not math.isnan(c.cost_ratio) and c.cost_ratio >= 0.9:
         return f"not cheaper than the target here (c = {c.cost_ratio:.2f} of a target pass)"
-    lo = c.speedup_ci[0] if c.speedup_ci else math.nan
+    lo = c.speedup_ci_low
     if not math.isnan(c.measured_speedup) and c.measured_speedup > PAYS_ABOVE and not math.isnan(lo) and lo <= PAYS_ABOVE:
         return f"faster on average but not credibly (95% CI {lo:.2f}-{c.speedup_ci[1]:.2f}x includes 1.0x)"
     if not math.isnan(c.measured_speedup) and c.measured_speedup <= PAYS_ABOVE:

@@ -65,6 +65,8 @@ def print_recommendation(rec: Any, console: Console = _out) -> None:
     console.print(f"native bf16: {'yes' if nb.get('native') else 'no'} ({nb.get('detail')}); target one-token pass "
                   f"{rec.target_step_ms:.1f} ms; load avg {', '.join(f'{x:.1f}' for x in rec.load_avg_1m[:1] + rec.load_avg_1m[-1:])}"
                   f" on {rec.num_cpus} CPUs; {rec.seconds:.0f} s", highlight=False)
+    from specdec.validation.machine import OVERLOADED_LOAD_PER_CPU
+
     loads = [x for x in rec.load_avg_1m if x == x]
     if loads and rec.num_cpus and max(loads) / rec.num_cpus > OVERLOADED_LOAD_PER_CPU:
         console.print(f"[yellow]warning: the machine was busy during the timings (load avg up to {max(loads):.1f} on "
@@ -72,11 +74,6 @@ def print_recommendation(rec: Any, console: Console = _out) -> None:
                       "an idle machine[/]", highlight=False)
     color = "green" if rec.best else "yellow"
     console.print(f"[bold {color}]recommendation:[/] {rec.summary}", highlight=False)
-
-
-#: mean 1-minute load per CPU above which timings are called unreliable (the same default as the
-#: nightly's speed-inconclusive bound, monitoring's RuleSettings.speed_max_load_per_cpu)
-OVERLOADED_LOAD_PER_CPU = 1.25
 
 
 def run_recommend(target: Any, *, heldout: str = "spec_bench", candidates: list[str] | None = None,

@@ -179,7 +179,7 @@ class ValidationReport:
         d = asdict(self)
         if not include_prompts:
             d.pop("prompts")
-        return _nan_to_none(d)
+        return nan_to_none(d)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], prompts: list[PromptResult] | None = None) -> "ValidationReport":
@@ -249,13 +249,14 @@ def group_metrics_from_dict(d: dict[str, Any] | None) -> GroupMetrics:
     return GroupMetrics(**{k: v for k, v in d.items() if k in known})
 
 
-def _nan_to_none(x: Any) -> Any:
+def nan_to_none(x: Any) -> Any:
+    """``x`` with every float NaN inside dicts and lists replaced by ``None`` (JSON has no NaN)."""
     if isinstance(x, float) and math.isnan(x):
         return None
     if isinstance(x, dict):
-        return {k: _nan_to_none(v) for k, v in x.items()}
+        return {k: nan_to_none(v) for k, v in x.items()}
     if isinstance(x, list):
-        return [_nan_to_none(v) for v in x]
+        return [nan_to_none(v) for v in x]
     return x
 
 
