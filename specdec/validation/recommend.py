@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from specdec.core.kv import timed
 from specdec.validation.report import nan_to_none
 from specdec.validation.speed import best_k, bootstrap_speedup_ci, pooled_speedup, predicted_speedup_with_verify
 
@@ -193,16 +194,6 @@ def smooth_verify_cost(measured: dict[int, float]) -> dict[int, float]:
     return {k: max(1.0, a + b * k) for k in measured}
 
 
-def _timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
-    from specdec.core.kv import sync
-
-    sync(device)
-    t0 = time.perf_counter()
-    out = fn()
-    sync(device)
-    return out, time.perf_counter() - t0
-
-
 def recommend_draft(
     target: Any,
     heldout: Any,
@@ -333,10 +324,10 @@ def recommend_draft(
             outs: dict[str, list[int]] = {}
             for s in order[rot:] + order[:rot]:
                 if s == "target":
-                    out, sec = _timed(lambda: autoregressive_generate(model, x, max_new_tokens=max_new_tokens,
+                    out, sec = timed(lambda: autoregressive_generate(model, x, max_new_tokens=max_new_tokens,
                                                                       sampling=greedy, eos_token_id=eos), device)
                 else:
-                    out, sec = _timed(lambda: speculative_generate(
+                    out, sec = timed(lambda: speculative_generate(
                         model, drafters[s], x, num_speculative_tokens=by_spec[s].k, max_new_tokens=max_new_tokens,
                         sampling=greedy, eos_token_id=eos), device)
                     stats[s] = out.stats if s not in stats else stats[s].merge(out.stats)
