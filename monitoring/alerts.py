@@ -31,6 +31,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from monitoring import channels as ch
+from monitoring.channel_health import CHANNEL_HEALTH, REFUSED, enqueue_channel_health
 from monitoring.db import (
     DELIVERED,
     FIRING,
@@ -301,8 +302,6 @@ def _claim(db: Database, ids: list[int], now: dt.datetime, stale: dt.datetime) -
 
 
 UNCONFIRMED = "unconfirmed"  # sent twice without an answer: not sent again (at most one duplicate)
-REFUSED = "failed"  # the receiver refused it for good (permanent 4xx, unfollowable redirect): not re-sent
-CHANNEL_HEALTH = "channel-health"  # transition of the alert about a refusing channel, sent on the others
 
 
 def _maybe_before(row: AlertDelivery, stale_sending: bool) -> bool:
@@ -321,8 +320,7 @@ def _finish(db: Database, row_id: int, result: ch.SendResult, now: dt.datetime, 
             row.status, row.delivered_at, row.last_error = DELIVERED, utcnow(), None
         elif result.permanent:
             row.status, row.last_error = REFUSED, result.error
-            log.error("alert %s (%s) to channel %s FAILED for good, not re-sent: %s", row.transition,
-                      row.idempotency_key, row.channel_id, result.error)
+            log.error("alert %s to %s FAILED for good, not re-sent: %s", row.idempotency_key, row.channel_id, result.error)
         elif maybe_before and result.maybe_delivered:
             row.status = UNCONFIRMED
             row.last_error = (f"{ch.MAYBE_DELIVERED} (twice without an answer); not sent again so the "
@@ -338,39 +336,11 @@ def _finish(db: Database, row_id: int, result: ch.SendResult, now: dt.datetime, 
         return _to_delivery(row)
 
 
-def _enqueue_channel_health(db: Database, failed: Delivery, channels: Sequence[ChannelConfig],
-                            now: dt.datetime) -> int:
-    """Queue one alert about ``failed``'s channel on every other channel (idempotent per failed row).
-
-    An alert about a channel-health alert is not raised (no ping-pong between two broken channels).
-    Returns the number of rows queued.
-    """
-    if failed.transition.startswith(CHANNEL_HEALTH):
-        return 0
-    others = [c for c in channels if c.channel_id != failed.channel_id]
-    title = f"Alert channel {failed.channel_id} refuses messages"
-    payload = {"event": CHANNEL_HEALTH, "title": title,
-               "text": f"{title}: the {failed.transition} message {failed.idempotency_key} was not delivered "
-                       f"and will not be re-sent: {failed.last_error}. Fix the channel's URL.",
-               "lines": [f"*{failed.channel_id}*: {failed.last_error}"], "facts": {"Channel": failed.channel_id},
-               "incident_id": failed.incident_id, "created_at": now.isoformat()}
-    added = 0
-    with db.session() as s:
-        for c in others:
-            key = f"{CHANNEL_HEALTH}:{failed.id}:{c.channel_id}"
-            if s.scalars(select(AlertDelivery.id).where(AlertDelivery.idempotency_key == key)).first() is None:
-                s.add(AlertDelivery(incident_id=failed.incident_id, transition=CHANNEL_HEALTH, channel_id=c.channel_id,
-                                    channel_type=c.type, idempotency_key=key, payload=payload, status=PENDING,
-                                    attempts=0, created_at=now, updated_at=now))
-                added += 1
-    return added
-
-
 def deliver_pending(
     db: Database, *, settings: MonitoringSettings | None = None, now: dt.datetime | None = None,
     client: httpx.Client | None = None, transition: str | None = None,
 ) -> list[Delivery]:
-    """Send every pending outbox row (of ``transition`` only, when given) (oldest first) to its configured channel.
+    """Send every pending outbox row (oldest first; of ``transition`` only, if given) to its channel.
 
     Rows for channels no longer configured stay pending (logged). Within one channel, rows are sent
     in order and a failure holds back the later rows of that channel (a ``resolve`` never arrives
@@ -381,10 +351,9 @@ def deliver_pending(
     (timeout after sending) or a row a crashed process left ``sending`` may have arrived, so the
     row gets one more attempt; if that one is unanswered too, the row becomes ``unconfirmed`` and
     is not sent again (logged as an error; :func:`pending_deliveries` lists it).
-    Any exception while sending leaves the row ``pending`` (retried on the next run). A row the
-    receiver refuses for good (a 4xx other than 408/425/429, a redirect that is not a 307/308 to
-    https) becomes ``failed`` once, is logged as an error, is not re-sent, and a
-    ``channel-health`` alert naming the channel and the error goes to every other channel.
+    Any exception while sending leaves the row ``pending`` (retried on the next run). A row refused
+    for good (``SendResult.permanent``) becomes ``failed`` once (logged, not re-sent) and a
+    ``channel-health`` alert goes to the other channels (:mod:`monitoring.channel_health`).
 
     Returns:
         The deliveries attempted in this call, with their new status (``delivered``, ``pending``,
@@ -399,8 +368,7 @@ def deliver_pending(
             AlertDelivery.status == PENDING,
             (AlertDelivery.status == SENDING) & (AlertDelivery.updated_at < stale),
         )).order_by(AlertDelivery.id)))
-    if transition is not None:
-        candidates = [r for r in candidates if r.transition == transition]
+    candidates = [r for r in candidates if transition in (None, r.transition)]
     unknown = sorted({r.channel_id for r in candidates if r.channel_id not in by_id})
     if unknown:
         log.warning("pending alerts for unconfigured channel(s) %s stay pending", ", ".join(unknown))
@@ -410,8 +378,7 @@ def deliver_pending(
     blocked: set[str] = set()
     done: set[int] = set()
     in_flight: int | None = None
-    health = 0
-    own = client is None
+    own, health = client is None, 0
     client = client or httpx.Client(timeout=settings.delivery.timeout_s)
     try:
         for row in rows:
@@ -435,7 +402,7 @@ def deliver_pending(
             if not result.ok:
                 blocked.add(row.channel_id)
             if d.status == REFUSED:
-                health += _enqueue_channel_health(db, d, settings.alert_channels, now)
+                health += enqueue_channel_health(db, d, settings.alert_channels, now)
             out.append(d)
     finally:
         if own:
@@ -446,8 +413,7 @@ def deliver_pending(
                 s.execute(update(AlertDelivery).where(AlertDelivery.id.in_(left), AlertDelivery.status == SENDING)
                           .values(status=PENDING))
     if health:  # tell the other channels now, not on the next run
-        out += deliver_pending(db, settings=settings, now=now, client=None if own else client,
-                               transition=CHANNEL_HEALTH)
+        out += deliver_pending(db, settings=settings, now=now, client=None if own else client, transition=CHANNEL_HEALTH)
     return out
 
 
