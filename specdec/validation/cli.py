@@ -239,6 +239,8 @@ def _x(v: float | None) -> str:
 def _ci(v: float, ci: list[float]) -> str:
     if math.isnan(v):
         return "-"
+    if any(x is None or math.isnan(x) for x in ci):  # e.g. one prompt: no interval to show
+        return f"{v:.3f} [CI not estimable]"
     return f"{v:.3f} [{_f(ci[0], 2)}, {_f(ci[1], 2)}]"
 
 
