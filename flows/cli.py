@@ -16,6 +16,10 @@ err = Console(stderr=True)
 def register(app: typer.Typer) -> None:
     """Add the ``nightly`` sub-commands to the ``specdec`` CLI."""
     app.add_typer(nightly_app, name="nightly")
+    from flows.watch_cli import watch_cmd
+    from registry.cli import pair_app
+
+    pair_app.command("watch")(watch_cmd)  # the pair group's watch: its receiver starts Prefect runs
 
 
 @nightly_app.command("run")

@@ -215,6 +215,8 @@ def nightly_validation_flow(
     batch_size: int = 1,
     method: str = "both",
     decode_fraction: float = 0.25,
+    versions: list[str] | None = None,
+    revert_ungated: bool = False,
 ) -> list[NightlyResult]:
     """Validate every (pair, alias) and alert on drift. See the module docstring for the steps.
 
@@ -229,6 +231,10 @@ def nightly_validation_flow(
             stratified ``decode_fraction`` subsample, compare them), ``replay`` or ``decode``
             (:func:`specdec.validation.replay_report.validate_replay`; docs/metrics.md "Replay").
         decode_fraction: share of the prompts decoded with ``method="both"`` (at least 2 per category).
+        versions: pair versions to validate as well, by number (``specdec pair watch`` validates exactly
+            the version a registry event named; recorded under the alias ``challenger``).
+        revert_ungated: an ungated ``@champion`` that fails tonight is moved back to the last version
+            that passed the gate (``specdec pair watch --revert``); the alert says so.
         device / dtype: ``auto`` picks CUDA + bf16 where a GPU exists, else CPU + fp32.
         scheduled_date: the night this run belongs to (default: the flow run's scheduled date);
             part of the idempotency key, so a retry of the same night updates the same row.
@@ -288,10 +294,10 @@ def nightly_validation_flow(
             aliases_left = [a for a in aliases if a != "champion"]
         else:
             aliases_left = list(aliases)
-        for alias in aliases_left:
+        for alias, fixed in [(a, None) for a in aliases_left] + [("challenger", str(v)) for v in versions or []]:
             version = None
             try:
-                version = champion if alias == "champion" else resolve_pair_version(pair, alias)
+                version = fixed or (champion if alias == "champion" else resolve_pair_version(pair, alias))
                 if version is None:
                     results.append(NightlyResult(pair, alias, None, "skipped", message=f"no @{alias}"))
                     continue
@@ -358,7 +364,7 @@ def nightly_validation_flow(
                      res.acceptance_rate, *res.acceptance_rate_ci,
                      f", alert: {res.alert_transition}" if res.alert_transition else "")
             results.append(res)
-    report_ungated(db, ungated, results)  # after the champion's validation: alert with tonight's verdict
+    report_ungated(db, ungated, results, revert=revert_ungated)  # after the champion's validation: alert with tonight's verdict
     return results
 
 

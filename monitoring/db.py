@@ -1,6 +1,6 @@
 """The history store: SQLAlchemy 2 models, the engine, and Alembic upgrades run from code.
 
-Five tables:
+Six tables:
 
 - ``validation_runs``: one row per (pair name, pair version, held-out name, held-out version,
   config hash, scheduled date) -- the idempotency key, a unique constraint. Pooled metrics with
@@ -14,6 +14,8 @@ Five tables:
   ``idempotency_key``.
 - ``production_scrapes``: the last direct ``/metrics`` scrape per production source (the counter
   values the next window's deltas start from).
+- ``webhook_deliveries``: MLflow registry webhook deliveries the watcher accepted (unique delivery
+  id; unique trigger key per version), so a duplicate or replayed delivery changes nothing.
 
 SQLite (default, ``sqlite:///<home>/history.db``) runs in WAL mode with ``BEGIN IMMEDIATE``
 transactions, so two processes writing the same file serialise instead of failing on lock upgrades.
@@ -312,6 +314,27 @@ class ProductionScrape(Base):
     scraped_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     process_start_time: Mapped[float | None] = mapped_column(Float, nullable=True)
     series: Mapped[list] = mapped_column(JSON)
+
+
+class WebhookDelivery(Base):
+    """One MLflow registry webhook delivery the watcher accepted (``flows.watch``), unique by delivery id.
+
+    ``action`` is what it caused (``validate`` / ``gate-champion`` / ``ignored: <why>``);
+    ``trigger_key`` (``<action>:<pair>:<version>``, unique when set) makes a second delivery about the
+    same version change nothing; ``flow_run_id`` is the Prefect flow run it started. Never the secret.
+    """
+
+    __tablename__ = "webhook_deliveries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    delivery_id: Mapped[str] = mapped_column(String(64), unique=True)
+    received_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    event: Mapped[str] = mapped_column(String(64))
+    model_name: Mapped[str] = mapped_column(String(200))
+    version: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    action: Mapped[str] = mapped_column(String(200))
+    trigger_key: Mapped[str | None] = mapped_column(String(300), unique=True, nullable=True)
+    flow_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 def nan_to_none(x: Any) -> Any:
