@@ -54,8 +54,9 @@ def decide(ev, pairs: Sequence[str]) -> tuple[str, str | None]:
     """What a verified :class:`registry.webhooks.RegistryEvent` asks for.
 
     Returns:
-        ``(action, trigger_key)``: action ``validate`` / ``gate-champion`` with a trigger key unique
-        per (action, pair, version), or ``ignored: <why>`` with None.
+        ``(action, trigger_key)``: action ``validate`` (key unique per pair version) /
+        ``gate-champion`` (key unique per alias move: version and the event's own timestamp), or
+        ``ignored: <why>`` with None.
     """
     from registry.webhooks import VALIDATE_REQUEST_TAG
 
@@ -68,7 +69,7 @@ def decide(ev, pairs: Sequence[str]) -> tuple[str, str | None]:
     if ev.event == "model_version_alias.created" and ev.alias == VALIDATED_ALIAS:
         return "validate", f"validate:{ev.name}:{ev.version}"
     if ev.event == "model_version_alias.created" and ev.alias == GATED_ALIAS:
-        return "gate-champion", f"gate-champion:{ev.name}:{ev.version}"
+        return "gate-champion", f"gate-champion:{ev.name}:{ev.version}:{ev.sent_at}"  # once per move
     if ev.event == "model_version_tag.set" and ev.key == VALIDATE_REQUEST_TAG:
         return "validate", f"request:{ev.name}:{ev.version}:{(ev.value or '')[:100]}"
     return f"ignored: {ev.event}" + (f" @{ev.alias}" if ev.alias else f" {ev.key}" if ev.key else ""), None
@@ -175,6 +176,8 @@ def deployment_starter(deployment: str = DEFAULT_DEPLOYMENT, *, revert: bool = F
             if now != job.version:
                 log.info("%s@%s is v%s now, not v%s: that move has its own delivery", job.pair, GATED_ALIAS, now, job.version)
                 return None
+            if not _ungated(job.pair):
+                return None
             params = {"pairs": [job.pair], "aliases": [GATED_ALIAS], "versions": [], "revert_ungated": revert}
         else:
             params = {"pairs": [job.pair], "aliases": [], "versions": [job.version]}
@@ -185,6 +188,20 @@ def deployment_starter(deployment: str = DEFAULT_DEPLOYMENT, *, revert: bool = F
         return str(fr.id)
 
     return start
+
+
+def _ungated(pair: str) -> bool:
+    """Is ``pair@champion`` ungated now? If not (moved by specdec, or to a version whose latest
+    validation passes the gate), an open ungated-promotion incident is resolved here and nothing runs."""
+    import monitoring
+    from flows.ungated import check_ungated, report_ungated
+
+    check = check_ungated(pair, [GATED_ALIAS])
+    if check["finding"] is not None or not check["checked"]:
+        return True
+    log.info("%s@%s is gated (moved by specdec or passes the gate): nothing to validate", pair, GATED_ALIAS)
+    report_ungated(monitoring.connect(), {pair: check}, [])
+    return False
 
 
 def check_deployment(deployment: str) -> None:

@@ -14,8 +14,7 @@ Six tables:
   ``idempotency_key``.
 - ``production_scrapes``: the last direct ``/metrics`` scrape per production source (the counter
   values the next window's deltas start from).
-- ``webhook_deliveries``: MLflow registry webhook deliveries the watcher accepted (unique delivery
-  id; unique trigger key per version), so a duplicate or replayed delivery changes nothing.
+- ``webhook_deliveries``: registry webhook deliveries, unique delivery id and trigger key.
 
 SQLite (default, ``sqlite:///<home>/history.db``) runs in WAL mode with ``BEGIN IMMEDIATE``
 transactions, so two processes writing the same file serialise instead of failing on lock upgrades.
@@ -31,22 +30,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from sqlalchemy import (
-    JSON,
-    Boolean,
-    Date,
-    DateTime,
-    Float,
-    ForeignKey,
-    Index,
-    Integer,
-    String,
-    Text,
-    UniqueConstraint,
-    create_engine,
-    event,
-    text,
-)
+from sqlalchemy import (JSON, Boolean, Date, DateTime, Float, ForeignKey, Index, Integer, String, Text,
+                        UniqueConstraint, create_engine, event, text)
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, sessionmaker
 from sqlalchemy.types import TypeDecorator
@@ -317,22 +302,16 @@ class ProductionScrape(Base):
 
 
 class WebhookDelivery(Base):
-    """One MLflow registry webhook delivery the watcher accepted (``flows.watch``), unique by delivery id.
-
-    ``action`` is what it caused (``validate`` / ``gate-champion`` / ``ignored: <why>``);
-    ``trigger_key`` (``<action>:<pair>:<version>``, unique when set) makes a second delivery about the
-    same version change nothing; ``flow_run_id`` is the Prefect flow run it started. Never the secret.
-    """
+    """An MLflow webhook delivery the watcher accepted (:mod:`monitoring.deliveries`); never the secret."""
 
     __tablename__ = "webhook_deliveries"
-
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     delivery_id: Mapped[str] = mapped_column(String(64), unique=True)
     received_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     event: Mapped[str] = mapped_column(String(64))
     model_name: Mapped[str] = mapped_column(String(200))
     version: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    action: Mapped[str] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(200))  # validate | gate-champion | ignored: ... | failed: ...
     trigger_key: Mapped[str | None] = mapped_column(String(300), unique=True, nullable=True)
     flow_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
 

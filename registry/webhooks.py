@@ -58,6 +58,7 @@ class RegistryEvent:
         timestamp: the signed Unix time (seconds). event: ``"<entity>.<action>"``.
         name: registered model. version: the model version (None for ``alias.deleted``).
         alias: for alias events. key / value: for tag events.
+        sent_at: the body's ``timestamp`` (ISO-8601), the same on every copy of one event.
     """
 
     delivery_id: str
@@ -68,6 +69,7 @@ class RegistryEvent:
     alias: str | None = None
     key: str | None = None
     value: str | None = None
+    sent_at: str = ""
 
 
 def sign(secret: str, delivery_id: str, timestamp: str, body: str) -> str:
@@ -126,7 +128,8 @@ def parse_event(delivery_id: str, timestamp: int, body: str) -> RegistryEvent:
     except (ValueError, KeyError, TypeError):
         raise DeliveryRefused("body is not an MLflow webhook event") from None
     opt = {k: (None if data.get(k) is None else str(data[k])) for k in ("version", "alias", "key", "value")}
-    return RegistryEvent(delivery_id=delivery_id, timestamp=timestamp, event=event, name=name, **opt)
+    return RegistryEvent(delivery_id=delivery_id, timestamp=timestamp, event=event, name=name,
+                         sent_at=str(doc.get("timestamp") or "")[:64], **opt)
 
 
 def webhook_name(pairs: list[str]) -> str:
