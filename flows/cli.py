@@ -55,6 +55,14 @@ def run_cmd(
         err.print(f"[red]error:[/] invalid nightly settings (SPECDEC_NIGHTLY_* environment): {bad}")
         raise typer.Exit(2) from None
 
+    from registry.promotion import check_alias_name
+
+    try:
+        for a in alias or s.aliases:
+            check_alias_name(a)
+    except ValueError as e:
+        err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     from flows.terminal import ReadableTerminal
 
     home = os.path.abspath(os.environ.get("SPECDEC_HOME", ".specdec"))

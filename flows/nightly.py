@@ -245,7 +245,7 @@ def nightly_validation_flow(
     Returns:
         one :class:`flows.tasks.NightlyResult` per (pair, alias).
     Raises:
-        ValueError: ``batch_size`` < 1.
+        ValueError: ``batch_size`` < 1, or an alias not in ``SPECDEC_ALIASES``.
     """
     import monitoring
     from flows.recovery import Heartbeat, NightlyLease, forget_claim, holder_dead
@@ -256,6 +256,10 @@ def nightly_validation_flow(
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    from registry.promotion import check_alias_name
+
+    for a in aliases:  # a typo in a deployment's parameters fails the run instead of validating nothing
+        check_alias_name(a)
     log = _logger()
     night = scheduled_date or scheduled_date_of_run()
     held = load_heldout(heldout)

@@ -57,6 +57,21 @@ def _user() -> str:
         return "unknown"
 
 
+def check_alias_name(alias: str, allowed: list[str] | None = None) -> str:
+    """``alias`` if it is one specdec knows (``SPECDEC_ALIASES``, default champion / challenger).
+
+    Raises:
+        ValueError: a typo such as ``champoin`` (one line naming the allowed aliases).
+    """
+    from registry.settings import get_settings
+
+    allowed = list(allowed if allowed is not None else get_settings().aliases)
+    if alias not in allowed:
+        raise ValueError(f"unknown alias {alias!r}: use one of {', '.join(allowed)} "
+                         "(other aliases must be listed in SPECDEC_ALIASES)")
+    return alias
+
+
 def check_gate(pair: str, version: str | int, *, gate: GateConfig | None = None,
                experiment: str = VALIDATION_EXPERIMENT, tracking_uri: str | None = None) -> GateResult:
     """Judge the latest finished validation run of ``pair`` version ``version``.
@@ -105,12 +120,12 @@ def promote(
         :class:`PromotionResult`.
     Raises:
         PromotionRefused: the gate failed (``.reasons`` lists each failed criterion) and not ``force``.
-        PairNotFound: no such pair or version. ValueError: ``force`` without ``reason``, or a bad alias.
+        PairNotFound: no such pair or version. ValueError: ``force`` without ``reason``, or an alias
+            not in ``SPECDEC_ALIASES`` (:func:`check_alias_name`).
         RegistryUnavailable: server unreachable.
     """
     version = str(version)
-    if not alias or not alias.replace("_", "").replace("-", "").isalnum() or alias.isdigit():
-        raise ValueError(f"invalid alias {alias!r}")
+    check_alias_name(alias)
     if force and not (reason and reason.strip()):
         raise ValueError("a forced promotion needs a reason (--reason)")
     actor = actor or _user()

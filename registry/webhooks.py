@@ -141,25 +141,22 @@ def subscribe(pairs: list[str], url: str, secret: str, *, tracking_uri: str | No
     """Create (or update in place) the webhook that sends :data:`WATCH_EVENTS` to ``url``.
 
     Args:
-        pairs: the pair registered models the receiver acts on (they must exist).
+        pairs: the pair registered models the receiver acts on (they need not exist yet: a watcher
+            may start before the first registration).
         url: the receiver's URL as the MLflow *server* reaches it. secret: HMAC secret (not logged).
     Returns:
         the webhook id.
     Raises:
-        PairNotFound: a pair is not registered. RegistryError: MLflow refused the URL (e.g. http or a
+        RegistryError: MLflow refused the URL (e.g. http or a
         private address without the server switches; the message says which). RegistryUnavailable.
     """
     from mlflow.exceptions import MlflowException
-
-    from registry.pairs import pair_aliases
 
     if not secret:
         raise RegistryError("a webhook secret is required (SPECDEC_WATCH_SECRET)")
     client = get_client(tracking_uri)
     name = webhook_name(pairs)
     with mlflow_errors(client.tracking_uri):
-        for p in pairs:
-            pair_aliases(client, p)  # PairNotFound for a pair that is not registered
         try:
             existing = [w for w in _all_webhooks(client) if w.name == name]
             if existing:
