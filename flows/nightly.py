@@ -256,6 +256,10 @@ def nightly_validation_flow(
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if scheduled_date is not None and not isinstance(scheduled_date, dt.date):
+        # also keeps `dt` among the globals cloudpickle sends with a served flow (`flow.serve()` runs it
+        # in a spawned process; the annotation `dt.date` must resolve there)
+        raise ValueError(f"scheduled_date must be a date, got {scheduled_date!r}")
     from registry.promotion import check_alias_name
 
     for a in aliases:  # a typo in a deployment's parameters fails the run instead of validating nothing

@@ -41,14 +41,15 @@ nightly_validation_flow.serve(name="nightly-validation", parameters=json.loads(s
 """
 
 
-def _wait(pred, timeout: float, what: str, step: float = 1.0):
+def _wait(pred, timeout: float, what: str, step: float = 1.0, logs: Path | None = None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = pred()
         if value:
             return value
         time.sleep(step)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    tail = "".join(f"\n--- {p.name}:\n{p.read_text(errors='replace')[-2500:]}" for p in sorted(logs.glob("*.log"))) if logs else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{tail}")
 
 
 def _proc(args: list[str], env: dict, log: Path) -> subprocess.Popen:
@@ -168,16 +169,16 @@ def test_watch_validates_new_versions_and_gates_a_hand_moved_champion(stack, tmp
 
     # registering a version triggers its validation
     assert _register(stack, str(v1_dir), "derived:int8") == "1"
-    assert _wait(lambda: _status(stack, "1"), 240, "v1's validation") == "passed"
+    assert _wait(lambda: _status(stack, "1"), 240, "v1's validation", logs=stack["tmp"]) == "passed"
     promote(PAIR, "1", actor="test", tracking_uri=stack["server"].uri)  # through the gate: nothing to do
     assert _register(stack, str(v2_dir), "models:/watch-int8/1") == "2"
-    assert _wait(lambda: _status(stack, "2"), 240, "v2's validation") == "failed"
+    assert _wait(lambda: _status(stack, "2"), 240, "v2's validation", logs=stack["tmp"]) == "failed"
     assert len(_flow_runs(stack, f"watch validate {PAIR} v1")) == 1 and len(_flow_runs(stack, f"watch validate {PAIR} v2")) == 1
 
     # @champion moved by hand to the failing v2: validated and alerted within 2 minutes
     t0 = time.monotonic()
     client.set_registered_model_alias(PAIR, "champion", "2")
-    alert = _wait(lambda: _ungated(stack), 120, "the ungated-promotion alert")
+    alert = _wait(lambda: _ungated(stack), 120, "the ungated-promotion alert", logs=stack["tmp"])
     assert time.monotonic() - t0 < 120
     gate_runs = _flow_runs(stack, f"watch gate-champion {PAIR} v2")
     assert len(gate_runs) == 1 and len(alert) == 1
@@ -212,7 +213,7 @@ def test_watch_validates_new_versions_and_gates_a_hand_moved_champion(stack, tmp
     client.set_registered_model_alias(PAIR, "champion", "1")
     _wait(lambda: any(r.body.get("event") == "resolve" for r in stack["alerts"].accepted), 60, "the resolve")
     client.set_registered_model_alias(PAIR, "champion", "2")
-    fired = _wait(lambda: _ungated(stack)[1:], 120, "the second ungated alert")
+    fired = _wait(lambda: _ungated(stack)[1:], 120, "the second ungated alert", logs=stack["tmp"])
     assert "Moved @champion back to v1" in fired[0]["text"]
     assert client.get_registered_model(PAIR).aliases["champion"] == "1"
     assert "reverted to v1" in client.get_model_version(PAIR, "2").description

@@ -55,3 +55,9 @@ def test_watch_mistakes(run, monkeypatch):
     _one_line(*run("pair", "watch", "--listen", "nowhere"), "--listen must be HOST:PORT")
     _one_line(*run("pair", "watch"), "need an MLflow server")
     _one_line(*run("pair", "watch", "--tracking-uri", "http://127.0.0.1:9"), "PREFECT_API_URL is not set")
+
+
+def test_bad_derived_draft_is_refused_before_the_target_loads(run, tmp_path):
+    # the target does not exist: had it been loaded first, the error would name the target
+    _one_line(*run("validate", "--target", str(tmp_path / "no-such-target"), "--draft", "derived:int3",
+                   "--out", str(tmp_path / "out")), "--draft derived:int3", "derived:int8")
