@@ -108,7 +108,8 @@ def retry_pending_mlflow_logging() -> list[str]:
             continue
         extra = [p for p in (row.evidently_html, row.evidently_json) if p]
         try:
-            run_id = log_to_mlflow.fn(row.pair_name, row.pair_version, str(rdir), extra, key.key_id())
+            run_id = log_to_mlflow.fn(row.pair_name, row.pair_version, str(rdir), extra, key.key_id(),
+                                      key.scheduled_date.isoformat())
         except RegistryUnavailable as e:
             log.warning("MLflow still unreachable (%s); %s run(s) stay pending", e, "these")
             break
@@ -160,7 +161,7 @@ def _finish(pair: str, alias: str, version: str, key, claim, report, report_dir:
 
         extra = [str(drift.html_path), str(drift.json_path)] if drift is not None else []
         try:
-            mlflow_run_id = log_task(pair, version, str(report_dir), extra, key.key_id())
+            mlflow_run_id = log_task(pair, version, str(report_dir), extra, key.key_id(), key.scheduled_date.isoformat())
         except Exception as e:  # noqa: BLE001 (RegistryError or anything else: the alert goes out)
             log.error("MLflow logging failed (%s: %s): history run %s kept, logged on the next run",
                       type(e).__name__, e, run_id)

@@ -80,6 +80,7 @@ def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig | None =
     """
     from registry.gate import GateResult, evaluate_gate
     from registry.pairs import pair_aliases
+    from registry.promotion import clear_stale_promotions
     from registry.runs import client_latest_validation_run
 
     gate = gate or GateConfig()
@@ -99,6 +100,7 @@ def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig | None =
                    else evaluate_gate(run.data.metrics, gate, run_id=run.info.run_id))
         if verdict.passed or tags.get("promotion.alias") == alias:  # passes, or promoted by an earlier specdec (promotion.* tags)
             client.set_registered_model_tag(pair, ALIAS_RECORD_PREFIX + alias, version)
+            clear_stale_promotions(client, pair, alias, version, experiment)
             return None
         label = tags.get(PROMOTION_TAG_KEY)
         noticed = _noticed_at(label, alias)
@@ -106,6 +108,7 @@ def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig | None =
             noticed = (now or datetime.now(timezone.utc)).isoformat(timespec="seconds")
             client.set_model_version_tag(pair, version, PROMOTION_TAG_KEY, f"{alias}{_NOTICED}{noticed}")
             refresh_description(client, pair, version, run)
+            clear_stale_promotions(client, pair, alias, version, experiment)
         state = "never validated" if verdict.run_id is None else "failed"
         return UngatedPromotion(pair=pair, alias=alias, version=version, recorded_version=recorded,
                                 gate_state=state, reasons=list(verdict.reasons), noticed_at=noticed)
