@@ -97,6 +97,21 @@ def autoregressive_generate(
     return result
 
 
+def _target_pass(target, drafter, tokens: list[int], cache, logits_to_keep: int, start: int) -> torch.Tensor:
+    """One target forward pass (:func:`forward_tokens`); a drafter that reads target features
+    (``target_layer_ids``, e.g. an EAGLE-3 head) gets the aux hidden states of the fed positions
+    ``start ..`` (:func:`specdec.core.features.capture_features`)."""
+    layer_ids = getattr(drafter, "target_layer_ids", None)
+    if layer_ids is None:
+        return forward_tokens(target, tokens, cache, logits_to_keep=logits_to_keep)
+    from specdec.core.features import capture_features
+
+    with capture_features(target, layer_ids) as feats:
+        logits = forward_tokens(target, tokens, cache, logits_to_keep=logits_to_keep)
+    drafter.add_target_features(start, feats[-1][0])
+    return logits
+
+
 @torch.inference_mode()
 def speculative_generate(
     target,
@@ -177,7 +192,7 @@ def speculative_generate(
         t1 = now(device)
         stats.draft_seconds += t1 - t0
 
-        logits = forward_tokens(target, context[num_cached:] + drafts, cache, logits_to_keep=len(drafts) + 1)
+        logits = _target_pass(target, drafter, context[num_cached:] + drafts, cache, len(drafts) + 1, num_cached)
         if logits.shape[-1] != vocab_size:
             raise ValueError(f"target logits have {logits.shape[-1]} entries, expected {vocab_size}")
         if q is None:  # greedy drafter output: ids only (see Drafter protocol)
