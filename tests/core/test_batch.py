@@ -16,7 +16,7 @@ import torch
 
 from specdec import NgramDrafter, SamplingConfig, autoregressive_generate, speculative_generate
 from specdec.core.batch import BatchGenerationResult, MaskedKV
-from specdec.testing import perturbed_copy, tiny_llama
+from tests.support.models import perturbed_copy, tiny_llama
 from tests.core.test_distribution import ALPHA, VOCAB, detectable_tv, gof
 from specdec.core.sampling import logits_to_probs
 
@@ -130,7 +130,7 @@ def test_batch_input_validation(target, drafters):
         autoregressive_generate(target, ids, torch.ones(2, 3), max_new_tokens=4, sampling=GREEDY)
     with pytest.raises(ValueError, match="exceeds the target's context"):
         autoregressive_generate(target, ids, None, max_new_tokens=10_000, sampling=GREEDY)
-    with pytest.raises(TypeError, match="batched decoding supports"):
+    with pytest.raises(TypeError, match="drafter must be a transformers causal LM or a Drafter"):
         speculative_generate(target, object(), ids, num_speculative_tokens=2, max_new_tokens=4, sampling=GREEDY)
 
 
