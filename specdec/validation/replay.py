@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from specdec.core.config import SamplingConfig
-from specdec.core.drafters import ModelDrafter, NgramDrafter, fit_vocab
+from specdec.core.drafters import ModelDrafter, NgramDrafter, TargetFeatures, fit_vocab
 from specdec.core.head_drafter import Eagle3Drafter
 from specdec.core.sampling import NO_NEXT_TOKEN, verify_greedy
 from specdec.core.stats import DecodingStats
@@ -181,9 +181,10 @@ def head_trace(drafter: Eagle3Drafter, target: Any, prompt_ids: list[int], conti
             if m + i >= N or x != continuation[m + i]:
                 break
         if exact and len(chain) < kmax and chain[-1] not in stop_token_ids:
-            drafter.reset()
-            drafter.add_target_features(0, feats[0, : P + m - 1])
-            chain, _ = drafter.propose(seq[: P + m], kmax, SamplingConfig(), vocab_size, None, stop_token_ids)
+            n_f = torch.tensor([P + m - 1])
+            drafter.start([seq[:P]])
+            drafter.accept([0], [seq[P]], TargetFeatures(feats[:, : P + m - 1], n_f, n_f))
+            chain = drafter.propose([seq[: P + m]], [kmax], SamplingConfig(), vocab_size, None, stop_token_ids).row(0)
         trace.chains[m] = chain
     trace.argmax = [c[0] if c else UNSEEN for c in trace.chains]
     trace.margin = [float("nan")] + [float(top2[P + m - 2, 0] - top2[P + m - 2, 1]) for m in range(1, N)]
@@ -270,8 +271,9 @@ def replay_counters(
         m, stats.target_forward_passes = 1, 1
     while m < len(y) and not (m and y[m - 1] in stop_token_ids):
         drafts = _block(trace, y, m, min(k, max_new_tokens - m - 1), stop_token_ids)
-        pad = len(drafts) + 1 - len(y[m:m + len(drafts) + 1])
-        outcome = verify_greedy(drafts, y[m:m + len(drafts) + 1] + [UNSEEN] * pad, stop_token_ids)
+        seen = drafts[: drafts.index(UNSEEN)] if UNSEEN in drafts else drafts  # UNSEEN only follows a rejection
+        pad = len(seen) + 1 - len(y[m:m + len(seen) + 1])
+        outcome = verify_greedy(seen, y[m:m + len(seen) + 1] + [UNSEEN] * pad, stop_token_ids)
         stats.record_step(len(drafts), outcome.num_accepted, rejected=outcome.rejected)
         stats.target_forward_passes += 1
         m += outcome.num_accepted + (outcome.next_token != NO_NEXT_TOKEN)
