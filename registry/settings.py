@@ -133,11 +133,19 @@ def mlflow_errors(tracking_uri: str):
         raise
 
 
+#: experiment tag read by the MLflow 3 UI to pick an experiment's default view: without it, an
+#: experiment opens on the GenAI overview (traces, tokens, cost: all "No data") instead of its runs
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+
+
 def get_or_create_experiment(client, name: str) -> str:
-    """The id of experiment ``name``, created if missing. On a local store its artifacts go under
-    ``<artifacts_dir>/<name>`` (not ``./mlruns`` of whatever the working directory is)."""
+    """The id of experiment ``name``, created if missing and tagged to open on its runs table in the
+    MLflow UI. On a local store its artifacts go under ``<artifacts_dir>/<name>`` (not ``./mlruns``
+    of whatever the working directory is)."""
     exp = client.get_experiment_by_name(name)
     if exp is not None:
+        if (exp.tags or {}).get(EXPERIMENT_KIND_TAG) is None:  # experiments made before the tag
+            client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return exp.experiment_id
     location = None
     if is_local_store(client.tracking_uri):
@@ -147,7 +155,7 @@ def get_or_create_experiment(client, name: str) -> str:
     from mlflow.exceptions import MlflowException
 
     try:
-        return client.create_experiment(name, artifact_location=location)
+        return client.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
     except MlflowException:  # created concurrently by another process
         exp = client.get_experiment_by_name(name)
         if exp is None:

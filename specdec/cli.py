@@ -27,11 +27,22 @@ def version() -> None:
     typer.echo(code_version())
 
 
+def _wide_without_terminal() -> None:
+    """Without a terminal (cron, CI logs, a pipe) Rich wraps and truncates at 80 columns, so table
+    cells read "20…"; there, unless ``COLUMNS`` is set, lines are as wide as they need (up to 250)."""
+    import os
+    import sys
+
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        os.environ["COLUMNS"] = "250"
+
+
 def _load_plugins() -> None:
     for ep in sorted(entry_points(group="specdec.cli"), key=lambda e: e.name):
         ep.load()(app)
 
 
+_wide_without_terminal()  # before the sub-commands create their consoles
 _load_plugins()
 
 if __name__ == "__main__":  # pragma: no cover

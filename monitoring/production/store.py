@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import select
 
 from monitoring import history
+from monitoring.production.invariants import check_rates
 from monitoring.db import (
     COMPLETED,
     FAILED,
@@ -49,6 +50,10 @@ def window_label(end: dt.datetime) -> str:
     return u.strftime("%Y-%m-%dT%H:%M:%S.") + f"{u.microsecond // 1000:03d}Z"
 
 
+class ImpossibleMetrics(ValueError):
+    """A window's metrics that cannot be true (a rate outside [0, 1], a CI with lower > upper)."""
+
+
 def record_window(
     db: Database, *, pair: str, version: str | None, alias: str, source: str, engine: str, model: str,
     start: dt.datetime, end: dt.datetime, metrics: GroupMetrics, config: dict[str, Any],
@@ -64,8 +69,14 @@ def record_window(
             measurement (hashed; must not contain secrets).
     Returns:
         The row id. Status is ``completed`` until the rules are evaluated.
+    Raises:
+        ImpossibleMetrics: a rate outside [0, 1] or a CI with lower > upper (nothing written).
     """
     now = now or utcnow()
+    try:
+        check_rates(metrics, f"source {source}, model {model!r}")
+    except ValueError as e:
+        raise ImpossibleMetrics(str(e)) from None
     version = str(version) if version is not None else "unknown"
     name, label = heldout_name(source, model), window_label(end)
     chash = history.config_hash(config)

@@ -9,6 +9,7 @@ Environment (all optional):
   store). With an ``http(s)://`` server, the server decides.
 - ``SPECDEC_CACHE_DIR``: where downloaded model versions go (``<home>/registry-cache``).
 - ``SPECDEC_PAIR_NAME``: default pair registered model (``specdec-pair``).
+- ``SPECDEC_ALIASES``: the allowed aliases (JSON list, default ``["champion", "challenger"]``).
 - ``SPECDEC_HTTP_TIMEOUT`` / ``SPECDEC_HTTP_MAX_RETRIES``: defaults for MLflow's
   ``MLFLOW_HTTP_REQUEST_TIMEOUT`` (seconds) / ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` when those are unset,
   so an unreachable server fails in seconds instead of minutes.
@@ -34,6 +35,8 @@ class RegistrySettings(HomeSection):
             next to a SQLite file, else ``<home>/mlartifacts``).
         cache_dir: where :func:`registry.pairs.get_pair_version` downloads model artifacts.
         pair_name: default pair registered model name.
+        aliases: the aliases specdec moves and validates (``SPECDEC_ALIASES='["champion", "challenger",
+            "canary"]'``); anything else is refused as a typo.
         http_timeout: seconds per HTTP request to an MLflow server.
         http_max_retries: retries per HTTP request to an MLflow server.
     """
@@ -46,6 +49,7 @@ class RegistrySettings(HomeSection):
     artifacts_dir: Path | None = None
     cache_dir: Path | None = None
     pair_name: str = "specdec-pair"
+    aliases: list[str] = Field(default_factory=lambda: ["champion", "challenger"])
     http_timeout: int = 10
     http_max_retries: int = 2
 
