@@ -45,7 +45,7 @@ from registry.pairfile import full_tags
 from registry.pairs import get_pair_model_version
 from registry.gate import GateConfig, GateResult, evaluate_gate
 from registry.settings import VALIDATION_EXPERIMENT, get_client, get_or_create_experiment, mlflow_errors
-from specdec.policy import get_policy
+from specdec.settings.policy import get_policy
 from specdec.validation.report import PROMPTS_FILE, REPORT_FILE, ValidationReport
 
 _log = logging.getLogger(__name__)
