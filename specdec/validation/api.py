@@ -165,7 +165,7 @@ def validate_pairs(
 
     if config.warmup:
         warmup(model, [c.obj for c in ctxs], subset, tok, config, eos, ctx_limit)
-        if calibration is None:
+        if calibration is None and config.batch_size == 1:  # batched runs: the in-run (batched) c and v
             calibration = calibrate_on(model, [c.model for c in ctxs], subset, tok, config.num_speculative_tokens)
 
     subset_runs: list[list[PromptRun] | None] = [None] * len(subset.prompts)
