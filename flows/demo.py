@@ -199,7 +199,7 @@ def _story(home: Path, log_path: Path) -> int:  # noqa: PLR0915
     import torch
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    from monitoring.testing import WebhookReceiver
+    from monitoring.receiver import WebhookReceiver
 
     receiver = WebhookReceiver().start()
     os.environ["SPECDEC_ALERT_CHANNELS"] = json.dumps(

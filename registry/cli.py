@@ -39,7 +39,7 @@ def _quiet_mlflow() -> None:
 
 
 def _fail(msg: str) -> NoReturn:
-    Console(stderr=True).print(f"[bold red]error:[/] {msg}", highlight=False, markup=True)
+    Console(stderr=True).print(f"[bold red]error:[/] {msg}", highlight=False, markup=True, soft_wrap=True)
     raise typer.Exit(code=1)
 
 
@@ -84,6 +84,10 @@ def register_cmd(
     from specdec.core.config import SamplingConfig, SpeculativeConfig
 
     try:
+        if alias:
+            from registry.promotion import check_alias_name
+
+            check_alias_name(alias)  # a typo is refused before any model is loaded
         sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
         config = SpeculativeConfig(num_speculative_tokens, sampling, max_new_tokens)
         card = model_card.read_text() if model_card else None

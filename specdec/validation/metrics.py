@@ -123,12 +123,14 @@ def bootstrap_ratio_ci(
         confidence: interval coverage (0.95 gives the 2.5% and 97.5% percentiles).
         seed: numpy ``default_rng`` seed, so the interval is reproducible.
     Returns:
-        ``[low, high]``; ``[nan, nan]`` with no prompts or no positive denominator.
+        ``[low, high]``; ``[nan, nan]`` (not estimable) with fewer than 2 prompts (resampling one
+        prompt gives the same ratio every time: a point, not an interval) or no positive
+        denominator.
     """
     num = np.asarray(numerators, dtype=np.float64)
     den = np.asarray(denominators, dtype=np.float64)
     n = num.shape[0]
-    if n == 0 or den.sum() <= 0:
+    if n < 2 or den.sum() <= 0:
         return [math.nan, math.nan]
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n, size=(n_resamples, n))

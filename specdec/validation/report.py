@@ -261,12 +261,15 @@ def group_metrics_from_dict(d: dict[str, Any] | None) -> GroupMetrics:
 
 
 def nan_to_none(x: Any) -> Any:
-    """``x`` with every float NaN inside dicts and lists replaced by ``None`` (JSON has no NaN)."""
-    if isinstance(x, float) and math.isnan(x):
+    """``x`` with every non-finite float (nan, inf) inside dicts, lists and tuples replaced by ``None``.
+
+    JSON has no NaN or Infinity (Postgres JSON columns reject them); tuples come back as lists.
+    """
+    if isinstance(x, float) and not math.isfinite(x):
         return None
     if isinstance(x, dict):
         return {k: nan_to_none(v) for k, v in x.items()}
-    if isinstance(x, list):
+    if isinstance(x, (list, tuple)):
         return [nan_to_none(v) for v in x]
     return x
 

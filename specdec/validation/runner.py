@@ -39,7 +39,8 @@ from specdec.validation.prompt_run import (
 )
 from specdec.validation.report import PromptResult
 from specdec.validation.teacher_forcing import target_teacher_forcing
-from specdec.validation.timing import PassTimer, timed
+from specdec.core.kv import timed
+from specdec.validation.timing import PassTimer
 
 __all__ = ["run_prompts", "run_group", "warmup", "left_pad", "token_shares", "pad_token_id"]
 

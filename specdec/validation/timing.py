@@ -76,15 +76,6 @@ class PassTimer:
             self.decode_passes += 1
 
 
-def timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
-    """``(fn(), wall seconds)``, with ``device`` synchronised before and after."""
-    sync(device)
-    t0 = time.perf_counter()
-    out = fn()
-    sync(device)
-    return out, time.perf_counter() - t0
-
-
 @torch.inference_mode()
 def pass_costs(models: dict[str, tuple[Any, list[int]]], prompt: list[int], reps: int) -> dict[str, dict[int, float]]:
     """Median seconds of one forward pass per (model, width), warm KV cache, repetitions interleaved.

@@ -10,8 +10,9 @@ import json
 
 import pytest
 
-from registry.testing import MlflowServer, sqlite_store, tiny_report
-from specdec.testing import save_tiny_checkpoint
+from tests.support.mlflow_server import MlflowServer, sqlite_store
+from tests.support.reports import tiny_report
+from tests.support.models import save_tiny_checkpoint
 
 
 @pytest.fixture(scope="session")

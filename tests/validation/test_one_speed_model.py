@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.testing import perturbed_copy, tiny_llama, tiny_tokenizer
+from tests.support.models import perturbed_copy, tiny_llama, tiny_tokenizer
 from specdec.validation.aggregate import REPLAY_BASIS, predict
 from specdec.validation.config import ValidationConfig
 from specdec.validation.continuation_cache import ContinuationCache

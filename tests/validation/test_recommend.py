@@ -16,7 +16,7 @@ from specdec.models import load_causal_lm
 from specdec.validation.recommend import CandidateResult, recommend_draft
 from specdec.validation.report import ValidationReport
 from specdec.validation.short_prompts import short_prompts
-from specdec.testing import save_tiny_checkpoint
+from tests.support.models import save_tiny_checkpoint
 
 runner = CliRunner()
 

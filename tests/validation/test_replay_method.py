@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from specdec import SamplingConfig, autoregressive_generate
 from specdec.cli import app
-from specdec.testing import perturbed_copy, save_tiny_checkpoint, tiny_llama, tiny_tokenizer
+from tests.support.models import perturbed_copy, save_tiny_checkpoint, tiny_llama, tiny_tokenizer
 from specdec.validation.config import ValidationConfig
 from specdec.validation.continuation_cache import ContinuationCache, ContinuationKey, model_weights_hash
 from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, content_version

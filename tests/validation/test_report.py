@@ -11,7 +11,7 @@ import pytest
 from specdec import NgramDrafter
 from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, content_version
 from specdec.validation.report import SCHEMA_VERSION, GroupMetrics, ValidationReport
-from specdec.testing import tiny_llama, tiny_tokenizer
+from tests.support.models import tiny_llama, tiny_tokenizer
 from specdec.validation import ValidationConfig, validate_pair
 
 
