@@ -280,7 +280,8 @@ SERVING_FILE = "serving_config.json"
 
 
 def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -> dict[str, Any] | None:
-    """The serving configuration of the pair's engine profile (tag ``engine``, default ``vllm``) at the
+    """The serving configuration of the pair's engine profile (``pair.json`` tag ``engine``, default ``vllm``;
+    logged as the run's ``serving_config.json``, read back by ``specdec pair show``) at the
     validated k (:func:`specdec.validation.serving.serving_config`); None when it cannot be built
     (unknown engine tag, no k)."""
     from specdec.validation.serving import DEFAULT_ENGINE, serving_config
@@ -416,9 +417,6 @@ def log_validation(
             except Exception:
                 pass
             raise
-        if serving is not None:  # what the user copies into serving, for `specdec pair show`
-            _set_version_tags(client, pair, version, {"engine": serving["engine"],
-                                                      "serving_config": json.dumps(serving)[:5000]})
         _set_version_tags(client, pair, version, validation_tags(
             status=verdict.status, run_id=run_id, metrics=metrics,
             heldout=f"{report.heldout_name}@{report.heldout_version}", reasons=verdict.reasons, gate=gate))
