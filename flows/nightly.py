@@ -218,6 +218,7 @@ def nightly_validation_flow(
     decode_fraction: float = 0.25,
     versions: list[str] | None = None,
     revert_ungated: bool = False,
+    fail_on_failure: bool = False,
 ) -> list[NightlyResult]:
     """Validate every (pair, alias) and alert on drift. See the module docstring for the steps.
 
@@ -236,6 +237,8 @@ def nightly_validation_flow(
             the version a registry event named; recorded under the alias ``challenger``).
         revert_ungated: an ungated ``@champion`` that fails tonight is moved back to the last version
             that passed the gate (``specdec pair watch --revert``); the alert says so.
+        fail_on_failure: the flow run fails (:class:`flows.summary.ValidationsFailed`) when a validation
+            failed or could not run (deployments set it; a summary artifact is published either way).
         device / dtype: ``auto`` picks CUDA + bf16 where a GPU exists, else CPU + fp32.
         scheduled_date: the night this run belongs to (default: the flow run's scheduled date);
             part of the idempotency key, so a retry of the same night updates the same row.
@@ -374,7 +377,9 @@ def nightly_validation_flow(
                      f", alert: {res.alert_transition}" if res.alert_transition else "")
             results.append(res)
     report_ungated(db, ungated, results, revert=revert_ungated)  # after the champion's validation: alert with tonight's verdict
-    return results
+    from flows.summary import finish_run
+
+    return finish_run(results, fail_on_failure)
 
 
 def _serial() -> bool:
