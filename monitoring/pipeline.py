@@ -118,11 +118,16 @@ def drift_report(
         return None
     row = history.get_run(db, evaluation.run_id)
     out = Path(out_dir) if out_dir else settings.reports_dir / _safe(row.pair_name) / f"run-{row.id}"
+    base = history.get_run(db, evaluation.baseline_run_id)
     verdict = evidently_report.build_report(
         history.prompt_results(db, evaluation.run_id),
         history.prompt_results(db, evaluation.baseline_run_id), out,
         acceptance_threshold=settings.rules.absolute_threshold,
         relative_drop=settings.rules.relative_drop,
+        current_label=f"{row.pair_name} v{row.pair_version}, night {row.scheduled_date} (history run {row.id})",
+        reference_label=f"{base.pair_name} v{base.pair_version}, night {base.scheduled_date} (history run {base.id}, "
+                        "the last passing run of the champion)",
+        pooled=(row.acceptance_rate, base.acceptance_rate) if None not in (row.acceptance_rate, base.acceptance_rate) else None,
     )
     if verdict is not None:
         history.attach_evidently(db, evaluation.run_id, html_path=verdict.html_path,
