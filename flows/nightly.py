@@ -32,7 +32,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.recovery import checkpoint
 from flows.tasks import NightlyResult, log_to_mlflow, report_dir_for, resolve_pair_version, scheduled_date_of_run
-from flows.ungated import check_ungated, report_ungated
+from flows.ungated import check_ungated, report_ungated, version_link
 
 
 def _logger():
@@ -165,6 +165,7 @@ def _finish(pair: str, alias: str, version: str, key, claim, report, report_dir:
         except Exception as e:  # noqa: BLE001 (RegistryError or anything else: the alert goes out)
             log.error("MLflow logging failed (%s: %s): history run %s kept, logged on the next run",
                       type(e).__name__, e, run_id)
+            links["Report (file on the worker)"] = str(report_dir / "report.json")  # no MLflow run to link
             return
         history.mark_mlflow_logged(db, run_id, mlflow_run_id)
         mlflow_run["id"] = mlflow_run_id
@@ -172,10 +173,11 @@ def _finish(pair: str, alias: str, version: str, key, claim, report, report_dir:
             links["MLflow run"] = _mlflow_link(mlflow_run_id)
         except Exception:  # noqa: BLE001
             links["MLflow run"] = f"runs:/{mlflow_run_id}"
+        links["Pair version"] = version_link(pair, version)
 
     checkpoint("history")
     out = record_and_evaluate(db, report, key, lineage, claim=claim, alias=alias,  # 4 history first, 6 rules
-                              champion_version=champion_version, links={"Report": str(report_dir / "report.json")},
+                              champion_version=champion_version, links={},
                               before_alert=log_mlflow, evidently_dir=report_dir / "evidently")
     ev, drift = out.evaluation, out.drift
     o = report.overall

@@ -169,7 +169,8 @@ def alert(
         pair_name=row.pair_name, pair_version=row.pair_version, run_id=row.id, scope=scope,
         alias=row.alias, heldout=f"{row.heldout_name}@{row.heldout_version}",
         num_speculative_tokens=row.num_speculative_tokens, target_hash=row.target_hash,
-        draft_hash=row.draft_hash, baseline=evaluation.baseline_label,
+        draft_hash=row.draft_hash, baseline=evaluation.baseline_label, target_ref=row.target_ref,
+        draft_ref=row.drafter_ref,
         root_cause_hint=evaluation.root_cause_hint, links=dict(links or {}),
     )
     return alerts.process(db, ctx, evaluation.results, settings=settings, now=now, client=client)

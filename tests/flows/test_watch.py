@@ -89,7 +89,7 @@ def stack(tmp_path_factory, prefect_server):
            "SPECDEC_HOME": str(tmp / "home"), "SPECDEC_WATCH_SECRET": SECRET,
            "SPECDEC_ALERT_CHANNELS": json.dumps([{"type": "webhook", "url": alerts.url("/alerts"), "name": "ops"}])}
     params = {"pairs": [PAIR], "aliases": ["champion", "challenger"], "heldout": str(tmp / "heldout.jsonl"),
-              "limit": None, "device": "cpu", "dtype": "float32", "method": "decode"}
+              "limit": None, "device": "cpu", "dtype": "float32", "method": "decode", "fail_on_failure": True}
     runner = _proc([sys.executable, "-c", SERVE, json.dumps(params)], env, tmp / "runner.log")
     api = prefect_server["api"]
     _wait(lambda: httpx.post(f"{api}/deployments/filter", json={}, timeout=5).json(), 180, "the served deployment")
