@@ -316,20 +316,6 @@ class WebhookDelivery(Base):
     flow_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
-def nan_to_none(x: Any) -> Any:
-    """Non-finite floats (nan, inf) -> ``None`` recursively (dicts, lists); others unchanged.
-
-    Postgres JSON rejects ``NaN``/``Infinity`` literals, so every JSON column goes through this.
-    """
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: nan_to_none(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [nan_to_none(v) for v in x]
-    return x
-
-
 def none_to_nan(x: float | None) -> float:
     """``None`` -> ``nan``; numbers pass through as float."""
     return math.nan if x is None else float(x)

@@ -19,16 +19,11 @@ app = typer.Typer(
 )
 
 
-def code_version() -> str:
-    """The installed ``specdec`` version plus the git commit (see :func:`specdec.validation.code_version`)."""
-    from specdec.validation.provenance import code_version as _cv
-
-    return _cv()
-
-
 @app.command()
 def version() -> None:
     """Print the specdec version (and git commit)."""
+    from specdec.validation.provenance import code_version
+
     typer.echo(code_version())
 
 

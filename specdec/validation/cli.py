@@ -260,6 +260,8 @@ def _x(v: float | None) -> str:
 def _ci(v: float, ci: list[float]) -> str:
     if math.isnan(v):
         return "-"
+    if any(x is None or math.isnan(x) for x in ci):  # e.g. one prompt: no interval to show
+        return f"{v:.3f} [CI not estimable]"
     return f"{v:.3f} [{_f(ci[0], 2)}, {_f(ci[1], 2)}]"
 
 
@@ -317,8 +319,10 @@ def _print_summary(report: Any) -> None:
     _out.print(
         f"cost ratio ĉ = {_f(g.cost_ratio)} (draft pass {_f(g.draft_pass_seconds * 1e3, 2)} ms / one-token target pass "
         f"{_f(g.target_step_seconds * 1e3, 2)} ms); verification pass {_f(g.target_pass_seconds * 1e3, 2)} ms "
-        f"= {_f(g.verify_cost_ratio, 2)} target passes; prediction counting it: {_x(g.predicted_speedup_verify_adjusted)}. "
-        f"α̂ = {report.alpha_hat_estimator}.",
+        f"= {_f(g.verify_cost_ratio, 2)} target passes. Prediction (one speed model: Σ(accepted+1) / Σ(c·proposed + "
+        f"v(proposed)) over the run's steps) with c = {_f(g.predicted_cost_ratio)}, v(n) = "
+        f"{', '.join(_f(x, 2) for x in g.verify_cost_by_n[:9])}: {_x(g.predicted_speedup)}; best k from "
+        f"{g.recommended_k_basis or '-'}. α̂ = {report.alpha_hat_estimator}.",
         highlight=False,
     )
     for note in report.notes:

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from monitoring.testing import free_port
+from tests.support.net import free_port
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specdec.testing import save_tiny_checkpoint
+from tests.support.net import free_port
+from tests.support.models import save_tiny_checkpoint
 
 pytestmark = pytest.mark.server
 REPO = Path(__file__).resolve().parents[2]

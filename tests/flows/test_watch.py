@@ -23,10 +23,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from monitoring.testing import WebhookReceiver, free_port
-from registry.testing import MlflowServer
+from monitoring.receiver import WebhookReceiver
+from tests.support.net import free_port
+from tests.support.mlflow_server import MlflowServer
 from registry.webhooks import sign
-from specdec.testing import save_tiny_checkpoint
+from tests.support.models import save_tiny_checkpoint
 
 pytestmark = pytest.mark.server
 REPO = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from registry.testing import sqlite_store
+from tests.support.mlflow_server import sqlite_store
 
 SECRET = "never-print-this-secret-0123456789"
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specdec.testing import save_tiny_checkpoint
+from tests.support.models import save_tiny_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 
