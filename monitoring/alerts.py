@@ -60,6 +60,8 @@ class AlertContext:
         alias: alias the version was resolved through (shown in the message).
         heldout: ``"name@version"``. num_speculative_tokens: k.
         target_hash / draft_hash: weight hashes (shown shortened).
+        target_ref / draft_ref: registry names (``models:/name/version``), shown before the hash so a
+            reader in Slack can find the model.
         baseline: label of the baseline run (e.g. ``"specdec-pair v1 (run 3, 2026-11-28)"``).
         root_cause_hint: from :func:`monitoring.rules.root_cause_hint`.
         links: name -> URL or path (``{"MLflow run": "http://...", "Evidently report": "/..."}``).
@@ -74,6 +76,8 @@ class AlertContext:
     num_speculative_tokens: int | None = None
     target_hash: str | None = None
     draft_hash: str | None = None
+    target_ref: str | None = None
+    draft_ref: str | None = None
     baseline: str | None = None
     root_cause_hint: str | None = None
     links: dict[str, str] = field(default_factory=dict)
@@ -113,6 +117,13 @@ class AlertOutcome:
 def _to_delivery(row: AlertDelivery) -> Delivery:
     return Delivery(row.id, row.incident_id, row.transition, row.channel_id, row.status,
                     row.attempts, row.idempotency_key, row.last_error, row.response_status)
+
+
+def _named(ref: str | None, digest: str | None) -> str | None:
+    """``models:/tiny-target/2 (weights 328dcdfcabee)``: the registry name first, the hash after."""
+    if ref and ref.startswith("models:/"):
+        return ref + (f" (weights {_short(digest)})" if digest else "")
+    return _short(digest)
 
 
 def _short(h: str | None) -> str | None:
@@ -164,7 +175,8 @@ def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], 
         title = f"Speculative-decoding drift: {who}"
     facts = {
         "Pair": who, "Held-out": ctx.heldout, "k": ctx.num_speculative_tokens,
-        "Target": _short(ctx.target_hash), "Draft": _short(ctx.draft_hash), "Baseline": ctx.baseline,
+        "Target": _named(ctx.target_ref, ctx.target_hash), "Draft": _named(ctx.draft_ref, ctx.draft_hash),
+        "Baseline": ctx.baseline,
     }
     if overall is not None and overall.value is not None:
         ci = f" (95% CI {overall.ci[0]:.3f}-{overall.ci[1]:.3f})" if overall.ci else ""

@@ -185,7 +185,11 @@ def show_cmd(
         rows.append(("validation", "never validated"))
     else:
         m = run.data.metrics
-        rows.append(("validation", f"{run.data.tags.get('validation_status')}  run {run.info.run_id}"))
+        from registry.describe import speed_note
+
+        note = speed_note(run.data.metrics)
+        rows.append(("validation", f"{run.data.tags.get('validation_status')} (acceptance gate)"
+                     + (f"; {note}" if note else "") + f"  run {run.info.run_id}"))
         for k in ("acceptance_rate", "acceptance_rate_ci_low", "mean_accepted_length", "alpha_tf", "speedup", "predicted_speedup"):
             if k in m:
                 rows.append((f"  {k}", f"{m[k]:.4f}"))

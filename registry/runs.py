@@ -213,7 +213,9 @@ def _validation_history(client, pair: str, experiment: str = VALIDATION_EXPERIME
     out = []
     for r in reversed(list(runs)):
         m = r.data.metrics
+        name = r.info.run_name or ""
         out.append({"time": datetime.fromtimestamp(r.info.start_time / 1000, timezone.utc), "run_id": r.info.run_id,
+                    "night": name.rsplit(" night ", 1)[1] if " night " in name else None,
                     "pair_version": r.data.tags.get("specdec.pair_version"),
                     "acceptance_rate": m.get("acceptance_rate", math.nan),
                     "acceptance_rate_ci_low": m.get("acceptance_rate_ci_low", math.nan),
@@ -398,7 +400,8 @@ def log_validation(
             if serving is not None:
                 client.log_dict(run_id, serving, SERVING_FILE)
             try:  # evidence, not the result: never blocks the run
-                plots = _write_plots(report, rdir / "plots", list(history), run_id, version, metrics, gate, pair)
+                plots = _write_plots(report, rdir / "plots", list(history), run_id, version, metrics, gate, pair,
+                                     night=(run_name or "").rsplit(" night ", 1)[-1] if run_name and " night " in run_name else night)
                 client.log_artifacts(run_id, str(plots), artifact_path="plots")
             except Exception as e:  # noqa: BLE001
                 _log.error("plots for MLflow run %s failed (%s: %s); the run is logged without them",
@@ -436,13 +439,13 @@ def _runs_of_key(client, experiment_id: str, run_key: str) -> list:
 
 
 def _write_plots(report: ValidationReport, out: Path, history: list, run_id: str, version: str,
-                 metrics: Mapping[str, float], gate: GateConfig, pair: str) -> Path:
+                 metrics: Mapping[str, float], gate: GateConfig, pair: str, night: str | None = None) -> Path:
     from registry import plots
 
     out.mkdir(parents=True, exist_ok=True)
     plots.plot_per_position(report, out / "per_position_acceptance.png")
     plots.plot_per_category(report, out / "per_category_acceptance.png", threshold=gate.min_acceptance_rate)
-    point = {"time": datetime.now(timezone.utc), "run_id": run_id, "pair_version": version,
+    point = {"time": datetime.now(timezone.utc), "run_id": run_id, "pair_version": version, "night": night,
              "acceptance_rate": metrics.get("acceptance_rate", math.nan),
              "acceptance_rate_ci_low": metrics.get("acceptance_rate_ci_low", math.nan),
              **{k: metrics.get(k, math.nan) for k in _SPEED_KEYS}}
