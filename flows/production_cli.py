@@ -72,7 +72,8 @@ def _run(kind: str, url: str, engine: str, source: str | None, selector: str, pa
          start: dt.datetime | None = None, end: dt.datetime | None = None) -> None:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from flows.production_lib import code_version, resolve_version
+    from flows.production_lib import resolve_version
+    from specdec.validation.provenance import code_version
     from monitoring.cli import open_store
     from monitoring.production.ingest import ingest_window
     from monitoring.production.sources import ProductionSourceError

@@ -41,11 +41,11 @@ from monitoring.db import (
     AlertDelivery,
     Database,
     Incident,
-    nan_to_none,
     utcnow,
 )
 from monitoring.rules import FAILED_VERDICT, PASSED_VERDICT, RuleResult, change_since_baseline, severity_of, verdict
 from monitoring.settings import ChannelConfig, MonitoringSettings, get_settings
+from specdec.validation.report import nan_to_none
 
 log = logging.getLogger(__name__)
 

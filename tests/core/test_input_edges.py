@@ -11,7 +11,7 @@ import torch
 from specdec import SamplingConfig, autoregressive_generate, speculative_generate
 from specdec.core.config import GREEDY_BELOW, MIN_TEMPERATURE
 from specdec.core.sampling import logits_to_probs, verify_batch, verify_block, verify_greedy
-from specdec.testing import perturbed_copy, tiny_llama
+from tests.support.models import perturbed_copy, tiny_llama
 
 V = 11
 

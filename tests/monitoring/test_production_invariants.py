@@ -23,7 +23,7 @@ from monitoring.db import PRODUCTION, ValidationRun, connect
 from monitoring.production import store
 from monitoring.production.ingest import ingest_window
 from monitoring.production.settings import ProductionMapping, ProductionSettings, ProductionSource
-from monitoring.production.testing import ScriptedExporter, VllmCounters, histogram_state
+from tests.support.exporters import ScriptedExporter, VllmCounters, histogram_state
 from monitoring.settings import MonitoringSettings
 from specdec.validation.report import GroupMetrics
 

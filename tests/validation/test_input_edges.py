@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 
-from specdec.testing import perturbed_copy, tiny_llama, tiny_tokenizer
+from tests.support.models import perturbed_copy, tiny_llama, tiny_tokenizer
 from specdec.validation import ValidationConfig, validate_pair
 from specdec.validation.cli import _ci
 from specdec.validation.heldout import load_heldout
