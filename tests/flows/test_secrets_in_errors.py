@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from registry.testing import MlflowServer
+from tests.support.mlflow_server import MlflowServer
 
 pytestmark = pytest.mark.server
 TOKEN = "SECRETTOKEN9f3a"
