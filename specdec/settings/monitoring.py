@@ -149,8 +149,8 @@ def url_problem(raw: str) -> str | None:
     try:
         parts = urlsplit(raw)
         port = parts.port  # ValueError when out of range or not a number
-    except ValueError as e:
-        return f"invalid host or port ({str(e).split(':')[0]})"
+    except ValueError:  # its text may quote the offending part (a token where the port goes): never shown
+        return "invalid host or port"
     netloc_host = parts.netloc.rsplit("@", 1)[-1]
     if netloc_host.startswith("["):
         netloc_host = netloc_host[: netloc_host.find("]") + 1]
@@ -229,6 +229,7 @@ class MonitoringSettings(HomeSection):
     def _resolve(self) -> "MonitoringSettings":
         if not self.db_url:
             self.db_url = f"sqlite:///{self.home / 'history.db'}"
+        _check_db_url(self.db_url)
         self.reports_dir = (
             Path(self.reports_dir).expanduser().resolve() if self.reports_dir else self.home / "reports"
         )
@@ -237,3 +238,17 @@ class MonitoringSettings(HomeSection):
             raise ValueError("alert channels must have distinct names (set 'name' on duplicates)")
         return self
 
+
+def _check_db_url(url: str) -> None:
+    """Refuse a DB URL SQLAlchemy cannot parse, without quoting it (it may hold a password).
+
+    Raises:
+        ValueError: ``SPECDEC_DB_URL cannot be parsed`` (never the URL or the parser's text).
+    """
+    from sqlalchemy.engine import make_url  # noqa: PLC0415 (settings stay importable without SQL use)
+
+    try:
+        _ = make_url(url).port
+    except Exception:  # noqa: BLE001 (ValueError/ArgumentError quote the offending part: never shown)
+        raise ValueError("SPECDEC_DB_URL cannot be parsed (expected dialect[+driver]://user:password@host:port/db "
+                         "or sqlite:///path)") from None
