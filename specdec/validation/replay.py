@@ -206,7 +206,10 @@ def replay_counters(
     while m < len(y) and not (m and y[m - 1] in stop_token_ids):
         drafts = _block(trace, y, m, min(k, max_new_tokens - m - 1), stop_token_ids)
         pad = len(drafts) + 1 - len(y[m:m + len(drafts) + 1])
-        outcome = verify_greedy(drafts, y[m:m + len(drafts) + 1] + [UNSEEN] * pad, stop_token_ids)
+        # UNSEEN drafts only follow a rejected one, so verification never reaches them; they stand in as id 0
+        # for the core's input check (token ids in [0, V))
+        outcome = verify_greedy([0 if d == UNSEEN else d for d in drafts], y[m:m + len(drafts) + 1] + [UNSEEN] * pad,
+                                stop_token_ids)
         stats.record_step(len(drafts), outcome.num_accepted, rejected=outcome.rejected)
         stats.target_forward_passes += 1
         m += outcome.num_accepted + (outcome.next_token != NO_NEXT_TOKEN)
