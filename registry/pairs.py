@@ -148,6 +148,7 @@ def register_pair(
     name: str | None = None,
     description: str | None = None,
     tracking_uri: str | None = None,
+    engine: str = "vllm",
 ) -> PairVersion:
     """Register a pair version referencing exact target/draft model versions.
 
@@ -162,12 +163,19 @@ def register_pair(
         name: pair registered model (default ``SPECDEC_PAIR_NAME`` / ``specdec-pair``).
         description: optional version description.
         tracking_uri: MLflow URI (default: :mod:`registry.settings`).
+        engine: the serving engine profile (``vllm``, ``sglang``, ``transformers``), recorded in
+            ``pair.json`` (tag ``engine``); validations log its serving configuration. Not part of the
+            identity: re-registering an identical pair with another engine reuses the version.
     Returns:
         :class:`PairVersion` (no artifacts downloaded). ``reused=True`` if an identical pair existed.
     Raises:
         ValueError: inconsistent drafter kind / draft; ModelNotFound: a referenced model version is missing;
         RegistryUnavailable: server unreachable.
     """
+    from specdec.validation.serving import ENGINES
+
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
     if drafter_kind not in DRAFTER_KINDS:
         raise ValueError(f"unknown drafter kind {drafter_kind!r}; use one of {', '.join(DRAFTER_KINDS)}")
     if not isinstance(config, SpeculativeConfig):
@@ -202,7 +210,7 @@ def register_pair(
             "draft.tokenizer_sha256": draft_ref.tokenizer_sha256 if draft_ref else "none",
             "config_sha256": config.sha256(), **config.to_tags(),
             "compatible": _optional(compat.get("compatible", True if compat else None)).lower(),
-            "compatibility": canonical_json(compat)[:5000],
+            "compatibility": canonical_json(compat)[:5000], "engine": engine,
         }
         if draft_ref is not None and draft_ref.derived_from:
             tags["draft.derived_from"] = draft_ref.derived_from

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from specdec.policy import get_policy
+from specdec.settings.policy import get_policy
 from specdec.validation.report import ValidationReport
 
 

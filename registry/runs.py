@@ -46,7 +46,7 @@ from registry.pairs import get_pair_model_version
 from registry.plots import SPEED_KEYS, night_of, write_run_plots
 from registry.gate import GateConfig, GateResult, evaluate_gate
 from registry.settings import VALIDATION_EXPERIMENT, get_client, get_or_create_experiment, mlflow_errors
-from specdec.policy import get_policy
+from specdec.settings.policy import get_policy
 from specdec.validation.report import PROMPTS_FILE, REPORT_FILE, ValidationReport
 
 _log = logging.getLogger(__name__)
@@ -281,7 +281,8 @@ SERVING_FILE = "serving_config.json"
 
 
 def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -> dict[str, Any] | None:
-    """The serving configuration of the pair's engine profile (tag ``engine``, default ``vllm``) at the
+    """The serving configuration of the pair's engine profile (``pair.json`` tag ``engine``, default ``vllm``;
+    logged as the run's ``serving_config.json``, read back by ``specdec pair show``) at the
     validated k (:func:`specdec.validation.serving.serving_config`); None when it cannot be built
     (unknown engine tag, no k)."""
     from specdec.validation.serving import DEFAULT_ENGINE, serving_config
@@ -418,9 +419,6 @@ def log_validation(
             except Exception:
                 pass
             raise
-        if serving is not None:  # what the user copies into serving, for `specdec pair show`
-            _set_version_tags(client, pair, version, {"engine": serving["engine"],
-                                                      "serving_config": json.dumps(serving)[:5000]})
         _set_version_tags(client, pair, version, validation_tags(
             status=verdict.status, run_id=run_id, metrics=metrics,
             heldout=f"{report.heldout_name}@{report.heldout_version}", reasons=verdict.reasons, gate=gate))
