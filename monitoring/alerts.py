@@ -32,17 +32,7 @@ from sqlalchemy.exc import IntegrityError
 
 from monitoring import channels as ch
 from monitoring.channel_health import CHANNEL_HEALTH, REFUSED, enqueue_channel_health
-from monitoring.db import (
-    DELIVERED,
-    FIRING,
-    PENDING,
-    RESOLVED,
-    SENDING,
-    AlertDelivery,
-    Database,
-    Incident,
-    utcnow,
-)
+from monitoring.db import DELIVERED, FIRING, PENDING, RESOLVED, SENDING, AlertDelivery, Database, Incident, utcnow
 from monitoring.rules import FAILED_VERDICT, PASSED_VERDICT, RuleResult, change_since_baseline, severity_of, verdict
 from monitoring.settings import ChannelConfig, MonitoringSettings, get_settings
 from specdec.validation.report import nan_to_none
@@ -60,8 +50,7 @@ class AlertContext:
         alias: alias the version was resolved through (shown in the message).
         heldout: ``"name@version"``. num_speculative_tokens: k.
         target_hash / draft_hash: weight hashes (shown shortened).
-        target_ref / draft_ref: registry names (``models:/name/version``), shown before the hash so a
-            reader in Slack can find the model.
+        target_ref / draft_ref: ``models:/name/version``, shown before the hash (findable from Slack).
         baseline: label of the baseline run (e.g. ``"specdec-pair v1 (run 3, 2026-11-28)"``).
         root_cause_hint: from :func:`monitoring.rules.root_cause_hint`.
         links: name -> URL or path (``{"MLflow run": "http://...", "Evidently report": "/..."}``).
@@ -119,15 +108,9 @@ def _to_delivery(row: AlertDelivery) -> Delivery:
                     row.attempts, row.idempotency_key, row.last_error, row.response_status)
 
 
-def _named(ref: str | None, digest: str | None) -> str | None:
-    """``models:/tiny-target/2 (weights 328dcdfcabee)``: the registry name first, the hash after."""
-    if ref and ref.startswith("models:/"):
-        return ref + (f" (weights {_short(digest)})" if digest else "")
-    return _short(digest)
-
-
-def _short(h: str | None) -> str | None:
-    return h[:12] if h else None
+def _short(h: str | None, ref: str | None = None) -> str | None:
+    """``models:/tiny-target/2 (weights 328dcdfcabee)`` when ``ref`` is a registry name, else the hash's head."""
+    return ref + (f" (weights {h[:12]})" if h else "") if ref and ref.startswith("models:/") else h[:12] if h else None
 
 
 def _fmt_rule(r: RuleResult) -> str:
@@ -175,7 +158,7 @@ def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], 
         title = f"Speculative-decoding drift: {who}"
     facts = {
         "Pair": who, "Held-out": ctx.heldout, "k": ctx.num_speculative_tokens,
-        "Target": _named(ctx.target_ref, ctx.target_hash), "Draft": _named(ctx.draft_ref, ctx.draft_hash),
+        "Target": _short(ctx.target_hash, ctx.target_ref), "Draft": _short(ctx.draft_hash, ctx.draft_ref),
         "Baseline": ctx.baseline,
     }
     if overall is not None and overall.value is not None:

@@ -6,7 +6,7 @@ Each function writes one PNG and returns its path. Acceptance rates are probabil
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -155,4 +155,29 @@ def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: f
             ax.tick_params(labelbottom=False)
     out = Path(path)
     fig.savefig(out, bbox_inches="tight")
+    return out
+
+
+#: the speed metrics a trend point carries (MLflow metric names)
+SPEED_KEYS = ("speedup", "speedup_ci_low", "speedup_ci_high", "predicted_speedup")
+
+
+def night_of(run_name: str | None) -> str | None:
+    """The night of a validation run from its name (``<pair> v<N> night <YYYY-MM-DD>``), else None."""
+    return run_name.rsplit(" night ", 1)[1] if run_name and " night " in run_name else None
+
+
+def write_run_plots(report: ValidationReport, out: Path, history: list, run_id: str, version: str,
+                    metrics: dict[str, float], threshold: float, pair: str, night: str | None = None) -> Path:
+    """The plots of one validation run into ``out``: per-position and per-category acceptance, and
+    the trend of ``history`` (earlier runs, :func:`registry.runs.validation_history`) plus this run."""
+    out.mkdir(parents=True, exist_ok=True)
+    plot_per_position(report, out / "per_position_acceptance.png")
+    plot_per_category(report, out / "per_category_acceptance.png", threshold=threshold)
+    point = {"time": datetime.now(timezone.utc), "run_id": run_id, "pair_version": version, "night": night,
+             "acceptance_rate": metrics.get("acceptance_rate", math.nan),
+             "acceptance_rate_ci_low": metrics.get("acceptance_rate_ci_low", math.nan),
+             **{k: metrics.get(k, math.nan) for k in SPEED_KEYS}}
+    plot_trend(list(history) + [point], out / "acceptance_trend.png", threshold=threshold,
+               title=f"{pair}: acceptance rate and speedup over validation runs")
     return out
