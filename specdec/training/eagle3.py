@@ -114,7 +114,7 @@ def build_training_sequences(target: Any, config: Eagle3TrainConfig, corpus: str
     else:
         bar = _bar(len(prompts), "regenerating responses", progress)
         seqs = regenerated_sequences(target, prompts, config.response_tokens,
-                                     progress=lambda n, total: bar.update(1))
+                                     progress=lambda n, total: bar.update(n - bar.n))
         bar.close()
     if len(seqs) < config.batch_size:
         raise TrainingDataError(f"only {len(seqs)} usable training sequences (need at least batch size "
@@ -276,7 +276,8 @@ def train_eagle3_head(target: Any, *, out_dir: str | Path, config: Eagle3TrainCo
     metrics.update({k: data[k] for k in ("data_minutes", "feature_minutes", "num_tokens", "num_response_tokens")})
     head.eval()
     _write_result(head, out, target, config, lineage, metrics)
-    ckpt.clear(out)
+    if not metrics["stopped_early"]:  # else the checkpoint stays: the same command continues the run
+        ckpt.clear(out)
     return TrainedHead(head=head, out_dir=out, lineage=lineage, metrics=metrics)
 
 

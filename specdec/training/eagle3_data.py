@@ -119,24 +119,32 @@ def _sequence(prompt: list[int], response: list[int]) -> TrainingSequence:
 
 @torch.inference_mode()
 def regenerated_sequences(target: Any, prompts: list[tuple[list[int], list[int]]], response_tokens: int,
-                          progress: Progress | None = None) -> list[TrainingSequence]:
-    """Recipe ``regenerated``: the target answers each prompt greedily (at most ``response_tokens``).
+                          progress: Progress | None = None, batch_size: int = 8) -> list[TrainingSequence]:
+    """Recipe ``regenerated``: the target answers each prompt greedily (at most ``response_tokens``,
+    up to its end-of-sequence token), ``batch_size`` left-padded prompts per ``generate`` call.
 
     Args:
         target: a ``LoadedModel`` (``.model``, ``.tokenizer``).
+        progress: called with ``(prompts done, prompts)``.
     """
     model, tok = target.model, target.tokenizer
     dev = next(model.parameters()).device
     eos = tok.eos_token_id
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (eos if eos is not None else 0)
     seqs = []
-    for n, (p, _) in enumerate(prompts, 1):
-        out = model.generate(torch.tensor([p], device=dev), max_new_tokens=response_tokens, do_sample=False,
-                             pad_token_id=eos if eos is not None else 0)
-        r = out[0, len(p):].tolist()
-        if r:
-            seqs.append(_sequence(p, r))
+    for i in range(0, len(prompts), batch_size):
+        chunk = [p for p, _ in prompts[i:i + batch_size]]
+        width = max(len(p) for p in chunk)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=dev)
+        attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=dev)
+        out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=response_tokens, do_sample=False,
+                             pad_token_id=pad, eos_token_id=eos)
+        for p, row in zip(chunk, out[:, width:].tolist()):
+            r = row[:row.index(eos) + 1] if eos is not None and eos in row else row
+            if r:
+                seqs.append(_sequence(p, r))
         if progress:
-            progress(n, len(prompts))
+            progress(min(i + batch_size, len(prompts)), len(prompts))
     return seqs
 
 

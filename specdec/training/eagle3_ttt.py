@@ -85,29 +85,31 @@ def ttt_unroll(head, input_ids: torch.Tensor, aux: torch.Tensor, target_logits: 
         for i, layer in enumerate(head.layers):
             h = layer(h, embeds, rope, cache, i, mask)
         normed = head.norm(h)
-        logits = head.lm_head(normed).float()
         hidden = normed if head.config.norm_output else h
-        total = total + (decay ** s) * _step_metrics(res, s, logits, target_logits, loss_mask, chain, target_in_draft)
+        total = total + (decay ** s) * _step_metrics(res, s, head.lm_head, normed, target_logits, loss_mask, chain,
+                                                     target_in_draft)
     res.loss = total
     return res
 
 
-def _step_metrics(res: TTTResult, s: int, logits, target_logits, loss_mask, chain, in_draft=None) -> torch.Tensor:
-    """Mean KL of step ``s`` (position ``i`` predicts the target's distribution at ``i + 1 + s``);
-    appends the step's numbers to ``res`` and updates ``chain``."""
-    n = logits.shape[1] - 1 - s
-    if n <= 0:
+def _step_metrics(res: TTTResult, s: int, lm_head, normed, target_logits, loss_mask, chain,
+                  in_draft=None) -> torch.Tensor:
+    """Mean KL of step ``s`` (position ``i`` predicts the target's distribution at ``i + 1 + s``); the
+    LM head runs on the valid positions only. Appends the step's numbers to ``res``; updates ``chain``."""
+    b, t, _ = normed.shape
+    n = t - 1 - s
+    valid = loss_mask[:, 1 + s:1 + s + n] if n > 0 else loss_mask[:, :0]
+    if n <= 0 or not bool(valid.any()):
         for lst in (res.step_correct, res.step_total, res.chain_correct):
             lst.append(0)
         res.step_loss.append(0.0)
-        return logits.sum() * 0.0
-    lq = F.log_softmax(logits[:, :n], dim=-1)
-    tgt = target_logits[:, 1 + s:1 + s + n].float()
-    lp = F.log_softmax(tgt, dim=-1)
-    valid = loss_mask[:, 1 + s:1 + s + n]
-    kl = (lp.exp() * (lp - lq)).sum(-1)
-    loss = (kl * valid).sum() / valid.sum().clamp(min=1)
-    right = (lq.argmax(-1) == tgt.argmax(-1)) & valid
+        chain[:] = False
+        return normed.sum() * 0.0
+    lq = F.log_softmax(lm_head(normed[:, :n][valid]).float(), dim=-1)
+    lp = F.log_softmax(target_logits[:, 1 + s:1 + s + n][valid].float(), dim=-1)
+    loss = (lp.exp() * (lp - lq)).sum(-1).mean()
+    right = torch.zeros(b, n, dtype=torch.bool, device=normed.device)
+    right[valid] = lq.argmax(-1) == lp.argmax(-1)
     if in_draft is not None:
         right &= in_draft[:, 1 + s:1 + s + n]
     chain[:, :n] &= right
