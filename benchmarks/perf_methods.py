@@ -21,27 +21,11 @@ from typing import Any
 import torch
 
 from specdec import NgramDrafter, SamplingConfig, autoregressive_generate, speculative_generate, speculative_generate_batch
+from specdec.core.kv import sync, timed
 
 GREEDY = SamplingConfig()
 
 # --------------------------------------------------------------------------------------- timing
-
-
-def sync(device: torch.device) -> None:
-    """Wait for queued work on ``device`` (CUDA/MPS); a no-op on CPU."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":  # pragma: no cover
-        torch.mps.synchronize()
-
-
-def timed(fn, device: torch.device) -> tuple[Any, float]:
-    """``(fn(), wall seconds)`` with the device synchronised before and after."""
-    sync(device)
-    t0 = time.perf_counter()
-    out = fn()
-    sync(device)
-    return out, time.perf_counter() - t0
 
 
 def device_of(model) -> torch.device:

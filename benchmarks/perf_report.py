@@ -42,7 +42,7 @@ DEFINITIONS = {
              "time of one 1-token target pass (warm KV cache), measured in isolation on the same device",
     "verify_cost_ratio": "median (k+1)-token target pass / median 1-token target pass",
     "predicted_speedup": "Leviathan et al. 2022 Thm 3.8: (1 - a^(k+1)) / ((1 - a)(c k + 1)) with a = alpha_hat, c = c_hat "
-                         "(specdec.validation.metrics.predicted_speedup)",
+                         "(specdec.validation.speed.predicted_speedup on i.i.d. counters, v = 1)",
     "p1": "measured_speedup / predicted_speedup(alpha_hat)",
     "p2": "median of ours tok/s / HF tok/s over (prompt, repeat) pairs at the same k whose token ids are identical",
     "p3": "validation's teacher-forced time (specdec.validation.teacher_forcing: target_teacher_forcing + draft_agreement: the target's and the drafter's "
@@ -193,19 +193,27 @@ def _alpha(stats: dict | None, steps: dict | None) -> dict:
 
 
 def _predict(alpha: float, c: float, k: int, v: float = math.nan) -> dict:
-    from specdec.validation.metrics import expected_tokens_per_step, predicted_speedup
+    """The one speed model (specdec.validation.speed) on i.i.d. counters at alpha: with v = 1 it is Leviathan's
+    Thm 3.8; ``_with_v`` uses the measured v(k) (interpolated to v(0) = 1)."""
+    from specdec.validation.speed import StepCounters, VerifyCost, predicted_speedup
 
     if is_nan(alpha) or is_nan(c):
         return {"predicted_speedup": math.nan, "predicted_speedup_with_v": math.nan}
-    e = expected_tokens_per_step(alpha, k)
-    return {"predicted_speedup": predicted_speedup(alpha, c, k),
-            "predicted_speedup_with_v": e / (c * k + v) if not is_nan(v) else math.nan,
-            "expected_tokens_per_step": e}
+    iid = StepCounters.iid(alpha, k)
+    return {"predicted_speedup": predicted_speedup(iid, c, VerifyCost.unit()),
+            "predicted_speedup_with_v": predicted_speedup(iid, c, VerifyCost.fit({k: v})) if not is_nan(v) else math.nan,
+            "expected_tokens_per_step": iid.accepted + 1}
+
+
+def recommend_num_speculative_tokens(alpha: float, c: float) -> tuple[int | None, float]:
+    """Best k in 1..16 by the one speed model on i.i.d. counters with v = 1 (Leviathan's assumption)."""
+    from specdec.validation.speed import StepCounters, VerifyCost, best_k
+
+    return best_k({k: StepCounters.iid(alpha, k) for k in range(1, 17)}, c, VerifyCost.unit())
 
 
 def summarise(raw: dict, args, kinds: dict) -> dict:
     """Per-drafter tables, best k, P5 and the top-level numbers (see :data:`DEFINITIONS`)."""
-    from specdec.validation.metrics import recommend_num_speculative_tokens
 
     k = args.k
     groups: dict[tuple, dict] = defaultdict(dict)

@@ -89,7 +89,7 @@ def bench_drafter(tgt, spec: str, heldout, config, cache_root: Path) -> dict:
         "replay_inside_decode_ci": r["replay_inside_decode_ci"],
         "acceptance_by_k": r["acceptance_by_k"], "recommended_num_speculative_tokens": r["recommended_num_speculative_tokens"],
         "predicted_speedup_at_recommended": r["predicted_speedup_at_recommended"], "cost_ratio": r["cost_ratio"],
-        "verify_cost_ratio": r["verify_cost_ratio"], "speedup_decoded": both.overall.speedup,
+        "verify_cost_by_n": r.get("verify_cost_by_n"), "speedup_decoded": both.overall.speedup,
         "exactness_mismatches": both.overall.exactness_mismatches,
         "load_avg": {"before_both": load0, "after_both": load1, "after_warm": load2},
         "warm_continuations": warm.replay["continuations"],

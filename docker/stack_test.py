@@ -161,9 +161,10 @@ def _cell(s: str) -> str:
     return (s[:140] + "…") if len(s) > 140 else s
 
 
-SETUP = f"""
+# The image does not ship tests/: the worker runs the tiny-model helpers' source (which imports nothing from
+# this repository) followed by the setup below.
+SETUP = (REPO / "tests" / "support" / "models.py").read_text() + f"""
 import json, pathlib
-from specdec.testing import save_tiny_checkpoint
 d = pathlib.Path({DATA!r}); d.mkdir(parents=True, exist_ok=True)
 save_tiny_checkpoint(d / "target", seed=0, hidden_size=64)
 save_tiny_checkpoint(d / "draft", seed=1, hidden_size=64)   # unrelated weights: acceptance far below 0.40

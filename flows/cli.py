@@ -16,6 +16,10 @@ err = Console(stderr=True)
 def register(app: typer.Typer) -> None:
     """Add the ``nightly`` sub-commands to the ``specdec`` CLI."""
     app.add_typer(nightly_app, name="nightly")
+    from flows.watch_cli import watch_cmd
+    from registry.cli import pair_app
+
+    pair_app.command("watch")(watch_cmd)  # the pair group's watch: its receiver starts Prefect runs
 
 
 @nightly_app.command("run")
@@ -51,6 +55,14 @@ def run_cmd(
         err.print(f"[red]error:[/] invalid nightly settings (SPECDEC_NIGHTLY_* environment): {bad}")
         raise typer.Exit(2) from None
 
+    from registry.promotion import check_alias_name
+
+    try:
+        for a in alias or s.aliases:
+            check_alias_name(a)
+    except ValueError as e:
+        err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     from flows.terminal import ReadableTerminal
 
     home = os.path.abspath(os.environ.get("SPECDEC_HOME", ".specdec"))

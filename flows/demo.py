@@ -95,10 +95,9 @@ def _choose_draft(con, target_dir: Path, held, max_new: int):
     for p in held.prompts:  # one (short) prompt per category is enough to rank the candidates
         first.setdefault(p.category, p)
     sub = HeldoutSet(held.name, held.version, list(first.values()))
-    with con.status("measuring candidates (cost, acceptance, interleaved timing) ..."):
+    with con.status("measuring candidates (costs, replayed acceptance at every k, interleaved timing) ..."):
         rec = recommend_draft(target, sub, candidates=DEMO_CANDIDATES, max_new_tokens=max_new,
-                              k_values=tuple(range(1, 7)), cost_reps=10, calibration_prompts=2,
-                              target_ref="smollm2 (fp32)")
+                              k_values=tuple(range(1, 7)), cost_reps=10, target_ref="smollm2 (fp32)")
     print_recommendation(rec, con)
     spec = _story_draft(rec, con)
     cand = next(c for c in rec.candidates if c.spec == spec)
@@ -200,7 +199,7 @@ def _story(home: Path, log_path: Path) -> int:  # noqa: PLR0915
     import torch
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    from monitoring.testing import WebhookReceiver
+    from monitoring.receiver import WebhookReceiver
 
     receiver = WebhookReceiver().start()
     os.environ["SPECDEC_ALERT_CHANNELS"] = json.dumps(

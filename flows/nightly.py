@@ -108,7 +108,8 @@ def retry_pending_mlflow_logging() -> list[str]:
             continue
         extra = [p for p in (row.evidently_html, row.evidently_json) if p]
         try:
-            run_id = log_to_mlflow.fn(row.pair_name, row.pair_version, str(rdir), extra, key.key_id())
+            run_id = log_to_mlflow.fn(row.pair_name, row.pair_version, str(rdir), extra, key.key_id(),
+                                      key.scheduled_date.isoformat())
         except RegistryUnavailable as e:
             log.warning("MLflow still unreachable (%s); %s run(s) stay pending", e, "these")
             break
@@ -160,7 +161,7 @@ def _finish(pair: str, alias: str, version: str, key, claim, report, report_dir:
 
         extra = [str(drift.html_path), str(drift.json_path)] if drift is not None else []
         try:
-            mlflow_run_id = log_task(pair, version, str(report_dir), extra, key.key_id())
+            mlflow_run_id = log_task(pair, version, str(report_dir), extra, key.key_id(), key.scheduled_date.isoformat())
         except Exception as e:  # noqa: BLE001 (RegistryError or anything else: the alert goes out)
             log.error("MLflow logging failed (%s: %s): history run %s kept, logged on the next run",
                       type(e).__name__, e, run_id)
@@ -215,6 +216,8 @@ def nightly_validation_flow(
     batch_size: int = 1,
     method: str = "both",
     decode_fraction: float = 0.25,
+    versions: list[str] | None = None,
+    revert_ungated: bool = False,
 ) -> list[NightlyResult]:
     """Validate every (pair, alias) and alert on drift. See the module docstring for the steps.
 
@@ -229,6 +232,10 @@ def nightly_validation_flow(
             stratified ``decode_fraction`` subsample, compare them), ``replay`` or ``decode``
             (:func:`specdec.validation.replay_report.validate_replay`; docs/metrics.md "Replay").
         decode_fraction: share of the prompts decoded with ``method="both"`` (at least 2 per category).
+        versions: pair versions to validate as well, by number (``specdec pair watch`` validates exactly
+            the version a registry event named; recorded under the alias ``challenger``).
+        revert_ungated: an ungated ``@champion`` that fails tonight is moved back to the last version
+            that passed the gate (``specdec pair watch --revert``); the alert says so.
         device / dtype: ``auto`` picks CUDA + bf16 where a GPU exists, else CPU + fp32.
         scheduled_date: the night this run belongs to (default: the flow run's scheduled date);
             part of the idempotency key, so a retry of the same night updates the same row.
@@ -239,7 +246,7 @@ def nightly_validation_flow(
     Returns:
         one :class:`flows.tasks.NightlyResult` per (pair, alias).
     Raises:
-        ValueError: ``batch_size`` < 1.
+        ValueError: ``batch_size`` < 1, or an alias not in ``SPECDEC_ALIASES``.
     """
     import monitoring
     from flows.recovery import Heartbeat, NightlyLease, forget_claim, holder_dead
@@ -250,6 +257,14 @@ def nightly_validation_flow(
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if scheduled_date is not None and not isinstance(scheduled_date, dt.date):
+        # also keeps `dt` among the globals cloudpickle sends with a served flow (`flow.serve()` runs it
+        # in a spawned process; the annotation `dt.date` must resolve there)
+        raise ValueError(f"scheduled_date must be a date, got {scheduled_date!r}")
+    from registry.promotion import check_alias_name
+
+    for a in aliases:  # a typo in a deployment's parameters fails the run instead of validating nothing
+        check_alias_name(a)
     log = _logger()
     night = scheduled_date or scheduled_date_of_run()
     held = load_heldout(heldout)
@@ -288,10 +303,10 @@ def nightly_validation_flow(
             aliases_left = [a for a in aliases if a != "champion"]
         else:
             aliases_left = list(aliases)
-        for alias in aliases_left:
+        for alias, fixed in [(a, None) for a in aliases_left] + [("challenger", str(v)) for v in versions or []]:
             version = None
             try:
-                version = champion if alias == "champion" else resolve_pair_version(pair, alias)
+                version = fixed or (champion if alias == "champion" else resolve_pair_version(pair, alias))
                 if version is None:
                     results.append(NightlyResult(pair, alias, None, "skipped", message=f"no @{alias}"))
                     continue
@@ -358,7 +373,7 @@ def nightly_validation_flow(
                      res.acceptance_rate, *res.acceptance_rate_ci,
                      f", alert: {res.alert_transition}" if res.alert_transition else "")
             results.append(res)
-    report_ungated(db, ungated, results)  # after the champion's validation: alert with tonight's verdict
+    report_ungated(db, ungated, results, revert=revert_ungated)  # after the champion's validation: alert with tonight's verdict
     return results
 
 

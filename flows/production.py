@@ -20,7 +20,8 @@ from dataclasses import asdict
 
 from prefect import flow, get_run_logger, task
 
-from flows.production_lib import code_version, resolve_version, window_end_of_run, write_trend_plots
+from flows.production_lib import resolve_version, window_end_of_run, write_trend_plots
+from specdec.validation.provenance import code_version
 
 
 def _logger():

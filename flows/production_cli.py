@@ -72,7 +72,8 @@ def _run(kind: str, url: str, engine: str, source: str | None, selector: str, pa
          start: dt.datetime | None = None, end: dt.datetime | None = None) -> None:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from flows.production_lib import code_version, resolve_version
+    from flows.production_lib import resolve_version
+    from specdec.validation.provenance import code_version
     from monitoring.cli import open_store
     from monitoring.production.ingest import ingest_window
     from monitoring.production.sources import ProductionSourceError
@@ -96,12 +97,15 @@ def _run(kind: str, url: str, engine: str, source: str | None, selector: str, pa
                   f"(check --engine, --url and the selector)")
         raise typer.Exit(1)
     _print(outcomes)
+    refused = any(o.status == "refused" for o in outcomes)
     if plot is not None:
         from flows.production_lib import write_trend_plots
 
         for p, path in write_trend_plots(sorted({o.pair for o in outcomes if o.pair}), plot, ms.db_url).items():
             out.print(f"trend of {p}: {path}")
     db.dispose()
+    if refused:
+        raise typer.Exit(1)
 
 
 def _print(outcomes) -> None:
@@ -123,6 +127,10 @@ def _print(outcomes) -> None:
     for o in outcomes:
         if o.message and o.status in ("failed", "unmapped", "baseline") or o.representativeness == "firing":
             out.print(f"{o.source}/{o.model or '-'}: {o.message}")
+        elif o.status == "refused":
+            from rich.markup import escape
+
+            err.print(f"[red]error:[/] {escape(f'{o.source}/{o.model or chr(45)}: {o.message}')}", highlight=False)
 
 
 def _parse_end(end: str | None, settle: float) -> dt.datetime:

@@ -37,16 +37,6 @@ def window_end_of_run(settle_seconds: float = 60.0, now: dt.datetime | None = No
     return t.replace(second=0, microsecond=0) - dt.timedelta(seconds=settle_seconds)
 
 
-def code_version() -> str:
-    """``specdec <installed version>`` (recorded on production rows)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return f"specdec {version('specdec')}"
-    except PackageNotFoundError:  # pragma: no cover
-        return "specdec (not installed)"
-
-
 def write_trend_plots(pairs: list[str], out_dir: Path, db_url: str | None = None) -> dict[str, str]:
     """``<out_dir>/<pair>/acceptance_trend.png`` (nightly and production) for each pair; pair -> path.
     ``db_url``: the history store (default ``SPECDEC_DB_URL``)."""

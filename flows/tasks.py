@@ -91,8 +91,12 @@ def resolve_pair_version(pair: str, alias: str) -> str | None:
 
 
 @task(retries=3, retry_delay_seconds=[5, 15, 45], retry_condition_fn=retry_if_transient)
-def log_to_mlflow(pair: str, version: str, report_dir: str, extra: list[str], run_key: str | None = None) -> str:
+def log_to_mlflow(pair: str, version: str, report_dir: str, extra: list[str], run_key: str | None = None,
+                  night: str | None = None) -> str:
     """Log the validation run (metrics, report, plots, Evidently files) and tag the pair version.
+
+    ``night`` (``YYYY-MM-DD``, the history key's scheduled date) names the run ``<pair> v<N> night
+    <night>``, so a run re-done or logged late keeps the date of the night it belongs to.
 
     ``run_key`` (the history key's :meth:`~monitoring.history.RunKey.key_id`) makes the logging
     idempotent: one finished MLflow run per nightly key, even after a crash mid-logging.
@@ -106,6 +110,7 @@ def log_to_mlflow(pair: str, version: str, report_dir: str, extra: list[str], ru
     report = ValidationReport.read(report_dir)
     return log_validation(pair, version, report, report_dir, extra_artifacts=[p for p in extra if Path(p).exists()],
                           history=trend_with_production(pair), run_key=run_key,
+                          run_name=f"{pair} v{version} night {night}" if night else None,
                           on_run_created=lambda _run_id: checkpoint("mlflow"))
 
 

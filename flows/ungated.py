@@ -47,12 +47,40 @@ def _tonight(result) -> str:
     return f"tonight's validation: {result.status}" + (f" ({result.message})" if result.message else "")
 
 
-def report_ungated(db, checks: dict[str, dict[str, Any]], results: list) -> None:
+def _recheck(pair: str, f):
+    """After tonight's validation of the ungated version: None when it now passes the gate (adopted)."""
+    from registry.ungated import check_alias
+
+    try:
+        return check_alias(pair, GATED_ALIAS)
+    except Exception as e:  # noqa: BLE001 (keep the finding made before validating)
+        log.error("%s@%s: re-check after validation failed: %s: %s", pair, GATED_ALIAS, type(e).__name__, e)
+        return f
+
+
+def _revert(pair: str, version: str) -> str:
+    """Move @champion back (``revert=True``); the sentence the alert adds."""
+    from registry.ungated import revert_alias
+
+    try:
+        to = revert_alias(pair, GATED_ALIAS, version)
+    except Exception as e:  # noqa: BLE001 (the alert still goes out)
+        log.error("%s@%s: revert failed: %s: %s", pair, GATED_ALIAS, type(e).__name__, e)
+        return f" Not moved back: {type(e).__name__}: {e}."
+    if to is None:
+        return f" Not moved back: no other version passed the gate (or @{GATED_ALIAS} moved again)."
+    log.warning("%s@%s moved back from v%s to v%s (revert)", pair, GATED_ALIAS, version, to)
+    return f" Moved @{GATED_ALIAS} back to v{to}, the last version that passed the gate (specdec pair watch --revert)."
+
+
+def report_ungated(db, checks: dict[str, dict[str, Any]], results: list, *, revert: bool = False) -> None:
     """Raise (or resolve) the ungated-promotion alert of each checked pair, after validation.
 
     The message names the version, when it was noticed, the gate's reasons and tonight's verdict;
     the champion's :class:`flows.tasks.NightlyResult` gets ``ungated_promotion`` (the message) and
-    ``ungated_alert`` (the transition).
+    ``ungated_alert`` (the transition). A version that passes the gate tonight is adopted (no alert).
+    With ``revert``, a version still ungated after tonight's validation loses @champion to the last
+    version that passed (:func:`registry.ungated.revert_alias`) and the alert says so.
     """
     from monitoring.promotion_alerts import alert_ungated_promotion
 
@@ -64,10 +92,14 @@ def report_ungated(db, checks: dict[str, dict[str, Any]], results: list) -> None
         validated = champ
         if f is not None and champ is not None and champ.status == "skipped" and champ.version == f.version:
             validated = next((r for r in results if r.pair == pair and r.version == f.version and r is not champ), champ)
+        if f is not None and validated is not None and validated.status in ("passed", "inconclusive"):
+            f = _recheck(pair, f)
         message = f"{f.message()} {_tonight(validated).capitalize()}." if f is not None else f"{pair}@{GATED_ALIAS} is gated again"
+        if f is not None and revert:
+            message += _revert(pair, f.version)
         try:
             out = alert_ungated_promotion(db, pair, GATED_ALIAS, version=f.version if f else (champ.version if champ else None),
-                                          message=message, firing=f is not None)
+                                          message=message, firing=f is not None, links=_links(pair, f))
         except Exception as e:  # noqa: BLE001
             log.error("%s: ungated-promotion alert not queued: %s: %s", pair, type(e).__name__, e)
             continue
@@ -75,3 +107,18 @@ def report_ungated(db, checks: dict[str, dict[str, Any]], results: list) -> None
             champ.ungated_promotion, champ.ungated_alert = message, out.transition
         elif champ is not None and out.transition:
             champ.ungated_alert = out.transition
+
+
+def _links(pair: str, f) -> dict[str, str]:
+    """A link to the pair version in the MLflow UI (an http server), else its ``models:/`` URI."""
+    if f is None:
+        return {}
+    try:
+        from registry.settings import resolve_tracking_uri
+
+        uri = resolve_tracking_uri()
+    except Exception:  # noqa: BLE001
+        uri = ""
+    if uri.startswith("http"):
+        return {"MLflow version": f"{uri.rstrip('/')}/#/models/{pair}/versions/{f.version}"}
+    return {"MLflow version": f"models:/{pair}/{f.version}"}

@@ -10,8 +10,7 @@ facts come in as plain data). Public API (imported lazily, so ``specdec --help``
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from specdec.lazy import lazy_exports
 
 _EXPORTS = {
     "connect": "monitoring.db",
@@ -34,7 +33,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'monitoring' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

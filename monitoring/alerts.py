@@ -31,6 +31,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from monitoring import channels as ch
+from monitoring.channel_health import CHANNEL_HEALTH, REFUSED, enqueue_channel_health
 from monitoring.db import (
     DELIVERED,
     FIRING,
@@ -40,11 +41,11 @@ from monitoring.db import (
     AlertDelivery,
     Database,
     Incident,
-    nan_to_none,
     utcnow,
 )
 from monitoring.rules import FAILED_VERDICT, PASSED_VERDICT, RuleResult, change_since_baseline, severity_of, verdict
 from monitoring.settings import ChannelConfig, MonitoringSettings, get_settings
+from specdec.validation.report import nan_to_none
 
 log = logging.getLogger(__name__)
 
@@ -317,6 +318,9 @@ def _finish(db: Database, row_id: int, result: ch.SendResult, now: dt.datetime, 
         row.updated_at = now
         if result.ok:
             row.status, row.delivered_at, row.last_error = DELIVERED, utcnow(), None
+        elif result.permanent:
+            row.status, row.last_error = REFUSED, result.error
+            log.error("alert %s to %s FAILED for good, not re-sent: %s", row.idempotency_key, row.channel_id, result.error)
         elif maybe_before and result.maybe_delivered:
             row.status = UNCONFIRMED
             row.last_error = (f"{ch.MAYBE_DELIVERED} (twice without an answer); not sent again so the "
@@ -334,9 +338,9 @@ def _finish(db: Database, row_id: int, result: ch.SendResult, now: dt.datetime, 
 
 def deliver_pending(
     db: Database, *, settings: MonitoringSettings | None = None, now: dt.datetime | None = None,
-    client: httpx.Client | None = None,
+    client: httpx.Client | None = None, transition: str | None = None,
 ) -> list[Delivery]:
-    """Send every pending outbox row (oldest first) to its configured channel.
+    """Send every pending outbox row (oldest first; of ``transition`` only, if given) to its channel.
 
     Rows for channels no longer configured stay pending (logged). Within one channel, rows are sent
     in order and a failure holds back the later rows of that channel (a ``resolve`` never arrives
@@ -347,11 +351,13 @@ def deliver_pending(
     (timeout after sending) or a row a crashed process left ``sending`` may have arrived, so the
     row gets one more attempt; if that one is unanswered too, the row becomes ``unconfirmed`` and
     is not sent again (logged as an error; :func:`pending_deliveries` lists it).
-    Any exception while sending leaves the row ``pending`` (retried on the next run).
+    Any exception while sending leaves the row ``pending`` (retried on the next run). A row refused
+    for good (``SendResult.permanent``) becomes ``failed`` once (logged, not re-sent) and a
+    ``channel-health`` alert goes to the other channels (:mod:`monitoring.channel_health`).
 
     Returns:
-        The deliveries attempted in this call, with their new status (``delivered``, ``pending``
-        or ``unconfirmed``).
+        The deliveries attempted in this call, with their new status (``delivered``, ``pending``,
+        ``unconfirmed`` or ``failed``), channel-health alerts included.
     """
     settings = settings or get_settings()
     now = now or utcnow()
@@ -362,6 +368,7 @@ def deliver_pending(
             AlertDelivery.status == PENDING,
             (AlertDelivery.status == SENDING) & (AlertDelivery.updated_at < stale),
         )).order_by(AlertDelivery.id)))
+    candidates = [r for r in candidates if transition in (None, r.transition)]
     unknown = sorted({r.channel_id for r in candidates if r.channel_id not in by_id})
     if unknown:
         log.warning("pending alerts for unconfigured channel(s) %s stay pending", ", ".join(unknown))
@@ -371,7 +378,7 @@ def deliver_pending(
     blocked: set[str] = set()
     done: set[int] = set()
     in_flight: int | None = None
-    own = client is None
+    own, health = client is None, 0
     client = client or httpx.Client(timeout=settings.delivery.timeout_s)
     try:
         for row in rows:
@@ -394,6 +401,8 @@ def deliver_pending(
             done.add(row.id)
             if not result.ok:
                 blocked.add(row.channel_id)
+            if d.status == REFUSED:
+                health += enqueue_channel_health(db, d, settings.alert_channels, now)
             out.append(d)
     finally:
         if own:
@@ -403,11 +412,13 @@ def deliver_pending(
             with db.session() as s:
                 s.execute(update(AlertDelivery).where(AlertDelivery.id.in_(left), AlertDelivery.status == SENDING)
                           .values(status=PENDING))
+    if health:  # tell the other channels now, not on the next run
+        out += deliver_pending(db, settings=settings, now=now, client=None if own else client, transition=CHANNEL_HEALTH)
     return out
 
 
 def pending_deliveries(db: Database) -> list[Delivery]:
-    """Outbox rows not yet delivered (pending or sending), oldest first."""
+    """Outbox rows not delivered (pending, sending, unconfirmed or failed), oldest first."""
     with db.session() as s:
         rows = s.scalars(select(AlertDelivery).where(AlertDelivery.status != DELIVERED).order_by(AlertDelivery.id))
         return [_to_delivery(r) for r in rows]

@@ -4,7 +4,12 @@ Delivery uses httpx with tenacity. Within one call, failures where the request c
 reach the receiver (connection refused or timed out while connecting) and answers saying it was
 not accepted (HTTP 5xx, 429) are retried with exponential backoff (``DeliverySettings``); a 429's
 ``Retry-After`` is waited for when it is at most ``backoff_max_s``, else the call gives up and the
-outbox retries on the next run. Other 4xx fail at once. A request that was sent but got no answer
+outbox retries on the next run. Only 2xx is a delivery. A redirect is followed only when it keeps
+the POST (307/308, RFC 9110 section 15.4) and its target is https, at most ``MAX_REDIRECTS`` hops;
+any other redirect (301/302/303 would turn the POST into a GET and drop the body; a target that is
+plain http) is a permanent failure naming the status and the redacted target. A 4xx other than
+408/425/429 is permanent (``SendResult.permanent``): the outbox marks the row ``failed`` once
+instead of re-sending it every run. A request that was sent but got no answer
 (read/write timeout, connection dropped) *may have been delivered*: it is never retried within
 the call (``SendResult.maybe_delivered``); the outbox allows one more attempt on a later run, so a
 receiver sees at most one duplicate per message. Every request carries an ``Idempotency-Key``
@@ -23,7 +28,7 @@ from typing import Any
 import httpx
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from monitoring.redact import install_log_redaction, redact_text
+from monitoring.redact import install_log_redaction, redact_text, redact_url
 from monitoring.settings import ChannelConfig, DeliverySettings
 
 log = logging.getLogger(__name__)
@@ -45,9 +50,37 @@ class _RetryAfterTooLong(Exception):
 
 
 class _PermanentHTTP(Exception):
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int, detail: str = "") -> None:
         self.status = status
-        super().__init__(f"HTTP {status}")
+        super().__init__(f"HTTP {status}" + (f" {detail}" if detail else "") + " (permanent: not retried)")
+
+
+MAX_REDIRECTS = 3
+_FOLLOW = (307, 308)  # the redirects that keep method and body
+_TRANSIENT_4XX = (408, 425, 429)
+
+
+def _redirect_target(resp: httpx.Response) -> str | None:
+    """The absolute target of a 3xx answer (``Location`` resolved against the request URL)."""
+    loc = resp.headers.get("Location")
+    if not loc:
+        return None
+    try:
+        return str(resp.request.url.join(loc))
+    except Exception:  # noqa: BLE001 (a malformed Location is reported, not followed)
+        return None
+
+
+def _follows(status: int, target: str | None, hops: int) -> bool:
+    return status in _FOLLOW and target is not None and target.startswith("https://") and hops < MAX_REDIRECTS
+
+
+def _redirect_error(status: int, target: str | None, hops: int) -> _PermanentHTTP:
+    where = f"to {redact_url(target)}" if target else "without a usable Location"
+    why = ("too many redirects" if hops >= MAX_REDIRECTS and status in _FOLLOW else
+           "not followed: only a 307/308 to an https URL keeps the POST"
+           if status in _FOLLOW or status in (301, 302, 303) else "not followed")
+    return _PermanentHTTP(status, f"redirect {where} ({why}); update the channel URL")
 
 
 @dataclass
@@ -64,6 +97,7 @@ class SendResult:
     attempts: int
     error: str | None = None
     maybe_delivered: bool = False
+    permanent: bool = False
 
 
 MAYBE_DELIVERED = "may have been delivered"
@@ -172,17 +206,26 @@ def send(
             with attempt:
                 attempts += 1
                 status = None
-                resp = client.post(channel.url.get_secret_value(), json=body, headers=headers,
-                                   timeout=settings.timeout_s)
-                status = resp.status_code
-                if status >= 500 or status == 429:
+                url, hops = channel.url.get_secret_value(), 0
+                while True:
+                    resp = client.post(url, json=body, headers=headers, timeout=settings.timeout_s,
+                                       follow_redirects=False)
+                    status = resp.status_code
+                    if not 300 <= status < 400:
+                        break
+                    target = _redirect_target(resp)
+                    if not _follows(status, target, hops):
+                        raise _redirect_error(status, target, hops)
+                    log.info("alert to %s: HTTP %d, following to %s", channel.display, status, redact_url(target))
+                    url, hops = target, hops + 1
+                if status >= 500 or status in _TRANSIENT_4XX:
                     log.warning("alert to %s: HTTP %d (attempt %d/%d)", channel.display, status,
                                 attempts, settings.max_attempts)
                     after = retry_after_s(resp.headers.get("Retry-After")) if status == 429 else None
                     if after is not None and after > settings.backoff_max_s:
                         raise _RetryAfterTooLong(after)
                     raise _TransientHTTP(status, after)
-                if status >= 400:
+                if not 200 <= status < 300:
                     raise _PermanentHTTP(status)
         return SendResult(True, status, attempts)
     except Exception as exc:  # noqa: BLE001 (never raises: the outbox row must stay retryable)
@@ -194,7 +237,8 @@ def send(
             log.error("alert to %s: unexpected %s at send time", channel.display, type(exc).__name__,
                       exc_info=True)
         log.warning("alert to %s failed after %d attempt(s): %s", channel.display, attempts, err)
-        return SendResult(False, status, attempts, err, maybe_delivered=maybe)
+        return SendResult(False, status, attempts, err, maybe_delivered=maybe,
+                          permanent=isinstance(exc, _PermanentHTTP))
     finally:
         if own and client is not None:
             client.close()

@@ -1,6 +1,6 @@
 """The history store: SQLAlchemy 2 models, the engine, and Alembic upgrades run from code.
 
-Five tables:
+Six tables:
 
 - ``validation_runs``: one row per (pair name, pair version, held-out name, held-out version,
   config hash, scheduled date) -- the idempotency key, a unique constraint. Pooled metrics with
@@ -14,6 +14,7 @@ Five tables:
   ``idempotency_key``.
 - ``production_scrapes``: the last direct ``/metrics`` scrape per production source (the counter
   values the next window's deltas start from).
+- ``webhook_deliveries``: registry webhook deliveries, unique delivery id and trigger key.
 
 SQLite (default, ``sqlite:///<home>/history.db``) runs in WAL mode with ``BEGIN IMMEDIATE``
 transactions, so two processes writing the same file serialise instead of failing on lock upgrades.
@@ -29,22 +30,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from sqlalchemy import (
-    JSON,
-    Boolean,
-    Date,
-    DateTime,
-    Float,
-    ForeignKey,
-    Index,
-    Integer,
-    String,
-    Text,
-    UniqueConstraint,
-    create_engine,
-    event,
-    text,
-)
+from sqlalchemy import (JSON, Boolean, Date, DateTime, Float, ForeignKey, Index, Integer, String, Text,
+                        UniqueConstraint, create_engine, event, text)
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, sessionmaker
 from sqlalchemy.types import TypeDecorator
@@ -314,18 +301,19 @@ class ProductionScrape(Base):
     series: Mapped[list] = mapped_column(JSON)
 
 
-def nan_to_none(x: Any) -> Any:
-    """Non-finite floats (nan, inf) -> ``None`` recursively (dicts, lists); others unchanged.
+class WebhookDelivery(Base):
+    """An MLflow webhook delivery the watcher accepted (:mod:`monitoring.deliveries`); never the secret."""
 
-    Postgres JSON rejects ``NaN``/``Infinity`` literals, so every JSON column goes through this.
-    """
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: nan_to_none(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [nan_to_none(v) for v in x]
-    return x
+    __tablename__ = "webhook_deliveries"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    delivery_id: Mapped[str] = mapped_column(String(64), unique=True)
+    received_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    event: Mapped[str] = mapped_column(String(64))
+    model_name: Mapped[str] = mapped_column(String(200))
+    version: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    action: Mapped[str] = mapped_column(String(200))  # validate | gate-champion | ignored: ... | failed: ...
+    trigger_key: Mapped[str | None] = mapped_column(String(300), unique=True, nullable=True)
+    flow_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 def none_to_nan(x: float | None) -> float:

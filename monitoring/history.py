@@ -36,12 +36,11 @@ from monitoring.db import (
     Database,
     PromptRow,
     ValidationRun,
-    nan_to_none,
     none_to_nan,
     utcnow,
 )
 from monitoring.run_key import Claim, Lineage, RunAlreadyClaimed, RunKey, config_hash
-from specdec.validation.report import GroupMetrics, PromptResult, ValidationReport, group_metrics_from_dict
+from specdec.validation.report import GroupMetrics, PromptResult, ValidationReport, group_metrics_from_dict, nan_to_none
 
 # re-exported: the key, the claim and the lineage are part of this module's API
 __all__ = ["RunAlreadyClaimed", "config_hash", "RunKey", "Lineage", "Claim", "DEFAULT_STALE_AFTER_S",

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from monitoring.db import ValidationRun, nan_to_none
-from specdec.validation.report import ValidationReport
+from monitoring.db import ValidationRun
+from specdec.validation.report import ValidationReport, nan_to_none
 
 __all__ = ["RunAlreadyClaimed", "config_hash", "RunKey", "Lineage", "Claim"]
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from registry.errors import (
     AliasNotFound, ModelNotFound, PairNotFound, PromotionRefused, RegistryError, RegistryUnavailable,
 )
+from specdec.lazy import lazy_exports
 
 _LAZY = {
     "ModelVersionRef": "registry.models",
@@ -52,10 +53,5 @@ __all__ = sorted([*_LAZY, "AliasNotFound", "ModelNotFound", "PairNotFound", "Pro
                   "RegistryError", "RegistryUnavailable"])
 
 
-def __getattr__(name: str):
-    # mlflow takes seconds to import: load submodules on first use
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'registry' has no attribute {name!r}")
+# mlflow takes seconds to import: load submodules on first use
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

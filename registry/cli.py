@@ -44,7 +44,7 @@ def _quiet_mlflow() -> None:
 
 
 def _fail(msg: str) -> NoReturn:
-    Console(stderr=True).print(f"[bold red]error:[/] {msg}", highlight=False, markup=True)
+    Console(stderr=True).print(f"[bold red]error:[/] {msg}", highlight=False, markup=True, soft_wrap=True)
     raise typer.Exit(code=1)
 
 
@@ -89,6 +89,10 @@ def register_cmd(
     from specdec.core.config import SamplingConfig, SpeculativeConfig
 
     try:
+        if alias:
+            from registry.promotion import check_alias_name
+
+            check_alias_name(alias)  # a typo is refused before any model is loaded
         sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
         config = SpeculativeConfig(num_speculative_tokens, sampling, max_new_tokens)
         card = model_card.read_text() if model_card else None
@@ -188,6 +192,7 @@ def show_cmd(
         for k in ("acceptance_rate", "acceptance_rate_ci_low", "mean_accepted_length", "alpha_tf", "speedup", "predicted_speedup"):
             if k in m:
                 rows.append((f"  {k}", f"{m[k]:.4f}"))
+    rows += _serving_rows(pv.tags)
     for k, v in sorted(pv.tags.items()):
         if k == "promotion" or k.startswith("promotion."):
             rows.append((k, v))
@@ -195,6 +200,22 @@ def show_cmd(
     for k, v in rows:
         table.add_row(k, v)
     _out().print(table)
+
+
+def _serving_rows(tags: dict) -> list[tuple[str, str]]:
+    """``engine`` and the serving configuration logged by the latest validation (``serving_config.json``)."""
+    import shlex
+
+    rows = [("engine", tags.get("engine", "vllm (default)"))]
+    raw = tags.get("serving_config")
+    if not raw:
+        return rows + [("serving config", "- (logged by the first validation)")]
+    try:
+        sc = json.loads(raw)
+    except ValueError:
+        return rows + [("serving config", raw)]
+    shown = shlex.join(sc["args"]) if "args" in sc else json.dumps(sc.get("generate_kwargs"))
+    return rows + [("serving config", f"{shown}  (k={sc.get('num_speculative_tokens')}, validated)")]
 
 
 @pair_app.command("promote")

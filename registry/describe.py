@@ -199,6 +199,8 @@ def facts_for(client, mv, run=None, aliases: Mapping[str, str] | None = None,
     k = cfg.get("num_speculative_tokens", cfg.get("num_draft_tokens"))
     aliases = aliases if aliases is not None else {a: str(v) for a, v in (client.get_registered_model(mv.name).aliases or {}).items()}
     promo = tags.get(PROMOTION_TAG_KEY)
+    if promo and promo.startswith("was "):  # the alias moved on (registry.promotion.clear_stale_promotions)
+        promo = promo[4:]
     promo_alias = promo.split(" ", 1)[0] if promo else None
     f = VersionFacts(k=int(k) if k is not None else None, changed=doc.get("changed") or tags.get("changed"),
                      previous_version=doc.get("previous_version"), note=doc.get("description"), promotion=promo,

@@ -57,6 +57,38 @@ def _user() -> str:
         return "unknown"
 
 
+def check_alias_name(alias: str, allowed: list[str] | None = None) -> str:
+    """``alias`` if it is one specdec knows (``SPECDEC_ALIASES``, default champion / challenger).
+
+    Raises:
+        ValueError: a typo such as ``champoin`` (one line naming the allowed aliases).
+    """
+    from registry.settings import get_settings
+
+    allowed = list(allowed if allowed is not None else get_settings().aliases)
+    if alias not in allowed:
+        raise ValueError(f"unknown alias {alias!r}: use one of {', '.join(allowed)} "
+                         "(other aliases must be listed in SPECDEC_ALIASES)")
+    return alias
+
+
+def clear_stale_promotions(client, pair: str, alias: str, holder: str | None,
+                           experiment: str = VALIDATION_EXPERIMENT) -> list[str]:
+    """Prefix ``was`` to the ``promotion`` tag (``"<alias> <date> by ..."``) of every version but
+    ``holder``, so a version that lost ``alias`` shows ``promotion: was champion 2026-11-30 by alice``
+    in the MLflow UI instead of a stale ``promotion: champion``; rewrite their descriptions.
+    Returns the versions changed."""
+
+    changed = []
+    for mv in client.search_model_versions(f"name = '{pair}'"):
+        label = (mv.tags or {}).get(PROMOTION_TAG_KEY, "")
+        if str(mv.version) != str(holder) and label.split(" ", 1)[0] == alias and " reverted to " not in label:
+            client.set_model_version_tag(pair, str(mv.version), PROMOTION_TAG_KEY, f"was {label}"[:500])
+            refresh_version(client, pair, str(mv.version), experiment)
+            changed.append(str(mv.version))
+    return changed
+
+
 def check_gate(pair: str, version: str | int, *, gate: GateConfig | None = None,
                experiment: str = VALIDATION_EXPERIMENT, tracking_uri: str | None = None) -> GateResult:
     """Judge the latest finished validation run of ``pair`` version ``version``.
@@ -105,12 +137,12 @@ def promote(
         :class:`PromotionResult`.
     Raises:
         PromotionRefused: the gate failed (``.reasons`` lists each failed criterion) and not ``force``.
-        PairNotFound: no such pair or version. ValueError: ``force`` without ``reason``, or a bad alias.
+        PairNotFound: no such pair or version. ValueError: ``force`` without ``reason``, or an alias
+            not in ``SPECDEC_ALIASES`` (:func:`check_alias_name`).
         RegistryUnavailable: server unreachable.
     """
     version = str(version)
-    if not alias or not alias.replace("_", "").replace("-", "").isalnum() or alias.isdigit():
-        raise ValueError(f"invalid alias {alias!r}")
+    check_alias_name(alias)
     if force and not (reason and reason.strip()):
         raise ValueError("a forced promotion needs a reason (--reason)")
     actor = actor or _user()
@@ -130,7 +162,8 @@ def promote(
         client.set_registered_model_alias(pair, alias, version)
         client.set_registered_model_tag(pair, ALIAS_RECORD_PREFIX + alias, version)
         client.set_model_version_tag(pair, version, PROMOTION_TAG_KEY, label)
-        for v in dict.fromkeys(x for x in (version, previous) if x):  # the new holder and the old one
+        stale = clear_stale_promotions(client, pair, alias, version)
+        for v in dict.fromkeys(x for x in (version, previous) if x and x not in stale):  # new holder, old one
             refresh_version(client, pair, v, experiment)
     return PromotionResult(pair=pair, version=version, alias=alias, previous_version=previous, forced=forced,
                            gate=verdict, actor=actor, reason=reason,

@@ -276,6 +276,26 @@ def _log_extra(client, run_id: str, paths: Iterable[str | Path]) -> None:
             raise FileNotFoundError(f"extra artifact not found: {p}")
 
 
+SERVING_FILE = "serving_config.json"
+
+
+def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -> dict[str, Any] | None:
+    """The serving configuration of the pair's engine profile (tag ``engine``, default ``vllm``) at the
+    validated k (:func:`specdec.validation.serving.serving_config`); None when it cannot be built
+    (unknown engine tag, no k)."""
+    from specdec.validation.serving import DEFAULT_ENGINE, serving_config
+
+    k = (report.config or {}).get("num_speculative_tokens")
+    kind = pair_tags.get("drafter_kind", report.drafter_kind)
+    draft = pair_tags.get("draft")
+    try:
+        return serving_config(pair_tags.get("engine", DEFAULT_ENGINE), kind, int(k),
+                              draft=None if draft in (None, "none") else draft)
+    except (TypeError, ValueError) as e:
+        _log.warning("no serving configuration for this pair: %s", e)
+        return None
+
+
 def log_validation(
     pair: str,
     version: str | int,
@@ -373,6 +393,9 @@ def log_validation(
             for name in (REPORT_FILE, PROMPTS_FILE):
                 if (rdir / name).exists():
                     client.log_artifact(run_id, str(rdir / name))
+            serving = serving_config_for(ptags, report)
+            if serving is not None:
+                client.log_dict(run_id, serving, SERVING_FILE)
             try:  # evidence, not the result: never blocks the run
                 plots = _write_plots(report, rdir / "plots", list(history), run_id, version, metrics, gate, pair)
                 client.log_artifacts(run_id, str(plots), artifact_path="plots")
@@ -393,6 +416,9 @@ def log_validation(
             except Exception:
                 pass
             raise
+        if serving is not None:  # what the user copies into serving, for `specdec pair show`
+            _set_version_tags(client, pair, version, {"engine": serving["engine"],
+                                                      "serving_config": json.dumps(serving)[:5000]})
         _set_version_tags(client, pair, version, validation_tags(
             status=verdict.status, run_id=run_id, metrics=metrics,
             heldout=f"{report.heldout_name}@{report.heldout_version}", reasons=verdict.reasons, gate=gate))

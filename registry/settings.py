@@ -9,6 +9,7 @@ Environment variables (all optional):
   (default: ``mlartifacts/`` next to the SQLite file, i.e. ``<SPECDEC_HOME>/mlartifacts`` for the
   default store). With an ``http(s)://`` server, the server decides.
 - ``SPECDEC_PAIR_NAME``: default pair registered model (``specdec-pair``).
+- ``SPECDEC_ALIASES``: the allowed aliases (JSON list, default ``["champion", "challenger"]``).
 - ``SPECDEC_HTTP_TIMEOUT`` / ``SPECDEC_HTTP_MAX_RETRIES``: defaults for MLflow's
   ``MLFLOW_HTTP_REQUEST_TIMEOUT`` (seconds) / ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` when those are unset,
   so an unreachable server fails in seconds instead of minutes.
@@ -39,6 +40,8 @@ class RegistrySettings(BaseSettings):
         artifacts_dir: absolute artifact root used for experiments created on a local store.
         cache_dir: where :func:`registry.pairs.get_pair_version` downloads model artifacts.
         pair_name: default pair registered model name.
+        aliases: the aliases specdec moves and validates (``SPECDEC_ALIASES='["champion", "challenger",
+            "canary"]'``); anything else is refused as a typo.
         http_timeout: seconds per HTTP request to an MLflow server.
         http_max_retries: retries per HTTP request to an MLflow server.
     """
@@ -52,6 +55,7 @@ class RegistrySettings(BaseSettings):
     artifacts_dir: Path | None = None  # None: next to a SQLite DB, else <home>/mlartifacts
     cache_dir: Path | None = None
     pair_name: str = "specdec-pair"
+    aliases: list[str] = Field(default_factory=lambda: ["champion", "challenger"])
     http_timeout: int = 10
     http_max_retries: int = 2
 
@@ -179,11 +183,19 @@ def mlflow_errors(tracking_uri: str):
         raise
 
 
+#: experiment tag read by the MLflow 3 UI to pick an experiment's default view: without it, an
+#: experiment opens on the GenAI overview (traces, tokens, cost: all "No data") instead of its runs
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+
+
 def get_or_create_experiment(client, name: str) -> str:
-    """The id of experiment ``name``, created if missing. On a local store its artifacts go under
-    ``<artifacts_dir>/<name>`` (not ``./mlruns`` of whatever the working directory is)."""
+    """The id of experiment ``name``, created if missing and tagged to open on its runs table in the
+    MLflow UI. On a local store its artifacts go under ``<artifacts_dir>/<name>`` (not ``./mlruns``
+    of whatever the working directory is)."""
     exp = client.get_experiment_by_name(name)
     if exp is not None:
+        if (exp.tags or {}).get(EXPERIMENT_KIND_TAG) is None:  # experiments made before the tag
+            client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return exp.experiment_id
     location = None
     if is_local_store(client.tracking_uri):
@@ -193,7 +205,7 @@ def get_or_create_experiment(client, name: str) -> str:
     from mlflow.exceptions import MlflowException
 
     try:
-        return client.create_experiment(name, artifact_location=location)
+        return client.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
     except MlflowException:  # created concurrently by another process
         exp = client.get_experiment_by_name(name)
         if exp is None:

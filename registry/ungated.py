@@ -80,6 +80,7 @@ def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig | None =
     """
     from registry.gate import GateResult, evaluate_gate
     from registry.pairs import pair_aliases
+    from registry.promotion import clear_stale_promotions
     from registry.runs import client_latest_validation_run
 
     gate = gate or GateConfig()
@@ -99,6 +100,7 @@ def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig | None =
                    else evaluate_gate(run.data.metrics, gate, run_id=run.info.run_id))
         if verdict.passed or tags.get("promotion.alias") == alias:  # passes, or promoted by an earlier specdec (promotion.* tags)
             client.set_registered_model_tag(pair, ALIAS_RECORD_PREFIX + alias, version)
+            clear_stale_promotions(client, pair, alias, version, experiment)
             return None
         label = tags.get(PROMOTION_TAG_KEY)
         noticed = _noticed_at(label, alias)
@@ -106,6 +108,58 @@ def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig | None =
             noticed = (now or datetime.now(timezone.utc)).isoformat(timespec="seconds")
             client.set_model_version_tag(pair, version, PROMOTION_TAG_KEY, f"{alias}{_NOTICED}{noticed}")
             refresh_description(client, pair, version, run)
+            clear_stale_promotions(client, pair, alias, version, experiment)
         state = "never validated" if verdict.run_id is None else "failed"
         return UngatedPromotion(pair=pair, alias=alias, version=version, recorded_version=recorded,
                                 gate_state=state, reasons=list(verdict.reasons), noticed_at=noticed)
+
+
+def last_passing_version(pair: str, alias: str = "champion", *, exclude: str | None = None,
+                         gate: GateConfig | None = None, experiment: str = VALIDATION_EXPERIMENT,
+                         tracking_uri: str | None = None) -> str | None:
+    """The version to move ``alias`` back to: the one specdec last set it to, if its latest
+    validation passes the gate, else the newest version whose latest validation passes (never
+    ``exclude``). None when no version passes."""
+    from registry.gate import evaluate_gate
+    from registry.runs import client_latest_validation_run
+
+    gate = gate or GateConfig()
+    client = get_client(tracking_uri)
+    with mlflow_errors(client.tracking_uri):
+        recorded = (client.get_registered_model(pair).tags or {}).get(ALIAS_RECORD_PREFIX + alias)
+        versions = sorted({mv.version for mv in client.search_model_versions(f"name = '{pair}'")}, key=int, reverse=True)
+        for v in dict.fromkeys([x for x in (recorded, *versions) if x and x != exclude]):
+            run = client_latest_validation_run(client, pair, v, experiment)
+            if run is not None and evaluate_gate(run.data.metrics, gate, run_id=run.info.run_id).passed:
+                return v
+    return None
+
+
+def revert_alias(pair: str, alias: str, from_version: str, *, actor: str = "specdec pair watch --revert",
+                 gate: GateConfig | None = None, tracking_uri: str | None = None) -> str | None:
+    """Move ``pair@alias`` from the ungated ``from_version`` back to :func:`last_passing_version`.
+
+    Only while the alias still points at ``from_version`` (a later move is left alone). The reverted
+    version's ``promotion`` tag and description say ``<alias> reverted to v<N> by specdec <time>``.
+    Returns:
+        the version the alias now points at, or None (nothing passes, or the alias moved meanwhile).
+    """
+    from registry.pairs import pair_aliases
+    from registry.promotion import promote
+    from registry.runs import refresh_version
+
+    client = get_client(tracking_uri)
+    with mlflow_errors(client.tracking_uri):
+        if pair_aliases(client, pair).get(alias) != str(from_version):
+            return None
+    to = last_passing_version(pair, alias, exclude=str(from_version), gate=gate, tracking_uri=tracking_uri)
+    if to is None:
+        return None
+    promote(pair, to, alias, actor=actor, reason=f"v{from_version} was made @{alias} outside specdec and failed the gate",
+            gate=gate, tracking_uri=tracking_uri)
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    with mlflow_errors(client.tracking_uri):
+        client.set_model_version_tag(pair, str(from_version), PROMOTION_TAG_KEY,
+                                     f"{alias} reverted to v{to} by specdec {now[:16].replace('T', ' ')} UTC")
+        refresh_version(client, pair, str(from_version))
+    return to

@@ -19,17 +19,22 @@ app = typer.Typer(
 )
 
 
-def code_version() -> str:
-    """The installed ``specdec`` version plus the git commit (see :func:`specdec.validation.code_version`)."""
-    from specdec.validation.provenance import code_version as _cv
-
-    return _cv()
-
-
 @app.command()
 def version() -> None:
     """Print the specdec version (and git commit)."""
+    from specdec.validation.provenance import code_version
+
     typer.echo(code_version())
+
+
+def _wide_without_terminal() -> None:
+    """Without a terminal (cron, CI logs, a pipe) Rich wraps and truncates at 80 columns, so table
+    cells read "20…"; there, unless ``COLUMNS`` is set, lines are as wide as they need (up to 250)."""
+    import os
+    import sys
+
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        os.environ["COLUMNS"] = "250"
 
 
 def _load_plugins() -> None:
@@ -37,6 +42,7 @@ def _load_plugins() -> None:
         ep.load()(app)
 
 
+_wide_without_terminal()  # before the sub-commands create their consoles
 _load_plugins()
 
 if __name__ == "__main__":  # pragma: no cover

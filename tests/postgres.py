@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from monitoring.testing import free_port
+from tests.support.net import free_port
 
 
 def _pg_bin(name: str) -> str | None:

@@ -154,3 +154,11 @@ def test_dependencies_point_one_way(package, forbidden):
 def test_product_files_stay_small():
     big = {str(p.relative_to(ROOT)): n for p in MODULES.values() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert big == {}
+
+
+def test_no_test_helpers_in_the_product():
+    """Test helpers live under tests/support/; the product neither ships a ``testing`` module nor imports tests."""
+    assert [m for m in MODULES if m.split(".")[-1] == "testing"] == []
+    bad = [f"{MODULES[m].relative_to(ROOT)}:{line} imports {target}" for m in MODULES if m.split(".")[0] != "benchmarks"
+           for target, _, line in _imports(m) if target.split(".")[0] == "tests"]
+    assert bad == []

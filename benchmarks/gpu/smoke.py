@@ -43,7 +43,7 @@ def main() -> int:
     from specdec.core.drafters import crop_cache, forward_tokens, new_cache
     from specdec.core.config import SamplingConfig
     from specdec.settings import get_settings
-    from specdec.testing import tiny_llama
+    from tests.support.models import tiny_llama
 
     assert is_gguf_available(), "transformers does not see the gguf package"
     s = get_settings()

@@ -27,6 +27,7 @@ from monitoring.db import Database, utcnow
 from monitoring.production import store
 from monitoring.production.counters import pool_window, window_metrics
 from monitoring.production.engines import engine_metrics
+from monitoring.production.invariants import scrape_violations, window_violations
 from monitoring.production.rules import ProductionEvaluation, evaluate_window
 from monitoring.production.settings import ProductionSettings, ProductionSource, find_mapping
 from monitoring.production.sources import query_raw_series, scrape_metrics, scrape_series
@@ -43,7 +44,9 @@ class WindowOutcome:
     """What happened to one (source, model) in one window.
 
     ``status``: the health verdict (``passed``/``failed``/``inconclusive``), or ``unmapped`` (no
-    mapping for this model label), ``baseline`` (first direct scrape stored, no window yet).
+    mapping for this model label), ``baseline`` (first direct scrape stored, no window yet),
+    ``refused`` (the counters broke an invariant or the scrape was empty: nothing recorded; for a
+    direct scrape the previous scrape stays the baseline, so the next good one covers this window).
     """
 
     source: str
@@ -83,6 +86,25 @@ def _resolve(pair: str, alias: str, pinned: str | None, resolver: VersionResolve
             log.warning("cannot resolve %s@%s from the registry (%s: %s); using the history store",
                         pair, alias, type(e).__name__, e)
     return store.version_from_history(db, pair, alias)
+
+
+def _single(scrape, eng) -> list:
+    """One scrape as one-sample series (for the per-scrape invariants of a first scrape)."""
+    from monitoring.production.sources import Scrape
+
+    return scrape_series(Scrape(at=scrape.at, series=[], process_start_time=None), scrape, eng)
+
+
+def _refuse(source: str, bad: dict[str, list[str]], start: dt.datetime | None,
+            end: dt.datetime | None) -> list[WindowOutcome]:
+    """One error line per broken invariant, one ``refused`` outcome per model."""
+    out = []
+    for model, lines in sorted(bad.items()):
+        for line in lines:
+            log.error("source %s: refused, nothing recorded: %s", source, line)
+        more = f" (+{len(lines) - 1} more, see the log)" if len(lines) > 1 else ""
+        out.append(WindowOutcome(source, model, "refused", start, end, message=f"refused: {lines[0]}{more}"))
+    return out
 
 
 def alert_window(db: Database, ev: ProductionEvaluation, *, source: str, settings: MonitoringSettings,
@@ -146,8 +168,15 @@ def ingest_window(
         window_s = int(round((end - start).total_seconds()))
     else:
         current_scrape = scrape_metrics(source.url, eng, timeout_s=settings.timeout_s, client=client, now=now)
+        if not current_scrape.series:
+            return _refuse(source.name, {"": [f"empty scrape of {redact_url(source.url)}: no {source.engine} "
+                                              "speculative-decoding series; the previous scrape stays the baseline"]},
+                           None, current_scrape.at)
         previous = store.load_scrape(db, source.name)
         if previous is None or previous.at >= current_scrape.at:
+            bad = scrape_violations(_single(current_scrape, eng))
+            if bad:  # not a baseline either
+                return _refuse(source.name, bad, None, current_scrape.at)
             store.save_scrape(db, source.name, source.engine, current_scrape)
             log.info("source %s: first scrape of %s stored; the next run ingests a window",
                      source.name, redact_url(source.url))
@@ -156,8 +185,13 @@ def ingest_window(
         start, end = previous.at, current_scrape.at
         series = scrape_series(previous, current_scrape, eng)
         window_s = int(round(settings.window_minutes * 60))
-    pooled = pool_window(series, start.timestamp(), end.timestamp())
-    out: list[WindowOutcome] = []
+    bad = scrape_violations(series)
+    pooled = pool_window([x for x in series if x.model not in bad], start.timestamp(), end.timestamp())
+    bad.update({m: v for m, wc in pooled.items() if (v := window_violations(wc))})
+    if bad and current_scrape is not None:  # not saved: the next good scrape covers this window
+        return _refuse(source.name, bad, start, end)
+    out: list[WindowOutcome] = _refuse(source.name, bad, start, end) if bad else []
+    pooled = {m: wc for m, wc in pooled.items() if m not in bad}
     for model, wc in sorted(pooled.items()):
         mapping = find_mapping(settings.mappings, source.name, model)
         if mapping is None:
@@ -170,9 +204,13 @@ def ingest_window(
         g = window_metrics(wc, mapping.num_speculative_tokens)
         config = {"source": source.name, "engine": source.engine, "model": model, "window_seconds": window_s,
                   "num_speculative_tokens": g.num_speculative_tokens or None}
-        run_id = store.record_window(db, pair=mapping.pair, version=version, alias=mapping.alias,
-                                     source=source.name, engine=source.engine, model=model, start=start,
-                                     end=end, metrics=g, config=config, code_version=code_version, now=now)
+        try:
+            run_id = store.record_window(db, pair=mapping.pair, version=version, alias=mapping.alias,
+                                         source=source.name, engine=source.engine, model=model, start=start,
+                                         end=end, metrics=g, config=config, code_version=code_version, now=now)
+        except store.ImpossibleMetrics as e:
+            out += _refuse(source.name, {model: [str(e)]}, start, end)
+            continue
         ev = evaluate_window(db, run_id, settings=monitoring_settings)
         ht = rt = None
         if alert:

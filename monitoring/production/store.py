@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import select
 
 from monitoring import history
+from monitoring.production.invariants import check_rates
 from monitoring.db import (
     COMPLETED,
     FAILED,
@@ -30,11 +31,10 @@ from monitoring.db import (
     Database,
     ProductionScrape,
     ValidationRun,
-    nan_to_none,
     utcnow,
 )
 from monitoring.production.sources import Scrape
-from specdec.validation.report import GroupMetrics, ValidationReport
+from specdec.validation.report import GroupMetrics, ValidationReport, nan_to_none
 
 EVALUATED = (PASSED, FAILED, INCONCLUSIVE)
 
@@ -48,6 +48,10 @@ def window_label(end: dt.datetime) -> str:
     """The window end as ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (UTC, milliseconds), the row's ``heldout_version``."""
     u = end.astimezone(dt.timezone.utc)
     return u.strftime("%Y-%m-%dT%H:%M:%S.") + f"{u.microsecond // 1000:03d}Z"
+
+
+class ImpossibleMetrics(ValueError):
+    """A window's metrics that cannot be true (a rate outside [0, 1], a CI with lower > upper)."""
 
 
 def record_window(
@@ -65,8 +69,14 @@ def record_window(
             measurement (hashed; must not contain secrets).
     Returns:
         The row id. Status is ``completed`` until the rules are evaluated.
+    Raises:
+        ImpossibleMetrics: a rate outside [0, 1] or a CI with lower > upper (nothing written).
     """
     now = now or utcnow()
+    try:
+        check_rates(metrics, f"source {source}, model {model!r}")
+    except ValueError as e:
+        raise ImpossibleMetrics(str(e)) from None
     version = str(version) if version is not None else "unknown"
     name, label = heldout_name(source, model), window_label(end)
     chash = history.config_hash(config)
@@ -99,31 +109,30 @@ def record_window(
         return row.id
 
 
-def previous_passing_window(db: Database, run_id: int) -> ValidationRun | None:
-    """The last *passing* window before run ``run_id`` of the same pair, source, model and config."""
+def _sibling_window(db: Database, run_id: int, *, before: bool, statuses: tuple[str, ...]) -> ValidationRun | None:
+    """The nearest production window of run ``run_id``'s pair, model and config, before or after it,
+    whose status is in ``statuses``. Raises ``KeyError`` for an unknown run."""
     with db.session() as s:
         cur = s.get(ValidationRun, run_id)
         if cur is None:
             raise KeyError(f"no validation run {run_id}")
         r = ValidationRun
+        side = r.window_end < cur.window_end if before else r.window_end > cur.window_end
         return s.scalars(select(r).where(
             r.source == PRODUCTION, r.pair_name == cur.pair_name, r.heldout_name == cur.heldout_name,
-            r.config_hash == cur.config_hash, r.status == PASSED, r.window_end < cur.window_end,
-        ).order_by(r.window_end.desc()).limit(1)).first()
+            r.config_hash == cur.config_hash, r.status.in_(statuses), side,
+        ).order_by(r.window_end.desc() if before else r.window_end).limit(1)).first()
+
+
+def previous_passing_window(db: Database, run_id: int) -> ValidationRun | None:
+    """The last *passing* window before run ``run_id`` of the same pair, source, model and config."""
+    return _sibling_window(db, run_id, before=True, statuses=(PASSED,))
 
 
 def newer_evaluated_window(db: Database, run_id: int) -> ValidationRun | None:
     """An already evaluated window *after* run ``run_id`` (same pair, source, model, config), if any:
     a late re-ingestion of an old window must not flip incidents."""
-    with db.session() as s:
-        cur = s.get(ValidationRun, run_id)
-        if cur is None:
-            raise KeyError(f"no validation run {run_id}")
-        r = ValidationRun
-        return s.scalars(select(r).where(
-            r.source == PRODUCTION, r.pair_name == cur.pair_name, r.heldout_name == cur.heldout_name,
-            r.config_hash == cur.config_hash, r.status.in_(EVALUATED), r.window_end > cur.window_end,
-        ).limit(1)).first()
+    return _sibling_window(db, run_id, before=False, statuses=tuple(EVALUATED))
 
 
 def nightly_reference(db: Database, pair: str, version: str | None, alias: str) -> ValidationRun | None:

@@ -183,6 +183,28 @@ def check_token_range(name: str, ids: torch.Tensor, vocab: int | None) -> None:
         raise ValueError(f"{name} holds token id {bad}, outside the target's vocabulary {bound}")
 
 
+def check_draft_tokens(draft_tokens, vocab: int | None) -> None:
+    """Refuse draft ids that are not token ids of the vocabulary, before any indexing.
+
+    ``-1`` is vLLM's placeholder for an empty draft slot; a Python index of -1 would silently
+    read the last vocabulary entry, so it is refused like any id outside ``[0, vocab)``.
+
+    Args:
+        draft_tokens: a list of ints or an integer tensor. vocab: the distributions' last
+            dimension ``V`` (None: only negative ids are refused).
+    Raises:
+        ValueError: naming the first offending id and its position.
+    """
+    ids = draft_tokens.reshape(-1).tolist() if isinstance(draft_tokens, torch.Tensor) else list(draft_tokens)
+    for i, x in enumerate(ids):
+        if isinstance(x, bool) or not isinstance(x, int) and not hasattr(x, "__index__"):
+            raise ValueError(f"draft token {i} is {x!r}, not an integer token id")
+        if int(x) < 0 or (vocab is not None and int(x) >= vocab):
+            bound = f"[0, {vocab})" if vocab is not None else "[0, vocab_size)"
+            raise ValueError(f"draft token {i} is id {int(x)}, outside the vocabulary {bound}"
+                             + (" (-1 is vLLM's placeholder for an empty slot, not a token)" if int(x) == -1 else ""))
+
+
 def num_speculative_tokens_argument(num_speculative_tokens: int | None, num_draft_tokens: int | None) -> int:
     """k from the public keyword, or from the deprecated ``num_draft_tokens`` keyword.
 

@@ -13,8 +13,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
+
+T = TypeVar("T")
 
 
 def new_cache(model):
@@ -115,6 +119,13 @@ def now(device: torch.device) -> float:
     """``time.perf_counter()`` after synchronising ``device``, in seconds."""
     sync(device)
     return time.perf_counter()
+
+
+def timed(fn: Callable[[], T], device: torch.device) -> tuple[T, float]:
+    """``(fn(), seconds)``: wall time of ``fn`` between two synchronisations of ``device``."""
+    t0 = now(device)
+    out = fn()
+    return out, now(device) - t0
 
 
 class MaskedKV:

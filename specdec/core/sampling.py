@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from specdec.core.config import SamplingConfig
+from specdec.core.inputs import check_draft_tokens, check_token_range
 
 #: ``next_token`` when there is none: an accepted stop token (EOS) ended the block, so no
 #: recovered or bonus token is sampled after it.
@@ -163,10 +164,14 @@ def verify_block(
             has ``next_token = NO_NEXT_TOKEN`` and nothing is sampled after it.
     Returns:
         :class:`VerifyOutcome`.
+    Raises:
+        ValueError: shapes that do not match k, or a draft id outside ``[0, V)`` (``-1``, vLLM's
+            empty-slot placeholder, included).
     """
     k = len(draft_tokens)
     if p.shape[0] != k + 1 or q.shape[0] != k:
         raise ValueError(f"need p [k+1, V] and q [k, V] for k={k}, got {tuple(p.shape)} and {tuple(q.shape)}")
+    check_draft_tokens(draft_tokens, p.shape[-1])  # -1 or >= V would index the wrong row, silently
     for i, x in enumerate(draft_tokens):
         accept_prob = acceptance_probability(p[i, x], q[i, x])
         if accept_prob >= 1.0:
@@ -205,6 +210,7 @@ def verify_greedy(
     k = len(draft_tokens)
     if len(target_argmax) != k + 1:
         raise ValueError(f"need k+1 = {k + 1} target argmax ids, got {len(target_argmax)}")
+    check_draft_tokens(draft_tokens, None)
     for i, x in enumerate(draft_tokens):
         if x != target_argmax[i]:
             return VerifyOutcome(i, target_argmax[i], is_bonus=False)  # recovered = target argmax
@@ -283,6 +289,7 @@ def verify_batch(
             f"need draft_tokens [B, k], num_drafts [B], p [B, k+1, V], q [B, k, V]; got "
             f"{tuple(draft_tokens.shape)}, {tuple(num_drafts.shape)}, {tuple(p.shape)}, {tuple(q.shape)}"
         )
+    check_token_range("draft_tokens", draft_tokens, p.shape[-1])
     device = p.device
     rows = torch.arange(B, device=device)
     drafted = torch.arange(k, device=device)[None, :] < num_drafts[:, None]  # [B, k]: real draft slots

@@ -46,6 +46,30 @@ class ResolvedDrafter:
     compatibility: dict | None = None
 
 
+def check_drafter_spec(spec: str) -> str:
+    """Check a drafter spec's syntax without loading anything (so a CLI refuses ``derived:int3``
+    before the target loads). Returns the stripped spec; ``auto`` passes.
+
+    Raises:
+        DrafterSpecError: empty or malformed spec (the message names the accepted forms).
+    """
+    spec = (spec or "").strip()
+    if not spec:
+        raise DrafterSpecError("empty drafter spec: use ngram, derived:int8, derived:int4, derived:bf16, derived:fp8 or model:<ref>")
+    if spec == "ngram" or spec.startswith("ngram:"):
+        _ngram(spec)
+    elif spec.startswith("derived:"):
+        from specdec.models.derived import DerivedDraftRecipe
+
+        try:
+            DerivedDraftRecipe.from_spec(spec)
+        except ValueError as e:
+            raise DrafterSpecError(str(e)) from e
+    elif spec == "model:":
+        raise DrafterSpecError("model: needs a reference, e.g. model:./my-draft or model:org/name")
+    return spec
+
+
 def resolve_drafter(
     spec: str,
     target: Any,

@@ -5,19 +5,26 @@ from __future__ import annotations
 import math
 
 from specdec.core.stats import DecodingStats
-from specdec.validation.metrics import (
-    AgreementSums,
-    bootstrap_ratio_ci,
-    expected_tokens_per_step,
-    predicted_speedup,
-    recommend_num_speculative_tokens,
-)
+from specdec.validation.metrics import AgreementSums, bootstrap_ratio_ci
 from specdec.validation.machine import usable_cpus
 from specdec.validation.prompt_run import PromptRun
 from specdec.validation.report import GroupMetrics
-from specdec.validation.speed import bootstrap_speedup_ci
+from specdec.validation.speed import (
+    StepCounters,
+    VerifyCost,
+    best_k,
+    bootstrap_speedup_ci,
+    paired_speedup,
+    pooled_speedup,
+    predicted_speedup,
+    timing_band,
+)
 
-__all__ = ["aggregate", "ratio"]
+__all__ = ["aggregate", "ratio", "predict", "IID_BASIS", "REPLAY_BASIS"]
+
+IID_BASIS = "i.i.d. acceptance at alpha_hat"
+REPLAY_BASIS = "replayed counters"
+MAX_RECOMMENDED_K = 16
 
 
 def ratio(num: float, den: float) -> float:
@@ -25,10 +32,13 @@ def ratio(num: float, den: float) -> float:
     return num / den if den else math.nan
 
 
-def aggregate(runs: list[PromptRun], k: int, *, seed: int = 0, n_resamples: int = 2000) -> GroupMetrics:
+def aggregate(runs: list[PromptRun], k: int, *, seed: int = 0, n_resamples: int = 2000,
+              verify_cost: VerifyCost | None = None, cost_ratio: float = math.nan) -> GroupMetrics:
     """Pool per-prompt outcomes into one :class:`GroupMetrics` (sums first, then ratios).
 
-    Bootstrap CIs resample the prompts that ran (status ``ok``) and recompute each pooled ratio.
+    Bootstrap CIs resample the prompts that ran (status ``ok``). ``verify_cost`` and ``cost_ratio``
+    are the driver's calibrated costs (:func:`specdec.validation.timing.calibrate`); without them the
+    in-run c and the one in-run point v(k) are used (:func:`predict`).
     """
     g = GroupMetrics(num_prompts=sum(r.ok for r in runs), num_speculative_tokens=k, num_skipped=sum(not r.ok for r in runs))
     ok = [r for r in runs if r.ok and r.stats is not None]
@@ -71,13 +81,12 @@ def aggregate(runs: list[PromptRun], k: int, *, seed: int = 0, n_resamples: int 
     g.speculative_seconds = sum(r.speculative_seconds for r in ok)
     g.target_only_tokens = sum(r.target_only_tokens for r in ok)
     g.speculative_tokens = sum(r.speculative_tokens for r in ok)
-    rate_ref = ratio(g.target_only_tokens, g.target_only_seconds)
-    rate_spec = ratio(g.speculative_tokens, g.speculative_seconds)
-    g.speedup = ratio(rate_spec, rate_ref) if not math.isnan(rate_ref) else math.nan
-    g.speedup_ci = bootstrap_speedup_ci(
-        [r.target_only_tokens for r in ok], [r.target_only_seconds for r in ok],
-        [r.speculative_tokens for r in ok], [r.speculative_seconds for r in ok], **ci,
-    )
+    cols = ([r.target_only_tokens for r in ok], [r.target_only_seconds for r in ok],
+            [r.speculative_tokens for r in ok], [r.speculative_seconds for r in ok])
+    g.speedup = paired_speedup(*cols)
+    g.speedup_pooled = pooled_speedup(*cols)
+    g.speedup_ci = bootstrap_speedup_ci(*cols, **ci)
+    g.num_remeasured = sum(r.remeasured for r in ok)
     loads = [r.row.load_avg_1m for r in ok if not math.isnan(r.row.load_avg_1m)]
     if loads:
         g.load_avg_1m, g.load_avg_1m_max = sum(loads) / len(loads), max(loads)
@@ -91,16 +100,37 @@ def aggregate(runs: list[PromptRun], k: int, *, seed: int = 0, n_resamples: int 
         g.cost_ratio_with_prefill = ratio(
             st.draft_seconds / st.draft_forward_passes, st.target_seconds / st.target_forward_passes
         )
-    if not (math.isnan(g.alpha_hat) or math.isnan(g.cost_ratio)):
-        g.predicted_speedup = predicted_speedup(g.alpha_hat, g.cost_ratio, k)
-        if not math.isnan(g.verify_cost_ratio):
-            g.predicted_speedup_verify_adjusted = expected_tokens_per_step(g.alpha_hat, k) / (
-                g.cost_ratio * k + g.verify_cost_ratio
-            )
-        g.recommended_num_speculative_tokens, g.predicted_speedup_at_recommended = recommend_num_speculative_tokens(
-            g.alpha_hat, g.cost_ratio
-        )
+    predict(g, StepCounters.from_stats(st, generations=len(ok)), verify_cost, cost_ratio)
     audited = [r for r in ok if r.row.exact_match is not None]
     g.exactness_checked = len(audited)
     g.exactness_mismatches = sum(not r.row.exact_match for r in audited)
     return g
+
+
+def predict(g: GroupMetrics, counters: StepCounters, verify_cost: VerifyCost | None, cost_ratio: float,
+            counters_by_k: dict[int, StepCounters] | None = None) -> None:
+    """Fill ``g``'s prediction fields with the one speed model (:func:`specdec.validation.speed.predicted_speedup`).
+
+    c: ``cost_ratio`` when measured, else the in-run ``g.cost_ratio``. v: ``verify_cost``, else the
+    in-run point ``{k: g.verify_cost_ratio}`` (interpolated to v(0) = 1, never extrapolated). The
+    recommended k comes from ``counters_by_k`` (a replay) when given, else from i.i.d. counters at
+    ``g.alpha_hat`` (labelled in ``recommended_k_basis``). Sets the timing check (measured/predicted).
+    """
+    c = cost_ratio if not math.isnan(cost_ratio) else g.cost_ratio
+    k = g.num_speculative_tokens
+    v = verify_cost
+    if v is None and not math.isnan(g.verify_cost_ratio) and k:
+        v = VerifyCost.fit({k: g.verify_cost_ratio})
+    if v is None or math.isnan(c):
+        return
+    g.predicted_cost_ratio, g.verify_cost_by_n = c, v.as_list()
+    g.predicted_speedup = predicted_speedup(counters, c, v)
+    if counters_by_k is None and not math.isnan(g.alpha_hat):
+        counters_by_k = {kk: StepCounters.iid(g.alpha_hat, kk) for kk in range(1, min(MAX_RECOMMENDED_K, v.n_max) + 1)}
+        g.recommended_k_basis = IID_BASIS
+    elif counters_by_k is not None:
+        g.recommended_k_basis = REPLAY_BASIS
+    if counters_by_k:
+        g.recommended_num_speculative_tokens, g.predicted_speedup_at_recommended = best_k(counters_by_k, c, v)
+    g.measured_over_predicted = ratio(g.speedup, g.predicted_speedup) if not math.isnan(g.speedup) else math.nan
+    g.timing_suspect = timing_band(g.speedup, g.predicted_speedup)

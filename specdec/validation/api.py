@@ -36,9 +36,12 @@ from specdec.validation.prompt_run import DrafterUnderTest, PromptRun, context_l
 from specdec.validation.provenance import ALPHA_HAT_ESTIMATOR, code_version, environment, eos_token_ids
 from specdec.validation.report import PromptResult, ValidationReport
 from specdec.validation.runner import run_prompts, warmup
-from specdec.validation.timing import PassTimer
+from specdec.validation.timing import Calibration, PassTimer, calibrate
 
-__all__ = ["validate_pair", "validate_pairs", "drafter_parts", "report_common"]
+__all__ = ["validate_pair", "validate_pairs", "drafter_parts", "report_common", "calibrate_on"]
+
+#: the v(n) curve is measured for n up to at least this (the recommended k is chosen among 1..it)
+CALIBRATED_KMAX = 8
 
 
 def drafter_parts(drafter: Any) -> tuple[Any, torch.nn.Module | None, str, str | None, dict | None]:
@@ -107,6 +110,7 @@ def validate_pairs(
     tokenizer: Any = None,
     target_ref: str | None = None,
     progress: Callable[[int, int, list[PromptResult]], None] | None = None,
+    calibration: Calibration | None = None,
 ) -> list[ValidationReport]:
     """:func:`validate_pair` for several drafters of one target, sharing the target's work.
 
@@ -116,6 +120,13 @@ def validate_pairs(
     of one; see :mod:`specdec.validation.runner`). Returns one report per drafter, in order;
     ``prompts`` keep the held-out order. ``progress`` gets the list of per-drafter rows of each
     prompt when it is done (skipped prompts as they are found).
+
+    The timing protocol (the one every validation, the nightly and ``recommend`` use): warm-up,
+    then the pass costs (c, v(n)) measured once (:func:`specdec.validation.timing.calibrate`; pass
+    ``calibration`` to reuse one), then per prompt target-only and speculative runs back to back,
+    alternating which goes first, the load sampled after each, a group that ran under load re-timed
+    once (:func:`specdec.validation.runner.under_load`); the speedup is the median of the paired
+    per-prompt ratios (:func:`specdec.validation.speed.paired_speedup`).
 
     Raises:
         ValueError: no drafter, no tokenizer for a bare model.
@@ -154,6 +165,8 @@ def validate_pairs(
 
     if config.warmup:
         warmup(model, [c.obj for c in ctxs], subset, tok, config, eos, ctx_limit)
+        if calibration is None:
+            calibration = calibrate_on(model, [c.model for c in ctxs], subset, tok, config.num_speculative_tokens)
 
     subset_runs: list[list[PromptRun] | None] = [None] * len(subset.prompts)
     with contextlib.ExitStack() as timers:
@@ -174,8 +187,10 @@ def validate_pairs(
     common = report_common(subset, target_ref, config, model)
     wall = time.perf_counter() - t_wall
     reports = []
-    for c, runs in zip(ctxs, per_drafter):
+    for j, (c, runs) in enumerate(zip(ctxs, per_drafter)):
         cats = sorted({r.row.category for r in runs})
+        if calibration is not None:
+            agg = dict(agg, verify_cost=calibration.verify_cost, cost_ratio=calibration.cost_ratios[j])
         report = ValidationReport(
             **common,
             drafter_kind=c.kind,
@@ -189,6 +204,19 @@ def validate_pairs(
         report.wall_seconds = wall
         reports.append(report)
     return reports
+
+
+def calibrate_on(model: torch.nn.Module, draft_models: list[torch.nn.Module | None], subset: HeldoutSet, tok: Any,
+                 k: int, kmax: int = CALIBRATED_KMAX) -> Calibration | None:
+    """:func:`specdec.validation.timing.calibrate` on the shortest usable prompt of ``subset``
+    (v(n) for n up to ``max(k, kmax)``); None when no prompt has tokens."""
+    from specdec.validation.heldout import prompt_token_ids
+
+    ids = [prompt_token_ids(p, tok) for p in subset.prompts[:16] if not p.is_empty]
+    ids = [x for x in ids if x]
+    if not ids:
+        return None
+    return calibrate(model, draft_models, min(ids, key=len), max(k, kmax))
 
 
 def report_common(subset: HeldoutSet, target_ref: str | None, config: ValidationConfig, model: torch.nn.Module) -> dict[str, Any]:

@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _fail(msg: str) -> None:
-    _err.print(f"[bold red]error:[/] {msg}", highlight=False)
+    _err.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=1)
 
 
@@ -121,8 +121,14 @@ def validate(
         if (od / "report.json").exists() and not overwrite:
             _fail(f"{od / 'report.json'} already exists; pass --overwrite or choose another --out")
 
-    from specdec.models.drafter_spec import resolve_drafter
+    from specdec.models.drafter_spec import DrafterSpecError, check_drafter_spec, resolve_drafter
     from specdec.models import load_causal_lm
+
+    for spec in draft:  # a malformed --draft is refused before the target loads
+        try:
+            check_drafter_spec(spec)
+        except DrafterSpecError as e:
+            _fail(f"--draft {spec}: {e}")
     from specdec.validation import ValidationConfig, validate_pairs
 
     try:
@@ -239,6 +245,8 @@ def _x(v: float | None) -> str:
 def _ci(v: float, ci: list[float]) -> str:
     if math.isnan(v):
         return "-"
+    if any(x is None or math.isnan(x) for x in ci):  # e.g. one prompt: no interval to show
+        return f"{v:.3f} [CI not estimable]"
     return f"{v:.3f} [{_f(ci[0], 2)}, {_f(ci[1], 2)}]"
 
 
@@ -296,8 +304,10 @@ def _print_summary(report: Any) -> None:
     _out.print(
         f"cost ratio ĉ = {_f(g.cost_ratio)} (draft pass {_f(g.draft_pass_seconds * 1e3, 2)} ms / one-token target pass "
         f"{_f(g.target_step_seconds * 1e3, 2)} ms); verification pass {_f(g.target_pass_seconds * 1e3, 2)} ms "
-        f"= {_f(g.verify_cost_ratio, 2)} target passes; prediction counting it: {_x(g.predicted_speedup_verify_adjusted)}. "
-        f"α̂ = {report.alpha_hat_estimator}.",
+        f"= {_f(g.verify_cost_ratio, 2)} target passes. Prediction (one speed model: Σ(accepted+1) / Σ(c·proposed + "
+        f"v(proposed)) over the run's steps) with c = {_f(g.predicted_cost_ratio)}, v(n) = "
+        f"{', '.join(_f(x, 2) for x in g.verify_cost_by_n[:9])}: {_x(g.predicted_speedup)}; best k from "
+        f"{g.recommended_k_basis or '-'}. α̂ = {report.alpha_hat_estimator}.",
         highlight=False,
     )
     for note in report.notes:

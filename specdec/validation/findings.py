@@ -6,15 +6,30 @@ import math
 
 from specdec.validation.report import ValidationReport
 
-__all__ = ["findings", "SLOWER_NOTE"]
+__all__ = ["findings", "SLOWER_NOTE", "SUSPECT_NOTE", "timing_suspect_note"]
 
 
 SLOWER_NOTE = (
     "speculative decoding is SLOWER than target-only for this pair on this device: "
-    "measured speedup {speedup:.2f}x, predicted {pred:.2f}x at k={k} (best k={best_k}: {best:.2f}x; "
-    "{adj:.2f}x at k={k} counting the verification pass's real cost); draft/target cost per pass c={c:.2f}, "
-    "verification pass / one-token target pass = {v:.2f}"
+    "measured speedup {speedup:.2f}x, predicted {pred:.2f}x at k={k} (best k={best_k}: {best:.2f}x, {basis}); "
+    "draft/target cost per pass c={c:.2f}, verification pass / one-token target pass v(k)={v:.2f}"
 )
+SUSPECT_NOTE = (
+    "timing suspect: measured {speedup:.2f}x is {r:.2f} of the predicted {pred:.2f}x (outside {lo}-{hi}; load avg "
+    "{load:.1f} on {cpus} CPUs, {remeasured} prompt(s) re-timed): the measured speedup is not a finding; re-run on "
+    "an idle machine"
+)
+
+
+def timing_suspect_note(g) -> str | None:
+    """The 'timing suspect' line for a group whose measured/predicted is outside the band, else None."""
+    from specdec.validation.speed import TIMING_BAND
+
+    if not g.timing_suspect:
+        return None
+    return SUSPECT_NOTE.format(speedup=g.speedup, r=g.measured_over_predicted, pred=g.predicted_speedup,
+                               lo=TIMING_BAND[0], hi=TIMING_BAND[1], load=g.load_avg_1m_max, cpus=g.num_cpus,
+                               remeasured=g.num_remeasured)
 
 
 def format_ci(ci: list[float]) -> str:
@@ -31,7 +46,10 @@ def findings(r: ValidationReport) -> list[str]:
         return notes
     if g.num_skipped:
         notes.append(f"{g.num_skipped} prompt(s) skipped (empty or too long); see prompts.csv")
-    slow_measured = not math.isnan(g.speedup) and g.speedup < 1
+    suspect = timing_suspect_note(g)
+    if suspect:
+        notes.append(suspect)
+    slow_measured = not suspect and not math.isnan(g.speedup) and g.speedup < 1
     slow_pred = not math.isnan(g.predicted_speedup_at_recommended) and g.predicted_speedup_at_recommended < 1
     if slow_measured or slow_pred:
         notes.append(
@@ -41,9 +59,10 @@ def findings(r: ValidationReport) -> list[str]:
                 k=g.num_speculative_tokens,
                 best_k=g.recommended_num_speculative_tokens,
                 best=g.predicted_speedup_at_recommended,
-                adj=g.predicted_speedup_verify_adjusted,
-                c=g.cost_ratio,
-                v=g.verify_cost_ratio,
+                basis=g.recommended_k_basis,
+                c=g.predicted_cost_ratio,
+                v=g.verify_cost_by_n[g.num_speculative_tokens] if len(g.verify_cost_by_n) > g.num_speculative_tokens
+                else math.nan,
             )
         )
     if all(not math.isnan(x) for x in (*g.alpha_hat_ci, *g.alpha_tf_ci)) and (
@@ -58,8 +77,8 @@ def findings(r: ValidationReport) -> list[str]:
         notes.append(
             "n-gram drafter: alpha_tf/top-1/TV are over the positions where the lookup proposes "
             f"(coverage {g.tf_coverage:.0%}); KL is undefined for a one-hot q; the predicted speedup "
-            f"assumes a full proposal every step, but only {g.draft_tokens_per_step:.2f} of k={g.num_speculative_tokens} "
-            "tokens are proposed per step on average and misses are plain target steps"
+            f"counts the steps as they ran: {g.draft_tokens_per_step:.2f} of k={g.num_speculative_tokens} "
+            "tokens proposed per draft step on average, misses as plain target steps"
         )
     if g.exactness_mismatches:
         bad = [p for p in r.prompts if p.exact_match is False]

@@ -243,7 +243,7 @@ def _open_lines(path: Path) -> list[str]:
         except OSError as e:
             raise HeldoutFormatError(f"{path}: not a valid gzip file ({e})") from e
     try:
-        return raw.decode("utf-8").splitlines()
+        return raw.decode("utf-8-sig").splitlines()  # a UTF-8 byte-order mark (Windows editors) is dropped
     except UnicodeDecodeError as e:
         raise HeldoutFormatError(f"{path}: not UTF-8 text ({e})") from e
 

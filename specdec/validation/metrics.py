@@ -1,4 +1,4 @@
-"""Validation math: teacher-forced agreement, Leviathan's predicted speedup, prompt bootstrap.
+"""Validation math: teacher-forced agreement, prompt bootstrap (the speed model: :mod:`specdec.validation.speed`).
 
 Pure functions over tensors / numpy arrays; no models, no I/O. Definitions are written out in
 ``docs/metrics.md``.
@@ -17,80 +17,8 @@ __all__ = [
     "AgreementSums",
     "agreement_sums",
     "bootstrap_ratio_ci",
-    "expected_tokens_per_step",
     "onehot_agreement_sums",
-    "predicted_speedup",
-    "recommend_num_speculative_tokens",
 ]
-
-MAX_RECOMMENDED_K = 16
-
-
-def expected_tokens_per_step(alpha: float, k: int) -> float:
-    """Expected tokens emitted per target verification pass (Leviathan et al. 2022, Eq. 1).
-
-    ``E = (1 - alpha^(k+1)) / (1 - alpha)``, with the limit ``k + 1`` at ``alpha = 1``.
-    Assumes each draft token is accepted independently with probability ``alpha``.
-
-    Args:
-        alpha: per-token acceptance probability in [0, 1]; ``nan`` gives ``nan``.
-        k: draft tokens per step (>= 0).
-    Returns:
-        tokens per step, in [1, k + 1].
-    Raises:
-        ValueError: alpha outside [0, 1] or k < 0.
-    """
-    if math.isnan(alpha):
-        return math.nan
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-    if k < 0:
-        raise ValueError(f"k must be >= 0, got {k}")
-    if alpha == 1.0:
-        return float(k + 1)
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-
-
-def predicted_speedup(alpha: float, cost_ratio: float, k: int) -> float:
-    """Leviathan et al. 2022, Theorem 3.8: expected wall-time improvement factor.
-
-    ``S = (1 - alpha^(k+1)) / ((1 - alpha) (c k + 1))``; at ``alpha = 1`` it is
-    ``(k + 1) / (c k + 1)``. ``S < 1`` means speculative decoding is slower than target-only.
-
-    Args:
-        alpha: per-token acceptance probability in [0, 1].
-        cost_ratio: c = draft forward-pass time / target forward-pass time (>= 0, unitless).
-        k: draft tokens per step (>= 1).
-    Returns:
-        predicted speedup (unitless); ``nan`` when alpha or c is ``nan``.
-    Raises:
-        ValueError: alpha outside [0, 1], c < 0 or k < 1.
-    """
-    if math.isnan(alpha) or math.isnan(cost_ratio):
-        return math.nan
-    if cost_ratio < 0:
-        raise ValueError(f"cost ratio must be >= 0, got {cost_ratio}")
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    return expected_tokens_per_step(alpha, k) / (cost_ratio * k + 1.0)
-
-
-def recommend_num_speculative_tokens(alpha: float, cost_ratio: float, k_max: int = MAX_RECOMMENDED_K) -> tuple[int | None, float]:
-    """The k in ``1..k_max`` that maximises :func:`predicted_speedup` (ties: the smallest k).
-
-    Returns:
-        ``(k, predicted speedup at k)``; ``(None, nan)`` when alpha or c is ``nan``. The speedup
-        may be < 1: then no k makes this drafter pay off and speculation should be switched off.
-    """
-    if math.isnan(alpha) or math.isnan(cost_ratio):
-        return None, math.nan
-    best_k, best = 1, -math.inf
-    for k in range(1, k_max + 1):
-        s = predicted_speedup(alpha, cost_ratio, k)
-        if s > best + 1e-12:
-            best_k, best = k, s
-    return best_k, best
-
 
 @dataclass
 class AgreementSums:
@@ -195,12 +123,14 @@ def bootstrap_ratio_ci(
         confidence: interval coverage (0.95 gives the 2.5% and 97.5% percentiles).
         seed: numpy ``default_rng`` seed, so the interval is reproducible.
     Returns:
-        ``[low, high]``; ``[nan, nan]`` with no prompts or no positive denominator.
+        ``[low, high]``; ``[nan, nan]`` (not estimable) with fewer than 2 prompts (resampling one
+        prompt gives the same ratio every time: a point, not an interval) or no positive
+        denominator.
     """
     num = np.asarray(numerators, dtype=np.float64)
     den = np.asarray(denominators, dtype=np.float64)
     n = num.shape[0]
-    if n == 0 or den.sum() <= 0:
+    if n < 2 or den.sum() <= 0:
         return [math.nan, math.nan]
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n, size=(n_resamples, n))

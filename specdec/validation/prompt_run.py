@@ -36,6 +36,7 @@ class PromptRun:
     target_steps: int = 0
     draft_pass_s: float = 0.0
     draft_passes: int = 0
+    remeasured: bool = False  # re-timed because one side ran under load (runner.remeasure_if_loaded)
 
     @property
     def ok(self) -> bool:

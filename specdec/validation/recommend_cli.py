@@ -45,21 +45,23 @@ def print_recommendation(rec: Any, console: Console = _out) -> None:
     t = Table(title=f"draft candidates for {rec.target_ref} ({rec.device}, {rec.dtype}; {rec.num_prompts} prompts "
                     f"over {len(rec.categories)} categories, {rec.max_new_tokens} new tokens, greedy)",
               title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("drafter", "α (tf)", "c", "k", "v(k)", "predicted", "measured speedup [95% CI]", "α̂", "identical"):
+    for col in ("drafter", "acc. (replay)", "c", "k", "v(k)", "predicted", "measured speedup [95% CI]", "meas./pred.",
+                "α̂", "identical"):
         t.add_column(col, justify="left" if col == "drafter" else "right", no_wrap=True)
     notes = []
     for c in rec.candidates:
         if c.reason:
             notes.append(f"{c.spec}: {'unavailable: ' if not c.available else ''}{c.reason}")
         if not c.available:
-            t.add_row(c.spec, *["-"] * 8)
+            t.add_row(c.spec, *["-"] * 9)
             continue
         ci = f" [{_f(c.speedup_ci[0])}, {_f(c.speedup_ci[1])}]"
         sp = f"{_f(c.measured_speedup, 2, 'x')}{ci}"
-        style = "green" if c.pays else ("red" if c.measured_speedup < 1 else "")
+        style = "green" if c.pays else ("red" if c.measured_speedup < 1 or c.timing_suspect else "")
         name = f"[bold]{c.spec}[/]" if c.spec == rec.best else c.spec
         t.add_row(name, _f(c.alpha, 3), _f(c.cost_ratio), str(c.k or "-"), _f(c.verify_cost),
-                  _f(c.predicted_speedup, 2, "x"), f"[{style}]{sp}[/]" if style else sp, _f(c.alpha_hat, 3),
+                  _f(c.predicted_speedup, 2, "x"), f"[{style}]{sp}[/]" if style else sp,
+                  _f(c.measured_over_predicted, 2) + (" timing suspect" if c.timing_suspect else ""), _f(c.alpha_hat, 3),
                   f"{c.identical_outputs}/{c.compared_outputs}")
     console.print(t)
     for n in notes:
@@ -81,7 +83,7 @@ def print_recommendation(rec: Any, console: Console = _out) -> None:
 
 def run_recommend(target: Any, *, heldout: str = "spec_bench", candidates: list[str] | None = None,
                   per_category: int = 1, max_prompt_tokens: int | None = 256, max_new_tokens: int = 32,
-                  repeats: int = 1, k_max: int = 8, ngram_k: int = 4, seed: int = 0, target_ref: str | None = None,
+                  k_max: int = 8, seed: int = 0, target_ref: str | None = None,
                   console: Console = _err) -> Any:
     """Load the held-out set, pick the short stratified prompts and run
     :func:`specdec.validation.recommend.recommend_draft` with a status line. Returns the Recommendation."""
@@ -93,7 +95,7 @@ def run_recommend(target: Any, *, heldout: str = "spec_bench", candidates: list[
                          max_prompt_tokens=max_prompt_tokens, seed=seed)
     with console.status("measuring draft candidates ...") as status:
         return recommend_draft(target, held, candidates=candidates, max_new_tokens=max_new_tokens,
-                               k_values=tuple(range(1, k_max + 1)), ngram_k=ngram_k, repeats=repeats, seed=seed,
+                               k_values=tuple(range(1, k_max + 1)), seed=seed,
                                target_ref=target_ref, progress=lambda m: status.update(m))
 
 
@@ -108,9 +110,7 @@ def recommend(
     max_prompt_tokens: Annotated[int, typer.Option(
         "--max-prompt-tokens", min=0, help="Draw among prompts at most this long (0 = any length).")] = 256,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1)] = 32,
-    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Interleaved repeats per prompt.")] = 1,
     k_max: Annotated[int, typer.Option("--k-max", min=1, help="Largest k considered.")] = 8,
-    ngram_k: Annotated[int, typer.Option("--ngram-k", min=1, help="k of the n-gram drafter.")] = 4,
     device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option("--dtype", help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16.")] = "auto",
     seed: Annotated[int, typer.Option("--seed")] = 0,
@@ -131,7 +131,7 @@ def recommend(
     try:
         rec = run_recommend(tgt, heldout=heldout, candidates=candidate or None, per_category=per_category,
                             max_prompt_tokens=max_prompt_tokens or None, max_new_tokens=max_new_tokens,
-                            repeats=repeats, k_max=k_max, ngram_k=ngram_k, seed=seed, target_ref=target)
+                            k_max=k_max, seed=seed, target_ref=target)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
     print_recommendation(rec)

@@ -62,7 +62,7 @@ def print_replay(report: Any, out: Console) -> None:
     if r.get("recommended_num_speculative_tokens") is not None:
         out.print(f"recommended k from the replayed curve: {r['recommended_num_speculative_tokens']} "
                   f"(predicted {_f(r['predicted_speedup_at_recommended'], 2)}x with c = {_f(r['cost_ratio'])}, "
-                  f"v(k={r['verify_cost_k']}) = {_f(r['verify_cost_ratio'], 2)})", highlight=False)
+                  f"v(n) = {', '.join(_f(x, 2) for x in (r.get('verify_cost_by_n') or [])[:9])}, ...)", highlight=False)
     if "counters" in r:
         for name, c in r["counters"].items():
             ci = c.get("acceptance_rate_ci") or [None, None]

@@ -1,17 +1,10 @@
 """The replayed acceptance-by-k curve, the k it recommends, and how replay/decode differences are classified.
 
-Predicted speedup at k from the replayed counters (pooled over prompts) and the costs measured by
-the decoding validation on the same machine (c = draft pass / target one-token pass, v(k0) =
-target verification pass / one-token pass at the decoded k0):
-
-    speedup(k) = (A_k + D_k) / (c * T_k + v(k) * D_k)
-
-with ``A_k`` accepted tokens, ``D_k`` draft steps and ``T_k`` proposed tokens at k (each step
-emits its accepted tokens plus one; target-only decoding emits one token per one-token pass).
-v(k) is taken linear in the tokens scored, through v(0) = 1 and the measured v(k0):
-``v(k) = 1 + (v(k0) - 1) * k / k0`` (the form of :func:`specdec.validation.recommend.smooth_verify_cost`,
-with the single point decoding measured). This is the measured-c-and-v model, not Leviathan's
-i.i.d. formula: the acceptance comes from the replayed counters at each k.
+Predicted speedup at k: the one speed model (:func:`specdec.validation.speed.predicted_speedup`) on
+the replayed counters at k (steps by proposed count, accepted tokens; pooled over prompts) with the
+costs the driver measured on this machine (c, and the v(n) curve from
+:func:`specdec.validation.timing.calibrate`). Sampling replays give expected totals only
+(:meth:`StepCounters.from_totals`).
 """
 
 from __future__ import annotations
@@ -23,8 +16,9 @@ import torch
 
 from specdec.core.stats import DecodingStats
 from specdec.validation.metrics import bootstrap_ratio_ci
+from specdec.validation.speed import StepCounters, VerifyCost, best_k, predicted_speedup
 
-__all__ = ["acceptance_by_k", "recommend_from_curve", "classify", "precision_of", "decoded_stop_after_rejection",
+__all__ = ["acceptance_by_k", "recommend_from_curve", "row_counters", "classify", "precision_of", "decoded_stop_after_rejection",
            "NUMERICS_MARGIN", "NEAR_TIE", "BEYOND_NUMERICS", "UNSEEN_STOP"]
 
 #: largest logit margin (target-vocabulary draft logits, top-1 minus top-2) at which a replay/decode
@@ -42,28 +36,24 @@ def _pool(stats: list[DecodingStats], k: int) -> DecodingStats:
     return out
 
 
-def verify_cost_at(k: int, v0: float, k0: int) -> float:
-    """v(k) = 1 + (v(k0) - 1) k / k0 (module docstring); nan when v0 is."""
-    return 1.0 + (v0 - 1.0) * k / k0 if k0 and not math.isnan(v0) else math.nan
-
-
-def acceptance_by_k(curves: list[dict[int, DecodingStats]], ks: range | list[int], c: float, v: float, k0: int, *,
+def acceptance_by_k(curves: list[dict[int, DecodingStats]], ks: range | list[int], c: float, v: VerifyCost | None, *,
                     seed: int = 0, n_resamples: int = 2000) -> list[dict[str, Any]]:
     """The replayed acceptance table: one row per k.
 
     Args:
         curves: per prompt, ``{k: DecodingStats}`` (:func:`specdec.validation.replay.replay_curve`).
         ks: the k values (each present in every curve).
-        c, v: measured cost ratio and verification cost at ``k0`` (nan when not measured).
+        c, v: measured cost ratio and verification-cost curve (nan / None when not measured).
     Returns:
         rows ``{"k", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "acceptance_rate",
-        "acceptance_rate_ci", "mean_accepted_length", "alpha_hat", "predicted_speedup"}`` (rates in
+        "acceptance_rate_ci", "mean_accepted_length", "alpha_hat", "steps_by_proposed", "predicted_speedup"}`` (rates in
         [0, 1], lengths in tokens, 95% percentile-bootstrap CIs over prompts).
     """
     rows = []
     for k in ks:
         per = [cv[k] for cv in curves]
         s = _pool(per, k)
+        counters = StepCounters.from_stats(s, generations=len(per))
         rows.append({
             "k": k, "num_drafts": s.num_drafts, "num_draft_tokens": s.num_draft_tokens,
             "num_accepted_tokens": s.num_accepted_tokens, "acceptance_rate": s.acceptance_rate,
@@ -71,36 +61,39 @@ def acceptance_by_k(curves: list[dict[int, DecodingStats]], ks: range | list[int
                                                      [x.num_draft_tokens for x in per], seed=seed,
                                                      n_resamples=n_resamples),
             "mean_accepted_length": s.mean_accepted_length, "alpha_hat": s.alpha_hat,
-            "predicted_speedup": _speedup(s.num_accepted_tokens, s.num_drafts, s.num_draft_tokens, c, v, k, k0),
+            "steps_by_proposed": [counters.steps_by_proposed.get(n, 0.0) for n in range(k + 1)],
+            "predicted_speedup": predicted_speedup(counters, c, v) if v is not None else math.nan,
         })
     return rows
 
 
-def _speedup(accepted: float, steps: float, proposed: float, c: float, v: float, k: int, k0: int) -> float:
-    vk = verify_cost_at(k, v, k0)
-    cost = c * proposed + vk * steps
-    return (accepted + steps) / cost if steps and not math.isnan(cost) and cost > 0 else math.nan
+def row_counters(row: dict[str, Any]) -> StepCounters:
+    """The :class:`StepCounters` of one acceptance-by-k row: its steps by proposed count when it has
+    them (exact greedy replay), else its (expected) totals."""
+    acc = row.get("num_accepted_tokens", row.get("expected_num_accepted_tokens"))
+    hist = row.get("steps_by_proposed")
+    if hist:
+        return StepCounters({n: float(x) for n, x in enumerate(hist) if x}, float(acc))
+    d = row.get("num_drafts", row.get("expected_num_drafts"))
+    t = row.get("num_draft_tokens", row.get("expected_num_draft_tokens"))
+    return StepCounters.from_totals(d or 0.0, t or 0.0, acc or 0.0)
 
 
-def recommend_from_curve(table: list[dict[str, Any]], c: float, v: float, k0: int) -> dict[str, Any]:
-    """The k with the highest predicted speedup on the replayed curve, with the c and v used.
+def recommend_from_curve(table: list[dict[str, Any]], c: float, v: VerifyCost | None) -> dict[str, Any]:
+    """The k with the highest predicted speedup on the replayed curve (:func:`specdec.validation.speed.best_k`),
+    with the c and v used; fills each row's ``predicted_speedup``.
 
     Rows may carry exact (``num_*``) or expected (``expected_num_*``) counters.
     Returns:
         ``{"recommended_num_speculative_tokens", "predicted_speedup_at_recommended", "cost_ratio",
-        "verify_cost_ratio", "verify_cost_k"}``; the k is None when c or v was not measured.
+        "verify_cost_by_n"}``; the k is None when c or v was not measured.
     """
-    best, best_s = None, math.nan
+    by_k = {row["k"]: row_counters(row) for row in table}
     for row in table:
-        a = row.get("num_accepted_tokens", row.get("expected_num_accepted_tokens"))
-        d = row.get("num_drafts", row.get("expected_num_drafts"))
-        t = row.get("num_draft_tokens", row.get("expected_num_draft_tokens"))
-        s = _speedup(a, d, t, c, v, row["k"], k0)
-        row["predicted_speedup"] = s
-        if not math.isnan(s) and (best is None or s > best_s):
-            best, best_s = row["k"], s
-    return {"recommended_num_speculative_tokens": best, "predicted_speedup_at_recommended": best_s,
-            "cost_ratio": c, "verify_cost_ratio": v, "verify_cost_k": k0}
+        row["predicted_speedup"] = predicted_speedup(by_k[row["k"]], c, v) if v is not None else math.nan
+    k, s = best_k(by_k, c, v) if v is not None else (None, math.nan)
+    return {"recommended_num_speculative_tokens": k, "predicted_speedup_at_recommended": s,
+            "cost_ratio": c, "verify_cost_by_n": v.as_list() if v is not None else []}
 
 
 def classify(margin: float | None, precision: str, *, unseen_stop: bool = False, counters_equal: bool = False) -> str:

@@ -26,7 +26,7 @@ import torch
 
 from specdec.core.drafters import NgramDrafter
 from specdec.core.inputs import stop_token_ids
-from specdec.validation.aggregate import aggregate
+from specdec.validation.aggregate import REPLAY_BASIS, aggregate
 from specdec.validation.config import ValidationConfig
 from specdec.validation.continuation_cache import ContinuationCache, model_weights_hash
 from specdec.validation.findings import findings
@@ -79,6 +79,7 @@ def validate_replay(
     tokenizer: Any = None,
     target_ref: str | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    calibration: Any = None,
 ) -> list[ValidationReport]:
     """Validate drafters of one target by replay, decoding, or both (module docstring).
 
@@ -90,12 +91,14 @@ def validate_replay(
         exact: greedy: also run the draft after each rejected token, so ``num_draft_tokens`` is exact.
         cache: continuation cache (default ``$SPECDEC_HOME/continuations``).
         progress: ``progress(phase, done, total)`` with phase ``"replay"`` or ``"decode"``.
+        calibration: pass costs to reuse (:func:`specdec.validation.timing.calibrate`); measured here
+            (after a warm-up) when None and ``config.warmup``.
     Returns:
         one :class:`ValidationReport` per drafter, ``method`` and ``replay`` filled.
     Raises:
         ValueError: unknown method, bad fraction, no tokenizer; as :func:`validate_pairs`.
     """
-    from specdec.validation.api import drafter_parts, validate_pairs
+    from specdec.validation.api import calibrate_on, drafter_parts, validate_pairs
 
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
@@ -108,7 +111,8 @@ def validate_replay(
     subset = heldout.subset(config.limit, seed=config.seed)
     if method == "decode":
         reports = validate_pairs(target, drafters, subset, replace_limit(config), tokenizer=tok, target_ref=target_ref,
-                                 progress=None if progress is None else (lambda d, t, _r: progress("decode", d, t)))
+                                 progress=None if progress is None else (lambda d, t, _r: progress("decode", d, t)),
+                                 calibration=calibration)
         for r in reports:
             r.method = "decode"
         return reports
@@ -122,6 +126,8 @@ def validate_replay(
     eos = eos_token_ids(tok, model)
     was_training = model.training
     model.eval()
+    if calibration is None and config.warmup:
+        calibration = calibrate_on(model, [p[1] for p in parts], subset, tok, k, kmax)
     try:
         replayed = replay_prompts(
             subset, model, tok, [p[0] for p in parts], config, eos, context_limit(model, *[p[1] for p in parts]),
@@ -143,12 +149,13 @@ def validate_replay(
                 progress("decode", done, total)
 
         decoded = validate_pairs(target, wrapped, sub, replace_limit(config), tokenizer=tok, target_ref=target_ref,
-                                 progress=tick)
+                                 progress=tick, calibration=calibration)
     reports = []
     for j, (obj, draft_model, kind, dref, recipe) in enumerate(parts):
         precision = precision_of(model, draft_model, recipe)
         reports.append(_report(j, replayed, decoded[j], blocks, config, kmax, precision, method, subset, kind, dref,
-                               recipe, target_ref, model, exact or isinstance(obj, NgramDrafter), stop_token_ids(eos)))
+                               recipe, target_ref, model, exact or isinstance(obj, NgramDrafter), stop_token_ids(eos),
+                               _costs(calibration, j, decoded[j])))
     return reports
 
 
@@ -164,6 +171,14 @@ def _recording(drafter: Any) -> Any:
     if inner is not None and hasattr(drafter, "kind"):  # a ResolvedDrafter
         return replace(drafter, drafter=recording(inner))
     return recording(drafter)
+
+
+def _costs(calibration: Any, j: int, decoded: ValidationReport | None) -> tuple[float, Any]:
+    """(c, v curve) for drafter ``j``'s predictions: the calibration's, else the decoded run's in-run c."""
+    c = calibration.cost_ratios[j] if calibration is not None else math.nan
+    if math.isnan(c) and decoded is not None:
+        c = decoded.overall.cost_ratio
+    return c, (calibration.verify_cost if calibration is not None else None)
 
 
 def _replay_runs(replayed: list[ReplayedPrompt], j: int, k: int) -> list[PromptRun]:
@@ -223,7 +238,7 @@ def _agreement(j: int, replayed: list[ReplayedPrompt], decoded: ValidationReport
 
 
 def _report(j, replayed, decoded, blocks, config, kmax, precision, method, subset, kind, dref, recipe, target_ref,
-            model, exact, stop) -> ValidationReport:
+            model, exact, stop, costs) -> ValidationReport:
     k = config.num_speculative_tokens
     agg = dict(seed=config.seed, n_resamples=config.bootstrap_resamples)
     ok = [rp for rp in replayed if rp.status == "ok"]
@@ -236,14 +251,13 @@ def _report(j, replayed, decoded, blocks, config, kmax, precision, method, subse
         "seconds": {"continuation": sum(rp.continuation_seconds for rp in ok),
                     "replay": sum(rp.replay_seconds for rp in ok)},
     }
-    c = decoded.overall.cost_ratio if decoded is not None else math.nan
-    v = decoded.overall.verify_cost_ratio if decoded is not None else math.nan
+    c, v = costs
     if greedy:
         curves = [rp.drafters[j].curve for rp in ok]
-        section["acceptance_by_k"] = acceptance_by_k(curves, range(1, kmax + 1), c, v, k, **agg)
+        section["acceptance_by_k"] = acceptance_by_k(curves, range(1, kmax + 1), c, v, **agg)
         runs = _replay_runs(replayed, j, k)
-        overall = aggregate(runs, k, **agg)
-        cats = {cat: aggregate([r for r in runs if r.row.category == cat], k, **agg)
+        overall = aggregate(runs, k, **agg, verify_cost=v, cost_ratio=c)
+        cats = {cat: aggregate([r for r in runs if r.row.category == cat], k, **agg, verify_cost=v, cost_ratio=c)
                 for cat in sorted({r.row.category for r in runs})}
         rows = [r.row for r in runs]
     else:
@@ -255,7 +269,7 @@ def _report(j, replayed, decoded, blocks, config, kmax, precision, method, subse
         e = curve[k]
         overall.acceptance_rate, overall.acceptance_rate_ci = e["expected_acceptance_rate"], e["expected_acceptance_rate_ci"]
         overall.mean_accepted_length = e["expected_mean_accepted_length"]
-    section.update(recommend_from_curve(section["acceptance_by_k"], c, v, k))
+    section.update(recommend_from_curve(section["acceptance_by_k"], c, v))
     reduced = precision in REDUCED_PRECISIONS  # int8/int4 copies quantize weights only: fp32 activations, one computation
     gate = "decode" if decoded is not None and (reduced or not greedy) else "replay"
     section["gate_method"] = gate
@@ -293,6 +307,10 @@ def _report(j, replayed, decoded, blocks, config, kmax, precision, method, subse
                                **{n: getattr(rp.drafters[j].curve[k], n) for n in
                                   ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_emitted_tokens")}}
                               for rp in ok]
+    g = report.overall  # the report's k comes from the replayed counters: the same k the replay section gives
+    g.recommended_num_speculative_tokens = section["recommended_num_speculative_tokens"]
+    g.predicted_speedup_at_recommended = section["predicted_speedup_at_recommended"]
+    g.recommended_k_basis = REPLAY_BASIS if g.recommended_num_speculative_tokens is not None else g.recommended_k_basis
     report.method = method
     report.replay = section
     return report

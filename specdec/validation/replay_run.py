@@ -17,7 +17,6 @@ For every prompt of the subset that can run (:func:`specdec.validation.prompt_ru
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +26,7 @@ import torch
 from specdec.core.decoding import autoregressive_generate, speculative_generate
 from specdec.core.drafters import ModelDrafter, NgramDrafter, fit_vocab
 from specdec.core.inputs import stop_token_ids
-from specdec.core.kv import model_device
+from specdec.core.kv import model_device, timed
 from specdec.core.stats import DecodingStats
 from specdec.validation.config import ValidationConfig
 from specdec.validation.continuation_cache import ContinuationCache, ContinuationKey, chat_template_hash
@@ -127,16 +126,6 @@ def adopts_prefix(drafter_obj: Any, target: torch.nn.Module, prompt_len: int) ->
     return False
 
 
-def _timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    t0 = time.perf_counter()
-    out = fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return out, time.perf_counter() - t0
-
-
 def replay_prompts(
     subset: HeldoutSet,
     target: torch.nn.Module,
@@ -201,13 +190,13 @@ def replay_prompts(
             rp.continuation, rp.produced_by = cached, "cache"
         else:
             name, producer = producers.next() if producers is not None else ("target-only", None)
-            rp.continuation, rp.continuation_seconds = _timed(lambda: _produce(target, producer, ids, config, eos,
+            rp.continuation, rp.continuation_seconds = timed(lambda: _produce(target, producer, ids, config, eos,
                                                                                  prompt.id, device), device)
             rp.produced_by = name
             if producers is not None:
                 producers.record(name, rp.continuation_seconds, len(rp.continuation))
             cache.put(key, rp.continuation, rp.produced_by)
-        rp.drafters, rp.replay_seconds = _timed(
+        rp.drafters, rp.replay_seconds = timed(
             lambda: _replay_one(target, drafters, ids, rp.continuation, config, stop, vocab, kmax, exact), device)
         out.append(rp)
         if progress is not None:

@@ -14,11 +14,14 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Schema 1 named k ``num_draft_tokens_k`` (metrics) / ``num_draft_tokens`` (config) and the
 #: recommended k ``recommended_num_draft_tokens``; :meth:`ValidationReport.from_dict` reads it.
 #: Schema 3 added ``method`` and the ``replay`` section (schema 1/2 reports read as ``method="decode"``).
-READABLE_SCHEMA_VERSIONS = (1, 2, 3)
+#: Schema 4: one speed model (``predicted_speedup`` from the run's counters, measured c and the v(n) curve
+#: ``verify_cost_by_n``; ``predicted_speedup_verify_adjusted`` is gone), ``speedup`` the median of paired
+#: per-prompt ratios (``speedup_pooled`` the old ratio of sums), ``timing_suspect``.
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
 _RENAMED_GROUP_FIELDS = {
     "num_draft_tokens_k": "num_speculative_tokens",
     "recommended_num_draft_tokens": "recommended_num_speculative_tokens",
@@ -82,7 +85,15 @@ class GroupMetrics:
     verify_cost_ratio: float = math.nan  # target_pass_seconds / target_step_seconds
     cost_ratio_with_prefill: float = math.nan  # (draft_s/draft_passes)/(target_s/target_passes), prefill included
     predicted_speedup_at_recommended: float = math.nan
-    predicted_speedup_verify_adjusted: float = math.nan  # E[tokens/step] / (c k + verify_cost_ratio)
+    # one speed model (specdec.validation.speed.predicted_speedup): the c and v(n) curve it used, the basis of the
+    # recommended k ("replayed counters" or "i.i.d. from alpha_hat"), measured/predicted and the timing check
+    predicted_cost_ratio: float = math.nan
+    verify_cost_by_n: list[float] = field(default_factory=list)  # [v(0)=1, v(1), ...] fitted, measured
+    recommended_k_basis: str | None = None
+    speedup_pooled: float = math.nan  # ratio of pooled token rates (schema <= 3's `speedup`)
+    measured_over_predicted: float = math.nan
+    timing_suspect: bool | None = None  # measured/predicted outside speed.TIMING_BAND
+    num_remeasured: int = 0  # prompts re-timed because a side ran under load
     # speed evidence (specdec.validation.speed): paired per-prompt bootstrap CI of `speedup`, and the machine
     # load the timings were taken under (1-minute load average sampled after each prompt)
     speedup_ci: list[float] = field(default_factory=lambda: [math.nan, math.nan])
@@ -250,12 +261,15 @@ def group_metrics_from_dict(d: dict[str, Any] | None) -> GroupMetrics:
 
 
 def nan_to_none(x: Any) -> Any:
-    """``x`` with every float NaN inside dicts and lists replaced by ``None`` (JSON has no NaN)."""
-    if isinstance(x, float) and math.isnan(x):
+    """``x`` with every non-finite float (nan, inf) inside dicts, lists and tuples replaced by ``None``.
+
+    JSON has no NaN or Infinity (Postgres JSON columns reject them); tuples come back as lists.
+    """
+    if isinstance(x, float) and not math.isfinite(x):
         return None
     if isinstance(x, dict):
         return {k: nan_to_none(v) for k, v in x.items()}
-    if isinstance(x, list):
+    if isinstance(x, (list, tuple)):
         return [nan_to_none(v) for v in x]
     return x
 
@@ -273,6 +287,7 @@ def _fix_group(g: dict[str, Any]) -> dict[str, Any]:
         "alpha_tf_ci",
         "alpha_hat_ci",
         "speedup_ci",
+        "verify_cost_by_n",
         "per_position_acceptance",
         "conditional_per_position_acceptance",
     ):

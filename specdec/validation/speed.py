@@ -1,45 +1,250 @@
-"""Measured speedup of speculative decoding over target-only decoding, with a paired bootstrap CI.
+"""The one speed model, and measured speedups with a paired, robust CI.
 
-Every prompt is decoded target-only and speculatively on the same machine, one right after the
-other (the validation alternates which goes first), so each prompt gives one *pair* of timings
-taken under nearly the same machine conditions. The pooled speedup is a ratio of rates::
+**Predicted speedup** (:func:`predicted_speedup`, the only function in the product that predicts a
+speedup). In units of one target one-token pass, over the verification steps a run (or a replay)
+actually took::
 
-    speedup = (Σ spec_tokens / Σ spec_seconds) / (Σ ref_tokens / Σ ref_seconds)
+    S = Σ_steps (accepted + 1) / Σ_steps (c · proposed + v(proposed))
 
-(for greedy decoding the token counts are equal and it is ``Σ ref_seconds / Σ spec_seconds``).
-Its 95% CI is a percentile bootstrap that resamples *prompts*, keeping each prompt's pair
-together, and recomputes the pooled ratio, so prompt-to-prompt variation (length, category) is in
-the interval while the pairing cancels slow drifts of the machine.
+``c`` is the draft's one-token pass over the target's one-token pass (per proposed token; an
+n-gram lookup is almost free), ``v(n)`` the target's pass over n + 1 tokens over its one-token pass
+(a measured curve, :class:`VerifyCost`; ``v(0) = 1``: a step that proposed nothing is a plain
+target step). Each step emits its accepted tokens plus one (the bonus or the correction); target-only
+decoding emits one token per one-token pass. Prefill is left out on both sides.
 
-The verification-cost-aware best k (:func:`best_k`) extends Leviathan et al. (2022, Thm 3.8) with
-a measured verification cost: ``S(k) = E[tokens/step](α, k) / (c·k + v(k))``, where
-``v(k)`` is the target's (k+1)-token pass over its one-token pass (1 in the paper's model; on a
-CPU a wider pass is not free).
+Counters come as :class:`StepCounters` (steps by number of proposed tokens, accepted tokens), from
+decoding counters (:meth:`StepCounters.from_stats`), a replay, per-step ``(proposed, accepted)``
+pairs (:meth:`StepCounters.from_steps`, e.g. a confidence-threshold policy's replayed steps) or,
+where only per-token acceptance is known, the i.i.d. model (:meth:`StepCounters.iid`). Leviathan
+et al. (2022, Thm 3.8) is the special case of i.i.d. counters with ``v = 1``
+(``docs/metrics.md``). The best k is the k whose counters give the largest :func:`predicted_speedup`
+(:func:`best_k`).
+
+**Measured speedup** (:func:`paired_speedup`): each prompt is decoded target-only and
+speculatively back to back (interleaved), giving one paired ratio of token rates per prompt; the
+speedup is their median (robust to a round that a co-tenant slowed down), with a percentile
+bootstrap CI over prompts (:func:`bootstrap_speedup_ci`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from specdec.validation.metrics import expected_tokens_per_step
+__all__ = ["StepCounters", "VerifyCost", "predicted_speedup", "best_k", "paired_speedup", "bootstrap_speedup_ci",
+           "pooled_speedup", "timing_band", "TIMING_BAND"]
 
-__all__ = ["pooled_speedup", "bootstrap_speedup_ci", "best_k", "predicted_speedup_with_verify"]
+#: measured / predicted outside this band: the timing is suspect (a co-tenant, a first-run penalty, a
+#: bias of one side), not a finding. Calibrated on benchmarks/results/2026-12-01-measure-cpu.json.
+TIMING_BAND = (0.8, 1.25)
+
+
+@dataclass(frozen=True)
+class StepCounters:
+    """Verification steps by how many tokens they proposed, and the accepted tokens over them.
+
+    Attributes:
+        steps_by_proposed: ``{n: number of steps that proposed n tokens}`` (n >= 0; counts may be
+            expected values, so floats are allowed; n = 0 is a plain target step, e.g. an n-gram miss).
+        accepted: accepted draft tokens summed over those steps.
+    """
+
+    steps_by_proposed: Mapping[int, float]
+    accepted: float
+
+    @property
+    def steps(self) -> float:
+        """Verification steps (one target pass each)."""
+        return float(sum(self.steps_by_proposed.values()))
+
+    @property
+    def proposed(self) -> float:
+        """Proposed (draft) tokens."""
+        return float(sum(n * s for n, s in self.steps_by_proposed.items()))
+
+    @classmethod
+    def from_steps(cls, steps: Iterable[tuple[int, int]]) -> "StepCounters":
+        """From per-step ``(proposed, accepted)`` pairs (a decoded or replayed run, any policy)."""
+        hist: dict[int, float] = {}
+        acc = 0.0
+        for n, a in steps:
+            hist[int(n)] = hist.get(int(n), 0.0) + 1.0
+            acc += a
+        return cls(hist, acc)
+
+    @classmethod
+    def from_stats(cls, stats: Any, generations: int = 1) -> "StepCounters":
+        """From :class:`specdec.core.stats.DecodingStats` pooled over ``generations`` runs.
+
+        Steps with n >= 1 proposed tokens come from ``drafted_per_position``; steps that proposed
+        nothing are ``target_forward_passes - generations (prefills) - num_drafts`` (never < 0).
+        """
+        d = list(stats.drafted_per_position or [])
+        hist: dict[int, float] = {}
+        for n in range(1, len(d) + 1):
+            exact = d[n - 1] - (d[n] if n < len(d) else 0)
+            if exact:
+                hist[n] = float(exact)
+        if not d and stats.num_drafts:  # no per-position counters: every step proposed the mean
+            return cls.from_totals(stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens)
+        plain = stats.target_forward_passes - generations - stats.num_drafts
+        if plain > 0:
+            hist[0] = float(plain)
+        return cls(hist, float(stats.num_accepted_tokens))
+
+    @classmethod
+    def from_totals(cls, steps: float, proposed: float, accepted: float) -> "StepCounters":
+        """From totals only (e.g. expected counters of a sampled replay): every step proposed the mean
+        number of tokens, split between its floor and ceiling so the total is kept."""
+        if not steps:
+            return cls({}, float(accepted))
+        m = proposed / steps
+        lo = math.floor(m)
+        frac = m - lo
+        hist = {lo: steps * (1 - frac)}
+        if frac > 0:
+            hist[lo + 1] = steps * frac
+        return cls(hist, float(accepted))
+
+    @classmethod
+    def iid(cls, alpha: float, k: int, steps: float = 1.0) -> "StepCounters":
+        """Expected counters of ``steps`` steps of k proposals each, every token accepted
+        independently with probability ``alpha`` (Leviathan's model): accepted per step
+        ``Σ_{i=1..k} alpha^i``. Raises ValueError for alpha outside [0, 1] or k < 0."""
+        if not 0.0 <= alpha <= 1.0 or k < 0:
+            raise ValueError(f"need alpha in [0, 1] and k >= 0, got alpha={alpha}, k={k}")
+        return cls({k: float(steps)}, steps * sum(alpha ** i for i in range(1, k + 1)))
+
+
+@dataclass(frozen=True)
+class VerifyCost:
+    """v(n): the target's pass over n + 1 tokens, in one-token passes; ``v(0) = 1``.
+
+    Built by :meth:`fit` from measured points. Between measured n it is interpolated linearly;
+    beyond the largest measured n it is NaN (never extrapolated). The fit is the isotonic
+    (non-decreasing) least-squares fit of the points (pool-adjacent-violators), floored at 1, so the
+    choice of k does not follow single noisy timings while a real jump (e.g. a new GEMM tile) stays.
+    """
+
+    points: Mapping[int, float] = field(default_factory=lambda: {0: 1.0})
+
+    @classmethod
+    def fit(cls, measured: Mapping[int, float]) -> "VerifyCost":
+        """Fit ``{n: measured v(n)}`` (n >= 1; NaN values dropped)."""
+        pts = sorted((int(n), float(v)) for n, v in measured.items() if n >= 1 and not math.isnan(v))
+        blocks: list[list[float]] = []  # [sum, count, first index]
+        for i, (_, v) in enumerate(pts):
+            blocks.append([v, 1.0, i])
+            while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+                s, c, _ = blocks.pop()
+                blocks[-1][0] += s
+                blocks[-1][1] += c
+        fitted = [0.0] * len(pts)
+        for j, (s, c, start) in enumerate(blocks):
+            end = blocks[j + 1][2] if j + 1 < len(blocks) else len(pts)
+            for i in range(int(start), int(end)):
+                fitted[i] = max(1.0, s / c)
+        return cls({0: 1.0, **{n: v for (n, _), v in zip(pts, fitted)}})
+
+    @classmethod
+    def unit(cls, n_max: int = 64) -> "VerifyCost":
+        """v = 1 for every n up to ``n_max`` (the paper's assumption: verification is free)."""
+        return cls({n: 1.0 for n in range(n_max + 1)})
+
+    @property
+    def n_max(self) -> int:
+        """Largest n with a value."""
+        return max(self.points)
+
+    def __call__(self, n: int) -> float:
+        ns = sorted(self.points)
+        if n in self.points:
+            return float(self.points[n])
+        if n < 0 or n > ns[-1]:
+            return math.nan
+        hi = next(x for x in ns if x > n)
+        lo = max(x for x in ns if x < n)
+        w = (n - lo) / (hi - lo)
+        return float(self.points[lo] * (1 - w) + self.points[hi] * w)
+
+    def as_list(self) -> list[float]:
+        """``[v(0), v(1), ..., v(n_max)]`` (JSON-friendly)."""
+        return [self(n) for n in range(self.n_max + 1)]
+
+    @classmethod
+    def from_list(cls, values: Sequence[float | None] | None) -> "VerifyCost | None":
+        """Inverse of :meth:`as_list` (None/NaN entries skipped); None for an empty list."""
+        pts = {n: float(v) for n, v in enumerate(values or []) if v is not None and not math.isnan(v)}
+        return cls(pts) if pts else None
+
+
+def predicted_speedup(counters: StepCounters, cost_ratio: float, verify_cost: VerifyCost) -> float:
+    """``Σ (accepted + 1) / Σ (c · proposed + v(proposed))`` over the steps (module docstring).
+
+    Args:
+        counters: the steps and accepted tokens.
+        cost_ratio: c, draft pass / target one-token pass (>= 0).
+        verify_cost: the v(n) curve.
+    Returns:
+        the predicted speedup over target-only (unitless; < 1 means slower); NaN without steps, with
+        c NaN, or where v is not measured for a proposed count.
+    """
+    steps = counters.steps
+    if not steps or cost_ratio is None or math.isnan(cost_ratio):
+        return math.nan
+    cost = sum(s * (cost_ratio * n + verify_cost(n)) for n, s in counters.steps_by_proposed.items() if s)
+    return (counters.accepted + steps) / cost if cost > 0 and not math.isnan(cost) else math.nan
+
+
+def best_k(counters_by_k: Mapping[int, StepCounters], cost_ratio: float,
+           verify_cost: VerifyCost) -> tuple[int | None, float]:
+    """The k whose counters give the largest :func:`predicted_speedup` (ties: the smallest k).
+
+    Returns:
+        ``(k, predicted speedup at k)``; ``(None, nan)`` when no k has a prediction.
+    """
+    best, best_s = None, -math.inf
+    for k in sorted(counters_by_k):
+        s = predicted_speedup(counters_by_k[k], cost_ratio, verify_cost)
+        if not math.isnan(s) and s > best_s + 1e-12:
+            best, best_s = k, s
+    return (best, best_s) if best is not None else (None, math.nan)
+
+
+def timing_band(measured: float, predicted: float, band: tuple[float, float] = TIMING_BAND) -> bool | None:
+    """True when ``measured / predicted`` is outside ``band`` (timing suspect), None when either is NaN."""
+    if any(x is None or math.isnan(x) for x in (measured, predicted)) or predicted <= 0:
+        return None
+    r = measured / predicted
+    return not band[0] <= r <= band[1]
+
+
+def _per_prompt_ratios(arrs: list[np.ndarray]) -> np.ndarray:
+    rt, rs, st, ss = arrs
+    ok = (rt > 0) & (rs > 0) & (st > 0) & (ss > 0)
+    return (st[ok] / ss[ok]) / (rt[ok] / rs[ok])
+
+
+def paired_speedup(ref_tokens: Sequence[float], ref_seconds: Sequence[float],
+                   spec_tokens: Sequence[float], spec_seconds: Sequence[float]) -> float:
+    """Median over prompts of the paired ratio of token rates ``(spec_tok/spec_s) / (ref_tok/ref_s)``.
+
+    Args: per prompt (or prompt-round), target-only and speculative new tokens and wall seconds.
+    Returns: the median ratio; NaN without a prompt where both sides ran.
+    """
+    r = _per_prompt_ratios([np.asarray(x, dtype=np.float64) for x in (ref_tokens, ref_seconds, spec_tokens,
+                                                                     spec_seconds)])
+    return float(np.median(r)) if r.size else math.nan
 
 
 def pooled_speedup(ref_tokens: Sequence[float], ref_seconds: Sequence[float],
                    spec_tokens: Sequence[float], spec_seconds: Sequence[float]) -> float:
-    """Pooled speedup of the speculative runs over the target-only runs (a ratio of token rates).
-
-    Args:
-        ref_tokens, ref_seconds: per prompt, target-only new tokens and wall seconds.
-        spec_tokens, spec_seconds: per prompt, speculative new tokens and wall seconds.
-    Returns:
-        ``(Σ spec_tokens / Σ spec_seconds) / (Σ ref_tokens / Σ ref_seconds)``; NaN when a sum of
-        seconds or tokens is 0 or there are no prompts.
-    """
+    """The ratio of pooled token rates (kept for comparison with older reports; one slow round can
+    decide it, so validation reports :func:`paired_speedup`). NaN when a sum is 0."""
     rt, rs, st, ss = (float(np.sum(np.asarray(x, dtype=np.float64))) for x in (ref_tokens, ref_seconds,
                                                                               spec_tokens, spec_seconds))
     if rt <= 0 or rs <= 0 or ss <= 0:
@@ -47,73 +252,24 @@ def pooled_speedup(ref_tokens: Sequence[float], ref_seconds: Sequence[float],
     return (st / ss) / (rt / rs)
 
 
-def bootstrap_speedup_ci(
-    ref_tokens: Sequence[float],
-    ref_seconds: Sequence[float],
-    spec_tokens: Sequence[float],
-    spec_seconds: Sequence[float],
-    *,
-    n_resamples: int = 2000,
-    confidence: float = 0.95,
-    seed: int = 0,
-) -> list[float]:
-    """Percentile bootstrap CI of :func:`pooled_speedup`, resampling prompts as pairs.
+def bootstrap_speedup_ci(ref_tokens: Sequence[float], ref_seconds: Sequence[float], spec_tokens: Sequence[float],
+                         spec_seconds: Sequence[float], *, n_resamples: int = 2000, confidence: float = 0.95,
+                         seed: int = 0) -> list[float]:
+    """Percentile bootstrap CI of :func:`paired_speedup`, resampling prompts (pairs kept together).
 
-    Args:
-        ref_tokens, ref_seconds, spec_tokens, spec_seconds: per-prompt values, same length n.
-        n_resamples: bootstrap replicates.
-        confidence: coverage (0.95 -> 2.5% and 97.5% percentiles).
-        seed: ``numpy.random.default_rng`` seed (reproducible interval).
     Returns:
-        ``[low, high]``; ``[nan, nan]`` with fewer than 2 prompts or no positive time.
+        ``[low, high]``; ``[nan, nan]`` with fewer than 2 usable prompts.
     Raises:
         ValueError: the four sequences differ in length.
     """
     arrs = [np.asarray(x, dtype=np.float64) for x in (ref_tokens, ref_seconds, spec_tokens, spec_seconds)]
-    n = arrs[0].shape[0]
-    if any(a.shape[0] != n for a in arrs):
+    if any(a.shape[0] != arrs[0].shape[0] for a in arrs):
         raise ValueError("ref_tokens, ref_seconds, spec_tokens and spec_seconds must have one value per prompt")
-    if n < 2 or arrs[1].sum() <= 0 or arrs[3].sum() <= 0:
+    r = _per_prompt_ratios(arrs)
+    if r.size < 2:
         return [math.nan, math.nan]
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(n_resamples, n))
-    rt, rs, st, ss = (a[idx].sum(1) for a in arrs)
-    ok = (rt > 0) & (rs > 0) & (ss > 0)
-    ratios = (st[ok] / ss[ok]) / (rt[ok] / rs[ok])
-    if ratios.size == 0:
-        return [math.nan, math.nan]
+    meds = np.median(r[rng.integers(0, r.size, size=(n_resamples, r.size))], axis=1)
     tail = (1.0 - confidence) / 2.0 * 100.0
-    lo, hi = np.percentile(ratios, [tail, 100.0 - tail])
+    lo, hi = np.percentile(meds, [tail, 100.0 - tail])
     return [float(lo), float(hi)]
-
-
-def predicted_speedup_with_verify(alpha: float, cost_ratio: float, k: int, verify_cost: float) -> float:
-    """``E[tokens/step](alpha, k) / (cost_ratio·k + verify_cost)``: Leviathan's Thm 3.8 with the
-    verification pass costing ``verify_cost`` one-token target passes (the paper assumes 1).
-
-    Returns NaN when any input is NaN.
-    """
-    if any(math.isnan(x) for x in (alpha, cost_ratio, verify_cost)):
-        return math.nan
-    return expected_tokens_per_step(alpha, k) / (cost_ratio * k + verify_cost)
-
-
-def best_k(alpha: float, cost_ratio: float, verify_cost: Mapping[int, float] | float) -> tuple[int | None, float]:
-    """The k maximising :func:`predicted_speedup_with_verify` (ties: the smallest k).
-
-    Args:
-        alpha: per-token acceptance probability in [0, 1].
-        cost_ratio: draft pass / one-token target pass (c).
-        verify_cost: ``{k: v(k)}`` for the k values measured, or one v used for k in 1..16.
-    Returns:
-        ``(k, predicted speedup at k)``; ``(None, nan)`` when alpha or c is NaN or nothing was measured.
-    """
-    if math.isnan(alpha) or math.isnan(cost_ratio):
-        return None, math.nan
-    vs = verify_cost if isinstance(verify_cost, Mapping) else {k: float(verify_cost) for k in range(1, 17)}
-    best, best_s = None, -math.inf
-    for k in sorted(vs):
-        s = predicted_speedup_with_verify(alpha, cost_ratio, k, vs[k])
-        if not math.isnan(s) and s > best_s + 1e-12:
-            best, best_s = k, s
-    return (best, best_s) if best is not None else (None, math.nan)

@@ -1,16 +1,20 @@
-"""Timing model passes: forward hooks split into prefill and decode passes (Leviathan's c needs per-pass costs)."""
+"""Timing model passes: forward hooks split into prefill and decode passes, and the calibration of c and v(n)
+(isolated warm passes) that every prediction of a validation run uses."""
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from specdec.core.kv import model_device, sync
 
-__all__ = ["PassTimer", "timed"]
+__all__ = ["PassTimer", "timed", "pass_costs", "calibrate", "Calibration", "verify_widths"]
 
 
 class PassTimer:
@@ -72,10 +76,77 @@ class PassTimer:
             self.decode_passes += 1
 
 
-def timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
-    """``(fn(), wall seconds)``, with ``device`` synchronised before and after."""
-    sync(device)
-    t0 = time.perf_counter()
-    out = fn()
-    sync(device)
-    return out, time.perf_counter() - t0
+@torch.inference_mode()
+def pass_costs(models: dict[str, tuple[Any, list[int]]], prompt: list[int], reps: int) -> dict[str, dict[int, float]]:
+    """Median seconds of one forward pass per (model, width), warm KV cache, repetitions interleaved.
+
+    Args:
+        models: name -> (causal LM, widths). Each pass appends ``width`` tokens to the cached prompt
+            and keeps ``width`` logits (as verification does); the cache is cropped back after it.
+        prompt: token ids prefilled once per model (the KV the passes extend).
+        reps: timed rounds (a first, untimed round warms up).
+    Returns:
+        ``{name: {width: median seconds}}``.
+    """
+    from specdec.core.kv import crop_cache, model_kwargs, new_cache
+
+    state = {}
+    for name, (model, _) in models.items():
+        cache = new_cache(model)
+        dev = model_device(model)
+        model(input_ids=torch.tensor([prompt], device=dev), **model_kwargs(model, cache, 1))
+        state[name] = (cache, dev)
+    times: dict[str, dict[int, list[float]]] = {n: {w: [] for w in ws} for n, (_, ws) in models.items()}
+    for _ in range(reps + 1):  # the first round warms up and is dropped
+        for name, (model, widths) in models.items():
+            cache, dev = state[name]
+            for w in widths:
+                ids = torch.full((1, w), prompt[-1], dtype=torch.long, device=dev)
+                sync(dev)
+                t0 = time.perf_counter()
+                model(input_ids=ids, **model_kwargs(model, cache, w))
+                sync(dev)
+                times[name][w].append(time.perf_counter() - t0)
+                crop_cache(cache, len(prompt))
+    return {n: {w: statistics.median(v[1:]) for w, v in ws.items()} for n, ws in times.items()}
+
+
+def verify_widths(kmax: int) -> list[int]:
+    """The n whose verification cost v(n) is measured: 1..8 and 10, 12, 16, 24, 32 up to ``kmax``
+    (every n >= kmax is covered by the last one; between measured n, v is interpolated)."""
+    ns = [n for n in (*range(1, 9), 10, 12, 16, 24, 32) if n < kmax]
+    return ns + [kmax] if kmax not in ns else ns
+
+
+@dataclass
+class Calibration:
+    """Pass costs measured once per validation run, shared by every prediction of that run.
+
+    Attributes:
+        verify_cost: the fitted v(n) curve (:class:`specdec.validation.speed.VerifyCost`).
+        cost_ratios: per drafter, c = draft one-token pass / target one-token pass (NaN for a drafter
+            without a model: its lookup is timed in the run itself).
+        target_step_s: the target's one-token pass, seconds.
+        raw_verify: measured v(n) before the fit.
+    """
+
+    verify_cost: Any
+    cost_ratios: list[float]
+    target_step_s: float
+    raw_verify: dict[int, float] = field(default_factory=dict)
+
+
+def calibrate(target: torch.nn.Module, draft_models: list[torch.nn.Module | None], prompt: list[int], kmax: int,
+              reps: int = 7) -> Calibration:
+    """Measure c for each draft model and v(n) for n in :func:`verify_widths` (isolated passes,
+    warm KV cache, interleaved rounds, medians) on ``prompt``; fit v (monotone, floored at 1)."""
+    from specdec.validation.speed import VerifyCost
+
+    ns = verify_widths(max(1, kmax))
+    models = {"target": (target, [1] + [n + 1 for n in ns])}
+    models.update({f"d{i}": (m, [1]) for i, m in enumerate(draft_models) if m is not None})
+    costs = pass_costs(models, prompt, reps)
+    t1 = costs["target"][1]
+    raw = {n: costs["target"][n + 1] / t1 for n in ns}
+    c = [costs[f"d{i}"][1] / t1 if m is not None else math.nan for i, m in enumerate(draft_models)]
+    return Calibration(VerifyCost.fit(raw), c, t1, raw)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.testing import save_tiny_checkpoint
+from tests.support.models import save_tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specdec.testing import perturbed_copy, tiny_llama
+from tests.support.models import perturbed_copy, tiny_llama
 
 
 @pytest.fixture(scope="module")

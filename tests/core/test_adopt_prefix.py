@@ -12,7 +12,7 @@ import torch
 from specdec import SamplingConfig, autoregressive_generate, speculative_generate
 from specdec.core.drafters import ModelDrafter
 from specdec.models.derived import DerivedDraftRecipe, derive_draft
-from specdec.testing import tiny_llama
+from tests.support.models import tiny_llama
 
 
 def _draft_tokens_seen(draft):

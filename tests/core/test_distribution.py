@@ -20,7 +20,7 @@ from scipy import optimize, stats
 
 from specdec import NgramDrafter, SamplingConfig, speculative_generate
 from specdec.core.sampling import logits_to_probs
-from specdec.testing import perturbed_copy, tiny_llama
+from tests.support.models import perturbed_copy, tiny_llama
 
 VOCAB = 8
 N_SAMPLES = 4000

@@ -16,7 +16,7 @@ from specdec import (
     speculative_generate,
     speculative_generate_batch,
 )
-from specdec.testing import perturbed_copy, tiny_llama
+from tests.support.models import perturbed_copy, tiny_llama
 
 VOCAB = 103
 GREEDY = SamplingConfig()

@@ -10,7 +10,7 @@ import torch
 
 from specdec import NgramDrafter, SamplingConfig, autoregressive_generate, speculative_generate
 from specdec.core.ngram_index import IndexPool, NgramIndex, brute_force_match
-from specdec.testing import tiny_llama
+from tests.support.models import tiny_llama
 
 
 @pytest.mark.parametrize("vocab", [2, 5, 40])

@@ -6,7 +6,7 @@ import torch
 
 from specdec import (DecodingStats, NgramDrafter, SamplingConfig, autoregressive_generate,
                      speculative_generate)
-from specdec.testing import perturbed_copy, tiny_llama
+from tests.support.models import perturbed_copy, tiny_llama
 
 GREEDY = SamplingConfig()
 

@@ -17,7 +17,7 @@ import torch
 from flows.finetune import DEFAULT_CORPUS, FINETUNE_FILE, finetune_target, read_finetune_metadata
 from specdec import load_causal_lm
 from specdec.models import weights_sha256
-from specdec.testing import save_tiny_checkpoint
+from tests.support.models import save_tiny_checkpoint
 
 RECIPE = dict(steps=3, lr=1e-2, batch_size=2, seq_len=16, num_threads=1)
 
@@ -100,7 +100,7 @@ def test_training_lowers_loss_on_learnable_corpus(base_dir, tmp_path):
 def test_tied_embeddings_stay_tied(tmp_path):
     from transformers import LlamaForCausalLM
 
-    from specdec.testing import tiny_llama, tiny_tokenizer
+    from tests.support.models import tiny_llama, tiny_tokenizer
 
     model = tiny_llama()
     model.config.tie_word_embeddings = True

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from registry.testing import MlflowServer
-from specdec.testing import save_tiny_checkpoint
+from tests.support.mlflow_server import MlflowServer
+from tests.support.models import save_tiny_checkpoint
 
 pytestmark = pytest.mark.server
 

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from monitoring.testing import WebhookReceiver
-from specdec.testing import save_tiny_checkpoint
+from monitoring.receiver import WebhookReceiver
+from tests.support.models import save_tiny_checkpoint
 
 PAIR = "tiny-pair"
 DAY1, DAY2, DAY3 = dt.date(2026, 11, 1), dt.date(2026, 11, 2), dt.date(2026, 11, 3)

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from monitoring.testing import WebhookReceiver
-from specdec.testing import save_tiny_checkpoint
+from monitoring.receiver import WebhookReceiver
+from tests.support.models import save_tiny_checkpoint
 
 
 def test_broken_champion_alerts_once_and_challenger_is_validated(tmp_path, monkeypatch, prefect_harness):

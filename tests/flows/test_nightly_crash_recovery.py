@@ -24,8 +24,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from monitoring.testing import Reply, WebhookReceiver
-from specdec.testing import save_tiny_checkpoint
+from monitoring.receiver import Reply, WebhookReceiver
+from tests.support.models import save_tiny_checkpoint
 
 pytestmark = pytest.mark.server
 PAIR = "crash-pair"

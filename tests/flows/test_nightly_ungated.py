@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from monitoring.testing import WebhookReceiver
-from specdec.testing import save_tiny_checkpoint
+from monitoring.receiver import WebhookReceiver
+from tests.support.models import save_tiny_checkpoint
 
 PAIR = "ungated-pair"
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from specdec.testing import save_tiny_checkpoint
+from tests.support.models import save_tiny_checkpoint
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from monitoring.production.testing import ScriptedExporter, histogram_counts, histogram_state
+from tests.support.exporters import ScriptedExporter, histogram_counts, histogram_state
 
 REPO = Path(__file__).resolve().parents[2]
 K = 3
@@ -33,7 +33,7 @@ def test_flow_ingests_windows_and_draws_both_sources(tmp_path, monkeypatch, pref
     from monitoring import history, pipeline
     from monitoring.db import connect
     from monitoring.production.store import trend_points
-    from monitoring.testing import make_report
+    from tests.support.reports import make_report
 
     states = [[histogram_state("tiny", "0", [GOOD_A] * i, K, 1000.0)] for i in range(3)]
     home = tmp_path / "home"

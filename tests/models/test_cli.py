@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from specdec.models import tokenizer_sha256, weights_sha256
 from specdec.models.cli import register
-from specdec.testing import save_tiny_checkpoint
+from tests.support.models import save_tiny_checkpoint
 
 
 def _app() -> typer.Typer:

@@ -8,7 +8,7 @@ import pytest
 
 from specdec import IncompatiblePairError, check_pair_compatible
 from specdec.models import check_loaded_pair, load_causal_lm
-from specdec.testing import save_tiny_checkpoint, tiny_llama, tiny_tokenizer
+from tests.support.models import save_tiny_checkpoint, tiny_llama, tiny_tokenizer
 
 
 def _rebuild(tok, edit_json=None, **kwargs):

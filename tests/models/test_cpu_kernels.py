@@ -10,7 +10,7 @@ import torch
 from specdec import SamplingConfig, autoregressive_generate, speculative_generate
 from specdec.models.cpu_kernels import single_row, use_gemv_for_single_row
 from specdec.models.derived import DerivedDraftRecipe, derive_draft
-from specdec.testing import tiny_llama
+from tests.support.models import tiny_llama
 
 
 def _spy_on_mkldnn(model: torch.nn.Module) -> list[bool]:

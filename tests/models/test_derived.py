@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from specdec.models.derived import DerivedDraftRecipe, derive_draft, is_derived_spec
-from specdec.testing import tiny_llama
+from tests.support.models import tiny_llama
 
 
 def _snapshot(model):

@@ -11,7 +11,7 @@ from specdec import SamplingConfig, autoregressive_generate, speculative_generat
 from specdec.models.derived import DerivedDraftRecipe, UnsupportedRecipeError, derive_draft, recipe_support
 from specdec.models.drafter_spec import DrafterSpecError, resolve_drafter
 from specdec.validation.machine import native_bf16
-from specdec.testing import tiny_llama
+from tests.support.models import tiny_llama
 
 
 def test_bf16_recipe_records_dtype_and_int8_dict_is_unchanged():

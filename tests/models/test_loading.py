@@ -17,7 +17,7 @@ from specdec.models import (
 )
 from specdec.models.resolve import atomic_cache_dir
 from specdec.settings import get_settings
-from specdec.testing import save_tiny_checkpoint, tiny_llama, tiny_tokenizer
+from tests.support.models import save_tiny_checkpoint, tiny_llama, tiny_tokenizer
 
 
 @pytest.fixture(autouse=True)

@@ -22,7 +22,9 @@ from monitoring import alerts, rules
 from monitoring.alerts import AlertContext
 from monitoring.db import AlertDelivery, connect
 from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings
-from monitoring.testing import Reply, WebhookReceiver, free_port, make_report
+from monitoring.receiver import Reply, WebhookReceiver
+from tests.support.net import free_port
+from tests.support.reports import make_report
 
 T0 = dt.datetime(2026, 11, 29, 2, 0, tzinfo=dt.timezone.utc)
 BAD = rules.evaluate(make_report(0.29), None)

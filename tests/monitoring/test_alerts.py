@@ -13,7 +13,9 @@ from monitoring import alerts, rules
 from monitoring.alerts import AlertContext
 from monitoring.db import AlertDelivery, Incident, connect
 from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings
-from monitoring.testing import WebhookReceiver, free_port, make_report
+from monitoring.receiver import WebhookReceiver
+from tests.support.net import free_port
+from tests.support.reports import make_report
 
 T0 = dt.datetime(2026, 11, 29, 2, 0, tzinfo=dt.timezone.utc)
 SECRET = "T0SECRET/B0SECRET/xoxSECRETtoken"

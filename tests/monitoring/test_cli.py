@@ -14,7 +14,9 @@ from monitoring import history
 from monitoring.cli import sparkline
 from monitoring.db import connect
 from monitoring.history import Lineage, RunKey
-from monitoring.testing import WebhookReceiver, free_port, make_report
+from monitoring.receiver import WebhookReceiver
+from tests.support.net import free_port
+from tests.support.reports import make_report
 from specdec.cli import app
 
 SECRET = "T0/B0/cliSECRETtoken"

@@ -11,7 +11,8 @@ from monitoring import evidently_report, history, pipeline
 from monitoring.db import connect
 from monitoring.history import Lineage, RunKey
 from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings
-from monitoring.testing import WebhookReceiver, make_report
+from monitoring.receiver import WebhookReceiver
+from tests.support.reports import make_report
 
 T0 = dt.datetime(2026, 11, 29, 2, 0, tzinfo=dt.timezone.utc)
 

@@ -14,7 +14,7 @@ from sqlalchemy import func, inspect, select
 from monitoring import history
 from monitoring.db import Base, Database, PromptRow, ValidationRun, connect
 from monitoring.history import Lineage, RunAlreadyClaimed, RunKey
-from monitoring.testing import make_report
+from tests.support.reports import make_report
 
 DAY = dt.date(2026, 11, 29)
 T0 = dt.datetime(2026, 11, 29, 2, 0, tzinfo=dt.timezone.utc)

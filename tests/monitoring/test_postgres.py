@@ -15,7 +15,7 @@ from monitoring.alerts import AlertContext
 from monitoring.db import Database, head_revision
 from monitoring.history import Lineage, RunAlreadyClaimed, RunKey
 from monitoring.settings import MonitoringSettings
-from monitoring.testing import make_report
+from tests.support.reports import make_report
 from tests.postgres import postgres_cluster
 
 

@@ -10,8 +10,9 @@ from typer.testing import CliRunner
 
 from monitoring import history
 from monitoring.db import connect
-from monitoring.production.testing import ScriptedExporter, histogram_counts, histogram_state
-from monitoring.testing import free_port, make_report
+from tests.support.exporters import ScriptedExporter, histogram_counts, histogram_state
+from tests.support.net import free_port
+from tests.support.reports import make_report
 from specdec.cli import app
 
 K = 3

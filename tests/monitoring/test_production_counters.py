@@ -16,7 +16,7 @@ from monitoring.production.counters import (
 )
 from monitoring.production.engines import ENGINES, engine_metrics
 from monitoring.production.sources import Scrape, check_selector, parse_exposition, scrape_series
-from monitoring.production.testing import VllmCounters, histogram_state, render_vllm
+from tests.support.exporters import VllmCounters, histogram_state, render_vllm
 
 S = [(0.0, 100.0), (10.0, 200.0), (20.0, 30.0), (30.0, 80.0)]  # a restart between t=10 and t=20
 

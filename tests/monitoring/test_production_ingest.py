@@ -14,9 +14,11 @@ from monitoring.db import PRODUCTION, Incident, ProductionScrape, connect
 from monitoring.production.ingest import ingest_window
 from monitoring.production.settings import ProductionMapping, ProductionSettings, ProductionSource
 from monitoring.production.sources import ProductionSourceError
-from monitoring.production.testing import ScriptedExporter, histogram_counts, histogram_state
+from tests.support.exporters import ScriptedExporter, histogram_counts, histogram_state
 from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings
-from monitoring.testing import WebhookReceiver, free_port, make_report
+from monitoring.receiver import WebhookReceiver
+from tests.support.net import free_port
+from tests.support.reports import make_report
 
 K = 3
 FAST = DeliverySettings(max_attempts=2, backoff_initial_s=0.01, backoff_max_s=0.05, timeout_s=5)

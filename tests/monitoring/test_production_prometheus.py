@@ -21,8 +21,9 @@ from monitoring.production.engines import DRAFTS, ENGINES
 from monitoring.production.ingest import ingest_window
 from monitoring.production.settings import ProductionMapping, ProductionSettings, ProductionSource
 from monitoring.production.sources import ProductionSourceError, query_raw_series
-from monitoring.production.testing import PrometheusServer, ScriptedExporter, histogram_state, prometheus_binary
-from monitoring.testing import WebhookReceiver, free_port
+from tests.support.exporters import PrometheusServer, ScriptedExporter, histogram_state, prometheus_binary
+from monitoring.receiver import WebhookReceiver
+from tests.support.net import free_port
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_production_ingest import GOOD_A, GOOD_B, K, LOW_A, LOW_B, LOW_C, add, hand, seed_nightly, settings_for  # noqa: E402

@@ -12,7 +12,7 @@ from monitoring.db import connect
 from monitoring.history import Lineage, RunKey, RunSnapshot
 from monitoring.rules import FIRING, NOT_APPLICABLE, OK
 from monitoring.settings import MonitoringSettings, RuleSettings
-from monitoring.testing import make_report
+from tests.support.reports import make_report
 from specdec.validation.replay_curve import BEYOND_NUMERICS, NEAR_TIE, NUMERICS_MARGIN, UNSEEN_STOP, classify
 
 T0 = dt.datetime(2026, 12, 1, 2, 0, tzinfo=dt.timezone.utc)

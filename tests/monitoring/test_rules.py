@@ -10,7 +10,7 @@ from monitoring import rules
 from monitoring.history import Lineage, RunSnapshot
 from monitoring.rules import FIRING, INSUFFICIENT, NOT_APPLICABLE, OK
 from monitoring.settings import RuleSettings
-from monitoring.testing import make_report
+from tests.support.reports import make_report
 
 S = RuleSettings()
 

@@ -13,7 +13,8 @@ from monitoring.db import connect
 from monitoring.history import Lineage, RunKey, RunSnapshot
 from monitoring.rules import FIRING, INSUFFICIENT, NOT_APPLICABLE, OK, SPEED_INCONCLUSIVE
 from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings, RuleSettings
-from monitoring.testing import WebhookReceiver, make_report
+from monitoring.receiver import WebhookReceiver
+from tests.support.reports import make_report
 
 T0 = dt.datetime(2026, 11, 29, 2, 0, tzinfo=dt.timezone.utc)
 

@@ -8,7 +8,7 @@ import datetime as dt
 from monitoring.db import connect
 from monitoring.promotion_alerts import alert_ungated_promotion, ungated_scope
 from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings
-from monitoring.testing import WebhookReceiver
+from monitoring.receiver import WebhookReceiver
 
 T0 = dt.datetime(2026, 11, 30, 2, 0, tzinfo=dt.timezone.utc)
 MSG = ("specdec-pair@champion points at v2, moved outside specdec (MLflow UI or API; specdec last set v1). "

@@ -10,7 +10,7 @@ import pytest
 
 from monitoring import rules
 from monitoring.settings import MonitoringSettings
-from monitoring.testing import make_report
+from tests.support.reports import make_report
 from registry.gate import GateConfig, evaluate_gate
 from specdec.policy import AcceptancePolicy, get_policy
 
@@ -53,12 +53,12 @@ def test_bad_policy_is_refused_with_its_name(env, msg):
 
 
 def test_policy_recorded_with_the_mlflow_run(tmp_path, monkeypatch):
-    from registry.testing import sqlite_store
+    from tests.support.mlflow_server import sqlite_store
 
     uri = sqlite_store(tmp_path / "ml")
     monkeypatch.setenv("SPECDEC_POLICY__THRESHOLD", "0.55")
     import registry as R
-    from specdec.testing import save_tiny_checkpoint
+    from tests.support.models import save_tiny_checkpoint
 
     t = R.register_model_version("target", save_tiny_checkpoint(tmp_path / "tiny"), tracking_uri=uri)
     pv = R.register_pair(t, None, drafter_kind="ngram", name="pol-pair", tracking_uri=uri)

@@ -7,8 +7,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from registry.testing import sqlite_store, tiny_report
-from specdec.testing import save_tiny_checkpoint
+from tests.support.mlflow_server import sqlite_store
+from tests.support.reports import tiny_report
+from tests.support.models import save_tiny_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from registry.testing import sqlite_store
-from specdec.testing import save_tiny_checkpoint
+from tests.support.mlflow_server import sqlite_store
+from tests.support.models import save_tiny_checkpoint
 
 
 @pytest.fixture(scope="module")

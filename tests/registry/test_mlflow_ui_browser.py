@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from registry.testing import MlflowServer, tiny_report
-from specdec.testing import save_tiny_checkpoint
+from tests.support.mlflow_server import MlflowServer
+from tests.support.reports import tiny_report
+from tests.support.models import save_tiny_checkpoint
 
 pytestmark = pytest.mark.server
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from registry.testing import free_port, sqlite_store, tiny_report
-from specdec.testing import save_tiny_checkpoint
+from tests.support.mlflow_server import sqlite_store
+from tests.support.net import free_port
+from tests.support.reports import tiny_report
+from tests.support.models import save_tiny_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ def test_tracking_uri_precedence(clean_env, monkeypatch):
 
 def test_local_store_experiments_get_artifacts_under_home(clean_env):
     from registry.settings import get_client, get_or_create_experiment
-    from registry.testing import sqlite_store
+    from tests.support.mlflow_server import sqlite_store
 
     uri = sqlite_store(clean_env / "store")
     client = get_client(uri)
@@ -53,7 +53,7 @@ def test_local_store_experiments_get_artifacts_under_home(clean_env):
 def test_dead_server_is_registry_unavailable_quickly(clean_env):
     from registry.errors import RegistryUnavailable
     from registry.settings import get_client, mlflow_errors, redact_uri
-    from registry.testing import free_port
+    from tests.support.net import free_port
 
     dead = f"http://user:pw@127.0.0.1:{free_port()}"
     t0 = time.monotonic()

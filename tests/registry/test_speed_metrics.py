@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from monitoring.testing import make_report
+from tests.support.reports import make_report
 from registry.runs import report_metrics, validation_tags
 
 

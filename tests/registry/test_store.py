@@ -10,8 +10,9 @@ import json
 
 import pytest
 
-from registry.testing import MlflowServer, sqlite_store, tiny_report
-from specdec.testing import save_tiny_checkpoint
+from tests.support.mlflow_server import MlflowServer, sqlite_store
+from tests.support.reports import tiny_report
+from tests.support.models import save_tiny_checkpoint
 
 
 @pytest.fixture(scope="session")
@@ -102,7 +103,12 @@ def test_round_trip(store, ckpts, tmp_path):
     assert again.overall.acceptance_rate == pytest.approx(0.72) and len(again.prompts) == len(report.prompts)
     assert (tmp_path / "dl" / "plots" / "acceptance_trend.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
+    # what the user copies into serving: the engine profile's config at the validated k (default engine vllm)
+    serving = json.loads((tmp_path / "dl" / "serving_config.json").read_text())
+    assert serving["speculative_config"] == {"method": "draft_model", "model": f"models:/{dname}/1",
+                                             "num_speculative_tokens": 3}
     tags = client.get_model_version(pair, "1").tags
+    assert tags["engine"] == "vllm" and json.loads(tags["serving_config"]) == serving
     assert tags["validation_status"] == "passed" and tags["acceptance_rate"] == "0.720"
     assert client.get_model_version(pair, "1").description.startswith("passed: acc 0.72 [0.65-0.79] at k=3")
 

@@ -8,8 +8,9 @@ import datetime as dt
 
 import pytest
 
-from registry.testing import sqlite_store, tiny_report
-from specdec.testing import save_tiny_checkpoint
+from tests.support.mlflow_server import sqlite_store
+from tests.support.reports import tiny_report
+from tests.support.models import save_tiny_checkpoint
 
 T0 = dt.datetime(2026, 11, 30, 2, 0, tzinfo=dt.timezone.utc)
 

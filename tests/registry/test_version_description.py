@@ -8,8 +8,9 @@ import pytest
 
 from registry.describe import (TABLE_DESCRIPTION_CHARS, VERSION_TAG_KEYS, VersionFacts, describe,
                                validation_version_tags)
-from registry.testing import sqlite_store, tiny_report
-from specdec.testing import save_tiny_checkpoint
+from tests.support.mlflow_server import sqlite_store
+from tests.support.reports import tiny_report
+from tests.support.models import save_tiny_checkpoint
 
 
 def test_headline_fits_the_versions_table():

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from specdec import NgramDrafter, SamplingConfig, SpeculativeConfig
 from specdec.validation.report import ValidationReport
 from tests.validation.heldouts import toy_heldout
-from specdec.testing import perturbed_copy, save_tiny_checkpoint, tiny_llama, tiny_tokenizer
+from tests.support.models import perturbed_copy, save_tiny_checkpoint, tiny_llama, tiny_tokenizer
 from specdec.validation import ValidationConfig, validate_pairs
 from specdec.validation.prompt_run import DrafterUnderTest
 from specdec.validation.runner import left_pad, run_prompts, token_shares

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from specdec.cli import app
 from specdec.validation.report import ValidationReport
-from specdec.testing import save_tiny_checkpoint
+from tests.support.models import save_tiny_checkpoint
 
 runner = CliRunner()
 

@@ -17,7 +17,7 @@ from specdec.validation.heldout import (
     load_heldout,
     prompt_token_ids,
 )
-from specdec.testing import tiny_tokenizer
+from tests.support.models import tiny_tokenizer
 
 DATA = Path(str(resources.files("specdec").joinpath("data/heldout")))
 SPEC_BENCH_SHA256 = "4b6d33e79484f9841c487ee87d1cf6aa8c6066f61d5d482ff09e5a007fafdf04"

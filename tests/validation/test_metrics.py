@@ -1,4 +1,4 @@
-"""Validation math against hand-computed values: Leviathan's speedup, agreement, bootstrap."""
+"""Validation math against hand-computed values: agreement, bootstrap (the speed model: test_speed_stats.py)."""
 
 from __future__ import annotations
 
@@ -11,49 +11,8 @@ from specdec.validation.metrics import (
     AgreementSums,
     agreement_sums,
     bootstrap_ratio_ci,
-    expected_tokens_per_step,
     onehot_agreement_sums,
-    predicted_speedup,
-    recommend_num_speculative_tokens,
 )
-
-
-@pytest.mark.parametrize(
-    "alpha, c, k, expected",
-    [
-        (0.8, 0.1, 4, (1 - 0.8**5) / (0.2 * 1.4)),  # = 0.67232 / 0.28
-        (0.8, 0.1, 4, 2.4011428571428571),
-        (0.5, 0.0, 2, 1.75),  # free draft: E[tokens] = 1 + .5 + .25
-        (1.0, 0.5, 3, 4 / 2.5),  # alpha = 1 limit: (k+1)/(ck+1)
-        (0.0, 0.2, 3, 1 / 1.6),  # nothing accepted: pure overhead
-        (0.6, 1.4, 4, (1 - 0.6**5) / (0.4 * 6.6)),  # slower draft than target: < 1
-    ],
-)
-def test_predicted_speedup_hand_values(alpha, c, k, expected):
-    assert predicted_speedup(alpha, c, k) == pytest.approx(expected, rel=1e-12)
-
-
-def test_expected_tokens_and_limits():
-    assert expected_tokens_per_step(0.8, 4) == pytest.approx(1 + 0.8 + 0.64 + 0.512 + 0.4096)
-    assert expected_tokens_per_step(1.0, 7) == 8.0
-    # continuity at alpha -> 1
-    assert predicted_speedup(1 - 1e-9, 0.3, 5) == pytest.approx(predicted_speedup(1.0, 0.3, 5), rel=1e-6)
-    assert math.isnan(predicted_speedup(math.nan, 0.1, 4)) and math.isnan(predicted_speedup(0.5, math.nan, 4))
-    for bad in [(1.2, 0.1, 4), (-0.1, 0.1, 4), (0.5, -1.0, 4), (0.5, 0.1, 0)]:
-        with pytest.raises(ValueError):
-            predicted_speedup(*bad)
-
-
-def test_recommended_k_is_the_argmax():
-    # alpha=.8, c=.1: S(k) = 1.636, 2.033, 2.271, 2.401, 2.460, 2.470, 2.448 ... -> k = 6
-    k, s = recommend_num_speculative_tokens(0.8, 0.1)
-    assert k == 6 and s == pytest.approx((1 - 0.8**7) / (0.2 * 1.6))
-    # a slow draft never pays off; the best is k=1 and still < 1
-    k, s = recommend_num_speculative_tokens(0.5, 1.5)
-    assert k == 1 and s == pytest.approx(0.75 / (0.5 * 2.5)) and s < 1
-    # perfect, free draft: the largest k allowed
-    assert recommend_num_speculative_tokens(1.0, 0.0, k_max=16) == (16, 17.0)
-    assert recommend_num_speculative_tokens(math.nan, 0.1) == (None, pytest.approx(math.nan, nan_ok=True))
 
 
 def test_agreement_sums_hand_values():

@@ -15,7 +15,7 @@ import pytest
 
 from specdec import NgramDrafter, SamplingConfig
 from tests.validation.heldouts import toy_heldout
-from specdec.testing import perturbed_copy, tiny_llama, tiny_tokenizer
+from tests.support.models import perturbed_copy, tiny_llama, tiny_tokenizer
 from specdec.validation import ValidationConfig, validate_pair, validate_pairs
 
 N_PROMPTS, NEW_TOKENS, K = 12, 32, 4

@@ -16,7 +16,7 @@ from specdec.models import load_causal_lm
 from specdec.validation.recommend import CandidateResult, recommend_draft
 from specdec.validation.report import ValidationReport
 from specdec.validation.short_prompts import short_prompts
-from specdec.testing import save_tiny_checkpoint
+from tests.support.models import save_tiny_checkpoint
 
 runner = CliRunner()
 
@@ -61,19 +61,19 @@ def test_recommend_draft_phases_on_tiny_models(target_dir, heldout_file):
     rec = recommend_draft(tgt, held, candidates=["derived:bf16", "derived:int8", "ngram", "derived:fp8"],
                           max_new_tokens=12, k_values=(1, 2, 3), cost_reps=3, bootstrap_resamples=200,
                           progress=lines.append)
-    assert any("phase 4/4" in x for x in lines)
+    assert any("phase 4/4" in x for x in lines) and any("replay" in x for x in lines)
     by = {c.spec: c for c in rec.candidates}
     assert not by["derived:fp8"].available and "CUDA" in by["derived:fp8"].reason
     for spec in ("derived:bf16", "derived:int8", "ngram"):
         c = by[spec]
-        assert c.available and c.k in (1, 2, 3, 4)
+        assert c.available and c.k in (1, 2, 3)  # chosen by the one speed model on the replayed counters
         assert c.compared_outputs == 3 and c.identical_outputs == 3  # greedy: exact
         assert c.measured_speedup > 0 and len(c.speedup_ci) == 2
     for spec in ("derived:bf16", "derived:int8"):
         c = by[spec]
-        assert c.cost_ratio > 0 and 0.5 <= c.alpha <= 1 and c.k in (1, 2, 3) and c.verify_cost > 0
-        assert not math.isnan(c.predicted_speedup)
-    assert math.isnan(by["ngram"].cost_ratio) and by["ngram"].k == 4
+        assert c.cost_ratio > 0 and 0.5 <= c.alpha <= 1 and c.verify_cost >= 1
+        assert not math.isnan(c.predicted_speedup) and c.measured_over_predicted > 0 and c.timing_suspect is not None
+    assert by["ngram"].cost_ratio >= 0  # measured in the decoding check (an n-gram has no model pass)
     assert set(rec.verify_cost_by_k) == {1, 2, 3} and rec.verify_cost_by_k[1] > 0
     assert rec.categories == ["chat", "code", "math"] and rec.num_prompts == 3
     assert rec.best in (None, *[c.spec for c in rec.candidates if c.pays])

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from specdec import NgramDrafter, SamplingConfig, autoregressive_generate, speculative_generate
-from specdec.testing import perturbed_copy, tiny_llama
+from tests.support.models import perturbed_copy, tiny_llama
 from specdec.validation.replay import (
     COMPARED_COUNTERS,
     counters_equal,

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from specdec import SamplingConfig, autoregressive_generate
 from specdec.cli import app
-from specdec.testing import perturbed_copy, save_tiny_checkpoint, tiny_llama, tiny_tokenizer
+from tests.support.models import perturbed_copy, save_tiny_checkpoint, tiny_llama, tiny_tokenizer
 from specdec.validation.config import ValidationConfig
 from specdec.validation.continuation_cache import ContinuationCache, ContinuationKey, model_weights_hash
 from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, content_version
@@ -158,7 +158,7 @@ def test_cli_method_both_end_to_end(ckpts, tmp_path, monkeypatch):
     assert "replay_decode_agreement: 1.000" in res.output and "recommended k from the replayed curve" in res.output
     model_report = ValidationReport.read(next((tmp_path / "out").glob("model*")))
     r = model_report.replay
-    assert model_report.method == "both" and model_report.schema_version == 3
+    assert model_report.method == "both" and model_report.schema_version == 4
     assert r["num_prompts_replayed"] == 12 and r["num_prompts_decoded"] == 6  # 25% -> 3, raised to 2 per category
     assert r["replay_decode_agreement"] == 1.0 and r["disagreements"] == [] and r["gate_method"] == "replay"
     assert r["counters"]["replay_on_decoded"] == {**r["counters"]["decode"], "acceptance_rate_ci": r["counters"]["replay_on_decoded"]["acceptance_rate_ci"]}
@@ -166,6 +166,9 @@ def test_cli_method_both_end_to_end(ckpts, tmp_path, monkeypatch):
     assert model_report.overall.num_prompts == 12 and model_report.overall.acceptance_rate == r["acceptance_by_k"][2]["acceptance_rate"]
     assert model_report.overall.num_draft_tokens == r["acceptance_by_k"][2]["num_draft_tokens"]
     assert r["recommended_num_speculative_tokens"] in range(1, 17) and r["cost_ratio"] > 0
+    # the report's best k is the replayed curve's (one speed model, one set of costs)
+    assert model_report.overall.recommended_num_speculative_tokens == r["recommended_num_speculative_tokens"]
+    assert model_report.overall.verify_cost_by_n[0] == 1.0 and len(r["verify_cost_by_n"]) == 17
     # a second night with the same target: every continuation from the cache
     res = CliRunner().invoke(app, [*map(str, args), "--method", "replay", "--out", str(tmp_path / "again")])
     assert res.exit_code == 0, res.output

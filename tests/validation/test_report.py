@@ -11,7 +11,7 @@ import pytest
 from specdec import NgramDrafter
 from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, content_version
 from specdec.validation.report import SCHEMA_VERSION, GroupMetrics, ValidationReport
-from specdec.testing import tiny_llama, tiny_tokenizer
+from tests.support.models import tiny_llama, tiny_tokenizer
 from specdec.validation import ValidationConfig, validate_pair
 
 
@@ -27,7 +27,7 @@ def report():
 def test_json_and_csv_round_trip(report, tmp_path):
     path = report.write(tmp_path)
     data = json.loads(path.read_text())
-    assert data["schema_version"] == SCHEMA_VERSION == 3 and "prompts" not in data
+    assert data["schema_version"] == SCHEMA_VERSION == 4 and "prompts" not in data
     for name in (
         "acceptance_rate", "mean_accepted_length", "alpha_tf", "top1_agreement", "total_variation",
         "kl_divergence", "speedup", "predicted_speedup", "recommended_num_speculative_tokens",
@@ -73,13 +73,38 @@ def test_notes_flag_estimator_disagreement_and_slow_drafts(report):
     g = GroupMetrics(
         num_prompts=5, num_speculative_tokens=4, alpha_hat=0.3, alpha_hat_ci=[0.25, 0.35], alpha_tf=0.5,
         alpha_tf_ci=[0.45, 0.55], speedup=0.6, predicted_speedup=0.7, predicted_speedup_at_recommended=0.8,
-        recommended_num_speculative_tokens=1, cost_ratio=1.4, verify_cost_ratio=1.2, predicted_speedup_verify_adjusted=0.6,
+        recommended_num_speculative_tokens=1, cost_ratio=1.4, verify_cost_ratio=1.2, predicted_cost_ratio=1.4,
+        verify_cost_by_n=[1.0, 1.1, 1.15, 1.2, 1.25],
     )  # fmt: skip
     d = report.to_dict()
     d["overall"] = {**d["overall"], **g.__dict__}
     notes = findings(ValidationReport.from_dict(d))
     assert any("disagree beyond their 95% CIs" in n for n in notes)
-    assert any("SLOWER than target-only" in n and "0.60x" in n for n in notes)
+    assert any("SLOWER than target-only" in n and "0.60x" in n and "v(k)=1.25" in n for n in notes)
+
+
+def test_a_measurement_far_from_the_prediction_is_flagged_not_reported(report):
+    """The issue's case: measured 2.05x against a predicted 1.54x is a timing bias, not a finding."""
+    from specdec.validation.findings import findings
+
+    g = GroupMetrics(num_prompts=6, num_speculative_tokens=6, speedup=2.05, predicted_speedup=1.54,
+                     measured_over_predicted=2.05 / 1.54, timing_suspect=True, load_avg_1m_max=3.1, num_cpus=2)
+    d = report.to_dict()
+    d["overall"] = {**d["overall"], **g.__dict__}
+    notes = findings(ValidationReport.from_dict(d))
+    assert any(n.startswith("timing suspect") and "1.33 of the predicted 1.54x" in n and "load avg 3.1 on 2 CPUs" in n
+               for n in notes)
+
+
+def test_reads_schema_3_reports_with_the_old_speed_fields(report):
+    d = copy.deepcopy(report.to_dict())
+    d["schema_version"] = 3
+    d["overall"]["predicted_speedup_verify_adjusted"] = 1.1  # gone in schema 4: dropped, nothing crashes
+    for k in ("verify_cost_by_n", "timing_suspect", "speedup_pooled", "recommended_k_basis"):
+        d["overall"].pop(k)
+    back = ValidationReport.from_dict(d)
+    assert back.overall.verify_cost_by_n == [] and back.overall.timing_suspect is None
+    assert back.overall.speedup == report.overall.speedup
 
 
 def test_speed_evidence_in_the_report(report, tmp_path):

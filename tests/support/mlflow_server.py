@@ -1,31 +1,23 @@
-"""Real MLflow back ends for tests and demos: a pre-initialized SQLite store and a ``mlflow server``.
+"""Real MLflow back ends for tests: a pre-initialized SQLite store and a ``mlflow server``.
 
 Nothing here is mocked: :func:`sqlite_store` returns a real SQLite tracking/registry URI, and
 :class:`MlflowServer` runs ``mlflow server`` as a child process on 127.0.0.1 with the same flags as the
 docker-compose service (SQL backend, ``--serve-artifacts``, ``--artifacts-destination``).
-Also :func:`tiny_report`, a small hand-built :class:`~specdec.validation.report.ValidationReport`.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from tests.support.net import free_port
+
 _TEMPLATE_LOCK = "mlflow-template.lock"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free on ``host`` a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def _init_store(db: Path, default_artifact_root: str) -> None:
@@ -152,57 +144,3 @@ class MlflowServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def tiny_report(
-    acceptance_rate: float = 0.7,
-    ci: tuple[float, float] | None = None,
-    *,
-    exactness_mismatches: int = 0,
-    predicted_speedup: float = 1.5,
-    categories: dict[str, float] | None = None,
-    num_speculative_tokens: int = 4,
-    heldout_name: str = "tiny-heldout",
-    heldout_version: str = "sha256:0000",
-):
-    """A hand-built :class:`~specdec.validation.report.ValidationReport` with the given headline numbers.
-
-    Args:
-        acceptance_rate: pooled acceptance rate in [0, 1].
-        ci: 95% CI (default ``rate ± 0.05`` clipped to [0, 1]).
-        exactness_mismatches: greedy exactness-audit failures (of 3 audited prompts).
-        categories: category -> acceptance rate (default summarization/coding/qa around ``acceptance_rate``).
-    """
-    from specdec.validation.report import GroupMetrics, PromptResult, ValidationReport
-
-    lo, hi = ci if ci else (max(acceptance_rate - 0.05, 0.0), min(acceptance_rate + 0.05, 1.0))
-    k = num_speculative_tokens
-    per_pos = [acceptance_rate ** (0.5 + 0.5 * i) for i in range(k)]
-    cats = categories if categories is not None else {
-        "summarization": acceptance_rate, "coding": min(acceptance_rate + 0.1, 1.0), "qa": max(acceptance_rate - 0.1, 0.0)}
-
-    def group(rate: float, n: int) -> GroupMetrics:
-        drafted = 40 * n
-        return GroupMetrics(
-            num_prompts=n, num_speculative_tokens=k, num_drafts=10 * n, num_draft_tokens=drafted,
-            num_accepted_tokens=round(rate * drafted), accepted_per_position=[round(p * 10 * n) for p in per_pos],
-            num_emitted_tokens=round(rate * drafted) + 10 * n, acceptance_rate=rate,
-            acceptance_rate_ci=[max(rate - (acceptance_rate - lo), 0.0), min(rate + (hi - acceptance_rate), 1.0)],
-            mean_accepted_length=1 + rate * k, per_position_acceptance=per_pos, draft_tokens_per_step=float(k),
-            alpha_hat=per_pos[0], alpha_tf=rate, top1_agreement=min(rate + 0.05, 1.0), total_variation=1 - rate,
-            kl_divergence=-math.log(max(rate, 1e-6)), speedup=predicted_speedup * 0.9, cost_ratio=0.3,
-            predicted_speedup=predicted_speedup, recommended_num_speculative_tokens=k,
-            exactness_checked=3 if n > 1 else 1, exactness_mismatches=exactness_mismatches if n > 1 else 0,
-        )
-
-    overall = group(acceptance_rate, 3 * max(len(cats), 1))
-    overall.acceptance_rate_ci = [lo, hi]
-    prompts = [PromptResult(prompt_id=f"{c}-{i}", category=c, prompt_tokens=12, new_tokens=32, acceptance_rate=r,
-                            exact_match=True) for c, r in cats.items() for i in range(3)]
-    return ValidationReport(
-        heldout_name=heldout_name, heldout_version=heldout_version, target_ref="tiny-target", drafter_kind="model",
-        drafter_ref="tiny-draft",
-        config={"num_speculative_tokens": k, "max_new_tokens": 32, "temperature": 0.0, "top_k": None, "top_p": None, "seed": 0},
-        device="cpu", dtype="float32", code_version="test", created_at="2026-01-01T00:00:00+00:00",
-        overall=overall, categories={c: group(r, 3) for c, r in cats.items()}, prompts=prompts, wall_seconds=1.0,
-    )

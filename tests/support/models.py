@@ -1,6 +1,7 @@
-"""Tiny, offline, seeded models and tokenizers for tests, CI and the ``--tiny`` demo path.
+"""Tiny, offline, seeded models and tokenizers for tests, CI, the docker stack test and the GPU smoke check.
 
-Nothing here touches the network. The models are random Llama models built from a config (fp32),
+Nothing here touches the network, and the module imports nothing from this repository: the docker
+stack test runs its source inside the worker image, which does not ship ``tests/``. The models are random Llama models built from a config (fp32),
 so every test runs in seconds on a CPU.
 """
 

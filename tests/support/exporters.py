@@ -1,4 +1,4 @@
-"""Real parts for tests and demos (no mocks): a scripted vLLM ``/metrics`` exporter on 127.0.0.1 and
+"""Real parts for tests (no mocks): a scripted vLLM ``/metrics`` exporter on 127.0.0.1 and
 a Prometheus server process (the Debian ``prometheus`` binary) scraping it.
 
 :class:`ScriptedExporter` serves vLLM's speculative-decoding counters, rendered by
@@ -24,7 +24,7 @@ import httpx
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from monitoring.testing import free_port
+from tests.support.net import free_port
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,20 @@
-"""Test helpers (no mocks): a real HTTP webhook receiver on 127.0.0.1 and report builders.
+"""A real webhook endpoint on 127.0.0.1: the demo's alert receiver, and the one public helper for
+your own alert tests (``from monitoring.receiver import WebhookReceiver``).
 
 ``WebhookReceiver`` is a ``ThreadingHTTPServer`` in a thread that records every POST (path,
-headers, JSON body) and answers with scripted statuses (e.g. ``[500, 500]`` then 200). The flows'
-drift-scenario tests and the demo can use it as the local alert receiver.
+headers, JSON body) and answers with scripted statuses (e.g. ``[500, 500]`` then 200, or a
+:class:`Reply` with ``Retry-After`` or a delay), so a channel's retries and deduplication can be
+checked against a real socket. The project's own test helpers (tiny models, report builders, MLflow
+and Prometheus servers) live under ``tests/support/`` and are not part of the package.
 """
 
 from __future__ import annotations
 
 import json
-import random
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterable
-
-from specdec.validation.report import GroupMetrics, PromptResult, ValidationReport
 
 
 @dataclass(frozen=True)
@@ -131,79 +131,4 @@ class WebhookReceiver:
         self.stop()
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    r = WebhookReceiver()
-    port = r.port
-    r.server.server_close()
-    return port
-
-
-def _group(acc: float, ci_half: float, n_tokens: int, k: int, *, alpha_tf: float | None = None,
-           tf_half: float = 0.02, alpha_hat: float | None = None, hat_half: float = 0.02,
-           tokens_per_step: float | None = None, prompts: int = 0) -> GroupMetrics:
-    tps = float(k) if tokens_per_step is None else tokens_per_step
-    drafts = max(int(round(n_tokens / tps)) if tps > 0 else n_tokens, 1)
-    accepted = int(round(acc * n_tokens))
-    a_tf = acc if alpha_tf is None else alpha_tf
-    a_hat = acc if alpha_hat is None else alpha_hat
-    return GroupMetrics(
-        num_prompts=prompts, num_speculative_tokens=k, num_drafts=drafts, num_draft_tokens=n_tokens,
-        num_accepted_tokens=accepted, accepted_per_position=[accepted // max(k, 1)] * k,
-        num_emitted_tokens=accepted + drafts, acceptance_rate=acc,
-        acceptance_rate_ci=[max(acc - ci_half, 0.0), min(acc + ci_half, 1.0)],
-        mean_accepted_length=1 + accepted / drafts, draft_tokens_per_step=n_tokens / drafts,
-        alpha_hat=a_hat, alpha_hat_ci=[max(a_hat - hat_half, 0.0), min(a_hat + hat_half, 1.0)],
-        num_tf_positions=n_tokens, alpha_tf=a_tf,
-        alpha_tf_ci=[max(a_tf - tf_half, 0.0), min(a_tf + tf_half, 1.0)],
-        top1_agreement=min(a_tf + 0.05, 1.0), total_variation=1 - a_tf, kl_divergence=0.1,
-        speedup=1.0 + acc, predicted_speedup=1.0 + acc,
-    )
-
-
-def make_report(
-    acceptance: float = 0.63, *, ci_half: float = 0.03, num_draft_tokens: int = 2000, k: int = 4,
-    categories: dict[str, float] | None = None, category_tokens: int = 500,
-    num_prompts: int = 40, prompt_spread: float = 0.05, seed: int = 0,
-    heldout_name: str = "spec-bench-mini", heldout_version: str = "1", code_version: str = "0.1.0",
-    **group_kw,
-) -> ValidationReport:
-    """A consistent :class:`ValidationReport` built from the dataclasses (no models).
-
-    Args:
-        acceptance: pooled acceptance rate; CI is ``acceptance +- ci_half``.
-        num_draft_tokens: evidence size overall (drafted tokens). k: num_speculative_tokens.
-        categories: name -> acceptance rate per category (``category_tokens`` tokens each).
-        num_prompts / prompt_spread / seed: per-prompt rows drawn around their category's rate.
-        group_kw: ``alpha_tf``, ``alpha_hat``, ``tf_half``, ``hat_half``, ``tokens_per_step``.
-    """
-    categories = categories if categories is not None else {"chat": acceptance}
-    rng = random.Random(seed)
-    names = sorted(categories)
-    prompts = []
-    for i in range(num_prompts):
-        cat = names[i % len(names)]
-        base = categories[cat]
-        acc = min(max(base + rng.uniform(-prompt_spread, prompt_spread), 0.0), 1.0)
-        ndt = max(num_draft_tokens // max(num_prompts, 1), 1)
-        prompts.append(PromptResult(
-            prompt_id=f"p{i:03d}", category=cat, prompt_tokens=20, new_tokens=64, num_drafts=ndt // k or 1,
-            num_draft_tokens=ndt, num_accepted_tokens=int(acc * ndt), acceptance_rate=acc,
-            num_tf_positions=64, alpha_tf=min(acc + 0.02, 1.0), top1_agreement=min(acc + 0.05, 1.0),
-            total_variation=1 - acc, kl_divergence=0.1, target_only_seconds=1.0, speculative_seconds=0.8,
-            exact_match=True,
-        ))
-    per_cat = max(num_prompts // max(len(names), 1), 1)
-    return ValidationReport(
-        heldout_name=heldout_name, heldout_version=heldout_version, target_ref="tiny/target",
-        drafter_kind="derived:int8", drafter_ref=None,
-        config={"num_speculative_tokens": k, "max_new_tokens": 64, "temperature": 0.0, "top_k": None,
-                "top_p": None, "seed": 0, "limit": num_prompts},
-        device="cpu", dtype="float32", code_version=code_version, created_at="2026-11-29T02:00:00+00:00",
-        overall=_group(acceptance, ci_half, num_draft_tokens, k, prompts=num_prompts, **group_kw),
-        categories={c: _group(a, ci_half * 2, category_tokens, k, prompts=per_cat) for c, a in categories.items()},
-        prompts=prompts, wall_seconds=12.5,
-    )
-
-
-__all__ = ["WebhookReceiver", "ReceivedRequest", "Reply", "free_port", "make_report"]
+__all__ = ["WebhookReceiver", "ReceivedRequest", "Reply"]

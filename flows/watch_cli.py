@@ -1,0 +1,71 @@
+"""``specdec pair watch``: a command of the ``pair`` group (registry/cli.py) whose receiver lives in
+flows (it starts Prefect deployments: flows -> registry), added by :func:`flows.cli.register`."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+SECRET_ENV = "SPECDEC_WATCH_SECRET"
+err = Console(stderr=True)
+
+
+def _fail(msg: str) -> None:
+    err.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def _listen(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        _fail(f"--listen must be HOST:PORT (e.g. 127.0.0.1:8765), got {text!r}")
+    return host, int(port)
+
+
+def watch_cmd(
+    pairs: Annotated[Optional[list[str]], typer.Argument(help="Pair registered models to watch (default specdec-pair).")] = None,
+    listen: Annotated[str, typer.Option("--listen", help="HOST:PORT the receiver binds.")] = "127.0.0.1:8765",
+    url: Annotated[Optional[str], typer.Option(
+        "--url", help="The receiver's URL as the MLflow server reaches it (default http://<listen>/webhook).")] = None,
+    deployment: Annotated[str, typer.Option(help="Prefect deployment to start (<flow>/<deployment>).")] =
+        "nightly-validation/nightly-validation",
+    revert: Annotated[bool, typer.Option(
+        "--revert/--no-revert", help="Move @champion back to the last version that passed when a hand-made "
+                                     "champion fails its validation (off by default).")] = False,
+    window_s: Annotated[int, typer.Option("--window-s", min=10, help="Accepted timestamp skew (s); older deliveries are replays.")] = 300,
+    tracking_uri: Annotated[Optional[str], typer.Option("--tracking-uri", help="MLflow server (http).")] = None,
+) -> None:
+    """Subscribe the pairs to MLflow registry webhooks and validate each new version, new @challenger
+    or hand-moved @champion within minutes (through the Prefect deployment). The HMAC secret comes
+    from SPECDEC_WATCH_SECRET (never a flag, never logged)."""
+    import logging
+
+    from flows.watch import check_deployment, serve
+
+    secret = os.environ.get(SECRET_ENV, "")
+    if len(secret) < 16:
+        _fail(f"{SECRET_ENV} must hold the webhook secret (at least 16 characters)")
+    host, port = _listen(listen)
+    from registry.errors import RegistryError
+    from registry.settings import get_settings, resolve_tracking_uri
+    from registry.webhooks import subscribe
+
+    pairs = list(pairs or [get_settings().pair_name])
+    uri = resolve_tracking_uri(tracking_uri)
+    if not uri.startswith(("http://", "https://")):
+        _fail(f"webhooks need an MLflow server (http[s]://...); the tracking URI is a local store")
+    try:
+        check_deployment(deployment)
+        hook = subscribe(pairs, url or f"http://{host}:{port}/webhook", secret, tracking_uri=uri)
+    except (ValueError, RegistryError) as e:
+        _fail(str(e))
+    import monitoring
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    Console().print(f"watching {', '.join(pairs)} (webhook {hook}) on http://{host}:{port}/webhook; "
+                    f"validations through {deployment}{'; --revert on' if revert else ''}", highlight=False)
+    serve(pairs, secret, host=host, port=port, db=monitoring.connect(), deployment=deployment, revert=revert,
+          window_s=window_s)
