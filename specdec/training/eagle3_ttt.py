@@ -50,6 +50,28 @@ class TTTResult:
     chain_correct: list[int]
 
 
+def ttt_states(head, input_ids: torch.Tensor, aux: torch.Tensor, steps: int):
+    """Yield ``(s, normed)`` for each TTT step ``s``: the head's final-norm output ``[B, T, hidden]`` at every
+    position (its logits are ``head.lm_head(normed)``); position ``i`` of step ``s`` drafts token ``i + 2 + s``."""
+    b, t = input_ids.shape
+    dev = aux.device
+    hidden = head.combine(aux)
+    cache = head.new_cache(b)
+    pos = torch.arange(t, device=dev)[None].expand(b, t)
+    for s in range(steps):
+        fed = torch.cat([input_ids[:, 1 + s:], input_ids.new_zeros(b, min(1 + s, t))], dim=1)[:, :t]
+        with torch.no_grad():
+            embeds = head.embed_tokens(fed).to(hidden.dtype)
+        rope = head.rotary_emb(hidden, pos + s)
+        mask = ttt_mask(b, t, s, dev)
+        h = hidden
+        for i, layer in enumerate(head.layers):
+            h = layer(h, embeds, rope, cache, i, mask)
+        normed = head.norm(h)
+        hidden = normed if head.config.norm_output else h
+        yield s, normed
+
+
 def ttt_unroll(head, input_ids: torch.Tensor, aux: torch.Tensor, target_logits: torch.Tensor,
                loss_mask: torch.Tensor, steps: int = 3, decay: float = 1.0,
                target_in_draft: torch.Tensor | None = None) -> TTTResult:
@@ -68,24 +90,10 @@ def ttt_unroll(head, input_ids: torch.Tensor, aux: torch.Tensor, target_logits: 
         :class:`TTTResult`.
     """
     b, t = input_ids.shape
-    dev = aux.device
-    hidden = head.combine(aux)
-    cache = head.new_cache(b)
-    pos = torch.arange(t, device=dev)[None].expand(b, t)
-    total = torch.zeros((), device=dev)
+    total = torch.zeros((), device=aux.device)
     res = TTTResult(total, [], [], [], [])
-    chain = torch.ones(b, t, dtype=torch.bool, device=dev)
-    for s in range(steps):
-        fed = torch.cat([input_ids[:, 1 + s:], input_ids.new_zeros(b, min(1 + s, t))], dim=1)[:, :t]
-        with torch.no_grad():
-            embeds = head.embed_tokens(fed).to(hidden.dtype)
-        rope = head.rotary_emb(hidden, pos + s)
-        mask = ttt_mask(b, t, s, dev)
-        h = hidden
-        for i, layer in enumerate(head.layers):
-            h = layer(h, embeds, rope, cache, i, mask)
-        normed = head.norm(h)
-        hidden = normed if head.config.norm_output else h
+    chain = torch.ones(b, t, dtype=torch.bool, device=aux.device)
+    for s, normed in ttt_states(head, input_ids, aux, steps):
         total = total + (decay ** s) * _step_metrics(res, s, head.lm_head, normed, target_logits, loss_mask, chain,
                                                      target_in_draft)
     res.loss = total

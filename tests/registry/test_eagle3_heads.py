@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from registry.testing import sqlite_store
+from tests.support.mlflow_server import sqlite_store
 from tests.training.eagle3_support import TINY_LAYER_IDS, quick_config, tiny_target_dir
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specdec.testing import save_tiny_checkpoint
+from tests.support.models import save_tiny_checkpoint
 
 #: aux layer ids for the 2-layer tiny Llama (0 = embeddings, 2 = last layer output before the final norm)
 TINY_LAYER_IDS = [0, 1, 2]
