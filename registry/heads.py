@@ -177,3 +177,36 @@ def head_registry_hooks():
 
     return HeadRegistry(register=register_trained_head, head_directory=head_directory,
                         checkpoint_directory=lambda ref: resolve_checkpoint(ref)["path"])
+
+
+def register_head_pair(target: str, head: str, pair: str, *, alias: str | None = "challenger", config=None,
+                       tracking_uri: str | None = None):
+    """Register the pair (``target``, an already registered head version ``head``: ``models:/<name>/<v>``).
+
+    The head may have been trained on another target version (a target-only fine-tune leaves the old
+    head with the new target); its ``eagle3.*`` lineage then shows which target it was trained on,
+    and the nightly's root-cause hint names it for re-training.
+
+    Raises:
+        ValueError: ``head`` is not a registered EAGLE-3 head, or does not fit the target.
+    """
+    from registry.models import download_model_version, get_model_version, register_model_version
+    from registry.pairs import register_pair
+    from registry.promotion import promote
+    from registry.register import default_model_name, resolve_checkpoint
+    from specdec.core.config import SpeculativeConfig
+
+    href = get_model_version(head, tracking_uri=tracking_uri)
+    if href.tags.get("specdec.draft_kind") != "eagle3":
+        raise ValueError(f"{head} is not a registered EAGLE-3 head (register it with register_trained_head)")
+    t = resolve_checkpoint(target, None, tracking_uri)
+    compat = _compatibility(download_model_version(href, tracking_uri=tracking_uri), t["config"])
+    if not compat["compatible"]:
+        raise ValueError("head and target are incompatible: " + "; ".join(compat["problems"]))
+    tref = t["registered"] or register_model_version(default_model_name(t), t["path"], source=t["source"],
+                                                     tracking_uri=tracking_uri)
+    pv = register_pair(tref, href, drafter_kind="eagle3", config=config or SpeculativeConfig(),
+                       compatibility=compat, name=pair, tracking_uri=tracking_uri)
+    if alias:
+        promote(pair, pv.version, alias, tracking_uri=tracking_uri)
+    return pv
