@@ -86,7 +86,9 @@ def evaluate_run(
                                      champion_alias=champion_alias)
     baseline = history.snapshot_of(base_row) if base_row is not None else None
     results = rules.evaluate(current, baseline, settings.rules)
-    hint = rules.root_cause_hint(current.lineage, baseline.lineage if baseline else None)
+    row = history.get_run(db, run_id)
+    hint = rules.root_cause_hint(current.lineage, baseline.lineage if baseline else None,
+                                 drafter_kind=row.drafter_kind, drafter_ref=row.drafter_ref)
     verdict = rules.verdict(results)
     history.set_evaluation(db, run_id, status=verdict, rule_results=[r.to_dict() for r in results],
                            root_cause_hint=hint, baseline_run_id=base_row.id if base_row else None)

@@ -39,7 +39,7 @@ from registry.settings import get_client, get_settings, mlflow_errors
 from specdec.core.config import SpeculativeConfig
 
 PAIR_SCHEMA_VERSION = 1
-DRAFTER_KINDS = ("model", "ngram", "derived:int8", "derived:int4", "derived:bf16", "derived:fp8")
+DRAFTER_KINDS = ("model", "ngram", "derived:int8", "derived:int4", "derived:bf16", "derived:fp8", "eagle3")
 CHANGED_VALUES = ("initial", "target", "draft", "both", "config", "none")
 
 
@@ -214,6 +214,8 @@ def register_pair(
         }
         if draft_ref is not None and draft_ref.derived_from:
             tags["draft.derived_from"] = draft_ref.derived_from
+        if draft_ref is not None and drafter_kind == "eagle3":  # the head's lineage (registry.heads)
+            tags.update({f"draft.{k}": v for k, v in draft_ref.tags.items() if k.startswith("eagle3.")})
         existing = _pair_versions(client, name)
         for mv in existing:
             mt = mv.tags or {}
