@@ -53,7 +53,7 @@ def acceptance_by_k(curves: list[dict[int, DecodingStats]], ks: range | list[int
     for k in ks:
         per = [cv[k] for cv in curves]
         s = _pool(per, k)
-        counters = StepCounters.from_stats(s, generations=len(per))
+        counters = StepCounters.from_stats(s)
         rows.append({
             "k": k, "num_drafts": s.num_drafts, "num_draft_tokens": s.num_draft_tokens,
             "num_accepted_tokens": s.num_accepted_tokens, "acceptance_rate": s.acceptance_rate,
@@ -125,10 +125,12 @@ def best_k_tau(traces: list[Any], continuations: list[list[int]], ks: range | li
         return {"best_fixed_k": {"num_speculative_tokens": None, "predicted_speedup": math.nan},
                 "best_k_tau": {"num_speculative_tokens": None, "assistant_confidence_threshold": None,
                                "predicted_speedup": math.nan}}
+    if any(getattr(t, "chains", None) is not None for t in traces):
+        taus = ()  # a head's trace has no per-draft confidence: fixed k only
     grid = replay_grid(traces, continuations, ks, [None, *taus], max_new_tokens=max_new_tokens,
                        stop_token_ids=stop_token_ids)
-    scores = {key: predicted_speedup(StepCounters.from_stats(s, generations=len(traces)), c, v) for key, s in grid.items()}
-    fixed = best_k({k: StepCounters.from_stats(grid[(k, None)], generations=len(traces)) for k in ks}, c, v)
+    scores = {key: predicted_speedup(StepCounters.from_stats(s), c, v) for key, s in grid.items()}
+    fixed = best_k({k: StepCounters.from_stats(grid[(k, None)]) for k in ks}, c, v)
     best, best_s = (fixed[0], None), fixed[1]
     for (k, tau), sp in scores.items():
         if tau is not None and not math.isnan(sp) and (math.isnan(best_s) or sp > best_s + 1e-12):
