@@ -162,7 +162,7 @@ def url_problem(raw: str) -> str | None:
         return "port out of range"
     try:
         httpx.URL(raw)
-    except Exception as e:  # httpx.InvalidURL and friends
+    except (httpx.InvalidURL, TypeError, ValueError) as e:  # what httpx.URL raises for a malformed URL
         return f"{type(e).__name__}"
     return None
 
