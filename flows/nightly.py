@@ -37,7 +37,7 @@ from flows.tasks import (
     MlflowLogging, NightlyResult, describe_version, log_to_mlflow, report_dir_for, resolve_pair_version,
     run_logger, scheduled_date_of_run,
 )
-from flows.ungated import check_ungated, report_ungated
+from flows.ungated import check_ungated, report_ungated, version_link
 from specdec.pause_points import pause_at
 
 
@@ -234,9 +234,9 @@ def log_night_to_mlflow(night: Night, job: Job, history_run_id: int, drift, log_
     except Exception as e:  # noqa: BLE001 (MLflow, its HTTP client, the artifact store and matplotlib raise many types; none may stop the alert)
         _logger().error("MLflow logging failed (%s: %s): history run %s kept, logged on the next run",
                         type(e).__name__, e, history_run_id)
-        return MlflowOutcome()
+        return MlflowOutcome(links={"Report (file on the worker)": str(job.report_dir / "report.json")})
     history.mark_mlflow_logged(night.db, history_run_id, run_id)
-    return MlflowOutcome(run_id, {"MLflow run": _mlflow_link(run_id)})
+    return MlflowOutcome(run_id, {"MLflow run": _mlflow_link(run_id), "Pair version": version_link(t.pair, t.version)})
 
 
 def record_night(night: Night, job: Job, report, log_task=log_to_mlflow) -> NightlyResult:
@@ -259,8 +259,7 @@ def record_night(night: Night, job: Job, report, log_task=log_to_mlflow) -> Nigh
                                        settings=night.settings)
     drift = pipeline.drift_evidence(night.db, evaluation, out_dir=job.report_dir / "evidently", settings=night.settings)
     mlflow = log_night_to_mlflow(night, job, run_id, drift, log_task)                                       # 5
-    links = {"Report": str(job.report_dir / "report.json"),
-             **({"Evidently report": str(drift.html_path)} if drift is not None else {}), **mlflow.links}
+    links = {**({"Evidently report": str(drift.html_path)} if drift is not None else {}), **mlflow.links}
     outcome = pipeline.alert(night.db, evaluation, links=links, settings=night.settings)                    # 6
     if mlflow.run_id is not None:                                                                           # 7
         _describe(t, mlflow.run_id)
@@ -474,6 +473,7 @@ def nightly_validation_flow(
     decode_fraction: float = 0.25,
     versions: list[str] | None = None,
     revert_ungated: bool = False,
+    fail_on_failure: bool = False,
 ) -> list[NightlyResult]:
     """Validate every (pair, alias) and alert on drift. See the module docstring for the steps.
 
@@ -492,6 +492,8 @@ def nightly_validation_flow(
             the version a registry event named; recorded under the alias ``challenger``).
         revert_ungated: an ungated ``@champion`` that fails tonight is moved back to the last version
             that passed the gate (``specdec pair watch --revert``); the alert says so.
+        fail_on_failure: the flow run fails (:class:`flows.summary.ValidationsFailed`) when a validation
+            failed or could not run (deployments set it; a summary artifact is published either way).
         device / dtype: ``auto`` picks CUDA + bf16 where a GPU exists, else CPU + fp32.
         scheduled_date: the night this run belongs to (default: the flow run's scheduled date);
             part of the idempotency key, so a retry of the same night updates the same row.
@@ -504,6 +506,8 @@ def nightly_validation_flow(
     Raises:
         ValueError: ``batch_size`` < 1, or an alias not in ``SPECDEC_ALIASES``.
     """
+    from flows.summary import finish_run
+
     _check_parameters(batch_size, scheduled_date, aliases)
     params = ValidationParams(heldout, limit, device, dtype, seed, batch_size, method, decode_fraction)
     night = open_night(scheduled_date, heldout)
@@ -515,7 +519,7 @@ def nightly_validation_flow(
     with night.beat:
         results += [finish_job(night, job) for job in claimed if isinstance(job, Job)]  # 3-7. record_night
     report_ungated(night.db, ungated, results, revert=revert_ungated)  # after the champion's validation: tonight's verdict
-    return results
+    return finish_run(results, fail_on_failure)                         # summary artifact; fails the run if asked
 
 
 def _serial() -> bool:

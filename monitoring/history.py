@@ -44,6 +44,7 @@ from monitoring.db import (
     none_to_nan,
     utcnow,
 )
+from monitoring.rules import speed_only_inconclusive
 from specdec.validation.report import GroupMetrics, PromptResult, ValidationReport, group_metrics_from_dict, nan_to_none
 
 __all__ = ["RunAlreadyClaimed", "config_hash", "RunKey", "Lineage", "Claim", "DEFAULT_STALE_AFTER_S",
@@ -483,7 +484,8 @@ def find_baseline(
     db: Database, run_id: int, *, champion_version: str | int | None = None,
     champion_alias: str = "champion", same_config: bool = True,
 ) -> ValidationRun | None:
-    """The last *passing* run of the current champion before run ``run_id``.
+    """The last *passing* run of the current champion before run ``run_id`` (passed, or inconclusive
+    only because its speed was timed on a busy machine: :func:`monitoring.rules.speed_only_inconclusive`).
 
     With ``champion_version`` the champion is that pair version of the same pair; otherwise it is
     any run of the same pair whose ``alias`` column is ``champion_alias``. Only runs on the same
@@ -497,7 +499,7 @@ def find_baseline(
             raise KeyError(f"no validation run {run_id}")
         r = ValidationRun
         q = select(r).where(
-            r.pair_name == cur.pair_name, r.status == PASSED, r.id != cur.id,
+            r.pair_name == cur.pair_name, r.status.in_((PASSED, INCONCLUSIVE)), r.id != cur.id,
             r.heldout_name == cur.heldout_name, r.scheduled_date <= cur.scheduled_date,
             r.source == cur.source,
         )
@@ -507,8 +509,8 @@ def find_baseline(
             q = q.where(r.alias == champion_alias)
         if same_config:
             q = q.where(r.config_hash == cur.config_hash)
-        q = q.order_by(r.scheduled_date.desc(), r.finished_at.desc(), r.id.desc()).limit(1)
-        return s.scalars(q).first()
+        q = q.order_by(r.scheduled_date.desc(), r.finished_at.desc(), r.id.desc()).limit(50)
+        return next((x for x in s.scalars(q) if x.status == PASSED or speed_only_inconclusive(x.rule_results)), None)
 
 
 def snapshot(db: Database, run_id: int) -> RunSnapshot:
@@ -575,5 +577,6 @@ def trend_points(db: Database, pair: str, *, limit: int = 500, exclude_run: int 
         pts.append({"time": t, "acceptance_rate": r.acceptance_rate,
                     "acceptance_rate_ci_low": r.acceptance_rate_ci_low, "pair_version": r.pair_version,
                     "source": r.source, "run_id": r.id, "speedup": r.speedup, "speedup_ci_low": r.speedup_ci_low,
-                    "speedup_ci_high": r.speedup_ci_high, "predicted_speedup": r.predicted_speedup})
+                    "speedup_ci_high": r.speedup_ci_high, "predicted_speedup": r.predicted_speedup,
+                    "night": None if r.source == PRODUCTION else r.scheduled_date.isoformat()})
     return sorted(pts, key=lambda p: (p["time"], p["run_id"]))

@@ -44,6 +44,7 @@ from specdec.core.config import SpeculativeConfig
 from registry.errors import PairNotFound
 from registry.pairfile import full_tags
 from registry.pairs import get_pair_model_version
+from registry.plots import SPEED_KEYS, night_of, write_run_plots
 from registry.gate import GateConfig, GateResult, evaluate_gate
 from registry.settings import VALIDATION_EXPERIMENT, get_client, get_or_create_experiment, mlflow_errors
 from specdec.pause_points import pause_at
@@ -178,7 +179,6 @@ def client_latest_validation_run(client, pair: str, version: str | int, experime
     return runs[0] if runs else None
 
 
-_SPEED_KEYS = ("speedup", "speedup_ci_low", "speedup_ci_high", "predicted_speedup")
 
 
 def client_validation_history(client, pair: str, experiment: str = VALIDATION_EXPERIMENT,
@@ -196,10 +196,11 @@ def client_validation_history(client, pair: str, experiment: str = VALIDATION_EX
     for r in reversed(list(runs)):
         m = r.data.metrics
         out.append({"time": datetime.fromtimestamp(r.info.start_time / 1000, timezone.utc), "run_id": r.info.run_id,
+                    "night": night_of(r.info.run_name),
                     "pair_version": r.data.tags.get("specdec.pair_version"),
                     "acceptance_rate": m.get("acceptance_rate", math.nan),
                     "acceptance_rate_ci_low": m.get("acceptance_rate_ci_low", math.nan),
-                    **{k: m.get(k, math.nan) for k in _SPEED_KEYS},
+                    **{k: m.get(k, math.nan) for k in SPEED_KEYS},
                     "validation_status": r.data.tags.get("validation_status")})
     return out
 
@@ -262,7 +263,8 @@ SERVING_FILE = "serving_config.json"
 
 
 def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -> dict[str, Any] | None:
-    """The serving configuration of the pair's engine profile (tag ``engine``, default ``vllm``) at the
+    """The serving configuration of the pair's engine profile (``pair.json`` tag ``engine``, default ``vllm``;
+    logged as the run's ``serving_config.json``, read back by ``specdec pair show``) at the
     validated k (:func:`specdec.validation.serving.serving_config`); None when it cannot be built
     (unknown engine tag, no k)."""
     from specdec.validation.serving import DEFAULT_ENGINE, serving_config
@@ -342,13 +344,11 @@ def log_validation(
         earlier = _end_crashed_runs(client, eid, run_key) if run_key else []
         tags = _run_tags(pair, version, report, ptags, verdict, mismatch, run_key, gate)
         night = str(report.created_at or datetime.now(timezone.utc).isoformat())[:10]
-        run_id = client.create_run(eid, run_name=run_name or f"{pair} v{version} night {night}", tags=tags).info.run_id
+        name = run_name or f"{pair} v{version} night {night}"
+        run_id = client.create_run(eid, run_name=name, tags=tags).info.run_id
         pause_at("mlflow")
-        serving = _fill_run(client, run_id, report, rdir, metrics, ptags, _Trend(pair, version, list(history), gate),
-                            extra_artifacts)
-        if serving is not None:  # what the user copies into serving, for `specdec pair show`
-            _set_version_tags(client, pair, version, {"engine": serving["engine"],
-                                                      "serving_config": json.dumps(serving)[:5000]})
+        _fill_run(client, run_id, report, rdir, metrics, ptags,
+                  _Trend(pair, version, list(history), gate, night_of(name)), extra_artifacts)
         _set_version_tags(client, pair, version, validation_tags(
             status=verdict.status, run_id=run_id, metrics=metrics,
             heldout=f"{report.heldout_name}@{report.heldout_version}", reasons=verdict.reasons, gate=gate))
@@ -420,12 +420,14 @@ class _Trend:
     version: str
     history: list
     gate: GateConfig
+    night: str | None
 
 
 def _fill_run(client, run_id: str, report: ValidationReport, rdir: Path, metrics: dict[str, float],
-              ptags: Mapping[str, str], trend: _Trend, extra_artifacts: Sequence[str | Path]) -> dict | None:
-    """Metrics, params, report files, serving config, plots and extra artifacts of a created run, then
-    FINISHED; FAILED (and the error re-raised) if any of it fails. Returns the serving config (or None)."""
+              ptags: Mapping[str, str], trend: _Trend, extra_artifacts: Sequence[str | Path]) -> None:
+    """Metrics, params, report files, serving config (``serving_config.json``, read back by ``specdec pair
+    show``), plots and extra artifacts of a created run, then FINISHED; FAILED (and the error re-raised)
+    if any of it fails."""
     from mlflow.entities import Metric, Param
 
     try:
@@ -442,7 +444,6 @@ def _fill_run(client, run_id: str, report: ValidationReport, rdir: Path, metrics
             client.log_dict(run_id, serving, SERVING_FILE)
         _log_evidence(client, run_id, report, rdir, metrics, trend, extra_artifacts)
         client.set_terminated(run_id, "FINISHED")
-        return serving
     except BaseException:  # noqa: BLE001 (any failure, even KeyboardInterrupt, must not leave the run RUNNING; re-raised)
         try:
             client.set_terminated(run_id, "FAILED")
@@ -456,7 +457,8 @@ def _log_evidence(client, run_id: str, report: ValidationReport, rdir: Path, met
     """Plots and extra artifacts: evidence, not the result, so a failure is logged and the run goes on
     (except a missing extra artifact, a caller's mistake: FileNotFoundError)."""
     try:
-        plots = _write_plots(report, rdir / "plots", trend, run_id, metrics)
+        plots = write_run_plots(report, rdir / "plots", trend.history, run_id, trend.version, metrics,
+                                trend.gate.min_acceptance_rate, trend.pair, night=trend.night)
         client.log_artifacts(run_id, str(plots), artifact_path="plots")
     except Exception as e:  # noqa: BLE001 (matplotlib and the artifact store raise many types; plots never block the run)
         _log.error("plots for MLflow run %s failed (%s: %s); the run is logged without them",
@@ -473,19 +475,3 @@ def _log_evidence(client, run_id: str, report: ValidationReport, rdir: Path, met
 def _runs_of_key(client, experiment_id: str, run_key: str) -> list:
     """Active (not deleted) runs tagged ``specdec.run_key = run_key``, any status."""
     return list(client.search_runs([experiment_id], f"tags.`specdec.run_key` = '{run_key}'", max_results=100))
-
-
-def _write_plots(report: ValidationReport, out: Path, trend: _Trend, run_id: str, metrics: Mapping[str, float]) -> Path:
-    from registry import plots
-
-    out.mkdir(parents=True, exist_ok=True)
-    gate = trend.gate
-    plots.plot_per_position(report, out / "per_position_acceptance.png")
-    plots.plot_per_category(report, out / "per_category_acceptance.png", threshold=gate.min_acceptance_rate)
-    point = {"time": datetime.now(timezone.utc), "run_id": run_id, "pair_version": trend.version,
-             "acceptance_rate": metrics.get("acceptance_rate", math.nan),
-             "acceptance_rate_ci_low": metrics.get("acceptance_rate_ci_low", math.nan),
-             **{k: metrics.get(k, math.nan) for k in _SPEED_KEYS}}
-    plots.plot_trend(trend.history + [point], out / "acceptance_trend.png", threshold=gate.min_acceptance_rate,
-                     title=f"{trend.pair}: acceptance rate and speedup over validation runs")
-    return out

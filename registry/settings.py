@@ -40,11 +40,12 @@ def redact_uri(uri: str) -> str:
     """``uri`` without user:password and query string, for messages and logs (never log secrets)."""
     try:
         parts = urlsplit(uri)
+        port = parts.port  # ValueError (quoting the text) when the port is not a number
     except ValueError:
         return "<unparseable uri>"
     netloc = parts.hostname or ""
-    if parts.port:
-        netloc += f":{parts.port}"
+    if port:
+        netloc += f":{port}"
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
@@ -85,6 +86,15 @@ def get_client(tracking_uri: str | None = None, *, check: bool = True):
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
+def _scrub(text: str, uri: str) -> str:
+    """``text`` with ``uri`` (and its URL-decoded form) replaced by :func:`redact_uri` of it."""
+    from urllib.parse import unquote
+
+    for form in (uri, unquote(uri), uri.rstrip("/") + "/health"):
+        text = text.replace(form, redact_uri(form))
+    return text
+
+
 def check_server(uri: str, timeout: float = 10.0) -> None:
     """GET ``<uri>/health``; raise :class:`RegistryUnavailable` unless it answers 200.
 
@@ -99,7 +109,7 @@ def check_server(uri: str, timeout: float = 10.0) -> None:
         resp = httpx.get(url, timeout=timeout)
     except httpx.HTTPError as e:
         raise RegistryUnavailable(
-            f"MLflow server at {redact_uri(uri)} is unreachable ({type(e).__name__}: {e}). "
+            f"MLflow server at {redact_uri(uri)} is unreachable ({type(e).__name__}: {_scrub(str(e), uri)}). "
             "Start it, or point SPECDEC_TRACKING_URI / MLFLOW_TRACKING_URI elsewhere."
         ) from e
     if resp.status_code != 200:

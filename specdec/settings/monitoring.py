@@ -133,6 +133,7 @@ class DeliverySettings(BaseModel):
         return self.max_send_s + 30.0
 
 
+_DB_URL = re.compile(r"^[A-Za-z][A-Za-z0-9]*(\+[A-Za-z0-9_]+)?://")
 _HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$|^\[[0-9A-Fa-f:.]+\]$")
 
 
@@ -149,8 +150,8 @@ def url_problem(raw: str) -> str | None:
     try:
         parts = urlsplit(raw)
         port = parts.port  # ValueError when out of range or not a number
-    except ValueError as e:
-        return f"invalid host or port ({str(e).split(':')[0]})"
+    except ValueError:  # its text may quote the offending part (a token where the port goes): never shown
+        return "invalid host or port"
     netloc_host = parts.netloc.rsplit("@", 1)[-1]
     if netloc_host.startswith("["):
         netloc_host = netloc_host[: netloc_host.find("]") + 1]
@@ -229,6 +230,7 @@ class MonitoringSettings(HomeSection):
     def _resolve(self) -> "MonitoringSettings":
         if not self.db_url:
             self.db_url = f"sqlite:///{self.home / 'history.db'}"
+        _check_db_url(self.db_url)
         self.reports_dir = (
             Path(self.reports_dir).expanduser().resolve() if self.reports_dir else self.home / "reports"
         )
@@ -237,3 +239,19 @@ class MonitoringSettings(HomeSection):
             raise ValueError("alert channels must have distinct names (set 'name' on duplicates)")
         return self
 
+
+def _check_db_url(url: str) -> None:
+    """Refuse a DB URL that is not ``dialect[+driver]://...`` with a numeric port, without quoting it (it
+    may hold a password). Parsed with the standard library: specdec imports no SQLAlchemy (the store
+    itself parses it again when it connects).
+
+    Raises:
+        ValueError: ``SPECDEC_DB_URL cannot be parsed`` (never the URL or the parser's text).
+    """
+    try:
+        if not _DB_URL.match(url):
+            raise ValueError("no dialect://")
+        _ = urlsplit(url).port  # ValueError for a port that is not a number in range
+    except ValueError:
+        raise ValueError("SPECDEC_DB_URL cannot be parsed (expected dialect[+driver]://user:password@host:port/db "
+                         "or sqlite:///path)") from None

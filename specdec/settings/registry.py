@@ -18,6 +18,7 @@ Environment (all optional):
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -41,7 +42,7 @@ class RegistrySettings(HomeSection):
         http_max_retries: retries per HTTP request to an MLflow server.
     """
 
-    model_config = SettingsConfigDict(populate_by_name=True)
+    model_config = SettingsConfigDict(populate_by_name=True, hide_input_in_errors=True)  # a URI may hold a password
 
     tracking_uri: str | None = Field(
         default=None, validation_alias=AliasChoices("SPECDEC_TRACKING_URI", "MLFLOW_TRACKING_URI")
@@ -60,4 +61,9 @@ class RegistrySettings(HomeSection):
         self.cache_dir = Path(self.cache_dir).expanduser().resolve() if self.cache_dir else self.home / "registry-cache"
         if not self.tracking_uri:
             self.tracking_uri = f"sqlite:///{self.home / 'mlflow.db'}"
+        try:
+            _ = urlsplit(self.tracking_uri).port  # ValueError quoting the text (a token where the port goes)
+        except ValueError:
+            raise ValueError("the MLflow tracking URI (SPECDEC_TRACKING_URI / MLFLOW_TRACKING_URI) cannot be "
+                             "parsed: invalid host or port") from None
         return self
