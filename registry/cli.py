@@ -159,8 +159,7 @@ def show_cmd(
 ) -> None:
     """Show one pair version: exact target/draft, config, compatibility, lineage, validation, promotion."""
     _quiet_mlflow()
-    from registry.pairs import get_pair_version
-    from registry.runs import latest_validation_run
+    from registry.service import get_pair_version, latest_validation_run
 
     try:
         pv = get_pair_version(name, version, download=False, tracking_uri=tracking_uri)
