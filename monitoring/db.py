@@ -384,7 +384,7 @@ class Database:
                 conn.execute(text("SELECT pg_advisory_xact_lock(5483041)"))
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, revision)
-        log.info("history store %s at revision %s", redact_db_url(self.url), self.current_revision())
+        log.debug("history store %s at revision %s", redact_db_url(self.url), self.current_revision())
 
     def current_revision(self) -> str | None:
         """The Alembic revision the database is at (``None`` for an empty database)."""
