@@ -86,7 +86,9 @@ def evaluate_run(
                                      champion_alias=champion_alias)
     baseline = history.snapshot_of(base_row) if base_row is not None else None
     results = rules.evaluate(current, baseline, settings.rules)
-    hint = rules.root_cause_hint(current.lineage, baseline.lineage if baseline else None)
+    row = history.get_run(db, run_id)
+    hint = rules.root_cause_hint(current.lineage, baseline.lineage if baseline else None,
+                                 drafter_kind=row.drafter_kind, drafter_ref=row.drafter_ref)
     verdict = rules.verdict(results)
     history.set_evaluation(db, run_id, status=verdict, rule_results=[r.to_dict() for r in results],
                            root_cause_hint=hint, baseline_run_id=base_row.id if base_row else None)
@@ -118,11 +120,16 @@ def drift_report(
         return None
     row = history.get_run(db, evaluation.run_id)
     out = Path(out_dir) if out_dir else settings.reports_dir / _safe(row.pair_name) / f"run-{row.id}"
+    base = history.get_run(db, evaluation.baseline_run_id)
     verdict = evidently_report.build_report(
         history.prompt_results(db, evaluation.run_id),
         history.prompt_results(db, evaluation.baseline_run_id), out,
         acceptance_threshold=settings.rules.absolute_threshold,
         relative_drop=settings.rules.relative_drop,
+        current_label=f"{row.pair_name} v{row.pair_version}, night {row.scheduled_date} (history run {row.id})",
+        reference_label=f"{base.pair_name} v{base.pair_version}, night {base.scheduled_date} (history run {base.id}, "
+                        "the last passing run of the champion)",
+        pooled=(row.acceptance_rate, base.acceptance_rate) if None not in (row.acceptance_rate, base.acceptance_rate) else None,
     )
     if verdict is not None:
         history.attach_evidently(db, evaluation.run_id, html_path=verdict.html_path,
@@ -164,7 +171,8 @@ def alert(
         pair_name=row.pair_name, pair_version=row.pair_version, run_id=row.id, scope=scope,
         alias=row.alias, heldout=f"{row.heldout_name}@{row.heldout_version}",
         num_speculative_tokens=row.num_speculative_tokens, target_hash=row.target_hash,
-        draft_hash=row.draft_hash, baseline=evaluation.baseline_label,
+        draft_hash=row.draft_hash, baseline=evaluation.baseline_label, target_ref=row.target_ref,
+        draft_ref=row.drafter_ref,
         root_cause_hint=evaluation.root_cause_hint, links=dict(links or {}),
     )
     return alerts.process(db, ctx, evaluation.results, settings=settings, now=now, client=client)

@@ -213,6 +213,7 @@ def register_model_version(
     source: dict[str, Any] | None = None,
     model_card: str | None = None,
     tracking_uri: str | None = None,
+    extra_tags: dict[str, str] | None = None,
 ) -> ModelVersionRef:
     """Register a local checkpoint directory as a new version of registered model ``name``.
 
@@ -225,6 +226,7 @@ def register_model_version(
         model_card: optional model card text (Markdown); logged as ``MODEL_CARD.md`` and used as the
             version description. Nothing is fetched from the Hub.
         tracking_uri: MLflow URI (default: :mod:`registry.settings`).
+        extra_tags: more version tags (e.g. an EAGLE-3 head's lineage, :mod:`registry.heads`).
     Returns:
         :class:`ModelVersionRef`; ``reused=True`` if a version with the same ``weights_sha256`` and
         ``source_kind`` already existed (no new version is created then).
@@ -251,6 +253,7 @@ def register_model_version(
             "source": canonical_json(source),
             "source_kind": source_kind,
             "specdec.artifact": "checkpoint",
+            **(extra_tags or {}),
         }
         params = {"weights_sha256": weights, "tokenizer_sha256": tok,
                   **{f"source.{k}": v for k, v in source.items()
