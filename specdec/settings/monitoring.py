@@ -245,10 +245,13 @@ def _check_db_url(url: str) -> None:
     Raises:
         ValueError: ``SPECDEC_DB_URL cannot be parsed`` (never the URL or the parser's text).
     """
-    from sqlalchemy.engine import make_url  # noqa: PLC0415 (settings stay importable without SQL use)
+    from urllib.parse import urlsplit  # not SQLAlchemy: specdec imports no SQL library
 
     try:
-        _ = make_url(url).port
-    except Exception:  # noqa: BLE001 (ValueError/ArgumentError quote the offending part: never shown)
+        parts = urlsplit(url)
+        _ = parts.port  # ValueError quoting the text when the port is not a number
+        if not parts.scheme or not (parts.scheme.startswith("sqlite") or parts.netloc):
+            raise ValueError
+    except ValueError:  # the parser's text quotes the offending part: never shown
         raise ValueError("SPECDEC_DB_URL cannot be parsed (expected dialect[+driver]://user:password@host:port/db "
                          "or sqlite:///path)") from None
