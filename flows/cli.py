@@ -147,8 +147,15 @@ def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, paralle
             api.stop()
         lease.release()
     _print_results(results)
-    if any(r.status == "error" for r in results):
+    unlogged = [r for r in results if r.history_run_id is not None and not r.mlflow_run_id]
+    for r in unlogged:  # e.g. MLflow refused the write: the row stays pending, and says so
+        err.print(f"[red]error:[/] {r.pair}@{r.alias} v{r.version}: recorded in the history (run {r.history_run_id}) "
+                  "but not logged to MLflow (reason in the log); it is retried on the next run", highlight=False)
+    if any(r.status == "error" for r in results) or unlogged:
         raise typer.Exit(1)
+    if any(r.status == "already-running" for r in results) and not any(r.history_run_id for r in results):
+        err.print("[yellow]nothing validated:[/] another run holds the claim (already-running); exit 4")
+        raise typer.Exit(4)
     if fail_on_alert and any(r.status == "failed" for r in results):
         err.print("[red]a validation failed the drift rules[/] (--fail-on-alert)")
         raise typer.Exit(3)

@@ -125,7 +125,14 @@ class NightlyLease:
         return self.host != socket.gethostname() or process_alive(self.pid, self.create_time)
 
     def release(self) -> None:
-        """Remove the lease file (normal exit)."""
+        """Remove the lease file (normal exit). A lease that still names claims is kept: the process
+        ended without recording or freeing them (e.g. the history DB went down and ``mark_error``
+        failed), and the next run must see a dead holder and take them over at once, not wait for
+        the stale-claim window and report "already-running"."""
+        if self.claims:
+            log.warning("nightly pid %d ends holding history claim(s) %s; the next run takes them over",
+                        self.pid, ", ".join(str(c[0]) for c in self.claims))
+            return
         try:
             os.unlink(self.path)
         except OSError:

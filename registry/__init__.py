@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from registry.errors import (
     AliasNotFound, ModelNotFound, PairNotFound, PromotionRefused, RegistryError, RegistryUnavailable,
+    WeightsMismatch,
 )
 from specdec.lazy import lazy_exports
 
@@ -51,7 +52,7 @@ _LAZY = {
 }
 
 __all__ = sorted([*_LAZY, "AliasNotFound", "ModelNotFound", "PairNotFound", "PromotionRefused",
-                  "RegistryError", "RegistryUnavailable"])
+                  "RegistryError", "RegistryUnavailable", "WeightsMismatch"])
 
 
 # mlflow takes seconds to import: load submodules on first use

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import tempfile
@@ -34,8 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from registry.errors import ModelNotFound, RegistryError
+from registry.errors import ModelNotFound, RegistryError, WeightsMismatch
 from registry.settings import REGISTRY_EXPERIMENT, get_client, get_or_create_experiment, get_settings, mlflow_errors
+
+log = logging.getLogger(__name__)
 
 RECIPE_FILE = "recipe.json"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,199}$")
@@ -364,10 +367,18 @@ def client_download_model_version(client, ref: ModelVersionRef, dst: str | Path 
     """
     import shutil
 
-    target = Path(dst) if dst else get_settings().cache_dir / ref.name / f"{ref.version}-{ref.weights_sha256[:12]}"  # type: ignore[operator]
+    from registry.verify import verify_checkpoint
+
+    memo = get_settings().cache_dir
+    target = Path(dst) if dst else memo / ref.name / f"{ref.version}-{ref.weights_sha256[:12]}"  # type: ignore[operator]
     marker = target / ".specdec-complete"
     if marker.exists():
-        return target
+        try:
+            verify_checkpoint(target, ref, memo)  # type: ignore[arg-type]
+            return target
+        except WeightsMismatch as e:  # the local copy went bad: fetch it again from the store
+            log.error("%s; downloading %s again", e, ref.uri)
+            marker.unlink()
     if target.exists():
         if any(target.iterdir()):
             if dst is not None:
@@ -381,8 +392,13 @@ def client_download_model_version(client, ref: ModelVersionRef, dst: str | Path 
 
     try:
         local = download_version_artifacts(client, ref.name, ref.version, staging)
-        (local / ".specdec-complete").write_text(ref.weights_sha256)
         os.replace(local, target)
+        try:  # hashed where it stays, so the memo serves later loads
+            verify_checkpoint(target, ref, memo)  # type: ignore[arg-type]
+        except WeightsMismatch:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+        marker.write_text(ref.weights_sha256)
     except RegistryError:
         raise
     except (MlflowException, OSError) as e:  # the artifact store's errors, or the local filesystem's

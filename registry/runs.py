@@ -61,8 +61,9 @@ def _finite(v: Any) -> bool:
 
 
 def metric_key(text: str) -> str:
-    """A valid MLflow metric-name piece: characters other than ``[A-Za-z0-9_.-/ ]`` become ``_``."""
-    return re.sub(r"[^A-Za-z0-9_.\-/ ]", "_", text) or "_"
+    """A valid MLflow metric-name piece: characters other than ``[A-Za-z0-9_.-/ ]`` become ``_``, and so does
+    an empty, ``.`` or ``..`` path segment (MLflow refuses a name that normalises to another path, e.g. ``../x``)."""
+    return "/".join(s if s.strip(" .") else "_" for s in (re.sub(r"[^A-Za-z0-9_.\-/ ]", "_", text) or "_").split("/"))
 
 
 def report_metrics(report: ValidationReport) -> dict[str, float]:
