@@ -41,11 +41,10 @@ def run_cmd(
         "--debug", help="Show third-party logs and tracebacks on the terminal (they always go to the log file).")] = False,
 ) -> None:
     """Run the nightly validation once, now (no schedule needed; Prefect ephemeral mode is fine)."""
-    import os
-
     from pydantic import ValidationError
 
     from flows.settings import get_settings
+    from specdec.settings import home_dir
 
     # settings are read (and a malformed SPECDEC_NIGHTLY_* rejected) before Prefect is imported
     try:
@@ -65,7 +64,7 @@ def run_cmd(
         raise typer.Exit(2) from None
     from flows.terminal import ReadableTerminal
 
-    home = os.path.abspath(os.environ.get("SPECDEC_HOME", ".specdec"))
+    home = str(home_dir())
     with ReadableTerminal(home, "nightly", debug=debug) as term:
         err.print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
         _run(s, home, term, pair, alias, heldout, limit, device, batch_size, parallel, dask_address, fail_on_alert)
@@ -132,7 +131,7 @@ def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, paralle
         t.add_row(r.pair, r.alias, r.version or "-", r.status, acc, r.alert_transition or "-",
                   r.root_cause_hint or r.message or "")
     Console().print(t)
-    from specdec.policy import get_policy
+    from specdec.settings.policy import get_policy
 
     Console().print(f"[dim]{get_policy().describe()}[/]")
     if any(r.status == "error" for r in results):

@@ -32,7 +32,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.recovery import checkpoint
 from flows.tasks import NightlyResult, log_to_mlflow, report_dir_for, resolve_pair_version, scheduled_date_of_run
-from flows.ungated import check_ungated, report_ungated
+from flows.ungated import check_ungated, report_ungated, version_link
 
 
 def _logger():
@@ -165,6 +165,7 @@ def _finish(pair: str, alias: str, version: str, key, claim, report, report_dir:
         except Exception as e:  # noqa: BLE001 (RegistryError or anything else: the alert goes out)
             log.error("MLflow logging failed (%s: %s): history run %s kept, logged on the next run",
                       type(e).__name__, e, run_id)
+            links["Report (file on the worker)"] = str(report_dir / "report.json")  # no MLflow run to link
             return
         history.mark_mlflow_logged(db, run_id, mlflow_run_id)
         mlflow_run["id"] = mlflow_run_id
@@ -172,10 +173,11 @@ def _finish(pair: str, alias: str, version: str, key, claim, report, report_dir:
             links["MLflow run"] = _mlflow_link(mlflow_run_id)
         except Exception:  # noqa: BLE001
             links["MLflow run"] = f"runs:/{mlflow_run_id}"
+        links["Pair version"] = version_link(pair, version)
 
     checkpoint("history")
     out = record_and_evaluate(db, report, key, lineage, claim=claim, alias=alias,  # 4 history first, 6 rules
-                              champion_version=champion_version, links={"Report": str(report_dir / "report.json")},
+                              champion_version=champion_version, links={},
                               before_alert=log_mlflow, evidently_dir=report_dir / "evidently")
     ev, drift = out.evaluation, out.drift
     o = report.overall
@@ -218,6 +220,7 @@ def nightly_validation_flow(
     decode_fraction: float = 0.25,
     versions: list[str] | None = None,
     revert_ungated: bool = False,
+    fail_on_failure: bool = False,
 ) -> list[NightlyResult]:
     """Validate every (pair, alias) and alert on drift. See the module docstring for the steps.
 
@@ -236,6 +239,8 @@ def nightly_validation_flow(
             the version a registry event named; recorded under the alias ``challenger``).
         revert_ungated: an ungated ``@champion`` that fails tonight is moved back to the last version
             that passed the gate (``specdec pair watch --revert``); the alert says so.
+        fail_on_failure: the flow run fails (:class:`flows.summary.ValidationsFailed`) when a validation
+            failed or could not run (deployments set it; a summary artifact is published either way).
         device / dtype: ``auto`` picks CUDA + bf16 where a GPU exists, else CPU + fp32.
         scheduled_date: the night this run belongs to (default: the flow run's scheduled date);
             part of the idempotency key, so a retry of the same night updates the same row.
@@ -374,7 +379,9 @@ def nightly_validation_flow(
                      f", alert: {res.alert_transition}" if res.alert_transition else "")
             results.append(res)
     report_ungated(db, ungated, results, revert=revert_ungated)  # after the champion's validation: alert with tonight's verdict
-    return results
+    from flows.summary import finish_run
+
+    return finish_run(results, fail_on_failure)
 
 
 def _serial() -> bool:

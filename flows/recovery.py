@@ -37,6 +37,8 @@ from typing import Callable
 
 import psutil
 
+from specdec.settings import home_dir
+
 log = logging.getLogger(__name__)
 PAUSE_ENV = "SPECDEC_TEST_PAUSE_AT"
 
@@ -46,7 +48,7 @@ def checkpoint(step: str, home: Path | str | None = None) -> None:
     ``<home>/paused-<step>`` (this pid) and sleep until killed. A no-op otherwise."""
     if os.environ.get(PAUSE_ENV) != step:
         return
-    home = Path(home or os.environ.get("SPECDEC_HOME", ".specdec"))
+    home = Path(home) if home else home_dir()
     home.mkdir(parents=True, exist_ok=True)
     (home / f"paused-{step}").write_text(str(os.getpid()))
     while True:  # pragma: no cover (ended by the test's kill -9)

@@ -109,16 +109,19 @@ def report_ungated(db, checks: dict[str, dict[str, Any]], results: list, *, reve
             champ.ungated_alert = out.transition
 
 
+def version_link(pair: str, version: str) -> str:
+    """The pair version in the MLflow UI (an http server), else its ``models:/`` URI (for alerts)."""
+    from registry.settings import resolve_tracking_uri
+
+    uri = resolve_tracking_uri()
+    return f"{uri.rstrip('/')}/#/models/{pair}/versions/{version}" if uri.startswith("http") else f"models:/{pair}/{version}"
+
+
 def _links(pair: str, f) -> dict[str, str]:
-    """A link to the pair version in the MLflow UI (an http server), else its ``models:/`` URI."""
+    """The ungated version's link (:func:`version_link`)."""
     if f is None:
         return {}
     try:
-        from registry.settings import resolve_tracking_uri
-
-        uri = resolve_tracking_uri()
-    except Exception:  # noqa: BLE001
-        uri = ""
-    if uri.startswith("http"):
-        return {"MLflow version": f"{uri.rstrip('/')}/#/models/{pair}/versions/{f.version}"}
-    return {"MLflow version": f"models:/{pair}/{f.version}"}
+        return {"MLflow version": version_link(pair, f.version)}
+    except Exception:  # noqa: BLE001 (a link is a convenience)
+        return {"MLflow version": f"models:/{pair}/{f.version}"}

@@ -25,20 +25,9 @@ from typing import Any, Callable
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
-from monitoring.db import (
-    COMPLETED,
-    ERROR,
-    FAILED,
-    INCONCLUSIVE,
-    NIGHTLY,
-    PASSED,
-    RUNNING,
-    Database,
-    PromptRow,
-    ValidationRun,
-    none_to_nan,
-    utcnow,
-)
+from monitoring.db import (COMPLETED, ERROR, FAILED, INCONCLUSIVE, NIGHTLY, PASSED, RUNNING, Database, PromptRow,
+                           ValidationRun, none_to_nan, utcnow)
+from monitoring.rules import speed_only_inconclusive
 from monitoring.run_key import Claim, Lineage, RunAlreadyClaimed, RunKey, config_hash
 from specdec.validation.report import GroupMetrics, PromptResult, ValidationReport, group_metrics_from_dict, nan_to_none
 
@@ -377,7 +366,8 @@ def find_baseline(
     db: Database, run_id: int, *, champion_version: str | int | None = None,
     champion_alias: str = "champion", same_config: bool = True,
 ) -> ValidationRun | None:
-    """The last *passing* run of the current champion before run ``run_id``.
+    """The last *passing* run of the current champion before run ``run_id`` (passed, or inconclusive
+    only because its speed was timed on a busy machine: :func:`monitoring.rules.speed_only_inconclusive`).
 
     With ``champion_version`` the champion is that pair version of the same pair; otherwise it is
     any run of the same pair whose ``alias`` column is ``champion_alias``. Only runs on the same
@@ -391,7 +381,7 @@ def find_baseline(
             raise KeyError(f"no validation run {run_id}")
         r = ValidationRun
         q = select(r).where(
-            r.pair_name == cur.pair_name, r.status == PASSED, r.id != cur.id,
+            r.pair_name == cur.pair_name, r.status.in_((PASSED, INCONCLUSIVE)), r.id != cur.id,
             r.heldout_name == cur.heldout_name, r.scheduled_date <= cur.scheduled_date,
             r.source == cur.source,
         )
@@ -401,8 +391,8 @@ def find_baseline(
             q = q.where(r.alias == champion_alias)
         if same_config:
             q = q.where(r.config_hash == cur.config_hash)
-        q = q.order_by(r.scheduled_date.desc(), r.finished_at.desc(), r.id.desc()).limit(1)
-        return s.scalars(q).first()
+        q = q.order_by(r.scheduled_date.desc(), r.finished_at.desc(), r.id.desc()).limit(50)
+        return next((x for x in s.scalars(q) if x.status == PASSED or speed_only_inconclusive(x.rule_results)), None)
 
 
 def snapshot(db: Database, run_id: int) -> RunSnapshot:

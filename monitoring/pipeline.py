@@ -120,11 +120,16 @@ def drift_report(
         return None
     row = history.get_run(db, evaluation.run_id)
     out = Path(out_dir) if out_dir else settings.reports_dir / _safe(row.pair_name) / f"run-{row.id}"
+    base = history.get_run(db, evaluation.baseline_run_id)
     verdict = evidently_report.build_report(
         history.prompt_results(db, evaluation.run_id),
         history.prompt_results(db, evaluation.baseline_run_id), out,
         acceptance_threshold=settings.rules.absolute_threshold,
         relative_drop=settings.rules.relative_drop,
+        current_label=f"{row.pair_name} v{row.pair_version}, night {row.scheduled_date} (history run {row.id})",
+        reference_label=f"{base.pair_name} v{base.pair_version}, night {base.scheduled_date} (history run {base.id}, "
+                        "the last passing run of the champion)",
+        pooled=(row.acceptance_rate, base.acceptance_rate) if None not in (row.acceptance_rate, base.acceptance_rate) else None,
     )
     if verdict is not None:
         history.attach_evidently(db, evaluation.run_id, html_path=verdict.html_path,
@@ -166,7 +171,8 @@ def alert(
         pair_name=row.pair_name, pair_version=row.pair_version, run_id=row.id, scope=scope,
         alias=row.alias, heldout=f"{row.heldout_name}@{row.heldout_version}",
         num_speculative_tokens=row.num_speculative_tokens, target_hash=row.target_hash,
-        draft_hash=row.draft_hash, baseline=evaluation.baseline_label,
+        draft_hash=row.draft_hash, baseline=evaluation.baseline_label, target_ref=row.target_ref,
+        draft_ref=row.drafter_ref,
         root_cause_hint=evaluation.root_cause_hint, links=dict(links or {}),
     )
     return alerts.process(db, ctx, evaluation.results, settings=settings, now=now, client=client)

@@ -4,28 +4,11 @@ from __future__ import annotations
 
 import logging
 import re
-from urllib.parse import urlsplit
+
+from specdec.redact import redact_url
 
 # "…" ends a match so already-redacted text ("https://host/…)") keeps what follows it
 _URL_RE = re.compile(r"https?://[^\s'\"<>…]+…?")
-
-
-def redact_url(url: str) -> str:
-    """``https://hooks.slack.com/services/T0/B0/xyz`` -> ``https://hooks.slack.com/…``.
-
-    Only scheme and host (and port) survive; user info, path, query and fragment are dropped.
-    Anything unparsable becomes ``"<redacted>"``.
-    """
-    try:
-        parts = urlsplit(str(url))
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
-    except ValueError:
-        return "<redacted>"
-    if not parts.scheme or not host:
-        return "<redacted>"
-    return f"{parts.scheme}://{host}/…"
 
 
 def redact_text(text: str) -> str:

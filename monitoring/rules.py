@@ -350,6 +350,16 @@ def verdict(results: Iterable[RuleResult]) -> str:
     return PASSED_VERDICT
 
 
+def speed_only_inconclusive(rule_results: list[dict] | None) -> bool:
+    """Stored rule results (``RuleResult.to_dict()``) of an ``inconclusive`` night whose acceptance
+    passed and whose only doubt is a speed timed on a busy machine: such a night is a valid
+    acceptance baseline (otherwise every later alert would say "no passing baseline run")."""
+    res = list(rule_results or [])
+    doubtful = any(r.get("status") == FIRING or (r.get("status") == INSUFFICIENT and r.get("scope") == OVERALL
+                                                 and r.get("rule") in ("absolute", "relative")) for r in res)
+    return not doubtful and any(r.get("rule") == SPEED_RULE and r.get("status") == SPEED_INCONCLUSIVE for r in res)
+
+
 def _head_label(ref: str | None) -> str:
     """``models:/t-eagle3/3`` -> ``head v3 (models:/t-eagle3/3)``; other references as they are."""
     m = re.match(r"^models:/[^/@]+/(\d+)$", ref or "")

@@ -171,6 +171,8 @@ def show_cmd(
     d["latest_validation"] = None if run is None else {
         "run_id": run.info.run_id, "status": run.data.tags.get("validation_status"),
         "metrics": {k: v for k, v in sorted(run.data.metrics.items()) if "." not in k}}
+    serving = _serving_config(run)
+    d["serving_config"] = serving
     if as_json:
         typer.echo(json.dumps(d, indent=2, default=str))
         return
@@ -188,11 +190,15 @@ def show_cmd(
         rows.append(("validation", "never validated"))
     else:
         m = run.data.metrics
-        rows.append(("validation", f"{run.data.tags.get('validation_status')}  run {run.info.run_id}"))
+        from registry.describe import speed_note
+
+        note = speed_note(run.data.metrics)
+        rows.append(("validation", f"{run.data.tags.get('validation_status')} (acceptance gate)"
+                     + (f"; {note}" if note else "") + f"  run {run.info.run_id}"))
         for k in ("acceptance_rate", "acceptance_rate_ci_low", "mean_accepted_length", "alpha_tf", "speedup", "predicted_speedup"):
             if k in m:
                 rows.append((f"  {k}", f"{m[k]:.4f}"))
-    rows += _serving_rows(pv.tags)
+    rows += _serving_rows(pv.tags, serving)
     for k, v in sorted(pv.tags.items()):
         if k == "promotion" or k.startswith("promotion."):
             rows.append((k, v))
@@ -202,18 +208,28 @@ def show_cmd(
     _out().print(table)
 
 
-def _serving_rows(tags: dict) -> list[tuple[str, str]]:
-    """``engine`` and the serving configuration logged by the latest validation (``serving_config.json``)."""
+def _serving_config(run) -> dict | None:
+    """The ``serving_config.json`` the validation ``run`` logged, or None (no run, or an older run without it)."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from registry.runs import SERVING_FILE
+
+    if run is None:
+        return None
+    try:
+        return mlflow.artifacts.load_dict(f"{run.info.artifact_uri.rstrip('/')}/{SERVING_FILE}")
+    except (MlflowException, OSError, ValueError):
+        return None
+
+
+def _serving_rows(tags: dict, sc: dict | None) -> list[tuple[str, str]]:
+    """``engine`` and the serving configuration of the latest validation, for the ``pair show`` table."""
     import shlex
 
     rows = [("engine", tags.get("engine", "vllm (default)"))]
-    raw = tags.get("serving_config")
-    if not raw:
-        return rows + [("serving config", "- (logged by the first validation)")]
-    try:
-        sc = json.loads(raw)
-    except ValueError:
-        return rows + [("serving config", raw)]
+    if sc is None:
+        return rows + [("serving config", "- (logged by a validation)")]
     shown = shlex.join(sc["args"]) if "args" in sc else json.dumps(sc.get("generate_kwargs"))
     return rows + [("serving config", f"{shown}  (k={sc.get('num_speculative_tokens')}, validated)")]
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from registry.changes import compute_changed, same_config
-from registry.describe import registration_description, select_registration_tags
+from registry.describe import plain_text, registration_description, select_registration_tags
 from registry.errors import AliasNotFound, PairNotFound
 from registry.models import (
     ModelVersionRef,
@@ -65,7 +65,8 @@ class PairVersion:
             For ``derived:*`` the draft directory holds ``recipe.json``: re-derive the draft with
             ``specdec.models.derived.derive_draft(target_model, DerivedDraftRecipe.from_dict(pv.recipe))``.
         reused: True when :func:`register_pair` found an identical existing version.
-        description: the version's one-line description (:mod:`registry.describe`).
+        description: the version's one-line description (:mod:`registry.describe`) as plain text
+            (the stored Markdown escapes ``\\@`` before mentions; :func:`registry.describe.plain_text`).
     """
 
     name: str
@@ -147,6 +148,7 @@ def register_pair(
     name: str | None = None,
     description: str | None = None,
     tracking_uri: str | None = None,
+    engine: str = "vllm",
 ) -> PairVersion:
     """Register a pair version referencing exact target/draft model versions.
 
@@ -161,12 +163,19 @@ def register_pair(
         name: pair registered model (default ``SPECDEC_PAIR_NAME`` / ``specdec-pair``).
         description: optional version description.
         tracking_uri: MLflow URI (default: :mod:`registry.settings`).
+        engine: the serving engine profile (``vllm``, ``sglang``, ``transformers``), recorded in
+            ``pair.json`` (tag ``engine``); validations log its serving configuration. Not part of the
+            identity: re-registering an identical pair with another engine reuses the version.
     Returns:
         :class:`PairVersion` (no artifacts downloaded). ``reused=True`` if an identical pair existed.
     Raises:
         ValueError: inconsistent drafter kind / draft; ModelNotFound: a referenced model version is missing;
         RegistryUnavailable: server unreachable.
     """
+    from specdec.validation.serving import ENGINES
+
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
     if drafter_kind not in DRAFTER_KINDS:
         raise ValueError(f"unknown drafter kind {drafter_kind!r}; use one of {', '.join(DRAFTER_KINDS)}")
     if not isinstance(config, SpeculativeConfig):
@@ -201,7 +210,7 @@ def register_pair(
             "draft.tokenizer_sha256": draft_ref.tokenizer_sha256 if draft_ref else "none",
             "config_sha256": config.sha256(), **config.to_tags(),
             "compatible": _optional(compat.get("compatible", True if compat else None)).lower(),
-            "compatibility": canonical_json(compat)[:5000],
+            "compatibility": canonical_json(compat)[:5000], "engine": engine,
         }
         if draft_ref is not None and draft_ref.derived_from:
             tags["draft.derived_from"] = draft_ref.derived_from
@@ -272,7 +281,7 @@ def _from_doc(mv, doc: dict[str, Any], aliases: list[str], reused: bool = False)
         previous_version=doc.get("previous_version"), recipe=doc.get("recipe"),
         target_source=target_doc.get("source") or {}, draft_source=draft_doc.get("source") if draft_doc else None,
         aliases=aliases, tags={**(doc.get("tags") or {}), **dict(mv.tags or {})}, created_at=doc.get("created_at"),
-        reused=reused, description=mv.description,
+        reused=reused, description=plain_text(mv.description),
     )
 
 
@@ -293,7 +302,7 @@ def _from_mv(client, mv, reused: bool = False, aliases: list[str] | None = None)
         draft_weights_sha256=none(tg.get("draft.weights_sha256")), draft_tokenizer_sha256=none(tg.get("draft.tokenizer_sha256")),
         config=SpeculativeConfig.from_tags(tg), compatibility=compat, changed=tg.get("changed", ""),
         config_changed=tg.get("config_changed") == "true", previous_version=none(tg.get("previous_version")),
-        aliases=aliases, tags=tg, reused=reused, description=mv.description,
+        aliases=aliases, tags=tg, reused=reused, description=plain_text(mv.description),
         created_at=datetime.fromtimestamp(mv.creation_timestamp / 1000, timezone.utc).isoformat(timespec="seconds"),
     )
 

@@ -43,9 +43,10 @@ from specdec.core.config import SpeculativeConfig
 from registry.errors import PairNotFound
 from registry.pairfile import full_tags
 from registry.pairs import get_pair_model_version
+from registry.plots import SPEED_KEYS, night_of, write_run_plots
 from registry.gate import GateConfig, GateResult, evaluate_gate
 from registry.settings import VALIDATION_EXPERIMENT, get_client, get_or_create_experiment, mlflow_errors
-from specdec.policy import get_policy
+from specdec.settings.policy import get_policy
 from specdec.validation.report import PROMPTS_FILE, REPORT_FILE, ValidationReport
 
 _log = logging.getLogger(__name__)
@@ -187,7 +188,6 @@ def client_latest_validation_run(client, pair: str, version: str | int, experime
     return runs[0] if runs else None
 
 
-_SPEED_KEYS = ("speedup", "speedup_ci_low", "speedup_ci_high", "predicted_speedup")
 
 
 def validation_history(pair: str, *, experiment: str = VALIDATION_EXPERIMENT, max_results: int = 200,
@@ -214,10 +214,11 @@ def _validation_history(client, pair: str, experiment: str = VALIDATION_EXPERIME
     for r in reversed(list(runs)):
         m = r.data.metrics
         out.append({"time": datetime.fromtimestamp(r.info.start_time / 1000, timezone.utc), "run_id": r.info.run_id,
+                    "night": night_of(r.info.run_name),
                     "pair_version": r.data.tags.get("specdec.pair_version"),
                     "acceptance_rate": m.get("acceptance_rate", math.nan),
                     "acceptance_rate_ci_low": m.get("acceptance_rate_ci_low", math.nan),
-                    **{k: m.get(k, math.nan) for k in _SPEED_KEYS},
+                    **{k: m.get(k, math.nan) for k in SPEED_KEYS},
                     "validation_status": r.data.tags.get("validation_status")})
     return out
 
@@ -280,7 +281,8 @@ SERVING_FILE = "serving_config.json"
 
 
 def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -> dict[str, Any] | None:
-    """The serving configuration of the pair's engine profile (tag ``engine``, default ``vllm``) at the
+    """The serving configuration of the pair's engine profile (``pair.json`` tag ``engine``, default ``vllm``;
+    logged as the run's ``serving_config.json``, read back by ``specdec pair show``) at the
     validated k (:func:`specdec.validation.serving.serving_config`); None when it cannot be built
     (unknown engine tag, no k)."""
     from specdec.validation.serving import DEFAULT_ENGINE, serving_config
@@ -397,7 +399,8 @@ def log_validation(
             if serving is not None:
                 client.log_dict(run_id, serving, SERVING_FILE)
             try:  # evidence, not the result: never blocks the run
-                plots = _write_plots(report, rdir / "plots", list(history), run_id, version, metrics, gate, pair)
+                plots = write_run_plots(report, rdir / "plots", list(history), run_id, version, metrics,
+                                        gate.min_acceptance_rate, pair, night=night_of(run.info.run_name))
                 client.log_artifacts(run_id, str(plots), artifact_path="plots")
             except Exception as e:  # noqa: BLE001
                 _log.error("plots for MLflow run %s failed (%s: %s); the run is logged without them",
@@ -416,9 +419,6 @@ def log_validation(
             except Exception:
                 pass
             raise
-        if serving is not None:  # what the user copies into serving, for `specdec pair show`
-            _set_version_tags(client, pair, version, {"engine": serving["engine"],
-                                                      "serving_config": json.dumps(serving)[:5000]})
         _set_version_tags(client, pair, version, validation_tags(
             status=verdict.status, run_id=run_id, metrics=metrics,
             heldout=f"{report.heldout_name}@{report.heldout_version}", reasons=verdict.reasons, gate=gate))
@@ -435,19 +435,3 @@ def log_validation(
 def _runs_of_key(client, experiment_id: str, run_key: str) -> list:
     """Active (not deleted) runs tagged ``specdec.run_key = run_key``, any status."""
     return list(client.search_runs([experiment_id], f"tags.`specdec.run_key` = '{run_key}'", max_results=100))
-
-
-def _write_plots(report: ValidationReport, out: Path, history: list, run_id: str, version: str,
-                 metrics: Mapping[str, float], gate: GateConfig, pair: str) -> Path:
-    from registry import plots
-
-    out.mkdir(parents=True, exist_ok=True)
-    plots.plot_per_position(report, out / "per_position_acceptance.png")
-    plots.plot_per_category(report, out / "per_category_acceptance.png", threshold=gate.min_acceptance_rate)
-    point = {"time": datetime.now(timezone.utc), "run_id": run_id, "pair_version": version,
-             "acceptance_rate": metrics.get("acceptance_rate", math.nan),
-             "acceptance_rate_ci_low": metrics.get("acceptance_rate_ci_low", math.nan),
-             **{k: metrics.get(k, math.nan) for k in _SPEED_KEYS}}
-    plots.plot_trend(list(history) + [point], out / "acceptance_trend.png", threshold=gate.min_acceptance_rate,
-                     title=f"{pair}: acceptance rate and speedup over validation runs")
-    return out

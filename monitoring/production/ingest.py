@@ -31,7 +31,7 @@ from monitoring.production.invariants import scrape_violations, window_violation
 from monitoring.production.rules import ProductionEvaluation, evaluate_window
 from monitoring.production.settings import ProductionSettings, ProductionSource, find_mapping
 from monitoring.production.sources import query_raw_series, scrape_metrics, scrape_series
-from monitoring.redact import redact_url
+from specdec.redact import redact_url
 from monitoring.rules import FIRING, OK
 from monitoring.settings import MonitoringSettings
 

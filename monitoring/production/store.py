@@ -194,5 +194,6 @@ def trend_points(db: Database, pair: str, *, limit: int = 500) -> list[dict[str,
             t = r.finished_at or dt.datetime.combine(r.scheduled_date, dt.time(), dt.timezone.utc)
         pts.append({"time": t, "acceptance_rate": r.acceptance_rate,
                     "acceptance_rate_ci_low": r.acceptance_rate_ci_low, "pair_version": r.pair_version,
-                    "source": r.source, "run_id": r.id})
+                    "source": r.source, "run_id": r.id,
+                    "night": None if r.source == PRODUCTION else r.scheduled_date.isoformat()})
     return sorted(pts, key=lambda p: (p["time"], p["run_id"]))

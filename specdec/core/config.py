@@ -29,8 +29,6 @@ __all__ = ["SamplingConfig", "SpeculativeConfig", "LEGACY_K_KEY"]
 #: The key older pair versions, reports and history rows used for k.
 LEGACY_K_KEY = "num_draft_tokens"
 _SAMPLING_KEYS = ("temperature", "top_k", "top_p")
-#: vLLM's ``_SAMPLING_EPS``: a temperature below it is greedy decoding.
-GREEDY_BELOW = 1e-5
 #: vLLM's ``_MAX_TEMP``: the smallest temperature used for sampling (smaller ones are raised to it).
 MIN_TEMPERATURE = 1e-2
 
@@ -65,9 +63,9 @@ class SamplingConfig:
     Args:
         temperature: ``0`` means greedy (argmax); otherwise logits are divided by it. A real
             number (not a bool), finite and >= 0. Tiny positive values follow vLLM's
-            ``SamplingParams``: below :data:`GREEDY_BELOW` (1e-5) it is greedy (stored as 0.0),
-            below :data:`MIN_TEMPERATURE` (1e-2) it is raised to 1e-2 (dividing logits by less
-            overflows float32 to inf/NaN); both with a ``UserWarning``.
+            ``SamplingParams.__post_init__``: below :data:`MIN_TEMPERATURE` (vLLM's ``_MAX_TEMP``,
+            1e-2) it is raised to 1e-2 with a ``UserWarning`` (dividing logits by less overflows
+            float32 to inf/NaN); only exactly 0 is greedy.
         top_k: keep only the ``top_k`` most likely tokens (ties at the boundary are kept);
             ``None`` disables. An int (not a bool or float) >= 1.
         top_p: nucleus sampling: keep the smallest set of most likely tokens whose probability
@@ -88,12 +86,10 @@ class SamplingConfig:
             raise TypeError(f"temperature must be a number >= 0, got {type(self.temperature).__name__} {self.temperature!r}")
         if not math.isfinite(self.temperature) or self.temperature < 0:
             raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
-        if 0 < self.temperature < MIN_TEMPERATURE:  # vLLM's rule (sampling_params.py: _SAMPLING_EPS, _MAX_TEMP)
-            new = 0.0 if self.temperature < GREEDY_BELOW else MIN_TEMPERATURE
-            warnings.warn(f"temperature {self.temperature!r} is below {MIN_TEMPERATURE:g}: using "
-                          + ("greedy decoding (temperature 0), as vLLM does below 1e-5" if new == 0.0 else
-                             f"{MIN_TEMPERATURE:g}, as vLLM does (smaller values overflow to inf/NaN)"), stacklevel=3)
-            object.__setattr__(self, "temperature", new)
+        if 0 < self.temperature < MIN_TEMPERATURE:  # vLLM's rule (sampling_params.py __post_init__: _MAX_TEMP)
+            warnings.warn(f"temperature {self.temperature!r} is below {MIN_TEMPERATURE:g}: using {MIN_TEMPERATURE:g}, "
+                          "as vLLM does (smaller values overflow to inf/NaN)", stacklevel=3)
+            object.__setattr__(self, "temperature", MIN_TEMPERATURE)
         if self.top_k is not None:
             require_int("top_k", self.top_k, 1)
         if self.top_p is not None:

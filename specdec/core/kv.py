@@ -109,10 +109,59 @@ def forward_tokens(model, tokens: list[int], cache, logits_to_keep: int | None =
         float tensor ``[n, V]`` of next-token logits for the last ``n`` fed tokens, where
         ``n = len(tokens)`` or ``logits_to_keep`` (row i predicts the token after its input).
     """
+    return forward_tokens_features(model, tokens, cache, logits_to_keep, None)[0]
+
+
+@torch.inference_mode()
+def forward_tokens_features(model, tokens: list[int], cache, logits_to_keep: int | None,
+                            layer_ids: tuple[int, ...] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`forward_tokens`, plus the target features ``layer_ids`` ask for.
+
+    Returns:
+        ``(logits [n, V], features)`` with ``features`` = :func:`hidden_features` of the fed
+        tokens, ``[1, len(tokens), len(layer_ids) * hidden]`` in the model's dtype; ``None`` when
+        ``layer_ids`` is None (then no hidden states are requested: costs nothing).
+    Raises:
+        ValueError: a layer id outside ``0..num_hidden_layers``.
+    """
     ids = torch.tensor([tokens], dtype=torch.long, device=model_device(model))
-    out = model(input_ids=ids, **model_kwargs(model, cache, logits_to_keep))
+    kw = model_kwargs(model, cache, logits_to_keep)
+    if layer_ids is not None:
+        kw["output_hidden_states"] = True
+    out = model(input_ids=ids, **kw)
     logits = out.logits[0]
-    return logits if logits_to_keep is None else logits[-logits_to_keep:]
+    logits = logits if logits_to_keep is None else logits[-logits_to_keep:]
+    return logits, (None if layer_ids is None else hidden_features(out.hidden_states, layer_ids))
+
+
+def hidden_features(hidden_states: tuple[torch.Tensor, ...], layer_ids: tuple[int, ...]) -> torch.Tensor:
+    """Concatenate the requested hidden states along the last dimension.
+
+    HF ``output_hidden_states`` index semantics: ``hidden_states[i]`` is the *input* of decoder
+    layer ``i`` (the residual stream before it; 0 = the token embeddings), and
+    ``hidden_states[num_hidden_layers]`` the final output after the last norm.
+
+    Args:
+        hidden_states: the model output's ``hidden_states`` tuple, each ``[B, n, hidden]``.
+        layer_ids: indices into it, in the order the drafter wants them .
+    Returns:
+        ``[B, n, len(layer_ids) * hidden]`` in the model's dtype.
+    Raises:
+        ValueError: no ids, or an id outside ``0..len(hidden_states) - 1``.
+    """
+    n = len(hidden_states)
+    if not layer_ids or any(not 0 <= i < n for i in layer_ids):
+        raise ValueError(f"target_layer_ids must be non-empty indices in 0..{n - 1} (HF hidden_states), got {layer_ids!r}")
+    return torch.cat([hidden_states[i] for i in layer_ids], dim=-1)
+
+
+def compact_rows(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Move each row's valid slots to the front, in order: ``x [B, W, D]``, ``valid [B, W]`` bool
+    -> ``[B, max_b valid[b].sum(), D]`` (row b's first ``valid[b].sum()`` entries are its valid
+    slots; the rest is padding)."""
+    width = int(valid.sum(dim=1).max()) if valid.numel() else 0
+    order = torch.sort((~valid).to(torch.int8), dim=1, stable=True).indices[:, :width]
+    return x.gather(1, order[..., None].expand(-1, -1, x.shape[-1]))
 
 
 def now(device: torch.device) -> float:
@@ -143,7 +192,6 @@ class MaskedKV:
         self.mask = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)
         self.num_valid = torch.zeros(batch_size, dtype=torch.long, device=self.device)
 
-    @torch.inference_mode()
     def forward(self, ids: torch.Tensor, valid: torch.Tensor, logits_to_keep: int | None = None) -> torch.Tensor:
         """Append a block and run the model over it.
 
@@ -154,14 +202,23 @@ class MaskedKV:
         Returns:
             logits ``[B, n, V]`` for the last ``n`` slots (rows of invalid slots are meaningless).
         """
+        return self.forward_features(ids, valid, logits_to_keep, None)[0]
+
+    @torch.inference_mode()
+    def forward_features(self, ids: torch.Tensor, valid: torch.Tensor, logits_to_keep: int | None,
+                         layer_ids: tuple[int, ...] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`forward`, plus :func:`hidden_features` ``[B, m, len(layer_ids) * hidden]`` of every
+        slot of the block (invalid slots meaningless); ``None`` (and no hidden states asked
+        for) when ``layer_ids`` is None."""
         self.mask = torch.cat([self.mask, valid], dim=1)
         positions = (self.num_valid[:, None] + valid.long().cumsum(dim=1) - 1).clamp_min(0)
-        out = self.model(
-            input_ids=ids, attention_mask=self.mask.long(), position_ids=positions,
-            **model_kwargs(self.model, self.cache, logits_to_keep),
-        )
+        kw = model_kwargs(self.model, self.cache, logits_to_keep)
+        if layer_ids is not None:
+            kw["output_hidden_states"] = True
+        out = self.model(input_ids=ids, attention_mask=self.mask.long(), position_ids=positions, **kw)
         self.num_valid = self.num_valid + valid.sum(dim=1)
-        return out.logits if logits_to_keep is None else out.logits[:, -logits_to_keep:]
+        logits = out.logits if logits_to_keep is None else out.logits[:, -logits_to_keep:]
+        return logits, (None if layer_ids is None else hidden_features(out.hidden_states, layer_ids))
 
     @torch.inference_mode()
     def invalidate_tail(self, keep: torch.Tensor, width: int) -> None:
@@ -190,6 +247,47 @@ class MaskedKV:
         self.cache.batch_select_indices(rows)
         self.mask = self.mask[rows]
         self.num_valid = self.num_valid[rows]
+
+
+class SingleKV:
+    """:class:`MaskedKV`'s interface for a batch of one row, on a plain ``DynamicCache``.
+
+    One row never has holes (rejected drafts are cut, not masked), so no attention mask and no
+    position ids are passed: the B = 1 draft pass is exactly the plain cached forward pass.
+    Left padding in a block (``valid`` False) is dropped before the pass.
+
+    Args:
+        model: the transformers causal LM. cache: an existing ``DynamicCache`` to continue
+            (default: a new one).
+    """
+
+    def __init__(self, model, cache=None) -> None:
+        self.model = model
+        self.device = model_device(model)
+        self.cache = new_cache(model) if cache is None else cache
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, valid: torch.Tensor, logits_to_keep: int | None = None) -> torch.Tensor:
+        """As :meth:`MaskedKV.forward` for ``ids``/``valid`` ``[1, m]``; returns logits ``[1, n, V]``."""
+        if not bool(valid.all()):
+            ids = ids[valid][None]
+        out = self.model(input_ids=ids, **model_kwargs(self.model, self.cache, logits_to_keep))
+        return out.logits if logits_to_keep is None else out.logits[:, -logits_to_keep:]
+
+    def invalidate_tail(self, keep: torch.Tensor, width: int) -> None:
+        """Within the last ``width`` positions keep only the first ``keep[0]`` (rollback)."""
+        if width > 0:
+            crop_cache(self.cache, self.cache.get_seq_length() - width + min(int(keep[0]), width))
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep ``rows`` (``[0]``: no-op; ``[]``: the row finished, drop the cache)."""
+        if rows.numel() == 0:
+            self.cache = new_cache(self.model)
+
+
+def new_kv(model, batch_size: int):
+    """The draft-side cache for ``batch_size`` rows: :class:`SingleKV` for one, else :class:`MaskedKV`."""
+    return SingleKV(model) if batch_size == 1 else MaskedKV(model, batch_size)
 
 
 def left_pad(seqs: list[list[int]], device, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

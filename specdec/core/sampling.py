@@ -210,7 +210,6 @@ def verify_greedy(
     k = len(draft_tokens)
     if len(target_argmax) != k + 1:
         raise ValueError(f"need k+1 = {k + 1} target argmax ids, got {len(target_argmax)}")
-    check_draft_tokens(draft_tokens, None)
     for i, x in enumerate(draft_tokens):
         if x != target_argmax[i]:
             return VerifyOutcome(i, target_argmax[i], is_bonus=False)  # recovered = target argmax

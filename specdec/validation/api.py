@@ -165,7 +165,7 @@ def validate_pairs(
 
     if config.warmup:
         warmup(model, [c.obj for c in ctxs], subset, tok, config, eos, ctx_limit)
-        if calibration is None:
+        if calibration is None and config.batch_size == 1:  # batched runs: the in-run (batched) c and v
             calibration = calibrate_on(model, [c.model for c in ctxs], subset, tok, config.num_speculative_tokens)
 
     subset_runs: list[list[PromptRun] | None] = [None] * len(subset.prompts)
@@ -207,7 +207,7 @@ def validate_pairs(
 
 
 def calibrate_on(model: torch.nn.Module, draft_models: list[torch.nn.Module | None], subset: HeldoutSet, tok: Any,
-                 k: int, kmax: int = CALIBRATED_KMAX) -> Calibration | None:
+                 k: int, kmax: int = CALIBRATED_KMAX, reps: int = 7) -> Calibration | None:
     """:func:`specdec.validation.timing.calibrate` on the shortest usable prompt of ``subset``
     (v(n) for n up to ``max(k, kmax)``); None when no prompt has tokens."""
     from specdec.validation.heldout import prompt_token_ids
@@ -216,7 +216,7 @@ def calibrate_on(model: torch.nn.Module, draft_models: list[torch.nn.Module | No
     ids = [x for x in ids if x]
     if not ids:
         return None
-    return calibrate(model, draft_models, min(ids, key=len), max(k, kmax))
+    return calibrate(model, draft_models, min(ids, key=len), max(k, kmax), reps)
 
 
 def report_common(subset: HeldoutSet, target_ref: str | None, config: ValidationConfig, model: torch.nn.Module) -> dict[str, Any]:

@@ -24,6 +24,20 @@ def register(app: typer.Typer) -> None:
     app.command("validate")(validate)
 
 
+def _quiet_libraries() -> None:
+    """Keep the terminal to our own progress: no weight-loading / download bars, no torchao
+    "Failed to load ... .so" / no-Triton lines and no torch pytree deprecation notes (both are
+    internal to those libraries and say nothing about the run). Call before importing torch."""
+    import logging
+    import os
+
+    for k, v in {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error", "TQDM_DISABLE": "1",
+                 "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}.items():
+        os.environ.setdefault(k, v)
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def _fail(msg: str) -> None:
     _err.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=1)
@@ -88,6 +102,7 @@ def validate(
 ) -> None:
     """Validate a draft/target pair: acceptance, agreement, speedup and exactness, per category."""
     t_start = time.perf_counter()
+    _quiet_libraries()
     from specdec.core.config import SamplingConfig, SpeculativeConfig
     from specdec.validation.heldout import HeldoutFormatError, load_heldout
 

@@ -1,19 +1,13 @@
-"""Which draft pays on this machine: a validation of the candidate drafts, through the one driver.
+"""Which draft pays on this machine: validation of the candidate drafts through the one driver.
 
-:func:`recommend_draft` is validation over candidates on a small stratified subset:
-
-1. **costs**: c of each draft model and the target's v(n) curve, measured once
-   (:func:`specdec.validation.timing.calibrate`) and shared by every prediction below;
-2. **acceptance at every k**: one greedy replay of every candidate
-   (:func:`specdec.validation.replay_report.validate_replay`, ``method="replay"``);
-3. **best k**: the k whose replayed counters give the largest predicted speedup
-   (:func:`specdec.validation.replay_curve.recommend_from_curve`, the one speed model);
-4. **speed check**: :func:`specdec.validation.api.validate_pairs` per candidate at its k (the
-   nightly's timing protocol: warm, target-only and speculative back to back per prompt, paired
-   per-prompt ratios, median, bootstrap CI, rounds under load re-timed, exactness audited).
-
-Candidates are ranked by the lower end of the speedup CI. A candidate whose measured/predicted
-ratio is outside :data:`specdec.validation.speed.TIMING_BAND` is "timing suspect" and never pays.
+:func:`recommend_draft`: (1) c of each draft model and the target's v(n), measured once
+(:func:`specdec.validation.timing.calibrate`); (2) one greedy replay of every candidate, exact counters
+at every k (:func:`specdec.validation.replay_report.validate_replay`); (3) each candidate's k, the one
+speed model's best over its replayed counters (:func:`specdec.validation.replay_curve.recommend_from_curve`);
+(4) the speed check, :func:`specdec.validation.api.validate_pairs` at that k (the nightly's protocol:
+warm, interleaved per prompt, paired median with a bootstrap CI, loaded rounds re-timed, exactness).
+Ranked by the lower end of the speedup CI; a "timing suspect" candidate (measured/predicted outside
+:data:`specdec.validation.speed.TIMING_BAND`) never pays.
 """
 
 from __future__ import annotations
@@ -42,11 +36,9 @@ def default_candidates(device: str | torch.device) -> tuple[str, ...]:
 
 @dataclass
 class CandidateResult:
-    """One candidate drafter, validated. ``cost_ratio`` c (NaN for n-gram), ``alpha`` the replayed
-    acceptance rate at k, ``k`` its best k, ``verify_cost`` v(k), ``predicted_speedup`` the one speed
-    model on the decoded counters at k, ``measured_speedup`` / ``speedup_ci`` the paired median and
-    its 95% CI, ``measured_over_predicted`` / ``timing_suspect`` the timing check, ``reason`` why it is
-    unavailable or a one-line finding."""
+    """One candidate: ``cost_ratio`` c, ``alpha`` replayed acceptance at its best ``k``, ``verify_cost``
+    v(k), ``predicted_speedup`` (decoded counters at k), ``measured_speedup`` / ``speedup_ci`` (paired
+    median, 95% CI), the timing check, ``reason`` (why unavailable, or a finding)."""
 
     spec: str
     kind: str = ""
@@ -135,17 +127,9 @@ def recommend_draft(target: Any, heldout: Any, *, candidates: Sequence[str] | No
                     k_values: Sequence[int] = tuple(range(1, 9)), cost_reps: int = 7, bootstrap_resamples: int = 2000,
                     seed: int = 0, target_ref: str | None = None,
                     progress: Callable[[str], None] | None = None) -> Recommendation:
-    """Validate ``candidates`` against ``target`` on ``heldout`` (a small stratified set, e.g.
-    :func:`specdec.validation.short_prompts.short_prompts`) and name the draft that pays here.
-
-    Args:
-        target: a :class:`specdec.models.LoadedModel`. candidates: drafter specs (default
-            :func:`default_candidates`). max_new_tokens: per generation. k_values: the k considered.
-        cost_reps: timed rounds per pass in the calibration. bootstrap_resamples, seed: CIs, subset.
-        progress: called with one line per phase.
-    Raises:
-        ValueError: no usable prompt, or bad ``k_values``.
-    """
+    """Validate ``candidates`` (default :func:`default_candidates`) against ``target`` (a LoadedModel) on
+    ``heldout`` (a small stratified set, :func:`specdec.validation.short_prompts.short_prompts`) at the k in
+    ``k_values``; ``progress`` gets one line per phase. Raises ValueError: no usable prompt, bad ``k_values``."""
     from specdec.validation.api import calibrate_on, drafter_parts, validate_pairs
     from specdec.validation.config import ValidationConfig
     from specdec.validation.machine import LoadSampler, native_bf16, usable_cpus
@@ -162,7 +146,8 @@ def recommend_draft(target: Any, heldout: Any, *, candidates: Sequence[str] | No
                            bootstrap_resamples=bootstrap_resamples)
     load.sample()
     say("phase 1/4: pass costs (c, v(n))")
-    cal = calibrate_on(model, [drafter_parts(drafters[s])[1] for s in specs], heldout, target.tokenizer, ks[-1], ks[-1])
+    cal = calibrate_on(model, [drafter_parts(drafters[s])[1] for s in specs], heldout, target.tokenizer, ks[-1], ks[-1],
+                       cost_reps)
     if cal is None:
         raise ValueError("no usable prompt (all empty)")
     say("phase 2/4: acceptance at every k (replay)")
@@ -212,8 +197,7 @@ def _fill(c: CandidateResult, rep: Any) -> None:
 
 
 def _rank(c: CandidateResult) -> tuple[bool, float, float]:
-    """Trusted timings first, then the lower end of the speedup CI (the gain it credibly gives), then
-    the point value: a steady 1.10x [1.05, 1.15] beats a prompt-dependent 1.12x [0.85, 1.40]."""
+    """Trusted timings, then the CI's lower end, then the point value (1.10x [1.05, 1.15] > 1.12x [0.85, 1.40])."""
     lo = c.speedup_ci_low
     return (not c.timing_suspect, c.measured_speedup if math.isnan(lo) else lo, c.measured_speedup)
 

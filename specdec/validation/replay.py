@@ -108,7 +108,7 @@ def draft_trace(
     if isinstance(drafter, NgramDrafter):
         drafter.reset()
         full = prompt_ids + continuation
-        props = [_cut(drafter.lookup(full[: len(prompt_ids) + t], kmax), vocab_size, stop_token_ids) for t in range(N)]
+        props = [drafter.proposal(full[: len(prompt_ids) + t], kmax, vocab_size, stop_token_ids) for t in range(N)]
         return DraftTrace(proposals=props, adopts_prefix=False, exact=True)
     model = drafter.model if isinstance(drafter, ModelDrafter) else drafter
     if N == 0:
@@ -121,22 +121,11 @@ def draft_trace(
         runner = ModelDrafter(model)
         for t, (d, y) in enumerate(zip(trace.argmax, continuation)):
             if d != y and d not in stop_token_ids:
-                runner.reset()
-                ids, _ = runner.propose(prompt_ids + continuation[:t] + [d], kmax - 1, SamplingConfig(), vocab_size,
-                                        None, stop_token_ids)
-                trace.free_runs[t] = ids
+                context = prompt_ids + continuation[:t] + [d]
+                runner.start([context])
+                proposal = runner.propose([context], [kmax - 1], SamplingConfig(), vocab_size, None, stop_token_ids)
+                trace.free_runs[t] = proposal.row(0)
     return trace
-
-
-def _cut(tokens: list[int], vocab_size: int, stop: frozenset[int]) -> list[int]:
-    out = []
-    for x in tokens:  # as NgramDrafter.propose: never an id the target lacks; stop after a stop token
-        if x >= vocab_size:
-            break
-        out.append(x)
-        if x in stop:
-            break
-    return out
 
 
 def _block(trace: DraftTrace, y: list[int], m: int, budget: int, stop: frozenset[int]) -> list[int]:
@@ -205,8 +194,10 @@ def replay_counters(
         m, stats.target_forward_passes = 1, 1
     while m < len(y) and not (m and y[m - 1] in stop_token_ids):
         drafts = _block(trace, y, m, min(k, max_new_tokens - m - 1), stop_token_ids)
-        pad = len(drafts) + 1 - len(y[m:m + len(drafts) + 1])
-        outcome = verify_greedy(drafts, y[m:m + len(drafts) + 1] + [UNSEEN] * pad, stop_token_ids)
+        # UNSEEN drafts only follow a rejected one, so verification stops before them: verify the seen ones
+        seen = drafts[:drafts.index(UNSEEN)] if UNSEEN in drafts else drafts
+        pad = len(seen) + 1 - len(y[m:m + len(seen) + 1])
+        outcome = verify_greedy(seen, y[m:m + len(seen) + 1] + [UNSEEN] * pad, stop_token_ids)
         stats.record_step(len(drafts), outcome.num_accepted, rejected=outcome.rejected)
         stats.target_forward_passes += 1
         m += outcome.num_accepted + (outcome.next_token != NO_NEXT_TOKEN)
@@ -229,22 +220,24 @@ def counters_equal(a: DecodingStats, b: DecodingStats, exact: bool = True) -> bo
 
 
 class _Recording:
-    """Mixin: record ``(len(context), tokens)`` of every proposal in ``blocks`` (cleared by ``reset``)."""
+    """Mixin: record ``(len(context), tokens)`` of every row's proposal in ``blocks`` (cleared by
+    ``start``); meant for B = 1 runs (rows of a batch would interleave)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.blocks: list[tuple[int, list[int]]] = []
         self.contexts: list[list[int]] = []  # the context of each proposal (prompt + emitted tokens)
         super().__init__(*args, **kwargs)
 
-    def reset(self) -> None:
+    def start(self, contexts) -> None:
         self.blocks, self.contexts = [], []
-        super().reset()  # type: ignore[misc]
+        super().start(contexts)  # type: ignore[misc]
 
-    def propose(self, context, k, sampling, vocab_size, generator=None, stop_token_ids=frozenset()):
-        tokens, q = super().propose(context, k, sampling, vocab_size, generator, stop_token_ids)  # type: ignore[misc]
-        self.blocks.append((len(context), list(tokens)))
-        self.contexts.append(list(context))
-        return tokens, q
+    def propose(self, contexts, limits, sampling, vocab_size, generator=None, stop_token_ids=frozenset()):
+        proposal = super().propose(contexts, limits, sampling, vocab_size, generator, stop_token_ids)  # type: ignore[misc]
+        for b, context in enumerate(contexts):
+            self.blocks.append((len(context), proposal.row(b)))
+            self.contexts.append(list(context))
+        return proposal
 
 
 class RecordingModelDrafter(_Recording, ModelDrafter):

@@ -53,7 +53,7 @@ def acceptance_by_k(curves: list[dict[int, DecodingStats]], ks: range | list[int
     for k in ks:
         per = [cv[k] for cv in curves]
         s = _pool(per, k)
-        counters = StepCounters.from_stats(s, generations=len(per))
+        counters = StepCounters.from_stats(s)
         rows.append({
             "k": k, "num_drafts": s.num_drafts, "num_draft_tokens": s.num_draft_tokens,
             "num_accepted_tokens": s.num_accepted_tokens, "acceptance_rate": s.acceptance_rate,

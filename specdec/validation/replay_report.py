@@ -126,7 +126,7 @@ def validate_replay(
     eos = eos_token_ids(tok, model)
     was_training = model.training
     model.eval()
-    if calibration is None and config.warmup:
+    if calibration is None and config.warmup and config.batch_size == 1:
         calibration = calibrate_on(model, [p[1] for p in parts], subset, tok, k, kmax)
     try:
         replayed = replay_prompts(

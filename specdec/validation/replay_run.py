@@ -185,7 +185,7 @@ def replay_prompts(
             chat_template=template, max_new_tokens=config.max_new_tokens, sampling=config.sampling, seed=config.seed,
             stop_token_ids=stop, dtype=next(target.parameters()).dtype, device=device,
         )
-        cached = cache.get(key)
+        cached = cache.get(key, vocab_size=vocab)
         if cached is not None:
             rp.continuation, rp.produced_by = cached, "cache"
         else:

@@ -77,11 +77,13 @@ class StepCounters:
         return cls(hist, acc)
 
     @classmethod
-    def from_stats(cls, stats: Any, generations: int = 1) -> "StepCounters":
-        """From :class:`specdec.core.stats.DecodingStats` pooled over ``generations`` runs.
+    def from_stats(cls, stats: Any) -> "StepCounters":
+        """From :class:`specdec.core.stats.DecodingStats` (decoded or replayed, pooled over prompts).
 
         Steps with n >= 1 proposed tokens come from ``drafted_per_position``; steps that proposed
-        nothing are ``target_forward_passes - generations (prefills) - num_drafts`` (never < 0).
+        nothing are ``target_forward_passes - num_drafts`` (never < 0): every target pass of the
+        speculative loop is one step, the first one carrying the prompt (a draft that adopts the
+        target's prompt KV makes it a plain step).
         """
         d = list(stats.drafted_per_position or [])
         hist: dict[int, float] = {}
@@ -91,7 +93,7 @@ class StepCounters:
                 hist[n] = float(exact)
         if not d and stats.num_drafts:  # no per-position counters: every step proposed the mean
             return cls.from_totals(stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens)
-        plain = stats.target_forward_passes - generations - stats.num_drafts
+        plain = stats.target_forward_passes - stats.num_drafts
         if plain > 0:
             hist[0] = float(plain)
         return cls(hist, float(stats.num_accepted_tokens))

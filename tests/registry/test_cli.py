@@ -89,6 +89,10 @@ def test_register_list_show_promote(cli, ckpts, tmp_path):
     assert shown["recipe"]["kind"] == "int8" and shown["latest_validation"] is None
     r = cli("show", "specdec-pair", "1")
     assert r.exit_code == 0 and "acceptance_rate" in r.output and "models:/tiny-target/1" in r.output
+    assert "vllm" in r.output and "--speculative-config" in r.output  # what to copy into serving
+    sc = json.loads(cli("show", "specdec-pair", "1", "--json").stdout)["serving_config"]
+    assert sc["engine"] == "vllm" and sc["speculative_config"] == {
+        "method": "draft_model", "model": "models:/tiny-draft/1", "num_speculative_tokens": 3}
     r = cli("list")
     assert "@challenger" in r.output and "@champion" in r.output
 

@@ -108,7 +108,6 @@ def test_round_trip(store, ckpts, tmp_path):
     assert serving["speculative_config"] == {"method": "draft_model", "model": f"models:/{dname}/1",
                                              "num_speculative_tokens": 3}
     tags = client.get_model_version(pair, "1").tags
-    assert tags["engine"] == "vllm" and json.loads(tags["serving_config"]) == serving
     assert tags["validation_status"] == "passed" and tags["acceptance_rate"] == "0.720"
     assert client.get_model_version(pair, "1").description.startswith("passed: acc 0.72 [0.65-0.79] at k=3")
 

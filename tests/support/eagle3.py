@@ -81,7 +81,7 @@ def greedy_rollouts(target, prompts=PROMPTS, new_tokens: int = 40) -> list[torch
     return out
 
 
-def train_head(head: Eagle3Head, target, steps: int = 60, lr: float = 3e-2, seed: int = 0) -> Eagle3Head:
+def train_head(head: Eagle3Head, target, steps: int = 40, lr: float = 3e-2, seed: int = 0) -> Eagle3Head:
     """A few Adam steps of step-0 EAGLE training (speculators' TTT step 0: entry t reads
     ``x[t + 1]`` and the target features at t, and learns the target's argmax for ``x[t + 2]``) on
     the target's greedy rollouts of :data:`PROMPTS`. A random tiny target is not learnable in
@@ -114,10 +114,32 @@ def train_head(head: Eagle3Head, target, steps: int = 60, lr: float = 3e-2, seed
 
 
 def tiny_pair(seed: int = 0, *, trained: bool = True, **config_kwargs):
-    """``(target, head)``: :func:`tiny_target` and a (trained) head for it."""
+    """``(target, head)``: :func:`tiny_target` and a head for it (trained with :func:`train_head`)."""
     target = tiny_target(seed)
     head = random_head(head_config(target, **config_kwargs), target, seed=seed + 1)
     if trained:
         with torch.enable_grad():
             train_head(head, target, seed=seed)
+    return target, head
+
+
+#: bump when the tiny pair's recipe changes (invalidates the on-disk cache)
+PAIR_VERSION = "v1"
+
+
+def cached_pair(seed: int = 0, **config_kwargs):
+    """:func:`tiny_pair`, with the trained head cached under ``.specdec/test-cache`` (training costs
+    seconds idle, minutes on a loaded 2-core machine); the cache goes through our own checkpoint I/O."""
+    from pathlib import Path
+
+    from specdec.models.eagle3 import load_eagle3, save_eagle3
+
+    key = "-".join([PAIR_VERSION, str(seed)] + [f"{k}={v}" for k, v in sorted(config_kwargs.items())])
+    path = Path(__file__).resolve().parents[2] / ".specdec" / "test-cache" / f"eagle3-tiny-{key}"
+    target = tiny_target(seed)
+    if (path / "config.json").is_file():
+        return target, load_eagle3(path)
+    target, head = tiny_pair(seed, **config_kwargs)
+    save_eagle3(head, path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").rename(path)
     return target, head

@@ -211,7 +211,7 @@ class Eagle3Head(nn.Module):
             aux = torch.cat([n(c) for n, c in zip(self.fc_norm, aux.chunk(len(self.fc_norm), dim=-1))], dim=-1)
         return self.fc(aux)
 
-    def forward(self, input_ids, hidden, positions, cache: HeadCache, valid=None):
+    def forward(self, input_ids, hidden, positions, cache: HeadCache, valid=None, mask=None):
         """One head pass over a block appended to ``cache``.
 
         Args:
@@ -220,6 +220,8 @@ class Eagle3Head(nn.Module):
             positions: LongTensor ``[B, T]``: RoPE positions (the target position of ``hidden``).
             cache: :class:`HeadCache` (updated in place).
             valid: BoolTensor ``[B, T]`` (None = all valid): invalid slots are masked for every query.
+            mask: BoolTensor ``[B, T, cached + T]`` replacing the causal mask (True = attend), as
+                :meth:`chain_logits` uses for speculators' TTT attention pattern.
         Returns:
             ``(state [B, T, hidden], logits [B, T, draft_vocab_size])``: ``state`` is what the next
             draft step feeds back (pre-norm; normed with ``norm_output``); logits are float32.
@@ -229,10 +231,11 @@ class Eagle3Head(nn.Module):
             valid = torch.ones(B, T, dtype=torch.bool, device=input_ids.device)
         cached = cache.length
         cache.valid = torch.cat([cache.valid, valid], dim=1)
-        cols = torch.arange(cached + T, device=input_ids.device)[None, :]
-        rows = torch.arange(T, device=input_ids.device)[:, None] + cached
-        mask = (cols <= rows)[None] & cache.valid[:, None, :]
-        mask = mask | (cols == rows)[None]  # a padding slot attends to itself: no empty softmax row
+        if mask is None:
+            cols = torch.arange(cached + T, device=input_ids.device)[None, :]
+            rows = torch.arange(T, device=input_ids.device)[:, None] + cached
+            mask = (cols <= rows)[None] & cache.valid[:, None, :]
+            mask = mask | (cols == rows)[None]  # a padding slot attends to itself: no empty softmax row
         h = hidden.to(self.fc.weight.dtype)
         embeds = self.embed_tokens(input_ids).to(h.dtype)
         rope = self.rotary_emb(h, positions)
@@ -241,6 +244,38 @@ class Eagle3Head(nn.Module):
         normed = self.norm(h)
         logits = self.lm_head(normed).float()
         return (normed if self.config.norm_output else h), logits
+
+    @torch.inference_mode()
+    def chain_logits(self, input_ids: torch.Tensor, features: torch.Tensor, depth: int) -> list[torch.Tensor]:
+        """Teacher-forced draft chains from every position at once (speculators' TTT forward).
+
+        Entry ``t`` of depth 0 reads ``x[t + 1]`` and the target features at ``t``; depth ``d``
+        reads ``x[t + 1 + d]`` and the depth ``d - 1`` state at ``t``, at position ``t + d``, and
+        attends to the depth-0 entries ``<= t`` and its own chain (depths ``1..d`` at ``t``): exactly
+        what decoding computes for the ``d``-th draft of a block whose target features end at ``t``,
+        while the earlier drafts matched ``x``.
+
+        Args:
+            input_ids: LongTensor ``[1, T + depth]``: the target ids ``x[1:]`` (position 0 dropped).
+            features: ``[1, T, num_aux * target_hidden]``: the target features of positions ``0..T-1``.
+            depth: chain depths to compute (>= 1).
+        Returns:
+            ``depth`` float32 tensors ``[T, draft_vocab_size]`` (logits of depth ``d`` at entry ``t``).
+        """
+        T = features.shape[1]
+        dev = features.device
+        cache = self.new_cache(1)
+        t = torch.arange(T, device=dev)
+        state, logits = self(input_ids[:, :T], self.combine(features), t[None], cache)
+        out = [logits[0]]
+        causal = t[:, None] >= t[None, :]
+        diag = t[:, None] == t[None, :]
+        for d in range(1, depth):
+            mask = torch.cat([causal] + [diag] * d, dim=1)[None]
+            ids = input_ids[:, d : d + T]
+            state, logits = self(ids, state, (t + d)[None], cache, mask=mask)
+            out.append(logits[0])
+        return out
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary ids -> target ids (``draft + d2t[draft]``; identity without ``d2t``)."""
