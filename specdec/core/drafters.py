@@ -26,11 +26,12 @@ active row. Per call of :func:`~specdec.speculative_generate` / ``_batch``:
 
 **Target features (optional).** A drafter that reads the target's hidden states (an EAGLE-3 head)
 sets ``target_layer_ids: tuple[int, ...]`` (absent or ``None``: it reads none, and the target is
-run without ``output_hidden_states``: costs nothing). Index semantics are HF's
-``output_hidden_states``: ``i`` is ``hidden_states[i]``, the input of decoder layer ``i`` (0 = the
-token embeddings; ``num_hidden_layers`` = the final normed output) -- the same tensor vLLM's Llama
-collects as ``hidden_states + residual`` before layer ``i`` for EAGLE-3. Both loops then run the
-prefill and every verification pass with hidden states and hand ``accept`` a
+run without feature hooks: costs nothing). Index semantics are vLLM's (what it feeds EAGLE-3 heads
+and what ``speculators`` trains on; :mod:`specdec.core.features`): ``i`` is the residual stream
+entering decoder layer ``i`` (``hidden_states + residual`` before layer ``i``; 0 = the token
+embeddings), i.e. HF ``hidden_states[i]`` for ``i < num_hidden_layers``; ``num_hidden_layers`` is
+the last layer's output *before* the final norm (HF's ``hidden_states[-1]`` is after it). Both loops
+then run the prefill and every verification pass with feature hooks and hand ``accept`` a
 :class:`TargetFeatures`: for each row, the features of every position that pass fed (the row's
 pending tokens -- the prompt at the prefill, afterwards the previous step's recovered/bonus token
 (plus the last draft, for an engine that feeds it; here never) -- followed by this step's
@@ -101,7 +102,7 @@ class TargetFeatures:
             pass, in order (pending tokens, then the proposed drafts); the rest is padding. The
             ``j``-th fed position's feature is computed from the tokens up to and including it
             (it predicts the token after it). Layer blocks are concatenated in
-            ``target_layer_ids`` order (:func:`specdec.core.kv.hidden_features`).
+            ``target_layer_ids`` order (:func:`specdec.core.features.capture_features`).
         num_fed: LongTensor ``[B]``: positions row b fed (pending tokens + its proposed drafts).
         num_verified: LongTensor ``[B]``: the first this-many fed positions are verified (pending
             tokens + accepted drafts); the positions after them were rejected (or are beyond an

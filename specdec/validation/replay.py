@@ -32,7 +32,8 @@ from typing import Any
 import torch
 
 from specdec.core.config import SamplingConfig
-from specdec.core.drafters import ModelDrafter, NgramDrafter, fit_vocab
+from specdec.core.drafters import ModelDrafter, NgramDrafter, TargetFeatures, fit_vocab
+from specdec.core.head_drafter import Eagle3Drafter
 from specdec.core.sampling import NO_NEXT_TOKEN, verify_greedy
 from specdec.core.stats import DecodingStats
 from specdec.validation.teacher_forcing import teacher_forced_logits
@@ -60,8 +61,14 @@ class DraftTrace:
         free_runs: exact mode: ``{t: ids}``, the draft's own greedy proposal (up to ``kmax - 1``
             ids, cut after a stop token) after ``prompt + y[:t] + [argmax[t]]`` where
             ``argmax[t] != y[t]``.
-        adopts_prefix: the drafter adopts the target's prompt KV, so decoding starts with one plain
-            target step (no drafts).
+        chains: EAGLE-3 head only: ``N`` lists; ``chains[m]`` is the head's proposal (target ids)
+            at a block starting after ``m`` emitted tokens: its teacher-forced chain
+            (:meth:`~specdec.models.eagle3.head.Eagle3Head.chain_logits`), up to and including the
+            first token that leaves ``y``; in exact mode the drafter's own whole proposal there.
+            A head drafts from its own states beyond the target's features, so its d-th draft
+            depends on where the block starts, unlike a draft model's.
+        adopts_prefix: decoding starts with one plain target step (no drafts): a draft that adopts
+            the target's prompt KV, or a head (no target features before the prefill).
         exact: every counter is exact (n-gram, or ``free_runs`` filled).
     """
 
@@ -69,6 +76,7 @@ class DraftTrace:
     margin: list[float] = field(default_factory=list)
     proposals: list[list[int]] | None = None
     free_runs: dict[int, list[int]] = field(default_factory=dict)
+    chains: list[list[int]] | None = None
     adopts_prefix: bool = False
     exact: bool = False
 
@@ -84,6 +92,7 @@ def draft_trace(
     stop_token_ids: frozenset[int] = frozenset(),
     exact: bool = False,
     adopts_prefix: bool = False,
+    target: Any = None,
 ) -> DraftTrace:
     """One teacher-forced draft pass over ``prompt_ids + continuation[:-1]``.
 
@@ -96,6 +105,8 @@ def draft_trace(
         stop_token_ids: ids that end generation (EOS).
         exact: also run the draft's own greedy proposal after every rejected draft token.
         adopts_prefix: decoding adopts the target's prompt KV (see :class:`DraftTrace`).
+        target: the target model; needed for an EAGLE-3 head (one teacher-forced target pass gives
+            its features; :func:`head_trace`).
     Returns:
         :class:`DraftTrace`. Costs one full forward pass of the draft (``exact``: plus one
         short greedy proposal per position where the draft disagrees with ``y``).
@@ -110,6 +121,11 @@ def draft_trace(
         full = prompt_ids + continuation
         props = [drafter.proposal(full[: len(prompt_ids) + t], kmax, vocab_size, stop_token_ids) for t in range(N)]
         return DraftTrace(proposals=props, adopts_prefix=False, exact=True)
+    if isinstance(drafter, Eagle3Drafter):
+        if target is None:
+            raise ValueError("draft_trace of an EAGLE-3 head needs the target (its features feed the head)")
+        return head_trace(drafter, target, prompt_ids, continuation, vocab_size, kmax=kmax,
+                          stop_token_ids=stop_token_ids, exact=exact)
     model = drafter.model if isinstance(drafter, ModelDrafter) else drafter
     if N == 0:
         return DraftTrace(adopts_prefix=adopts_prefix, exact=True)
@@ -128,12 +144,61 @@ def draft_trace(
     return trace
 
 
+@torch.inference_mode()
+def head_trace(drafter: Eagle3Drafter, target: Any, prompt_ids: list[int], continuation: list[int], vocab_size: int,
+               *, kmax: int = 16, stop_token_ids: frozenset[int] = frozenset(), exact: bool = False) -> DraftTrace:
+    """:func:`draft_trace` of an EAGLE-3 head: one teacher-forced target pass (its aux features) and
+    ``kmax`` teacher-forced head passes (one per draft depth, over every position at once).
+
+    The block after ``m`` emitted tokens drafts from the target features of positions
+    ``< len(prompt) + m - 1`` (the last emitted token is fed to the target with the drafts), so its
+    chain starts at head entry ``e = len(prompt) + m - 2``. ``exact=True`` re-runs the drafter itself
+    for every block whose chain leaves ``y`` before ``kmax`` drafts (what it drafts after its own
+    rejected token). Decoding starts with a plain target step (``adopts_prefix``).
+
+    Returns:
+        :class:`DraftTrace` with ``chains``, ``argmax`` (the first draft of each block) and ``margin``.
+    """
+    from specdec.core.features import target_features
+
+    P, N = len(prompt_ids), len(continuation)
+    trace = DraftTrace(chains=[[] for _ in range(N)], adopts_prefix=True, exact=exact or not stop_token_ids)
+    head, seq = drafter.head, prompt_ids + continuation
+    T = P + N - 2  # head entries t = 0 .. P + N - 3 (the last block starts at m = N - 1)
+    if T <= 0 or kmax < 1:
+        return trace
+    device = head.fc.weight.device
+    _, feats = target_features(target, torch.tensor([seq[: P + N - 1]], device=device), drafter.target_layer_ids)
+    ids = torch.tensor([seq[1:] + [0] * kmax], device=device)
+    depths = [head.target_logits(z, vocab_size) for z in head.chain_logits(ids, feats[:, :T], kmax)]
+    tokens = torch.stack([z.argmax(dim=-1) for z in depths], dim=1).tolist()  # [T, kmax]
+    top2 = torch.topk(depths[0], 2, dim=-1).values
+    for m in range(1, N):
+        e = P + m - 2
+        chain = []
+        for i, x in enumerate(tokens[e]):
+            chain.append(x)
+            if m + i >= N or x != continuation[m + i]:
+                break
+        if exact and len(chain) < kmax and chain[-1] not in stop_token_ids:
+            n_f = torch.tensor([P + m - 1])
+            drafter.start([seq[:P]])
+            drafter.accept([0], [seq[P]], TargetFeatures(feats[:, : P + m - 1], n_f, n_f))
+            chain = drafter.propose([seq[: P + m]], [kmax], SamplingConfig(), vocab_size, None, stop_token_ids).row(0)
+        trace.chains[m] = chain
+    trace.argmax = [c[0] if c else UNSEEN for c in trace.chains]
+    trace.margin = [float("nan")] + [float(top2[P + m - 2, 0] - top2[P + m - 2, 1]) for m in range(1, N)]
+    return trace
+
+
 def _block(trace: DraftTrace, y: list[int], m: int, budget: int, stop: frozenset[int]) -> list[int]:
     """The drafts decoding proposes at a block starting after ``m`` emitted tokens."""
     if budget <= 0:
         return []
     if trace.proposals is not None:
         return trace.proposals[m][:budget]
+    if trace.chains is not None:
+        return _head_block(trace.chains[m], budget, stop)
     drafts: list[int] = []
     left = None  # where the chain left y (the first rejected draft), if it did
     for i in range(budget):
@@ -153,6 +218,18 @@ def _block(trace: DraftTrace, y: list[int], m: int, budget: int, stop: frozenset
         if drafts[-1] in stop:  # drafts after a drafted stop token are dropped
             break
     return drafts
+
+
+def _head_block(chain: list[int], budget: int, stop: frozenset[int]) -> list[int]:
+    """A head's drafts at a block: its chain, cut after a stop token. A fast trace's chain ends at
+    the first token off ``y``; the drafts after it are :data:`UNSEEN` (they never change acceptance;
+    they are counted, which is exact unless one of them would have been a stop token)."""
+    drafts: list[int] = []
+    for x in chain[:budget]:
+        drafts.append(x)
+        if x in stop:
+            return drafts
+    return drafts + [UNSEEN] * (budget - len(drafts))
 
 
 def replay_counters(
@@ -194,8 +271,7 @@ def replay_counters(
         m, stats.target_forward_passes = 1, 1
     while m < len(y) and not (m and y[m - 1] in stop_token_ids):
         drafts = _block(trace, y, m, min(k, max_new_tokens - m - 1), stop_token_ids)
-        # UNSEEN drafts only follow a rejected one, so verification stops before them: verify the seen ones
-        seen = drafts[:drafts.index(UNSEEN)] if UNSEEN in drafts else drafts
+        seen = drafts[: drafts.index(UNSEEN)] if UNSEEN in drafts else drafts  # UNSEEN only follows a rejection
         pad = len(seen) + 1 - len(y[m:m + len(seen) + 1])
         outcome = verify_greedy(seen, y[m:m + len(seen) + 1] + [UNSEEN] * pad, stop_token_ids)
         stats.record_step(len(drafts), outcome.num_accepted, rejected=outcome.rejected)
