@@ -112,40 +112,62 @@ def _compatibility(head_dir: Path, target_config: Any) -> dict[str, Any]:
             "notes": [f"EAGLE-3 head, draft vocabulary {cfg.get('draft_vocab_size')}"]}
 
 
-def register_trained_head(head_dir: str | Path, pair: str, target: str, *, head_name: str | None = None,
-                          alias: str | None = "challenger", config=None, tracking_uri: str | None = None):
-    """Register target (or reuse), head (with lineage) and the ``eagle3`` pair version; point ``alias`` at it.
+def register_eagle3_pair(target: str, head: str, *, name: str | None = None, head_name: str | None = None,
+                         config=None, tracking_uri: str | None = None):
+    """Register (or reuse) the target, the head and the ``eagle3`` pair version.
 
     Args:
-        head_dir: the head directory (``specdec draft train eagle3 --out``, or a ``speculators`` checkpoint
-            plus the target's tokenizer files).
-        pair: pair registered model name. target: the target reference the head was trained for.
-        alias: ungated alias to set (``None`` to leave aliases alone).
+        target: the target reference (as for ``specdec pair register --target``).
+        head: a head directory (registered with lineage; it must have been trained on ``target``), or
+            an already registered head version ``models:/<name>/<v>`` (any target: a target-only
+            fine-tune leaves the old head with the new target, and its lineage says so).
+        name: pair registered model. head_name: registered model of a new head (default ``<target>-eagle3``).
         config: ``SpeculativeConfig`` of the pair (default: its defaults).
     Returns:
-        :class:`registry.pairs.PairVersion`.
+        :class:`registry.register.PairRegistration` (drafter kind ``eagle3``).
     Raises:
-        ValueError: incompatible head/target, or trained on another target; registry errors.
+        ValueError: incompatible head/target, a directory trained on another target, or a registered
+        version that is not an EAGLE-3 head; registry errors.
     """
-    from registry.models import register_model_version
+    from registry.models import download_model_version, get_model_version, register_model_version
     from registry.pairs import register_pair
-    from registry.promotion import promote
-    from registry.register import default_model_name, resolve_checkpoint
+    from registry.register import PairRegistration, default_model_name, resolve_checkpoint
     from specdec.core.config import SpeculativeConfig
 
-    head_dir = Path(head_dir)
+    href = None
+    if head.startswith("models:/"):
+        href = get_model_version(head, tracking_uri=tracking_uri)
+        if href.tags.get("specdec.draft_kind") != "eagle3":
+            raise ValueError(f"{head} is not a registered EAGLE-3 head")
+        head_dir = download_model_version(href, tracking_uri=tracking_uri)
+    else:
+        head_dir = Path(head)
+        if not (head_dir / "config.json").is_file():
+            raise FileNotFoundError(f"no EAGLE-3 head at {head_dir}: config.json not found")
     t = resolve_checkpoint(target, None, tracking_uri)
-    compat = _compatibility(head_dir, t["config"])
+    compat = _compatibility(Path(head_dir), t["config"])
     if not compat["compatible"]:
         raise ValueError("head and target are incompatible: " + "; ".join(compat["problems"]))
     tref = t["registered"] or register_model_version(default_model_name(t), t["path"], source=t["source"],
                                                      tracking_uri=tracking_uri)
-    href = register_eagle3_head(head_dir, tref, name=head_name, tracking_uri=tracking_uri)
+    href = href or register_eagle3_head(head_dir, tref, name=head_name, tracking_uri=tracking_uri)
     pv = register_pair(tref, href, drafter_kind="eagle3", config=config or SpeculativeConfig(),
-                       compatibility=compat, name=pair, tracking_uri=tracking_uri)
+                       compatibility=compat, name=name, tracking_uri=tracking_uri)
+    return PairRegistration(pair=pv, target=tref, draft=href, drafter_kind="eagle3")
+
+
+def register_trained_head(head: str | Path, pair: str, target: str, *, head_name: str | None = None,
+                          alias: str | None = "challenger", config=None, tracking_uri: str | None = None):
+    """:func:`register_eagle3_pair` under ``pair``, then point the ungated ``alias`` at the new version
+    (``None`` leaves aliases alone). What ``specdec draft train eagle3 --register`` and the
+    re-alignment flow call. Returns the :class:`registry.pairs.PairVersion`."""
+    from registry.promotion import promote
+
+    reg = register_eagle3_pair(target, str(head), name=pair, head_name=head_name, config=config,
+                               tracking_uri=tracking_uri)
     if alias:
-        promote(pair, pv.version, alias, tracking_uri=tracking_uri)
-    return pv
+        promote(pair, reg.pair.version, alias, tracking_uri=tracking_uri)
+    return reg.pair
 
 
 def head_directory(ref: str, *, tracking_uri: str | None = None) -> Path:
@@ -177,36 +199,3 @@ def head_registry_hooks():
 
     return HeadRegistry(register=register_trained_head, head_directory=head_directory,
                         checkpoint_directory=lambda ref: resolve_checkpoint(ref)["path"])
-
-
-def register_head_pair(target: str, head: str, pair: str, *, alias: str | None = "challenger", config=None,
-                       tracking_uri: str | None = None):
-    """Register the pair (``target``, an already registered head version ``head``: ``models:/<name>/<v>``).
-
-    The head may have been trained on another target version (a target-only fine-tune leaves the old
-    head with the new target); its ``eagle3.*`` lineage then shows which target it was trained on,
-    and the nightly's root-cause hint names it for re-training.
-
-    Raises:
-        ValueError: ``head`` is not a registered EAGLE-3 head, or does not fit the target.
-    """
-    from registry.models import download_model_version, get_model_version, register_model_version
-    from registry.pairs import register_pair
-    from registry.promotion import promote
-    from registry.register import default_model_name, resolve_checkpoint
-    from specdec.core.config import SpeculativeConfig
-
-    href = get_model_version(head, tracking_uri=tracking_uri)
-    if href.tags.get("specdec.draft_kind") != "eagle3":
-        raise ValueError(f"{head} is not a registered EAGLE-3 head (register it with register_trained_head)")
-    t = resolve_checkpoint(target, None, tracking_uri)
-    compat = _compatibility(download_model_version(href, tracking_uri=tracking_uri), t["config"])
-    if not compat["compatible"]:
-        raise ValueError("head and target are incompatible: " + "; ".join(compat["problems"]))
-    tref = t["registered"] or register_model_version(default_model_name(t), t["path"], source=t["source"],
-                                                     tracking_uri=tracking_uri)
-    pv = register_pair(tref, href, drafter_kind="eagle3", config=config or SpeculativeConfig(),
-                       compatibility=compat, name=pair, tracking_uri=tracking_uri)
-    if alias:
-        promote(pair, pv.version, alias, tracking_uri=tracking_uri)
-    return pv

@@ -79,7 +79,8 @@ def register_pair_from_refs(
 
     Args:
         target: a model reference (see :func:`resolve_checkpoint`).
-        draft: ``ngram``; ``derived:int8`` / ``int4`` / ``bf16`` / ``fp8`` (derived from this target); a model
+        draft: ``ngram``; ``eagle3:<head dir or models:/<head>/<v>>`` (:func:`registry.heads.register_eagle3_pair`);
+            ``derived:int8`` / ``int4`` / ``bf16`` / ``fp8`` (derived from this target); a model
             reference, optionally ``model:<ref>``; or ``models:/<name>/<v>`` of an already
             registered draft, including a derived-recipe version (e.g. an old derived draft kept
             after a target-only fine-tune).
@@ -99,8 +100,13 @@ def register_pair_from_refs(
     for n in (name, target_name, draft_name):
         if n:
             validate_name(n)
-    t = resolve_checkpoint(target, revision, tracking_uri)
     spec = draft.strip()
+    if spec.startswith("eagle3:"):  # an EAGLE-3 head: lineage tags (registry.heads)
+        from registry.heads import register_eagle3_pair
+
+        return register_eagle3_pair(target, spec.removeprefix("eagle3:"), name=name, head_name=draft_name,
+                                    config=config, tracking_uri=tracking_uri)
+    t = resolve_checkpoint(target, revision, tracking_uri)
     d = None
     dref: ModelVersionRef | None = None
     recipe = None
