@@ -1,4 +1,4 @@
-"""EAGLE-3 heads in the registry: a head version with its lineage, and its pair (drafter kind ``eagle3``).
+"""EAGLE-3 heads in the registry: a head version with its lineage (the pair: :func:`registry.register.register_eagle3_pair`).
 
 A head is registered like any checkpoint (its ``speculators``-format directory, with the target's
 tokenizer files that ``specdec draft train eagle3`` writes next to it) plus lineage tags:
@@ -94,8 +94,9 @@ def register_eagle3_head(head_dir: str | Path, target: ModelVersionRef, *, name:
                                   tracking_uri=tracking_uri, extra_tags=tags)
 
 
-def _compatibility(head_dir: Path, target_config: Any) -> dict[str, Any]:
-    """Head/target checks on the config alone: vocabulary, hidden size, aux layer ids."""
+def head_compatibility(head_dir: Path, target_config: Any) -> dict[str, Any]:
+    """Head/target checks on the head's config alone (no weights, no target model): vocabulary, hidden size,
+    aux layer ids. ``{"compatible", "problems", "notes"}`` as stored with the pair."""
     cfg = json.loads((head_dir / "config.json").read_text())
     layer = cfg.get("transformer_layer_config") or {}
     problems = []
@@ -110,64 +111,6 @@ def _compatibility(head_dir: Path, target_config: Any) -> dict[str, Any]:
         problems.append(f"aux hidden state layer ids {bad} outside the target's 0..{n}")
     return {"compatible": not problems, "problems": problems,
             "notes": [f"EAGLE-3 head, draft vocabulary {cfg.get('draft_vocab_size')}"]}
-
-
-def register_eagle3_pair(target: str, head: str, *, name: str | None = None, head_name: str | None = None,
-                         config=None, tracking_uri: str | None = None):
-    """Register (or reuse) the target, the head and the ``eagle3`` pair version.
-
-    Args:
-        target: the target reference (as for ``specdec pair register --target``).
-        head: a head directory (registered with lineage; it must have been trained on ``target``), or
-            an already registered head version ``models:/<name>/<v>`` (any target: a target-only
-            fine-tune leaves the old head with the new target, and its lineage says so).
-        name: pair registered model. head_name: registered model of a new head (default ``<target>-eagle3``).
-        config: ``SpeculativeConfig`` of the pair (default: its defaults).
-    Returns:
-        :class:`registry.register.PairRegistration` (drafter kind ``eagle3``).
-    Raises:
-        ValueError: incompatible head/target, a directory trained on another target, or a registered
-        version that is not an EAGLE-3 head; registry errors.
-    """
-    from registry.models import download_model_version, get_model_version, register_model_version
-    from registry.pairs import register_pair
-    from registry.register import PairRegistration, default_model_name, resolve_checkpoint
-    from specdec.core.config import SpeculativeConfig
-
-    href = None
-    if head.startswith("models:/"):
-        href = get_model_version(head, tracking_uri=tracking_uri)
-        if href.tags.get("specdec.draft_kind") != "eagle3":
-            raise ValueError(f"{head} is not a registered EAGLE-3 head")
-        head_dir = download_model_version(href, tracking_uri=tracking_uri)
-    else:
-        head_dir = Path(head)
-        if not (head_dir / "config.json").is_file():
-            raise FileNotFoundError(f"no EAGLE-3 head at {head_dir}: config.json not found")
-    t = resolve_checkpoint(target, None, tracking_uri)
-    compat = _compatibility(Path(head_dir), t["config"])
-    if not compat["compatible"]:
-        raise ValueError("head and target are incompatible: " + "; ".join(compat["problems"]))
-    tref = t["registered"] or register_model_version(default_model_name(t), t["path"], source=t["source"],
-                                                     tracking_uri=tracking_uri)
-    href = href or register_eagle3_head(head_dir, tref, name=head_name, tracking_uri=tracking_uri)
-    pv = register_pair(tref, href, drafter_kind="eagle3", config=config or SpeculativeConfig(),
-                       compatibility=compat, name=name, tracking_uri=tracking_uri)
-    return PairRegistration(pair=pv, target=tref, draft=href, drafter_kind="eagle3")
-
-
-def register_trained_head(head: str | Path, pair: str, target: str, *, head_name: str | None = None,
-                          alias: str | None = "challenger", config=None, tracking_uri: str | None = None):
-    """:func:`register_eagle3_pair` under ``pair``, then point the ungated ``alias`` at the new version
-    (``None`` leaves aliases alone). What ``specdec draft train eagle3 --register`` and the
-    re-alignment flow call. Returns the :class:`registry.pairs.PairVersion`."""
-    from registry.promotion import promote
-
-    reg = register_eagle3_pair(target, str(head), name=pair, head_name=head_name, config=config,
-                               tracking_uri=tracking_uri)
-    if alias:
-        promote(pair, reg.pair.version, alias, tracking_uri=tracking_uri)
-    return reg.pair
 
 
 def head_directory(ref: str, *, tracking_uri: str | None = None) -> Path:
@@ -190,12 +133,3 @@ def head_directory(ref: str, *, tracking_uri: str | None = None) -> Path:
             raise ValueError(f"{ref} is a {pv.drafter_kind} pair, not an EAGLE-3 head")
         mref = get_model_version(pv.draft_uri, tracking_uri=tracking_uri)
     return download_model_version(mref, tracking_uri=tracking_uri)
-
-
-def head_registry_hooks():
-    """The registry functions ``specdec draft train eagle3`` uses (:class:`specdec.training.cli.HeadRegistry`)."""
-    from registry.register import resolve_checkpoint
-    from specdec.training.cli import HeadRegistry
-
-    return HeadRegistry(register=register_trained_head, head_directory=head_directory,
-                        checkpoint_directory=lambda ref: resolve_checkpoint(ref)["path"])

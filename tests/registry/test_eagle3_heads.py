@@ -36,7 +36,7 @@ def uri(tmp_path, monkeypatch):
 
 def test_lineage_round_trips_through_the_store(uri, heads):
     import registry as R
-    from registry.heads import register_trained_head
+    from registry.register import register_trained_head
 
     pv1 = register_trained_head(heads["h1"].out_dir, "pair-e", str(heads["t1"]), tracking_uri=uri)
     pv2 = register_trained_head(heads["h2"].out_dir, "pair-e", str(heads["t2"]), tracking_uri=uri)
@@ -59,7 +59,7 @@ def test_lineage_round_trips_through_the_store(uri, heads):
 
 
 def test_a_head_registered_with_another_target_is_refused(uri, heads):
-    from registry.heads import register_trained_head
+    from registry.register import register_trained_head
 
     with pytest.raises(ValueError, match="was trained on a target with weights"):
         register_trained_head(heads["h1"].out_dir, "pair-x", str(heads["t2"]), tracking_uri=uri)
@@ -68,7 +68,8 @@ def test_a_head_registered_with_another_target_is_refused(uri, heads):
 def test_the_head_of_a_pair_alias_downloads_for_a_warm_start(uri, heads):
     import torch
 
-    from registry.heads import head_directory, register_trained_head
+    from registry.heads import head_directory
+    from registry.register import register_trained_head
     from specdec.models.eagle3 import load_eagle3
 
     register_trained_head(heads["h1"].out_dir, "pair-d", str(heads["t1"]), tracking_uri=uri)
