@@ -157,14 +157,10 @@ def _train(target_ref: str, out: Path, init_from: str | None, cfg: Any, corpus: 
                                  layer_ids=layer_ids, device=device, progress=not quiet)
     except TrainingMemoryError as e:
         _fail(str(e))
-    except torch_oom() as e:
-        _fail(f"out of memory while training ({str(e).splitlines()[0]}): use a smaller --batch-size or --response-tokens")
+    except (MemoryError, RuntimeError) as e:  # torch.OutOfMemoryError (CUDA) is a RuntimeError; CPU: "can't allocate"
+        if not isinstance(e, MemoryError) and "out of memory" not in str(e) and "allocate" not in str(e):
+            raise
+        _fail(f"out of memory while training ({str(e).splitlines()[0][:200]}): use a smaller --batch-size or "
+              "--response-tokens")
     except (TrainingDataError, CheckpointMismatchError, ValueError, FileNotFoundError) as e:
         _fail(str(e))
-
-
-def torch_oom() -> type[BaseException]:
-    """The exception torch raises when an allocation fails (CUDA or CPU)."""
-    import torch
-
-    return getattr(torch, "OutOfMemoryError", MemoryError)
