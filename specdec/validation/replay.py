@@ -271,7 +271,8 @@ def replay_counters(
         m, stats.target_forward_passes = 1, 1
     while m < len(y) and not (m and y[m - 1] in stop_token_ids):
         drafts = _block(trace, y, m, min(k, max_new_tokens - m - 1), stop_token_ids)
-        seen = drafts[: drafts.index(UNSEEN)] if UNSEEN in drafts else drafts  # UNSEEN only follows a rejection
+        # UNSEEN drafts only follow a rejected one, so verification stops before them: verify the seen ones
+        seen = drafts[:drafts.index(UNSEEN)] if UNSEEN in drafts else drafts
         pad = len(seen) + 1 - len(y[m:m + len(seen) + 1])
         outcome = verify_greedy(seen, y[m:m + len(seen) + 1] + [UNSEEN] * pad, stop_token_ids)
         stats.record_step(len(drafts), outcome.num_accepted, rejected=outcome.rejected)

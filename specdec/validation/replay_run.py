@@ -222,7 +222,8 @@ def _replay_one(target, drafters, ids, y, config: ValidationConfig, stop, vocab:
     if config.sampling.is_greedy:
         for d in drafters:
             adopt = adopts_prefix(d, target, len(ids))
-            trace = draft_trace(d, ids, y, vocab, kmax=kmax, stop_token_ids=stop, exact=exact, adopts_prefix=adopt)
+            trace = draft_trace(d, ids, y, vocab, kmax=kmax, stop_token_ids=stop, exact=exact, adopts_prefix=adopt,
+                                target=target)
             curve = replay_curve(trace, y, range(1, kmax + 1), max_new_tokens=config.max_new_tokens, stop_token_ids=stop)
             res.append(DrafterReplay(curve=curve, trace=trace, adopts_prefix=adopt))
         return res
