@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
     """Entry point for the ``specdec.cli`` group: adds the ``pair`` sub-command, and gives
     ``specdec draft train eagle3`` its ``--register`` and ``models:/`` references (:mod:`registry.heads`)."""
     app.add_typer(pair_app, name="pair")
-    from registry.heads import head_registry_hooks
+    from registry.register import head_registry_hooks
     from specdec.training.cli import set_head_registry
 
     set_head_registry(head_registry_hooks())
