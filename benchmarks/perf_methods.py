@@ -51,17 +51,17 @@ class RunOut:
 
 
 class StepRecorder:
-    """Delegating drafter that records ``(proposed, accepted)`` for every step.
+    """Delegating drafter that records ``(proposed, accepted)`` for every step with a proposal
+    (B = 1 runs; :class:`specdec.core.drafters.Drafter` protocol).
 
-    The decoding core calls ``propose(context, ...)`` and, after verification,
-    ``rollback(len(context) + accepted)``; the difference gives the accepted count. Overhead:
-    two Python calls per step (microseconds against millisecond forward passes).
+    The decoding core calls ``propose(...)`` and, after verification, ``accept(num_accepted, ...)``.
+    Overhead: two Python calls per step (microseconds against millisecond forward passes).
     """
 
     def __init__(self, inner) -> None:
         self.inner = inner
         self.steps: list[tuple[int, int]] = []
-        self._pending: tuple[int, int] | None = None
+        self._proposed: int | None = None
 
     @property
     def forward_passes(self) -> int:
@@ -71,23 +71,24 @@ class StepRecorder:
     def forward_passes(self, v: int) -> None:
         self.inner.forward_passes = v
 
-    def reset(self) -> None:
+    def start(self, contexts) -> None:
         self.steps = []
-        self._pending = None
-        self.inner.reset()
+        self._proposed = None
+        self.inner.start(contexts)
 
-    def propose(self, context, k, *args, **kwargs):
-        tokens, q = self.inner.propose(context, k, *args, **kwargs)
-        self._pending = (len(context), len(tokens))
-        return tokens, q
+    def propose(self, contexts, limits, *args, **kwargs):
+        proposal = self.inner.propose(contexts, limits, *args, **kwargs)
+        self._proposed = int(proposal.num_drafts[0]) if len(contexts) else 0
+        return proposal
 
-    def rollback(self, num_valid: int) -> None:
-        if self._pending is not None:
-            base, n = self._pending
-            if n > 0:
-                self.steps.append((n, max(0, min(n, num_valid - base))))
-            self._pending = None
-        self.inner.rollback(num_valid)
+    def accept(self, num_accepted, next_tokens, features=None) -> None:
+        if self._proposed:
+            self.steps.append((self._proposed, int(num_accepted[0])))
+        self._proposed = None
+        self.inner.accept(num_accepted, next_tokens, features)
+
+    def select(self, rows) -> None:
+        self.inner.select(rows)
 
     def __getattr__(self, name):  # anything else the core may ask for
         return getattr(self.inner, name)
@@ -325,7 +326,7 @@ def ngram_lookup_seconds(drafter: NgramDrafter, context: list[int], k: int, reps
     times = []
     for _ in range(reps + 3):
         t0 = time.perf_counter()
-        drafter.propose(context, k, GREEDY, vocab)
+        drafter.propose([context], [k], GREEDY, vocab)
         times.append(time.perf_counter() - t0)
     times = times[3:]
     return {"median_s": statistics.median(times), "min_s": min(times), "reps": reps, "context_tokens": len(context)}

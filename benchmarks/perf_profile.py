@@ -201,7 +201,7 @@ def profile_ours(target, draft_obj, ids: torch.Tensor, k: int, max_new_tokens: i
     spec_funcs = {}
     for (fname, line, func), (cc, nc, tt, ct, _) in ps.stats.items():
         if "/specdec/" in fname and func in ("propose", "lookup", "verify_block", "logits_to_probs", "sample",
-                                             "forward_tokens", "crop_cache", "speculative_generate", "rollback"):
+                                             "forward_tokens", "crop_cache", "speculative_generate", "accept"):
             key = f"{fname.split('/specdec/')[-1]}:{func}"
             spec_funcs[key] = {"calls": nc, "own_ms": round(tt * 1e3, 3), "cumulative_ms": round(ct * 1e3, 3)}
     return {

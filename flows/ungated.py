@@ -100,7 +100,7 @@ def report_ungated(db, checks: dict[str, dict[str, Any]], results: list, *, reve
         try:
             out = alert_ungated_promotion(db, pair, GATED_ALIAS, version=f.version if f else (champ.version if champ else None),
                                           message=message, firing=f is not None, links=_links(pair, f))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 (the store or a channel failing must not stop the other pairs' alerts)
             log.error("%s: ungated-promotion alert not queued: %s: %s", pair, type(e).__name__, e)
             continue
         if champ is not None and f is not None:
@@ -109,16 +109,19 @@ def report_ungated(db, checks: dict[str, dict[str, Any]], results: list, *, reve
             champ.ungated_alert = out.transition
 
 
+def version_link(pair: str, version: str) -> str:
+    """The pair version in the MLflow UI (an http server), else its ``models:/`` URI (for alerts)."""
+    from registry.settings import resolve_tracking_uri
+
+    uri = resolve_tracking_uri()
+    return f"{uri.rstrip('/')}/#/models/{pair}/versions/{version}" if uri.startswith("http") else f"models:/{pair}/{version}"
+
+
 def _links(pair: str, f) -> dict[str, str]:
-    """A link to the pair version in the MLflow UI (an http server), else its ``models:/`` URI."""
+    """The ungated version's link (:func:`version_link`)."""
     if f is None:
         return {}
     try:
-        from registry.settings import resolve_tracking_uri
-
-        uri = resolve_tracking_uri()
-    except Exception:  # noqa: BLE001
-        uri = ""
-    if uri.startswith("http"):
-        return {"MLflow version": f"{uri.rstrip('/')}/#/models/{pair}/versions/{f.version}"}
-    return {"MLflow version": f"models:/{pair}/{f.version}"}
+        return {"MLflow version": version_link(pair, f.version)}
+    except Exception:  # noqa: BLE001 (a link is a convenience)
+        return {"MLflow version": f"models:/{pair}/{f.version}"}

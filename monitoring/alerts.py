@@ -32,17 +32,7 @@ from sqlalchemy.exc import IntegrityError
 
 from monitoring import channels as ch
 from monitoring.channel_health import CHANNEL_HEALTH, REFUSED, enqueue_channel_health
-from monitoring.db import (
-    DELIVERED,
-    FIRING,
-    PENDING,
-    RESOLVED,
-    SENDING,
-    AlertDelivery,
-    Database,
-    Incident,
-    utcnow,
-)
+from monitoring.db import DELIVERED, FIRING, PENDING, RESOLVED, SENDING, AlertDelivery, Database, Incident, utcnow
 from monitoring.rules import FAILED_VERDICT, PASSED_VERDICT, RuleResult, change_since_baseline, severity_of, verdict
 from monitoring.settings import ChannelConfig, MonitoringSettings, get_settings
 from specdec.validation.report import nan_to_none
@@ -60,6 +50,7 @@ class AlertContext:
         alias: alias the version was resolved through (shown in the message).
         heldout: ``"name@version"``. num_speculative_tokens: k.
         target_hash / draft_hash: weight hashes (shown shortened).
+        target_ref / draft_ref: ``models:/name/version``, shown before the hash (findable from Slack).
         baseline: label of the baseline run (e.g. ``"specdec-pair v1 (run 3, 2026-11-28)"``).
         root_cause_hint: from :func:`monitoring.rules.root_cause_hint`.
         links: name -> URL or path (``{"MLflow run": "http://...", "Evidently report": "/..."}``).
@@ -74,6 +65,8 @@ class AlertContext:
     num_speculative_tokens: int | None = None
     target_hash: str | None = None
     draft_hash: str | None = None
+    target_ref: str | None = None
+    draft_ref: str | None = None
     baseline: str | None = None
     root_cause_hint: str | None = None
     links: dict[str, str] = field(default_factory=dict)
@@ -115,8 +108,9 @@ def _to_delivery(row: AlertDelivery) -> Delivery:
                     row.attempts, row.idempotency_key, row.last_error, row.response_status)
 
 
-def _short(h: str | None) -> str | None:
-    return h[:12] if h else None
+def _short(h: str | None, ref: str | None = None) -> str | None:
+    """``models:/tiny-target/2 (weights 328dcdfcabee)`` when ``ref`` is a registry name, else the hash's head."""
+    return ref + (f" (weights {h[:12]})" if h else "") if ref and ref.startswith("models:/") else h[:12] if h else None
 
 
 def _fmt_rule(r: RuleResult) -> str:
@@ -164,7 +158,8 @@ def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], 
         title = f"Speculative-decoding drift: {who}"
     facts = {
         "Pair": who, "Held-out": ctx.heldout, "k": ctx.num_speculative_tokens,
-        "Target": _short(ctx.target_hash), "Draft": _short(ctx.draft_hash), "Baseline": ctx.baseline,
+        "Target": _short(ctx.target_hash, ctx.target_ref), "Draft": _short(ctx.draft_hash, ctx.draft_ref),
+        "Baseline": ctx.baseline,
     }
     if overall is not None and overall.value is not None:
         ci = f" (95% CI {overall.ci[0]:.3f}-{overall.ci[1]:.3f})" if overall.ci else ""

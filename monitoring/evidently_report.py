@@ -88,9 +88,42 @@ def _usable(cur, ref) -> list[str]:
     return [c for c in COLUMNS if cur[c].notna().sum() >= 2 and ref[c].notna().sum() >= 2]
 
 
+def explanation(cur, ref, *, current_label: str, reference_label: str, pooled: tuple[float, float] | None) -> str:
+    """The HTML header of the saved report: what is compared with what, how to read Evidently's
+    "Drift score" (a K-S p-value: small means drift) and why its mean differs from specdec's rate."""
+    import html
+
+    def mean(frame) -> str:
+        return f"{frame['acceptance_rate'].mean():.3f}" if "acceptance_rate" in frame else "n/a"
+
+    pooled_txt = (f" specdec's acceptance rate pools tokens (accepted / drafted over all prompts): "
+                  f"{pooled[0]:.3f} current, {pooled[1]:.3f} reference." if pooled else "")
+    return (
+        '<div style="font-family:sans-serif;padding:12px 16px;margin:8px;border:1px solid #ccc;background:#f7f7f7">'
+        f"<h2 style=\"margin:0 0 6px\">specdec drift report</h2>"
+        f"<p><b>Current</b>: {html.escape(current_label)} ({len(cur)} prompts). "
+        f"<b>Reference</b>: {html.escape(reference_label)} ({len(ref)} prompts).</p>"
+        f"<p>Columns are per-prompt values: acceptance rate, teacher-forced &alpha; (alpha_tf) and top-1 agreement. "
+        f"Each column is compared with a two-sample Kolmogorov-Smirnov test. <b>The \"Drift score\" Evidently shows "
+        f"is the K-S p-value</b>: drift is detected when it is below {DRIFT_THRESHOLD}, so a score of 0.0 means the "
+        f"distributions differ (drift), not \"no drift\".</p>"
+        f"<p>The mean acceptance below is the plain mean over prompts ({mean(cur)} current, {mean(ref)} reference), "
+        f"every prompt weighted equally.{html.escape(pooled_txt)} Histogram axes are Evidently's automatic bins.</p>"
+        "</div>")
+
+
+def _with_header(path: Path, header: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    i = text.find("<body")
+    j = text.find(">", i) + 1 if i >= 0 else 0
+    path.write_text(text[:j] + header + text[j:], encoding="utf-8")
+
+
 def build_report(
     current: Sequence[PromptResult], reference: Sequence[PromptResult], out_dir: str | Path, *,
     acceptance_threshold: float = 0.40, relative_drop: float | None = 0.15, name: str = "drift",
+    current_label: str = "this run", reference_label: str = "its baseline run",
+    pooled: tuple[float, float] | None = None,
 ) -> DriftVerdict | None:
     """Run the Evidently report and save ``<out_dir>/<name>.html`` and ``<name>.json``.
 
@@ -98,6 +131,9 @@ def build_report(
         current: this run's per-prompt results. reference: the baseline run's.
         out_dir: created if missing. acceptance_threshold: for the mean-acceptance test.
         relative_drop: adds a test "mean acceptance >= (1 - drop) x baseline mean" (None: skip).
+        current_label / reference_label: what the two sides are (e.g. ``specdec-pair v2, night
+            2026-11-30``), written at the top of the HTML with how to read it (:func:`explanation`).
+        pooled: specdec's pooled acceptance rates (current, reference), quoted next to Evidently's mean.
     Returns:
         The :class:`DriftVerdict` read back from the saved JSON, or ``None`` when fewer than two
         measured prompts exist on either side for every column (nothing to compare).
@@ -127,6 +163,7 @@ def build_report(
     out.mkdir(parents=True, exist_ok=True)
     html, js = out / f"{name}.html", out / f"{name}.json"
     snapshot.save_html(str(html))
+    _with_header(html, explanation(cur, ref, current_label=current_label, reference_label=reference_label, pooled=pooled))
     snapshot.save_json(str(js))
     return read_verdict(js, html_path=html)
 

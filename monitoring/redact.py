@@ -4,28 +4,11 @@ from __future__ import annotations
 
 import logging
 import re
-from urllib.parse import urlsplit
+
+from specdec.redact import redact_url
 
 # "…" ends a match so already-redacted text ("https://host/…)") keeps what follows it
 _URL_RE = re.compile(r"https?://[^\s'\"<>…]+…?")
-
-
-def redact_url(url: str) -> str:
-    """``https://hooks.slack.com/services/T0/B0/xyz`` -> ``https://hooks.slack.com/…``.
-
-    Only scheme and host (and port) survive; user info, path, query and fragment are dropped.
-    Anything unparsable becomes ``"<redacted>"``.
-    """
-    try:
-        parts = urlsplit(str(url))
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
-    except ValueError:
-        return "<redacted>"
-    if not parts.scheme or not host:
-        return "<redacted>"
-    return f"{parts.scheme}://{host}/…"
 
 
 def redact_text(text: str) -> str:
@@ -36,10 +19,11 @@ def redact_text(text: str) -> str:
 def redact_db_url(url: str) -> str:
     """A SQLAlchemy URL with its password masked (``***``)."""
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # unparsable: show nothing of it
+    except (ArgumentError, ValueError, TypeError):  # unparsable: show nothing of it
         return "<redacted>"
 
 
@@ -53,7 +37,7 @@ class RedactUrlsFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:  # noqa: A003 (logging API name)
         try:
             msg = record.getMessage()
-        except Exception:  # malformed record: leave it to logging
+        except (TypeError, ValueError, KeyError):  # msg % args failed (malformed record): leave it to logging
             return True
         red = redact_text(msg)
         if red != msg:

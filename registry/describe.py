@@ -20,6 +20,7 @@ promotion call it (through :func:`registry.runs.refresh_version`). Pure helpers 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Mapping
@@ -63,6 +64,20 @@ def policy_label(gate: Any) -> str:
     return f"{side}>={float(gate.min_acceptance_rate):.2f}"
 
 
+def speed_note(metrics: Mapping[str, float]) -> str | None:
+    """``speed inconclusive (load 7.9 on 2 CPUs)`` when the run's timings were taken on an
+    overloaded machine (mean 1-minute load per CPU above
+    :data:`specdec.validation.machine.OVERLOADED_LOAD_PER_CPU`, the nightly's speed-inconclusive
+    bound), else None. Such a speedup is shown as inconclusive and never replaces the version's
+    ``speedup`` tag."""
+    from specdec.validation.machine import OVERLOADED_LOAD_PER_CPU
+
+    load, cpus = metrics.get("load_avg_1m"), metrics.get("num_cpus")
+    if _finite(load) and _finite(cpus) and float(cpus) > 0 and float(load) / float(cpus) > OVERLOADED_LOAD_PER_CPU:
+        return f"speed inconclusive (load {float(load):.1f} on {int(cpus)} CPUs)"
+    return None
+
+
 def validation_version_tags(status: str, metrics: Mapping[str, float], gate: Any) -> dict[str, str]:
     """The validation tags a pair version shows after a validation.
 
@@ -72,7 +87,7 @@ def validation_version_tags(status: str, metrics: Mapping[str, float], gate: Any
         gate: the ``GateConfig`` that decided ``status``.
     Returns:
         ``validation_status``, ``acceptance_rate`` (3 decimals), ``speedup`` (2 decimals, only when
-        measured) and ``policy``.
+        measured on a machine that was not overloaded: :func:`speed_note`) and ``policy``.
     Raises:
         ValueError: ``status`` is not passed/failed.
     """
@@ -81,7 +96,7 @@ def validation_version_tags(status: str, metrics: Mapping[str, float], gate: Any
     tags = {"validation_status": status, "policy": policy_label(gate)}
     if _finite(metrics.get("acceptance_rate")):
         tags["acceptance_rate"] = f"{float(metrics['acceptance_rate']):.3f}"
-    if _finite(metrics.get("speedup")):
+    if _finite(metrics.get("speedup")) and speed_note(metrics) is None:
         tags["speedup"] = f"{float(metrics['speedup']):.2f}"
     return tags
 
@@ -111,6 +126,8 @@ class VersionFacts:
         date: ``YYYY-MM-DD`` of the latest validation (else of the registration).
         promotion: the version's ``promotion`` tag, if any; holds_alias: it still holds that alias.
         note: a free-text description given at registration (appended).
+        evidence: MLflow UI route of the latest validation run (``#/experiments/<id>/runs/<id>``),
+            the version's path to its evidence (its "Source Run" is the registration run).
     """
 
     status: str | None = None
@@ -119,6 +136,7 @@ class VersionFacts:
     k: int | None = None
     speedup: float | None = None
     speedup_ci: tuple[float, float] | None = None
+    speed_note: str | None = None
     heldout: str | None = None
     num_prompts: int | None = None
     changed: str | None = None
@@ -127,6 +145,7 @@ class VersionFacts:
     promotion: str | None = None
     holds_alias: bool = False
     note: str | None = None
+    evidence: str | None = None
 
 
 def _down(x: float) -> str:
@@ -159,7 +178,9 @@ def describe(f: VersionFacts) -> str:
     else:
         acc = f"{f.acceptance_rate:.2f}" if _finite(f.acceptance_rate) else "n/a"
         parts = [f"{f.status}: acc {acc}{_ci(f.acceptance_ci)}" + (f" at k={f.k}" if f.k else "")]
-        if _finite(f.speedup):
+        if f.speed_note:
+            parts.append(f.speed_note)
+        elif _finite(f.speedup):
             parts.append(f"speedup {f.speedup:.2f}x{_ci(f.speedup_ci)}")
         if f.heldout:
             parts.append(f.heldout + (f", {f.num_prompts} prompts" if f.num_prompts else ""))
@@ -172,7 +193,28 @@ def describe(f: VersionFacts) -> str:
         parts.append(("@" if f.holds_alias else "was @") + f.promotion)
     if f.note:
         parts.append(f.note)
-    return " · ".join(p.replace("\n", " ").strip() for p in parts if p)
+    if f.evidence:
+        parts.append(f"[validation run]({f.evidence})")
+    return escape_mentions(" · ".join(p.replace("\n", " ").strip() for p in parts if p))
+
+
+_MENTION = re.compile(r"(^|\s)@(?=\w)")
+
+
+def escape_mentions(text: str) -> str:
+    """``@champion`` -> ``\\@champion``: the MLflow UI renders descriptions as Markdown with GitHub
+    mentions (showdown ``ghMentions``), which would link ``@champion`` to a GitHub user; an escaped
+    ``@`` renders as a plain ``@``. :func:`plain_text` undoes it for terminals."""
+    return _MENTION.sub(lambda m: m.group(1) + "\\@", text)
+
+
+_LINK = re.compile(r" · \[[^\]]*\]\(#/[^)]*\)")
+
+
+def plain_text(description: str | None) -> str | None:
+    """A description as a terminal shows it: Markdown escapes of :func:`escape_mentions` and the UI
+    link to the validation run (a route only the MLflow UI resolves) removed."""
+    return _LINK.sub("", description).replace("\\@", "@") if description else description
 
 
 def registration_description(doc: Mapping[str, Any]) -> str:
@@ -214,6 +256,8 @@ def facts_for(client, mv, run=None, aliases: Mapping[str, str] | None = None,
         f.acceptance_ci = _pair(m, "acceptance_rate")
         f.speedup = m.get("speedup") if _finite(m.get("speedup")) else None
         f.speedup_ci = _pair(m, "speedup")
+        f.speed_note = speed_note(m)
+        f.evidence = f"#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
         f.heldout = held.split("@", 1)[0] or None
         f.num_prompts = int(m["num_prompts"]) if _finite(m.get("num_prompts")) else None
         created = run.data.tags.get("specdec.report_created_at", "")  # when validated (logging may be later)
@@ -261,4 +305,4 @@ def describe_run(client, run_id: str, pair: str, version: str, line: str) -> Non
     for p in names:
         if p.endswith(".html"):  # the Evidently report (an extra artifact)
             links["Evidently report"] = f"{base}/{p}"
-    client.set_tag(run_id, "mlflow.note.content", run_description(line, links))
+    client.set_tag(run_id, "mlflow.note.content", run_description(_LINK.sub("", line), links))  # no link to itself

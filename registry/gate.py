@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from specdec.policy import get_policy
+from specdec.settings.policy import get_policy
 
 
 @dataclass(frozen=True)

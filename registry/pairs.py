@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from registry.changes import compute_changed, same_config
-from registry.describe import registration_description, select_registration_tags
+from registry.describe import plain_text, registration_description, select_registration_tags
 from registry.errors import AliasNotFound, PairNotFound
 from registry.models import (
     ModelVersionRef,
@@ -39,7 +39,7 @@ from registry.settings import get_client, get_settings, mlflow_errors
 from specdec.core.config import SpeculativeConfig
 
 PAIR_SCHEMA_VERSION = 1
-DRAFTER_KINDS = ("model", "ngram", "derived:int8", "derived:int4", "derived:bf16", "derived:fp8")
+DRAFTER_KINDS = ("model", "ngram", "derived:int8", "derived:int4", "derived:bf16", "derived:fp8", "eagle3")
 CHANGED_VALUES = ("initial", "target", "draft", "both", "config", "none")
 
 
@@ -65,7 +65,8 @@ class PairVersion:
             For ``derived:*`` the draft directory holds ``recipe.json``: re-derive the draft with
             ``specdec.models.derived.derive_draft(target_model, DerivedDraftRecipe.from_dict(pv.recipe))``.
         reused: True when :func:`register_pair` found an identical existing version.
-        description: the version's one-line description (:mod:`registry.describe`).
+        description: the version's one-line description (:mod:`registry.describe`) as plain text
+            (the stored Markdown escapes ``\\@`` before mentions; :func:`registry.describe.plain_text`).
     """
 
     name: str
@@ -151,6 +152,9 @@ def register_pair(
 ) -> PairVersion:
     """Register a pair version referencing exact target/draft model versions.
 
+    Length: argument checks, lineage, the identical-pair lookup and the write form one transaction-like
+    sequence against MLflow; each step needs the previous one's facts.
+
     Args:
         target: target model version (:class:`ModelVersionRef` or ``models:/<name>/<v>``).
         draft: draft model version, or None for ``drafter_kind="ngram"``.
@@ -213,6 +217,8 @@ def register_pair(
         }
         if draft_ref is not None and draft_ref.derived_from:
             tags["draft.derived_from"] = draft_ref.derived_from
+        if draft_ref is not None and drafter_kind == "eagle3":  # the head's lineage (registry.heads)
+            tags.update({f"draft.{k}": v for k, v in draft_ref.tags.items() if k.startswith("eagle3.")})
         existing = _pair_versions(client, name)
         for mv in existing:
             mt = mv.tags or {}
@@ -278,7 +284,7 @@ def _from_doc(mv, doc: dict[str, Any], aliases: list[str], reused: bool = False)
         previous_version=doc.get("previous_version"), recipe=doc.get("recipe"),
         target_source=target_doc.get("source") or {}, draft_source=draft_doc.get("source") if draft_doc else None,
         aliases=aliases, tags={**(doc.get("tags") or {}), **dict(mv.tags or {})}, created_at=doc.get("created_at"),
-        reused=reused, description=mv.description,
+        reused=reused, description=plain_text(mv.description),
     )
 
 
@@ -299,22 +305,9 @@ def _from_mv(client, mv, reused: bool = False, aliases: list[str] | None = None)
         draft_weights_sha256=none(tg.get("draft.weights_sha256")), draft_tokenizer_sha256=none(tg.get("draft.tokenizer_sha256")),
         config=SpeculativeConfig.from_tags(tg), compatibility=compat, changed=tg.get("changed", ""),
         config_changed=tg.get("config_changed") == "true", previous_version=none(tg.get("previous_version")),
-        aliases=aliases, tags=tg, reused=reused, description=mv.description,
+        aliases=aliases, tags=tg, reused=reused, description=plain_text(mv.description),
         created_at=datetime.fromtimestamp(mv.creation_timestamp / 1000, timezone.utc).isoformat(timespec="seconds"),
     )
-
-
-def resolve_alias(pair: str, alias: str, *, tracking_uri: str | None = None) -> str:
-    """The version an alias points at, read from MLflow on every call (so UI promotions are seen).
-
-    Returns:
-        the version as a decimal string.
-    Raises:
-        PairNotFound: no registered model ``pair``; AliasNotFound: the pair has no alias ``alias``.
-    """
-    client = get_client(tracking_uri)
-    with mlflow_errors(client.tracking_uri):
-        return _resolve_alias(client, pair, alias)
 
 
 def pair_aliases(client, pair: str) -> dict[str, str]:
@@ -355,7 +348,9 @@ def _pair_from_artifact(client, mv) -> PairVersion:
     return _from_doc(mv, doc, aliases=aliases)
 
 
-def _resolve_alias(client, pair: str, alias: str) -> str:
+def client_resolve_alias(client, pair: str, alias: str) -> str:
+    """The version an alias points at, read from MLflow on every call (so UI promotions are seen),
+    as a decimal string. Raises PairNotFound (no registered model ``pair``), AliasNotFound."""
     aliases = pair_aliases(client, pair)
     if alias not in aliases:
         have = ", ".join(f"@{a} -> v{v}" for a, v in sorted(aliases.items())) or "none"
@@ -363,13 +358,7 @@ def _resolve_alias(client, pair: str, alias: str) -> str:
     return aliases[alias]
 
 
-def get_pair_version(
-    pair: str,
-    version: str | int,
-    *,
-    download: bool = True,
-    tracking_uri: str | None = None,
-) -> PairVersion:
+def client_get_pair_version(client, pair: str, version: str | int, *, download: bool = True) -> PairVersion:
     """Load one pair version from MLflow: ``pair.json`` (authoritative), current tags and aliases, and
     (if ``download``) the target and draft artifacts into the local cache.
 
@@ -382,17 +371,14 @@ def get_pair_version(
     Raises:
         PairNotFound: pair or version missing; AliasNotFound: alias missing; RegistryUnavailable.
     """
-    client = get_client(tracking_uri)
-    uri = client.tracking_uri
     v = str(version).lstrip("@")
-    with mlflow_errors(uri):
-        if not v.isdigit():
-            v = _resolve_alias(client, pair, v)
-        pv = _pair_from_artifact(client, get_pair_model_version(client, pair, v))
-        if download:
-            pv.target_path = client_download_model_version(client, client_get_model_version(client, pv.target_uri))
-            if pv.draft_uri:
-                pv.draft_path = client_download_model_version(client, client_get_model_version(client, pv.draft_uri))
+    if not v.isdigit():
+        v = client_resolve_alias(client, pair, v)
+    pv = _pair_from_artifact(client, get_pair_model_version(client, pair, v))
+    if download:
+        pv.target_path = client_download_model_version(client, client_get_model_version(client, pv.target_uri))
+        if pv.draft_uri:
+            pv.draft_path = client_download_model_version(client, client_get_model_version(client, pv.draft_uri))
     return pv
 
 

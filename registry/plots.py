@@ -6,11 +6,11 @@ Each function writes one PNG and returns its path. Acceptance rates are probabil
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from specdec.policy import get_policy
+from specdec.settings.policy import get_policy
 from specdec.validation.report import ValidationReport
 
 
@@ -81,69 +81,103 @@ def plot_per_category(report: ValidationReport, path: str | Path, threshold: flo
     return out
 
 
+def _label(h: dict[str, Any]) -> str:
+    """A point's x label: its night (``YYYY-MM-DD``, the history key's date) for nightly runs, the
+    window end (``MM-DD HH:MM``) for production windows."""
+    if h.get("night") and (h.get("source") or "nightly") == "nightly":
+        return str(h["night"])
+    t = h.get("time")
+    if isinstance(t, datetime):
+        return t.strftime("%Y-%m-%d") if (h.get("source") or "nightly") == "nightly" else t.strftime("%m-%d %H:%M")
+    return str(t or "")[:16]
+
+
+def _series(pts: list[dict[str, Any]]) -> dict[tuple[str, str], list[int]]:
+    """Indices of the points of each (source, pair version), in order: one line each, so two versions
+    are never joined by a line."""
+    out: dict[tuple[str, str], list[int]] = {}
+    for i, h in enumerate(pts):
+        out.setdefault((h.get("source") or "nightly", str(h.get("pair_version") or "?")), []).append(i)
+    return out
+
+
 def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: float | None = None, title: str = "") -> Path:
-    """Acceptance-rate trend over past validation runs of a pair, nightly and production apart.
+    """Acceptance rate (top panel) and measured speedup (bottom panel, when measured) over past
+    validation runs of a pair: one line per pair version and source (never joined across versions),
+    each panel with its own y-axis, points labelled by night.
 
     Args:
         history: oldest first; dicts with ``time`` (datetime or ISO string), ``acceptance_rate``,
-            optional ``pair_version`` (annotated on nightly points), ``acceptance_rate_ci_low`` and
-            ``source`` (``"nightly"``, the default, or ``"production"``: windows of the serving
-            engine's counters, drawn as their own series), and ``speedup`` / ``speedup_ci_low`` /
-            ``speedup_ci_high`` (the measured speedup, drawn on a right-hand axis with its CI and a
-            1.0x line; points without one are left out of that series).
+            optional ``night`` (``YYYY-MM-DD``: the x label of a nightly point; else the date of
+            ``time``), ``pair_version``, ``acceptance_rate_ci_low`` and ``source`` (``"nightly"``,
+            the default, or ``"production"``: windows of the serving engine's counters, dotted), and
+            ``speedup`` / ``speedup_ci_low`` / ``speedup_ci_high`` (measured speedup with its CI).
     """
-    fig = _figure(7.2, 4.0)
-    ax = fig.add_subplot(1, 1, 1)
     pts = [h for h in history if _ok(h.get("acceptance_rate"))]
-    xs = list(range(len(pts)))
-    if pts:
-        styles = {"nightly": dict(marker="o", color="#4C72B0", label="acceptance rate (nightly, held-out)"),
-                  "production": dict(marker=".", color="#DD8452", label="acceptance rate (production traffic)")}
-        for src, style in styles.items():
-            sel = [(x, h) for x, h in zip(xs, pts) if (h.get("source") or "nightly") == src]
-            if not sel:
-                continue
-            sx, sy = [x for x, _ in sel], [float(h["acceptance_rate"]) for _, h in sel]
-            if src == "nightly" and len(sel) == len(pts):
-                style = {**style, "label": "acceptance rate"}
-            ax.plot(sx, sy, linestyle="-" if src == "nightly" else ":", **style)
-            lows = [h.get("acceptance_rate_ci_low") for _, h in sel]
-            if all(_ok(v) for v in lows):
-                ax.plot(sx, lows, linestyle=":", color=style["color"], alpha=0.7,
-                        label="CI lower bound" if src == "nightly" else "production CI lower bound")
-            if src == "nightly":
-                for x, h in sel:
-                    if h.get("pair_version") is not None:
-                        ax.annotate(f"v{h['pair_version']}", (x, float(h["acceptance_rate"])),
-                                    textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
-        labels = []
-        for h in pts:
-            t = h.get("time")
-            labels.append(t.strftime("%m-%d %H:%M") if isinstance(t, datetime) else str(t or "")[5:16])
-        step = max(1, math.ceil(len(pts) / 16))  # at most ~16 tick labels
-        ax.set_xticks(xs[::step])
-        ax.set_xticklabels(labels[::step], rotation=30, ha="right", fontsize=7)
+    sp = [i for i, h in enumerate(pts) if _ok(h.get("speedup"))]
+    fig = _figure(7.6, 5.6 if sp else 4.0)
+    ax = fig.add_subplot(2, 1, 1) if sp else fig.add_subplot(1, 1, 1)
+    ax2 = fig.add_subplot(2, 1, 2, sharex=ax) if sp else None
+    colors = ["#4C72B0", "#C44E52", "#55A868", "#8172B2", "#CCB974", "#64B5CD", "#DD8452", "#937860"]
+    for n, ((src, ver), idx) in enumerate(_series(pts).items()):
+        color = colors[n % len(colors)]
+        style = dict(color=color, marker="o" if src == "nightly" else ".", linestyle="-" if src == "nightly" else ":")
+        ax.plot(idx, [float(pts[i]["acceptance_rate"]) for i in idx], label=f"v{ver} ({src})", **style)
+        lows = [pts[i].get("acceptance_rate_ci_low") for i in idx]
+        if all(_ok(v) for v in lows):
+            ax.plot(idx, lows, linestyle=":", color=color, alpha=0.6, linewidth=0.9)
+        sx = [i for i in idx if i in sp]
+        if ax2 is not None and sx:
+            sy = [float(pts[i]["speedup"]) for i in sx]
+            lo = [y - float(pts[i]["speedup_ci_low"]) if _ok(pts[i].get("speedup_ci_low")) else 0.0 for y, i in zip(sy, sx)]
+            hi = [float(pts[i]["speedup_ci_high"]) - y if _ok(pts[i].get("speedup_ci_high")) else 0.0 for y, i in zip(sy, sx)]
+            ax2.errorbar(sx, sy, yerr=[lo, hi], marker="s", color=color, capsize=3, label=f"v{ver}")
     threshold = get_policy().threshold if threshold is None else threshold  # the acceptance policy's line
     ax.axhline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"gate {threshold:.2f}")
     ax.set_ylim(0, 1.02)
-    ax.set_ylabel("acceptance rate")
+    ax.set_ylabel("acceptance rate\n(dotted: CI lower bound)")
     ax.set_title(title or "Acceptance rate over validation runs")
     ax.grid(alpha=0.3)
-    handles, names = ax.get_legend_handles_labels()
-    sp = [(x, h) for x, h in zip(xs, pts) if _ok(h.get("speedup"))]
-    if sp:  # measured speedup on a second axis, with its paired-bootstrap CI and the 1.0x line
-        ax2 = ax.twinx()
-        sy = [float(h["speedup"]) for _, h in sp]
-        lo = [y - float(h["speedup_ci_low"]) if _ok(h.get("speedup_ci_low")) else 0.0 for y, (_, h) in zip(sy, sp)]
-        hi = [float(h["speedup_ci_high"]) - y if _ok(h.get("speedup_ci_high")) else 0.0 for y, (_, h) in zip(sy, sp)]
-        ax2.errorbar([x for x, _ in sp], sy, yerr=[lo, hi], marker="s", color="#55A868", capsize=3,
-                     label="measured speedup (95% CI)")
-        ax2.axhline(1.0, color="#55A868", linestyle=":", linewidth=1, label="speedup 1.0x (no gain)")
-        ax2.set_ylim(0, max([y + h for y, h in zip(sy, hi)] + [1.5]) * 1.1)
-        ax2.set_ylabel("speedup vs target-only (x)")
-        h2, n2 = ax2.get_legend_handles_labels()
-        handles, names = handles + h2, names + n2
-    ax.legend(handles, names, fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="lower left", ncol=2)
+    bottom = ax2 if ax2 is not None else ax
+    if ax2 is not None:
+        ax2.axhline(1.0, color="#55A868", linestyle=":", linewidth=1, label="1.0x (no gain)")
+        top = max(float(pts[i].get("speedup_ci_high") if _ok(pts[i].get("speedup_ci_high")) else pts[i]["speedup"]) for i in sp)
+        ax2.set_ylim(0, max(top, 1.5) * 1.1)
+        ax2.set_ylabel("measured speedup (x)\nvs target-only, 95% CI")
+        ax2.grid(alpha=0.3)
+        ax2.legend(fontsize=7, loc="lower left", ncol=2)
+    if pts:
+        step = max(1, math.ceil(len(pts) / 16))  # at most ~16 tick labels
+        bottom.set_xticks(list(range(len(pts)))[::step])
+        bottom.set_xticklabels([_label(h) for h in pts][::step], rotation=30, ha="right", fontsize=7)
+        if ax2 is not None:
+            ax.tick_params(labelbottom=False)
     out = Path(path)
     fig.savefig(out, bbox_inches="tight")
+    return out
+
+
+#: the speed metrics a trend point carries (MLflow metric names)
+SPEED_KEYS = ("speedup", "speedup_ci_low", "speedup_ci_high", "predicted_speedup")
+
+
+def night_of(run_name: str | None) -> str | None:
+    """The night of a validation run from its name (``<pair> v<N> night <YYYY-MM-DD>``), else None."""
+    return run_name.rsplit(" night ", 1)[1] if run_name and " night " in run_name else None
+
+
+def write_run_plots(report: ValidationReport, out: Path, history: list, run_id: str, version: str,
+                    metrics: dict[str, float], threshold: float, pair: str, night: str | None = None) -> Path:
+    """The plots of one validation run into ``out``: per-position and per-category acceptance, and
+    the trend of ``history`` (earlier runs, :func:`registry.runs.validation_history`) plus this run."""
+    out.mkdir(parents=True, exist_ok=True)
+    plot_per_position(report, out / "per_position_acceptance.png")
+    plot_per_category(report, out / "per_category_acceptance.png", threshold=threshold)
+    point = {"time": datetime.now(timezone.utc), "run_id": run_id, "pair_version": version, "night": night,
+             "acceptance_rate": metrics.get("acceptance_rate", math.nan),
+             "acceptance_rate_ci_low": metrics.get("acceptance_rate_ci_low", math.nan),
+             **{k: metrics.get(k, math.nan) for k in SPEED_KEYS}}
+    plot_trend(list(history) + [point], out / "acceptance_trend.png", threshold=threshold,
+               title=f"{pair}: acceptance rate and speedup over validation runs")
     return out

@@ -1,18 +1,9 @@
-"""Registry settings (pydantic-settings, env prefix ``SPECDEC_``) and the MLflow client factory.
+"""The registry's section of the settings tree and the MLflow client factory.
 
-Environment variables (all optional):
-
-- ``SPECDEC_HOME``: data directory (default ``./.specdec``, resolved against the working directory).
-- ``SPECDEC_TRACKING_URI``, else ``MLFLOW_TRACKING_URI``: the MLflow tracking and registry URI.
-  Default ``sqlite:///<SPECDEC_HOME>/mlflow.db`` (an embedded store, no server needed).
-- ``SPECDEC_ARTIFACTS_DIR``: artifact root for experiments created on a local (SQLite) store
-  (default: ``mlartifacts/`` next to the SQLite file, i.e. ``<SPECDEC_HOME>/mlartifacts`` for the
-  default store). With an ``http(s)://`` server, the server decides.
-- ``SPECDEC_PAIR_NAME``: default pair registered model (``specdec-pair``).
-- ``SPECDEC_ALIASES``: the allowed aliases (JSON list, default ``["champion", "challenger"]``).
-- ``SPECDEC_HTTP_TIMEOUT`` / ``SPECDEC_HTTP_MAX_RETRIES``: defaults for MLflow's
-  ``MLFLOW_HTTP_REQUEST_TIMEOUT`` (seconds) / ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` when those are unset,
-  so an unreachable server fails in seconds instead of minutes.
+The section itself (:class:`specdec.settings.registry.RegistrySettings`: ``SPECDEC_TRACKING_URI`` /
+``MLFLOW_TRACKING_URI``, ``SPECDEC_ARTIFACTS_DIR``, ``SPECDEC_PAIR_NAME``, ``SPECDEC_HTTP_TIMEOUT``, ...)
+lives with the rest of the tree in :mod:`specdec.settings`; the default store is
+``sqlite:///<home>/mlflow.db``.
 """
 
 from __future__ import annotations
@@ -22,56 +13,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import AliasChoices, Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
 from registry.errors import RegistryUnavailable
+from specdec.settings.registry import RegistrySettings
 
 REGISTRY_EXPERIMENT = "specdec-registry"
 VALIDATION_EXPERIMENT = "specdec-validation"
 
 
-class RegistrySettings(BaseSettings):
-    """Where the registry lives. Read afresh by :func:`get_settings` (never cached).
-
-    Attributes:
-        home: absolute data directory.
-        tracking_uri: MLflow tracking + registry URI (``sqlite:///...``, ``http://host:port``, ...).
-        artifacts_dir: absolute artifact root used for experiments created on a local store.
-        cache_dir: where :func:`registry.pairs.get_pair_version` downloads model artifacts.
-        pair_name: default pair registered model name.
-        aliases: the aliases specdec moves and validates (``SPECDEC_ALIASES='["champion", "challenger",
-            "canary"]'``); anything else is refused as a typo.
-        http_timeout: seconds per HTTP request to an MLflow server.
-        http_max_retries: retries per HTTP request to an MLflow server.
-    """
-
-    model_config = SettingsConfigDict(env_prefix="SPECDEC_", env_file=".env", extra="ignore")
-
-    home: Path = Path(".specdec")
-    tracking_uri: str | None = Field(
-        default=None, validation_alias=AliasChoices("SPECDEC_TRACKING_URI", "MLFLOW_TRACKING_URI")
-    )
-    artifacts_dir: Path | None = None  # None: next to a SQLite DB, else <home>/mlartifacts
-    cache_dir: Path | None = None
-    pair_name: str = "specdec-pair"
-    aliases: list[str] = Field(default_factory=lambda: ["champion", "challenger"])
-    http_timeout: int = 10
-    http_max_retries: int = 2
-
-    @model_validator(mode="after")
-    def _resolve(self) -> "RegistrySettings":
-        self.home = Path(self.home).expanduser().resolve()
-        if self.artifacts_dir:
-            self.artifacts_dir = Path(self.artifacts_dir).expanduser().resolve()
-        self.cache_dir = Path(self.cache_dir).expanduser().resolve() if self.cache_dir else self.home / "registry-cache"
-        if not self.tracking_uri:
-            self.tracking_uri = f"sqlite:///{self.home / 'mlflow.db'}"
-        return self
-
-
 def get_settings() -> RegistrySettings:
-    """Read :class:`RegistrySettings` from the environment (not cached, so tests can change env)."""
+    """The registry section of the settings tree (:mod:`specdec.settings`), read afresh from the environment."""
     return RegistrySettings()
 
 
@@ -90,11 +40,12 @@ def redact_uri(uri: str) -> str:
     """``uri`` without user:password and query string, for messages and logs (never log secrets)."""
     try:
         parts = urlsplit(uri)
+        port = parts.port  # ValueError (quoting the text) when the port is not a number
     except ValueError:
         return "<unparseable uri>"
     netloc = parts.hostname or ""
-    if parts.port:
-        netloc += f":{parts.port}"
+    if port:
+        netloc += f":{port}"
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
@@ -135,6 +86,15 @@ def get_client(tracking_uri: str | None = None, *, check: bool = True):
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
+def _scrub(text: str, uri: str) -> str:
+    """``text`` with ``uri`` (and its URL-decoded form) replaced by :func:`redact_uri` of it."""
+    from urllib.parse import unquote
+
+    for form in (uri, unquote(uri), uri.rstrip("/") + "/health"):
+        text = text.replace(form, redact_uri(form))
+    return text
+
+
 def check_server(uri: str, timeout: float = 10.0) -> None:
     """GET ``<uri>/health``; raise :class:`RegistryUnavailable` unless it answers 200.
 
@@ -149,7 +109,7 @@ def check_server(uri: str, timeout: float = 10.0) -> None:
         resp = httpx.get(url, timeout=timeout)
     except httpx.HTTPError as e:
         raise RegistryUnavailable(
-            f"MLflow server at {redact_uri(uri)} is unreachable ({type(e).__name__}: {e}). "
+            f"MLflow server at {redact_uri(uri)} is unreachable ({type(e).__name__}: {_scrub(str(e), uri)}). "
             "Start it, or point SPECDEC_TRACKING_URI / MLFLOW_TRACKING_URI elsewhere."
         ) from e
     if resp.status_code != 200:

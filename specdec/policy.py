@@ -1,17 +1,14 @@
 """The acceptance policy: one definition of "healthy" read by the drift rules, the promotion gate,
 the plots and the Evidently report, and recorded with every run (issue 12, item 5).
 
-Environment (all optional): ``SPECDEC_POLICY__THRESHOLD`` (default 0.40;
-``SPECDEC_RULES__ABSOLUTE_THRESHOLD`` is read as an older name for it), ``SPECDEC_POLICY__ALERT_SIDE``
-(``upper``), ``SPECDEC_POLICY__GATE_SIDE`` (``lower``), ``SPECDEC_POLICY__MIN_DRAFT_TOKENS`` (200),
-``SPECDEC_POLICY__MIN_PROMPTS`` (5).
+This module is the value type only; the environment (``SPECDEC_POLICY__*``) is read by the settings
+tree, :mod:`specdec.settings.policy` (``get_policy()``).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any
 
 SIDES = ("lower", "point", "upper")
 ESTIMATORS = ("pooled",)
@@ -74,31 +71,3 @@ class AcceptancePolicy:
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (recorded with each run)."""
         return asdict(self)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "AcceptancePolicy":
-        """The policy from ``SPECDEC_POLICY__*`` (see the module docstring).
-
-        Raises:
-            ValueError: a malformed value (the message names the variable).
-        """
-        env = os.environ if env is None else env
-        kw: dict[str, Any] = {}
-        thr = env.get("SPECDEC_POLICY__THRESHOLD") or env.get("SPECDEC_RULES__ABSOLUTE_THRESHOLD")
-        spec = {"THRESHOLD": ("threshold", float), "ESTIMATOR": ("estimator", str),
-                "ALERT_SIDE": ("alert_side", str), "GATE_SIDE": ("gate_side", str),
-                "MIN_DRAFT_TOKENS": ("min_draft_tokens", int), "MIN_PROMPTS": ("min_prompts", int)}
-        for suffix, (name, typ) in spec.items():
-            raw = thr if suffix == "THRESHOLD" else env.get(f"SPECDEC_POLICY__{suffix}")
-            if raw in (None, ""):
-                continue
-            try:
-                kw[name] = typ(raw.strip().lower() if typ is str else raw)
-            except ValueError:
-                raise ValueError(f"SPECDEC_POLICY__{suffix} must be {typ.__name__}, got {raw!r}") from None
-        return cls(**kw)
-
-
-def get_policy() -> AcceptancePolicy:
-    """The current policy (read afresh from the environment)."""
-    return AcceptancePolicy.from_env()

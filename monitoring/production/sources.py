@@ -21,7 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitoring.production.counters import SeriesData
 from monitoring.production.engines import PER_POSITION, EngineMetrics
-from monitoring.redact import redact_text, redact_url
+from monitoring.redact import redact_text
+from specdec.redact import redact_url
 
 log = logging.getLogger(__name__)
 PROCESS_START = "process_start_time_seconds"

@@ -2,8 +2,7 @@
 
 Modules: :mod:`~specdec.core.config` (SamplingConfig, SpeculativeConfig; no torch),
 :mod:`~specdec.core.sampling` (the math, to check against the papers), :mod:`~specdec.core.decoding`
-(B = 1 loops), :mod:`~specdec.core.batch` (B > 1 loops), :mod:`~specdec.core.drafters` and
-:mod:`~specdec.core.batch_drafters`, :mod:`~specdec.core.stats` (vLLM counters),
+(B = 1 loops), :mod:`~specdec.core.batch` (B > 1 loops), :mod:`~specdec.core.drafters` (the one drafter protocol, B = 1 a batch of one), :mod:`~specdec.core.stats` (vLLM counters),
 :mod:`~specdec.core.inputs` (up-front checks), :mod:`~specdec.core.kv` (KV-cache helpers),
 :mod:`~specdec.core.results`.
 """

@@ -3,8 +3,8 @@
 Rows accept different numbers of drafts at each step, so their sequences drift apart; the
 caches stay consistent through a per-row validity mask (:class:`specdec.core.kv.MaskedKV`):
 rejected drafts become masked-out columns instead of forcing a re-pad, and finished rows (EOS or
-``max_new_tokens``) leave the batch. Drafts come from a batch drafter
-(:mod:`specdec.core.batch_drafters`).
+``max_new_tokens``) leave the batch. Drafts come from the one drafter protocol
+(:mod:`specdec.core.drafters`), with every active row at once.
 
 The probability math is :func:`specdec.core.sampling.verify_batch` (Leviathan Alg. 1 per row);
 nothing here decides acceptance.
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from specdec.core.batch_drafters import as_batch_drafter
-from specdec.core.config import SamplingConfig, check_sampling
+from specdec.core.config import ProposalSampling, SamplingConfig, check_sampling
+from specdec.core.drafters import Proposal, TargetFeatures, as_drafter
 from specdec.core.inputs import (
     check_batch_inputs,
     check_draft_context,
@@ -23,9 +23,9 @@ from specdec.core.inputs import (
     num_speculative_tokens_argument,
     stop_token_ids,
 )
-from specdec.core.kv import MaskedKV, model_device, now
+from specdec.core.kv import MaskedKV, compact_rows, model_device, now
 from specdec.core.results import BatchGenerationResult, GenerationResult
-from specdec.core.sampling import NO_NEXT_TOKEN, logits_to_probs, sample_rows, verify_batch
+from specdec.core.sampling import NO_NEXT_TOKEN, logits_to_probs, one_hot_q, sample_rows, verify_batch
 from specdec.core.stats import DecodingStats
 
 __all__ = ["autoregressive_generate_batch", "speculative_generate_batch", "BatchGenerationResult"]
@@ -104,6 +104,7 @@ def autoregressive_generate_batch(
 def speculative_generate_batch(
     target, drafter, input_ids, attention_mask=None, *, num_speculative_tokens=None, max_new_tokens,
     sampling: SamplingConfig, eos_token_id=None, generator=None, num_draft_tokens=None,
+    draft_sampling: str = "sampled", assistant_confidence_threshold: float | None = None,
 ) -> BatchGenerationResult:
     """Exact speculative decoding of a left-padded batch (Leviathan et al. 2022, Alg. 1 per row).
 
@@ -116,13 +117,15 @@ def speculative_generate_batch(
 
     Args:
         target: transformers causal LM.
-        drafter: draft causal LM, :class:`~specdec.core.drafters.ModelDrafter` (its model is used)
-            or :class:`~specdec.core.drafters.NgramDrafter`.
+        drafter: draft causal LM, or any :class:`~specdec.core.drafters.Drafter`
+            (:class:`~specdec.core.drafters.ModelDrafter`, :class:`~specdec.core.drafters.NgramDrafter`).
         input_ids: LongTensor ``[B, L]``, left-padded.
         attention_mask: ``[B, L]`` (1 = token, 0 = left padding) or None.
         num_speculative_tokens: k >= 1. Row b drafts ``min(k, max_new_tokens − emitted_b − 1)``.
         max_new_tokens, sampling, eos_token_id, generator: as :func:`speculative_generate`.
         num_draft_tokens: deprecated name of ``num_speculative_tokens`` (``DeprecationWarning``).
+        draft_sampling, assistant_confidence_threshold: the proposal rule and the draft-length
+            policy, as :func:`specdec.core.decoding.speculative_generate`.
     Returns:
         :class:`BatchGenerationResult`: per-row results and stats (vLLM counters), pooled stats.
     Raises:
@@ -131,6 +134,7 @@ def speculative_generate_batch(
     """
     k = num_speculative_tokens_argument(num_speculative_tokens, num_draft_tokens)
     check_sampling(sampling)
+    proposal_sampling = ProposalSampling.of(sampling, draft_sampling, assistant_confidence_threshold)
     mask = check_batch_inputs(target, input_ids, attention_mask, max_new_tokens)
     input_ids = input_ids.long().masked_fill(~mask, 0)  # padding ids may lie outside the vocabulary
     stop = stop_token_ids(eos_token_id)
@@ -141,28 +145,25 @@ def speculative_generate_batch(
     contexts = [input_ids[b][mask[b]].tolist() for b in range(B)]
     active = list(range(B))
     target_kv = MaskedKV(target, B)
-    drafter = as_batch_drafter(drafter, contexts)
+    drafter = as_drafter(drafter)
+    drafter.start([list(c) for c in contexts])
+    layer_ids = getattr(drafter, "target_layer_ids", None)
     draft_model = getattr(drafter, "model", None)
     check_draft_context(draft_model, int(mask.sum(dim=1).max()) + max_new_tokens)
     check_no_sliding_window([target] + [m for m in [draft_model] if m is not None], True, 0)
     pending_ids, pending_valid = input_ids.to(device), mask.to(device)  # tokens not yet in the target cache
     target_wall = draft_wall = 0.0
-    target_calls = 0
+    target_calls, draft_passes_before = 0, drafter.forward_passes
     while active and max_new_tokens > 0:
         limits = [min(k, max_new_tokens - len(rows[b].token_ids) - 1) for b in active]
         t0 = now(device)
-        proposal = drafter.propose([contexts[b] for b in active], limits, sampling, vocab_size, generator, stop)
+        proposal = drafter.propose([contexts[b] for b in active], limits, proposal_sampling, vocab_size, generator, stop)
         drafts, num_drafts = proposal.tokens.to(device), proposal.num_drafts.to(device)
         t1 = now(device)
-        width = drafts.shape[1]
-        block = torch.cat([pending_ids, drafts], dim=1)
-        block_valid = torch.cat([pending_valid, torch.arange(width, device=device)[None, :] < num_drafts[:, None]], dim=1)
-        logits = target_kv.forward(block, block_valid, logits_to_keep=width + 1)
-        p = logits_to_probs(logits, sampling)
-        out = verify_batch(drafts, num_drafts, p, proposal.q.to(p.device), generator, stop)
-        target_kv.invalidate_tail(out.num_accepted + 1, width + 1)  # keep the last pending token + accepted drafts
+        out, features = _verify_rows(target_kv, pending_ids, pending_valid, proposal, drafts, num_drafts, sampling,
+                                     generator, stop, layer_ids)
         num_accepted, next_tokens = out.num_accepted.tolist(), out.next_token.tolist()
-        drafter.accept(num_accepted, next_tokens)
+        drafter.accept(num_accepted, next_tokens, features)
         t2 = now(device)
         target_wall += t2 - t1
         target_calls += 1
@@ -195,4 +196,33 @@ def speculative_generate_batch(
     for r in rows:
         r.stats.num_emitted_tokens = len(r.token_ids)
     return BatchGenerationResult(rows=rows, stats=_pool(rows, k, target_wall, draft_wall), target_calls=target_calls,
-                                 draft_calls=drafter.forward_passes)
+                                 draft_calls=drafter.forward_passes - draft_passes_before)
+
+
+def _verify_rows(target_kv: MaskedKV, pending_ids, pending_valid, proposal: Proposal, drafts, num_drafts,
+                 sampling: SamplingConfig, generator, stop: frozenset[int], layer_ids):
+    """One target pass over every row's block (pending tokens ``[B, m]`` left-padded, then the
+    drafts ``[B, w]``, slots at or beyond ``num_drafts[b]`` invalid), :func:`verify_batch` per row
+    (``q`` one-hot on the drafts when the proposal's ``q`` is None), and the rollback of the
+    target cache to each row's last pending token + accepted drafts.
+
+    Returns:
+        ``(BatchVerifyOutcome, TargetFeatures | None)``: features of each row's fed positions,
+        compacted to ``[B, n, D]`` (None when ``layer_ids`` is None).
+    """
+    device = drafts.device
+    width = drafts.shape[1]
+    block = torch.cat([pending_ids, drafts], dim=1)
+    block_valid = torch.cat([pending_valid, torch.arange(width, device=device)[None, :] < num_drafts[:, None]], dim=1)
+    logits, hidden = target_kv.forward_features(block, block_valid, width + 1, layer_ids)
+    p = logits_to_probs(logits, sampling)
+    if proposal.q is None:
+        q = one_hot_q(drafts, p.shape[-1])
+    else:
+        q = proposal.q.to(p.device)
+    out = verify_batch(drafts, num_drafts, p, q, generator, stop)
+    target_kv.invalidate_tail(out.num_accepted + 1, width + 1)  # keep the last pending token + accepted drafts
+    if hidden is None:
+        return out, None
+    num_fed = block_valid.sum(dim=1)
+    return out, TargetFeatures(compact_rows(hidden, block_valid), num_fed, num_fed - num_drafts + out.num_accepted)

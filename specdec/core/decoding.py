@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 
 from specdec.core.batch import autoregressive_generate_batch, speculative_generate_batch
-from specdec.core.config import SamplingConfig, check_sampling
-from specdec.core.drafters import as_drafter
+from specdec.core.config import ProposalSampling, SamplingConfig, check_sampling
+from specdec.core.drafters import Proposal, TargetFeatures, as_drafter
 from specdec.core.inputs import (
     check_draft_context,
     check_no_sliding_window,
@@ -25,9 +25,9 @@ from specdec.core.inputs import (
     stop_token_ids,
     strip_padding,
 )
-from specdec.core.kv import crop_cache, forward_tokens, model_device, new_cache, now
+from specdec.core.kv import crop_cache, forward_tokens, forward_tokens_features, model_device, new_cache, now
 from specdec.core.results import GenerationResult
-from specdec.core.sampling import NO_NEXT_TOKEN, logits_to_probs, sample, verify_block, verify_greedy
+from specdec.core.sampling import NO_NEXT_TOKEN, VerifyOutcome, logits_to_probs, one_hot_q, sample, verify_block, verify_greedy
 from specdec.core.stats import DecodingStats
 
 __all__ = ["autoregressive_generate", "speculative_generate", "GenerationResult"]
@@ -110,6 +110,8 @@ def speculative_generate(
     eos_token_id: int | list[int] | None = None,
     generator: torch.Generator | None = None,
     num_draft_tokens: int | None = None,
+    draft_sampling: str = "sampled",
+    assistant_confidence_threshold: float | None = None,
 ) -> GenerationResult:
     """Exact speculative decoding (Leviathan et al. 2022, Alg. 1; Chen et al. 2023, Alg. 2).
 
@@ -125,7 +127,7 @@ def speculative_generate(
             any object following the :class:`~specdec.core.drafters.Drafter` protocol.
         input_ids: LongTensor ``[1, prompt_len]``; or ``[B, L]`` with B > 1, left-padded, which
             runs :func:`specdec.core.batch.speculative_generate_batch` (per-row acceptance, per-row
-            finishing, per-row stats; a custom drafter object is then not supported).
+            finishing, per-row stats; the same drafter protocol).
         attention_mask: ``[B, L]`` (1 = token, 0 = left padding) or None.
         num_speculative_tokens: k >= 1, tokens drafted per step. Fewer are drafted when fewer than
             k + 1 tokens remain (output never exceeds ``max_new_tokens``), after a drafted EOS, or
@@ -133,6 +135,11 @@ def speculative_generate(
         max_new_tokens, sampling, eos_token_id, generator: as in :func:`autoregressive_generate`.
             An EOS accepted in the middle of a block ends generation at that token.
         num_draft_tokens: deprecated name of ``num_speculative_tokens`` (``DeprecationWarning``).
+        draft_sampling: the proposal rule, ``"sampled"`` (x ~ q) or ``"argmax"`` (vLLM's: the
+            draft's argmax verified with one-hot q); see :func:`~specdec.core.sampling.draft_step`.
+            Both exact. The n-gram drafter is the same under both.
+        assistant_confidence_threshold: stop drafting within a block right after a draft whose
+            probability is below it (transformers' name; llama.cpp ``--draft-p-min``); None = off.
     Returns:
         :class:`GenerationResult` (B = 1) whose ``stats`` follow vLLM's counters: a step counts in
         ``num_drafts`` only if at least one token was proposed; for B > 1 a
@@ -148,17 +155,20 @@ def speculative_generate(
         return speculative_generate_batch(
             target, drafter, input_ids, attention_mask, num_speculative_tokens=k,
             max_new_tokens=max_new_tokens, sampling=sampling, eos_token_id=eos_token_id, generator=generator,
+            draft_sampling=draft_sampling, assistant_confidence_threshold=assistant_confidence_threshold,
         )
+    proposal_sampling = ProposalSampling.of(sampling, draft_sampling, assistant_confidence_threshold)
     input_ids = strip_padding(input_ids, attention_mask)
     context = check_prompt(target, input_ids, max_new_tokens)
     drafter = as_drafter(drafter)
     check_draft_context(getattr(drafter, "model", None), len(context) + max_new_tokens)
     check_no_sliding_window([target] + [m for m in [getattr(drafter, "model", None)] if m is not None],
                             batched=False, max_columns=len(context) + max_new_tokens + k)
-    drafter.reset()
+    drafter.start([context])
     stop = stop_token_ids(eos_token_id)
     device = model_device(target)
     vocab_size = target.get_output_embeddings().weight.shape[0]
+    layer_ids = getattr(drafter, "target_layer_ids", None)
     stats = DecodingStats(num_speculative_tokens=k)
     result = GenerationResult(stats=stats)
     cache = new_cache(target)
@@ -171,20 +181,15 @@ def speculative_generate(
         budget = min(k, max_new_tokens - len(result.token_ids) - 1)
         t0 = now(device)
         if adopt:
-            drafts, q = [], (None if sampling.is_greedy else torch.empty(0, vocab_size))
+            proposal = Proposal.empty(1, vocab_size, sampling)
         else:
-            drafts, q = drafter.propose(context, budget, sampling, vocab_size, generator, stop)
+            proposal = drafter.propose([context], [budget], proposal_sampling, vocab_size, generator, stop)
+        drafts = proposal.row(0)
         t1 = now(device)
         stats.draft_seconds += t1 - t0
 
-        logits = forward_tokens(target, context[num_cached:] + drafts, cache, logits_to_keep=len(drafts) + 1)
-        if logits.shape[-1] != vocab_size:
-            raise ValueError(f"target logits have {logits.shape[-1]} entries, expected {vocab_size}")
-        if q is None:  # greedy drafter output: ids only (see Drafter protocol)
-            outcome = verify_greedy(drafts, logits.argmax(dim=-1).tolist(), stop)
-        else:
-            p = logits_to_probs(logits, sampling)
-            outcome = verify_block(drafts, p, q.to(p.device), generator, stop)
+        fed = context[num_cached:] + drafts
+        outcome, hidden = _verify(target, fed, cache, proposal, sampling, vocab_size, generator, stop, layer_ids)
         stats.target_seconds += now(device) - t1
         stats.target_forward_passes += 1
 
@@ -196,11 +201,13 @@ def speculative_generate(
         context.extend(emitted)
         result.token_ids.extend(emitted)
         crop_cache(cache, verified)  # drop rejected drafts; the recovered/bonus token stays pending
-        num_cached = verified
+        features = None if hidden is None else TargetFeatures(
+            hidden, torch.tensor([len(fed)]), torch.tensor([len(fed) - len(drafts) + n_acc]))
         if adopt:
             drafter.adopt_prefix(cache, verified)
             adopt = False
-        drafter.rollback(verified)
+        drafter.accept([n_acc], [outcome.next_token], features)
+        num_cached = verified
         if emitted and emitted[-1] in stop:
             result.finish_reason = "eos"
             break
@@ -208,3 +215,25 @@ def speculative_generate(
     stats.draft_forward_passes = drafter.forward_passes - draft_passes_before
     stats.num_emitted_tokens = len(result.token_ids)
     return result
+
+
+def _verify(target, fed: list[int], cache, proposal: Proposal, sampling: SamplingConfig, vocab_size: int,
+            generator, stop: frozenset[int], layer_ids) -> tuple[VerifyOutcome, torch.Tensor | None]:
+    """One target pass over ``fed`` (the tokens the cache lacks, then the drafts) and the
+    verification of row 0 of ``proposal`` (:func:`verify_greedy` on ids when ``q`` is None, else
+    :func:`verify_block`). Returns the outcome and the target features ``[1, len(fed), D]``
+    (None when ``layer_ids`` is None).
+
+    Raises:
+        ValueError: the target's logits do not have ``vocab_size`` entries.
+    """
+    n = int(proposal.num_drafts[0])
+    drafts = fed[len(fed) - n:] if n else []
+    logits, hidden = forward_tokens_features(target, fed, cache, n + 1, layer_ids)
+    if logits.shape[-1] != vocab_size:
+        raise ValueError(f"target logits have {logits.shape[-1]} entries, expected {vocab_size}")
+    if proposal.q is None and sampling.is_greedy:  # ids only (see the Drafter protocol)
+        return verify_greedy(drafts, logits.argmax(dim=-1).tolist(), stop), hidden
+    p = logits_to_probs(logits, sampling)
+    q = one_hot_q(proposal.tokens[0, :n], vocab_size) if proposal.q is None else proposal.q[0, :n]
+    return verify_block(drafts, p, q.to(p.device), generator, stop), hidden

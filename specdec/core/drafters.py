@@ -1,52 +1,158 @@
-"""Drafters: where the k proposed tokens and their draft distributions q come from.
+"""Drafters: where the proposed tokens and their draft distributions q come from.
 
-Every drafter implements the small protocol used by :func:`specdec.speculative_generate`:
+ONE protocol (:class:`Drafter`) for every drafter and both decoding loops: a drafter is written
+once and drafts for a batch of rows; B = 1 decoding (:func:`specdec.speculative_generate`) is a
+batch of one row, batched decoding (:func:`specdec.speculative_generate_batch`) hands it every
+active row. Per call of :func:`~specdec.speculative_generate` / ``_batch``:
 
-* ``reset()`` before a new prompt;
-* ``propose(context, k, sampling, vocab_size, generator, stop_token_ids) -> (tokens, q)`` with
-  ``tokens`` a list of at most ``k`` ids and ``q`` a float32 tensor ``[len(tokens), vocab_size]``
-  holding the distribution each token was drawn from. Under greedy sampling ``q`` may be
-  ``None``: q is then one-hot on the tokens, and the loop verifies ids directly
-  (:func:`specdec.core.sampling.verify_greedy`);
-* ``rollback(num_valid)`` after verification: only the first ``num_valid`` tokens of the context
-  are final; any cached state beyond them is dropped.
+1. ``start(contexts)``: a new batch; ``contexts[b]`` is row b's prompt (token ids). Drops every
+   per-batch state (caches, lookup indexes).
+2. Each step: ``propose(contexts, limits, sampling, vocab_size, generator, stop_token_ids) ->``
+   :class:`Proposal`. ``contexts[b]`` is active row b's prompt + tokens emitted so far; row b
+   proposes at most ``limits[b]`` tokens (0 allowed), and its proposal ends right after a drafted
+   stop token. ``Proposal.q`` holds the distributions the tokens were drawn from; under greedy
+   sampling it may be ``None`` (q one-hot on the tokens: the loops verify ids directly). A row may
+   propose nothing (an n-gram miss, or a head that has no target features yet): the step is then
+   a plain target step for that row.
+3. One target pass verifies every row, then ``accept(num_accepted, next_tokens, features)``: row b
+   kept its first ``num_accepted[b]`` drafts, then emitted ``next_tokens[b]`` (the recovered or
+   bonus token; :data:`~specdec.core.sampling.NO_NEXT_TOKEN` where an accepted stop token ended
+   the row). A drafter with a cache rolls back everything after the verified prefix here.
+4. ``select(rows)``: only these active rows (LongTensor of indices into the current rows) remain;
+   finished rows leave the batch (B = 1: ``[]`` when the row finishes early is never sent; the loop
+   just stops).
 
-``ModelDrafter`` wraps a transformers causal LM with its own KV cache. ``NgramDrafter`` is prompt
-lookup decoding (Saxena 2023; vLLM's ``ngram`` method): no model, one-hot ``q``, so the rejection
-sampler stays exact.
+``forward_passes`` counts the drafter's own model passes (0 for lookup).
+
+**Target features (optional).** A drafter that reads the target's hidden states (an EAGLE-3 head)
+sets ``target_layer_ids: tuple[int, ...]`` (absent or ``None``: it reads none, and the target is
+run without feature hooks: costs nothing). Index semantics are vLLM's (what it feeds EAGLE-3 heads
+and what ``speculators`` trains on; :mod:`specdec.core.features`): ``i`` is the residual stream
+entering decoder layer ``i`` (``hidden_states + residual`` before layer ``i``; 0 = the token
+embeddings), i.e. HF ``hidden_states[i]`` for ``i < num_hidden_layers``; ``num_hidden_layers`` is
+the last layer's output *before* the final norm (HF's ``hidden_states[-1]`` is after it). Both loops
+then run the prefill and every verification pass with feature hooks and hand ``accept`` a
+:class:`TargetFeatures`: for each row, the features of every position that pass fed (the row's
+pending tokens -- the prompt at the prefill, afterwards the previous step's recovered/bonus token
+(plus the last draft, for an engine that feeds it; here never) -- followed by this step's
+proposed drafts), and how many of those are now verified (the pending tokens + the accepted
+drafts). The drafter extends its own state from the verified positions and drops the rest. The
+first pass is the prefill: a head that has no features yet proposes nothing at step 1 (as the
+engines do: the target's prefill emits the first token, then the head drafts).
+
+Implementations: :class:`ModelDrafter` (a draft causal LM with its own KV cache: a plain
+``DynamicCache`` for one row, a masked cache for several, see :mod:`specdec.core.kv`; derived
+precision-lowered copies of the target adopt the target's prompt KV at B = 1) and
+:class:`NgramDrafter` (prompt lookup decoding, Saxena 2023; vLLM's ``ngram`` method: no model,
+one-hot ``q``, so the rejection sampler stays exact).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import torch
 
 from specdec.core.config import SamplingConfig
-from specdec.core.kv import crop_cache, forward_tokens, model_device, model_kwargs, new_cache
-from specdec.core.sampling import logits_to_probs, sample
+from specdec.core.kv import copy_cache_prefix, left_pad, new_kv, SingleKV
+from specdec.core.sampling import NO_NEXT_TOKEN, draft_step
+
+__all__ = ["Drafter", "Proposal", "TargetFeatures", "ModelDrafter", "NgramDrafter", "as_drafter", "fit_vocab",
+           "check_draft_embeds", "limit_at_stop"]
+
+
+@dataclass
+class Proposal:
+    """What a drafter proposed for the active rows (see the module docstring).
+
+    Attributes:
+        tokens: LongTensor ``[B, k]`` (slots at or beyond ``num_drafts[b]`` are padding).
+        q: float32 ``[B, k, V]`` (V = the target's vocabulary): the distribution each token was
+            drawn from (one-hot for lookup); ``None`` under greedy sampling (q one-hot on ``tokens``).
+        num_drafts: LongTensor ``[B]``: real proposals per row (<= its limit, cut after a stop token).
+        forward_passes: draft model passes this proposal took (0 for lookup).
+        confidence: float32 ``[B, k]`` or None: each drafted token's confidence (its probability
+            under the draft's processed distribution, :func:`~specdec.core.sampling.draft_step`),
+            filled when ``sampling.assistant_confidence_threshold`` is set (0 records without
+            stopping); None otherwise or for lookup.
+    """
+
+    tokens: torch.Tensor
+    q: torch.Tensor | None
+    num_drafts: torch.Tensor
+    forward_passes: int = 0
+    confidence: torch.Tensor | None = None
+
+    @classmethod
+    def empty(cls, rows: int, vocab_size: int, sampling: SamplingConfig, device=None) -> "Proposal":
+        """No proposal for any of ``rows`` rows (``q`` None under greedy, else ``[rows, 0, V]``)."""
+        q = None if sampling.is_greedy else torch.zeros(rows, 0, vocab_size, device=device)
+        return cls(torch.zeros(rows, 0, dtype=torch.long, device=device), q,
+                   torch.zeros(rows, dtype=torch.long, device=device))
+
+    def row(self, b: int) -> list[int]:
+        """Row ``b``'s proposed ids (one host read)."""
+        return self.tokens[b, : int(self.num_drafts[b])].tolist()
+
+
+@dataclass
+class TargetFeatures:
+    """The target's hidden states for a drafter that asked for them (``target_layer_ids``).
+
+    Attributes:
+        hidden: ``[B, n, len(target_layer_ids) * hidden_size]`` in the target's dtype and device:
+            ``hidden[b, :num_fed[b]]`` are the features of the positions row b fed to this target
+            pass, in order (pending tokens, then the proposed drafts); the rest is padding. The
+            ``j``-th fed position's feature is computed from the tokens up to and including it
+            (it predicts the token after it). Layer blocks are concatenated in
+            ``target_layer_ids`` order (:func:`specdec.core.features.capture_features`).
+        num_fed: LongTensor ``[B]``: positions row b fed (pending tokens + its proposed drafts).
+        num_verified: LongTensor ``[B]``: the first this-many fed positions are verified (pending
+            tokens + accepted drafts); the positions after them were rejected (or are beyond an
+            accepted stop token) and must be dropped. The token after the last verified position
+            is ``next_tokens[b]`` of the same ``accept`` call.
+    """
+
+    hidden: torch.Tensor
+    num_fed: torch.Tensor
+    num_verified: torch.Tensor
 
 
 @runtime_checkable
 class Drafter(Protocol):
-    """Protocol every drafter follows (see module docstring)."""
+    """The one drafter protocol (see the module docstring). Optional attribute:
+    ``target_layer_ids: tuple[int, ...] | None`` (target features, :class:`TargetFeatures`)."""
 
     forward_passes: int
 
-    def reset(self) -> None: ...
+    def start(self, contexts: list[list[int]]) -> None: ...
 
-    def propose(
-        self,
-        context: list[int],
-        k: int,
-        sampling: SamplingConfig,
-        vocab_size: int,
-        generator: torch.Generator | None,
-        stop_token_ids: frozenset[int],
-    ) -> tuple[list[int], torch.Tensor]: ...
+    def propose(self, contexts: list[list[int]], limits: list[int], sampling: SamplingConfig, vocab_size: int,
+                generator: torch.Generator | None, stop_token_ids: frozenset[int]) -> Proposal: ...
 
-    def rollback(self, num_valid: int) -> None: ...
+    def accept(self, num_accepted: list[int], next_tokens: list[int], features: TargetFeatures | None = None) -> None: ...
+
+    def select(self, rows: torch.Tensor) -> None: ...
+
+
+def first_true(flags: torch.Tensor) -> torch.Tensor:
+    """Per row of ``flags`` (BoolTensor ``[B, w]``): 1 + the index of the first True, ``w`` if none
+    (the number of drafts kept when drafting stops right after the flagged one)."""
+    w = flags.shape[1]
+    return torch.where(flags.any(dim=1), flags.long().argmax(dim=1) + 1, torch.full_like(flags[:, 0], w, dtype=torch.long))
+
+
+def limit_at_stop(tokens: torch.Tensor, limits: torch.Tensor, stop: frozenset[int]) -> torch.Tensor:
+    """Per-row draft count: ``limits[b]`` (LongTensor ``[B]``) capped at ``tokens.shape[1]``, cut
+    right after the first drafted stop token. Returns LongTensor ``[B]``."""
+    n = limits.clamp(max=tokens.shape[1])
+    if stop and tokens.shape[1]:
+        is_stop = torch.isin(tokens, torch.tensor(sorted(stop), device=tokens.device))
+        first = torch.where(is_stop.any(dim=1), is_stop.long().argmax(dim=1) + 1, tokens.shape[1])
+        n = torch.minimum(n, first)
+    return n
 
 
 def fit_vocab(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -81,10 +187,12 @@ def check_draft_embeds(draft_vocab: int, tokens) -> None:
 class ModelDrafter:
     """A draft causal LM with its own KV cache.
 
-    The cache holds a prefix of the context. ``propose`` first feeds whatever the cache lacks
-    (the prompt at prefill, or the last accepted/bonus tokens: the catch-up after a bonus token),
-    then drafts autoregressively. ``rollback`` crops the cache to the verified prefix, so nothing
-    is recomputed from scratch.
+    Per row the cache holds a prefix of the context. ``propose`` first feeds whatever the cache
+    lacks (the prompt at the first step, then the recovered/bonus token, plus the last draft after
+    a fully accepted block), then drafts autoregressively, one batched pass per token. ``accept``
+    rolls the cache back to the verified prefix, so nothing is recomputed from scratch. One row
+    uses a plain ``DynamicCache`` (:class:`~specdec.core.kv.SingleKV`), several rows a masked
+    cache (:class:`~specdec.core.kv.MaskedKV`).
 
     A precision-lowered copy of the target itself (``derived:bf16`` / ``derived:fp8``, whose
     :func:`specdec.models.derived.derive_draft` records its source module) skips its own prompt
@@ -104,63 +212,83 @@ class ModelDrafter:
 
     #: prompts at least this long are prefilled once, by the target, for both models
     ADOPT_PREFIX_MIN_TOKENS = 1
+    #: target features read (none: a draft model sees only tokens)
+    target_layer_ids = None
 
     def __init__(self, model) -> None:
         self.model = model
         self.embed_rows = model.get_input_embeddings().weight.shape[0]
         self.forward_passes = 0
-        self.reset()
+        self.start([])
 
-    def reset(self) -> None:
-        """Drop the KV cache (call before each new prompt)."""
-        self.cache = new_cache(self.model)
-        self.num_cached = 0
-
-    def propose(self, context, k, sampling, vocab_size, generator=None, stop_token_ids=frozenset()):
-        """Draft up to ``k`` tokens after ``context`` (stops early after a stop token).
-
-        Returns ``(tokens, q)`` with ``q`` float32 ``[len(tokens), vocab_size]``.
-        """
-        if k <= 0:
-            return [], (None if sampling.is_greedy else torch.empty(0, vocab_size))
-        pending = list(context[self.num_cached :])
-        if not pending:
-            raise RuntimeError("draft cache is ahead of the context; rollback was not called")
-        check_draft_embeds(self.embed_rows, pending)
-        if sampling.is_greedy:
-            return self._propose_greedy(pending, k, vocab_size, stop_token_ids), None
-        tokens: list[int] = []
-        qs: list[torch.Tensor] = []
-        for _ in range(k):
-            logits = forward_tokens(self.model, pending, self.cache, logits_to_keep=1)[-1]
-            self.forward_passes += 1
-            self.num_cached += len(pending)
-            q = logits_to_probs(fit_vocab(logits, vocab_size), sampling)
-            x = sample(q, generator)
-            tokens.append(x)
-            qs.append(q)
-            pending = [x]
-            if x in stop_token_ids:
-                break
-        return tokens, torch.stack(qs)
+    def start(self, contexts: list[list[int]]) -> None:
+        """New batch: an empty cache; every row's prompt is pending (fed at the first proposal)."""
+        self.kv = new_kv(self.model, max(len(contexts), 1))
+        self.pending = [list(c) for c in contexts]  # per active row: tokens not yet in the draft cache
+        self.last: torch.Tensor | None = None  # the last proposal's tokens [B, k]
 
     @torch.inference_mode()
-    def _propose_greedy(self, pending: list[int], k: int, vocab_size: int, stop_token_ids) -> list[int]:
-        # argmax stays on the device and feeds the next pass: one host read per step, not per token
-        ids = torch.tensor([pending], dtype=torch.long, device=model_device(self.model))
-        drafted = []
-        for _ in range(k):
-            logits = self.model(input_ids=ids, **model_kwargs(self.model, self.cache, 1)).logits[0, -1]
+    def propose(self, contexts, limits, sampling, vocab_size, generator=None, stop_token_ids=frozenset()) -> Proposal:
+        """Draft up to ``max(limits)`` tokens per row (one batched pass each, the proposal rule of
+        :func:`~specdec.core.sampling.draft_step`); row b keeps ``limits[b]``, cut after a drafted
+        stop token and, with ``sampling.assistant_confidence_threshold``, right after its first
+        draft whose confidence is below it (drafting ends once every row has stopped). Greedy or
+        the argmax rule: argmax on the device, ``q`` None (one-hot); one host read per block
+        without a threshold, one per step with one. Returns a :class:`Proposal` (``q`` float32
+        ``[B, k, V]`` under the sampled rule).
+
+        Raises:
+            ValueError: a pending id the draft cannot embed (:func:`check_draft_embeds`).
+            RuntimeError: a row has nothing pending (``accept`` was not called).
+        """
+        k, rows, device = max(limits, default=0), len(self.pending), self.kv.device
+        if k <= 0:
+            self.last = None
+            return Proposal.empty(rows, vocab_size, sampling, device)
+        if not all(self.pending):
+            raise RuntimeError("draft cache is ahead of the context; accept() was not called")
+        check_draft_embeds(self.embed_rows, [t for row in self.pending for t in row])
+        ids, valid = left_pad(self.pending, device)
+        tokens, qs, confs, low = [], [], [], []
+        limit = torch.tensor(limits, device=device)
+        for i in range(k):
+            logits = fit_vocab(self.kv.forward(ids, valid, logits_to_keep=1)[:, -1], vocab_size)
             self.forward_passes += 1
-            self.num_cached += ids.shape[1]
-            x = fit_vocab(logits, vocab_size).argmax()
-            drafted.append(x)
-            ids = x.view(1, 1)
-        tokens = torch.stack(drafted).tolist()
-        for i, x in enumerate(tokens):  # stop after a drafted stop token (later drafts are dropped)
-            if x in stop_token_ids:
-                return tokens[: i + 1]
-        return tokens
+            x, q, confidence = draft_step(logits, sampling, generator)
+            tokens.append(x)
+            if q is not None:
+                qs.append(q)
+            if confidence is not None:  # draft-length policy: stop after an unconfident draft
+                confs.append(confidence)
+                low.append(confidence < sampling.assistant_confidence_threshold)
+                if bool(torch.stack(low, dim=1).any(dim=1).logical_or(limit <= i + 1).all()):
+                    break
+            ids, valid = x[:, None], torch.ones(rows, 1, dtype=torch.bool, device=device)
+        self.pending = [[] for _ in range(rows)]  # all fed but the last draft, which is only sampled
+        self.last = torch.stack(tokens, dim=1)
+        num_drafts = limit_at_stop(self.last, limit, stop_token_ids)
+        if low:
+            num_drafts = torch.minimum(num_drafts, first_true(torch.stack(low, dim=1)))
+        q = torch.stack(qs, dim=1) if qs else None
+        confidence = torch.stack(confs, dim=1) if confs else None
+        return Proposal(self.last, q, num_drafts, forward_passes=len(tokens), confidence=confidence)
+
+    def accept(self, num_accepted, next_tokens, features=None) -> None:
+        """Drop the drafts after each row's accepted prefix; queue what the cache now lacks (the
+        next token, after the last draft when a full block was accepted: it was never fed)."""
+        k = 0 if self.last is None else self.last.shape[1]
+        if k:
+            self.kv.invalidate_tail(torch.tensor(num_accepted, device=self.kv.device), k - 1)
+            drafted = self.last[:, -1].tolist()
+        for i, (n, nxt) in enumerate(zip(num_accepted, next_tokens)):
+            tail = [drafted[i]] if k and n == k else []
+            self.pending[i] = self.pending[i] + tail + ([] if nxt == NO_NEXT_TOKEN else [nxt])
+        self.last = None
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` (indices into the active rows)."""
+        self.kv.select(rows)
+        self.pending = [self.pending[i] for i in rows.tolist()]
 
     def can_adopt_prefix(self, target, prompt_len: int) -> bool:
         """True when this draft is a precision-lowered copy of ``target`` itself (same KV layout;
@@ -171,19 +299,13 @@ class ModelDrafter:
                 and source is not None and source() is target)
 
     def adopt_prefix(self, target_cache, positions: int) -> None:
-        """Take the first ``positions`` positions of the target's KV cache (cast to the draft's
-        dtype) as this draft's cache, instead of computing them."""
-        from specdec.core.kv import copy_cache_prefix
-
+        """B = 1: take the first ``positions`` positions of the target's KV cache (cast to the
+        draft's dtype) as this draft's cache, instead of computing them; nothing stays pending
+        (the next :meth:`accept` queues the next token)."""
         dtype = self.model.get_input_embeddings().weight.dtype
-        self.cache = copy_cache_prefix(target_cache, self.model, positions, dtype)
-        self.num_cached = positions
-
-    def rollback(self, num_valid: int) -> None:
-        """Keep only the first ``num_valid`` positions in the draft KV cache."""
-        if self.num_cached > num_valid:
-            crop_cache(self.cache, num_valid)
-            self.num_cached = num_valid
+        self.kv = SingleKV(self.model, copy_cache_prefix(target_cache, self.model, positions, dtype))
+        self.pending = [[]]
+        self.last = None
 
 
 class NgramDrafter:
@@ -235,8 +357,15 @@ class NgramDrafter:
         """Drop the lookup indexes (they are rebuilt on demand; results never depend on them)."""
         self._index.clear()
 
-    def rollback(self, num_valid: int) -> None:
-        """No cache; kept for the protocol."""
+    def start(self, contexts: list[list[int]]) -> None:
+        """New batch: :meth:`reset`."""
+        self.reset()
+
+    def accept(self, num_accepted, next_tokens, features=None) -> None:
+        """No cache; the lookup reads the contexts."""
+
+    def select(self, rows: torch.Tensor) -> None:
+        """No per-row state."""
 
     def budget(self, match_len: int, k: int) -> int:
         """Tokens proposed after a match of ``match_len`` tokens when up to ``k`` are allowed."""
@@ -254,9 +383,9 @@ class NgramDrafter:
         n, start = m
         return list(context[start + n : start + n + self.budget(n, k)])
 
-    def propose(self, context, k, sampling, vocab_size, generator=None, stop_token_ids=frozenset()):
-        """Propose the lookup continuation (truncated after a stop token); ``q`` is one-hot
-        (``None`` under greedy sampling, where the loop verifies ids directly)."""
+    def proposal(self, context: list[int], k: int, vocab_size: int, stop_token_ids=frozenset()) -> list[int]:
+        """One row's proposal: :meth:`lookup`, cut before an id the target lacks (>= ``vocab_size``)
+        and right after a stop token."""
         tokens = []
         for x in self.lookup(context, k):
             if x >= vocab_size:
@@ -264,24 +393,36 @@ class NgramDrafter:
             tokens.append(x)
             if x in stop_token_ids:
                 break
+        return tokens
+
+    def propose(self, contexts, limits, sampling, vocab_size, generator=None, stop_token_ids=frozenset()) -> Proposal:
+        """Each row's :meth:`proposal`, padded to ``[B, k]`` (on the CPU); ``q`` one-hot
+        ``[B, k, V]`` (``None`` under greedy sampling, where the loops verify ids directly)."""
+        props = [self.proposal(c, lim, vocab_size, stop_token_ids) for c, lim in zip(contexts, limits)]
+        k = max((len(t) for t in props), default=0)
+        ids = torch.zeros(len(props), k, dtype=torch.long)
+        for b, t in enumerate(props):
+            ids[b, : len(t)] = torch.tensor(t, dtype=torch.long)
+        n = torch.tensor([len(t) for t in props], dtype=torch.long)
         if sampling.is_greedy:
-            return tokens, None
-        q = torch.zeros(len(tokens), vocab_size)
-        if tokens:
-            q[torch.arange(len(tokens)), torch.tensor(tokens)] = 1.0
-        return tokens, q
+            return Proposal(ids, None, n)
+        drafted = torch.arange(k)[None, :] < n[:, None]
+        q = torch.zeros(len(props), k, vocab_size).scatter_(2, ids[..., None], drafted[..., None].float())
+        return Proposal(ids, q, n)
 
 
 def as_drafter(drafter) -> Drafter:
     """Wrap a transformers model in :class:`ModelDrafter`; pass drafter objects through.
 
     Raises:
-        TypeError: if ``drafter`` is neither a drafter nor a causal LM.
+        TypeError: if ``drafter`` is neither a :class:`Drafter` nor a causal LM (an object of the
+            old ``reset/propose/rollback`` protocol is named as such).
     """
-    if isinstance(drafter, (ModelDrafter, NgramDrafter)) or isinstance(drafter, Drafter):
+    if isinstance(drafter, Drafter):
         return drafter
     if isinstance(drafter, torch.nn.Module) and hasattr(drafter, "config"):
         return ModelDrafter(drafter)
-    raise TypeError(f"drafter must be a transformers causal LM or an NgramDrafter, got {type(drafter).__name__}")
-
-
+    if hasattr(drafter, "rollback"):
+        raise TypeError(f"{type(drafter).__name__} follows the old reset/propose/rollback drafter protocol; "
+                        "implement start/propose/accept/select (specdec.core.drafters.Drafter)")
+    raise TypeError(f"drafter must be a transformers causal LM or a Drafter (e.g. NgramDrafter), got {type(drafter).__name__}")

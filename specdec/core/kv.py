@@ -109,10 +109,48 @@ def forward_tokens(model, tokens: list[int], cache, logits_to_keep: int | None =
         float tensor ``[n, V]`` of next-token logits for the last ``n`` fed tokens, where
         ``n = len(tokens)`` or ``logits_to_keep`` (row i predicts the token after its input).
     """
+    return forward_tokens_features(model, tokens, cache, logits_to_keep, None)[0]
+
+
+@torch.inference_mode()
+def forward_tokens_features(model, tokens: list[int], cache, logits_to_keep: int | None,
+                            layer_ids: tuple[int, ...] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`forward_tokens`, plus the target features ``layer_ids`` ask for.
+
+    Returns:
+        ``(logits [n, V], features)`` with ``features`` = the aux hidden states of the fed
+        tokens, ``[1, len(tokens), len(layer_ids) * hidden]`` in the model's dtype; ``None`` when
+        ``layer_ids`` is None (then no hidden states are requested: costs nothing).
+    Raises:
+        ValueError: a layer id outside ``0..num_hidden_layers``.
+    """
     ids = torch.tensor([tokens], dtype=torch.long, device=model_device(model))
-    out = model(input_ids=ids, **model_kwargs(model, cache, logits_to_keep))
+    out, hidden = _with_features(model, layer_ids, input_ids=ids, **model_kwargs(model, cache, logits_to_keep))
     logits = out.logits[0]
-    return logits if logits_to_keep is None else logits[-logits_to_keep:]
+    return (logits if logits_to_keep is None else logits[-logits_to_keep:]), hidden
+
+
+def _with_features(model, layer_ids, **kw):
+    """``(model(**kw), features or None)``: the aux hidden states ``layer_ids`` ask for, captured by
+    hooks on the decoder layers (:func:`specdec.core.features.capture_features`: id ``i`` = the
+    stream entering layer ``i``, id ``L`` = the last layer's output *before* the final norm, as vLLM
+    feeds EAGLE-3 heads; transformers' ``hidden_states[L]`` is after the norm)."""
+    if layer_ids is None:
+        return model(**kw), None
+    from specdec.core.features import capture_features
+
+    with capture_features(model, layer_ids) as feats:
+        out = model(**kw)
+    return out, feats[-1]
+
+
+def compact_rows(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Move each row's valid slots to the front, in order: ``x [B, W, D]``, ``valid [B, W]`` bool
+    -> ``[B, max_b valid[b].sum(), D]`` (row b's first ``valid[b].sum()`` entries are its valid
+    slots; the rest is padding)."""
+    width = int(valid.sum(dim=1).max()) if valid.numel() else 0
+    order = torch.sort((~valid).to(torch.int8), dim=1, stable=True).indices[:, :width]
+    return x.gather(1, order[..., None].expand(-1, -1, x.shape[-1]))
 
 
 def now(device: torch.device) -> float:
@@ -143,7 +181,6 @@ class MaskedKV:
         self.mask = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)
         self.num_valid = torch.zeros(batch_size, dtype=torch.long, device=self.device)
 
-    @torch.inference_mode()
     def forward(self, ids: torch.Tensor, valid: torch.Tensor, logits_to_keep: int | None = None) -> torch.Tensor:
         """Append a block and run the model over it.
 
@@ -154,14 +191,21 @@ class MaskedKV:
         Returns:
             logits ``[B, n, V]`` for the last ``n`` slots (rows of invalid slots are meaningless).
         """
+        return self.forward_features(ids, valid, logits_to_keep, None)[0]
+
+    @torch.inference_mode()
+    def forward_features(self, ids: torch.Tensor, valid: torch.Tensor, logits_to_keep: int | None,
+                         layer_ids: tuple[int, ...] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`forward`, plus the aux hidden states ``[B, m, len(layer_ids) * hidden]`` of every
+        slot of the block (invalid slots meaningless); ``None`` (and no hidden states asked
+        for) when ``layer_ids`` is None."""
         self.mask = torch.cat([self.mask, valid], dim=1)
         positions = (self.num_valid[:, None] + valid.long().cumsum(dim=1) - 1).clamp_min(0)
-        out = self.model(
-            input_ids=ids, attention_mask=self.mask.long(), position_ids=positions,
-            **model_kwargs(self.model, self.cache, logits_to_keep),
-        )
+        out, hidden = _with_features(self.model, layer_ids, input_ids=ids, attention_mask=self.mask.long(),
+                                     position_ids=positions, **model_kwargs(self.model, self.cache, logits_to_keep))
         self.num_valid = self.num_valid + valid.sum(dim=1)
-        return out.logits if logits_to_keep is None else out.logits[:, -logits_to_keep:]
+        logits = out.logits if logits_to_keep is None else out.logits[:, -logits_to_keep:]
+        return logits, hidden
 
     @torch.inference_mode()
     def invalidate_tail(self, keep: torch.Tensor, width: int) -> None:
@@ -190,6 +234,47 @@ class MaskedKV:
         self.cache.batch_select_indices(rows)
         self.mask = self.mask[rows]
         self.num_valid = self.num_valid[rows]
+
+
+class SingleKV:
+    """:class:`MaskedKV`'s interface for a batch of one row, on a plain ``DynamicCache``.
+
+    One row never has holes (rejected drafts are cut, not masked), so no attention mask and no
+    position ids are passed: the B = 1 draft pass is exactly the plain cached forward pass.
+    Left padding in a block (``valid`` False) is dropped before the pass.
+
+    Args:
+        model: the transformers causal LM. cache: an existing ``DynamicCache`` to continue
+            (default: a new one).
+    """
+
+    def __init__(self, model, cache=None) -> None:
+        self.model = model
+        self.device = model_device(model)
+        self.cache = new_cache(model) if cache is None else cache
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, valid: torch.Tensor, logits_to_keep: int | None = None) -> torch.Tensor:
+        """As :meth:`MaskedKV.forward` for ``ids``/``valid`` ``[1, m]``; returns logits ``[1, n, V]``."""
+        if not bool(valid.all()):
+            ids = ids[valid][None]
+        out = self.model(input_ids=ids, **model_kwargs(self.model, self.cache, logits_to_keep))
+        return out.logits if logits_to_keep is None else out.logits[:, -logits_to_keep:]
+
+    def invalidate_tail(self, keep: torch.Tensor, width: int) -> None:
+        """Within the last ``width`` positions keep only the first ``keep[0]`` (rollback)."""
+        if width > 0:
+            crop_cache(self.cache, self.cache.get_seq_length() - width + min(int(keep[0]), width))
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep ``rows`` (``[0]``: no-op; ``[]``: the row finished, drop the cache)."""
+        if rows.numel() == 0:
+            self.cache = new_cache(self.model)
+
+
+def new_kv(model, batch_size: int):
+    """The draft-side cache for ``batch_size`` rows: :class:`SingleKV` for one, else :class:`MaskedKV`."""
+    return SingleKV(model) if batch_size == 1 else MaskedKV(model, batch_size)
 
 
 def left_pad(seqs: list[list[int]], device, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -39,9 +39,9 @@ class LoadedModel:
 def _as_dtype(dtype: torch.dtype | str, device: str) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
-    from specdec.settings import SpecdecSettings
+    from specdec.settings.core import CoreSettings
 
-    return SpecdecSettings(dtype=dtype).resolved_dtype(device)
+    return CoreSettings(dtype=dtype).resolved_dtype(device)
 
 
 def _as_device(device: str | torch.device) -> str:

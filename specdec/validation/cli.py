@@ -24,6 +24,20 @@ def register(app: typer.Typer) -> None:
     app.command("validate")(validate)
 
 
+def _quiet_libraries() -> None:
+    """Keep the terminal to our own progress: no weight-loading / download bars, no torchao
+    "Failed to load ... .so" / no-Triton lines and no torch pytree deprecation notes (both are
+    internal to those libraries and say nothing about the run). Call before importing torch."""
+    import logging
+    import os
+
+    for k, v in {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error", "TQDM_DISABLE": "1",
+                 "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}.items():
+        os.environ.setdefault(k, v)
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def _fail(msg: str) -> None:
     _err.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=1)
@@ -53,6 +67,12 @@ def validate(
     top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="Top-k filter (sampling only).")] = None,
     top_p: Annotated[float | None, typer.Option("--top-p", help="Top-p (nucleus) filter in (0, 1].")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seeds the subset, the sampling and the bootstrap.")] = 0,
+    draft_sampling: Annotated[str, typer.Option(
+        "--draft-sampling", help="Proposal rule of model drafts: sampled (x ~ q; transformers) or argmax (the draft's "
+        "argmax verified with one-hot q; what vLLM and SGLang serve). Same output; acceptance differs at T > 0.")] = "sampled",
+    assistant_confidence_threshold: Annotated[float | None, typer.Option(
+        "--assistant-confidence-threshold", min=0.0, max=1.0, help="Stop drafting within a step after a draft whose "
+        "probability is below this (transformers' name; llama.cpp --draft-p-min). Default: always draft k.")] = None,
     device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[
         str, typer.Option("--dtype", help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16.")
@@ -88,12 +108,14 @@ def validate(
 ) -> None:
     """Validate a draft/target pair: acceptance, agreement, speedup and exactness, per category."""
     t_start = time.perf_counter()
+    _quiet_libraries()
     from specdec.core.config import SamplingConfig, SpeculativeConfig
     from specdec.validation.heldout import HeldoutFormatError, load_heldout
 
     try:
         speculative = SpeculativeConfig(
-            num_speculative_tokens, SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p), max_new_tokens
+            num_speculative_tokens, SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p), max_new_tokens,
+            draft_sampling, assistant_confidence_threshold,
         )
     except (TypeError, ValueError) as e:
         _fail(str(e))

@@ -130,7 +130,7 @@ def test_batch_input_validation(target, drafters):
         autoregressive_generate(target, ids, torch.ones(2, 3), max_new_tokens=4, sampling=GREEDY)
     with pytest.raises(ValueError, match="exceeds the target's context"):
         autoregressive_generate(target, ids, None, max_new_tokens=10_000, sampling=GREEDY)
-    with pytest.raises(TypeError, match="batched decoding supports"):
+    with pytest.raises(TypeError, match="drafter must be a transformers causal LM or a Drafter"):
         speculative_generate(target, object(), ids, num_speculative_tokens=2, max_new_tokens=4, sampling=GREEDY)
 
 

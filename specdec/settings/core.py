@@ -1,47 +1,34 @@
-"""Runtime settings for ``specdec`` (pydantic-settings, environment prefix ``SPECDEC_``).
-
-Environment variables (all optional):
-
-- ``SPECDEC_HOME``: data directory (default ``./.specdec``, resolved against the current
-  working directory when the settings are read).
-- ``SPECDEC_MODELS_DIR``: where converted checkpoints are cached (default ``$SPECDEC_HOME/models``).
-- ``SPECDEC_DEVICE``: default device for commands, ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N``
-  (default ``auto``: CUDA when available, else CPU).
-- ``SPECDEC_DTYPE``: default dtype name, ``auto`` | ``float32`` | ``bfloat16`` | ``float16``
-  (default ``auto``: bf16 on CUDA, fp32 on CPU).
-"""
+"""The core section: where converted models are cached, the default device and dtype."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from pydantic import model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from specdec.settings.home import HomeSection
 
 _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
            "float16": "float16", "fp16": "float16", "half": "float16"}
 
 
-class SpecdecSettings(BaseSettings):
-    """Settings read from ``SPECDEC_*`` environment variables (and a ``.env`` file if present).
+class CoreSettings(HomeSection):
+    """The decoding core's section: ``SPECDEC_MODELS_DIR``, ``SPECDEC_DEVICE``, ``SPECDEC_DTYPE``.
 
     Attributes:
-        home: absolute data directory.
-        models_dir: absolute directory for converted model checkpoints (GGUF -> safetensors cache).
+        home: absolute data directory (:class:`~specdec.settings.home.HomeSection`).
+        models_dir: absolute directory for converted model checkpoints (GGUF -> safetensors cache),
+            default ``<home>/models``.
         device: ``auto`` or a torch device string.
         dtype: ``auto`` or a dtype name (``float32``, ``bfloat16``, ``float16``).
     """
 
-    model_config = SettingsConfigDict(env_prefix="SPECDEC_", env_file=".env", extra="ignore")
-
-    home: Path = Path(".specdec")
     models_dir: Path | None = None
     device: str = "auto"
     dtype: str = "auto"
 
     @model_validator(mode="after")
-    def _resolve(self) -> "SpecdecSettings":
-        self.home = Path(self.home).expanduser().resolve()
+    def _resolve(self) -> "CoreSettings":
         self.models_dir = (
             Path(self.models_dir).expanduser().resolve() if self.models_dir else self.home / "models"
         )
@@ -71,7 +58,3 @@ class SpecdecSettings(BaseSettings):
             raise ValueError(f"unknown dtype {self.dtype!r}; use one of auto, {', '.join(sorted(set(_DTYPES.values())))}")
         return getattr(torch, _DTYPES[name])
 
-
-def get_settings() -> SpecdecSettings:
-    """Read the settings afresh from the environment (cheap; not cached, so tests can monkeypatch env)."""
-    return SpecdecSettings()

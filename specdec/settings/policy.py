@@ -1,0 +1,57 @@
+"""The policy section: ``SPECDEC_POLICY__*`` -> :class:`specdec.policy.AcceptancePolicy`.
+
+``SPECDEC_RULES__ABSOLUTE_THRESHOLD`` is read as an older name of ``SPECDEC_POLICY__THRESHOLD`` (with one
+warning per process, see :func:`specdec.settings.aliases.warn_old_names`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from specdec.policy import AcceptancePolicy
+from specdec.settings.aliases import warn_old_names
+
+
+class PolicySettings(BaseSettings):
+    """The acceptance policy's values as set in the environment (defaults: :class:`AcceptancePolicy`).
+
+    Attributes: as :class:`~specdec.policy.AcceptancePolicy` (``threshold``, ``estimator``,
+    ``alert_side``, ``gate_side``, ``min_draft_tokens``, ``min_prompts``); sides and the estimator
+    are read case-insensitively.
+    Raises:
+        pydantic.ValidationError (a ``ValueError``): a malformed or out-of-range value, naming the field.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SPECDEC_POLICY__", env_file=".env", extra="ignore",
+                                      populate_by_name=True)
+
+    threshold: float = Field(AcceptancePolicy.threshold, validation_alias=AliasChoices(
+        "SPECDEC_POLICY__THRESHOLD", "SPECDEC_RULES__ABSOLUTE_THRESHOLD"))
+    estimator: str = AcceptancePolicy.estimator
+    alert_side: str = AcceptancePolicy.alert_side
+    gate_side: str = AcceptancePolicy.gate_side
+    min_draft_tokens: int = AcceptancePolicy.min_draft_tokens
+    min_prompts: int = AcceptancePolicy.min_prompts
+
+    @field_validator("estimator", "alert_side", "gate_side", mode="before")
+    @classmethod
+    def _lower(cls, v: Any) -> Any:
+        return v.strip().lower() if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _valid(self) -> "PolicySettings":
+        warn_old_names()
+        self.policy()  # AcceptancePolicy checks ranges and names (ValueError -> ValidationError)
+        return self
+
+    def policy(self) -> AcceptancePolicy:
+        """The frozen :class:`~specdec.policy.AcceptancePolicy` of these values."""
+        return AcceptancePolicy(**self.model_dump())
+
+
+def get_policy() -> AcceptancePolicy:
+    """The current acceptance policy (read afresh from the environment)."""
+    return PolicySettings().policy()
