@@ -66,13 +66,13 @@ class DraftTrace:
         free_runs: exact mode: ``{t: ids}``, the draft's own greedy proposal (up to ``kmax - 1``
             ids, cut after a stop token) after ``prompt + y[:t] + [argmax[t]]`` where
             ``argmax[t] != y[t]``.
-        free_run_confidence: exact mode: ``{t: floats}``, the confidence of each free-run token.
         chains: EAGLE-3 head only: ``N`` lists; ``chains[m]`` is the head's proposal (target ids)
             at a block starting after ``m`` emitted tokens: its teacher-forced chain
             (:meth:`~specdec.models.eagle3.head.Eagle3Head.chain_logits`), up to and including the
             first token that leaves ``y``; in exact mode the drafter's own whole proposal there.
             A head drafts from its own states beyond the target's features, so its d-th draft
             depends on where the block starts, unlike a draft model's.
+        free_run_confidence: exact mode: ``{t: floats}``, the confidence of each free-run token.
         adopts_prefix: decoding starts with one plain target step (no drafts): a draft that adopts
             the target's prompt KV, or a head (no target features before the prefill).
         exact: every counter is exact (n-gram, or ``free_runs`` filled).
@@ -83,8 +83,8 @@ class DraftTrace:
     confidence: list[float] = field(default_factory=list)
     proposals: list[list[int]] | None = None
     free_runs: dict[int, list[int]] = field(default_factory=dict)
-    free_run_confidence: dict[int, list[float]] = field(default_factory=dict)
     chains: list[list[int]] | None = None
+    free_run_confidence: dict[int, list[float]] = field(default_factory=dict)
     adopts_prefix: bool = False
     exact: bool = False
 
@@ -211,6 +211,8 @@ def _block(trace: DraftTrace, y: list[int], m: int, budget: int, stop: frozenset
     if trace.proposals is not None:
         return trace.proposals[m][:budget]
     if trace.chains is not None:
+        if tau is not None:
+            raise ValueError("a confidence threshold is not replayed for EAGLE-3 heads (their trace keeps no confidences)")
         return _head_block(trace.chains[m], budget, stop)
     drafts: list[int] = []
     left = None  # where the chain left y (the first rejected draft), if it did
