@@ -132,7 +132,9 @@ def _mlflow_link(run_id: str) -> str:
     except Exception:
         exp = "0"
     if uri.startswith("http"):
-        return f"{uri.rstrip('/')}/#/experiments/{exp}/runs/{run_id}"
+        from registry.describe import ML_VIEW
+
+        return f"{uri.rstrip('/')}/#/experiments/{exp}/runs/{run_id}{ML_VIEW}"
     return f"runs:/{run_id} (mlflow ui --backend-store-uri {uri})"
 
 
