@@ -26,6 +26,7 @@ Statuses: ``ok``, ``firing``, ``insufficient_evidence``, ``not_applicable``, and
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping
 
@@ -359,11 +360,19 @@ def speed_only_inconclusive(rule_results: list[dict] | None) -> bool:
     return not doubtful and any(r.get("rule") == SPEED_RULE and r.get("status") == SPEED_INCONCLUSIVE for r in res)
 
 
-def root_cause_hint(current, baseline) -> str:
+def _head_label(ref: str | None) -> str:
+    """``models:/t-eagle3/3`` -> ``head v3 (models:/t-eagle3/3)``; other references as they are."""
+    m = re.match(r"^models:/[^/@]+/(\d+)$", ref or "")
+    return f"head v{m.group(1)} ({ref})" if m else f"head {ref}" if ref else "its last head version"
+
+
+def root_cause_hint(current, baseline, *, drafter_kind: str | None = None, drafter_ref: str | None = None) -> str:
     """A one-line likely cause from lineage facts (plain data: :class:`monitoring.history.Lineage`).
 
     Compares the current run's target hash, draft hash, held-out version and code version with
     those of the baseline (the last passing run). ``None`` hashes count as unknown, not changed.
+    For an EAGLE-3 head (``drafter_kind="eagle3"``, ``drafter_ref`` its version) whose target changed
+    under it, the remedy named is a warm-start re-training from that head (``flows.realign``).
     """
     if baseline is None:
         return "no passing baseline run to compare with: the cause cannot be narrowed down"
@@ -378,6 +387,8 @@ def root_cause_hint(current, baseline) -> str:
     if t and d:
         hint = "both target and draft changed since the last passing run: re-validate the new pair, " \
                "re-derive or retrain the draft from the new target"
+    elif t and drafter_kind == "eagle3":
+        hint = f"target changed since the head was trained: re-train from {_head_label(drafter_ref)}"
     elif t:
         hint = "target changed since the last passing run, draft unchanged: re-derive or retrain the draft"
     elif d:

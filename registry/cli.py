@@ -17,6 +17,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from specdec.validation.cli_options import ConfidenceThresholdOption, DraftSamplingOption
+
 pair_app = typer.Typer(help="Draft/target pairs in the MLflow registry: register, list, show, promote.",
                        no_args_is_help=True)
 
@@ -25,8 +27,13 @@ TrackingOpt = Annotated[str | None, typer.Option("--tracking-uri", help="MLflow 
 
 
 def register(app: typer.Typer) -> None:
-    """Entry point for the ``specdec.cli`` group: adds the ``pair`` sub-command."""
+    """Entry point for the ``specdec.cli`` group: adds the ``pair`` sub-command, and gives
+    ``specdec draft train eagle3`` its ``--register`` and ``models:/`` references (:mod:`registry.heads`)."""
     app.add_typer(pair_app, name="pair")
+    from registry.register import head_registry_hooks
+    from specdec.training.cli import set_head_registry
+
+    set_head_registry(head_registry_hooks())
 
 
 def _out() -> Console:
@@ -70,6 +77,8 @@ def register_cmd(
     top_k: Annotated[int | None, typer.Option(min=1, help="Top-k filter.")] = None,
     top_p: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Top-p (nucleus) filter.")] = None,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Generation budget per prompt (tokens).")] = 128,
+    draft_sampling: DraftSamplingOption = "sampled",
+    assistant_confidence_threshold: ConfidenceThresholdOption = None,
     revision: Annotated[str | None, typer.Option(help="Hub revision of the target (Hub ids only).")] = None,
     model_card: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Model card (Markdown) for the target.")] = None,
     alias: Annotated[str | None, typer.Option("--alias", help="Alias to point at the new version (ungated; '' for none).")] = "challenger",
@@ -89,7 +98,8 @@ def register_cmd(
 
             check_alias_name(alias)  # a typo is refused before any model is loaded
         sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
-        config = SpeculativeConfig(num_speculative_tokens, sampling, max_new_tokens)
+        config = SpeculativeConfig(num_speculative_tokens, sampling, max_new_tokens, draft_sampling,
+                                   assistant_confidence_threshold)
         card = model_card.read_text() if model_card else None
         reg = register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
                                       config=config, revision=revision, model_card=card, tracking_uri=tracking_uri)
@@ -154,8 +164,7 @@ def show_cmd(
 ) -> None:
     """Show one pair version: exact target/draft, config, compatibility, lineage, validation, promotion."""
     _quiet_mlflow()
-    from registry.pairs import get_pair_version
-    from registry.runs import latest_validation_run
+    from registry.service import get_pair_version, latest_validation_run
 
     try:
         pv = get_pair_version(name, version, download=False, tracking_uri=tracking_uri)

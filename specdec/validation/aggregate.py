@@ -100,7 +100,7 @@ def aggregate(runs: list[PromptRun], k: int, *, seed: int = 0, n_resamples: int 
         g.cost_ratio_with_prefill = ratio(
             st.draft_seconds / st.draft_forward_passes, st.target_seconds / st.target_forward_passes
         )
-    predict(g, StepCounters.from_stats(st, generations=len(ok)), verify_cost, cost_ratio)
+    predict(g, StepCounters.from_stats(st), verify_cost, cost_ratio)
     audited = [r for r in ok if r.row.exact_match is not None]
     g.exactness_checked = len(audited)
     g.exactness_mismatches = sum(not r.row.exact_match for r in audited)

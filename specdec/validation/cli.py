@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from specdec.validation.cli_options import ConfidenceThresholdOption, DraftSamplingOption
 
 _out = Console()
 _err = Console(stderr=True)
@@ -67,6 +68,8 @@ def validate(
     top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="Top-k filter (sampling only).")] = None,
     top_p: Annotated[float | None, typer.Option("--top-p", help="Top-p (nucleus) filter in (0, 1].")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seeds the subset, the sampling and the bootstrap.")] = 0,
+    draft_sampling: DraftSamplingOption = "sampled",
+    assistant_confidence_threshold: ConfidenceThresholdOption = None,
     device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[
         str, typer.Option("--dtype", help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16.")
@@ -108,7 +111,8 @@ def validate(
 
     try:
         speculative = SpeculativeConfig(
-            num_speculative_tokens, SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p), max_new_tokens
+            num_speculative_tokens, SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p), max_new_tokens,
+            draft_sampling, assistant_confidence_threshold,
         )
     except (TypeError, ValueError) as e:
         _fail(str(e))

@@ -7,13 +7,18 @@ target weights hash, held-out version, prompt id, the prompt's token ids (covers
 template and tokenizer), the chat template itself, max_new_tokens, sampling (temperature, top-k,
 top-p and, when sampling, the seed), stop ids, dtype and device. A changed part gives a
 different file name, and a read checks the stored key field by field, so an entry is never
-reused for a different key. Entries are one small JSON file each, written atomically.
+reused for a different key. Entries are one small JSON file each, written atomically, with a
+sha256 over key and tokens: a read also checks that checksum, that the tokens are integers in
+``[0, vocab_size)`` and at most ``max_new_tokens`` of them; an entry failing any check (a changed
+token id, garbage, an entry written before checksums) is logged, counted in ``rejected`` and
+treated as missing, so the caller recomputes and overwrites it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,6 +27,28 @@ from typing import Any
 import torch
 
 __all__ = ["ContinuationKey", "ContinuationCache", "model_weights_hash", "chat_template_hash"]
+log = logging.getLogger(__name__)
+
+
+def _checksum(key: dict, tokens: list) -> str:
+    return hashlib.sha256(json.dumps({"key": key, "tokens": tokens}, sort_keys=True).encode()).hexdigest()
+
+
+def _entry_problem(entry: Any, key: "ContinuationKey", vocab_size: int | None) -> str | None:
+    """Why a stored entry cannot be used for ``key`` (None: it can)."""
+    if not isinstance(entry, dict) or entry.get("key") != key.to_dict():
+        return "different or unreadable key"
+    tokens = entry.get("tokens")
+    if not isinstance(tokens, list) or any(type(t) is not int for t in tokens):
+        return "tokens are not a list of integers"
+    if entry.get("sha256") != _checksum(entry["key"], tokens):
+        return "checksum mismatch (changed after it was written)"
+    if len(tokens) > key.max_new_tokens:
+        return f"{len(tokens)} tokens > max_new_tokens {key.max_new_tokens}"
+    bad = next((t for t in tokens if t < 0 or (vocab_size is not None and t >= vocab_size)), None)
+    if bad is not None:
+        return f"token id {bad} outside the vocabulary [0, {vocab_size})"
+    return None
 
 
 @dataclass(frozen=True)
@@ -82,6 +109,7 @@ class ContinuationCache:
         self.root = Path(root)
         self.hits = 0
         self.misses = 0
+        self.rejected = 0  # entries present but failing their check (recomputed by the caller)
 
     @property
     def weights_memo(self) -> Path:
@@ -92,19 +120,30 @@ class ContinuationCache:
         d = key.digest()
         return self.root / d[:2] / f"{d}.json"
 
-    def get(self, key: ContinuationKey) -> list[int] | None:
-        """The stored continuation for ``key``, or None (missing, unreadable, or a different key)."""
+    def get(self, key: ContinuationKey, vocab_size: int | None = None) -> list[int] | None:
+        """The stored continuation for ``key``, or None: missing, or failing its check (module
+        docstring; logged as a warning and counted in ``rejected``). Never raises on a bad file.
+
+        Args:
+            vocab_size: the target's vocabulary size, to range-check the token ids.
+        """
         p = self._path(key)
         try:
-            entry = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError):
+            entry = json.loads(p.read_bytes().decode("utf-8"))
+        except FileNotFoundError:
             self.misses += 1
             return None
-        if entry.get("key") != key.to_dict() or not isinstance(entry.get("tokens"), list):
+        except (OSError, ValueError) as e:  # unreadable, not UTF-8, not JSON
+            entry, problem = None, f"unreadable ({type(e).__name__})"
+        else:
+            problem = _entry_problem(entry, key, vocab_size)
+        if problem is not None:
             self.misses += 1
+            self.rejected += 1
+            log.warning("continuation cache entry %s failed its check (%s): recomputed", p.name, problem)
             return None
         self.hits += 1
-        return [int(t) for t in entry["tokens"]]
+        return list(entry["tokens"])
 
     def put(self, key: ContinuationKey, tokens: list[int], produced_by: str) -> Path:
         """Store ``tokens`` for ``key`` (atomic replace). ``produced_by``: ``"speculative"``, ``"ngram"`` or
@@ -112,8 +151,9 @@ class ContinuationCache:
         p = self._path(key)
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"key": key.to_dict(), "tokens": [int(t) for t in tokens],
-                                   "produced_by": produced_by}))
+        toks = [int(t) for t in tokens]
+        tmp.write_text(json.dumps({"key": key.to_dict(), "tokens": toks, "produced_by": produced_by,
+                                   "sha256": _checksum(key.to_dict(), toks)}))
         tmp.replace(p)
         return p
 

@@ -20,7 +20,10 @@ _err = Console(stderr=True)
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``draft`` sub-command group to the ``specdec`` app."""
+    """Add the ``draft`` sub-command group to the ``specdec`` app (with ``draft train``)."""
+    from specdec.training.cli import train_app
+
+    draft_app.add_typer(train_app, name="train")
     app.add_typer(draft_app, name="draft")
 
 

@@ -39,7 +39,8 @@ __all__ = ["StepCounters", "VerifyCost", "predicted_speedup", "best_k", "paired_
            "pooled_speedup", "timing_band", "TIMING_BAND"]
 
 #: measured / predicted outside this band: the timing is suspect (a co-tenant, a first-run penalty, a
-#: bias of one side), not a finding. Calibrated on benchmarks/results/2026-12-01-measure-cpu.json.
+#: bias of one side), not a finding. Calibrated on benchmarks/results/2026-12-01-speed-cpu.json (0.91-1.07
+#: measured there for ngram, derived:bf16, derived:int8 on SmolLM2; docs/metrics.md).
 TIMING_BAND = (0.8, 1.25)
 
 
@@ -77,11 +78,13 @@ class StepCounters:
         return cls(hist, acc)
 
     @classmethod
-    def from_stats(cls, stats: Any, generations: int = 1) -> "StepCounters":
-        """From :class:`specdec.core.stats.DecodingStats` pooled over ``generations`` runs.
+    def from_stats(cls, stats: Any) -> "StepCounters":
+        """From :class:`specdec.core.stats.DecodingStats` (decoded or replayed, pooled over prompts).
 
         Steps with n >= 1 proposed tokens come from ``drafted_per_position``; steps that proposed
-        nothing are ``target_forward_passes - generations (prefills) - num_drafts`` (never < 0).
+        nothing are ``target_forward_passes - num_drafts`` (never < 0): every target pass of the
+        speculative loop is one step, the first one carrying the prompt (a draft that adopts the
+        target's prompt KV makes it a plain step).
         """
         d = list(stats.drafted_per_position or [])
         hist: dict[int, float] = {}
@@ -91,7 +94,7 @@ class StepCounters:
                 hist[n] = float(exact)
         if not d and stats.num_drafts:  # no per-position counters: every step proposed the mean
             return cls.from_totals(stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens)
-        plain = stats.target_forward_passes - generations - stats.num_drafts
+        plain = stats.target_forward_passes - stats.num_drafts
         if plain > 0:
             hist[0] = float(plain)
         return cls(hist, float(stats.num_accepted_tokens))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +13,7 @@ import torch
 
 from specdec.core.kv import model_device, sync
 
-__all__ = ["PassTimer", "timed", "pass_costs", "calibrate", "Calibration", "verify_widths"]
+__all__ = ["PassTimer", "pass_costs", "calibrate", "Calibration", "verify_widths"]
 
 
 class PassTimer:

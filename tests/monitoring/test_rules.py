@@ -156,3 +156,12 @@ def test_root_cause_hint_mentions_heldout_change_alongside_model_change_and_no_b
     h = rules.root_cause_hint(Lineage("t2", "d1", "2"), Lineage("t1", "d1", "1"))
     assert h.startswith("target changed") and "held-out set also changed (1 -> 2)" in h
     assert "no passing baseline" in rules.root_cause_hint(Lineage("t1"), None)
+
+
+def test_root_cause_hint_names_the_head_to_retrain_for_an_eagle3_pair():
+    cur, base = Lineage("t2", "h1", "1"), Lineage("t1", "h1", "1")
+    hint = rules.root_cause_hint(cur, base, drafter_kind="eagle3", drafter_ref="models:/t1-eagle3/3")
+    assert hint == "target changed since the head was trained: re-train from head v3 (models:/t1-eagle3/3)"
+    # other drafters keep the generic hint; a changed head is "the draft changed"
+    assert "re-derive or retrain" in rules.root_cause_hint(cur, base, drafter_kind="derived:int8")
+    assert rules.root_cause_hint(Lineage("t1", "h2", "1"), base, drafter_kind="eagle3").startswith("draft changed")

@@ -35,12 +35,12 @@ def test_speedup_counts_the_steps_as_they_ran():
     v = VerifyCost.fit({1: 1.1, 2: 1.2, 4: 1.4})
     s = predicted_speedup(StepCounters.from_steps([(0, 0), (4, 3), (2, 2)]), 0.1, v)
     assert s == pytest.approx((1 + 4 + 3) / (1.0 + (0.4 + 1.4) + (0.2 + 1.2)))
-    # DecodingStats of the same steps (one generation: one prefill pass) give the same counters
+    # DecodingStats of the same steps (one target pass per step; the miss records no draft) give the same counters
     st = DecodingStats(num_speculative_tokens=4)
-    st.record_step(4, 3, True)
-    st.record_step(2, 2, False)
-    st.target_forward_passes = 1 + 3
-    assert StepCounters.from_stats(st, generations=1) == StepCounters({0: 1.0, 4: 1.0, 2: 1.0}, 5.0)
+    for n, a in [(0, 0), (4, 3), (2, 2)]:
+        st.record_step(n, a, a < n)
+        st.target_forward_passes += 1
+    assert StepCounters.from_stats(st) == StepCounters({0: 1.0, 4: 1.0, 2: 1.0}, 5.0)
     assert math.isnan(predicted_speedup(StepCounters({}, 0.0), 0.1, v))
     assert math.isnan(predicted_speedup(StepCounters({8: 1.0}, 8.0), 0.1, v))  # v(8) not measured: no guess
     tot = StepCounters.from_totals(4, 10, 6)  # 2.5 per step: half the steps at 2, half at 3

@@ -1,0 +1,109 @@
+"""Re-alignment of an EAGLE-3 head after drift: warm-start re-training on the pair's current target.
+
+When a target is fine-tuned and its EAGLE-3 head is not, acceptance falls and the nightly alerts with
+"target changed since the head was trained: re-train from head vN". :func:`realign_eagle3_flow` is
+that remedy: it takes the pair version behind an alias (the target it now has, and its head), trains
+the head further on that target (``specdec.training.train_eagle3_head(init_from=head)``: the public
+recipes warm-start too) and registers (target, new head) as a new pair version with lineage (parent
+head, training data) as ``@challenger``. The next nightly validates the challenger and the gate
+promotes it. :func:`remediate_drift` runs it for every eagle3 pair whose drift alert fired.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+
+#: re-training settings sized for a CPU (the demo's ``<= 10 minutes`` warm start); override per call
+REALIGN_DEFAULTS: dict[str, Any] = {"recipe": "fixed", "num_sequences": 48, "response_tokens": 96, "epochs": 2,
+                                    "batch_size": 4, "lr": 5e-4, "warmup_steps": 2}
+
+
+@task(task_run_name="locate {pair}@{alias}")
+def locate_task(pair: str, alias: str, target: str | None) -> dict:
+    """The pair version behind ``alias``: its target (or ``target``) and head, with local directories.
+
+    Raises:
+        ValueError: the pair's drafter is not an EAGLE-3 head.
+    """
+    from registry.heads import head_directory
+    from registry.pairs import get_pair_version
+    from registry.register import resolve_checkpoint
+
+    pv = get_pair_version(pair, alias, download=False)
+    if pv.drafter_kind != "eagle3":
+        raise ValueError(f"{pair}@{alias} (v{pv.version}) is a {pv.drafter_kind} pair: only EAGLE-3 heads are re-trained")
+    target_ref = target or pv.target_uri
+    return {"pair_version": pv.version, "target_ref": target_ref, "head_uri": pv.draft_uri,
+            "head_dir": str(head_directory(pv.draft_uri)), "target_dir": str(resolve_checkpoint(target_ref)["path"])}
+
+
+@task(task_run_name="warm-start re-train {head_uri}")
+def retrain_task(target_dir: str, head_dir: str, head_uri: str, out_dir: str, config: dict) -> dict:
+    """Train the head further on the target; returns ``{"out_dir", "metrics", "lineage"}``. Resumes a
+    killed run from ``out_dir/checkpoint``."""
+    from specdec.models import load_causal_lm
+    from specdec.training import Eagle3TrainConfig, train_eagle3_head
+
+    target = load_causal_lm(target_dir, dtype="auto", device="auto")
+    res = train_eagle3_head(target, out_dir=out_dir, init_from=head_dir, config=Eagle3TrainConfig(**config),
+                            device="auto", progress=False)
+    return {"out_dir": str(res.out_dir), "metrics": res.metrics, "lineage": res.lineage}
+
+
+@task(task_run_name="register {pair} (re-trained head) as @{alias}")
+def register_task(out_dir: str, pair: str, target_ref: str, alias: str | None) -> dict:
+    """Register the re-trained head (lineage: parent = the old head) and the pair version; set ``alias``."""
+    from registry.register import register_trained_head
+
+    return register_trained_head(out_dir, pair, target_ref, alias=alias).to_dict()
+
+
+def _out_dir(pair: str, version: str, target_dir: str) -> Path:
+    from specdec.models.hashes import weights_sha256
+    from specdec.settings import get_settings
+
+    return get_settings().home / "heads" / f"{pair}-v{version}-realigned-{weights_sha256(target_dir)[:12]}"
+
+
+@flow(name="realign-eagle3-head", log_prints=True)
+def realign_eagle3_flow(pair: str = "specdec-pair", alias: str = "champion", target: str | None = None,
+                        out_dir: str | None = None, config: dict | None = None,
+                        register_alias: str | None = "challenger") -> dict:
+    """Warm-start re-train the head of ``pair@alias`` on its target and register the result.
+
+    Args:
+        pair, alias: the eagle3 pair version whose head drifted (the champion after a target-only fine-tune).
+        target: the target to re-align to (default: the one that pair version has).
+        out_dir: where the new head goes (default ``$SPECDEC_HOME/heads/<pair>-v<N>-realigned-<target sha>``).
+        config: :class:`specdec.training.Eagle3TrainConfig` fields over :data:`REALIGN_DEFAULTS`.
+        register_alias: alias of the new pair version (``challenger``: the nightly validates, the gate promotes).
+    Returns:
+        ``{"pair", "version", "head_uri", "parent_head", "target", "train_minutes", "step_agreement", ...}``.
+    """
+    log = get_run_logger()
+    where = locate_task(pair, alias, target)
+    out = out_dir or str(_out_dir(pair, where["pair_version"], where["target_dir"]))
+    trained = retrain_task(where["target_dir"], where["head_dir"], where["head_uri"], out,
+                           {**REALIGN_DEFAULTS, **(config or {})})
+    pv = register_task(trained["out_dir"], pair, where["target_ref"], register_alias)
+    log.info("re-trained head %s -> %s in %.1f min; %s v%s%s", where["head_uri"], pv["draft_uri"],
+             trained["metrics"]["train_minutes"], pair, pv["version"], f" is @{register_alias}" if register_alias else "")
+    return {"pair": pair, "version": pv["version"], "head_uri": pv["draft_uri"], "parent_head": where["head_uri"],
+            "target": where["target_ref"], "out_dir": trained["out_dir"], **trained["metrics"]}
+
+
+def remediate_drift(results: list, **kw) -> list[dict]:
+    """Run :func:`realign_eagle3_flow` for each nightly result (``flows.tasks.NightlyResult``) whose drift
+    alert fired on an eagle3 pair; ``kw`` go to the flow. Returns the flows' results."""
+    from registry.pairs import get_pair_version
+
+    done = []
+    for r in results:
+        if r.status != "failed" or r.alert_transition != "fire" or r.version is None:
+            continue
+        if get_pair_version(r.pair, r.version, download=False).drafter_kind == "eagle3":
+            done.append(realign_eagle3_flow(pair=r.pair, alias=r.alias, **kw))
+    return done
