@@ -56,7 +56,7 @@ def retrain_task(target_dir: str, head_dir: str, head_uri: str, out_dir: str, co
 @task(task_run_name="register {pair} (re-trained head) as @{alias}")
 def register_task(out_dir: str, pair: str, target_ref: str, alias: str | None) -> dict:
     """Register the re-trained head (lineage: parent = the old head) and the pair version; set ``alias``."""
-    from registry.heads import register_trained_head
+    from registry.register import register_trained_head
 
     return register_trained_head(out_dir, pair, target_ref, alias=alias).to_dict()
 

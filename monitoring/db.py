@@ -394,7 +394,7 @@ class Database:
                                    "written by a newer specdec: upgrade specdec, or point SPECDEC_DB_URL elsewhere")
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, revision)
-        log.info("history store %s at revision %s", redact_db_url(self.url), self.current_revision())
+        log.debug("history store %s at revision %s", redact_db_url(self.url), self.current_revision())
 
     def current_revision(self) -> str | None:
         """The Alembic revision the database is at (``None`` for an empty database)."""

@@ -1,4 +1,4 @@
-"""EAGLE-3 heads in the registry: a head version with its lineage, and its pair (drafter kind ``eagle3``).
+"""EAGLE-3 heads in the registry: a head version with its lineage (the pair: :func:`registry.register.register_eagle3_pair`).
 
 A head is registered like any checkpoint (its ``speculators``-format directory, with the target's
 tokenizer files that ``specdec draft train eagle3`` writes next to it) plus lineage tags:
@@ -94,8 +94,9 @@ def register_eagle3_head(head_dir: str | Path, target: ModelVersionRef, *, name:
                                   tracking_uri=tracking_uri, extra_tags=tags)
 
 
-def _compatibility(head_dir: Path, target_config: Any) -> dict[str, Any]:
-    """Head/target checks on the config alone: vocabulary, hidden size, aux layer ids."""
+def head_compatibility(head_dir: Path, target_config: Any) -> dict[str, Any]:
+    """Head/target checks on the head's config alone (no weights, no target model): vocabulary, hidden size,
+    aux layer ids. ``{"compatible", "problems", "notes"}`` as stored with the pair."""
     cfg = json.loads((head_dir / "config.json").read_text())
     layer = cfg.get("transformer_layer_config") or {}
     problems = []
@@ -110,42 +111,6 @@ def _compatibility(head_dir: Path, target_config: Any) -> dict[str, Any]:
         problems.append(f"aux hidden state layer ids {bad} outside the target's 0..{n}")
     return {"compatible": not problems, "problems": problems,
             "notes": [f"EAGLE-3 head, draft vocabulary {cfg.get('draft_vocab_size')}"]}
-
-
-def register_trained_head(head_dir: str | Path, pair: str, target: str, *, head_name: str | None = None,
-                          alias: str | None = "challenger", config=None, tracking_uri: str | None = None):
-    """Register target (or reuse), head (with lineage) and the ``eagle3`` pair version; point ``alias`` at it.
-
-    Args:
-        head_dir: the head directory (``specdec draft train eagle3 --out``, or a ``speculators`` checkpoint
-            plus the target's tokenizer files).
-        pair: pair registered model name. target: the target reference the head was trained for.
-        alias: ungated alias to set (``None`` to leave aliases alone).
-        config: ``SpeculativeConfig`` of the pair (default: its defaults).
-    Returns:
-        :class:`registry.pairs.PairVersion`.
-    Raises:
-        ValueError: incompatible head/target, or trained on another target; registry errors.
-    """
-    from registry.models import register_model_version
-    from registry.pairs import register_pair
-    from registry.promotion import promote
-    from registry.register import default_model_name, resolve_checkpoint
-    from specdec.core.config import SpeculativeConfig
-
-    head_dir = Path(head_dir)
-    t = resolve_checkpoint(target, None, tracking_uri)
-    compat = _compatibility(head_dir, t["config"])
-    if not compat["compatible"]:
-        raise ValueError("head and target are incompatible: " + "; ".join(compat["problems"]))
-    tref = t["registered"] or register_model_version(default_model_name(t), t["path"], source=t["source"],
-                                                     tracking_uri=tracking_uri)
-    href = register_eagle3_head(head_dir, tref, name=head_name, tracking_uri=tracking_uri)
-    pv = register_pair(tref, href, drafter_kind="eagle3", config=config or SpeculativeConfig(),
-                       compatibility=compat, name=pair, tracking_uri=tracking_uri)
-    if alias:
-        promote(pair, pv.version, alias, tracking_uri=tracking_uri)
-    return pv
 
 
 def head_directory(ref: str, *, tracking_uri: str | None = None) -> Path:
@@ -168,45 +133,3 @@ def head_directory(ref: str, *, tracking_uri: str | None = None) -> Path:
             raise ValueError(f"{ref} is a {pv.drafter_kind} pair, not an EAGLE-3 head")
         mref = get_model_version(pv.draft_uri, tracking_uri=tracking_uri)
     return download_model_version(mref, tracking_uri=tracking_uri)
-
-
-def head_registry_hooks():
-    """The registry functions ``specdec draft train eagle3`` uses (:class:`specdec.training.cli.HeadRegistry`)."""
-    from registry.register import resolve_checkpoint
-    from specdec.training.cli import HeadRegistry
-
-    return HeadRegistry(register=register_trained_head, head_directory=head_directory,
-                        checkpoint_directory=lambda ref: resolve_checkpoint(ref)["path"])
-
-
-def register_head_pair(target: str, head: str, pair: str, *, alias: str | None = "challenger", config=None,
-                       tracking_uri: str | None = None):
-    """Register the pair (``target``, an already registered head version ``head``: ``models:/<name>/<v>``).
-
-    The head may have been trained on another target version (a target-only fine-tune leaves the old
-    head with the new target); its ``eagle3.*`` lineage then shows which target it was trained on,
-    and the nightly's root-cause hint names it for re-training.
-
-    Raises:
-        ValueError: ``head`` is not a registered EAGLE-3 head, or does not fit the target.
-    """
-    from registry.models import download_model_version, get_model_version, register_model_version
-    from registry.pairs import register_pair
-    from registry.promotion import promote
-    from registry.register import default_model_name, resolve_checkpoint
-    from specdec.core.config import SpeculativeConfig
-
-    href = get_model_version(head, tracking_uri=tracking_uri)
-    if href.tags.get("specdec.draft_kind") != "eagle3":
-        raise ValueError(f"{head} is not a registered EAGLE-3 head (register it with register_trained_head)")
-    t = resolve_checkpoint(target, None, tracking_uri)
-    compat = _compatibility(download_model_version(href, tracking_uri=tracking_uri), t["config"])
-    if not compat["compatible"]:
-        raise ValueError("head and target are incompatible: " + "; ".join(compat["problems"]))
-    tref = t["registered"] or register_model_version(default_model_name(t), t["path"], source=t["source"],
-                                                     tracking_uri=tracking_uri)
-    pv = register_pair(tref, href, drafter_kind="eagle3", config=config or SpeculativeConfig(),
-                       compatibility=compat, name=pair, tracking_uri=tracking_uri)
-    if alias:
-        promote(pair, pv.version, alias, tracking_uri=tracking_uri)
-    return pv

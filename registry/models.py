@@ -204,7 +204,7 @@ def log_and_register(client, name: str, local_dir: Path, tags: dict[str, str], p
             if model_id is not None:
                 client.finalize_logged_model(model_id, "FAILED")
             client.set_terminated(run_id, "FAILED")
-        except Exception:
+        except Exception:  # noqa: BLE001 (best effort while already failing: the original error is re-raised)
             pass
         raise
 
@@ -326,29 +326,15 @@ def register_derived_draft(
         return _ref_from_mv(mv)
 
 
-def get_model_version(uri_or_name: str, version: str | int | None = None, *,
-                      tracking_uri: str | None = None) -> ModelVersionRef:
-    """Look up a registered model version.
+def client_get_model_version(client, uri_or_name: str, version: str | int | None = None) -> ModelVersionRef:
+    """Look up a registered model version (:meth:`registry.service.Registry.get_model_version`).
 
     Args:
         uri_or_name: ``models:/<name>/<version>``, ``models:/<name>@<alias>``, or a plain name (then
             ``version`` is required).
-    Returns:
-        :class:`ModelVersionRef`.
     Raises:
         ModelNotFound: no such registered model, version or alias.
         ValueError: malformed URI, or a plain name without ``version``.
-    """
-    client = get_client(tracking_uri)
-    with mlflow_errors(client.tracking_uri):
-        return client_get_model_version(client, uri_or_name, version)
-
-
-def client_get_model_version(client, uri_or_name: str, version: str | int | None = None) -> ModelVersionRef:
-    """:func:`get_model_version` with an existing ``MlflowClient``.
-
-    Raises:
-        ModelNotFound: no such model version.
     """
     from mlflow.exceptions import MlflowException
 
@@ -368,8 +354,7 @@ def client_get_model_version(client, uri_or_name: str, version: str | int | None
     return _ref_from_mv(mv)
 
 
-def download_model_version(ref: ModelVersionRef, *, dst: str | Path | None = None,
-                           tracking_uri: str | None = None) -> Path:
+def client_download_model_version(client, ref: ModelVersionRef, dst: str | Path | None = None) -> Path:
     """Download a model version's artifacts (checkpoint directory, or ``recipe.json`` for a derived draft).
 
     Downloads go to ``dst`` or to ``<cache_dir>/<name>/<version>-<weights_sha256[:12]>``; a completed
@@ -383,11 +368,6 @@ def download_model_version(ref: ModelVersionRef, *, dst: str | Path | None = Non
         FileExistsError: ``dst`` exists, is not empty and is not a completed download.
         RegistryError: the download failed; RegistryUnavailable: server unreachable.
     """
-    return client_download_model_version(get_client(tracking_uri), ref, dst)
-
-
-def client_download_model_version(client, ref: ModelVersionRef, dst: str | Path | None = None) -> Path:
-    """:func:`download_model_version` with an existing ``MlflowClient``: the local directory of the artifacts."""
     import shutil
 
     from registry.verify import verify_checkpoint
@@ -411,6 +391,8 @@ def client_download_model_version(client, ref: ModelVersionRef, dst: str | Path 
             target.rmdir()
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    from mlflow.exceptions import MlflowException
+
     try:
         local = download_version_artifacts(client, ref.name, ref.version, staging)
         os.replace(local, target)
@@ -422,7 +404,7 @@ def client_download_model_version(client, ref: ModelVersionRef, dst: str | Path 
         marker.write_text(ref.weights_sha256)
     except RegistryError:
         raise
-    except Exception as e:
+    except (MlflowException, OSError) as e:  # the artifact store's errors, or the local filesystem's
         raise RegistryError(f"could not download {ref.uri}: {e}") from e
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -37,7 +37,7 @@ def resolve_checkpoint(ref: str, revision: str | None = None, tracking_uri: str 
     from transformers import AutoConfig, AutoTokenizer
 
     if ref.startswith("models:/"):
-        from registry.models import download_model_version, get_model_version
+        from registry.service import download_model_version, get_model_version
 
         mref = get_model_version(ref, tracking_uri=tracking_uri)
         if mref.artifact != "checkpoint":
@@ -79,7 +79,8 @@ def register_pair_from_refs(
 
     Args:
         target: a model reference (see :func:`resolve_checkpoint`).
-        draft: ``ngram``; ``derived:int8`` / ``int4`` / ``bf16`` / ``fp8`` (derived from this target); a model
+        draft: ``ngram``; ``eagle3:<head dir or models:/<head>/<v>>`` (:func:`registry.heads.register_eagle3_pair`);
+            ``derived:int8`` / ``int4`` / ``bf16`` / ``fp8`` (derived from this target); a model
             reference, optionally ``model:<ref>``; or ``models:/<name>/<v>`` of an already
             registered draft, including a derived-recipe version (e.g. an old derived draft kept
             after a target-only fine-tune).
@@ -91,16 +92,19 @@ def register_pair_from_refs(
         specdec.IncompatiblePairError: mismatched vocabularies / special tokens.
         registry.RegistryError subclasses; ValueError on a bad name or spec.
     """
-    from registry.models import (get_model_version, register_derived_draft, register_model_version,
-                                 validate_name)
+    from registry.models import register_derived_draft, register_model_version, validate_name
     from registry.pairs import compatibility_to_dict, register_pair
+    from registry.service import get_model_version
     from specdec.models import check_pair_compatible
 
     for n in (name, target_name, draft_name):
         if n:
             validate_name(n)
-    t = resolve_checkpoint(target, revision, tracking_uri)
     spec = draft.strip()
+    if spec.startswith("eagle3:"):  # an EAGLE-3 head: lineage tags (registry.heads)
+        return register_eagle3_pair(target, spec.removeprefix("eagle3:"), name=name, head_name=draft_name,
+                                    config=config, tracking_uri=tracking_uri)
+    t = resolve_checkpoint(target, revision, tracking_uri)
     d = None
     dref: ModelVersionRef | None = None
     recipe = None
@@ -138,3 +142,69 @@ def register_pair_from_refs(
     pv = register_pair(tref, dref, drafter_kind=kind, config=config, compatibility=compat, name=name,
                        tracking_uri=tracking_uri)
     return PairRegistration(pair=pv, target=tref, draft=dref, drafter_kind=kind)
+
+
+def register_eagle3_pair(target: str, head: str, *, name: str | None = None, head_name: str | None = None,
+                         config=None, tracking_uri: str | None = None):
+    """Register (or reuse) the target, the head and the ``eagle3`` pair version.
+
+    Args:
+        target: the target reference (as for ``specdec pair register --target``).
+        head: a head directory (registered with lineage; it must have been trained on ``target``), or
+            an already registered head version ``models:/<name>/<v>`` (any target: a target-only
+            fine-tune leaves the old head with the new target, and its lineage says so).
+        name: pair registered model. head_name: registered model of a new head (default ``<target>-eagle3``).
+        config: ``SpeculativeConfig`` of the pair (default: its defaults).
+    Returns:
+        :class:`registry.register.PairRegistration` (drafter kind ``eagle3``).
+    Raises:
+        ValueError: incompatible head/target, a directory trained on another target, or a registered
+        version that is not an EAGLE-3 head; registry errors.
+    """
+    from registry.heads import head_compatibility, register_eagle3_head
+    from registry.models import download_model_version, get_model_version, register_model_version
+    from registry.pairs import register_pair
+
+    href = None
+    if head.startswith("models:/"):
+        href = get_model_version(head, tracking_uri=tracking_uri)
+        if href.tags.get("specdec.draft_kind") != "eagle3":
+            raise ValueError(f"{head} is not a registered EAGLE-3 head")
+        head_dir = download_model_version(href, tracking_uri=tracking_uri)
+    else:
+        head_dir = Path(head)
+        if not (head_dir / "config.json").is_file():
+            raise FileNotFoundError(f"no EAGLE-3 head at {head_dir}: config.json not found")
+    t = resolve_checkpoint(target, None, tracking_uri)
+    compat = head_compatibility(Path(head_dir), t["config"])
+    if not compat["compatible"]:
+        raise ValueError("head and target are incompatible: " + "; ".join(compat["problems"]))
+    tref = t["registered"] or register_model_version(default_model_name(t), t["path"], source=t["source"],
+                                                     tracking_uri=tracking_uri)
+    href = href or register_eagle3_head(head_dir, tref, name=head_name, tracking_uri=tracking_uri)
+    pv = register_pair(tref, href, drafter_kind="eagle3", config=config or SpeculativeConfig(),
+                       compatibility=compat, name=name, tracking_uri=tracking_uri)
+    return PairRegistration(pair=pv, target=tref, draft=href, drafter_kind="eagle3")
+
+
+def register_trained_head(head: str | Path, pair: str, target: str, *, head_name: str | None = None,
+                          alias: str | None = "challenger", config=None, tracking_uri: str | None = None):
+    """:func:`register_eagle3_pair` under ``pair``, then point the ungated ``alias`` at the new version
+    (``None`` leaves aliases alone). What ``specdec draft train eagle3 --register`` and the
+    re-alignment flow call. Returns the :class:`registry.pairs.PairVersion`."""
+    from registry.promotion import promote
+
+    reg = register_eagle3_pair(target, str(head), name=pair, head_name=head_name, config=config,
+                               tracking_uri=tracking_uri)
+    if alias:
+        promote(pair, reg.pair.version, alias, tracking_uri=tracking_uri)
+    return reg.pair
+
+
+def head_registry_hooks():
+    """The registry functions ``specdec draft train eagle3`` uses (:class:`specdec.training.cli.HeadRegistry`)."""
+    from registry.heads import head_directory
+    from specdec.training.cli import HeadRegistry
+
+    return HeadRegistry(register=register_trained_head, head_directory=head_directory,
+                        checkpoint_directory=lambda ref: resolve_checkpoint(ref)["path"])

@@ -46,10 +46,10 @@ def check_layer_ids(layer_ids, num_layers: int) -> list[int]:
     """
     ids = [int(i) for i in layer_ids]
     if not ids:
-        raise ValueError("aux layer ids are empty")
+        raise ValueError("target_layer_ids is empty")
     bad = [i for i in ids if not 0 <= i <= num_layers]
     if bad:
-        raise ValueError(f"aux layer id {bad[0]} is outside the target's layers [0, {num_layers}]")
+        raise ValueError(f"target_layer_ids: layer id {bad[0]} is outside the target's layers [0, {num_layers}]")
     return ids
 
 

@@ -8,7 +8,7 @@ target has already run (the last token, the recovered/bonus one, is fed to the t
 drafts), one catch-up pass over the new entries ``t < n - 1`` proposes the first draft; each further
 draft is one pass over ``(draft, head's own state at the previous entry)`` at the next position.
 
-After verification (:meth:`Eagle3Drafter.rollback`) the head keeps only the entries computed from
+After verification (:meth:`Eagle3Drafter.accept`) the head keeps only the entries computed from
 target features (the draft-chain entries are dropped, as the engines overwrite them with the
 target's features of the now-verified tokens), and the features of rejected positions are dropped.
 
@@ -22,23 +22,39 @@ Tokens outside the draft vocabulary get q = 0: draft logits are scattered to tar
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from specdec.core.drafters import Proposal, TargetFeatures
 from specdec.core.sampling import logits_to_probs, sample
 
 __all__ = ["Eagle3Drafter"]
 
 
-class Eagle3Drafter:
-    """Drafter protocol (:mod:`specdec.core.drafters`) for an EAGLE-3 head, plus target features.
+@dataclass
+class _Row:
+    """One row's head state: its cache, the target features of its verified positions, and how many
+    head cache entries were computed from target features (entries ``0 .. num_fed - 1``)."""
 
-    The loop gives the drafter the target's aux hidden states after each target pass
-    (:meth:`add_target_features`; the loop captures them when the drafter has
-    :attr:`target_layer_ids`, see :func:`specdec.core.features.capture_features`).
+    cache: object
+    features: torch.Tensor | None = None  # [n_f, F]: target features of positions 0..n_f-1
+    num_fed: int = 0
+
+    @property
+    def num_features(self) -> int:
+        return 0 if self.features is None else self.features.shape[0]
+
+
+class Eagle3Drafter:
+    """The drafter protocol (:mod:`specdec.core.drafters`) for an EAGLE-3 head, reading target features.
+
+    Rows are drafted one after the other, each with its own head cache (a batch costs one head
+    pass per row and draft, not one per draft); B = 1 and batches share every line.
 
     Args:
         head: an :class:`specdec.models.eagle3.head.Eagle3Head` (or any module with its ``combine``,
-            ``forward``, ``target_logits``, ``to_target_ids`` and ``new_cache``).
+            ``forward``, ``target_logits`` and ``new_cache``).
         layer_ids: the target layer ids whose hidden states the head reads (resolved against the
             target: the config's, or the default ``[2, L // 2, L - 3]``).
     """
@@ -47,72 +63,74 @@ class Eagle3Drafter:
         self.head = head
         self.target_layer_ids = tuple(int(i) for i in layer_ids)
         self.forward_passes = 0
-        self.reset()
+        self.rows: list[_Row] = []
 
-    def reset(self) -> None:
-        """Drop the head cache and the stored target features (before each new prompt)."""
-        self.cache = self.head.new_cache(1)
-        self.features: torch.Tensor | None = None  # [n_f, F]: target features of positions 0..n_f-1
-        self.num_fed = 0  # head cache entries computed from target features (positions 0..num_fed-1)
+    def start(self, contexts: list[list[int]]) -> None:
+        """New batch: empty head caches, no target features yet."""
+        self.rows = [_Row(self.head.new_cache(1)) for _ in contexts]
 
-    @property
-    def num_features(self) -> int:
-        return 0 if self.features is None else self.features.shape[0]
-
-    def add_target_features(self, start: int, features: torch.Tensor) -> None:
-        """Record the target's aux features ``[T, F]`` of positions ``start .. start + T - 1``.
+    def accept(self, num_accepted, next_tokens, features: TargetFeatures | None = None) -> None:
+        """Append each row's verified target features; drop the draft-chain cache entries.
 
         Raises:
-            RuntimeError: ``start`` leaves a gap after the stored features.
+            ValueError: no features (the loop must pass them: this drafter sets ``target_layer_ids``).
         """
-        if start > self.num_features:
-            raise RuntimeError(f"target features start at position {start}, but only {self.num_features} are stored")
-        kept = self.features[:start] if self.features is not None else None
-        features = features.detach()
-        self.features = features if kept is None else torch.cat([kept, features.to(kept.dtype)], dim=0)
+        if features is None:
+            raise ValueError("an EAGLE-3 head needs the target's features at every accept()")
+        for b, row in enumerate(self.rows):
+            new = features.hidden[b, : int(features.num_verified[b])].detach()
+            row.features = new if row.features is None else torch.cat([row.features, new.to(row.features.dtype)])
+            row.cache.crop(row.num_fed)
 
-    def rollback(self, num_valid: int) -> None:
-        """Only the first ``num_valid`` context positions are final: drop later features, the
-        draft-chain cache entries and any entry that used a dropped token or feature."""
-        if self.features is not None and self.features.shape[0] > num_valid:
-            self.features = self.features[:num_valid]
-        self.num_fed = max(0, min(self.num_fed, num_valid - 1, self.num_features))
-        self.cache.crop(self.num_fed)
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` (indices into the active rows)."""
+        self.rows = [self.rows[i] for i in rows.tolist()]
 
     @torch.inference_mode()
-    def propose(self, context, k, sampling, vocab_size, generator=None, stop_token_ids=frozenset()):
-        """Draft up to ``k`` tokens after ``context`` (list of target ids).
+    def propose(self, contexts, limits, sampling, vocab_size, generator=None, stop_token_ids=frozenset()) -> Proposal:
+        """Each row drafts up to ``limits[b]`` tokens (cut after a drafted stop token); a row whose
+        target has not run over all but its last context token (the prefill step) drafts nothing.
+        Returns a :class:`Proposal` (``q`` None under greedy; ``forward_passes`` = the most head
+        passes one row took, what a batched head would take)."""
+        props = [self._row_propose(row, ctx, lim, sampling, vocab_size, generator, stop_token_ids)
+                 for row, ctx, lim in zip(self.rows, contexts, limits)]
+        k = max((len(t) for t, _ in props), default=0)
+        B = len(props)
+        tokens = torch.zeros(B, k, dtype=torch.long)
+        q = None if sampling.is_greedy else torch.zeros(B, k, vocab_size)
+        for b, (toks, qs) in enumerate(props):
+            if toks:
+                tokens[b, : len(toks)] = torch.tensor(toks)
+                if q is not None:
+                    q[b, : len(toks)] = torch.stack(qs).cpu()
+        n = torch.tensor([len(t) for t, _ in props], dtype=torch.long)
+        return Proposal(tokens, q, n, forward_passes=max((len(t) for t, _ in props), default=0))
 
-        Returns ``(tokens, q)``: ``q`` float32 ``[len(tokens), vocab_size]``, or None under greedy
-        sampling. Proposes nothing (a plain target step) until the target has run over all but the
-        last context token.
-        """
+    def _row_propose(self, row: _Row, context, k, sampling, vocab_size, generator, stop) -> tuple[list[int], list]:
+        """One row: a catch-up pass over the new target-fed entries, then one pass per further draft."""
         n = len(context)
-        if k <= 0 or n < 2 or self.num_features < n - 1:
-            return [], (None if sampling.is_greedy else torch.empty(0, vocab_size))
-        start = min(self.num_fed, n - 2)
-        self.cache.crop(start)
+        if k <= 0 or n < 2 or row.num_features < n - 1:
+            return [], []
+        start = min(row.num_fed, n - 2)
+        row.cache.crop(start)
         device = self.head.fc.weight.device
         ids = torch.tensor([context[start + 1:n]], dtype=torch.long, device=device)
-        hidden = self.head.combine(self.features[start:n - 1].to(device))[None]
-        positions = torch.arange(start, n - 1, device=device)[None]
-        state, logits = self.head(ids, hidden, positions, self.cache)
+        hidden = self.head.combine(row.features[start:n - 1].to(device))[None]
+        state, logits = self.head(ids, hidden, torch.arange(start, n - 1, device=device)[None], row.cache)
         self.forward_passes += 1
-        self.num_fed = n - 1
+        row.num_fed = n - 1
         tokens, qs = [], []
         for i in range(k):
             z = self.head.target_logits(logits[0, -1], vocab_size)
             if sampling.is_greedy:
                 x = int(z.argmax())
             else:
-                q = logits_to_probs(z, sampling)
-                x = sample(q, generator)
-                qs.append(q)
+                qs.append(logits_to_probs(z, sampling))
+                x = sample(qs[-1], generator)
             tokens.append(x)
-            if x in stop_token_ids or i == k - 1:
+            if x in stop or i == k - 1:
                 break
             ids = torch.tensor([[x]], dtype=torch.long, device=device)
-            pos = torch.tensor([[n - 1 + i]], device=device)
-            state, logits = self.head(ids, state[:, -1:], pos, self.cache)
+            state, logits = self.head(ids, state[:, -1:], torch.tensor([[n - 1 + i]], device=device), row.cache)
             self.forward_passes += 1
-        return tokens, (None if sampling.is_greedy else torch.stack(qs))
+        return tokens, qs

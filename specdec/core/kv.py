@@ -118,41 +118,30 @@ def forward_tokens_features(model, tokens: list[int], cache, logits_to_keep: int
     """:func:`forward_tokens`, plus the target features ``layer_ids`` ask for.
 
     Returns:
-        ``(logits [n, V], features)`` with ``features`` = :func:`hidden_features` of the fed
+        ``(logits [n, V], features)`` with ``features`` = the aux hidden states of the fed
         tokens, ``[1, len(tokens), len(layer_ids) * hidden]`` in the model's dtype; ``None`` when
         ``layer_ids`` is None (then no hidden states are requested: costs nothing).
     Raises:
         ValueError: a layer id outside ``0..num_hidden_layers``.
     """
     ids = torch.tensor([tokens], dtype=torch.long, device=model_device(model))
-    kw = model_kwargs(model, cache, logits_to_keep)
-    if layer_ids is not None:
-        kw["output_hidden_states"] = True
-    out = model(input_ids=ids, **kw)
+    out, hidden = _with_features(model, layer_ids, input_ids=ids, **model_kwargs(model, cache, logits_to_keep))
     logits = out.logits[0]
-    logits = logits if logits_to_keep is None else logits[-logits_to_keep:]
-    return logits, (None if layer_ids is None else hidden_features(out.hidden_states, layer_ids))
+    return (logits if logits_to_keep is None else logits[-logits_to_keep:]), hidden
 
 
-def hidden_features(hidden_states: tuple[torch.Tensor, ...], layer_ids: tuple[int, ...]) -> torch.Tensor:
-    """Concatenate the requested hidden states along the last dimension.
+def _with_features(model, layer_ids, **kw):
+    """``(model(**kw), features or None)``: the aux hidden states ``layer_ids`` ask for, captured by
+    hooks on the decoder layers (:func:`specdec.core.features.capture_features`: id ``i`` = the
+    stream entering layer ``i``, id ``L`` = the last layer's output *before* the final norm, as vLLM
+    feeds EAGLE-3 heads; transformers' ``hidden_states[L]`` is after the norm)."""
+    if layer_ids is None:
+        return model(**kw), None
+    from specdec.core.features import capture_features
 
-    HF ``output_hidden_states`` index semantics: ``hidden_states[i]`` is the *input* of decoder
-    layer ``i`` (the residual stream before it; 0 = the token embeddings), and
-    ``hidden_states[num_hidden_layers]`` the final output after the last norm.
-
-    Args:
-        hidden_states: the model output's ``hidden_states`` tuple, each ``[B, n, hidden]``.
-        layer_ids: indices into it, in the order the drafter wants them .
-    Returns:
-        ``[B, n, len(layer_ids) * hidden]`` in the model's dtype.
-    Raises:
-        ValueError: no ids, or an id outside ``0..len(hidden_states) - 1``.
-    """
-    n = len(hidden_states)
-    if not layer_ids or any(not 0 <= i < n for i in layer_ids):
-        raise ValueError(f"target_layer_ids must be non-empty indices in 0..{n - 1} (HF hidden_states), got {layer_ids!r}")
-    return torch.cat([hidden_states[i] for i in layer_ids], dim=-1)
+    with capture_features(model, layer_ids) as feats:
+        out = model(**kw)
+    return out, feats[-1]
 
 
 def compact_rows(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -207,18 +196,16 @@ class MaskedKV:
     @torch.inference_mode()
     def forward_features(self, ids: torch.Tensor, valid: torch.Tensor, logits_to_keep: int | None,
                          layer_ids: tuple[int, ...] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """:meth:`forward`, plus :func:`hidden_features` ``[B, m, len(layer_ids) * hidden]`` of every
+        """:meth:`forward`, plus the aux hidden states ``[B, m, len(layer_ids) * hidden]`` of every
         slot of the block (invalid slots meaningless); ``None`` (and no hidden states asked
         for) when ``layer_ids`` is None."""
         self.mask = torch.cat([self.mask, valid], dim=1)
         positions = (self.num_valid[:, None] + valid.long().cumsum(dim=1) - 1).clamp_min(0)
-        kw = model_kwargs(self.model, self.cache, logits_to_keep)
-        if layer_ids is not None:
-            kw["output_hidden_states"] = True
-        out = self.model(input_ids=ids, attention_mask=self.mask.long(), position_ids=positions, **kw)
+        out, hidden = _with_features(self.model, layer_ids, input_ids=ids, attention_mask=self.mask.long(),
+                                     position_ids=positions, **model_kwargs(self.model, self.cache, logits_to_keep))
         self.num_valid = self.num_valid + valid.sum(dim=1)
         logits = out.logits if logits_to_keep is None else out.logits[:, -logits_to_keep:]
-        return logits, (None if layer_ids is None else hidden_features(out.hidden_states, layer_ids))
+        return logits, hidden
 
     @torch.inference_mode()
     def invalidate_tail(self, keep: torch.Tensor, width: int) -> None:

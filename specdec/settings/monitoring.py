@@ -133,6 +133,7 @@ class DeliverySettings(BaseModel):
         return self.max_send_s + 30.0
 
 
+_DB_URL = re.compile(r"^[A-Za-z][A-Za-z0-9]*(\+[A-Za-z0-9_]+)?://")
 _HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$|^\[[0-9A-Fa-f:.]+\]$")
 
 
@@ -162,7 +163,7 @@ def url_problem(raw: str) -> str | None:
         return "port out of range"
     try:
         httpx.URL(raw)
-    except Exception as e:  # httpx.InvalidURL and friends
+    except (httpx.InvalidURL, TypeError, ValueError) as e:  # what httpx.URL raises for a malformed URL
         return f"{type(e).__name__}"
     return None
 
@@ -240,18 +241,17 @@ class MonitoringSettings(HomeSection):
 
 
 def _check_db_url(url: str) -> None:
-    """Refuse a DB URL SQLAlchemy cannot parse, without quoting it (it may hold a password).
+    """Refuse a DB URL that is not ``dialect[+driver]://...`` with a numeric port, without quoting it (it
+    may hold a password). Parsed with the standard library: specdec imports no SQLAlchemy (the store
+    itself parses it again when it connects).
 
     Raises:
         ValueError: ``SPECDEC_DB_URL cannot be parsed`` (never the URL or the parser's text).
     """
-    from urllib.parse import urlsplit  # not SQLAlchemy: specdec imports no SQL library
-
     try:
-        parts = urlsplit(url)
-        _ = parts.port  # ValueError quoting the text when the port is not a number
-        if not parts.scheme or not (parts.scheme.startswith("sqlite") or parts.netloc):
-            raise ValueError
-    except ValueError:  # the parser's text quotes the offending part: never shown
+        if not _DB_URL.match(url):
+            raise ValueError("no dialect://")
+        _ = urlsplit(url).port  # ValueError for a port that is not a number in range
+    except ValueError:
         raise ValueError("SPECDEC_DB_URL cannot be parsed (expected dialect[+driver]://user:password@host:port/db "
                          "or sqlite:///path)") from None

@@ -88,6 +88,9 @@ def eagle3(
     ttt_steps: Annotated[int, typer.Option("--ttt-steps", min=1, help="Training-time-test unroll steps.")] = 3,
     max_minutes: Annotated[float | None, typer.Option("--max-minutes", help="Stop training after this wall time.")] = None,
     corpus: Annotated[Path | None, typer.Option("--corpus", help="Training documents (JSONL with 'text').")] = None,
+    aux_layer_ids: Annotated[str | None, typer.Option(
+        "--aux-layer-ids", help="Target layers feeding the head, e.g. '2,15,27' (default [2, L//2, L-3]; "
+                                "the parent's with --from).")] = None,
     device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda | cuda:N.")] = "auto",
     seed: Annotated[int, typer.Option("--seed")] = 0,
     register: Annotated[str | None, typer.Option("--register", help="Register target, head (with lineage) and "
@@ -104,10 +107,11 @@ def eagle3(
                             draft_vocab_size=draft_vocab_size, epochs=epochs, batch_size=batch_size, lr=lr,
                             ttt_steps=ttt_steps, max_minutes=max_minutes, seed=seed)
     _check_args(out, init_from, corpus, register, cfg)
+    layer_ids = _parse_ids(aux_layer_ids)
     if device.startswith("cuda") and not torch.cuda.is_available():
         _fail("--device cuda requested but CUDA is not available")
     result = _train(_local(target, "target"), out, _local(init_from, "head") if init_from else None, cfg, corpus,
-                    device, quiet)
+                    layer_ids, device, quiet)
     m = result.metrics
     _out.print(f"head written: {out} ({m['steps']}/{m['total_steps']} steps, {m['train_minutes']:.1f} min training"
                f"{', stopped at --max-minutes: run again to continue' if m['stopped_early'] else ''}; "
@@ -122,31 +126,41 @@ def eagle3(
                    highlight=False)
 
 
-def _train(target_ref: str, out: Path, init_from: str | None, cfg: Any, corpus: Path | None, device: str,
-           quiet: bool) -> Any:
+def _parse_ids(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        _fail(f"--aux-layer-ids {text!r}: expected comma-separated integers, e.g. 2,15,27")
+    return None
+
+
+def _train(target_ref: str, out: Path, init_from: str | None, cfg: Any, corpus: Path | None,
+           layer_ids: list[int] | None, device: str, quiet: bool) -> Any:
     """Load the target, train; one-line errors for bad data, short memory, foreign checkpoints."""
     from specdec.models import ModelNotFoundError, load_causal_lm
     from specdec.training import (CheckpointMismatchError, TrainingDataError, TrainingMemoryError,
                                   train_eagle3_head)
 
+    if quiet:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     with _err.status(f"loading target {target_ref} ..."):
         try:
             tgt = load_causal_lm(target_ref, dtype="auto", device=device)
         except (ModelNotFoundError, FileNotFoundError, ValueError) as e:
             _fail(f"target: {e}")
     try:
-        return train_eagle3_head(tgt, out_dir=out, config=cfg, init_from=init_from, corpus=corpus, device=device,
-                                 progress=not quiet)
+        return train_eagle3_head(tgt, out_dir=out, config=cfg, init_from=init_from, corpus=corpus,
+                                 layer_ids=layer_ids, device=device, progress=not quiet)
     except TrainingMemoryError as e:
         _fail(str(e))
-    except torch_oom() as e:
-        _fail(f"out of memory while training ({str(e).splitlines()[0]}): use a smaller --batch-size or --response-tokens")
+    except (MemoryError, RuntimeError) as e:  # torch.OutOfMemoryError (CUDA) is a RuntimeError; CPU: "can't allocate"
+        if not isinstance(e, MemoryError) and "out of memory" not in str(e) and "allocate" not in str(e):
+            raise
+        _fail(f"out of memory while training ({str(e).splitlines()[0][:200]}): use a smaller --batch-size or "
+              "--response-tokens")
     except (TrainingDataError, CheckpointMismatchError, ValueError, FileNotFoundError) as e:
         _fail(str(e))
-
-
-def torch_oom() -> type[BaseException]:
-    """The exception torch raises when an allocation fails (CUDA or CPU)."""
-    import torch
-
-    return getattr(torch, "OutOfMemoryError", MemoryError)

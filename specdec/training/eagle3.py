@@ -23,8 +23,8 @@ import torch
 from specdec.training import eagle3_checkpoint as ckpt
 from specdec.training.eagle3_data import (RECIPES, TrainingDataError, build_prompts, data_sha256,
                                           fixed_text_sequences, load_documents, regenerated_sequences)
-from specdec.training.eagle3_features import (SequenceFeatures, all_target_features, draft_token_ids,
-                                              draft_vocab_mapping, token_frequencies)
+from specdec.training.eagle3_features import (SequenceFeatures, check_feature_memory, draft_token_ids,
+                                              draft_vocab_mapping, target_features, token_frequencies)
 from specdec.training.eagle3_init import load_parent, new_head
 from specdec.training.eagle3_ttt import ttt_unroll
 
@@ -42,7 +42,8 @@ class Eagle3TrainConfig:
         draft_vocab_size: draft vocabulary (most frequent response tokens); ignored with ``init_from``
             (the parent's vocabulary mapping is kept).
         ttt_steps, ttt_step_loss_decay: the TTT unroll (``speculators``' names).
-        epochs, batch_size, lr, weight_decay, warmup_steps: AdamW with linear warm-up and cosine decay.
+        epochs, batch_size, lr, weight_decay, warmup_steps: AdamW with linear warm-up (at most 10% of the
+            steps) and cosine decay.
         max_minutes: stop training (checkpointed, result written) after this wall time; None = no limit.
         checkpoint_every: optimizer steps between checkpoints.
         seed: data order and initialisation.
@@ -148,21 +149,39 @@ def _run_key(config: Eagle3TrainConfig, target_sha: str, parent: dict | None) ->
 
 
 def _prepare_data(target: Any, config: Eagle3TrainConfig, corpus, layer_ids: list[int], vocab: tuple | None,
-                  progress: bool) -> dict:
-    """Sequences -> draft vocabulary (unless ``vocab`` = the parent's ``(d2t, t2d)``) -> target features."""
-    t0 = time.perf_counter()
-    seqs = build_training_sequences(target, config, corpus, progress)
-    t1 = time.perf_counter()
-    if vocab is None:
-        freq = token_frequencies(seqs, target.model.config.vocab_size)
-        vocab = draft_vocab_mapping(freq, min(config.draft_vocab_size, len(freq)))
+                  progress: bool, out: Path, run_key: str) -> dict:
+    """Sequences -> draft vocabulary (unless ``vocab`` = the parent's ``(d2t, t2d)``) -> target features.
+
+    The sequences and the features computed so far are checkpointed (about once a minute), so a killed
+    run resumes the target passes where it stopped."""
+    part = ckpt.load_partial(out, run_key)
+    if part is None:
+        t0 = time.perf_counter()
+        seqs = build_training_sequences(target, config, corpus, progress)
+        if vocab is None:
+            freq = token_frequencies(seqs, target.model.config.vocab_size)
+            vocab = draft_vocab_mapping(freq, min(config.draft_vocab_size, len(freq)))
+        part = {"seqs": seqs, "d2t": vocab[0], "t2d": vocab[1], "features": [], "feature_minutes": 0.0,
+                "data_minutes": (time.perf_counter() - t0) / 60}
+        ckpt.save_partial(out, run_key, part)
+    seqs, feats = part["seqs"], part["features"]
+    check_feature_memory(sum(len(s.input_ids) for s in seqs), target.model.config.hidden_size, len(layer_ids))
     bar = _bar(len(seqs), "target features", progress)
-    feats = all_target_features(target.model, seqs, layer_ids, progress=lambda n, total: bar.update(1))
+    bar.update(len(feats))
+    t1 = saved = time.perf_counter()
+    for s in seqs[len(feats):]:
+        feats.append(target_features(target.model, s, layer_ids))
+        bar.update(1)
+        if time.perf_counter() - saved > 60:
+            ckpt.save_partial(out, run_key, {**part, "feature_minutes": part["feature_minutes"]
+                                             + (time.perf_counter() - t1) / 60})
+            saved = time.perf_counter()
     bar.close()
-    return {"features": feats, "d2t": vocab[0], "t2d": vocab[1], "data_sha256": data_sha256(seqs),
+    return {"features": feats, "d2t": part["d2t"], "t2d": part["t2d"], "data_sha256": data_sha256(seqs),
             "num_tokens": sum(len(s.input_ids) for s in seqs),
             "num_response_tokens": int(sum(int(s.loss_mask.sum()) for s in seqs)),
-            "data_minutes": (t1 - t0) / 60, "feature_minutes": (time.perf_counter() - t1) / 60}
+            "data_minutes": part["data_minutes"],
+            "feature_minutes": part["feature_minutes"] + (time.perf_counter() - t1) / 60}
 
 
 def collate(feats: list[SequenceFeatures], device: str | torch.device) -> dict[str, torch.Tensor]:
@@ -262,7 +281,7 @@ def train_eagle3_head(target: Any, *, out_dir: str | Path, config: Eagle3TrainCo
     data = ckpt.load_data(out, run_key)
     if data is None:
         vocab = (parent["d2t"], parent["t2d"]) if parent else None
-        data = _prepare_data(target, config, corpus, layer_ids, vocab, progress)
+        data = _prepare_data(target, config, corpus, layer_ids, vocab, progress, out, run_key)
         ckpt.save_data(out, run_key, data)
     head = parent["head"] if parent else new_head(target, layer_ids, data["d2t"], data["t2d"], seed=config.seed,
                                                   ttt_steps=config.ttt_steps)
@@ -297,7 +316,7 @@ def _fit(head, feats: list[SequenceFeatures], w_draft: torch.Tensor, config: Eag
     opt = torch.optim.AdamW(_trainable(head), lr=config.lr, weight_decay=config.weight_decay)
     per_epoch = len(batch_order(len(feats), config.batch_size, 0, config.seed))
     total = per_epoch * config.epochs
-    sched = _scheduler(opt, config.warmup_steps, total)
+    sched = _scheduler(opt, min(config.warmup_steps, max(1, total // 10)), total)  # short runs: 10% warm-up
     step, extra = ckpt.restore_state(out, run_key, head, opt, sched)
     minutes = float(extra.get("train_minutes", 0.0))
     sums = extra.get("sums") or _zero_sums(config.ttt_steps)

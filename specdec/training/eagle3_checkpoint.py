@@ -1,6 +1,7 @@
 """Resumable checkpoints of a head training run, under ``<out>/checkpoint/``.
 
-``data.pt``: the training features, draft vocabulary and data hash (written once, after the target
+``partial.pt``: the training sequences, draft vocabulary and the features computed so far (while the
+target passes run); ``data.pt``: all features, the draft vocabulary and data hash (after the target
 passes); ``state.pt``: optimizer step, trainable head weights, optimizer and scheduler state, the
 RNG state (written every ``checkpoint_every`` steps). Both carry the run key (settings, target weights,
 parent head), so a checkpoint is never resumed into a different run. Files are written to a temporary
@@ -44,9 +45,20 @@ def _load(path: Path, run_key: str) -> dict | None:
     return obj
 
 
+def save_partial(out: Path, run_key: str, payload: dict) -> None:
+    """Write the training sequences, draft vocabulary and the features computed so far."""
+    _save({**payload, "run_key": run_key}, _dir(out) / "partial.pt")
+
+
+def load_partial(out: Path, run_key: str) -> dict | None:
+    """The partially prepared data of this run, or None. Raises :class:`CheckpointMismatchError`."""
+    return _load(_dir(out) / "partial.pt", run_key)
+
+
 def save_data(out: Path, run_key: str, payload: dict) -> None:
-    """Write the prepared training data (features, ``d2t``, ``t2d``, hashes, timings)."""
+    """Write the prepared training data (features, ``d2t``, ``t2d``, hashes, timings); drops ``partial.pt``."""
     _save({**payload, "run_key": run_key}, _dir(out) / "data.pt")
+    (_dir(out) / "partial.pt").unlink(missing_ok=True)
 
 
 def load_data(out: Path, run_key: str) -> dict | None:

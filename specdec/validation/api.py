@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from specdec.core.drafters import ModelDrafter, NgramDrafter
+from specdec.core.head_drafter import Eagle3Drafter
 from specdec.core.kv import model_device
 from specdec.validation.aggregate import aggregate
 from specdec.validation.config import ValidationConfig
@@ -57,6 +58,8 @@ def drafter_parts(drafter: Any) -> tuple[Any, torch.nn.Module | None, str, str |
         obj, ref, recipe = drafter, None, None
     if isinstance(obj, NgramDrafter):
         return obj, None, kind or "ngram", ref, recipe
+    if isinstance(obj, Eagle3Drafter):
+        return obj, None, kind or "eagle3", ref, recipe
     if isinstance(obj, ModelDrafter):
         return obj, obj.model, kind or "model", ref, recipe
     if isinstance(obj, torch.nn.Module):

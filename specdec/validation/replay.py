@@ -31,15 +31,18 @@ from typing import Any
 
 import torch
 
-from specdec.core.config import SamplingConfig
-from specdec.core.drafters import ModelDrafter, NgramDrafter, fit_vocab
+from specdec.core.config import ProposalSampling, SamplingConfig
+from specdec.core.drafters import ModelDrafter, NgramDrafter, TargetFeatures, fit_vocab
+from specdec.core.head_drafter import Eagle3Drafter
 from specdec.core.sampling import NO_NEXT_TOKEN, verify_greedy
 from specdec.core.stats import DecodingStats
 from specdec.validation.teacher_forcing import teacher_forced_logits
 
-__all__ = ["DraftTrace", "draft_trace", "replay_counters", "replay_curve", "recording", "RecordingModelDrafter", "RecordingNgramDrafter", "first_flip",
+__all__ = ["DraftTrace", "draft_trace", "replay_counters", "replay_curve", "replay_grid", "recording", "RecordingModelDrafter", "RecordingNgramDrafter", "first_flip",
            "target_divergence", "counters_equal", "COMPARED_COUNTERS", "UNSEEN"]
 
+#: greedy proposals that record every token's confidence and never stop for it (threshold 0)
+_RECORD_CONFIDENCE = ProposalSampling(assistant_confidence_threshold=0.0)
 #: placeholder for a draft token the teacher-forced pass does not see (after a rejection); never a real id
 UNSEEN = -2
 #: the counters a replay must reproduce exactly (vLLM names, plus the per-position lists)
@@ -55,20 +58,33 @@ class DraftTrace:
         argmax: ``N`` ids; ``argmax[t]`` is the draft's greedy token after ``prompt + y[:t]``
             (model drafter; empty for n-gram).
         margin: ``N`` floats, draft logit margin (top-1 minus top-2, in logits) at each t.
+        confidence: ``N`` floats, the draft's top-1 probability at each t (softmax of its raw
+            logits fitted to the target vocabulary, T = 1: the greedy confidence of
+            :func:`specdec.core.sampling.draft_step`), for ``assistant_confidence_threshold``.
         proposals: n-gram only: ``N`` lists, the lookup proposal (up to ``kmax`` ids) after
             ``prompt + y[:t]``, already cut after a stop token / at an id the target lacks.
         free_runs: exact mode: ``{t: ids}``, the draft's own greedy proposal (up to ``kmax - 1``
             ids, cut after a stop token) after ``prompt + y[:t] + [argmax[t]]`` where
             ``argmax[t] != y[t]``.
-        adopts_prefix: the drafter adopts the target's prompt KV, so decoding starts with one plain
-            target step (no drafts).
+        chains: EAGLE-3 head only: ``N`` lists; ``chains[m]`` is the head's proposal (target ids)
+            at a block starting after ``m`` emitted tokens: its teacher-forced chain
+            (:meth:`~specdec.models.eagle3.head.Eagle3Head.chain_logits`), up to and including the
+            first token that leaves ``y``; in exact mode the drafter's own whole proposal there.
+            A head drafts from its own states beyond the target's features, so its d-th draft
+            depends on where the block starts, unlike a draft model's.
+        free_run_confidence: exact mode: ``{t: floats}``, the confidence of each free-run token.
+        adopts_prefix: decoding starts with one plain target step (no drafts): a draft that adopts
+            the target's prompt KV, or a head (no target features before the prefill).
         exact: every counter is exact (n-gram, or ``free_runs`` filled).
     """
 
     argmax: list[int] = field(default_factory=list)
     margin: list[float] = field(default_factory=list)
+    confidence: list[float] = field(default_factory=list)
     proposals: list[list[int]] | None = None
     free_runs: dict[int, list[int]] = field(default_factory=dict)
+    chains: list[list[int]] | None = None
+    free_run_confidence: dict[int, list[float]] = field(default_factory=dict)
     adopts_prefix: bool = False
     exact: bool = False
 
@@ -84,6 +100,7 @@ def draft_trace(
     stop_token_ids: frozenset[int] = frozenset(),
     exact: bool = False,
     adopts_prefix: bool = False,
+    target: Any = None,
 ) -> DraftTrace:
     """One teacher-forced draft pass over ``prompt_ids + continuation[:-1]``.
 
@@ -96,6 +113,8 @@ def draft_trace(
         stop_token_ids: ids that end generation (EOS).
         exact: also run the draft's own greedy proposal after every rejected draft token.
         adopts_prefix: decoding adopts the target's prompt KV (see :class:`DraftTrace`).
+        target: the target model; needed for an EAGLE-3 head (one teacher-forced target pass gives
+            its features; :func:`head_trace`).
     Returns:
         :class:`DraftTrace`. Costs one full forward pass of the draft (``exact``: plus one
         short greedy proposal per position where the draft disagrees with ``y``).
@@ -110,12 +129,19 @@ def draft_trace(
         full = prompt_ids + continuation
         props = [drafter.proposal(full[: len(prompt_ids) + t], kmax, vocab_size, stop_token_ids) for t in range(N)]
         return DraftTrace(proposals=props, adopts_prefix=False, exact=True)
+    if isinstance(drafter, Eagle3Drafter):
+        if target is None:
+            raise ValueError("draft_trace of an EAGLE-3 head needs the target (its features feed the head)")
+        return head_trace(drafter, target, prompt_ids, continuation, vocab_size, kmax=kmax,
+                          stop_token_ids=stop_token_ids, exact=exact)
     model = drafter.model if isinstance(drafter, ModelDrafter) else drafter
     if N == 0:
         return DraftTrace(adopts_prefix=adopts_prefix, exact=True)
     z = fit_vocab(teacher_forced_logits(model, prompt_ids + continuation[:-1], N), vocab_size)
     top2 = torch.topk(z, 2, dim=-1).values
-    trace = DraftTrace(argmax=z.argmax(dim=-1).tolist(), margin=(top2[:, 0] - top2[:, 1]).tolist(),
+    argmax = z.argmax(dim=-1)
+    trace = DraftTrace(argmax=argmax.tolist(), margin=(top2[:, 0] - top2[:, 1]).tolist(),
+                       confidence=z.float().softmax(dim=-1).gather(-1, argmax[:, None]).squeeze(-1).tolist(),
                        adopts_prefix=adopts_prefix, exact=exact)
     if exact and kmax > 1:
         runner = ModelDrafter(model)
@@ -123,36 +149,108 @@ def draft_trace(
             if d != y and d not in stop_token_ids:
                 context = prompt_ids + continuation[:t] + [d]
                 runner.start([context])
-                proposal = runner.propose([context], [kmax - 1], SamplingConfig(), vocab_size, None, stop_token_ids)
+                proposal = runner.propose([context], [kmax - 1], _RECORD_CONFIDENCE, vocab_size, None, stop_token_ids)
                 trace.free_runs[t] = proposal.row(0)
+                trace.free_run_confidence[t] = proposal.confidence[0, : len(trace.free_runs[t])].tolist()
     return trace
 
 
-def _block(trace: DraftTrace, y: list[int], m: int, budget: int, stop: frozenset[int]) -> list[int]:
-    """The drafts decoding proposes at a block starting after ``m`` emitted tokens."""
+@torch.inference_mode()
+def head_trace(drafter: Eagle3Drafter, target: Any, prompt_ids: list[int], continuation: list[int], vocab_size: int,
+               *, kmax: int = 16, stop_token_ids: frozenset[int] = frozenset(), exact: bool = False) -> DraftTrace:
+    """:func:`draft_trace` of an EAGLE-3 head: one teacher-forced target pass (its aux features) and
+    ``kmax`` teacher-forced head passes (one per draft depth, over every position at once).
+
+    The block after ``m`` emitted tokens drafts from the target features of positions
+    ``< len(prompt) + m - 1`` (the last emitted token is fed to the target with the drafts), so its
+    chain starts at head entry ``e = len(prompt) + m - 2``. ``exact=True`` re-runs the drafter itself
+    for every block whose chain leaves ``y`` before ``kmax`` drafts (what it drafts after its own
+    rejected token). Decoding starts with a plain target step (``adopts_prefix``).
+
+    Returns:
+        :class:`DraftTrace` with ``chains``, ``argmax`` (the first draft of each block) and ``margin``.
+    """
+    from specdec.core.features import target_features
+
+    P, N = len(prompt_ids), len(continuation)
+    trace = DraftTrace(chains=[[] for _ in range(N)], adopts_prefix=True, exact=exact or not stop_token_ids)
+    head, seq = drafter.head, prompt_ids + continuation
+    T = P + N - 2  # head entries t = 0 .. P + N - 3 (the last block starts at m = N - 1)
+    if T <= 0 or kmax < 1:
+        return trace
+    device = head.fc.weight.device
+    _, feats = target_features(target, torch.tensor([seq[: P + N - 1]], device=device), drafter.target_layer_ids)
+    ids = torch.tensor([seq[1:] + [0] * kmax], device=device)
+    depths = [head.target_logits(z, vocab_size) for z in head.chain_logits(ids, feats[:, :T], kmax)]
+    tokens = torch.stack([z.argmax(dim=-1) for z in depths], dim=1).tolist()  # [T, kmax]
+    top2 = torch.topk(depths[0], 2, dim=-1).values
+    for m in range(1, N):
+        e = P + m - 2
+        chain = []
+        for i, x in enumerate(tokens[e]):
+            chain.append(x)
+            if m + i >= N or x != continuation[m + i]:
+                break
+        if exact and len(chain) < kmax and chain[-1] not in stop_token_ids:
+            n_f = torch.tensor([P + m - 1])
+            drafter.start([seq[:P]])
+            drafter.accept([0], [seq[P]], TargetFeatures(feats[:, : P + m - 1], n_f, n_f))
+            chain = drafter.propose([seq[: P + m]], [kmax], SamplingConfig(), vocab_size, None, stop_token_ids).row(0)
+        trace.chains[m] = chain
+    trace.argmax = [c[0] if c else UNSEEN for c in trace.chains]
+    trace.margin = [float("nan")] + [float(top2[P + m - 2, 0] - top2[P + m - 2, 1]) for m in range(1, N)]
+    return trace
+
+
+def _block(trace: DraftTrace, y: list[int], m: int, budget: int, stop: frozenset[int],
+           tau: float | None = None) -> list[int]:
+    """The drafts decoding proposes at a block starting after ``m`` emitted tokens (with a
+    confidence threshold ``tau``: drafting stops right after a draft whose confidence < tau)."""
     if budget <= 0:
         return []
     if trace.proposals is not None:
         return trace.proposals[m][:budget]
+    if trace.chains is not None:
+        if tau is not None:
+            raise ValueError("a confidence threshold is not replayed for EAGLE-3 heads (their trace keeps no confidences)")
+        return _head_block(trace.chains[m], budget, stop)
     drafts: list[int] = []
     left = None  # where the chain left y (the first rejected draft), if it did
     for i in range(budget):
         t = m + i
+        confidence = None
         if left is None:
             drafts.append(trace.argmax[t])
+            confidence = trace.confidence[t] if trace.confidence else None
             if drafts[-1] != y[t]:
                 left = t
         else:  # the draft follows its own (rejected) token: the free run after position `left`
-            run = trace.free_runs.get(left, [])
-            if t - left - 1 < len(run):
-                drafts.append(run[t - left - 1])
+            run, conf = trace.free_runs.get(left, []), trace.free_run_confidence.get(left, [])
+            j = t - left - 1
+            if j < len(run):
+                drafts.append(run[j])
+                confidence = conf[j] if j < len(conf) else None
             elif trace.exact:  # the exact free run ended (after a stop token): so did decoding's proposal
                 break
             else:
                 drafts.append(UNSEEN)
         if drafts[-1] in stop:  # drafts after a drafted stop token are dropped
             break
+        if tau is not None and confidence is not None and confidence < tau:
+            break
     return drafts
+
+
+def _head_block(chain: list[int], budget: int, stop: frozenset[int]) -> list[int]:
+    """A head's drafts at a block: its chain, cut after a stop token. A fast trace's chain ends at
+    the first token off ``y``; the drafts after it are :data:`UNSEEN` (they never change acceptance;
+    they are counted, which is exact unless one of them would have been a stop token)."""
+    drafts: list[int] = []
+    for x in chain[:budget]:
+        drafts.append(x)
+        if x in stop:
+            return drafts
+    return drafts + [UNSEEN] * (budget - len(drafts))
 
 
 def replay_counters(
@@ -162,8 +260,10 @@ def replay_counters(
     num_speculative_tokens: int,
     max_new_tokens: int,
     stop_token_ids: frozenset[int] = frozenset(),
+    assistant_confidence_threshold: float | None = None,
 ) -> DecodingStats:
-    """The counters :func:`specdec.speculative_generate` (greedy, B = 1) produces with this k.
+    """The counters :func:`specdec.speculative_generate` (greedy, B = 1) produces with this k
+    and this confidence threshold.
 
     Args:
         trace: :func:`draft_trace` of the continuation.
@@ -172,6 +272,10 @@ def replay_counters(
         num_speculative_tokens: k >= 1.
         max_new_tokens: the decoding budget the continuation was produced with.
         stop_token_ids: ids that end generation.
+        assistant_confidence_threshold: tau (None = off), as ``speculative_generate``'s: a block
+            ends right after a draft whose confidence (``trace.confidence``; after a rejected
+            draft ``trace.free_run_confidence``) is below tau. The n-gram drafter ignores it.
+            Exact with an exact trace; a fast trace bounds ``num_draft_tokens`` as without tau.
     Returns:
         :class:`DecodingStats` with the step counters (``num_drafts``, ``num_draft_tokens``,
         ``num_accepted_tokens``, ``num_rejected_steps``, ``accepted_per_position``,
@@ -193,7 +297,7 @@ def replay_counters(
     if trace.adopts_prefix and max_new_tokens > 0:  # the plain first step of a draft that adopts the prompt KV
         m, stats.target_forward_passes = 1, 1
     while m < len(y) and not (m and y[m - 1] in stop_token_ids):
-        drafts = _block(trace, y, m, min(k, max_new_tokens - m - 1), stop_token_ids)
+        drafts = _block(trace, y, m, min(k, max_new_tokens - m - 1), stop_token_ids, assistant_confidence_threshold)
         # UNSEEN drafts only follow a rejected one, so verification stops before them: verify the seen ones
         seen = drafts[:drafts.index(UNSEEN)] if UNSEEN in drafts else drafts
         pad = len(seen) + 1 - len(y[m:m + len(seen) + 1])
@@ -206,10 +310,44 @@ def replay_counters(
 
 
 def replay_curve(trace: DraftTrace, continuation: list[int], ks: range | list[int], *, max_new_tokens: int,
-                 stop_token_ids: frozenset[int] = frozenset()) -> dict[int, DecodingStats]:
+                 stop_token_ids: frozenset[int] = frozenset(),
+                 assistant_confidence_threshold: float | None = None) -> dict[int, DecodingStats]:
     """:func:`replay_counters` for every k in ``ks`` from the same trace: ``{k: DecodingStats}``."""
     return {k: replay_counters(trace, continuation, num_speculative_tokens=k, max_new_tokens=max_new_tokens,
-                               stop_token_ids=stop_token_ids) for k in ks}
+                               stop_token_ids=stop_token_ids, assistant_confidence_threshold=assistant_confidence_threshold)
+            for k in ks}
+
+
+def replay_grid(traces: list[DraftTrace], continuations: list[list[int]], ks: range | list[int],
+                taus: list[float | None], *, max_new_tokens: int,
+                stop_token_ids: frozenset[int] = frozenset()) -> dict[tuple[int, float | None], DecodingStats]:
+    """Pooled replayed counters for every (k, tau) of a grid, from one trace per prompt.
+
+    Feed each pooled :class:`DecodingStats` (its per-step counters: ``num_drafts``,
+    ``num_draft_tokens``, ``num_accepted_tokens``) to the speed model to pick the best (k, tau);
+    ``tau=None`` in ``taus`` gives the fixed-k policy.
+
+    Args:
+        traces, continuations: per prompt, :func:`draft_trace` and the target's greedy continuation.
+        ks: k values (each >= 1). taus: thresholds in [0, 1] or None.
+        max_new_tokens, stop_token_ids: as :func:`replay_counters`.
+    Returns:
+        ``{(k, tau): DecodingStats}`` pooled over prompts (:meth:`DecodingStats.merge`).
+    Raises:
+        ValueError: as :func:`replay_counters`; traces and continuations of different lengths.
+    """
+    if len(traces) != len(continuations):
+        raise ValueError(f"{len(traces)} traces for {len(continuations)} continuations")
+    out: dict[tuple[int, float | None], DecodingStats] = {}
+    for k in ks:
+        for tau in taus:
+            pooled = DecodingStats(num_speculative_tokens=k)
+            for trace, y in zip(traces, continuations):
+                pooled = pooled.merge(replay_counters(trace, y, num_speculative_tokens=k, max_new_tokens=max_new_tokens,
+                                                      stop_token_ids=stop_token_ids,
+                                                      assistant_confidence_threshold=tau))
+            out[(k, tau)] = pooled
+    return out
 
 
 def counters_equal(a: DecodingStats, b: DecodingStats, exact: bool = True) -> bool:

@@ -48,6 +48,7 @@ class TargetTeacherForcing:
     z_p: torch.Tensor  # [T, V] raw logits
     p: torch.Tensor  # [T, V] at the configured sampling
     kl_logp: torch.Tensor  # [T, V] untruncated log-probs for KL
+    target: torch.nn.Module | None = None  # the target (an EAGLE-3 head's agreement reads its features)
 
 
 def target_teacher_forcing(target: torch.nn.Module, prompt_ids: list[int], continuation: list[int], sampling: SamplingConfig) -> TargetTeacherForcing:
@@ -55,12 +56,15 @@ def target_teacher_forcing(target: torch.nn.Module, prompt_ids: list[int], conti
     T = len(continuation)
     seq = prompt_ids + continuation[:-1]  # the last token is never an input
     z_p = teacher_forced_logits(target, seq, T)
-    return TargetTeacherForcing(seq, len(prompt_ids), continuation, z_p, logits_to_probs(z_p, sampling), kl_logprobs(z_p, sampling))
+    return TargetTeacherForcing(seq, len(prompt_ids), continuation, z_p, logits_to_probs(z_p, sampling),
+                                kl_logprobs(z_p, sampling), target)
 
 
 def draft_agreement(tf: TargetTeacherForcing, draft_model: torch.nn.Module | None, ngram: NgramDrafter | None, sampling: SamplingConfig) -> AgreementSums:
     """Agreement of the drafter's q with the target's p at every continuation position."""
     T, vocab = tf.z_p.shape
+    if hasattr(ngram, "head"):  # an EAGLE-3 head (Eagle3Drafter)
+        return _head_agreement(tf, ngram, sampling)
     if draft_model is not None:
         z_q = fit_vocab(teacher_forced_logits(draft_model, tf.seq, T), vocab)
         return agreement_sums(tf.p, logits_to_probs(z_q, sampling), tf.kl_logp, kl_logprobs(z_q, sampling))
@@ -71,3 +75,24 @@ def draft_agreement(tf: TargetTeacherForcing, draft_model: torch.nn.Module | Non
         look = ngram.lookup(full[: tf.prompt_len + t], 1)
         proposals.append(look[0] if look and look[0] < vocab else None)
     return onehot_agreement_sums(tf.p, proposals)
+
+
+@torch.inference_mode()
+def _head_agreement(tf: TargetTeacherForcing, drafter, sampling: SamplingConfig) -> AgreementSums:
+    """An EAGLE-3 head's first-draft q at every continuation position ``t >= 1`` (at ``t = 0`` the
+    head has no target features: decoding's first step is the target's prefill). Position ``t`` is
+    head entry ``len(prompt) + t - 2`` (it reads ``x[e + 1]`` and the target features at ``e``);
+    costs one more teacher-forced target pass (the features) and one head pass."""
+    from specdec.core.features import target_features
+
+    T, vocab = tf.z_p.shape
+    P, head = tf.prompt_len, drafter.head
+    if T < 2 or tf.target is None:
+        return agreement_sums(tf.p[:0], tf.p[:0], tf.kl_logp[:0], tf.kl_logp[:0])
+    device = head.fc.weight.device
+    ids = torch.tensor([tf.seq], device=device)
+    _, feats = target_features(tf.target, ids, drafter.target_layer_ids)
+    E = P + T - 2  # entries 0 .. P + T - 3
+    _, logits = head(ids[:, 1:E + 1], head.combine(feats[:, :E]), torch.arange(E, device=device)[None], head.new_cache(1))
+    z_q = head.target_logits(logits[0, P - 1:], vocab).float().cpu()  # positions t = 1 .. T - 1
+    return agreement_sums(tf.p[1:], logits_to_probs(z_q, sampling), tf.kl_logp[1:], kl_logprobs(z_q, sampling))

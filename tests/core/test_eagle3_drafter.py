@@ -35,44 +35,66 @@ def test_greedy_output_is_the_target_s_own(pair, k):
     assert accepted > 0
 
 
+def _seed_features(drafter, target, prompt):
+    """The drafter after the prefill step: the target's features of the prompt's positions."""
+    from specdec.core.drafters import TargetFeatures
+    from specdec.core.features import target_features
+
+    feats = target_features(target, torch.tensor([list(prompt)]), drafter.target_layer_ids)[1]
+    n = torch.tensor([len(prompt)])
+    drafter.start([list(prompt)])
+    drafter.accept([0], [0], TargetFeatures(feats, n, n))
+
+
 def test_reduced_vocabulary_head_never_drafts_outside_it_and_stays_exact():
     target = tiny_target(0)
     head = random_head(head_config(target, draft_vocab_size=20), target, seed=2)
     allowed = set(head.t2d.nonzero().flatten().tolist())
     drafter = Eagle3Drafter(head, [1, 2, 4])
     g = torch.Generator().manual_seed(0)
+    ref = autoregressive_generate(target, torch.tensor([PROMPTS[0]]), max_new_tokens=20, sampling=GREEDY).token_ids
     for sampling in (GREEDY, SamplingConfig(temperature=1.0)):
-        ref = autoregressive_generate(target, torch.tensor([PROMPTS[0]]), max_new_tokens=20, sampling=GREEDY).token_ids
-        drafter.reset()
-        drafter.add_target_features(0, _features(target, PROMPTS[0]))
-        tokens, q = drafter.propose(list(PROMPTS[0]) + [ref[0]], 6, sampling, 103, g)
-        assert set(tokens) <= allowed
-        if q is not None:
-            assert torch.all(q[:, sorted(set(range(103)) - allowed)] == 0)
-            assert torch.allclose(q.sum(-1), torch.ones(len(tokens)))
-        out = speculative_generate(target, drafter, torch.tensor([PROMPTS[0]]), num_speculative_tokens=4,
-                                   max_new_tokens=20, sampling=GREEDY)
-        assert out.token_ids == ref
+        _seed_features(drafter, target, PROMPTS[0])
+        prop = drafter.propose([list(PROMPTS[0]) + [ref[0]]], [6], sampling, 103, g)
+        assert prop.num_drafts.tolist() == [6] and set(prop.row(0)) <= allowed
+        if prop.q is not None:
+            assert torch.all(prop.q[0][:, sorted(set(range(103)) - allowed)] == 0)
+            assert torch.allclose(prop.q[0].sum(-1), torch.ones(6))
+    out = speculative_generate(target, drafter, torch.tensor([PROMPTS[0]]), num_speculative_tokens=4,
+                               max_new_tokens=20, sampling=GREEDY)
+    assert out.token_ids == ref
 
 
-def _features(target, prompt):
-    from specdec.core.features import target_features
+def test_accept_keeps_target_fed_entries_and_verified_features(pair):
+    from specdec.core.drafters import TargetFeatures
 
-    return target_features(target, torch.tensor([list(prompt)]), [1, 2, 4])[1][0]
-
-
-def test_rollback_drops_chain_entries_and_rejected_features(pair):
     target, head = pair
     d = Eagle3Drafter(head, [1, 2, 4])
     prompt = list(PROMPTS[0])
-    d.add_target_features(0, _features(target, prompt))
-    assert d.propose(prompt, 4, GREEDY, 103) == ([], None) or d.num_features == len(prompt)
-    tokens, _ = d.propose(prompt + [7], 4, GREEDY, 103)
-    assert len(tokens) == 4 and d.cache.length == len(prompt) + 3  # target-fed entries + 3 chain entries
-    d.rollback(len(prompt) + 1)
-    assert d.cache.length == len(prompt) and d.num_features == len(prompt)
-    d.rollback(3)
-    assert d.cache.length == 2 and d.num_features == 3
+    assert d.start([prompt]) is None and d.propose([prompt], [4], GREEDY, 103).num_drafts.tolist() == [0]  # prefill step
+    _seed_features(d, target, prompt)
+    row = d.rows[0]
+    assert d.propose([prompt + [7]], [4], GREEDY, 103).num_drafts.tolist() == [4]
+    assert row.cache.length == len(prompt) + 3  # target-fed entries 0..len-1, then 3 draft-chain entries
+    fed = torch.zeros(1, 5, 3 * 32)  # the pass fed [7] + 4 drafts; 1 draft accepted: 2 positions verified
+    d.accept([1], [9], TargetFeatures(fed, torch.tensor([5]), torch.tensor([2])))
+    assert row.cache.length == len(prompt) and row.num_features == len(prompt) + 2
+
+
+def test_batch_and_single_rows_agree(pair):
+    target, head = pair
+    drafter = Eagle3Drafter(head, [1, 2, 4])
+    prompts = [list(p) for p in PROMPTS[:3]]
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    batch = speculative_generate(target, drafter, ids, mask, num_speculative_tokens=3, max_new_tokens=24, sampling=GREEDY)
+    for p, row in zip(prompts, batch.rows):
+        one = speculative_generate(target, drafter, torch.tensor([p]), num_speculative_tokens=3, max_new_tokens=24,
+                                   sampling=GREEDY)
+        assert row.token_ids == one.token_ids
+        assert row.stats.num_accepted_tokens == one.stats.num_accepted_tokens
+        assert row.stats.num_draft_tokens == one.stats.num_draft_tokens
 
 
 # --- sampling: goodness of fit (as tests/core/test_distribution.py, with an EAGLE-3 head) ---

@@ -55,7 +55,7 @@ def test_features_in_the_order_of_the_ids_and_out_of_range_refused(target):
     _, b = target_features(target, IDS, [1, 4])
     H = target.config.hidden_size
     assert torch.equal(a[..., :H], b[..., H:]) and torch.equal(a[..., H:], b[..., :H])
-    with pytest.raises(ValueError, match="aux layer id 5 is outside"):
+    with pytest.raises(ValueError, match="layer id 5 is outside"):
         target_features(target, IDS, [1, 5])
 
 

@@ -24,10 +24,10 @@ def stale(tmp_path_factory, prefect_harness):
     t1, t2 = tiny_target_dir(tmp / "t1"), tiny_target_dir(tmp / "t2", perturb=0.05)
     h1 = train_eagle3_head(load_causal_lm(str(t1)), out_dir=tmp / "h1", layer_ids=TINY_LAYER_IDS, progress=False,
                            config=quick_config(epochs=1, num_sequences=8))
-    from registry.heads import register_head_pair, register_trained_head
+    from registry.register import register_trained_head
 
     v1 = register_trained_head(h1.out_dir, PAIR, str(t1), alias=None)
-    v2 = register_head_pair(str(t2), v1.draft_uri, PAIR, alias="challenger")
+    v2 = register_trained_head(v1.draft_uri, PAIR, str(t2), alias="challenger")
     yield {"t2": t2, "v1": v1, "v2": v2}
     mp.undo()
 

@@ -36,7 +36,7 @@ def uri(tmp_path, monkeypatch):
 
 def test_lineage_round_trips_through_the_store(uri, heads):
     import registry as R
-    from registry.heads import register_trained_head
+    from registry.register import register_trained_head
 
     pv1 = register_trained_head(heads["h1"].out_dir, "pair-e", str(heads["t1"]), tracking_uri=uri)
     pv2 = register_trained_head(heads["h2"].out_dir, "pair-e", str(heads["t2"]), tracking_uri=uri)
@@ -59,7 +59,7 @@ def test_lineage_round_trips_through_the_store(uri, heads):
 
 
 def test_a_head_registered_with_another_target_is_refused(uri, heads):
-    from registry.heads import register_trained_head
+    from registry.register import register_trained_head
 
     with pytest.raises(ValueError, match="was trained on a target with weights"):
         register_trained_head(heads["h1"].out_dir, "pair-x", str(heads["t2"]), tracking_uri=uri)
@@ -68,7 +68,8 @@ def test_a_head_registered_with_another_target_is_refused(uri, heads):
 def test_the_head_of_a_pair_alias_downloads_for_a_warm_start(uri, heads):
     import torch
 
-    from registry.heads import head_directory, register_trained_head
+    from registry.heads import head_directory
+    from registry.register import register_trained_head
     from specdec.models.eagle3 import load_eagle3
 
     register_trained_head(heads["h1"].out_dir, "pair-d", str(heads["t1"]), tracking_uri=uri)
@@ -80,3 +81,16 @@ def test_the_head_of_a_pair_alias_downloads_for_a_warm_start(uri, heads):
     pv = register_pair_from_refs(str(heads["t1"]), "ngram", name="pair-n", tracking_uri=uri)
     with pytest.raises(ValueError, match="is a ngram pair, not an EAGLE-3 head"):
         head_directory(f"models:/pair-n/{pv.pair.version}", tracking_uri=uri)
+
+
+def test_pair_register_takes_an_eagle3_draft_spec(uri, heads):
+    from registry.register import register_pair_from_refs
+
+    r1 = register_pair_from_refs(str(heads["t1"]), f"eagle3:{heads['h1'].out_dir}", name="pair-s", tracking_uri=uri)
+    assert (r1.drafter_kind, r1.draft.uri, r1.pair.changed) == ("eagle3", "models:/t1-eagle3/1", "initial")
+    # the target-only fine-tune: the old head with the new target (its lineage still says t1)
+    r2 = register_pair_from_refs(str(heads["t2"]), "eagle3:models:/t1-eagle3/1", name="pair-s", tracking_uri=uri)
+    assert (r2.pair.changed, r2.pair.draft_uri) == ("target", "models:/t1-eagle3/1")
+    assert r2.pair.tags["draft.eagle3.target"] == "models:/t1/1" != r2.pair.target_uri
+    with pytest.raises(ValueError, match="is not a registered EAGLE-3 head"):
+        register_pair_from_refs(str(heads["t2"]), "eagle3:models:/t1/1", name="pair-s", tracking_uri=uri)

@@ -167,3 +167,24 @@ def test_short_or_missing_data_is_one_clear_error(target, tmp_path):
                           layer_ids=TINY_LAYER_IDS, progress=False)
     with pytest.raises(ValueError, match="unknown data recipe"):
         quick_config(recipe="web").check()
+
+
+def test_resume_during_the_target_passes_gives_the_uninterrupted_result(target, parent, tmp_path):
+    """A run killed while computing target features left its sequences and the first features in
+    ``checkpoint/partial.pt``: the resumed run computes only the rest and ends where the uninterrupted one did."""
+    from specdec.training import eagle3 as E
+    from specdec.training import eagle3_checkpoint as ckpt
+    from specdec.training.eagle3_features import draft_vocab_mapping, target_features, token_frequencies
+
+    cfg, out = quick_config(), tmp_path / "partial"
+    seqs = E.build_training_sequences(target, cfg)
+    d2t, t2d = draft_vocab_mapping(token_frequencies(seqs, target.model.config.vocab_size), cfg.draft_vocab_size)
+    feats = [target_features(target.model, s, TINY_LAYER_IDS) for s in seqs[:3]]
+    run_key = E._run_key(cfg, E._fingerprint(target), None)
+    ckpt.save_partial(out, run_key, {"seqs": seqs, "d2t": d2t, "t2d": t2d, "features": feats,
+                                     "feature_minutes": 0.0, "data_minutes": 0.0})
+    resumed = E.train_eagle3_head(target, out_dir=out, config=cfg, layer_ids=TINY_LAYER_IDS, progress=False)
+    ref = parent.head.state_dict()
+    for k, v in resumed.head.state_dict().items():
+        assert torch.equal(v, ref[k]), k
+    assert resumed.lineage["training_data_sha256"] == parent.lineage["training_data_sha256"]

@@ -121,11 +121,22 @@ def load_eagle3(path: str | Path, *, target=None, dtype: torch.dtype | None = No
     return head.to(device or "cpu").eval()
 
 
-def save_eagle3(head: Eagle3Head, path: str | Path) -> Path:
+def save_eagle3(head: Eagle3Head, path: str | Path, *, verifier: str | None = None,
+                verifier_architectures: list[str] | None = None) -> Path:
     """Write ``head`` as ``config.json`` + ``model.safetensors`` (speculators format; loadable by
-    ``speculators.models.eagle3.Eagle3DraftModel.from_pretrained``). Returns ``path``."""
+    ``speculators.models.eagle3.Eagle3DraftModel.from_pretrained``). Returns ``path``.
+
+    Args:
+        verifier: the target's ``name_or_path`` recorded as ``speculators_config.verifier`` (speculators'
+            own loader reads the verifier's config from it, so a head meant for speculators/vLLM
+            should name a reachable target); None keeps what the config had.
+        verifier_architectures: the target's ``architectures`` (e.g. ``["LlamaForCausalLM"]``).
+    """
     from safetensors.torch import save_file
 
+    if verifier is not None:
+        raw = head.config.raw.setdefault("speculators_config", head.config.to_dict()["speculators_config"])
+        raw["verifier"] = {"name_or_path": str(verifier), "architectures": list(verifier_architectures or [])}
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}
