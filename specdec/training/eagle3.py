@@ -364,11 +364,15 @@ def _rate(sums: dict, s: int) -> float:
 
 
 def _write_result(head, out: Path, target: Any, config: Eagle3TrainConfig, lineage: dict, metrics: dict) -> None:
-    """The head in the ``speculators`` format (plus the target's tokenizer files) and ``training.json``."""
+    """The head in the ``speculators`` format (verifier: the target's Hub id, else its local checkpoint
+    directory, so speculators' own loader finds its config), the target's tokenizer files and ``training.json``."""
     from specdec.models.eagle3 import save_eagle3
 
     out.mkdir(parents=True, exist_ok=True)
-    save_eagle3(head, out)
+    src = getattr(target, "source", {}) or {}
+    verifier = src.get("ref") if src.get("kind") == "hub" else str(getattr(target, "path", "") or "") or None
+    save_eagle3(head, out, verifier=verifier,
+                verifier_architectures=list(getattr(target.model.config, "architectures", None) or []))
     target.tokenizer.save_pretrained(out)
     doc = {"config": asdict(config), "lineage": lineage, "metrics": metrics,
            "draft_vocab_size": int(head.config.draft_vocab_size)}
