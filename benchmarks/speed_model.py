@@ -7,7 +7,7 @@ For ngram, derived:bf16 and derived:int8 on one short Spec-Bench prompt per cate
    (specdec.validation.speed.predicted_speedup) and the best fixed k;
 3. decoding through the validation driver (specdec.validation.api.validate_pairs: warm-up, target-only and
    speculative runs back to back per prompt, alternating order, paired per-prompt ratios, median, bootstrap CI,
-   groups under load re-timed) at the best k and at k = 4 -> measured speedup, the prediction from the decoded
+   groups under load re-timed) at the best k (and ``--also-k``) -> measured speedup, the prediction from the decoded
    counters, their ratio P1 = measured / predicted, exactness (every greedy output identical);
 4. the evidence for the bias of the old recommend timing: the ratio of pooled rates next to the paired
    median, the first prompt's target-only seconds per token against the others', and target-only wall
@@ -93,6 +93,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path(f"benchmarks/results/{dt.date.today()}-speed-cpu.json"))
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--per-category", type=int, default=1)
+    ap.add_argument("--also-k", type=int, nargs="*", default=[], help="decode at these k too (besides the best k)")
     args = ap.parse_args()
     t_start, loads = time.perf_counter(), [_load()]
     torch.set_num_threads(max(1, os.cpu_count() or 1))
@@ -118,7 +119,7 @@ def main() -> int:
                  "predicted_speedup_at_best_k_replay": best["predicted_speedup_at_recommended"],
                  "replay_by_k": [{"k": r["k"], "acceptance_rate": r["acceptance_rate"],
                                   "predicted_speedup": r["predicted_speedup"]} for r in rows], "decoded": []}
-        for k in dict.fromkeys([k_best, 4]):
+        for k in dict.fromkeys([k_best, *args.also_k]):
             entry["decoded"].append(_decode(target, d, held, k, cal, j, args.max_new_tokens))
             loads.append(_load())
             print(spec, k, {x: entry["decoded"][-1][x] for x in ("measured_speedup", "predicted_speedup",

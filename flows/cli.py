@@ -70,26 +70,48 @@ def run_cmd(
         _run(s, home, term, pair, alias, heldout, limit, device, batch_size, parallel, dask_address, fail_on_alert)
 
 
-def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, parallel, dask_address, fail_on_alert) -> None:
+def _private_prefect_api(home: str, lease):
+    """A private Prefect API that dies with this process, state kept under ``<home>/prefect``; its
+    UI is off, run logs go to our log file. Recorded in ``lease`` so a killed run's server is reaped."""
     import os
 
     from flows.prefect_api import PrefectAPI
-    from flows.recovery import NightlyLease, crash_dead_flow_runs, process_create_time, reap_dead_leases
+    from flows.recovery import process_create_time
+
+    os.environ.setdefault("PREFECT_HOME", os.path.join(home, "prefect"))
+    os.makedirs(os.environ["PREFECT_HOME"], exist_ok=True)
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
+    api = PrefectAPI(os.path.join(home, "logs", "prefect-server.log")).start()
+    lease.server_pid = api.proc.pid
+    lease.server_create_time = process_create_time(api.proc.pid)
+    lease.save()
+    return api
+
+
+def _print_results(results) -> None:
+    from specdec.settings.policy import get_policy
+
+    t = Table("pair", "alias", "version", "status", "acceptance [95% CI]", "alert", "hint")
+    for r in results:
+        ci = r.acceptance_rate_ci
+        acc = f"{r.acceptance_rate:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if r.acceptance_rate is not None and ci else "-"
+        t.add_row(r.pair, r.alias, r.version or "-", r.status, acc, r.alert_transition or "-",
+                  r.root_cause_hint or r.message or "")
+    Console().print(t)
+    Console().print(f"[dim]{get_policy().describe()}[/]")
+
+
+def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, parallel, dask_address, fail_on_alert) -> None:
+    import os
+
+    from flows.recovery import NightlyLease, crash_dead_flow_runs, reap_dead_leases
 
     lease = NightlyLease.mine(home)
     dead = reap_dead_leases(home)  # servers left by a killed nightly (where the kernel did not stop them)
     api = None
     try:
         if not os.environ.get("PREFECT_API_URL"):
-            # a private Prefect API that dies with this process, state kept under SPECDEC_HOME
-            os.environ.setdefault("PREFECT_HOME", os.path.join(home, "prefect"))
-            os.makedirs(os.environ["PREFECT_HOME"], exist_ok=True)
-            # its UI is off and it dies with us: run logs go to our log file, not to its API
-            os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
-            api = PrefectAPI(os.path.join(home, "logs", "prefect-server.log")).start()
-            lease.server_pid = api.proc.pid
-            lease.server_create_time = process_create_time(api.proc.pid)
-            lease.save()
+            api = _private_prefect_api(home, lease)
         from flows.nightly import nightly_flow_for
 
         import torch  # noqa: F401 (its log handlers exist before the terminal filter is applied)
@@ -108,7 +130,7 @@ def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, paralle
             results = flow(pairs=pair or s.pairs, aliases=tuple(alias or s.aliases), heldout=heldout or s.heldout,
                            limit=limit if limit is not None else s.limit, device=device or s.device, dtype=s.dtype,
                            batch_size=batch_size if batch_size is not None else s.batch_size)
-        except Exception as e:  # registry/monitoring errors carry clear messages
+        except Exception as e:  # noqa: BLE001 (the command's last resort: one line, details in the log file; registry/monitoring errors carry clear messages)
             logging.getLogger("flows.cli").debug("nightly run failed", exc_info=True)
             if term.debug:
                 err.print_exception()
@@ -120,22 +142,20 @@ def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, paralle
                 from prefect.logging.handlers import APILogHandler
 
                 APILogHandler.flush()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 (shutting down: a log flush that fails must not hide the run's outcome)
                 pass
             api.stop()
         lease.release()
-    t = Table("pair", "alias", "version", "status", "acceptance [95% CI]", "alert", "hint")
-    for r in results:
-        ci = r.acceptance_rate_ci
-        acc = f"{r.acceptance_rate:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if r.acceptance_rate is not None and ci else "-"
-        t.add_row(r.pair, r.alias, r.version or "-", r.status, acc, r.alert_transition or "-",
-                  r.root_cause_hint or r.message or "")
-    Console().print(t)
-    from specdec.settings.policy import get_policy
-
-    Console().print(f"[dim]{get_policy().describe()}[/]")
-    if any(r.status == "error" for r in results):
+    _print_results(results)
+    unlogged = [r for r in results if r.history_run_id is not None and not r.mlflow_run_id]
+    for r in unlogged:  # e.g. MLflow refused the write: the row stays pending, and says so
+        err.print(f"[red]error:[/] {r.pair}@{r.alias} v{r.version}: recorded in the history (run {r.history_run_id}) "
+                  "but not logged to MLflow (reason in the log); it is retried on the next run", highlight=False)
+    if any(r.status == "error" for r in results) or unlogged:
         raise typer.Exit(1)
+    if any(r.status == "already-running" for r in results) and not any(r.history_run_id for r in results):
+        err.print("[yellow]nothing validated:[/] another run holds the claim (already-running); exit 4")
+        raise typer.Exit(4)
     if fail_on_alert and any(r.status == "failed" for r in results):
         err.print("[red]a validation failed the drift rules[/] (--fail-on-alert)")
         raise typer.Exit(3)

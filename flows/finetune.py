@@ -201,6 +201,40 @@ def finetune_target(
 
     from specdec.models import ModelNotFoundError, weights_sha256
 
+    warmup = _checked_warmup(steps, lr, batch_size, seq_len, num_threads, grad_clip, warmup_steps)
+    corpus, out_dir = Path(corpus), Path(out_dir)
+    if not corpus.is_file():
+        raise FileNotFoundError(f"corpus not found: {corpus}")
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
+        raise FileExistsError(f"{out_dir} already exists and is not empty (pass overwrite=True to replace it)")
+    prev_threads = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        model, tokenizer, base_dir, base_source = _load_base(base)
+        try:
+            base_sha = weights_sha256(base_dir) if base_dir is not None else None
+        except ModelNotFoundError:
+            base_sha = None
+        tokens = _tokenize_corpus(corpus, tokenizer)
+        if tokens.numel() < seq_len:
+            raise ValueError(f"corpus {corpus} has {tokens.numel()} tokens, fewer than seq_len={seq_len}")
+        losses, seconds, cpu_seconds = _train(model, tokens, steps=steps, lr=lr, warmup=warmup, batch_size=batch_size,
+                                              seq_len=seq_len, seed=seed, grad_clip=grad_clip, on_step=on_step)
+        result = FinetuneResult(
+            path=out_dir, steps=steps, lr=lr, final_loss=losses[-1], seconds=seconds, losses=losses,
+            cpu_seconds=cpu_seconds, batch_size=batch_size, seq_len=seq_len, seed=seed,
+            warmup_steps=warmup, grad_clip=grad_clip, num_threads=num_threads,
+            base_weights_sha256=base_sha, weights_sha256="", corpus_sha256=_file_sha256(corpus),
+            corpus_tokens=int(tokens.numel()),
+        )
+        return _save_atomically(model, tokenizer, base_dir, base_source, corpus, result)
+    finally:
+        torch.set_num_threads(prev_threads)
+
+
+def _checked_warmup(steps: int, lr: float, batch_size: int, seq_len: int, num_threads: int,
+                    grad_clip: float | None, warmup_steps: int | None) -> int:
+    """The warm-up length in steps, after checking every hyper-parameter (ValueError naming the bad one)."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     if not (lr > 0 and math.isfinite(lr)):
@@ -216,97 +250,90 @@ def finetune_target(
     warmup = steps // 10 if warmup_steps is None else int(warmup_steps)
     if warmup < 0:
         raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
-    corpus = Path(corpus)
-    if not corpus.is_file():
-        raise FileNotFoundError(f"corpus not found: {corpus}")
-    out_dir = Path(out_dir)
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
-        raise FileExistsError(f"{out_dir} already exists and is not empty (pass overwrite=True to replace it)")
+    return warmup
 
-    prev_threads = torch.get_num_threads()
-    torch.set_num_threads(num_threads)
+
+def _train(model, tokens, *, steps: int, lr: float, warmup: int, batch_size: int, seq_len: int, seed: int,
+           grad_clip: float | None, on_step: Callable[[int, float], None] | None) -> tuple[list[float], float, float]:
+    """The training loop of :func:`finetune_target` (in place): ``(losses, wall seconds, CPU seconds)``.
+
+    Raises:
+        FloatingPointError: the loss became NaN/inf.
+    """
+    import torch
+
+    device = next(model.parameters()).device
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    offsets = torch.arange(seq_len)
+    params = [p for p in model.parameters() if p.requires_grad]
+    # fused: one vectorised pass over each tensor per step (CPU and CUDA kernels exist); the
+    # default per-tensor loop costs more than the forward/backward of a 135M model on 2 cores.
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0,
+                            fused=device.type in ("cpu", "cuda"))
+    model.train()
+    model.config.use_cache = False
+    losses: list[float] = []
+    t0, c0 = time.perf_counter(), time.process_time()
+    for step in range(steps):
+        cur_lr = lr * min(1.0, (step + 1) / warmup) if warmup else lr
+        for group in opt.param_groups:
+            group["lr"] = cur_lr
+        starts = torch.randint(0, tokens.numel() - seq_len + 1, (batch_size,), generator=gen)
+        batch = tokens[starts[:, None] + offsets[None, :]].to(device)
+        loss = model(input_ids=batch, labels=batch, use_cache=False).loss
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"loss became {loss.item()} at step {step + 1}; lower lr ({lr})")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(params, grad_clip)
+        opt.step()
+        losses.append(float(loss.detach()))
+        if on_step is not None:
+            on_step(step + 1, losses[-1])
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+    model.eval()
+    model.config.use_cache = True
+    return losses, seconds, cpu_seconds
+
+
+def _save_atomically(model, tokenizer, base_dir: Path | None, base_source: str, corpus: Path,
+                     result: FinetuneResult) -> FinetuneResult:
+    """Write the checkpoint and ``finetune.json`` to a temporary sibling, then rename it to ``result.path``
+    (an interrupted run leaves no half checkpoint). Returns ``result`` with the new weights' hash."""
+    from specdec.models import weights_sha256
+
+    out_dir = result.path
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".tmp-{out_dir.name}-{uuid.uuid4().hex[:8]}"
     try:
-        model, tokenizer, base_dir, base_source = _load_base(base)
-        try:
-            base_sha = weights_sha256(base_dir) if base_dir is not None else None
-        except ModelNotFoundError:
-            base_sha = None
-        tokens = _tokenize_corpus(corpus, tokenizer)
-        if tokens.numel() < seq_len:
-            raise ValueError(f"corpus {corpus} has {tokens.numel()} tokens, fewer than seq_len={seq_len}")
-        device = next(model.parameters()).device
-
-        torch.manual_seed(seed)
-        gen = torch.Generator().manual_seed(seed)
-        offsets = torch.arange(seq_len)
-        params = [p for p in model.parameters() if p.requires_grad]
-        # fused: one vectorised pass over each tensor per step (CPU and CUDA kernels exist); the
-        # default per-tensor loop costs more than the forward/backward of a 135M model on 2 cores.
-        opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0,
-                                fused=device.type in ("cpu", "cuda"))
-        model.train()
-        model.config.use_cache = False
-        losses: list[float] = []
-        t0, c0 = time.perf_counter(), time.process_time()
-        for step in range(steps):
-            cur_lr = lr * min(1.0, (step + 1) / warmup) if warmup else lr
-            for group in opt.param_groups:
-                group["lr"] = cur_lr
-            starts = torch.randint(0, tokens.numel() - seq_len + 1, (batch_size,), generator=gen)
-            batch = tokens[starts[:, None] + offsets[None, :]].to(device)
-            loss = model(input_ids=batch, labels=batch, use_cache=False).loss
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"loss became {loss.item()} at step {step + 1}; lower lr ({lr})")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(params, grad_clip)
-            opt.step()
-            losses.append(float(loss.detach()))
-            if on_step is not None:
-                on_step(step + 1, losses[-1])
-        seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
-        model.eval()
-        model.config.use_cache = True
-
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out_dir.parent / f".tmp-{out_dir.name}-{uuid.uuid4().hex[:8]}"
-        try:
-            model.save_pretrained(tmp, safe_serialization=True)
-            _copy_tokenizer_files(base_dir, tokenizer, tmp)
-            for f in tmp.iterdir():
-                if f.is_file():
-                    f.chmod(0o644)
-            new_sha = weights_sha256(tmp)
-            result = FinetuneResult(
-                path=out_dir, steps=steps, lr=lr, final_loss=losses[-1], seconds=seconds, losses=losses,
-                cpu_seconds=cpu_seconds, batch_size=batch_size, seq_len=seq_len, seed=seed,
-                warmup_steps=warmup, grad_clip=grad_clip, num_threads=num_threads,
-                base_weights_sha256=base_sha, weights_sha256=new_sha, corpus_sha256=_file_sha256(corpus),
-                corpus_tokens=int(tokens.numel()),
-            )
-            meta = {
-                "kind": "finetune",
-                "objective": "causal-lm cross-entropy on random corpus windows",
-                "optimizer": {"name": "AdamW", "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0},
-                "schedule": "linear warm-up, then constant",
-                "dtype": "float32",
-                "base": {"source": base_source, "path": str(base_dir) if base_dir else None,
-                         "weights_sha256": base_sha},
-                "corpus": {"file": corpus.name, "sha256": result.corpus_sha256, "tokens": result.corpus_tokens},
-                "result": {k: v for k, v in result.to_dict().items() if k != "path"},
-                "versions": _versions(),
-            }
-            (tmp / FINETUNE_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-            if out_dir.exists():
-                shutil.rmtree(out_dir) if out_dir.is_dir() else out_dir.unlink()
-            tmp.rename(out_dir)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-        return result
+        model.save_pretrained(tmp, safe_serialization=True)
+        _copy_tokenizer_files(base_dir, tokenizer, tmp)
+        for f in tmp.iterdir():
+            if f.is_file():
+                f.chmod(0o644)
+        result.weights_sha256 = weights_sha256(tmp)
+        meta = {
+            "kind": "finetune",
+            "objective": "causal-lm cross-entropy on random corpus windows",
+            "optimizer": {"name": "AdamW", "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0},
+            "schedule": "linear warm-up, then constant",
+            "dtype": "float32",
+            "base": {"source": base_source, "path": str(base_dir) if base_dir else None,
+                     "weights_sha256": result.base_weights_sha256},
+            "corpus": {"file": corpus.name, "sha256": result.corpus_sha256, "tokens": result.corpus_tokens},
+            "result": {k: v for k, v in result.to_dict().items() if k != "path"},
+            "versions": _versions(),
+        }
+        (tmp / FINETUNE_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        if out_dir.exists():
+            shutil.rmtree(out_dir) if out_dir.is_dir() else out_dir.unlink()
+        tmp.rename(out_dir)
     finally:
-        torch.set_num_threads(prev_threads)
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return result
 
 
 def _versions() -> dict[str, str]:

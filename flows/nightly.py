@@ -1,45 +1,122 @@
 """The nightly validation flow: validate what ``champion`` and ``challenger`` point at, record
 history, log to MLflow, alert on drift.
 
-Per (pair, alias):
+The steps, in the order :func:`nightly_validation_flow` and :func:`record_night` call them:
 
-1. resolve the pair version from MLflow (aliases are read at run time, so a promotion done by hand
-   in the MLflow UI is what gets validated);
-2. load the models, cached on the worker;
-3. validate with :mod:`specdec` (the same core that serves);
-4. write history first (SQL; the idempotency key makes a retried night update its own row);
-5. log the MLflow run with its artifacts and the Evidently report;
-6. evaluate the drift rules and send alerts (one per incident, a reminder at most daily, one
-   resolve message);
-7. tag the pair version (``validation_status``; done by the MLflow logging step);
-8. ungated promotions: ``@champion`` moved outside specdec to a version that did not pass the gate
-   is noticed before validating, validated first (champion before challenger) and alerted
-   (:mod:`flows.ungated`).
+1. resolve the aliases to pair versions in MLflow (read at run time, so a promotion done by hand in
+   the MLflow UI is what gets validated) and claim each night's history key (:func:`resolve_targets`,
+   :func:`claim_target`);
+2. validate with :mod:`specdec` (the same core that serves), models cached on the worker
+   (:func:`run_validation`, through the flow's task runner: ``parallel=True`` spreads pair versions
+   over a Dask cluster, see :func:`nightly_flow_for`);
+3. write history first (SQL; the idempotency key makes a retried night update its own row);
+4. evaluate the drift rules against the baseline, with the Evidently report as evidence;
+5. log the MLflow run (metrics, artifacts, the Evidently files, the trend plot drawn from the history
+   store's points) and tag the pair version;
+6. alert (one per incident, a reminder at most daily, one resolve message);
+7. describe the version (its one-line description in MLflow) and return a :class:`NightlyResult`.
 
-If MLflow is down, the history row keeps ``mlflow_logged = false`` and the next run logs it first.
-Validation itself (the heavy part) goes through the flow's task runner, so
-``parallel=True`` spreads pair versions over a Dask cluster (see :func:`nightly_flow_for`).
+The rules come before the MLflow run (not after, as the issue's list reads) because the run attaches
+the Evidently report, which needs the rules' baseline; the history row still comes first, so a crash
+or an MLflow outage loses nothing: the row keeps ``mlflow_logged = false`` and the next run logs it
+first. Ungated promotions (``@champion`` moved outside specdec to a version that did not pass the
+gate) are noticed before validating, validated first and alerted (:mod:`flows.ungated`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import logging
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.recovery import checkpoint
-from flows.tasks import NightlyResult, log_to_mlflow, report_dir_for, resolve_pair_version, scheduled_date_of_run
+from flows.tasks import (
+    MlflowLogging, NightlyResult, describe_version, log_to_mlflow, report_dir_for, resolve_pair_version,
+    run_logger, scheduled_date_of_run,
+)
 from flows.ungated import check_ungated, report_ungated, version_link
+from specdec.pause_points import pause_at
 
 
 def _logger():
-    try:
-        return get_run_logger()
-    except Exception:  # outside a run context
-        return logging.getLogger("flows.nightly")
+    return run_logger("flows.nightly")
+
+
+@dataclass(frozen=True)
+class ValidationParams:
+    """How tonight validates (the flow's parameters, checked once). See :func:`nightly_validation_flow`."""
+
+    heldout: str
+    limit: int | None
+    device: str
+    dtype: str
+    seed: int
+    batch_size: int
+    method: str
+    decode_fraction: float
+
+    def run_config(self, pv) -> dict[str, Any]:
+        """The config part of the history key of validating pair version ``pv`` with these parameters."""
+        cfg = {**pv.config.to_dict(), "drafter_kind": pv.drafter_kind, "limit": self.limit, "seed": self.seed}
+        if self.batch_size != 1:  # absent at 1: keys of runs made before batching stay the same
+            cfg["batch_size"] = self.batch_size
+        if self.method != "decode":  # absent for decode: keys of runs made before replay stay the same
+            cfg.update(method=self.method, decode_fraction=self.decode_fraction)
+        return cfg
+
+
+@dataclass
+class Night:
+    """What one nightly run holds open: settings, the history store, the registry, its lease and heartbeat."""
+
+    date: dt.date
+    settings: Any  # monitoring.settings.MonitoringSettings
+    db: Any  # monitoring.db.Database
+    registry: Any  # registry.Registry: one MLflow client for the night
+    held: Any  # specdec.validation.heldout.HeldoutSet
+    lease: Any  # flows.recovery.NightlyLease
+    beat: Any  # flows.recovery.Heartbeat
+    holder_dead: Any  # flows.recovery.holder_dead(home)
+
+    @property
+    def home(self) -> Path:
+        return self.settings.home
+
+
+@dataclass(frozen=True)
+class Target:
+    """One (pair, alias) resolved to a pair version to validate tonight."""
+
+    pair: str
+    alias: str
+    pv: Any  # registry.PairVersion
+    champion_version: str | None
+
+    @property
+    def version(self) -> str:
+        return str(self.pv.version)
+
+
+@dataclass
+class Job:
+    """A claimed target whose validation was submitted (``future.result()`` is the report)."""
+
+    target: Target
+    key: Any  # monitoring.history.RunKey
+    claim: Any  # monitoring.history.Claim
+    report_dir: Path
+    future: Any
+
+
+@dataclass
+class MlflowOutcome:
+    """Step 5's outcome: the MLflow run id (None when logging failed; the row stays pending) and links."""
+
+    run_id: str | None = None
+    links: dict[str, str] = field(default_factory=dict)
 
 
 @task(task_run_name="validate {pv.name}@v{pv.version}", retries=1, retry_delay_seconds=30)
@@ -55,8 +132,8 @@ def run_validation(pv, heldout: str, limit: int | None, device: str, dtype: str,
         :class:`specdec.validation.report.ValidationReport`, also written to ``out_dir``.
     """
     from flows.loading import build_validation_config, cached_drafter, cached_target, load_pair_models
-    from specdec.validation.heldout import load_heldout
     from specdec.validation import validate_pair
+    from specdec.validation.heldout import load_heldout
 
     log = _logger()
     pair, version = pv.name, pv.version
@@ -65,7 +142,7 @@ def run_validation(pv, heldout: str, limit: int | None, device: str, dtype: str,
     def progress(done: int, total: int, row) -> None:
         acc = f"acceptance {row.acceptance_rate:.2f}" if row.status == "ok" else f"skipped: {row.skip_reason}"
         log.info("%s v%s: prompt %d/%d (%s) %s", pair, version, done, total, row.category, acc)
-        checkpoint("validation")
+        pause_at("validation")
 
     config = build_validation_config(pv.config, limit=limit, seed=seed, batch_size=batch_size)
     if method == "decode":
@@ -76,7 +153,7 @@ def run_validation(pv, heldout: str, limit: int | None, device: str, dtype: str,
 
         def phase(name: str, done: int, total: int) -> None:
             log.info("%s v%s: %s %d/%d", pair, version, name, done, total)
-            checkpoint("validation")
+            pause_at("validation")
 
         [report] = validate_replay(cached_target(tkey), [cached_drafter(dkey)], load_heldout(heldout), config,
                                    method=method, decode_fraction=decode_fraction, target_ref=pv.target_uri,
@@ -93,7 +170,7 @@ def retry_pending_mlflow_logging() -> list[str]:
     """
     import monitoring
     from monitoring import history
-    from registry import RegistryUnavailable
+    from registry import RegistryError, RegistryUnavailable
 
     log = _logger()
     db = monitoring.connect()
@@ -106,14 +183,15 @@ def retry_pending_mlflow_logging() -> list[str]:
         if not (rdir / "report.json").exists():
             log.warning("history run %s: report %s is missing; cannot log it to MLflow", row.id, rdir)
             continue
-        extra = [p for p in (row.evidently_html, row.evidently_json) if p]
+        job = MlflowLogging(row.pair_name, row.pair_version, str(rdir),
+                            [p for p in (row.evidently_html, row.evidently_json) if p], key.key_id(),
+                            key.scheduled_date.isoformat(), history.trend_points(db, row.pair_name, exclude_run=row.id))
         try:
-            run_id = log_to_mlflow.fn(row.pair_name, row.pair_version, str(rdir), extra, key.key_id(),
-                                      key.scheduled_date.isoformat())
+            run_id = log_to_mlflow.fn(job)
         except RegistryUnavailable as e:
             log.warning("MLflow still unreachable (%s); %s run(s) stay pending", e, "these")
             break
-        except Exception as e:  # noqa: BLE001 (one bad row must not stop tonight's validation)
+        except (RegistryError, OSError, ValueError) as e:  # this row's pair, files or report: the others go on
             log.error("history run %s: MLflow logging failed again (%s: %s); it stays pending", row.id,
                       type(e).__name__, e)
             continue
@@ -124,70 +202,88 @@ def retry_pending_mlflow_logging() -> list[str]:
 
 
 def _mlflow_link(run_id: str) -> str:
+    from mlflow.exceptions import MlflowException
+
     from registry.settings import get_client, resolve_tracking_uri
 
     uri = resolve_tracking_uri()
     try:
         exp = get_client(uri, check=False).get_run(run_id).info.experiment_id
-    except Exception:
+    except (MlflowException, OSError):  # the link is a convenience: experiment 0 still opens the UI
         exp = "0"
     if uri.startswith("http"):
         return f"{uri.rstrip('/')}/#/experiments/{exp}/runs/{run_id}"
     return f"runs:/{run_id} (mlflow ui --backend-store-uri {uri})"
 
 
-def _finish(pair: str, alias: str, version: str, key, claim, report, report_dir: Path,
-            champion_version: str | None, target_hash: str | None, draft_hash: str | None,
-            log_task=None) -> NightlyResult:
-    """Steps 4-7 for one validated pair version, in the flow process (serial, cheap), through the
-    tested :func:`monitoring.pipeline.record_and_evaluate` path.
+def log_night_to_mlflow(night: Night, job: Job, history_run_id: int, drift, log_task=log_to_mlflow) -> MlflowOutcome:
+    """Step 5, best-effort: log the MLflow run and mark the history row logged.
 
-    The history row, the drift rules and the alert always happen; the Evidently report, the
-    MLflow run (with its plots and artifacts) are best-effort: an error there is logged and the
-    alert still goes out. Needs nothing from MLflow before the history row is written, so an MLflow
-    outage loses nothing (the row stays pending and is logged on the next run).
+    A failure is logged and leaves the row pending (the next night logs it first); the alert still
+    goes out. ``log_task``: the Prefect task to call (a test passes one without retries).
     """
-    import monitoring
-    from monitoring.pipeline import record_and_evaluate
+    from monitoring import history
 
-    log = _logger()
-    log_task = log_task or log_to_mlflow
-    db = monitoring.connect()
-    lineage = monitoring.Lineage.from_report(report, target_hash=target_hash, draft_hash=draft_hash)
-    mlflow_run: dict[str, str] = {}
+    t = job.target
+    extra = [str(drift.html_path), str(drift.json_path)] if drift is not None else []
+    logging_job = MlflowLogging(t.pair, t.version, str(job.report_dir), extra, job.key.key_id(),
+                                job.key.scheduled_date.isoformat(),
+                                history.trend_points(night.db, t.pair, exclude_run=history_run_id))
+    try:
+        run_id = log_task(logging_job)
+    except Exception as e:  # noqa: BLE001 (MLflow, its HTTP client, the artifact store and matplotlib raise many types; none may stop the alert)
+        _logger().error("MLflow logging failed (%s: %s): history run %s kept, logged on the next run",
+                        type(e).__name__, e, history_run_id)
+        return MlflowOutcome(links={"Report (file on the worker)": str(job.report_dir / "report.json")})
+    history.mark_mlflow_logged(night.db, history_run_id, run_id)
+    return MlflowOutcome(run_id, {"MLflow run": _mlflow_link(run_id), "Pair version": version_link(t.pair, t.version)})
 
-    def log_mlflow(run_id: int, ev, drift, links: dict[str, str]) -> None:  # 5 + 7, best-effort
-        from monitoring import history
 
-        extra = [str(drift.html_path), str(drift.json_path)] if drift is not None else []
-        try:
-            mlflow_run_id = log_task(pair, version, str(report_dir), extra, key.key_id(), key.scheduled_date.isoformat())
-        except Exception as e:  # noqa: BLE001 (RegistryError or anything else: the alert goes out)
-            log.error("MLflow logging failed (%s: %s): history run %s kept, logged on the next run",
-                      type(e).__name__, e, run_id)
-            links["Report (file on the worker)"] = str(report_dir / "report.json")  # no MLflow run to link
-            return
-        history.mark_mlflow_logged(db, run_id, mlflow_run_id)
-        mlflow_run["id"] = mlflow_run_id
-        try:
-            links["MLflow run"] = _mlflow_link(mlflow_run_id)
-        except Exception:  # noqa: BLE001
-            links["MLflow run"] = f"runs:/{mlflow_run_id}"
-        links["Pair version"] = version_link(pair, version)
+def record_night(night: Night, job: Job, report, log_task=log_to_mlflow) -> NightlyResult:
+    """Steps 3-7 for one validated pair version, top to bottom: history, rules, MLflow, alert, description.
 
-    checkpoint("history")
-    out = record_and_evaluate(db, report, key, lineage, claim=claim, alias=alias,  # 4 history first, 6 rules
-                              champion_version=champion_version, links={},
-                              before_alert=log_mlflow, evidently_dir=report_dir / "evidently")
-    ev, drift = out.evaluation, out.drift
-    o = report.overall
+    The history row, the rules and the alert always happen; the Evidently report, the MLflow run and
+    the description are best-effort (logged, and the alert still goes out).
+
+    Raises:
+        RunAlreadyClaimed: another run took the key over while this one was validating.
+    """
+    from monitoring import history, pipeline
+    from monitoring.history import Lineage
+
+    t = job.target
+    pause_at("history")
+    lineage = Lineage.from_report(report, target_hash=t.pv.target_weights_sha256, draft_hash=t.pv.draft_weights_sha256)
+    run_id = history.record_run(night.db, report, job.key, lineage, claim=job.claim, alias=t.alias)       # 3
+    evaluation = pipeline.evaluate_run(night.db, run_id, champion_version=t.champion_version,               # 4
+                                       settings=night.settings)
+    drift = pipeline.drift_evidence(night.db, evaluation, out_dir=job.report_dir / "evidently", settings=night.settings)
+    mlflow = log_night_to_mlflow(night, job, run_id, drift, log_task)                                       # 5
+    links = {**({"Evidently report": str(drift.html_path)} if drift is not None else {}), **mlflow.links}
+    outcome = pipeline.alert(night.db, evaluation, links=links, settings=night.settings)                    # 6
+    if mlflow.run_id is not None:                                                                           # 7
+        _describe(t, mlflow.run_id)
+    return _result(job, report, evaluation, drift, mlflow, outcome)
+
+
+def _describe(t: Target, mlflow_run_id: str) -> None:
+    from registry import RegistryError
+
+    try:  # what a person reads in the UI; the verdict is already recorded
+        describe_version.fn(t.pair, t.version, mlflow_run_id)
+    except RegistryError as e:
+        _logger().error("description of %s v%s not updated: %s: %s", t.pair, t.version, type(e).__name__, e)
+
+
+def _result(job: Job, report, evaluation, drift, mlflow: MlflowOutcome, outcome) -> NightlyResult:
+    t, o = job.target, report.overall
     return NightlyResult(
-        pair=pair, alias=alias, version=version, status=ev.verdict, history_run_id=out.run_id,
-        mlflow_run_id=mlflow_run.get("id"), acceptance_rate=o.acceptance_rate,
-        acceptance_rate_ci=list(o.acceptance_rate_ci), alert_transition=out.alert.transition,
-        root_cause_hint=ev.root_cause_hint, report_dir=str(report_dir),
+        pair=t.pair, alias=t.alias, version=t.version, status=evaluation.verdict, history_run_id=evaluation.run_id,
+        mlflow_run_id=mlflow.run_id, acceptance_rate=o.acceptance_rate,
+        acceptance_rate_ci=list(o.acceptance_rate_ci), alert_transition=outcome.transition,
+        root_cause_hint=evaluation.root_cause_hint, report_dir=str(job.report_dir),
         evidently_html=str(drift.html_path) if drift is not None else None,
-        message="; ".join(r.message for r in ev.firing) if ev.firing else "",
+        message="; ".join(r.message for r in evaluation.firing) if evaluation.firing else "",
     )
 
 
@@ -200,9 +296,166 @@ def _broken(db, pair: str, alias: str, version: str | None, error: BaseException
     transition = None
     try:
         transition = alert_broken(db, pair, alias, msg, version=version).transition
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 (the store or a channel failing here must not hide the original error or the other aliases)
         _logger().error("%s@%s: the alert for this error could not be queued: %s: %s", pair, alias, type(e).__name__, e)
     return NightlyResult(pair, alias, version, "error", message=msg, alert_transition=transition)
+
+
+def open_night(scheduled_date: dt.date | None, heldout: str) -> Night:
+    """The night's date, settings, history store, lease (with this flow run's id) and heartbeat."""
+    import monitoring
+    from flows.recovery import Heartbeat, NightlyLease, holder_dead
+    from registry import Registry
+    from specdec.validation.heldout import load_heldout
+
+    settings = monitoring.get_settings()
+    db = monitoring.connect(settings)
+    lease = NightlyLease.mine(settings.home)
+    try:
+        from prefect.runtime import flow_run
+
+        lease.flow_run_id = flow_run.id
+        lease.save()
+    except Exception:  # noqa: BLE001 (outside a flow run prefect.runtime raises its own types; the lease works without the id)
+        pass
+    registry = Registry(check=False)  # no probe here: resolving the aliases retries a server that is briefly down
+    return Night(scheduled_date or scheduled_date_of_run(), settings, db, registry, load_heldout(heldout), lease,
+                 Heartbeat(db, settings.claim_stale_after_s / 10), holder_dead(settings.home))
+
+
+def check_ungated_pairs(pairs: list[str], aliases: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Before validating: was ``@champion`` of each pair moved outside specdec (:mod:`flows.ungated`)?"""
+    from mlflow.exceptions import MlflowException
+
+    from registry import RegistryError, RegistryUnavailable
+
+    ungated = {}
+    for pair in pairs:
+        try:
+            ungated[pair] = check_ungated(pair, aliases)
+        except RegistryUnavailable:
+            raise
+        except (RegistryError, MlflowException) as e:  # a broken alias is reported per alias by resolve_targets
+            _logger().warning("%s: ungated-promotion check skipped: %s: %s", pair, type(e).__name__, e)
+    return ungated
+
+
+def resolve_targets(night: Night, pairs: list[str], aliases: tuple[str, ...],
+                    versions: list[str] | None) -> tuple[list[Target], list[NightlyResult]]:
+    """Step 1: every (pair, alias), and each explicitly named version (as ``challenger``), resolved to
+    a pair version; a version behind two aliases once. Broken references are alerted and reported.
+
+    Raises:
+        registry.RegistryUnavailable: MLflow is down (the whole night is retried, nothing is alerted).
+    """
+    from mlflow.exceptions import MlflowException
+
+    from registry import RegistryError, RegistryUnavailable
+
+    targets: list[Target] = []
+    results: list[NightlyResult] = []
+    seen: dict[tuple[str, str], str] = {}
+    for pair in pairs:
+        try:
+            champion = resolve_pair_version(pair, "champion")
+        except RegistryUnavailable:
+            raise
+        except (RegistryError, MlflowException) as e:  # a broken champion must not hide the challenger
+            results.append(_broken(night.db, pair, "champion", None, e, "cannot resolve the alias"))
+            champion, wanted = None, [a for a in aliases if a != "champion"]
+        else:
+            wanted = list(aliases)
+        for alias, fixed in [(a, None) for a in wanted] + [("challenger", str(v)) for v in versions or []]:
+            version = None
+            try:
+                version = fixed or (champion if alias == "champion" else resolve_pair_version(pair, alias))
+                if version is None:
+                    results.append(NightlyResult(pair, alias, None, "skipped", message=f"no @{alias}"))
+                    continue
+                if (pair, version) in seen:
+                    results.append(NightlyResult(pair, alias, version, "skipped",
+                                                 message=f"same version as @{seen[(pair, version)]}"))
+                    continue
+                pv = night.registry.get_pair_version(pair, version, download=False)
+            except RegistryUnavailable:
+                raise
+            except (RegistryError, MlflowException, OSError, KeyError, ValueError) as e:  # one bad alias or pair.json: the rest go on
+                results.append(_broken(night.db, pair, alias, version, e, "cannot resolve the pair version"))
+                continue
+            seen[(pair, version)] = alias
+            targets.append(Target(pair, alias, pv, champion))
+    return targets, results
+
+
+def claim_target(night: Night, target: Target, params: ValidationParams) -> Job | NightlyResult:
+    """Claim tonight's history key of ``target`` and submit its validation (step 2); a key another
+    live run holds gives an ``already-running`` result instead."""
+    from flows.recovery import forget_claim
+    from monitoring import history
+
+    key = history.RunKey.build(target.pair, target.version, night.held.name, night.held.version,
+                               params.run_config(target.pv), night.date)
+    try:
+        claim = history.claim_run(night.db, key, alias=target.alias,
+                                  stale_after_s=night.settings.claim_stale_after_s, holder_dead=night.holder_dead)
+    except history.RunAlreadyClaimed as e:
+        _logger().warning("%s@%s v%s: %s; leaving it to that run", target.pair, target.alias, target.version, e)
+        return NightlyResult(target.pair, target.alias, target.version, "already-running", message=str(e))
+    if claim.previous_status and claim.previous_status.startswith("running"):
+        _logger().warning("%s@%s v%s: took over history run %s (%s)", target.pair, target.alias, target.version,
+                          claim.run_id, claim.previous_status)
+    night.lease.add_claim(claim.run_id, claim.token)
+    forget_claim(night.home, claim.run_id)
+    night.beat.add(claim)
+    out = report_dir_for(night.home, key)
+    args = (target.pv, params.heldout, params.limit, params.device, params.dtype, str(out), params.seed,
+            params.batch_size, params.method, params.decode_fraction)
+    fut = _Inline.run(run_validation, args) if _serial() else run_validation.submit(*args)
+    return Job(target, key, claim, out, fut)
+
+
+def finish_job(night: Night, job: Job) -> NightlyResult:
+    """Wait for ``job``'s validation and record it (steps 3-7); a failed validation or recording is
+    marked on the history row and alerted."""
+    from monitoring import history
+    from monitoring.history import RunAlreadyClaimed
+
+    t = job.target
+    try:
+        report = job.future.result()
+    except Exception as e:  # noqa: BLE001 (model loading and decoding raise any type; record it, free the key, alert)
+        night.beat.remove(job.claim.run_id)
+        history.mark_error(night.db, job.claim, f"{type(e).__name__}: {e}")
+        night.lease.drop_claim(job.claim.run_id)
+        return _broken(night.db, t.pair, t.alias, t.version, e, "validation failed")
+    night.beat.remove(job.claim.run_id)
+    try:
+        res = record_night(night, job, report)
+    except RunAlreadyClaimed as e:  # taken over while we were slow: the other run records it
+        _logger().warning("%s@%s v%s: %s", t.pair, t.alias, t.version, e)
+        return NightlyResult(t.pair, t.alias, t.version, "already-running", message=str(e))
+    except Exception as e:  # noqa: BLE001 (the history store or a channel failed: say so, go on with the other jobs)
+        history.mark_error(night.db, job.claim, f"{type(e).__name__}: {e}")
+        return _broken(night.db, t.pair, t.alias, t.version, e, "recording the validation failed")
+    finally:
+        night.lease.drop_claim(job.claim.run_id)
+    _logger().info("%s@%s v%s: %s, acceptance %.3f [%.3f, %.3f]%s", t.pair, t.alias, t.version, res.status,
+                   res.acceptance_rate, *res.acceptance_rate_ci,
+                   f", alert: {res.alert_transition}" if res.alert_transition else "")
+    return res
+
+
+def _check_parameters(batch_size: int, scheduled_date: dt.date | None, aliases: tuple[str, ...]) -> None:
+    from registry.promotion import check_alias_name
+
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if scheduled_date is not None and not isinstance(scheduled_date, dt.date):
+        # also keeps `dt` among the globals cloudpickle sends with a served flow (`flow.serve()` runs it
+        # in a spawned process; the annotation `dt.date` must resolve there)
+        raise ValueError(f"scheduled_date must be a date, got {scheduled_date!r}")
+    for a in aliases:  # a typo in a deployment's parameters fails the run instead of validating nothing
+        check_alias_name(a)
 
 
 @flow(name="nightly-validation", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=1))
@@ -253,135 +506,20 @@ def nightly_validation_flow(
     Raises:
         ValueError: ``batch_size`` < 1, or an alias not in ``SPECDEC_ALIASES``.
     """
-    import monitoring
-    from flows.recovery import Heartbeat, NightlyLease, forget_claim, holder_dead
-    from monitoring import history
-    from monitoring.history import RunAlreadyClaimed
-    from registry import RegistryUnavailable, get_pair_version
-    from specdec.validation.heldout import load_heldout
-
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if scheduled_date is not None and not isinstance(scheduled_date, dt.date):
-        # also keeps `dt` among the globals cloudpickle sends with a served flow (`flow.serve()` runs it
-        # in a spawned process; the annotation `dt.date` must resolve there)
-        raise ValueError(f"scheduled_date must be a date, got {scheduled_date!r}")
-    from registry.promotion import check_alias_name
-
-    for a in aliases:  # a typo in a deployment's parameters fails the run instead of validating nothing
-        check_alias_name(a)
-    log = _logger()
-    night = scheduled_date or scheduled_date_of_run()
-    held = load_heldout(heldout)
-    settings = monitoring.get_settings()
-    db = monitoring.connect()
-    home = settings.home
-    lease = NightlyLease.mine(home)
-    try:
-        from prefect.runtime import flow_run
-
-        lease.flow_run_id = flow_run.id
-        lease.save()
-    except Exception:  # noqa: BLE001 (outside a flow run)
-        pass
-    retry_pending_mlflow_logging()
-    results: list[NightlyResult] = []
-    jobs = []
-    seen: dict[tuple[str, str], str] = {}
-    dead = holder_dead(home)
-    beat = Heartbeat(db, settings.claim_stale_after_s / 10)
-    ungated = {}
-    for pair in pairs:
-        try:  # before validating: was champion moved outside specdec?
-            ungated[pair] = check_ungated(pair, aliases)
-        except RegistryUnavailable:
-            raise
-        except Exception as e:  # noqa: BLE001 (a broken alias is reported below, per alias)
-            log.warning("%s: ungated-promotion check skipped: %s: %s", pair, type(e).__name__, e)
-        try:
-            champion = resolve_pair_version(pair, "champion")
-        except RegistryUnavailable:
-            raise
-        except Exception as e:  # noqa: BLE001 (a broken champion must not hide the challenger)
-            results.append(_broken(db, pair, "champion", None, e, "cannot resolve the alias"))
-            champion = None
-            aliases_left = [a for a in aliases if a != "champion"]
-        else:
-            aliases_left = list(aliases)
-        for alias, fixed in [(a, None) for a in aliases_left] + [("challenger", str(v)) for v in versions or []]:
-            version = None
-            try:
-                version = fixed or (champion if alias == "champion" else resolve_pair_version(pair, alias))
-                if version is None:
-                    results.append(NightlyResult(pair, alias, None, "skipped", message=f"no @{alias}"))
-                    continue
-                if (pair, version) in seen:
-                    results.append(NightlyResult(pair, alias, version, "skipped",
-                                                 message=f"same version as @{seen[(pair, version)]}"))
-                    continue
-                pv = get_pair_version(pair, version, download=False)
-            except RegistryUnavailable:
-                raise
-            except Exception as e:  # noqa: BLE001 (one bad alias does not hide the rest)
-                results.append(_broken(db, pair, alias, version, e, "cannot resolve the pair version"))
-                continue
-            seen[(pair, version)] = alias
-            cfg = {**pv.config.to_dict(), "drafter_kind": pv.drafter_kind, "limit": limit, "seed": seed}
-            if batch_size != 1:  # absent at 1: keys of runs made before batching stay the same
-                cfg["batch_size"] = batch_size
-            if method != "decode":  # absent for decode: keys of runs made before replay stay the same
-                cfg.update(method=method, decode_fraction=decode_fraction)
-            key = history.RunKey.build(pair, version, held.name, held.version, cfg, night)
-            try:
-                claim = history.claim_run(db, key, alias=alias, stale_after_s=settings.claim_stale_after_s,
-                                          holder_dead=dead)
-            except RunAlreadyClaimed as e:
-                log.warning("%s@%s v%s: %s; leaving it to that run", pair, alias, version, e)
-                results.append(NightlyResult(pair, alias, version, "already-running", message=str(e)))
-                continue
-            if claim.previous_status and claim.previous_status.startswith("running"):
-                log.warning("%s@%s v%s: took over history run %s (%s)", pair, alias, version, claim.run_id,
-                            claim.previous_status)
-            lease.add_claim(claim.run_id, claim.token)
-            forget_claim(home, claim.run_id)
-            beat.add(claim)
-            out = report_dir_for(home, key)
-            args = (pv, heldout, limit, device, dtype, str(out), seed, batch_size, method, decode_fraction)
-            fut = _Inline.run(run_validation, args) if _serial() else run_validation.submit(*args)
-            hashes = (pv.target_weights_sha256, pv.draft_weights_sha256)
-            jobs.append((pair, alias, version, key, claim, out, champion, hashes, fut))
-
-    with beat:
-        for pair, alias, version, key, claim, out, champion, hashes, fut in jobs:
-            try:
-                report = fut.result()
-            except Exception as e:  # noqa: BLE001 (validation failed: record it, free the key, alert)
-                beat.remove(claim.run_id)
-                history.mark_error(db, claim, f"{type(e).__name__}: {e}")
-                lease.drop_claim(claim.run_id)
-                results.append(_broken(db, pair, alias, version, e, "validation failed"))
-                continue
-            beat.remove(claim.run_id)
-            try:
-                res = _finish(pair, alias, version, key, claim, report, out, champion, *hashes)
-            except RunAlreadyClaimed as e:  # taken over while we were slow: the other run records it
-                log.warning("%s@%s v%s: %s", pair, alias, version, e)
-                results.append(NightlyResult(pair, alias, version, "already-running", message=str(e)))
-                continue
-            except Exception as e:  # noqa: BLE001 (e.g. the history store failed: say so, go on)
-                history.mark_error(db, claim, f"{type(e).__name__}: {e}")
-                results.append(_broken(db, pair, alias, version, e, "recording the validation failed"))
-                continue
-            finally:
-                lease.drop_claim(claim.run_id)
-            log.info("%s@%s v%s: %s, acceptance %.3f [%.3f, %.3f]%s", pair, alias, version, res.status,
-                     res.acceptance_rate, *res.acceptance_rate_ci,
-                     f", alert: {res.alert_transition}" if res.alert_transition else "")
-            results.append(res)
-    report_ungated(db, ungated, results, revert=revert_ungated)  # after the champion's validation: alert with tonight's verdict
     from flows.summary import finish_run
 
-    return finish_run(results, fail_on_failure)
+    _check_parameters(batch_size, scheduled_date, aliases)
+    params = ValidationParams(heldout, limit, device, dtype, seed, batch_size, method, decode_fraction)
+    night = open_night(scheduled_date, heldout)
+    retry_pending_mlflow_logging()
+    ungated = check_ungated_pairs(pairs, aliases)
+    targets, results = resolve_targets(night, pairs, aliases, versions)                 # 1. resolve aliases
+    claimed = [claim_target(night, t, params) for t in targets]                         # 2. validate (submitted)
+    results += [c for c in claimed if isinstance(c, NightlyResult)]
+    with night.beat:
+        results += [finish_job(night, job) for job in claimed if isinstance(job, Job)]  # 3-7. record_night
+    report_ungated(night.db, ungated, results, revert=revert_ungated)  # after the champion's validation: tonight's verdict
+    return finish_run(results, fail_on_failure)                         # summary artifact; fails the run if asked
 
 
 def _serial() -> bool:

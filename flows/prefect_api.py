@@ -37,6 +37,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _setup_lock(timeout_s: float):
+    """An acquired :class:`filelock.FileLock` in the Prefect home (``PREFECT_HOME``, default
+    ``~/.prefect``), held while a server starts, so concurrent first starts do not both create
+    Prefect's SQLite database (one crashed in Prefect's own migrations)."""
+    from filelock import FileLock
+
+    home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
+    home.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(home / ".specdec-server-setup.lock"))
+    lock.acquire(timeout=timeout_s)
+    return lock
+
+
 class PrefectAPI:
     """``with PrefectAPI(home) as api:`` sets ``PREFECT_API_URL`` to a private server for the block.
 
@@ -64,6 +77,17 @@ class PrefectAPI:
                "PREFECT__SERVER_FINAL": "1"}
         env.pop("PREFECT_API_URL", None)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        setup = _setup_lock(self.startup_timeout_s)  # two first servers on one empty Prefect home race in its DB setup
+        try:
+            self._spawn(prefect_dir, port, env)
+        finally:
+            setup.release()
+        self._old_url = os.environ.get("PREFECT_API_URL")
+        os.environ["PREFECT_API_URL"] = self.url
+        return self
+
+    def _spawn(self, prefect_dir: Path, port: int, env: dict) -> None:
+        """Start the server process and wait for ``/health`` (its database is migrated by then)."""
         logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect_dir.parent),
@@ -90,9 +114,6 @@ class PrefectAPI:
                     raise RuntimeError(f"the Prefect API server did not start in {self.startup_timeout_s:.0f} s "
                                        f"(log: {self.log_path})")
                 time.sleep(0.2)
-        self._old_url = os.environ.get("PREFECT_API_URL")
-        os.environ["PREFECT_API_URL"] = self.url
-        return self
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -15,35 +15,21 @@ Deployment: ``prefect.yaml`` (``production-acceptance``, cron ``SPECDEC_PRODUCTI
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from dataclasses import asdict
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, task
 
 from flows.production_lib import resolve_version, window_end_of_run, write_trend_plots
+from flows.tasks import retry_when, run_logger
+from monitoring.production.sources import ProductionSourceError
 from specdec.validation.provenance import code_version
 
 
 def _logger():
-    try:
-        return get_run_logger()
-    except Exception:  # outside a run context
-        return logging.getLogger("flows.production")
+    return run_logger("flows.production")
 
 
-def _retry_on_source_error(task, task_run, state) -> bool:
-    from monitoring.production.sources import ProductionSourceError
-
-    try:
-        state.result()
-    except ProductionSourceError:
-        return True
-    except Exception:
-        return False
-    return False
-
-
-@task(retries=2, retry_delay_seconds=[10, 30], retry_condition_fn=_retry_on_source_error,
+@task(retries=2, retry_delay_seconds=[10, 30], retry_condition_fn=retry_when(ProductionSourceError),
       task_run_name="ingest {source_name}")
 def ingest_source(source_name: str, start: dt.datetime, end: dt.datetime) -> list[dict]:
     """Ingest one window of one configured source; returns the outcomes as dicts."""
@@ -99,7 +85,7 @@ def production_acceptance_flow(
     for name in sources or names:
         try:
             out = ingest_source(name, start, end)
-        except Exception as e:  # one broken source must not stop the others
+        except Exception as e:  # noqa: BLE001 (a source's HTTP, parsing, store or alert errors: one broken source must not stop the others)
             log.error("production source %s: %s: %s", name, type(e).__name__, e)
             results.append({"source": name, "status": "error", "message": f"{type(e).__name__}: {e}"})
             continue

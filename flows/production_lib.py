@@ -5,7 +5,6 @@ them without importing Prefect, whose logging setup binds a console handler to t
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from pathlib import Path
 
 
@@ -31,7 +30,7 @@ def window_end_of_run(settle_seconds: float = 60.0, now: dt.datetime | None = No
             from prefect.runtime import flow_run
 
             t = flow_run.scheduled_start_time
-        except Exception:
+        except Exception:  # noqa: BLE001 (prefect.runtime outside a flow run raises its own types; fall back to now)
             t = None
     t = (now or t or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
     return t.replace(second=0, microsecond=0) - dt.timedelta(seconds=settle_seconds)
@@ -41,7 +40,7 @@ def write_trend_plots(pairs: list[str], out_dir: Path, db_url: str | None = None
     """``<out_dir>/<pair>/acceptance_trend.png`` (nightly and production) for each pair; pair -> path.
     ``db_url``: the history store (default ``SPECDEC_DB_URL``)."""
     import monitoring
-    from monitoring.production.store import trend_points
+    from monitoring.history import trend_points
     from registry import plots
 
     db = monitoring.connect(url=db_url)
@@ -57,33 +56,3 @@ def write_trend_plots(pairs: list[str], out_dir: Path, db_url: str | None = None
     finally:
         db.dispose()
     return paths
-
-
-def merge_trend(nightly: list[dict], production: list[dict]) -> list[dict]:
-    """Nightly trend points (MLflow) and production windows (history store) in one time-ordered list;
-    production points keep ``source="production"`` so :func:`registry.plots.plot_trend` draws them apart."""
-    pts = [{**p, "source": p.get("source") or "nightly"} for p in nightly]
-    pts += [p for p in production if p.get("source") == "production"]
-    return sorted(pts, key=lambda p: p["time"])
-
-
-def trend_with_production(pair: str) -> list[dict] | None:
-    """The trend the nightly MLflow run plots: MLflow's validation history of ``pair`` plus its
-    production windows from the history store; ``None`` (let the registry read MLflow itself) when
-    there are no production windows or the history store cannot be read."""
-    import monitoring
-    from monitoring.production.store import trend_points
-    from registry import validation_history
-
-    try:
-        db = monitoring.connect()
-        try:
-            prod = [p for p in trend_points(db, pair) if p["source"] == "production"]
-        finally:
-            db.dispose()
-    except Exception as e:  # the trend is decoration: never fail the MLflow logging for it
-        logging.getLogger("flows.production").warning("production trend of %s unavailable: %s", pair, e)
-        return None
-    return merge_trend(validation_history(pair), prod) if prod else None
-
-

@@ -37,22 +37,8 @@ from typing import Callable
 
 import psutil
 
-from specdec.settings import home_dir
 
 log = logging.getLogger(__name__)
-PAUSE_ENV = "SPECDEC_TEST_PAUSE_AT"
-
-
-def checkpoint(step: str, home: Path | str | None = None) -> None:
-    """Test hook: when ``SPECDEC_TEST_PAUSE_AT`` equals ``step``, write
-    ``<home>/paused-<step>`` (this pid) and sleep until killed. A no-op otherwise."""
-    if os.environ.get(PAUSE_ENV) != step:
-        return
-    home = Path(home) if home else home_dir()
-    home.mkdir(parents=True, exist_ok=True)
-    (home / f"paused-{step}").write_text(str(os.getpid()))
-    while True:  # pragma: no cover (ended by the test's kill -9)
-        time.sleep(3600)
 
 
 def process_create_time(pid: int) -> float | None:
@@ -139,7 +125,14 @@ class NightlyLease:
         return self.host != socket.gethostname() or process_alive(self.pid, self.create_time)
 
     def release(self) -> None:
-        """Remove the lease file (normal exit)."""
+        """Remove the lease file (normal exit). A lease that still names claims is kept: the process
+        ended without recording or freeing them (e.g. the history DB went down and ``mark_error``
+        failed), and the next run must see a dead holder and take them over at once, not wait for
+        the stale-claim window and report "already-running"."""
+        if self.claims:
+            log.warning("nightly pid %d ends holding history claim(s) %s; the next run takes them over",
+                        self.pid, ", ".join(str(c[0]) for c in self.claims))
+            return
         try:
             os.unlink(self.path)
         except OSError:
@@ -267,7 +260,7 @@ class Heartbeat:
             for c in claims:
                 try:
                     history.heartbeat(self.db, c)
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:  # noqa: BLE001 (a background thread: any error drops that claim, never kills the thread)
                     log.warning("heartbeat of history run %s failed: %s", c.run_id, e)
                     self.remove(c.run_id)
 

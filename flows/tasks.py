@@ -15,16 +15,9 @@ from pathlib import Path
 
 from prefect import task
 
+from registry.errors import RegistryUnavailable
+
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class PairTarget:
-    """One (pair, alias) to validate tonight, resolved to an exact pair version."""
-
-    pair: str
-    alias: str
-    version: str
 
 
 @dataclass
@@ -59,17 +52,33 @@ def report_dir_for(home: Path, key) -> Path:
             / f"{key.scheduled_date}-{key.heldout_version[:12]}-{key.config_hash[:12]}")
 
 
-def retry_if_transient(task, task_run, state) -> bool:
-    """Prefect ``retry_condition_fn``: retry only when MLflow was unreachable (not a missing pair)."""
-    from registry import RegistryUnavailable
+def run_logger(fallback: str):
+    """Prefect's run logger inside a flow or task run, else the standard logger ``fallback``."""
+    from prefect import get_run_logger
 
     try:
-        state.result()
-    except RegistryUnavailable:
-        return True
-    except Exception:
+        return get_run_logger()
+    except Exception:  # noqa: BLE001 (prefect raises its own MissingContextError outside a run; any failure means "no run logger")
+        return logging.getLogger(fallback)
+
+
+def retry_when(*errors: type[BaseException]):
+    """A Prefect ``retry_condition_fn`` that retries a task only when it failed with one of ``errors``."""
+
+    def condition(task, task_run, state) -> bool:
+        try:
+            state.result()
+        except errors:
+            return True
+        except Exception:  # noqa: BLE001 (a retry classifier: every other error of the task means "do not retry")
+            return False
         return False
-    return False
+
+    return condition
+
+
+#: retry only when MLflow was unreachable (not a missing pair)
+retry_if_transient = retry_when(RegistryUnavailable)
 
 
 @task(retries=3, retry_delay_seconds=[5, 15, 45], retry_condition_fn=retry_if_transient,
@@ -90,28 +99,53 @@ def resolve_pair_version(pair: str, alias: str) -> str | None:
         return None
 
 
-@task(retries=3, retry_delay_seconds=[5, 15, 45], retry_condition_fn=retry_if_transient)
-def log_to_mlflow(pair: str, version: str, report_dir: str, extra: list[str], run_key: str | None = None,
-                  night: str | None = None) -> str:
-    """Log the validation run (metrics, report, plots, Evidently files) and tag the pair version.
+@dataclass(frozen=True)
+class MlflowLogging:
+    """What one nightly MLflow run is made of (plain data, so the task can be retried).
 
-    ``night`` (``YYYY-MM-DD``, the history key's scheduled date) names the run ``<pair> v<N> night
-    <night>``, so a run re-done or logged late keeps the date of the night it belongs to.
-
-    ``run_key`` (the history key's :meth:`~monitoring.history.RunKey.key_id`) makes the logging
-    idempotent: one finished MLflow run per nightly key, even after a crash mid-logging.
-    Retried on transient failures; the caller keeps the history row pending if it still fails.
+    Attributes:
+        pair, version: the pair version validated. report_dir: holds ``report.json`` + ``prompts.csv``.
+        extra: more files to attach (the Evidently HTML/JSON; missing ones are skipped).
+        run_key: the history key's :meth:`~monitoring.history.RunKey.key_id`: one finished MLflow run
+            per nightly key, even after a crash mid-logging.
+        night: ``YYYY-MM-DD``, the key's scheduled date: the run is named ``<pair> v<N> night <night>``,
+            so a run re-done or logged late keeps the date of the night it belongs to.
+        trend: the pair's past trend points from the history store (:func:`monitoring.history.trend_points`),
+            the one source of the trend plot.
     """
-    from flows.production_lib import trend_with_production
-    from flows.recovery import checkpoint
+
+    pair: str
+    version: str
+    report_dir: str
+    extra: list[str]
+    run_key: str
+    night: str
+    trend: list[dict]
+
+
+@task(retries=3, retry_delay_seconds=[5, 15, 45], retry_condition_fn=retry_if_transient)
+def log_to_mlflow(job: MlflowLogging) -> str:
+    """Log the validation run (metrics, report, plots, Evidently files) and tag the pair version; the
+    descriptions are the nightly's last step (:func:`describe_version`).
+
+    Retried on transient failures; the caller keeps the history row pending if it still fails.
+    Returns the MLflow run id.
+    """
     from registry import log_validation
     from specdec.validation.report import ValidationReport
 
-    report = ValidationReport.read(report_dir)
-    return log_validation(pair, version, report, report_dir, extra_artifacts=[p for p in extra if Path(p).exists()],
-                          history=trend_with_production(pair), run_key=run_key,
-                          run_name=f"{pair} v{version} night {night}" if night else None,
-                          on_run_created=lambda _run_id: checkpoint("mlflow"))
+    report = ValidationReport.read(job.report_dir)
+    return log_validation(job.pair, job.version, report, job.report_dir,
+                          extra_artifacts=[p for p in job.extra if Path(p).exists()], history=job.trend,
+                          run_key=job.run_key, run_name=f"{job.pair} v{job.version} night {job.night}", describe=False)
+
+
+@task(retries=2, retry_delay_seconds=[5, 20], retry_condition_fn=retry_if_transient)
+def describe_version(pair: str, version: str, mlflow_run_id: str) -> None:
+    """The pair version's and the run's one-line descriptions in MLflow (:func:`registry.runs.describe_validation`)."""
+    from registry.runs import describe_validation
+
+    describe_validation(pair, version, mlflow_run_id)
 
 
 def scheduled_date_of_run() -> dt.date:
@@ -122,6 +156,6 @@ def scheduled_date_of_run() -> dt.date:
         start = flow_run.scheduled_start_time
         if start is not None:
             return dt.date(start.year, start.month, start.day)
-    except Exception:  # not in a flow run
+    except Exception:  # noqa: BLE001 (prefect.runtime outside a flow run raises its own types; fall back to today)
         pass
     return dt.datetime.now(dt.timezone.utc).date()

@@ -73,6 +73,7 @@ class ReadableTerminal:
         self.log_path = Path(home) / "logs" / f"{command}-{stamp}-{os.getpid()}.log"
         self.debug = debug
         self.file_handler: logging.FileHandler | None = None
+        self.console_handler: logging.Handler | None = None
         self.filter = _TerminalFilter(self.log_path)
 
     def __enter__(self) -> "ReadableTerminal":
@@ -93,6 +94,13 @@ class ReadableTerminal:
         root = logging.getLogger()
         if self.file_handler not in root.handlers:
             root.addHandler(self.file_handler)
+        if not any(h in root.handlers for h in _terminal_handlers()):
+            # nothing prints to the terminal otherwise (Prefect configures only its own loggers here):
+            # progress and our warnings would reach the log file only
+            console = logging.StreamHandler(sys.stderr)
+            console.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
+            root.addHandler(console)
+            self.console_handler = console
         if root.level > logging.INFO:
             root.setLevel(logging.INFO)
         for lg in list(logging.Logger.manager.loggerDict.values()):
@@ -112,3 +120,5 @@ class ReadableTerminal:
                 lg.removeHandler(self.file_handler)
         if self.file_handler is not None:
             self.file_handler.close()
+        if self.console_handler is not None:
+            logging.getLogger().removeHandler(self.console_handler)

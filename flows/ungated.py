@@ -100,7 +100,7 @@ def report_ungated(db, checks: dict[str, dict[str, Any]], results: list, *, reve
         try:
             out = alert_ungated_promotion(db, pair, GATED_ALIAS, version=f.version if f else (champ.version if champ else None),
                                           message=message, firing=f is not None, links=_links(pair, f))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 (the store or a channel failing must not stop the other pairs' alerts)
             log.error("%s: ungated-promotion alert not queued: %s: %s", pair, type(e).__name__, e)
             continue
         if champ is not None and f is not None:

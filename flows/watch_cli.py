@@ -33,7 +33,7 @@ def watch_cmd(
     deployment: Annotated[str, typer.Option(help="Prefect deployment to start (<flow>/<deployment>).")] =
         "nightly-validation/nightly-validation",
     revert: Annotated[bool, typer.Option(
-        "--revert/--no-revert", help="Move @champion back to the last version that passed when a hand-made "
+        "--revert/--no-revert", envvar="SPECDEC_WATCH_REVERT", help="Move @champion back to the last version that passed when a hand-made "
                                      "champion fails its validation (off by default).")] = False,
     window_s: Annotated[int, typer.Option("--window-s", min=10, help="Accepted timestamp skew (s); older deliveries are replays.")] = 300,
     tracking_uri: Annotated[Optional[str], typer.Option("--tracking-uri", help="MLflow server (http).")] = None,

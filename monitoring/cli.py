@@ -179,7 +179,8 @@ def db_upgrade(
     try:
         db.upgrade(revision)
     except SQLAlchemyError as e:
-        err.print(f"[red]migration failed on {redact_db_url(settings.db_url)}:[/red] {type(e).__name__}")
+        why = str(e) if type(e).__name__ == "SchemaTooNew" else type(e).__name__  # its text is safe and says what to do
+        err.print(f"[red]migration failed on {redact_db_url(settings.db_url)}:[/red] {why}")
         raise typer.Exit(code=1)
     out.print(f"history store {redact_db_url(settings.db_url)} at revision {db.current_revision()}")
 

@@ -33,6 +33,7 @@ from typing import Any, Iterator
 from sqlalchemy import (JSON, Boolean, Date, DateTime, Float, ForeignKey, Index, Integer, String, Text,
                         UniqueConstraint, create_engine, event, text)
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
@@ -378,13 +379,22 @@ class Database:
         """
         from alembic import command
 
+        from alembic.runtime.migration import MigrationContext
+        from alembic.script import ScriptDirectory
+
         cfg = alembic_config(self.url)
         with self.engine.begin() as conn:
             if conn.dialect.name == "postgresql":  # two workers upgrading at once: one waits
                 conn.execute(text("SELECT pg_advisory_xact_lock(5483041)"))
+            at = MigrationContext.configure(conn).get_current_revision()
+            script = ScriptDirectory.from_config(cfg)
+            if at is not None and at not in {r.revision for r in script.walk_revisions()}:
+                raise SchemaTooNew(f"history store {redact_db_url(self.url)} is at schema revision {at!r}, which "
+                                   f"this specdec does not know (newest here: {script.get_current_head()!r}); it was "
+                                   "written by a newer specdec: upgrade specdec, or point SPECDEC_DB_URL elsewhere")
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, revision)
-        log.info("history store %s at revision %s", redact_db_url(self.url), self.current_revision())
+        log.debug("history store %s at revision %s", redact_db_url(self.url), self.current_revision())
 
     def current_revision(self) -> str | None:
         """The Alembic revision the database is at (``None`` for an empty database)."""
@@ -396,6 +406,10 @@ class Database:
     def dispose(self) -> None:
         """Close pooled connections."""
         self.engine.dispose()
+
+
+class SchemaTooNew(SQLAlchemyError):
+    """The history store was migrated by a newer specdec (unknown Alembic revision); reported as one line."""
 
 
 def alembic_config(url: str | None = None):

@@ -10,34 +10,152 @@ date), a unique constraint on ``validation_runs``. The flow:
 3. :func:`mark_mlflow_logged` once the MLflow run exists; :func:`runs_pending_mlflow` lists rows
    whose MLflow logging must be retried.
 
+The key (:class:`RunKey`, with :func:`config_hash`), the claim on it (:class:`Claim`) and the lineage
+recorded with a run (:class:`Lineage`) are defined here, with the rows they identify.
+
 All timestamps are timezone-aware UTC. ``now`` parameters exist so tests can inject the clock.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import math
 import uuid
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
-from monitoring.db import (COMPLETED, ERROR, FAILED, INCONCLUSIVE, NIGHTLY, PASSED, RUNNING, Database, PromptRow,
-                           ValidationRun, none_to_nan, utcnow)
+from monitoring.db import (
+    COMPLETED,
+    ERROR,
+    FAILED,
+    INCONCLUSIVE,
+    NIGHTLY,
+    PASSED,
+    PRODUCTION,
+    RUNNING,
+    Database,
+    PromptRow,
+    ValidationRun,
+    none_to_nan,
+    utcnow,
+)
 from monitoring.rules import speed_only_inconclusive
-from monitoring.run_key import Claim, Lineage, RunAlreadyClaimed, RunKey, config_hash
 from specdec.validation.report import GroupMetrics, PromptResult, ValidationReport, group_metrics_from_dict, nan_to_none
 
-# re-exported: the key, the claim and the lineage are part of this module's API
 __all__ = ["RunAlreadyClaimed", "config_hash", "RunKey", "Lineage", "Claim", "DEFAULT_STALE_AFTER_S",
            "RunSnapshot", "claim_run", "heartbeat", "record_run", "mark_error", "set_evaluation", "attach_evidently",
            "mark_mlflow_logged", "runs_pending_mlflow", "get_run", "find_run", "list_runs", "newer_evaluated_run",
            "find_baseline", "snapshot", "snapshot_of", "prompt_results"]
 
 DEFAULT_STALE_AFTER_S = 6 * 3600.0
+
+
+class RunAlreadyClaimed(Exception):
+    """Another live run holds this idempotency key (or took it over from us).
+
+    The flow catches it and exits cleanly: the other run is doing the work.
+
+    Attributes:
+        key: the :class:`RunKey`. run_id: the row id. claimed_at: when the holder claimed it.
+    """
+
+    def __init__(self, key: "RunKey", run_id: int, claimed_at: dt.datetime | None, reason: str) -> None:
+        self.key, self.run_id, self.claimed_at = key, run_id, claimed_at
+        super().__init__(f"validation run {key.describe()} (row {run_id}): {reason}")
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    """SHA-256 (64 hex chars) of ``config`` as canonical JSON (sorted keys, NaN as null).
+
+    Use the same dict for :func:`claim_run` and :func:`record_run`, e.g. the validation config's
+    ``to_dict()`` (num_draft_tokens, max_new_tokens, temperature, top_k, top_p, seed, limit).
+    """
+    blob = json.dumps(nan_to_none(dict(config)), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """The idempotency key of one nightly validation."""
+
+    pair_name: str
+    pair_version: str
+    heldout_name: str
+    heldout_version: str
+    config_hash: str
+    scheduled_date: dt.date
+
+    @classmethod
+    def build(
+        cls, pair_name: str, pair_version: str | int, heldout_name: str, heldout_version: str,
+        config: Mapping[str, Any], scheduled_date: dt.date | str,
+    ) -> "RunKey":
+        """Key from plain values; ``config`` is hashed with :func:`config_hash`.
+
+        ``scheduled_date`` is the date the run was scheduled for (a ``date`` or ISO ``YYYY-MM-DD``),
+        not when it happened to start, so a retry the next morning keeps the same key.
+        """
+        if isinstance(scheduled_date, str):
+            scheduled_date = dt.date.fromisoformat(scheduled_date)
+        elif isinstance(scheduled_date, dt.datetime):
+            scheduled_date = scheduled_date.date()
+        return cls(pair_name, str(pair_version), heldout_name, str(heldout_version),
+                   config_hash(config), scheduled_date)
+
+    def key_id(self) -> str:
+        """32 hex chars identifying this key (e.g. the MLflow run tag ``specdec.run_key``)."""
+        blob = "|".join([self.pair_name, self.pair_version, self.heldout_name, self.heldout_version,
+                         self.config_hash, self.scheduled_date.isoformat()])
+        return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+    def describe(self) -> str:
+        """Human-readable key (config hash shortened)."""
+        return (f"{self.pair_name} v{self.pair_version} on {self.heldout_name}@{self.heldout_version} "
+                f"config {self.config_hash[:10]} for {self.scheduled_date.isoformat()}")
+
+    def _where(self):
+        r = ValidationRun
+        return (r.pair_name == self.pair_name, r.pair_version == self.pair_version,
+                r.heldout_name == self.heldout_name, r.heldout_version == self.heldout_version,
+                r.config_hash == self.config_hash, r.scheduled_date == self.scheduled_date)
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """What the pair was made of, for root-cause hints. Plain data from the registry.
+
+    Attributes:
+        target_hash / draft_hash: weight hashes (e.g. sha256 of safetensors); ``None`` for a
+            weightless drafter (n-gram). heldout_version: held-out set version. code_version:
+            ``specdec`` version + git commit.
+    """
+
+    target_hash: str | None = None
+    draft_hash: str | None = None
+    heldout_version: str | None = None
+    code_version: str | None = None
+
+    @classmethod
+    def from_report(cls, report: ValidationReport, *, target_hash: str | None,
+                    draft_hash: str | None) -> "Lineage":
+        """Lineage with held-out and code versions taken from ``report``."""
+        return cls(target_hash, draft_hash, report.heldout_version, report.code_version)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Proof that this process owns a run row. ``previous_status`` is ``None`` for a new row."""
+
+    run_id: int
+    token: str
+    key: RunKey
+    previous_status: str | None
+    attempts: int
 
 
 @dataclass
@@ -437,3 +555,28 @@ def prompt_results(db: Database, run_id: int) -> list[PromptResult]:
                     d[name] = none_to_nan(d[name])
             out.append(PromptResult(**d))
         return out
+
+
+def trend_points(db: Database, pair: str, *, limit: int = 500, exclude_run: int | None = None) -> list[dict[str, Any]]:
+    """Acceptance trend of ``pair`` from both sources, oldest first, as plain dicts for
+    :func:`registry.plots.plot_trend`: ``time`` (production: window end; nightly: finish time, else
+    the scheduled date), ``acceptance_rate``, ``acceptance_rate_ci_low``, ``pair_version``, ``source``,
+    ``run_id`` (history row), and the measured ``speedup`` / ``speedup_ci_low`` / ``speedup_ci_high`` /
+    ``predicted_speedup`` (``None`` where not measured). The history store is the one source of the
+    trend plots (the nightly hands these points to its MLflow run). ``exclude_run``: leave out that row
+    (the run being logged adds its own point)."""
+    rows = [r for r in list_runs(db, pair_name=pair, limit=limit) if r.id != exclude_run]
+    pts = []
+    for r in rows:
+        if r.acceptance_rate is None:
+            continue
+        if r.source == PRODUCTION:
+            t = r.window_end
+        else:
+            t = r.finished_at or dt.datetime.combine(r.scheduled_date, dt.time(), dt.timezone.utc)
+        pts.append({"time": t, "acceptance_rate": r.acceptance_rate,
+                    "acceptance_rate_ci_low": r.acceptance_rate_ci_low, "pair_version": r.pair_version,
+                    "source": r.source, "run_id": r.id, "speedup": r.speedup, "speedup_ci_low": r.speedup_ci_low,
+                    "speedup_ci_high": r.speedup_ci_high, "predicted_speedup": r.predicted_speedup,
+                    "night": None if r.source == PRODUCTION else r.scheduled_date.isoformat()})
+    return sorted(pts, key=lambda p: (p["time"], p["run_id"]))

@@ -1,17 +1,19 @@
-"""The calls the nightly flow makes, composed from history, rules, the Evidently report and alerts.
+"""The monitoring steps of a validation, composed from history, rules, the Evidently report and alerts.
 
-Step by step (the flow interleaves MLflow logging between them)::
+Step by step (the nightly flow calls them in this order and logs its MLflow run between the evidence
+and the alert; nothing here calls back into the flow)::
 
     db = monitoring.connect()                                    # migrates to head
     claim = history.claim_run(db, key, alias="champion")         # RunAlreadyClaimed -> exit
     ... validate ...                                             # history.mark_error on failure
     run_id = history.record_run(db, report, key, lineage, claim=claim, alias="champion")
     ev = evaluate_run(db, run_id, champion_version="3")          # rules + hint, sets status
-    drift = drift_report(db, ev)                                 # Evidently HTML + JSON (or None)
+    drift = drift_evidence(db, ev)                               # Evidently HTML + JSON, or None
     ... log the MLflow run; history.mark_mlflow_logged(db, run_id, mlflow_run_id) ...
-    outcome = alert(db, ev, links={"MLflow run": url, "Evidently report": drift.html_path})
+    outcome = alert(db, ev, links={"Evidently report": drift.html_path, "MLflow run": url})
 
-or all at once with :func:`record_and_evaluate`. Everything crossing this boundary is plain data.
+or, without MLflow, all at once with :func:`record_and_evaluate`. Everything crossing this boundary
+is plain data.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import httpx
 
@@ -178,23 +179,36 @@ def alert(
     return alerts.process(db, ctx, evaluation.results, settings=settings, now=now, client=client)
 
 
+def drift_evidence(db: Database, evaluation: Evaluation, *, out_dir: str | Path | None = None,
+                   settings: MonitoringSettings | None = None):
+    """:func:`drift_report`, best-effort: the report is evidence, not the alert path.
+
+    Returns:
+        the :class:`monitoring.evidently_report.DriftVerdict`, or ``None`` (no baseline, too few
+        prompts, or the report failed: that is logged with its type and the alert still goes out).
+    """
+    try:
+        return drift_report(db, evaluation, settings=settings, out_dir=out_dir)
+    except Exception as exc:  # noqa: BLE001 (Evidently, pandas and the filesystem raise many types; none may block the alert)
+        log.error("Evidently report for run %s failed: %s: %s (the alert still goes out)", evaluation.run_id,
+                  type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+        return None
+
+
 def record_and_evaluate(
     db: Database, report: ValidationReport, key: history.RunKey, lineage: history.Lineage, *,
     claim: history.Claim | None = None, alias: str | None = None,
     champion_version: str | int | None = None, links: dict[str, str] | None = None,
     scope: str | None = None, evidently: bool = True, settings: MonitoringSettings | None = None,
     now: dt.datetime | None = None, client: httpx.Client | None = None,
-    before_alert: Callable[[int, Evaluation, object | None, dict[str, str]], None] | None = None,
     evidently_dir: str | Path | None = None,
 ) -> MonitoringOutcome:
     """Record ``report`` (upsert on ``key``), evaluate the rules, build the Evidently report, alert.
 
-    The history row, the rules and the alert always happen; the Evidently report and
-    ``before_alert`` (the nightly logs its MLflow run there and adds links) are best-effort: an
-    exception in them is logged with its type and the alert still goes out.
+    The history row, the rules and the alert always happen; the Evidently report is best-effort
+    (:func:`drift_evidence`).
 
     Args:
-        before_alert: ``f(run_id, evaluation, drift_verdict_or_None, links)``; may add to ``links``.
         evidently_dir: where the Evidently files go (default: see :func:`drift_report`).
     Returns:
         :class:`MonitoringOutcome`. The Evidently report path is added to ``links``.
@@ -207,21 +221,11 @@ def record_and_evaluate(
     drift = None
     links = dict(links or {})
     if evidently:
-        try:
-            drift = drift_report(db, ev, settings=settings, out_dir=evidently_dir)
-        except Exception as exc:  # the report is evidence, not the alert path: never block alerts
-            log.error("Evidently report for run %s failed: %s: %s (the alert still goes out)", run_id,
-                      type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+        drift = drift_evidence(db, ev, settings=settings, out_dir=evidently_dir)
         if drift is not None:
             links.setdefault("Evidently report", str(drift.html_path))
     elif ev.baseline_run_id is not None:
         log.info("run %s: Evidently report skipped (disabled)", run_id)
-    if before_alert is not None:
-        try:
-            before_alert(run_id, ev, drift, links)
-        except Exception as exc:  # noqa: BLE001 (optional step: never blocks the alert)
-            log.error("run %s: %s: %s (the alert still goes out)", run_id, type(exc).__name__, exc,
-                      exc_info=log.isEnabledFor(logging.DEBUG))
     outcome = alert(db, ev, links=links, scope=scope, settings=settings, now=now, client=client)
     return MonitoringOutcome(run_id, ev, drift, outcome, links)
 

@@ -19,10 +19,11 @@ def redact_text(text: str) -> str:
 def redact_db_url(url: str) -> str:
     """A SQLAlchemy URL with its password masked (``***``)."""
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # unparsable: show nothing of it
+    except (ArgumentError, ValueError, TypeError):  # unparsable: show nothing of it
         return "<redacted>"
 
 
@@ -36,7 +37,7 @@ class RedactUrlsFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:  # noqa: A003 (logging API name)
         try:
             msg = record.getMessage()
-        except Exception:  # malformed record: leave it to logging
+        except (TypeError, ValueError, KeyError):  # msg % args failed (malformed record): leave it to logging
             return True
         red = redact_text(msg)
         if red != msg:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from registry.errors import (
     AliasNotFound, ModelNotFound, PairNotFound, PromotionRefused, RegistryError, RegistryUnavailable,
+    WeightsMismatch,
 )
 from specdec.lazy import lazy_exports
 
@@ -26,31 +27,32 @@ _LAZY = {
     "ModelVersionRef": "registry.models",
     "register_model_version": "registry.models",
     "register_derived_draft": "registry.models",
-    "get_model_version": "registry.models",
-    "download_model_version": "registry.models",
+    "get_model_version": "registry.service",
+    "download_model_version": "registry.service",
     "SpeculativeConfig": "specdec.core.config",
     "PairVersion": "registry.pairs",
     "register_pair": "registry.pairs",
-    "get_pair_version": "registry.pairs",
+    "get_pair_version": "registry.service",
     "list_pair_versions": "registry.pairs",
-    "resolve_alias": "registry.pairs",
+    "resolve_alias": "registry.service",
     "log_validation": "registry.runs",
     "set_validation_tags": "registry.runs",
-    "latest_validation_run": "registry.runs",
-    "validation_history": "registry.runs",
+    "latest_validation_run": "registry.service",
+    "validation_history": "registry.service",
     "GateConfig": "registry.gate",
     "GateResult": "registry.gate",
     "evaluate_gate": "registry.gate",
     "promote": "registry.promotion",
-    "check_gate": "registry.promotion",
+    "check_gate": "registry.service",
     "demote": "registry.promotion",
     "PromotionResult": "registry.promotion",
+    "Registry": "registry.service",
     "get_client": "registry.settings",
     "get_settings": "registry.settings",
 }
 
 __all__ = sorted([*_LAZY, "AliasNotFound", "ModelNotFound", "PairNotFound", "PromotionRefused",
-                  "RegistryError", "RegistryUnavailable"])
+                  "RegistryError", "RegistryUnavailable", "WeightsMismatch"])
 
 
 # mlflow takes seconds to import: load submodules on first use

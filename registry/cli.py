@@ -75,6 +75,12 @@ def register_cmd(
     top_k: Annotated[int | None, typer.Option(min=1, help="Top-k filter.")] = None,
     top_p: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Top-p (nucleus) filter.")] = None,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Generation budget per prompt (tokens).")] = 128,
+    draft_sampling: Annotated[str, typer.Option(
+        "--draft-sampling", help="Proposal rule of model drafts: sampled (x ~ q; transformers) or argmax (the draft's "
+        "argmax verified with one-hot q; what vLLM and SGLang serve). Same output; acceptance differs at T > 0.")] = "sampled",
+    assistant_confidence_threshold: Annotated[float | None, typer.Option(
+        "--assistant-confidence-threshold", min=0.0, max=1.0, help="Stop drafting within a step after a draft whose "
+        "probability is below this (transformers' name; llama.cpp --draft-p-min). Default: always draft k.")] = None,
     revision: Annotated[str | None, typer.Option(help="Hub revision of the target (Hub ids only).")] = None,
     model_card: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Model card (Markdown) for the target.")] = None,
     alias: Annotated[str | None, typer.Option("--alias", help="Alias to point at the new version (ungated; '' for none).")] = "challenger",
@@ -94,7 +100,8 @@ def register_cmd(
 
             check_alias_name(alias)  # a typo is refused before any model is loaded
         sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
-        config = SpeculativeConfig(num_speculative_tokens, sampling, max_new_tokens)
+        config = SpeculativeConfig(num_speculative_tokens, sampling, max_new_tokens, draft_sampling,
+                                   assistant_confidence_threshold)
         card = model_card.read_text() if model_card else None
         reg = register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
                                       config=config, revision=revision, model_card=card, tracking_uri=tracking_uri)
@@ -159,8 +166,7 @@ def show_cmd(
 ) -> None:
     """Show one pair version: exact target/draft, config, compatibility, lineage, validation, promotion."""
     _quiet_mlflow()
-    from registry.pairs import get_pair_version
-    from registry.runs import latest_validation_run
+    from registry.service import get_pair_version, latest_validation_run
 
     try:
         pv = get_pair_version(name, version, download=False, tracking_uri=tracking_uri)

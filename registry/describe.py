@@ -126,6 +126,8 @@ class VersionFacts:
         date: ``YYYY-MM-DD`` of the latest validation (else of the registration).
         promotion: the version's ``promotion`` tag, if any; holds_alias: it still holds that alias.
         note: a free-text description given at registration (appended).
+        evidence: MLflow UI route of the latest validation run (``#/experiments/<id>/runs/<id>``),
+            the version's path to its evidence (its "Source Run" is the registration run).
     """
 
     status: str | None = None
@@ -143,6 +145,7 @@ class VersionFacts:
     promotion: str | None = None
     holds_alias: bool = False
     note: str | None = None
+    evidence: str | None = None
 
 
 def _down(x: float) -> str:
@@ -190,6 +193,8 @@ def describe(f: VersionFacts) -> str:
         parts.append(("@" if f.holds_alias else "was @") + f.promotion)
     if f.note:
         parts.append(f.note)
+    if f.evidence:
+        parts.append(f"[validation run]({f.evidence})")
     return escape_mentions(" · ".join(p.replace("\n", " ").strip() for p in parts if p))
 
 
@@ -203,9 +208,13 @@ def escape_mentions(text: str) -> str:
     return _MENTION.sub(lambda m: m.group(1) + "\\@", text)
 
 
+_LINK = re.compile(r" · \[[^\]]*\]\(#/[^)]*\)")
+
+
 def plain_text(description: str | None) -> str | None:
-    """A description as a terminal shows it (Markdown escapes of :func:`escape_mentions` removed)."""
-    return description.replace("\\@", "@") if description else description
+    """A description as a terminal shows it: Markdown escapes of :func:`escape_mentions` and the UI
+    link to the validation run (a route only the MLflow UI resolves) removed."""
+    return _LINK.sub("", description).replace("\\@", "@") if description else description
 
 
 def registration_description(doc: Mapping[str, Any]) -> str:
@@ -248,6 +257,7 @@ def facts_for(client, mv, run=None, aliases: Mapping[str, str] | None = None,
         f.speedup = m.get("speedup") if _finite(m.get("speedup")) else None
         f.speedup_ci = _pair(m, "speedup")
         f.speed_note = speed_note(m)
+        f.evidence = f"#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
         f.heldout = held.split("@", 1)[0] or None
         f.num_prompts = int(m["num_prompts"]) if _finite(m.get("num_prompts")) else None
         created = run.data.tags.get("specdec.report_created_at", "")  # when validated (logging may be later)
@@ -295,4 +305,4 @@ def describe_run(client, run_id: str, pair: str, version: str, line: str) -> Non
     for p in names:
         if p.endswith(".html"):  # the Evidently report (an extra artifact)
             links["Evidently report"] = f"{base}/{p}"
-    client.set_tag(run_id, "mlflow.note.content", run_description(line, links))
+    client.set_tag(run_id, "mlflow.note.content", run_description(_LINK.sub("", line), links))  # no link to itself

@@ -31,3 +31,8 @@ class PromotionRefused(RegistryError):
         self.pair, self.version, self.alias, self.reasons = pair, str(version), alias, list(reasons)
         joined = "; ".join(self.reasons) or "gate failed"
         super().__init__(f"refusing to move {pair}@{alias} to version {version}: {joined}")
+
+
+class WeightsMismatch(RegistryError):
+    """A model version's weight files do not hash to the ``weights_sha256`` recorded at registration
+    (corrupted artifact store or local cache). Nothing measured with them may be recorded."""

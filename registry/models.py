@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import tempfile
@@ -34,8 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from registry.errors import ModelNotFound, RegistryError
+from registry.errors import ModelNotFound, RegistryError, WeightsMismatch
 from registry.settings import REGISTRY_EXPERIMENT, get_client, get_or_create_experiment, get_settings, mlflow_errors
+
+log = logging.getLogger(__name__)
 
 RECIPE_FILE = "recipe.json"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,199}$")
@@ -198,7 +201,7 @@ def log_and_register(client, name: str, local_dir: Path, tags: dict[str, str], p
             if model_id is not None:
                 client.finalize_logged_model(model_id, "FAILED")
             client.set_terminated(run_id, "FAILED")
-        except Exception:
+        except Exception:  # noqa: BLE001 (best effort while already failing: the original error is re-raised)
             pass
         raise
 
@@ -320,29 +323,15 @@ def register_derived_draft(
         return _ref_from_mv(mv)
 
 
-def get_model_version(uri_or_name: str, version: str | int | None = None, *,
-                      tracking_uri: str | None = None) -> ModelVersionRef:
-    """Look up a registered model version.
+def client_get_model_version(client, uri_or_name: str, version: str | int | None = None) -> ModelVersionRef:
+    """Look up a registered model version (:meth:`registry.service.Registry.get_model_version`).
 
     Args:
         uri_or_name: ``models:/<name>/<version>``, ``models:/<name>@<alias>``, or a plain name (then
             ``version`` is required).
-    Returns:
-        :class:`ModelVersionRef`.
     Raises:
         ModelNotFound: no such registered model, version or alias.
         ValueError: malformed URI, or a plain name without ``version``.
-    """
-    client = get_client(tracking_uri)
-    with mlflow_errors(client.tracking_uri):
-        return client_get_model_version(client, uri_or_name, version)
-
-
-def client_get_model_version(client, uri_or_name: str, version: str | int | None = None) -> ModelVersionRef:
-    """:func:`get_model_version` with an existing ``MlflowClient``.
-
-    Raises:
-        ModelNotFound: no such model version.
     """
     from mlflow.exceptions import MlflowException
 
@@ -362,8 +351,7 @@ def client_get_model_version(client, uri_or_name: str, version: str | int | None
     return _ref_from_mv(mv)
 
 
-def download_model_version(ref: ModelVersionRef, *, dst: str | Path | None = None,
-                           tracking_uri: str | None = None) -> Path:
+def client_download_model_version(client, ref: ModelVersionRef, dst: str | Path | None = None) -> Path:
     """Download a model version's artifacts (checkpoint directory, or ``recipe.json`` for a derived draft).
 
     Downloads go to ``dst`` or to ``<cache_dir>/<name>/<version>-<weights_sha256[:12]>``; a completed
@@ -377,17 +365,20 @@ def download_model_version(ref: ModelVersionRef, *, dst: str | Path | None = Non
         FileExistsError: ``dst`` exists, is not empty and is not a completed download.
         RegistryError: the download failed; RegistryUnavailable: server unreachable.
     """
-    return client_download_model_version(get_client(tracking_uri), ref, dst)
-
-
-def client_download_model_version(client, ref: ModelVersionRef, dst: str | Path | None = None) -> Path:
-    """:func:`download_model_version` with an existing ``MlflowClient``: the local directory of the artifacts."""
     import shutil
 
-    target = Path(dst) if dst else get_settings().cache_dir / ref.name / f"{ref.version}-{ref.weights_sha256[:12]}"  # type: ignore[operator]
+    from registry.verify import verify_checkpoint
+
+    memo = get_settings().cache_dir
+    target = Path(dst) if dst else memo / ref.name / f"{ref.version}-{ref.weights_sha256[:12]}"  # type: ignore[operator]
     marker = target / ".specdec-complete"
     if marker.exists():
-        return target
+        try:
+            verify_checkpoint(target, ref, memo)  # type: ignore[arg-type]
+            return target
+        except WeightsMismatch as e:  # the local copy went bad: fetch it again from the store
+            log.error("%s; downloading %s again", e, ref.uri)
+            marker.unlink()
     if target.exists():
         if any(target.iterdir()):
             if dst is not None:
@@ -397,13 +388,20 @@ def client_download_model_version(client, ref: ModelVersionRef, dst: str | Path 
             target.rmdir()
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    from mlflow.exceptions import MlflowException
+
     try:
         local = download_version_artifacts(client, ref.name, ref.version, staging)
-        (local / ".specdec-complete").write_text(ref.weights_sha256)
         os.replace(local, target)
+        try:  # hashed where it stays, so the memo serves later loads
+            verify_checkpoint(target, ref, memo)  # type: ignore[arg-type]
+        except WeightsMismatch:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+        marker.write_text(ref.weights_sha256)
     except RegistryError:
         raise
-    except Exception as e:
+    except (MlflowException, OSError) as e:  # the artifact store's errors, or the local filesystem's
         raise RegistryError(f"could not download {ref.uri}: {e}") from e
     finally:
         shutil.rmtree(staging, ignore_errors=True)

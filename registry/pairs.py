@@ -152,6 +152,9 @@ def register_pair(
 ) -> PairVersion:
     """Register a pair version referencing exact target/draft model versions.
 
+    Length: argument checks, lineage, the identical-pair lookup and the write form one transaction-like
+    sequence against MLflow; each step needs the previous one's facts.
+
     Args:
         target: target model version (:class:`ModelVersionRef` or ``models:/<name>/<v>``).
         draft: draft model version, or None for ``drafter_kind="ngram"``.
@@ -307,19 +310,6 @@ def _from_mv(client, mv, reused: bool = False, aliases: list[str] | None = None)
     )
 
 
-def resolve_alias(pair: str, alias: str, *, tracking_uri: str | None = None) -> str:
-    """The version an alias points at, read from MLflow on every call (so UI promotions are seen).
-
-    Returns:
-        the version as a decimal string.
-    Raises:
-        PairNotFound: no registered model ``pair``; AliasNotFound: the pair has no alias ``alias``.
-    """
-    client = get_client(tracking_uri)
-    with mlflow_errors(client.tracking_uri):
-        return _resolve_alias(client, pair, alias)
-
-
 def pair_aliases(client, pair: str) -> dict[str, str]:
     """Alias -> version of the pair registered model.
 
@@ -358,7 +348,9 @@ def _pair_from_artifact(client, mv) -> PairVersion:
     return _from_doc(mv, doc, aliases=aliases)
 
 
-def _resolve_alias(client, pair: str, alias: str) -> str:
+def client_resolve_alias(client, pair: str, alias: str) -> str:
+    """The version an alias points at, read from MLflow on every call (so UI promotions are seen),
+    as a decimal string. Raises PairNotFound (no registered model ``pair``), AliasNotFound."""
     aliases = pair_aliases(client, pair)
     if alias not in aliases:
         have = ", ".join(f"@{a} -> v{v}" for a, v in sorted(aliases.items())) or "none"
@@ -366,13 +358,7 @@ def _resolve_alias(client, pair: str, alias: str) -> str:
     return aliases[alias]
 
 
-def get_pair_version(
-    pair: str,
-    version: str | int,
-    *,
-    download: bool = True,
-    tracking_uri: str | None = None,
-) -> PairVersion:
+def client_get_pair_version(client, pair: str, version: str | int, *, download: bool = True) -> PairVersion:
     """Load one pair version from MLflow: ``pair.json`` (authoritative), current tags and aliases, and
     (if ``download``) the target and draft artifacts into the local cache.
 
@@ -385,17 +371,14 @@ def get_pair_version(
     Raises:
         PairNotFound: pair or version missing; AliasNotFound: alias missing; RegistryUnavailable.
     """
-    client = get_client(tracking_uri)
-    uri = client.tracking_uri
     v = str(version).lstrip("@")
-    with mlflow_errors(uri):
-        if not v.isdigit():
-            v = _resolve_alias(client, pair, v)
-        pv = _pair_from_artifact(client, get_pair_model_version(client, pair, v))
-        if download:
-            pv.target_path = client_download_model_version(client, client_get_model_version(client, pv.target_uri))
-            if pv.draft_uri:
-                pv.draft_path = client_download_model_version(client, client_get_model_version(client, pv.draft_uri))
+    if not v.isdigit():
+        v = client_resolve_alias(client, pair, v)
+    pv = _pair_from_artifact(client, get_pair_model_version(client, pair, v))
+    if download:
+        pv.target_path = client_download_model_version(client, client_get_model_version(client, pv.target_uri))
+        if pv.draft_uri:
+            pv.draft_path = client_download_model_version(client, client_get_model_version(client, pv.draft_uri))
     return pv
 
 

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from registry.describe import ALIAS_RECORD_PREFIX, PROMOTION_TAG_KEY, promotion_label
 from registry.errors import PromotionRefused
 from registry.gate import GateConfig, GateResult, evaluate_gate
-from registry.pairs import get_pair_model_version, pair_aliases, resolve_alias
+from registry.pairs import client_resolve_alias, get_pair_model_version, pair_aliases
 from registry.runs import client_latest_validation_run, refresh_version
 from registry.settings import VALIDATION_EXPERIMENT, get_client, mlflow_errors
 
@@ -53,7 +53,7 @@ class PromotionResult:
 def _user() -> str:
     try:
         return getpass.getuser()
-    except Exception:
+    except (KeyError, OSError):  # no login name and no passwd entry (containers with an arbitrary uid)
         return "unknown"
 
 
@@ -89,20 +89,9 @@ def clear_stale_promotions(client, pair: str, alias: str, holder: str | None,
     return changed
 
 
-def check_gate(pair: str, version: str | int, *, gate: GateConfig | None = None,
-               experiment: str = VALIDATION_EXPERIMENT, tracking_uri: str | None = None) -> GateResult:
-    """Judge the latest finished validation run of ``pair`` version ``version``.
-
-    Returns:
-        :class:`GateResult`; if the version was never validated, ``passed=False`` with the reason
-        "never validated" and ``run_id=None``.
-    """
-    client = get_client(tracking_uri)
-    with mlflow_errors(client.tracking_uri):
-        return _check_gate(client, pair, version, gate or GateConfig(), experiment)
-
-
-def _check_gate(client, pair: str, version: str | int, gate: GateConfig, experiment: str) -> GateResult:
+def client_check_gate(client, pair: str, version: str | int, gate: GateConfig, experiment: str) -> GateResult:
+    """Judge the latest finished validation run of ``pair`` version ``version``: a :class:`GateResult`;
+    ``passed=False`` with the reason "never validated" and ``run_id=None`` when there is none."""
     run = client_latest_validation_run(client, pair, version, experiment)
     if run is None:
         return GateResult(passed=False, reasons=[f"version {version} was never validated (no finished validation run)"])
@@ -152,7 +141,7 @@ def promote(
         get_pair_model_version(client, pair, version)
         gate = gate or GateConfig()
         gated = alias in gate.gated_aliases
-        verdict = _check_gate(client, pair, version, gate, experiment)
+        verdict = client_check_gate(client, pair, version, gate, experiment)
         if gated and not verdict.passed and not force:
             raise PromotionRefused(pair, version, alias, verdict.reasons)
         previous = pair_aliases(client, pair).get(alias)
@@ -176,8 +165,8 @@ def demote(pair: str, alias: str, *, tracking_uri: str | None = None) -> None:
     Raises:
         PairNotFound / AliasNotFound: nothing to remove.
     """
-    version = resolve_alias(pair, alias, tracking_uri=tracking_uri)
     client = get_client(tracking_uri)
     with mlflow_errors(client.tracking_uri):
+        version = client_resolve_alias(client, pair, alias)
         client.delete_registered_model_alias(pair, alias)
         refresh_version(client, pair, version)

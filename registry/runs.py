@@ -36,7 +36,8 @@ import re
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
 
 from registry.describe import describe_run, refresh_description, validation_version_tags
 from specdec.core.config import SpeculativeConfig
@@ -46,6 +47,7 @@ from registry.pairs import get_pair_model_version
 from registry.plots import SPEED_KEYS, night_of, write_run_plots
 from registry.gate import GateConfig, GateResult, evaluate_gate
 from registry.settings import VALIDATION_EXPERIMENT, get_client, get_or_create_experiment, mlflow_errors
+from specdec.pause_points import pause_at
 from specdec.settings.policy import get_policy
 from specdec.validation.report import PROMPTS_FILE, REPORT_FILE, ValidationReport
 
@@ -59,8 +61,9 @@ def _finite(v: Any) -> bool:
 
 
 def metric_key(text: str) -> str:
-    """A valid MLflow metric-name piece: characters other than ``[A-Za-z0-9_.-/ ]`` become ``_``."""
-    return re.sub(r"[^A-Za-z0-9_.\-/ ]", "_", text) or "_"
+    """A valid MLflow metric-name piece: characters other than ``[A-Za-z0-9_.-/ ]`` become ``_``, and so does
+    an empty, ``.`` or ``..`` path segment (MLflow refuses a name that normalises to another path, e.g. ``../x``)."""
+    return "/".join(s if s.strip(" .") else "_" for s in (re.sub(r"[^A-Za-z0-9_.\-/ ]", "_", text) or "_").split("/"))
 
 
 def report_metrics(report: ValidationReport) -> dict[str, float]:
@@ -166,20 +169,9 @@ def _run_filter(pair: str, version: str | None = None) -> str:
     return f
 
 
-def latest_validation_run(pair: str, version: str | int, *, experiment: str = VALIDATION_EXPERIMENT,
-                          tracking_uri: str | None = None):
-    """The most recent FINISHED validation run of exactly ``pair`` version ``version``.
-
-    Returns:
-        ``mlflow.entities.Run`` (``run.data.metrics`` / ``run.data.tags``), or None if never validated.
-    """
-    client = get_client(tracking_uri)
-    with mlflow_errors(client.tracking_uri):
-        return client_latest_validation_run(client, pair, version, experiment)
-
-
 def client_latest_validation_run(client, pair: str, version: str | int, experiment: str = VALIDATION_EXPERIMENT):
-    """:func:`latest_validation_run` with an existing ``MlflowClient`` (None if never validated)."""
+    """The most recent FINISHED validation run of exactly ``pair`` version ``version``:
+    ``mlflow.entities.Run`` (``run.data.metrics`` / ``run.data.tags``), or None if never validated."""
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return None
@@ -190,21 +182,12 @@ def client_latest_validation_run(client, pair: str, version: str | int, experime
 
 
 
-def validation_history(pair: str, *, experiment: str = VALIDATION_EXPERIMENT, max_results: int = 200,
-                       tracking_uri: str | None = None) -> list[dict[str, Any]]:
-    """Past finished validation runs of ``pair`` (all versions), oldest first.
-
-    Returns:
-        dicts with ``time`` (datetime, UTC), ``run_id``, ``pair_version``, ``acceptance_rate``,
-        ``acceptance_rate_ci_low``, ``speedup``, ``speedup_ci_low``, ``speedup_ci_high``,
-        ``predicted_speedup`` (NaN where not logged), ``validation_status``.
-    """
-    client = get_client(tracking_uri)
-    with mlflow_errors(client.tracking_uri):
-        return _validation_history(client, pair, experiment, max_results)
-
-
-def _validation_history(client, pair: str, experiment: str = VALIDATION_EXPERIMENT, max_results: int = 200) -> list[dict[str, Any]]:
+def client_validation_history(client, pair: str, experiment: str = VALIDATION_EXPERIMENT,
+                              max_results: int = 200) -> list[dict[str, Any]]:
+    """Past finished validation runs of ``pair`` (all versions), oldest first: dicts with ``time``
+    (datetime, UTC), ``run_id``, ``pair_version``, ``acceptance_rate``, ``acceptance_rate_ci_low``,
+    ``speedup``, ``speedup_ci_low``, ``speedup_ci_high``, ``predicted_speedup`` (NaN where not logged),
+    ``validation_status``."""
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return []
@@ -311,7 +294,7 @@ def log_validation(
     run_name: str | None = None,
     tracking_uri: str | None = None,
     run_key: str | None = None,
-    on_run_created: Callable[[str], None] | None = None,
+    describe: bool = True,
 ) -> str:
     """Log one validation of a pair version as an MLflow run, then tag the pair version.
 
@@ -323,16 +306,19 @@ def log_validation(
         extra_artifacts: more files/directories to attach (e.g. the Evidently HTML/JSON); a directory
             is logged under its own name.
         history: past trend points, oldest first (dicts with ``time``, ``acceptance_rate``,
-            optional ``pair_version`` / ``acceptance_rate_ci_low``). Default: read this pair's past
-            runs back from MLflow. This run's point is appended either way.
+            optional ``pair_version`` / ``acceptance_rate_ci_low`` / ``source`` / speed keys; the
+            nightly hands the history store's points). Default: this pair's past runs read back from
+            MLflow (for a validation logged without a history store). This run's point is appended.
         gate: criteria that decide ``validation_status``.
         experiment: MLflow experiment name.
         run_key: idempotency key of this validation (e.g. the nightly history key), stored as tag
             ``specdec.run_key``. Runs of the same key that a crashed process left ``RUNNING`` are
             ended ``FAILED`` and deleted before the new run starts, and older runs of the key are
             deleted once the new one finished: one finished MLflow run per key, however often it
-            is retried.
-        on_run_created: called with the new run id right after the run exists (crash tests).
+            is retried. The crash tests stop the process right after the run exists
+            (:func:`specdec.pause_points.pause_at` ``"mlflow"``).
+        describe: also write the one-line descriptions (:func:`describe_validation`); the nightly
+            does that as its own last step.
         Artifacts that are evidence, not results (plots, ``extra_artifacts``) are best-effort: a
         failure there is logged and the run still finishes.
     Returns:
@@ -342,94 +328,149 @@ def log_validation(
         RegistryUnavailable: server unreachable. If logging fails after the run was created, the run is
         marked FAILED (the gate ignores it) and the pair version is not tagged.
     """
-    from mlflow.entities import Metric, Param
-
-    version = str(version)
-    gate = gate or GateConfig()
+    version, gate = str(version), gate or GateConfig()
     client = get_client(tracking_uri)
-    uri = client.tracking_uri
     rdir = Path(report_dir)
     if not (rdir / REPORT_FILE).exists():
         report.write(rdir)
     metrics = report_metrics(report)
-    with mlflow_errors(uri):
-        mv = get_pair_model_version(client, pair, version)
-        ptags = full_tags(client, mv)  # k and sampling live in pair.json
+    with mlflow_errors(client.tracking_uri):
+        ptags = full_tags(client, get_pair_model_version(client, pair, version))  # k and sampling live in pair.json
         mismatch = config_mismatch(report.config or {}, ptags)
         metrics["config_mismatch"] = float(bool(mismatch))
         verdict: GateResult = evaluate_gate(metrics, gate)
         if history is None:
-            history = _validation_history(client, pair, experiment)
+            history = client_validation_history(client, pair, experiment)
         eid = get_or_create_experiment(client, experiment)
-        earlier = _runs_of_key(client, eid, run_key) if run_key else []
-        for old in earlier:
-            if old.info.status in ("RUNNING", "SCHEDULED"):  # left by a killed process
-                client.set_terminated(old.info.run_id, "FAILED")
-                client.delete_run(old.info.run_id)
-                _log.warning("MLflow run %s of %s was left RUNNING by a crashed process: ended and deleted",
-                             old.info.run_id, run_key)
-        tags = {"specdec.pair": pair, "specdec.pair_version": version, "specdec.pair_uri": f"models:/{pair}/{version}",
-                "specdec.target": ptags.get("target", "unknown"), "specdec.draft": ptags.get("draft", "unknown"),
-                "specdec.drafter_kind": ptags.get("drafter_kind", report.drafter_kind),
-                "specdec.validation.heldout": f"{report.heldout_name}@{report.heldout_version}",
-                "specdec.report_created_at": str(report.created_at),
-                "validation_status": verdict.status, "specdec.gate_reasons": "; ".join(verdict.reasons)[:5000] or "none",
-                "specdec.config_mismatch": "; ".join(mismatch) or "none"}
-        if run_key:
-            tags["specdec.run_key"] = run_key
-        tags["specdec.acceptance_policy"] = json.dumps(  # recorded with each run, shown with the verdict
-            {"threshold": gate.min_acceptance_rate, "gate_side": gate.gate_side,
-             "min_prompts": gate.min_num_prompts, "min_draft_tokens": gate.min_draft_tokens,
-             **{k: v for k, v in get_policy().to_dict().items() if k in ("estimator", "alert_side")}})
+        earlier = _end_crashed_runs(client, eid, run_key) if run_key else []
+        tags = _run_tags(pair, version, report, ptags, verdict, mismatch, run_key, gate)
         night = str(report.created_at or datetime.now(timezone.utc).isoformat())[:10]
-        run = client.create_run(eid, run_name=run_name or f"{pair} v{version} night {night}", tags=tags)
-        run_id = run.info.run_id
-        try:
-            if on_run_created is not None:
-                on_run_created(run_id)
-            now = int(time.time() * 1000)
-            items = [Metric(k, v, now, 0) for k, v in metrics.items()]
-            params = [Param(k, v) for k, v in report_params(report).items()]
-            for i in range(0, max(len(items), 1), 900):
-                client.log_batch(run_id, metrics=items[i:i + 900], params=params if i == 0 else [])
-            for name in (REPORT_FILE, PROMPTS_FILE):
-                if (rdir / name).exists():
-                    client.log_artifact(run_id, str(rdir / name))
-            serving = serving_config_for(ptags, report)
-            if serving is not None:
-                client.log_dict(run_id, serving, SERVING_FILE)
-            try:  # evidence, not the result: never blocks the run
-                plots = write_run_plots(report, rdir / "plots", list(history), run_id, version, metrics,
-                                        gate.min_acceptance_rate, pair, night=night_of(run.info.run_name))
-                client.log_artifacts(run_id, str(plots), artifact_path="plots")
-            except Exception as e:  # noqa: BLE001
-                _log.error("plots for MLflow run %s failed (%s: %s); the run is logged without them",
-                           run_id, type(e).__name__, e, exc_info=_log.isEnabledFor(logging.DEBUG))
-            try:
-                _log_extra(client, run_id, extra_artifacts)
-            except FileNotFoundError:
-                raise
-            except Exception as e:  # noqa: BLE001
-                _log.error("extra artifacts of MLflow run %s failed (%s: %s); the run is logged without them",
-                           run_id, type(e).__name__, e)
-            client.set_terminated(run_id, "FINISHED")
-        except BaseException:
-            try:
-                client.set_terminated(run_id, "FAILED")
-            except Exception:
-                pass
-            raise
+        name = run_name or f"{pair} v{version} night {night}"
+        run_id = client.create_run(eid, run_name=name, tags=tags).info.run_id
+        pause_at("mlflow")
+        _fill_run(client, run_id, report, rdir, metrics, ptags,
+                  _Trend(pair, version, list(history), gate, night_of(name)), extra_artifacts)
         _set_version_tags(client, pair, version, validation_tags(
             status=verdict.status, run_id=run_id, metrics=metrics,
             heldout=f"{report.heldout_name}@{report.heldout_version}", reasons=verdict.reasons, gate=gate))
-        try:  # what a person reads in the UI; the verdict is already recorded above
-            describe_run(client, run_id, pair, version, refresh_description(client, pair, version, client.get_run(run_id)))
-        except Exception as e:  # noqa: BLE001
-            _log.error("description of %s v%s / run %s not updated: %s: %s", pair, version, run_id, type(e).__name__, e)
+        if describe:
+            _describe(client, pair, version, run_id)
         for old in earlier:  # superseded by this run: one finished run per key
             if old.info.status not in ("RUNNING", "SCHEDULED"):
                 client.delete_run(old.info.run_id)
     return run_id
+
+
+def describe_validation(pair: str, version: str | int, run_id: str, *, tracking_uri: str | None = None) -> None:
+    """Write the pair version's one-line description and the run's (the line plus links) from what is
+    recorded now (:mod:`registry.describe`): what a person reads in the MLflow UI.
+
+    Raises:
+        RegistryUnavailable: server unreachable; mlflow's errors for an unknown run or version.
+    """
+    client = get_client(tracking_uri)
+    with mlflow_errors(client.tracking_uri):
+        describe_run(client, run_id, pair, str(version),
+                     refresh_description(client, pair, str(version), client.get_run(run_id)))
+
+
+def _describe(client, pair: str, version: str, run_id: str) -> None:
+    from mlflow.exceptions import MlflowException
+
+    try:  # what a person reads in the UI; the verdict is already recorded
+        describe_run(client, run_id, pair, version, refresh_description(client, pair, version, client.get_run(run_id)))
+    except (MlflowException, KeyError, TypeError, ValueError) as e:  # MLflow, or tags it cannot parse
+        _log.error("description of %s v%s / run %s not updated: %s: %s", pair, version, run_id, type(e).__name__, e)
+
+
+def _end_crashed_runs(client, experiment_id: str, run_key: str) -> list:
+    """The runs of ``run_key`` so far; those a killed process left RUNNING are ended FAILED and deleted."""
+    earlier = _runs_of_key(client, experiment_id, run_key)
+    for old in earlier:
+        if old.info.status in ("RUNNING", "SCHEDULED"):  # left by a killed process
+            client.set_terminated(old.info.run_id, "FAILED")
+            client.delete_run(old.info.run_id)
+            _log.warning("MLflow run %s of %s was left RUNNING by a crashed process: ended and deleted",
+                         old.info.run_id, run_key)
+    return earlier
+
+
+def _run_tags(pair: str, version: str, report: ValidationReport, ptags: Mapping[str, str], verdict: GateResult,
+              mismatch: list[str], run_key: str | None, gate: GateConfig) -> dict[str, str]:
+    tags = {"specdec.pair": pair, "specdec.pair_version": version, "specdec.pair_uri": f"models:/{pair}/{version}",
+            "specdec.target": ptags.get("target", "unknown"), "specdec.draft": ptags.get("draft", "unknown"),
+            "specdec.drafter_kind": ptags.get("drafter_kind", report.drafter_kind),
+            "specdec.validation.heldout": f"{report.heldout_name}@{report.heldout_version}",
+            "specdec.report_created_at": str(report.created_at),
+            "validation_status": verdict.status, "specdec.gate_reasons": "; ".join(verdict.reasons)[:5000] or "none",
+            "specdec.config_mismatch": "; ".join(mismatch) or "none"}
+    if run_key:
+        tags["specdec.run_key"] = run_key
+    tags["specdec.acceptance_policy"] = json.dumps(  # recorded with each run, shown with the verdict
+        {"threshold": gate.min_acceptance_rate, "gate_side": gate.gate_side,
+         "min_prompts": gate.min_num_prompts, "min_draft_tokens": gate.min_draft_tokens,
+         **{k: v for k, v in get_policy().to_dict().items() if k in ("estimator", "alert_side")}})
+    return tags
+
+
+@dataclass(frozen=True)
+class _Trend:
+    """What the run's plots need besides the report: the pair version, its past points and the gate."""
+
+    pair: str
+    version: str
+    history: list
+    gate: GateConfig
+    night: str | None
+
+
+def _fill_run(client, run_id: str, report: ValidationReport, rdir: Path, metrics: dict[str, float],
+              ptags: Mapping[str, str], trend: _Trend, extra_artifacts: Sequence[str | Path]) -> None:
+    """Metrics, params, report files, serving config (``serving_config.json``, read back by ``specdec pair
+    show``), plots and extra artifacts of a created run, then FINISHED; FAILED (and the error re-raised)
+    if any of it fails."""
+    from mlflow.entities import Metric, Param
+
+    try:
+        now = int(time.time() * 1000)
+        items = [Metric(k, v, now, 0) for k, v in metrics.items()]
+        params = [Param(k, v) for k, v in report_params(report).items()]
+        for i in range(0, max(len(items), 1), 900):
+            client.log_batch(run_id, metrics=items[i:i + 900], params=params if i == 0 else [])
+        for name in (REPORT_FILE, PROMPTS_FILE):
+            if (rdir / name).exists():
+                client.log_artifact(run_id, str(rdir / name))
+        serving = serving_config_for(ptags, report)
+        if serving is not None:
+            client.log_dict(run_id, serving, SERVING_FILE)
+        _log_evidence(client, run_id, report, rdir, metrics, trend, extra_artifacts)
+        client.set_terminated(run_id, "FINISHED")
+    except BaseException:  # noqa: BLE001 (any failure, even KeyboardInterrupt, must not leave the run RUNNING; re-raised)
+        try:
+            client.set_terminated(run_id, "FAILED")
+        except Exception:  # noqa: BLE001 (best effort while already failing; the original error is re-raised)
+            pass
+        raise
+
+
+def _log_evidence(client, run_id: str, report: ValidationReport, rdir: Path, metrics: Mapping[str, float],
+                  trend: _Trend, extra_artifacts: Sequence[str | Path]) -> None:
+    """Plots and extra artifacts: evidence, not the result, so a failure is logged and the run goes on
+    (except a missing extra artifact, a caller's mistake: FileNotFoundError)."""
+    try:
+        plots = write_run_plots(report, rdir / "plots", trend.history, run_id, trend.version, metrics,
+                                trend.gate.min_acceptance_rate, trend.pair, night=trend.night)
+        client.log_artifacts(run_id, str(plots), artifact_path="plots")
+    except Exception as e:  # noqa: BLE001 (matplotlib and the artifact store raise many types; plots never block the run)
+        _log.error("plots for MLflow run %s failed (%s: %s); the run is logged without them",
+                   run_id, type(e).__name__, e, exc_info=_log.isEnabledFor(logging.DEBUG))
+    try:
+        _log_extra(client, run_id, extra_artifacts)
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # noqa: BLE001 (the artifact store's errors vary by backend; extras never block the run)
+        _log.error("extra artifacts of MLflow run %s failed (%s: %s); the run is logged without them",
+                   run_id, type(e).__name__, e)
 
 
 def _runs_of_key(client, experiment_id: str, run_key: str) -> list:

@@ -45,5 +45,13 @@ def _load_plugins() -> None:
 _wide_without_terminal()  # before the sub-commands create their consoles
 _load_plugins()
 
+def main() -> None:
+    """The console entry point: ``app`` with storage faults (full disk, read-only home) as one line."""
+    from specdec.settings import home_dir
+    from specdec.storage_faults import run_cli
+
+    run_cli(app, home_dir)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    app()
+    main()

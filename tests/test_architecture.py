@@ -15,7 +15,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("specdec", "registry", "monitoring", "flows", "benchmarks")
-MAX_LINES = 450
+PRODUCT = ("specdec", "registry", "monitoring", "flows")
+MAX_BODY = 80  # no product function body longer
+LONG_BODY = 60  # bodies longer than this need a reason in their docstring ("Length: ...")
+MAX_LONG = 10  # and there are at most this many
+# Being rewritten by other work in progress (issue 21: specdec/validation; issue 23: specdec/core).
+# Each entry must still be long (the test fails when one is fixed, so the list only shrinks).
+PENDING_REWRITE = {"specdec/validation/cli.py:validate", "specdec/validation/replay_report.py:_report",
+                   "specdec/validation/api.py:validate_pairs", "specdec/core/batch.py:speculative_generate_batch",
+                   "specdec/core/decoding.py:speculative_generate", "specdec/validation/aggregate.py:aggregate",
+                   "specdec/validation/runner.py:run_group"}
 
 
 def _module_name(path: Path) -> str:
@@ -151,9 +160,41 @@ def test_dependencies_point_one_way(package, forbidden):
     assert bad == []
 
 
-def test_product_files_stay_small():
-    big = {str(p.relative_to(ROOT)): n for p in MODULES.values() if (n := len(p.read_text().splitlines())) > MAX_LINES}
-    assert big == {}
+def _body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines from the first statement after the docstring to the end of the function."""
+    body = node.body
+    if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]
+    return node.end_lineno - body[0].lineno + 1
+
+
+def _long_functions() -> dict[str, tuple[int, str]]:
+    """``"path:name" -> (body lines, docstring)`` of product functions with a body over LONG_BODY lines."""
+    out = {}
+    for m, path in MODULES.items():
+        if m.split(".")[0] not in PRODUCT:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (n := _body_lines(node)) > LONG_BODY:
+                out[f"{path.relative_to(ROOT)}:{node.name}"] = (n, ast.get_docstring(node) or "")
+    return out
+
+
+def test_body_lines_are_measured():
+    tree = ast.parse('def f():\n    """doc\n    more"""\n    a = 1\n    return a\n')
+    assert _body_lines(tree.body[0]) == 2
+
+
+def test_functions_fit_on_a_screen():
+    """No product function body over 80 lines; at most 10 over 60, each saying why in its docstring."""
+    long = _long_functions()
+    fixed = sorted(PENDING_REWRITE - set(long))
+    assert fixed == [], f"no longer long: remove from PENDING_REWRITE: {fixed}"
+    mine = {k: v for k, v in long.items() if k not in PENDING_REWRITE}
+    assert {k: n for k, (n, _) in mine.items() if n > MAX_BODY} == {}
+    assert [k for k, (_, doc) in mine.items() if "Length:" not in doc] == []
+    assert len(long) <= MAX_LONG, sorted(long)
 
 
 def test_no_test_helpers_in_the_product():

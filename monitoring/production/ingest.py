@@ -82,7 +82,7 @@ def _resolve(pair: str, alias: str, pinned: str | None, resolver: VersionResolve
             v = resolver(pair, alias)
             if v is not None:
                 return str(v)
-        except Exception as e:  # registry down: fall back to what the nightly runs saw
+        except Exception as e:  # noqa: BLE001 (resolve_version is the caller's function (MLflow): whatever it raises, fall back to what the nightly runs saw)
             log.warning("cannot resolve %s@%s from the registry (%s: %s); using the history store",
                         pair, alias, type(e).__name__, e)
     return store.version_from_history(db, pair, alias)
@@ -141,6 +141,10 @@ def ingest_window(
     now: dt.datetime | None = None, client: httpx.Client | None = None,
 ) -> list[WindowOutcome]:
     """Read one window of ``source``, record one production row per mapped model, evaluate, alert.
+
+    Length: one window's protocol in the order it must happen (read, refuse what breaks the counter
+    invariants before anything is written, map, record, evaluate, alert); the two source kinds differ
+    only in the first block.
 
     Args:
         db: history store. source: where to read (``prometheus``: the window ``(start, end]``;

@@ -177,23 +177,3 @@ def save_scrape(db: Database, source: str, engine: str, scrape: Scrape) -> None:
         row.engine, row.scraped_at = engine, scrape.at
         row.process_start_time = scrape.process_start_time
         row.series = nan_to_none(scrape.series)
-
-
-def trend_points(db: Database, pair: str, *, limit: int = 500) -> list[dict[str, Any]]:
-    """Acceptance trend of ``pair`` from both sources, oldest first, as plain dicts for
-    :func:`registry.plots.plot_trend`: ``time`` (production: window end; nightly: finish time, else
-    the scheduled date), ``acceptance_rate``, ``acceptance_rate_ci_low``, ``pair_version``, ``source``."""
-    rows = history.list_runs(db, pair_name=pair, limit=limit)
-    pts = []
-    for r in rows:
-        if r.acceptance_rate is None:
-            continue
-        if r.source == PRODUCTION:
-            t = r.window_end
-        else:
-            t = r.finished_at or dt.datetime.combine(r.scheduled_date, dt.time(), dt.timezone.utc)
-        pts.append({"time": t, "acceptance_rate": r.acceptance_rate,
-                    "acceptance_rate_ci_low": r.acceptance_rate_ci_low, "pair_version": r.pair_version,
-                    "source": r.source, "run_id": r.id,
-                    "night": None if r.source == PRODUCTION else r.scheduled_date.isoformat()})
-    return sorted(pts, key=lambda p: (p["time"], p["run_id"]))

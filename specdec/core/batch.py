@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec.core.config import SamplingConfig, check_sampling
+from specdec.core.config import ProposalSampling, SamplingConfig, check_sampling
 from specdec.core.drafters import Proposal, TargetFeatures, as_drafter
 from specdec.core.inputs import (
     check_batch_inputs,
@@ -25,7 +25,7 @@ from specdec.core.inputs import (
 )
 from specdec.core.kv import MaskedKV, compact_rows, model_device, now
 from specdec.core.results import BatchGenerationResult, GenerationResult
-from specdec.core.sampling import NO_NEXT_TOKEN, logits_to_probs, sample_rows, verify_batch
+from specdec.core.sampling import NO_NEXT_TOKEN, logits_to_probs, one_hot_q, sample_rows, verify_batch
 from specdec.core.stats import DecodingStats
 
 __all__ = ["autoregressive_generate_batch", "speculative_generate_batch", "BatchGenerationResult"]
@@ -104,6 +104,7 @@ def autoregressive_generate_batch(
 def speculative_generate_batch(
     target, drafter, input_ids, attention_mask=None, *, num_speculative_tokens=None, max_new_tokens,
     sampling: SamplingConfig, eos_token_id=None, generator=None, num_draft_tokens=None,
+    draft_sampling: str = "sampled", assistant_confidence_threshold: float | None = None,
 ) -> BatchGenerationResult:
     """Exact speculative decoding of a left-padded batch (Leviathan et al. 2022, Alg. 1 per row).
 
@@ -123,6 +124,8 @@ def speculative_generate_batch(
         num_speculative_tokens: k >= 1. Row b drafts ``min(k, max_new_tokens − emitted_b − 1)``.
         max_new_tokens, sampling, eos_token_id, generator: as :func:`speculative_generate`.
         num_draft_tokens: deprecated name of ``num_speculative_tokens`` (``DeprecationWarning``).
+        draft_sampling, assistant_confidence_threshold: the proposal rule and the draft-length
+            policy, as :func:`specdec.core.decoding.speculative_generate`.
     Returns:
         :class:`BatchGenerationResult`: per-row results and stats (vLLM counters), pooled stats.
     Raises:
@@ -131,6 +134,7 @@ def speculative_generate_batch(
     """
     k = num_speculative_tokens_argument(num_speculative_tokens, num_draft_tokens)
     check_sampling(sampling)
+    proposal_sampling = ProposalSampling.of(sampling, draft_sampling, assistant_confidence_threshold)
     mask = check_batch_inputs(target, input_ids, attention_mask, max_new_tokens)
     input_ids = input_ids.long().masked_fill(~mask, 0)  # padding ids may lie outside the vocabulary
     stop = stop_token_ids(eos_token_id)
@@ -153,7 +157,7 @@ def speculative_generate_batch(
     while active and max_new_tokens > 0:
         limits = [min(k, max_new_tokens - len(rows[b].token_ids) - 1) for b in active]
         t0 = now(device)
-        proposal = drafter.propose([contexts[b] for b in active], limits, sampling, vocab_size, generator, stop)
+        proposal = drafter.propose([contexts[b] for b in active], limits, proposal_sampling, vocab_size, generator, stop)
         drafts, num_drafts = proposal.tokens.to(device), proposal.num_drafts.to(device)
         t1 = now(device)
         out, features = _verify_rows(target_kv, pending_ids, pending_valid, proposal, drafts, num_drafts, sampling,
@@ -213,7 +217,7 @@ def _verify_rows(target_kv: MaskedKV, pending_ids, pending_valid, proposal: Prop
     logits, hidden = target_kv.forward_features(block, block_valid, width + 1, layer_ids)
     p = logits_to_probs(logits, sampling)
     if proposal.q is None:
-        q = torch.nn.functional.one_hot(drafts, p.shape[-1]).to(p.dtype)
+        q = one_hot_q(drafts, p.shape[-1])
     else:
         q = proposal.q.to(p.device)
     out = verify_batch(drafts, num_drafts, p, q, generator, stop)

@@ -24,11 +24,19 @@ from dataclasses import dataclass, field
 from numbers import Integral, Real
 from typing import Any, Mapping
 
-__all__ = ["SamplingConfig", "SpeculativeConfig", "LEGACY_K_KEY"]
+__all__ = ["SamplingConfig", "ProposalSampling", "SpeculativeConfig", "LEGACY_K_KEY", "DRAFT_SAMPLING_RULES",
+           "DRAFT_SAMPLING_BY_ENGINE"]
 
 #: The key older pair versions, reports and history rows used for k.
 LEGACY_K_KEY = "num_draft_tokens"
 _SAMPLING_KEYS = ("temperature", "top_k", "top_p")
+#: how a model-based drafter picks each proposed token (docs/metrics.md, "proposal rule"):
+#: ``"sampled"``: x ~ q, verified against q (Leviathan 2022 / Chen 2023; transformers' assisted
+#: generation); ``"argmax"``: x = argmax q, verified with q one-hot (vLLM's draft-model, EAGLE and
+#: MTP proposers; SGLang's EAGLE chain). Both are exact; acceptance differs at temperature > 0.
+DRAFT_SAMPLING_RULES = ("sampled", "argmax")
+#: the proposal rule each serving engine applies to model-based drafters (greedy: all the same)
+DRAFT_SAMPLING_BY_ENGINE = {"vllm": "argmax", "sglang": "argmax", "transformers": "sampled"}
 #: vLLM's ``_MAX_TEMP``: the smallest temperature used for sampling (smaller ones are raised to it).
 MIN_TEMPERATURE = 1e-2
 
@@ -126,6 +134,49 @@ def check_sampling(sampling: Any, name: str = "sampling") -> SamplingConfig:
     return sampling
 
 
+def check_proposal_rule(draft_sampling: Any, threshold: Any) -> None:
+    """Validate a proposal rule and a confidence threshold.
+
+    Raises:
+        ValueError: ``draft_sampling`` not in :data:`DRAFT_SAMPLING_RULES`; a threshold outside [0, 1].
+        TypeError: a threshold that is not a real number (or None).
+    """
+    if draft_sampling not in DRAFT_SAMPLING_RULES:
+        raise ValueError(f"draft_sampling must be one of {', '.join(DRAFT_SAMPLING_RULES)}, got {draft_sampling!r}")
+    if threshold is not None:
+        if not _is_real(threshold):
+            raise TypeError(f"assistant_confidence_threshold must be a number in [0, 1] or None, got {threshold!r}")
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"assistant_confidence_threshold must be in [0, 1], got {threshold!r}")
+
+
+@dataclass(frozen=True)
+class ProposalSampling(SamplingConfig):
+    """A :class:`SamplingConfig` plus the proposal rule: what the decoding loops hand a drafter's
+    ``propose`` (drafters read it through :func:`specdec.core.sampling.draft_step`).
+
+    Args:
+        temperature, top_k, top_p: as :class:`SamplingConfig` (target and draft alike).
+        draft_sampling: ``"sampled"`` or ``"argmax"`` (:data:`DRAFT_SAMPLING_RULES`).
+        assistant_confidence_threshold: None or a number in [0, 1] (see :class:`SpeculativeConfig`).
+    Raises:
+        TypeError / ValueError: as :class:`SamplingConfig` and :func:`check_proposal_rule`.
+    """
+
+    draft_sampling: str = "sampled"
+    assistant_confidence_threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_proposal_rule(self.draft_sampling, self.assistant_confidence_threshold)
+
+    @classmethod
+    def of(cls, sampling: SamplingConfig, draft_sampling: str = "sampled",
+           assistant_confidence_threshold: float | None = None) -> "ProposalSampling":
+        """``sampling`` with the given proposal rule."""
+        return cls(sampling.temperature, sampling.top_k, sampling.top_p, draft_sampling, assistant_confidence_threshold)
+
+
 @dataclass(frozen=True)
 class SpeculativeConfig:
     """The decoding config a pair is served and validated with.
@@ -134,6 +185,17 @@ class SpeculativeConfig:
         num_speculative_tokens: k, draft tokens proposed per verification step (int >= 1).
         sampling: :class:`SamplingConfig` applied identically to target and draft.
         max_new_tokens: generation budget per prompt, in tokens (int >= 1).
+        draft_sampling: the proposal rule, one of :data:`DRAFT_SAMPLING_RULES` (``"sampled"``,
+            the default and the behaviour before the field existed, or ``"argmax"``, vLLM's and
+            SGLang's rule: :data:`DRAFT_SAMPLING_BY_ENGINE`).
+        assistant_confidence_threshold: draft-length policy (transformers' name; llama.cpp's
+            ``--draft-p-min``): within a block, stop drafting right after a drafted token whose
+            draft probability is below it (:func:`specdec.core.sampling.draft_step`). ``None`` (the
+            default): always draft k. A real number in [0, 1].
+
+    The two proposal fields appear in :meth:`to_dict` / :meth:`to_tags` only when not at their
+    defaults, so every config written before they existed keeps its dict, tags and
+    :meth:`sha256` (history keys), and old dicts read back as the defaults.
 
     Raises:
         TypeError / ValueError: a value of the wrong type or out of range, naming the argument.
@@ -142,21 +204,34 @@ class SpeculativeConfig:
     num_speculative_tokens: int = 4
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens: int = 128
+    draft_sampling: str = "sampled"
+    assistant_confidence_threshold: float | None = None
 
     def __post_init__(self) -> None:
         require_int("num_speculative_tokens", self.num_speculative_tokens, 1)
         check_sampling(self.sampling)
         require_int("max_new_tokens", self.max_new_tokens, 1)
+        check_proposal_rule(self.draft_sampling, self.assistant_confidence_threshold)
+
+    @property
+    def proposal_sampling(self) -> "ProposalSampling":
+        """The sampling config drafters get: :attr:`sampling` plus the proposal rule."""
+        return ProposalSampling.of(self.sampling, self.draft_sampling, self.assistant_confidence_threshold)
 
     # ------------------------------------------------------------------ codec
     def to_dict(self) -> dict[str, Any]:
         """Flat JSON-ready dict: ``num_speculative_tokens``, ``temperature``, ``top_k``, ``top_p``,
         ``max_new_tokens``."""
-        return {
+        out = {
             "num_speculative_tokens": int(self.num_speculative_tokens),
             **self.sampling.to_dict(),
             "max_new_tokens": int(self.max_new_tokens),
         }
+        if self.draft_sampling != "sampled":
+            out["draft_sampling"] = self.draft_sampling
+        if self.assistant_confidence_threshold is not None:
+            out["assistant_confidence_threshold"] = float(self.assistant_confidence_threshold)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, max_new_tokens: int | None = None) -> "SpeculativeConfig":
@@ -178,7 +253,8 @@ class SpeculativeConfig:
             raise KeyError("no num_speculative_tokens in the decoding config " + repr(dict(data)))
         sampling = SamplingConfig(**{key: data[key] for key in _SAMPLING_KEYS if key in data})
         budget = data.get("max_new_tokens", max_new_tokens)
-        return cls(k, sampling, cls.max_new_tokens if budget is None else budget)
+        return cls(k, sampling, cls.max_new_tokens if budget is None else budget,
+                   data.get("draft_sampling") or "sampled", data.get("assistant_confidence_threshold"))
 
     def to_tags(self) -> dict[str, str]:
         """The config as MLflow tag strings (``None`` -> ``"none"``)."""
@@ -204,6 +280,8 @@ class SpeculativeConfig:
             value = parse(key, int)
             if value is not None:
                 data[key] = value
+        data["draft_sampling"] = parse("draft_sampling", str)
+        data["assistant_confidence_threshold"] = parse("assistant_confidence_threshold", float)
         return cls.from_dict(data)
 
     def sha256(self) -> str:
@@ -214,5 +292,10 @@ class SpeculativeConfig:
     def describe(self) -> str:
         """Short human form: ``k=4 T=0 top_k=- top_p=- max_new_tokens=128``."""
         s = self.sampling
-        return (f"k={self.num_speculative_tokens} T={s.temperature:g} top_k={s.top_k or '-'} "
-                f"top_p={s.top_p or '-'} max_new_tokens={self.max_new_tokens}")
+        out = (f"k={self.num_speculative_tokens} T={s.temperature:g} top_k={s.top_k or '-'} "
+               f"top_p={s.top_p or '-'} max_new_tokens={self.max_new_tokens}")
+        if self.draft_sampling != "sampled":
+            out += f" draft_sampling={self.draft_sampling}"
+        if self.assistant_confidence_threshold is not None:
+            out += f" tau={self.assistant_confidence_threshold:g}"
+        return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from specdec.core.batch import autoregressive_generate_batch, speculative_generate_batch
-from specdec.core.config import SamplingConfig, check_sampling
+from specdec.core.config import ProposalSampling, SamplingConfig, check_sampling
 from specdec.core.drafters import Proposal, TargetFeatures, as_drafter
 from specdec.core.inputs import (
     check_draft_context,
@@ -27,7 +27,7 @@ from specdec.core.inputs import (
 )
 from specdec.core.kv import crop_cache, forward_tokens, forward_tokens_features, model_device, new_cache, now
 from specdec.core.results import GenerationResult
-from specdec.core.sampling import NO_NEXT_TOKEN, VerifyOutcome, logits_to_probs, sample, verify_block, verify_greedy
+from specdec.core.sampling import NO_NEXT_TOKEN, VerifyOutcome, logits_to_probs, one_hot_q, sample, verify_block, verify_greedy
 from specdec.core.stats import DecodingStats
 
 __all__ = ["autoregressive_generate", "speculative_generate", "GenerationResult"]
@@ -110,6 +110,8 @@ def speculative_generate(
     eos_token_id: int | list[int] | None = None,
     generator: torch.Generator | None = None,
     num_draft_tokens: int | None = None,
+    draft_sampling: str = "sampled",
+    assistant_confidence_threshold: float | None = None,
 ) -> GenerationResult:
     """Exact speculative decoding (Leviathan et al. 2022, Alg. 1; Chen et al. 2023, Alg. 2).
 
@@ -133,6 +135,11 @@ def speculative_generate(
         max_new_tokens, sampling, eos_token_id, generator: as in :func:`autoregressive_generate`.
             An EOS accepted in the middle of a block ends generation at that token.
         num_draft_tokens: deprecated name of ``num_speculative_tokens`` (``DeprecationWarning``).
+        draft_sampling: the proposal rule, ``"sampled"`` (x ~ q) or ``"argmax"`` (vLLM's: the
+            draft's argmax verified with one-hot q); see :func:`~specdec.core.sampling.draft_step`.
+            Both exact. The n-gram drafter is the same under both.
+        assistant_confidence_threshold: stop drafting within a block right after a draft whose
+            probability is below it (transformers' name; llama.cpp ``--draft-p-min``); None = off.
     Returns:
         :class:`GenerationResult` (B = 1) whose ``stats`` follow vLLM's counters: a step counts in
         ``num_drafts`` only if at least one token was proposed; for B > 1 a
@@ -148,7 +155,9 @@ def speculative_generate(
         return speculative_generate_batch(
             target, drafter, input_ids, attention_mask, num_speculative_tokens=k,
             max_new_tokens=max_new_tokens, sampling=sampling, eos_token_id=eos_token_id, generator=generator,
+            draft_sampling=draft_sampling, assistant_confidence_threshold=assistant_confidence_threshold,
         )
+    proposal_sampling = ProposalSampling.of(sampling, draft_sampling, assistant_confidence_threshold)
     input_ids = strip_padding(input_ids, attention_mask)
     context = check_prompt(target, input_ids, max_new_tokens)
     drafter = as_drafter(drafter)
@@ -174,7 +183,7 @@ def speculative_generate(
         if adopt:
             proposal = Proposal.empty(1, vocab_size, sampling)
         else:
-            proposal = drafter.propose([context], [budget], sampling, vocab_size, generator, stop)
+            proposal = drafter.propose([context], [budget], proposal_sampling, vocab_size, generator, stop)
         drafts = proposal.row(0)
         t1 = now(device)
         stats.draft_seconds += t1 - t0
@@ -223,7 +232,8 @@ def _verify(target, fed: list[int], cache, proposal: Proposal, sampling: Samplin
     logits, hidden = forward_tokens_features(target, fed, cache, n + 1, layer_ids)
     if logits.shape[-1] != vocab_size:
         raise ValueError(f"target logits have {logits.shape[-1]} entries, expected {vocab_size}")
-    if proposal.q is None:  # greedy drafter output: ids only (see the Drafter protocol)
+    if proposal.q is None and sampling.is_greedy:  # ids only (see the Drafter protocol)
         return verify_greedy(drafts, logits.argmax(dim=-1).tolist(), stop), hidden
     p = logits_to_probs(logits, sampling)
-    return verify_block(drafts, p, proposal.q[0, :n].to(p.device), generator, stop), hidden
+    q = one_hot_q(proposal.tokens[0, :n], vocab_size) if proposal.q is None else proposal.q[0, :n]
+    return verify_block(drafts, p, q.to(p.device), generator, stop), hidden

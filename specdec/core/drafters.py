@@ -57,7 +57,7 @@ import torch
 
 from specdec.core.config import SamplingConfig
 from specdec.core.kv import copy_cache_prefix, left_pad, new_kv, SingleKV
-from specdec.core.sampling import NO_NEXT_TOKEN, logits_to_probs, sample_rows
+from specdec.core.sampling import NO_NEXT_TOKEN, draft_step
 
 __all__ = ["Drafter", "Proposal", "TargetFeatures", "ModelDrafter", "NgramDrafter", "as_drafter", "fit_vocab",
            "check_draft_embeds", "limit_at_stop"]
@@ -73,12 +73,17 @@ class Proposal:
             drawn from (one-hot for lookup); ``None`` under greedy sampling (q one-hot on ``tokens``).
         num_drafts: LongTensor ``[B]``: real proposals per row (<= its limit, cut after a stop token).
         forward_passes: draft model passes this proposal took (0 for lookup).
+        confidence: float32 ``[B, k]`` or None: each drafted token's confidence (its probability
+            under the draft's processed distribution, :func:`~specdec.core.sampling.draft_step`),
+            filled when ``sampling.assistant_confidence_threshold`` is set (0 records without
+            stopping); None otherwise or for lookup.
     """
 
     tokens: torch.Tensor
     q: torch.Tensor | None
     num_drafts: torch.Tensor
     forward_passes: int = 0
+    confidence: torch.Tensor | None = None
 
     @classmethod
     def empty(cls, rows: int, vocab_size: int, sampling: SamplingConfig, device=None) -> "Proposal":
@@ -130,6 +135,13 @@ class Drafter(Protocol):
     def accept(self, num_accepted: list[int], next_tokens: list[int], features: TargetFeatures | None = None) -> None: ...
 
     def select(self, rows: torch.Tensor) -> None: ...
+
+
+def first_true(flags: torch.Tensor) -> torch.Tensor:
+    """Per row of ``flags`` (BoolTensor ``[B, w]``): 1 + the index of the first True, ``w`` if none
+    (the number of drafts kept when drafting stops right after the flagged one)."""
+    w = flags.shape[1]
+    return torch.where(flags.any(dim=1), flags.long().argmax(dim=1) + 1, torch.full_like(flags[:, 0], w, dtype=torch.long))
 
 
 def limit_at_stop(tokens: torch.Tensor, limits: torch.Tensor, stop: frozenset[int]) -> torch.Tensor:
@@ -217,9 +229,13 @@ class ModelDrafter:
 
     @torch.inference_mode()
     def propose(self, contexts, limits, sampling, vocab_size, generator=None, stop_token_ids=frozenset()) -> Proposal:
-        """Draft ``max(limits)`` tokens per row (one batched pass each); row b keeps ``limits[b]``,
-        cut after a drafted stop token. Greedy: argmax on the device, ``q`` None, one host read
-        per step (by the caller). Returns a :class:`Proposal` (``q`` float32 ``[B, k, V]``).
+        """Draft up to ``max(limits)`` tokens per row (one batched pass each, the proposal rule of
+        :func:`~specdec.core.sampling.draft_step`); row b keeps ``limits[b]``, cut after a drafted
+        stop token and, with ``sampling.assistant_confidence_threshold``, right after its first
+        draft whose confidence is below it (drafting ends once every row has stopped). Greedy or
+        the argmax rule: argmax on the device, ``q`` None (one-hot); one host read per block
+        without a threshold, one per step with one. Returns a :class:`Proposal` (``q`` float32
+        ``[B, k, V]`` under the sampled rule).
 
         Raises:
             ValueError: a pending id the draft cannot embed (:func:`check_draft_embeds`).
@@ -233,22 +249,29 @@ class ModelDrafter:
             raise RuntimeError("draft cache is ahead of the context; accept() was not called")
         check_draft_embeds(self.embed_rows, [t for row in self.pending for t in row])
         ids, valid = left_pad(self.pending, device)
-        tokens, qs = [], []
-        for _ in range(k):
+        tokens, qs, confs, low = [], [], [], []
+        limit = torch.tensor(limits, device=device)
+        for i in range(k):
             logits = fit_vocab(self.kv.forward(ids, valid, logits_to_keep=1)[:, -1], vocab_size)
             self.forward_passes += 1
-            if sampling.is_greedy:
-                x = logits.argmax(dim=-1)
-            else:
-                qs.append(logits_to_probs(logits, sampling))
-                x = sample_rows(qs[-1], generator)
+            x, q, confidence = draft_step(logits, sampling, generator)
             tokens.append(x)
+            if q is not None:
+                qs.append(q)
+            if confidence is not None:  # draft-length policy: stop after an unconfident draft
+                confs.append(confidence)
+                low.append(confidence < sampling.assistant_confidence_threshold)
+                if bool(torch.stack(low, dim=1).any(dim=1).logical_or(limit <= i + 1).all()):
+                    break
             ids, valid = x[:, None], torch.ones(rows, 1, dtype=torch.bool, device=device)
-        self.pending = [[] for _ in range(rows)]  # all fed; the last draft is only sampled
+        self.pending = [[] for _ in range(rows)]  # all fed but the last draft, which is only sampled
         self.last = torch.stack(tokens, dim=1)
+        num_drafts = limit_at_stop(self.last, limit, stop_token_ids)
+        if low:
+            num_drafts = torch.minimum(num_drafts, first_true(torch.stack(low, dim=1)))
         q = torch.stack(qs, dim=1) if qs else None
-        num_drafts = limit_at_stop(self.last, torch.tensor(limits, device=device), stop_token_ids)
-        return Proposal(self.last, q, num_drafts, forward_passes=k)
+        confidence = torch.stack(confs, dim=1) if confs else None
+        return Proposal(self.last, q, num_drafts, forward_passes=len(tokens), confidence=confidence)
 
     def accept(self, num_accepted, next_tokens, features=None) -> None:
         """Drop the drafts after each row's accepted prefix; queue what the cache now lacks (the

@@ -48,6 +48,8 @@ __all__ = [
     "sample_rows",
     "verify_batch",
     "BatchVerifyOutcome",
+    "draft_step",
+    "one_hot_q",
 ]
 
 
@@ -93,6 +95,55 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> int
     if probs[top] >= 1.0:
         return top
     return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def draft_step(logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """One proposal step of a drafter for ``B`` rows: the proposal rule and the confidence.
+
+    Rule (``sampling.draft_sampling`` of a :class:`~specdec.core.config.ProposalSampling`; a
+    plain :class:`SamplingConfig` means ``"sampled"``):
+
+    * ``"sampled"`` (Leviathan 2022 / Chen 2023; transformers): ``x ~ q``, q =
+      :func:`logits_to_probs` of the draft logits; verified against q (acceptance
+      ``min(1, p(x)/q(x))``, expected ``sum_x min(p(x), q(x))``).
+    * ``"argmax"`` (vLLM's model-based proposers, SGLang's EAGLE chain): ``x = argmax q`` (=
+      argmax of the raw logits; temperature/top-k/top-p keep it), verified with q one-hot on x:
+      acceptance ``p(x)``, residual ``p`` without ``x``; expected acceptance ``p(argmax q)``.
+      Exact as well: P(y) = [y = x] p(x) + (1 - p(x)) p(y)[y != x] / (1 - p(x)) = p(y).
+
+    Greedy decoding (temperature 0) is the argmax under both rules.
+
+    Confidence (only when ``sampling.assistant_confidence_threshold`` is set, as transformers'
+    ``ConfidenceCriteria``: the drafted token's probability under the draft's *processed*
+    distribution, i.e. ``softmax(logits)`` of the raw logits (T = 1) under greedy decoding and
+    :func:`logits_to_probs` (temperature, top-k, top-p) otherwise, whatever the rule).
+
+    Args:
+        logits: float ``[B, V]`` draft logits over the target vocabulary.
+        sampling: :class:`SamplingConfig` or :class:`~specdec.core.config.ProposalSampling`.
+        generator: for ``x ~ q``.
+    Returns:
+        ``(x LongTensor [B], q float32 [B, V] or None, confidence float32 [B] or None)``; ``q`` is
+        None when it is one-hot on ``x`` (greedy, or the argmax rule).
+    """
+    rule = getattr(sampling, "draft_sampling", "sampled")
+    tau = getattr(sampling, "assistant_confidence_threshold", None)
+    if sampling.is_greedy or rule == "argmax":
+        x = logits.argmax(dim=-1)
+        if tau is None:
+            return x, None, None
+        probs = logits.float().softmax(dim=-1) if sampling.is_greedy else logits_to_probs(logits, sampling)
+        return x, None, probs.gather(-1, x[:, None]).squeeze(-1)
+    q = logits_to_probs(logits, sampling)
+    x = sample_rows(q, generator)
+    return x, q, (None if tau is None else q.gather(-1, x[:, None]).squeeze(-1))
+
+
+def one_hot_q(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """The draft distribution of a deterministic proposal: float32 one-hot ``[..., V]`` on
+    ``tokens`` (LongTensor ``[...]``)."""
+    return torch.nn.functional.one_hot(tokens, vocab_size).float()
 
 
 def acceptance_probability(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:

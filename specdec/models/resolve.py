@@ -85,13 +85,13 @@ def _read_source(dir_: Path) -> dict:
 
 
 def _lib_versions() -> dict:
-    from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
     out = {}
     for pkg in ("transformers", "gguf", "torch"):
         try:
             out[pkg] = version(pkg)
-        except Exception:
+        except PackageNotFoundError:
             pass
     return out
 

@@ -133,6 +133,7 @@ class DeliverySettings(BaseModel):
         return self.max_send_s + 30.0
 
 
+_DB_URL = re.compile(r"^[A-Za-z][A-Za-z0-9]*(\+[A-Za-z0-9_]+)?://")
 _HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$|^\[[0-9A-Fa-f:.]+\]$")
 
 
@@ -162,7 +163,7 @@ def url_problem(raw: str) -> str | None:
         return "port out of range"
     try:
         httpx.URL(raw)
-    except Exception as e:  # httpx.InvalidURL and friends
+    except (httpx.InvalidURL, TypeError, ValueError) as e:  # what httpx.URL raises for a malformed URL
         return f"{type(e).__name__}"
     return None
 
@@ -240,15 +241,17 @@ class MonitoringSettings(HomeSection):
 
 
 def _check_db_url(url: str) -> None:
-    """Refuse a DB URL SQLAlchemy cannot parse, without quoting it (it may hold a password).
+    """Refuse a DB URL that is not ``dialect[+driver]://...`` with a numeric port, without quoting it (it
+    may hold a password). Parsed with the standard library: specdec imports no SQLAlchemy (the store
+    itself parses it again when it connects).
 
     Raises:
         ValueError: ``SPECDEC_DB_URL cannot be parsed`` (never the URL or the parser's text).
     """
-    from sqlalchemy.engine import make_url  # noqa: PLC0415 (settings stay importable without SQL use)
-
     try:
-        _ = make_url(url).port
-    except Exception:  # noqa: BLE001 (ValueError/ArgumentError quote the offending part: never shown)
+        if not _DB_URL.match(url):
+            raise ValueError("no dialect://")
+        _ = urlsplit(url).port  # ValueError for a port that is not a number in range
+    except ValueError:
         raise ValueError("SPECDEC_DB_URL cannot be parsed (expected dialect[+driver]://user:password@host:port/db "
                          "or sqlite:///path)") from None

@@ -31,16 +31,18 @@ from typing import Any
 
 import torch
 
-from specdec.core.config import SamplingConfig
+from specdec.core.config import ProposalSampling, SamplingConfig
 from specdec.core.drafters import ModelDrafter, NgramDrafter, TargetFeatures, fit_vocab
 from specdec.core.head_drafter import Eagle3Drafter
 from specdec.core.sampling import NO_NEXT_TOKEN, verify_greedy
 from specdec.core.stats import DecodingStats
 from specdec.validation.teacher_forcing import teacher_forced_logits
 
-__all__ = ["DraftTrace", "draft_trace", "replay_counters", "replay_curve", "recording", "RecordingModelDrafter", "RecordingNgramDrafter", "first_flip",
+__all__ = ["DraftTrace", "draft_trace", "replay_counters", "replay_curve", "replay_grid", "recording", "RecordingModelDrafter", "RecordingNgramDrafter", "first_flip",
            "target_divergence", "counters_equal", "COMPARED_COUNTERS", "UNSEEN"]
 
+#: greedy proposals that record every token's confidence and never stop for it (threshold 0)
+_RECORD_CONFIDENCE = ProposalSampling(assistant_confidence_threshold=0.0)
 #: placeholder for a draft token the teacher-forced pass does not see (after a rejection); never a real id
 UNSEEN = -2
 #: the counters a replay must reproduce exactly (vLLM names, plus the per-position lists)
@@ -56,6 +58,9 @@ class DraftTrace:
         argmax: ``N`` ids; ``argmax[t]`` is the draft's greedy token after ``prompt + y[:t]``
             (model drafter; empty for n-gram).
         margin: ``N`` floats, draft logit margin (top-1 minus top-2, in logits) at each t.
+        confidence: ``N`` floats, the draft's top-1 probability at each t (softmax of its raw
+            logits fitted to the target vocabulary, T = 1: the greedy confidence of
+            :func:`specdec.core.sampling.draft_step`), for ``assistant_confidence_threshold``.
         proposals: n-gram only: ``N`` lists, the lookup proposal (up to ``kmax`` ids) after
             ``prompt + y[:t]``, already cut after a stop token / at an id the target lacks.
         free_runs: exact mode: ``{t: ids}``, the draft's own greedy proposal (up to ``kmax - 1``
@@ -67,6 +72,7 @@ class DraftTrace:
             first token that leaves ``y``; in exact mode the drafter's own whole proposal there.
             A head drafts from its own states beyond the target's features, so its d-th draft
             depends on where the block starts, unlike a draft model's.
+        free_run_confidence: exact mode: ``{t: floats}``, the confidence of each free-run token.
         adopts_prefix: decoding starts with one plain target step (no drafts): a draft that adopts
             the target's prompt KV, or a head (no target features before the prefill).
         exact: every counter is exact (n-gram, or ``free_runs`` filled).
@@ -74,9 +80,11 @@ class DraftTrace:
 
     argmax: list[int] = field(default_factory=list)
     margin: list[float] = field(default_factory=list)
+    confidence: list[float] = field(default_factory=list)
     proposals: list[list[int]] | None = None
     free_runs: dict[int, list[int]] = field(default_factory=dict)
     chains: list[list[int]] | None = None
+    free_run_confidence: dict[int, list[float]] = field(default_factory=dict)
     adopts_prefix: bool = False
     exact: bool = False
 
@@ -131,7 +139,9 @@ def draft_trace(
         return DraftTrace(adopts_prefix=adopts_prefix, exact=True)
     z = fit_vocab(teacher_forced_logits(model, prompt_ids + continuation[:-1], N), vocab_size)
     top2 = torch.topk(z, 2, dim=-1).values
-    trace = DraftTrace(argmax=z.argmax(dim=-1).tolist(), margin=(top2[:, 0] - top2[:, 1]).tolist(),
+    argmax = z.argmax(dim=-1)
+    trace = DraftTrace(argmax=argmax.tolist(), margin=(top2[:, 0] - top2[:, 1]).tolist(),
+                       confidence=z.float().softmax(dim=-1).gather(-1, argmax[:, None]).squeeze(-1).tolist(),
                        adopts_prefix=adopts_prefix, exact=exact)
     if exact and kmax > 1:
         runner = ModelDrafter(model)
@@ -139,8 +149,9 @@ def draft_trace(
             if d != y and d not in stop_token_ids:
                 context = prompt_ids + continuation[:t] + [d]
                 runner.start([context])
-                proposal = runner.propose([context], [kmax - 1], SamplingConfig(), vocab_size, None, stop_token_ids)
+                proposal = runner.propose([context], [kmax - 1], _RECORD_CONFIDENCE, vocab_size, None, stop_token_ids)
                 trace.free_runs[t] = proposal.row(0)
+                trace.free_run_confidence[t] = proposal.confidence[0, : len(trace.free_runs[t])].tolist()
     return trace
 
 
@@ -191,31 +202,41 @@ def head_trace(drafter: Eagle3Drafter, target: Any, prompt_ids: list[int], conti
     return trace
 
 
-def _block(trace: DraftTrace, y: list[int], m: int, budget: int, stop: frozenset[int]) -> list[int]:
-    """The drafts decoding proposes at a block starting after ``m`` emitted tokens."""
+def _block(trace: DraftTrace, y: list[int], m: int, budget: int, stop: frozenset[int],
+           tau: float | None = None) -> list[int]:
+    """The drafts decoding proposes at a block starting after ``m`` emitted tokens (with a
+    confidence threshold ``tau``: drafting stops right after a draft whose confidence < tau)."""
     if budget <= 0:
         return []
     if trace.proposals is not None:
         return trace.proposals[m][:budget]
     if trace.chains is not None:
+        if tau is not None:
+            raise ValueError("a confidence threshold is not replayed for EAGLE-3 heads (their trace keeps no confidences)")
         return _head_block(trace.chains[m], budget, stop)
     drafts: list[int] = []
     left = None  # where the chain left y (the first rejected draft), if it did
     for i in range(budget):
         t = m + i
+        confidence = None
         if left is None:
             drafts.append(trace.argmax[t])
+            confidence = trace.confidence[t] if trace.confidence else None
             if drafts[-1] != y[t]:
                 left = t
         else:  # the draft follows its own (rejected) token: the free run after position `left`
-            run = trace.free_runs.get(left, [])
-            if t - left - 1 < len(run):
-                drafts.append(run[t - left - 1])
+            run, conf = trace.free_runs.get(left, []), trace.free_run_confidence.get(left, [])
+            j = t - left - 1
+            if j < len(run):
+                drafts.append(run[j])
+                confidence = conf[j] if j < len(conf) else None
             elif trace.exact:  # the exact free run ended (after a stop token): so did decoding's proposal
                 break
             else:
                 drafts.append(UNSEEN)
         if drafts[-1] in stop:  # drafts after a drafted stop token are dropped
+            break
+        if tau is not None and confidence is not None and confidence < tau:
             break
     return drafts
 
@@ -239,8 +260,10 @@ def replay_counters(
     num_speculative_tokens: int,
     max_new_tokens: int,
     stop_token_ids: frozenset[int] = frozenset(),
+    assistant_confidence_threshold: float | None = None,
 ) -> DecodingStats:
-    """The counters :func:`specdec.speculative_generate` (greedy, B = 1) produces with this k.
+    """The counters :func:`specdec.speculative_generate` (greedy, B = 1) produces with this k
+    and this confidence threshold.
 
     Args:
         trace: :func:`draft_trace` of the continuation.
@@ -249,6 +272,10 @@ def replay_counters(
         num_speculative_tokens: k >= 1.
         max_new_tokens: the decoding budget the continuation was produced with.
         stop_token_ids: ids that end generation.
+        assistant_confidence_threshold: tau (None = off), as ``speculative_generate``'s: a block
+            ends right after a draft whose confidence (``trace.confidence``; after a rejected
+            draft ``trace.free_run_confidence``) is below tau. The n-gram drafter ignores it.
+            Exact with an exact trace; a fast trace bounds ``num_draft_tokens`` as without tau.
     Returns:
         :class:`DecodingStats` with the step counters (``num_drafts``, ``num_draft_tokens``,
         ``num_accepted_tokens``, ``num_rejected_steps``, ``accepted_per_position``,
@@ -270,7 +297,7 @@ def replay_counters(
     if trace.adopts_prefix and max_new_tokens > 0:  # the plain first step of a draft that adopts the prompt KV
         m, stats.target_forward_passes = 1, 1
     while m < len(y) and not (m and y[m - 1] in stop_token_ids):
-        drafts = _block(trace, y, m, min(k, max_new_tokens - m - 1), stop_token_ids)
+        drafts = _block(trace, y, m, min(k, max_new_tokens - m - 1), stop_token_ids, assistant_confidence_threshold)
         # UNSEEN drafts only follow a rejected one, so verification stops before them: verify the seen ones
         seen = drafts[:drafts.index(UNSEEN)] if UNSEEN in drafts else drafts
         pad = len(seen) + 1 - len(y[m:m + len(seen) + 1])
@@ -283,10 +310,44 @@ def replay_counters(
 
 
 def replay_curve(trace: DraftTrace, continuation: list[int], ks: range | list[int], *, max_new_tokens: int,
-                 stop_token_ids: frozenset[int] = frozenset()) -> dict[int, DecodingStats]:
+                 stop_token_ids: frozenset[int] = frozenset(),
+                 assistant_confidence_threshold: float | None = None) -> dict[int, DecodingStats]:
     """:func:`replay_counters` for every k in ``ks`` from the same trace: ``{k: DecodingStats}``."""
     return {k: replay_counters(trace, continuation, num_speculative_tokens=k, max_new_tokens=max_new_tokens,
-                               stop_token_ids=stop_token_ids) for k in ks}
+                               stop_token_ids=stop_token_ids, assistant_confidence_threshold=assistant_confidence_threshold)
+            for k in ks}
+
+
+def replay_grid(traces: list[DraftTrace], continuations: list[list[int]], ks: range | list[int],
+                taus: list[float | None], *, max_new_tokens: int,
+                stop_token_ids: frozenset[int] = frozenset()) -> dict[tuple[int, float | None], DecodingStats]:
+    """Pooled replayed counters for every (k, tau) of a grid, from one trace per prompt.
+
+    Feed each pooled :class:`DecodingStats` (its per-step counters: ``num_drafts``,
+    ``num_draft_tokens``, ``num_accepted_tokens``) to the speed model to pick the best (k, tau);
+    ``tau=None`` in ``taus`` gives the fixed-k policy.
+
+    Args:
+        traces, continuations: per prompt, :func:`draft_trace` and the target's greedy continuation.
+        ks: k values (each >= 1). taus: thresholds in [0, 1] or None.
+        max_new_tokens, stop_token_ids: as :func:`replay_counters`.
+    Returns:
+        ``{(k, tau): DecodingStats}`` pooled over prompts (:meth:`DecodingStats.merge`).
+    Raises:
+        ValueError: as :func:`replay_counters`; traces and continuations of different lengths.
+    """
+    if len(traces) != len(continuations):
+        raise ValueError(f"{len(traces)} traces for {len(continuations)} continuations")
+    out: dict[tuple[int, float | None], DecodingStats] = {}
+    for k in ks:
+        for tau in taus:
+            pooled = DecodingStats(num_speculative_tokens=k)
+            for trace, y in zip(traces, continuations):
+                pooled = pooled.merge(replay_counters(trace, y, num_speculative_tokens=k, max_new_tokens=max_new_tokens,
+                                                      stop_token_ids=stop_token_ids,
+                                                      assistant_confidence_threshold=tau))
+            out[(k, tau)] = pooled
+    return out
 
 
 def counters_equal(a: DecodingStats, b: DecodingStats, exact: bool = True) -> bool:

@@ -63,6 +63,13 @@ def print_replay(report: Any, out: Console) -> None:
         out.print(f"recommended k from the replayed curve: {r['recommended_num_speculative_tokens']} "
                   f"(predicted {_f(r['predicted_speedup_at_recommended'], 2)}x with c = {_f(r['cost_ratio'])}, "
                   f"v(n) = {', '.join(_f(x, 2) for x in (r.get('verify_cost_by_n') or [])[:9])}, ...)", highlight=False)
+    kt = r.get("best_k_tau") or {}
+    if kt.get("num_speculative_tokens") is not None:
+        fixed = r["best_fixed_k"]
+        tau = kt["assistant_confidence_threshold"]
+        out.print(f"best (k, tau): k = {kt['num_speculative_tokens']}, assistant_confidence_threshold = "
+                  f"{'none' if tau is None else _f(tau, 1)} (predicted {_f(kt['predicted_speedup'], 2)}x) next to the best "
+                  f"fixed k = {fixed['num_speculative_tokens']} ({_f(fixed['predicted_speedup'], 2)}x)", highlight=False)
     if "counters" in r:
         for name, c in r["counters"].items():
             ci = c.get("acceptance_rate_ci") or [None, None]

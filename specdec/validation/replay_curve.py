@@ -18,7 +18,7 @@ from specdec.core.stats import DecodingStats
 from specdec.validation.metrics import bootstrap_ratio_ci
 from specdec.validation.speed import StepCounters, VerifyCost, best_k, predicted_speedup
 
-__all__ = ["acceptance_by_k", "recommend_from_curve", "row_counters", "classify", "precision_of", "decoded_stop_after_rejection",
+__all__ = ["acceptance_by_k", "recommend_from_curve", "best_k_tau", "TAU_GRID", "row_counters", "classify", "precision_of", "decoded_stop_after_rejection",
            "NUMERICS_MARGIN", "NEAR_TIE", "BEYOND_NUMERICS", "UNSEEN_STOP"]
 
 #: largest logit margin (target-vocabulary draft logits, top-1 minus top-2) at which a replay/decode
@@ -94,6 +94,48 @@ def recommend_from_curve(table: list[dict[str, Any]], c: float, v: VerifyCost | 
     k, s = best_k(by_k, c, v) if v is not None else (None, math.nan)
     return {"recommended_num_speculative_tokens": k, "predicted_speedup_at_recommended": s,
             "cost_ratio": c, "verify_cost_by_n": v.as_list() if v is not None else []}
+
+
+#: the confidence thresholds (assistant_confidence_threshold) searched for the best (k, tau)
+TAU_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def best_k_tau(traces: list[Any], continuations: list[list[int]], ks: range | list[int], c: float,
+               v: VerifyCost | None, *, max_new_tokens: int, stop_token_ids: frozenset[int] = frozenset(),
+               taus: tuple[float, ...] = TAU_GRID) -> dict[str, Any]:
+    """Best fixed k and best (k, tau) by the one speed model on exact greedy replayed counters.
+
+    Every (k, tau) of ``ks`` x ({None} + ``taus``) is replayed from the same traces
+    (:func:`specdec.validation.replay.replay_grid`), pooled over prompts, and scored with
+    :func:`specdec.validation.speed.predicted_speedup` (c, v measured on this machine).
+
+    Args:
+        traces, continuations: per prompt, the draft trace and the target's greedy continuation.
+        ks: k values. c, v: measured cost ratio and v(n) curve (None: nothing is predicted).
+        max_new_tokens, stop_token_ids: the decoding budget and stops.
+        taus: thresholds tried besides "no threshold".
+    Returns:
+        ``{"best_fixed_k": {"num_speculative_tokens", "predicted_speedup"},
+        "best_k_tau": {"num_speculative_tokens", "assistant_confidence_threshold", "predicted_speedup"}}``
+        (k None and speedup nan without c / v; ties keep the fixed k, then the smaller k and tau).
+    """
+    from specdec.validation.replay import replay_grid
+
+    if v is None or c is None or math.isnan(c) or not traces:
+        return {"best_fixed_k": {"num_speculative_tokens": None, "predicted_speedup": math.nan},
+                "best_k_tau": {"num_speculative_tokens": None, "assistant_confidence_threshold": None,
+                               "predicted_speedup": math.nan}}
+    grid = replay_grid(traces, continuations, ks, [None, *taus], max_new_tokens=max_new_tokens,
+                       stop_token_ids=stop_token_ids)
+    scores = {key: predicted_speedup(StepCounters.from_stats(s, generations=len(traces)), c, v) for key, s in grid.items()}
+    fixed = best_k({k: StepCounters.from_stats(grid[(k, None)], generations=len(traces)) for k in ks}, c, v)
+    best, best_s = (fixed[0], None), fixed[1]
+    for (k, tau), sp in scores.items():
+        if tau is not None and not math.isnan(sp) and (math.isnan(best_s) or sp > best_s + 1e-12):
+            best, best_s = (k, tau), sp
+    return {"best_fixed_k": {"num_speculative_tokens": fixed[0], "predicted_speedup": fixed[1]},
+            "best_k_tau": {"num_speculative_tokens": best[0], "assistant_confidence_threshold": best[1],
+                           "predicted_speedup": best_s}}
 
 
 def classify(margin: float | None, precision: str, *, unseen_stop: bool = False, counters_equal: bool = False) -> str:

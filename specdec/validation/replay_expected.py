@@ -8,6 +8,14 @@ probability of Leviathan et al. (2022), Sec. 3.1:
 
 with ``p_t`` / ``q_t`` the target / draft distributions after ``prompt + y[:t]`` (both through
 :func:`specdec.core.sampling.logits_to_probs`, so temperature / top-k / top-p match decoding).
+Under the argmax proposal rule (``draft_sampling="argmax"``, vLLM's and SGLang's: the draft's
+argmax verified with q one-hot, :func:`specdec.core.sampling.draft_step`) the per-token
+acceptance probability is instead
+
+    alpha_t = p_t(argmax q_t)
+
+(the sum of these along the continuation is the expected number of accepted drafts when every
+position is drafted), and everything below is unchanged.
 A block starting after ``m`` emitted tokens with budget ``b = min(k, max_new_tokens - m - 1)``
 accepts ``n`` drafts with probability ``prod_{i<n} alpha_{m+i} * (1 - alpha_{m+n})`` (``n < b``)
 or ``prod_{i<b} alpha_{m+i}`` (``n = b``), then emits one recovered / bonus token. A forward
@@ -55,16 +63,26 @@ class ExpectedCounters:
         return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else math.nan
 
 
-def position_alphas(z_p: torch.Tensor, z_q: torch.Tensor, sampling: SamplingConfig) -> list[float]:
-    """``alpha_t = sum_x min(p_t(x), q_t(x))`` per position.
+def position_alphas(z_p: torch.Tensor, z_q: torch.Tensor, sampling: SamplingConfig,
+                    draft_sampling: str = "sampled") -> list[float]:
+    """Per-position acceptance probability: ``sum_x min(p_t(x), q_t(x))`` (``"sampled"``) or
+    ``p_t(argmax q_t)`` (``"argmax"``; the argmax of the raw draft logits, as the core proposes).
 
     Args:
         z_p, z_q: float logits ``[T, V]`` of the target and the draft (draft already fitted to V).
         sampling: the decoding's :class:`SamplingConfig`.
+        draft_sampling: the proposal rule (:data:`specdec.core.config.DRAFT_SAMPLING_RULES`).
     Returns:
         ``T`` floats in [0, 1].
+    Raises:
+        ValueError: an unknown rule.
     """
-    p, q = logits_to_probs(z_p, sampling), logits_to_probs(z_q, sampling)
+    p = logits_to_probs(z_p, sampling)
+    if draft_sampling == "argmax":
+        return p.gather(-1, z_q.argmax(dim=-1, keepdim=True)).squeeze(-1).clamp(0.0, 1.0).tolist()
+    if draft_sampling != "sampled":
+        raise ValueError(f"draft_sampling must be 'sampled' or 'argmax', got {draft_sampling!r}")
+    q = logits_to_probs(z_q, sampling)
     return torch.minimum(p, q).sum(dim=-1).clamp(0.0, 1.0).tolist()
 
 

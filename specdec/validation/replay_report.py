@@ -35,7 +35,7 @@ from specdec.validation.prompt_run import PromptRun, context_limit
 from specdec.validation.provenance import eos_token_ids
 from specdec.validation.replay import first_flip, recording, target_divergence
 from specdec.validation.replay_curve import (acceptance_by_k, classify, decoded_stop_after_rejection, precision_of,
-                                             recommend_from_curve)
+                                             best_k_tau, recommend_from_curve)
 from specdec.validation.replay_expected import expected_curve
 from specdec.validation.replay_run import ReplayedPrompt, replay_prompts
 from specdec.validation.report import GroupMetrics, PromptResult, ValidationReport
@@ -255,6 +255,8 @@ def _report(j, replayed, decoded, blocks, config, kmax, precision, method, subse
     if greedy:
         curves = [rp.drafters[j].curve for rp in ok]
         section["acceptance_by_k"] = acceptance_by_k(curves, range(1, kmax + 1), c, v, **agg)
+        section.update(best_k_tau([rp.drafters[j].trace for rp in ok], [rp.continuation for rp in ok],
+                                  range(1, kmax + 1), c, v, max_new_tokens=config.max_new_tokens, stop_token_ids=stop))
         runs = _replay_runs(replayed, j, k)
         overall = aggregate(runs, k, **agg, verify_cost=v, cost_ratio=c)
         cats = {cat: aggregate([r for r in runs if r.row.category == cat], k, **agg, verify_cost=v, cost_ratio=c)

@@ -224,7 +224,8 @@ def _replay_one(target, drafters, ids, y, config: ValidationConfig, stop, vocab:
             adopt = adopts_prefix(d, target, len(ids))
             trace = draft_trace(d, ids, y, vocab, kmax=kmax, stop_token_ids=stop, exact=exact, adopts_prefix=adopt,
                                 target=target)
-            curve = replay_curve(trace, y, range(1, kmax + 1), max_new_tokens=config.max_new_tokens, stop_token_ids=stop)
+            curve = replay_curve(trace, y, range(1, kmax + 1), max_new_tokens=config.max_new_tokens, stop_token_ids=stop,
+                                 assistant_confidence_threshold=config.speculative.assistant_confidence_threshold)
             res.append(DrafterReplay(curve=curve, trace=trace, adopts_prefix=adopt))
         return res
     z_p = teacher_forced_logits(target, ids + y[:-1], len(y)) if y else None
@@ -248,6 +249,6 @@ def _replay_one(target, drafters, ids, y, config: ValidationConfig, stop, vocab:
         else:
             model = d.model if isinstance(d, ModelDrafter) else d
             z_q = fit_vocab(teacher_forced_logits(model, ids + y[:-1], len(y)), vocab)
-            alphas = position_alphas(z_p, z_q, config.sampling)
+            alphas = position_alphas(z_p, z_q, config.sampling, config.speculative.draft_sampling)
         res.append(DrafterReplay(alphas=alphas, adopts_prefix=adopt))
     return res

@@ -171,6 +171,13 @@ def under_load(history: list[list[float]], rates: list[float]) -> bool:
     return False
 
 
+def proposal_rule(config: ValidationConfig) -> dict[str, Any]:
+    """The pair's proposal rule and draft-length policy as ``speculative_generate`` keywords
+    (``draft_sampling``, ``assistant_confidence_threshold``), from ``config.speculative``."""
+    spec = config.speculative
+    return {"draft_sampling": spec.draft_sampling, "assistant_confidence_threshold": spec.assistant_confidence_threshold}
+
+
 def run_group(
     group: list[tuple[HeldoutPrompt, list[int]]],
     target: torch.nn.Module,
@@ -212,7 +219,7 @@ def run_group(
         out, wall = timed(
             lambda: speculative_generate(
                 target, d.obj, input_ids, mask, num_speculative_tokens=config.num_speculative_tokens,
-                generator=seeded_generator(group_seed + 1, device), **decode,
+                generator=seeded_generator(group_seed + 1, device), **decode, **proposal_rule(config),
             ),
             device,
         )
@@ -277,5 +284,5 @@ def warmup(
     for d in drafters:
         speculative_generate(
             target, d, x, mask, num_speculative_tokens=config.num_speculative_tokens, max_new_tokens=n,
-            sampling=config.sampling, eos_token_id=eos,
+            sampling=config.sampling, eos_token_id=eos, **proposal_rule(config),
         )

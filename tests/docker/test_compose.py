@@ -57,7 +57,7 @@ TEST_PASSWORD = "test-password-1234"  # what a user puts into docker/.env
 
 # Services that run once and exit; everything else is long-running and must have a healthcheck.
 ONE_SHOT = {"deploy"}
-SECRETS = {"POSTGRES_PASSWORD", "SPECDEC_ALERT_CHANNELS"}
+SECRETS = {"POSTGRES_PASSWORD", "SPECDEC_ALERT_CHANNELS", "SPECDEC_WATCH_SECRET", "MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -452,8 +452,9 @@ def test_volumes_declared_and_mounted_where_the_images_expect_them():
 def test_gpu_profile():
     svcs = resolved_compose()["services"]
     profiled = {n for n, s in svcs.items() if s.get("profiles")}
-    assert profiled == {"gpu-worker", "prometheus"} and svcs["gpu-worker"]["profiles"] == ["gpu"]
+    assert profiled == {"gpu-worker", "prometheus", "watch"} and svcs["gpu-worker"]["profiles"] == ["gpu"]
     assert svcs["prometheus"]["profiles"] == ["production"]  # optional Prometheus for production acceptance
+    assert svcs["watch"]["profiles"] == ["watch"]  # optional MLflow webhook receiver (specdec pair watch)
     gpu = svcs["gpu-worker"]
     devices = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "device_ids": ["0"], "capabilities": ["gpu"]}]
@@ -713,3 +714,18 @@ def test_both_images_share_the_volume_owner():
     uids = {n: re.search(r"useradd .*--uid (\d+)", "\n".join(r for _, r in parse_dockerfile(DOCKER / n))).group(1)
             for n in ("Dockerfile.cpu", "Dockerfile.cuda")}
     assert len(set(uids.values())) == 1 and "0" not in uids.values(), uids
+
+
+def test_watch_service_receives_mlflow_webhooks_inside_the_stack():
+    svcs = resolved_compose(SPECDEC_WATCH_SECRET="w" * 32)["services"]
+    watch, mlflow = svcs["watch"], svcs["mlflow"]
+    argv = service_argv(watch)
+    assert argv[:4] == ["specdec", "pair", "watch", "specdec-pair"]
+    assert flag_value(argv, "--listen") == "0.0.0.0:8765" and flag_value(argv, "--url") == "http://watch:8765/webhook"
+    env = watch["environment"]
+    assert env["SPECDEC_WATCH_SECRET"] == "w" * 32 and env["SPECDEC_WATCH_REVERT"] == "false"
+    assert env["MLFLOW_TRACKING_URI"] == "http://mlflow:5000" and env["PREFECT_API_URL"] == "http://prefect-server:4200/api"
+    assert "SPECDEC_WATCH_SECRET" not in mlflow.get("environment", {})  # the server gets it per webhook, not by env
+    assert "http" in mlflow["environment"]["MLFLOW_WEBHOOK_ALLOWED_SCHEMES"].split(",")
+    assert mlflow["environment"]["MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS"] == "true"
+    assert "8765" in " ".join(watch["healthcheck"]["test"]) and not watch.get("ports")  # internal only

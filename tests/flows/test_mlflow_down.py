@@ -18,7 +18,7 @@ pytestmark = pytest.mark.server
 def test_history_kept_and_mlflow_logging_retried(tmp_path, monkeypatch, prefect_harness):
     import monitoring
     from flows import model_cache
-    from flows.nightly import _finish, log_to_mlflow, retry_pending_mlflow_logging, run_validation
+    from flows.nightly import Job, Night, Target, log_to_mlflow, record_night, retry_pending_mlflow_logging, run_validation
     from flows.register import register_pair_flow
     from flows.tasks import report_dir_for
     from monitoring import history
@@ -44,9 +44,10 @@ def test_history_kept_and_mlflow_logging_retried(tmp_path, monkeypatch, prefect_
         out = report_dir_for(monitoring.get_settings().home, key)
         report = run_validation.fn(pvo, str(tmp_path / "h.jsonl"), None, "cpu", "float32", str(out))
         server.stop()  # MLflow goes down before the run is logged
-        res = _finish("down-pair", "challenger", pv["version"], key, claim, report, out, None,
-                      pvo.target_weights_sha256, pvo.draft_weights_sha256,
-                      log_task=log_to_mlflow.with_options(retries=0))
+        night = Night(key.scheduled_date, monitoring.get_settings(), db, None, held, lease=None, beat=None,
+                      holder_dead=None)
+        job = Job(Target("down-pair", "challenger", pvo, None), key, claim, out, future=None)
+        res = record_night(night, job, report, log_task=log_to_mlflow.with_options(retries=0))
         assert res.mlflow_run_id is None and res.history_run_id is not None
         pending = history.runs_pending_mlflow(db)
         assert [r.id for r in pending] == [res.history_run_id]

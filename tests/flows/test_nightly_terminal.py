@@ -32,3 +32,27 @@ def test_bad_heldout_is_one_line_and_the_traceback_goes_to_the_log_file(tmp_path
 
     d = subprocess.run(cmd + ["--debug"], capture_output=True, text=True, env=env, timeout=600)
     assert d.returncode == 1 and "Traceback" in d.stdout + d.stderr
+
+
+PROGRESS = r"""
+import logging, sys
+from flows.terminal import ReadableTerminal
+with ReadableTerminal(sys.argv[1], "nightly") as term:
+    import prefect  # noqa: F401 (configures its own loggers, not the root's terminal)
+    term.refresh()
+    logging.getLogger("prefect.task_runs").info("np v1: replay 3/6")
+    logging.getLogger("flows.nightly").warning("ungated promotion: np@champion points at v2")
+    logging.getLogger("httpx").info("HTTP Request: GET http://127.0.0.1/api/health")
+"""
+
+
+def test_progress_and_our_warnings_reach_the_terminal(tmp_path):
+    """`nightly run` showed nothing for a whole run: the root logger had no terminal handler."""
+    env = {**os.environ, "SPECDEC_HOME": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-c", PROGRESS, str(tmp_path)], capture_output=True, text=True, env=env,
+                       timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "np v1: replay 3/6" in p.stderr and "WARNING ungated promotion: np@champion points at v2" in p.stderr
+    assert "HTTP Request" not in p.stderr  # third-party INFO stays in the log file
+    log = next(tmp_path.glob("logs/nightly-*.log")).read_text()
+    assert "HTTP Request" in log and "replay 3/6" in log

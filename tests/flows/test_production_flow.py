@@ -32,7 +32,7 @@ def test_flow_ingests_windows_and_draws_both_sources(tmp_path, monkeypatch, pref
     from flows.production import production_acceptance_flow
     from monitoring import history, pipeline
     from monitoring.db import connect
-    from monitoring.production.store import trend_points
+    from monitoring.history import trend_points
     from tests.support.reports import make_report
 
     states = [[histogram_state("tiny", "0", [GOOD_A] * i, K, 1000.0)] for i in range(3)]
@@ -68,10 +68,9 @@ def test_flow_ingests_windows_and_draws_both_sources(tmp_path, monkeypatch, pref
     db.dispose()
 
 
-def test_merged_trend_is_time_ordered_and_plots_both_sources(tmp_path):
+def test_trend_of_both_sources_plots(tmp_path):
     import datetime as dt
 
-    from flows.production_lib import merge_trend
     from registry.plots import plot_trend
 
     t0 = dt.datetime(2026, 12, 1, 2, 0, tzinfo=dt.timezone.utc)
@@ -79,8 +78,6 @@ def test_merged_trend_is_time_ordered_and_plots_both_sources(tmp_path):
                 "pair_version": "1"} for d in range(2)]
     prod = [{"time": t0 + dt.timedelta(hours=h), "acceptance_rate": 0.3 if h == 5 else 0.58,
              "acceptance_rate_ci_low": 0.55, "source": "production", "pair_version": "1"} for h in range(1, 30, 4)]
-    pts = merge_trend(nightly, prod)
-    assert [p["time"] for p in pts] == sorted(p["time"] for p in nightly + prod)
-    assert [p["source"] for p in pts].count("nightly") == 2 and len(pts) == 2 + len(prod)
+    pts = sorted([{**p, "source": "nightly"} for p in nightly] + prod, key=lambda p: p["time"])
     out = plot_trend(pts, tmp_path / "trend.png")
     assert out.read_bytes()[:4] == b"\x89PNG"

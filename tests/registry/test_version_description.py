@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from registry.describe import (TABLE_DESCRIPTION_CHARS, VERSION_TAG_KEYS, VersionFacts, describe,
-                               validation_version_tags)
+                               plain_text, validation_version_tags)
 from tests.support.mlflow_server import sqlite_store
 from tests.support.reports import tiny_report
 from tests.support.models import save_tiny_checkpoint
@@ -73,14 +73,16 @@ def test_register_validate_promote_keeps_ten_tags_and_one_line(ckpts, tmp_path, 
     assert v1.tags["promotion"].endswith("by alice (gate passed)") and v2.tags["changed"] == "target"
     assert v1.description.startswith("passed: acc 0.72 [0.65-0.79] at k=3 · speedup 1.35x · tiny-heldout, 9 prompts · "
                                       "first version · 2026-01-01 · \\@champion ")
-    assert v1.description.endswith("by alice (gate passed) · baseline")
+    # the path from the version to its evidence: a link to its latest validation run (not the registration run)
+    run1_route = f"#/experiments/{client.get_run(run1).info.experiment_id}/runs/{run1}"
+    assert v1.description.endswith(f"by alice (gate passed) · baseline · [validation run]({run1_route})")
     assert v2.description.startswith("failed: acc 0.30 [0.22-0.38] at k=3 · speedup 1.35x · tiny-heldout, 9 prompts · "
                                       "target changed since v1 · 2026-01-01 · \\@challenger ")
 
     # what left the version tags is still in pair.json, and the API reads it back
     back = R.get_pair_version("specdec-pair", "2", download=False, tracking_uri=uri)
     assert back.tags["target.weights_sha256"] == t2.weights_sha256 and "target.weights_sha256" not in v2.tags
-    assert back.config == R.SpeculativeConfig(3) and back.description == v2.description.replace("\\@", "@")
+    assert back.config == R.SpeculativeConfig(3) and back.description == plain_text(v2.description) and "[validation run]" not in back.description
     listed = R.list_pair_versions("specdec-pair", tracking_uri=uri)
     assert [x.target_weights_sha256 for x in listed] == [t2.weights_sha256, t1.weights_sha256]
 
@@ -95,7 +97,7 @@ def test_register_validate_promote_keeps_ten_tags_and_one_line(ckpts, tmp_path, 
     R.promote("specdec-pair", "2", force=True, reason="hotfix", actor="bob", tracking_uri=uri)
     v1, v2 = (client.get_model_version("specdec-pair", v) for v in ("1", "2"))
     # stored as Markdown: "\@" keeps the MLflow UI from linking @champion to a GitHub user; plain in the CLI
-    assert " · was \\@champion " in v1.description and v2.description.endswith("by bob, forced: hotfix")
+    assert " · was \\@champion " in v1.description and "by bob, forced: hotfix · [validation run](#/" in v2.description
     assert " @champion " in v2.description.replace("\\@", "@") and " @champion" not in v2.description
     assert " · was @champion " in R.get_pair_version("specdec-pair", "1", download=False, tracking_uri=uri).description
     assert v1.tags["promotion"].startswith("was champion ")  # no stale "promotion: champion" chip

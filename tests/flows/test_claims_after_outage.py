@@ -1,0 +1,73 @@
+"""A process that ends, however it ends, leaves nothing that blocks or misreports the next run
+(issue 25, item 6).
+
+- A nightly process whose history DB failed mid-validation could not mark its claim ``error``; it
+  then exited normally and removed its lease, so re-runs said "already-running" (exit 0) for the
+  whole stale-claim window. Here a real process takes a claim on a real SQLite history, cannot
+  free it (as with the DB down), releases its lease and exits 0; the next claim of the same key
+  must be taken over at once.
+- Two first ``nightly run`` processes at once on an empty Prefect home: neither may crash in
+  Prefect's own database setup.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from monitoring import history
+from monitoring.db import connect
+from tests.support.reports import make_report
+
+pytestmark = pytest.mark.server
+
+
+def _key():
+    rep = make_report(0.6)
+    return history.RunKey.build("pair-o", "1", rep.heldout_name, rep.heldout_version, rep.config, dt.date(2026, 11, 9))
+
+
+def test_a_claim_left_by_a_process_that_exited_is_taken_over_at_once(tmp_path):
+    from flows.recovery import holder_dead
+
+    home = tmp_path / "home"
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    code = textwrap.dedent(f"""
+        import datetime as dt
+        from flows.recovery import NightlyLease
+        from monitoring import history
+        from monitoring.db import connect
+        from tests.support.reports import make_report
+        rep = make_report(0.6)
+        key = history.RunKey.build("pair-o", "1", rep.heldout_name, rep.heldout_version, rep.config, dt.date(2026, 11, 9))
+        db = connect(url={url!r})
+        lease = NightlyLease.mine({str(home)!r})
+        claim = history.claim_run(db, key, alias="champion")
+        lease.add_claim(claim.run_id, claim.token)
+        # validation fails and the history DB is down: mark_error raises, drop_claim is never reached
+        lease.release()  # the CLI's finally on a normal exit
+    """)
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+    db = connect(url=url)
+    claim = history.claim_run(db, _key(), alias="champion", stale_after_s=3600, holder_dead=holder_dead(home))
+    assert claim.previous_status and claim.previous_status.startswith("running"), claim
+
+
+def test_two_first_nightlies_at_once_on_an_empty_prefect_home(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_TRACKING", "SPECDEC_"))}
+    env.update({"PREFECT_HOME": str(tmp_path / "prefect"), "HF_HUB_OFFLINE": "1", "DO_NOT_TRACK": "true",
+                "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "COLUMNS": "1000"})
+    procs = [subprocess.Popen([sys.executable, "-m", "specdec.cli", "nightly", "run", "--pair", "no-such-pair",
+                               "--alias", "champion", "--device", "cpu"], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env={**env, "SPECDEC_HOME": str(tmp_path / f"h{i}")})
+             for i in range(2)]
+    outs = [p.communicate(timeout=400)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert "Prefect API server exited" not in out and "Traceback" not in out, out[-3000:]
+        assert "no-such-pair" in out, out[-3000:]
