@@ -93,10 +93,11 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path(f"benchmarks/results/{dt.date.today()}-speed-cpu.json"))
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--per-category", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: all CPUs; 1 on a crowded machine)")
     ap.add_argument("--also-k", type=int, nargs="*", default=[], help="decode at these k too (besides the best k)")
     args = ap.parse_args()
     t_start, loads = time.perf_counter(), [_load()]
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(args.threads or max(1, os.cpu_count() or 1))
     target = load_causal_lm("smollm2", dtype="float32", device="cpu")
     held = short_prompts(load_heldout("spec_bench"), target.tokenizer, per_category=args.per_category,
                          max_prompt_tokens=192, seed=0)

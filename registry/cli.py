@@ -17,6 +17,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from specdec.validation.cli_options import ConfidenceThresholdOption, DraftSamplingOption
+
 pair_app = typer.Typer(help="Draft/target pairs in the MLflow registry: register, list, show, promote.",
                        no_args_is_help=True)
 
@@ -75,12 +77,8 @@ def register_cmd(
     top_k: Annotated[int | None, typer.Option(min=1, help="Top-k filter.")] = None,
     top_p: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Top-p (nucleus) filter.")] = None,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Generation budget per prompt (tokens).")] = 128,
-    draft_sampling: Annotated[str, typer.Option(
-        "--draft-sampling", help="Proposal rule of model drafts: sampled (x ~ q; transformers) or argmax (the draft's "
-        "argmax verified with one-hot q; what vLLM and SGLang serve). Same output; acceptance differs at T > 0.")] = "sampled",
-    assistant_confidence_threshold: Annotated[float | None, typer.Option(
-        "--assistant-confidence-threshold", min=0.0, max=1.0, help="Stop drafting within a step after a draft whose "
-        "probability is below this (transformers' name; llama.cpp --draft-p-min). Default: always draft k.")] = None,
+    draft_sampling: DraftSamplingOption = "sampled",
+    assistant_confidence_threshold: ConfidenceThresholdOption = None,
     revision: Annotated[str | None, typer.Option(help="Hub revision of the target (Hub ids only).")] = None,
     model_card: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Model card (Markdown) for the target.")] = None,
     alias: Annotated[str | None, typer.Option("--alias", help="Alias to point at the new version (ungated; '' for none).")] = "challenger",

@@ -275,7 +275,8 @@ def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -
     draft = pair_tags.get("draft")
     try:
         return serving_config(pair_tags.get("engine", DEFAULT_ENGINE), kind, int(k),
-                              draft=None if draft in (None, "none") else draft)
+                              draft=None if draft in (None, "none") else draft,
+                              assistant_confidence_threshold=(report.config or {}).get("assistant_confidence_threshold"))
     except (TypeError, ValueError) as e:
         _log.warning("no serving configuration for this pair: %s", e)
         return None

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from specdec.validation.cli_options import ConfidenceThresholdOption, DraftSamplingOption
 
 _out = Console()
 _err = Console(stderr=True)
@@ -67,12 +68,8 @@ def validate(
     top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="Top-k filter (sampling only).")] = None,
     top_p: Annotated[float | None, typer.Option("--top-p", help="Top-p (nucleus) filter in (0, 1].")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seeds the subset, the sampling and the bootstrap.")] = 0,
-    draft_sampling: Annotated[str, typer.Option(
-        "--draft-sampling", help="Proposal rule of model drafts: sampled (x ~ q; transformers) or argmax (the draft's "
-        "argmax verified with one-hot q; what vLLM and SGLang serve). Same output; acceptance differs at T > 0.")] = "sampled",
-    assistant_confidence_threshold: Annotated[float | None, typer.Option(
-        "--assistant-confidence-threshold", min=0.0, max=1.0, help="Stop drafting within a step after a draft whose "
-        "probability is below this (transformers' name; llama.cpp --draft-p-min). Default: always draft k.")] = None,
+    draft_sampling: DraftSamplingOption = "sampled",
+    assistant_confidence_threshold: ConfidenceThresholdOption = None,
     device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[
         str, typer.Option("--dtype", help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16.")

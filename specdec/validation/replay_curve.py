@@ -127,8 +127,8 @@ def best_k_tau(traces: list[Any], continuations: list[list[int]], ks: range | li
                                "predicted_speedup": math.nan}}
     grid = replay_grid(traces, continuations, ks, [None, *taus], max_new_tokens=max_new_tokens,
                        stop_token_ids=stop_token_ids)
-    scores = {key: predicted_speedup(StepCounters.from_stats(s, generations=len(traces)), c, v) for key, s in grid.items()}
-    fixed = best_k({k: StepCounters.from_stats(grid[(k, None)], generations=len(traces)) for k in ks}, c, v)
+    scores = {key: predicted_speedup(StepCounters.from_stats(s), c, v) for key, s in grid.items()}
+    fixed = best_k({k: StepCounters.from_stats(grid[(k, None)]) for k in ks}, c, v)
     best, best_s = (fixed[0], None), fixed[1]
     for (k, tau), sp in scores.items():
         if tau is not None and not math.isnan(sp) and (math.isnan(best_s) or sp > best_s + 1e-12):

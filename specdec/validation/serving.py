@@ -4,10 +4,10 @@
 configuration of one serving engine profile:
 
 * ``vllm``: the ``--speculative-config`` JSON (``vllm serve ... --speculative-config '<json>'`` or
-  ``LLM(speculative_config=...)``): ``method`` ``draft_model`` with ``model`` for a draft model,
+  ``LLM(speculative_config=...)``): ``method`` ``draft_model`` (``eagle3`` for an EAGLE-3 head) with ``model``,
   ``ngram`` with ``prompt_lookup_max`` / ``prompt_lookup_min`` for the n-gram drafter, and
   ``num_speculative_tokens`` = k (vLLM ``vllm/config/speculative.py``, ``SpeculativeMethod``).
-* ``sglang``: ``--speculative-algorithm`` ``STANDALONE`` (a separate small draft LLM) or ``NGRAM``,
+* ``sglang``: ``--speculative-algorithm`` ``STANDALONE`` (a separate small draft LLM), ``EAGLE3`` or ``NGRAM``,
   ``--speculative-draft-model-path``, ``--speculative-num-steps`` k, ``--speculative-eagle-topk`` 1
   (a chain, as validated here) and ``--speculative-num-draft-tokens`` k + 1 (the draft tokens plus the
   root; SGLang docs, "Speculative Decoding", full parameter reference).
@@ -25,43 +25,56 @@ from typing import Any
 
 __all__ = ["ENGINES", "DEFAULT_ENGINE", "serving_config"]
 
-ENGINES = ("vllm", "sglang", "transformers")
+from specdec.core.config import DRAFT_SAMPLING_BY_ENGINE
+
+#: the engine profiles (the names :data:`specdec.core.config.DRAFT_SAMPLING_BY_ENGINE` uses for each engine's proposal rule)
+ENGINES = tuple(DRAFT_SAMPLING_BY_ENGINE)
 DEFAULT_ENGINE = "vllm"
 
 
 def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, *, draft: str | None,
-                   prompt_lookup_max: int = 4, prompt_lookup_min: int = 1) -> dict[str, Any]:
+                   prompt_lookup_max: int = 4, prompt_lookup_min: int = 1,
+                   assistant_confidence_threshold: float | None = None) -> dict[str, Any]:
     """The serving settings of one engine profile for a validated pair.
 
     Args:
         engine: ``vllm``, ``sglang`` or ``transformers``.
-        drafter_kind: ``model``, ``ngram`` or ``derived:<kind>``.
+        drafter_kind: ``model``, ``ngram``, ``derived:<kind>`` or ``eagle3``.
         num_speculative_tokens: the validated k (>= 1).
         draft: the draft model reference (path, Hub id or ``models:/`` URI); ignored for ``ngram``.
         prompt_lookup_max, prompt_lookup_min: the n-gram drafter's suffix lengths (tokens).
+        assistant_confidence_threshold: the validated tau, if any: transformers takes it as is; vLLM and
+            SGLang have no per-token confidence stop, so it is reported under ``not_applied``.
     Returns:
         ``{"engine", "num_speculative_tokens", "drafter_kind", ...}`` plus, per engine,
         ``speculative_config`` and ``args`` (vLLM), ``args`` (SGLang) or ``generate_kwargs``
         (transformers). ``args`` is a list of command-line arguments, ready for ``shlex.join``.
     Raises:
-        ValueError: unknown engine, k < 1, or a model drafter without ``draft``.
+        ValueError: unknown engine, k < 1, a model drafter without ``draft``, an EAGLE-3 head on transformers.
     """
+    ngram = drafter_kind == "ngram"
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
     k = int(num_speculative_tokens)
     if k < 1:
         raise ValueError(f"num_speculative_tokens must be >= 1, got {k}")
-    ngram = drafter_kind == "ngram"
     if not ngram and not draft:
         raise ValueError(f"a {drafter_kind} drafter needs its draft model reference")
-    out: dict[str, Any] = {"engine": engine, "num_speculative_tokens": k, "drafter_kind": drafter_kind}
+    eagle = drafter_kind == "eagle3"
+    if eagle and engine == "transformers":
+        raise ValueError("transformers' assisted generation has no EAGLE-3 drafter: serve this pair with vllm or sglang")
+    out: dict[str, Any] = {"engine": engine, "num_speculative_tokens": k, "drafter_kind": drafter_kind,
+                           "draft_sampling": DRAFT_SAMPLING_BY_ENGINE[engine]}
+    tau = assistant_confidence_threshold
+    if tau is not None and (engine != "transformers" or ngram):
+        out["not_applied"] = {"assistant_confidence_threshold": tau}
     if engine == "vllm":
         spec = ({"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": prompt_lookup_max,
                  "prompt_lookup_min": prompt_lookup_min} if ngram
-                else {"method": "draft_model", "model": draft, "num_speculative_tokens": k})
+                else {"method": "eagle3" if eagle else "draft_model", "model": draft, "num_speculative_tokens": k})
         out.update(speculative_config=spec, args=["--speculative-config", json.dumps(spec, separators=(",", ":"))])
     elif engine == "sglang":
-        args = ["--speculative-algorithm", "NGRAM" if ngram else "STANDALONE"]
+        args = ["--speculative-algorithm", "NGRAM" if ngram else ("EAGLE3" if eagle else "STANDALONE")]
         if not ngram:
             args += ["--speculative-draft-model-path", str(draft)]
         args += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
@@ -71,4 +84,6 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
         out["generate_kwargs"] = ({"prompt_lookup_num_tokens": k, "max_matching_ngram_size": prompt_lookup_max}
                                   if ngram else {"assistant_model": draft, "num_assistant_tokens": k,
                                                  "num_assistant_tokens_schedule": "constant"})
+        if tau is not None and not ngram:
+            out["generate_kwargs"]["assistant_confidence_threshold"] = tau
     return out

@@ -39,7 +39,8 @@ __all__ = ["StepCounters", "VerifyCost", "predicted_speedup", "best_k", "paired_
            "pooled_speedup", "timing_band", "TIMING_BAND"]
 
 #: measured / predicted outside this band: the timing is suspect (a co-tenant, a first-run penalty, a
-#: bias of one side), not a finding. Calibrated on benchmarks/results/2026-12-01-measure-cpu.json.
+#: bias of one side), not a finding. Calibrated on benchmarks/results/2026-12-01-speed-cpu.json (0.91-1.07
+#: measured there for ngram, derived:bf16, derived:int8 on SmolLM2; docs/metrics.md).
 TIMING_BAND = (0.8, 1.25)
 
 

@@ -96,7 +96,7 @@ def test_best_k_tau_scores_the_grid_with_the_one_speed_model(target, drafters):
     fixed, best = out["best_fixed_k"], out["best_k_tau"]
     assert best["predicted_speedup"] >= fixed["predicted_speedup"]
     grid = replay_grid(traces, conts, range(1, 9), [None, 0.3, 0.5, 0.8], max_new_tokens=24)
-    scores = {key: predicted_speedup(StepCounters.from_stats(s, generations=3), 0.4, v) for key, s in grid.items()}
+    scores = {key: predicted_speedup(StepCounters.from_stats(s), 0.4, v) for key, s in grid.items()}
     assert best["predicted_speedup"] == pytest.approx(max(scores.values()))
     assert fixed["predicted_speedup"] == pytest.approx(max(s for (k, t), s in scores.items() if t is None))
     assert scores[(best["num_speculative_tokens"], best["assistant_confidence_threshold"])] == pytest.approx(

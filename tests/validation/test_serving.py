@@ -27,6 +27,20 @@ def test_sglang_flags_are_a_chain_of_k_drafts():
     assert serving_config("sglang", "ngram", 2, draft=None)["args"][:2] == ["--speculative-algorithm", "NGRAM"]
 
 
+def test_eagle3_heads():
+    assert serving_config("vllm", "eagle3", 3, draft="models:/head/1")["speculative_config"]["method"] == "eagle3"
+    assert serving_config("sglang", "eagle3", 3, draft="h")["args"][:2] == ["--speculative-algorithm", "EAGLE3"]
+    with pytest.raises(ValueError, match="EAGLE-3"):
+        serving_config("transformers", "eagle3", 3, draft="h")
+
+
+def test_tau_goes_where_the_engine_has_it():
+    hf = serving_config("transformers", "model", 6, draft="d", assistant_confidence_threshold=0.5)
+    assert hf["generate_kwargs"]["assistant_confidence_threshold"] == 0.5 and hf["draft_sampling"] == "sampled"
+    vl = serving_config("vllm", "model", 6, draft="d", assistant_confidence_threshold=0.5)
+    assert vl["not_applied"] == {"assistant_confidence_threshold": 0.5} and vl["draft_sampling"] == "argmax"
+
+
 def test_transformers_and_bad_input():
     assert serving_config("transformers", "model", 6, draft="d")["generate_kwargs"] == {
         "assistant_model": "d", "num_assistant_tokens": 6, "num_assistant_tokens_schedule": "constant"}
