@@ -84,7 +84,7 @@ def register_pair_from_refs(
 
     Args:
         target: a model reference (see :func:`resolve_checkpoint`).
-        draft: ``ngram``; ``eagle3:<head dir or models:/<head>/<v>>`` (:func:`registry.heads.register_eagle3_pair`);
+        draft: ``ngram``; ``eagle3:<head dir or models:/<head>/<v>>`` (:func:`register_eagle3_pair`);
             ``derived:int8`` / ``int4`` / ``bf16`` / ``fp8`` (derived from this target); a model
             reference, optionally ``model:<ref>``; or ``models:/<name>/<v>`` of an already
             registered draft, including a derived-recipe version (e.g. an old derived draft kept
@@ -106,7 +106,7 @@ def register_pair_from_refs(
         if n:
             validate_name(n)
     spec = draft.strip()
-    if spec.startswith("eagle3:"):  # an EAGLE-3 head: lineage tags (registry.heads)
+    if spec.startswith("eagle3:"):  # an EAGLE-3 head, with its lineage tags (registry.heads)
         return register_eagle3_pair(target, spec.removeprefix("eagle3:"), name=name, head_name=draft_name,
                                     config=config, tracking_uri=tracking_uri)
     t = resolve_checkpoint(target, revision, tracking_uri)
@@ -170,8 +170,9 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
         version that is not an EAGLE-3 head; registry errors.
     """
     from registry.heads import head_compatibility, register_eagle3_head
-    from registry.models import download_model_version, get_model_version, register_model_version
+    from registry.models import register_model_version
     from registry.pairs import register_pair
+    from registry.service import download_model_version, get_model_version
 
     href = None
     if head.startswith("models:/"):
