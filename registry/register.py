@@ -52,15 +52,20 @@ def resolve_checkpoint(ref: str, revision: str | None = None, tracking_uri: str 
             "tokenizer": AutoTokenizer.from_pretrained(path), "config": AutoConfig.from_pretrained(path)}
 
 
-def default_model_name(resolved: dict[str, Any]) -> str:
-    """A registered-model name derived from a resolved reference (file stem or Hub id)."""
+def default_model_name(resolved: dict[str, Any], pair: str, role: str) -> str:
+    """A registered-model name for a resolved reference: a Hub id keeps its name and a ``.gguf`` file
+    its file stem (both name the weights); a local checkpoint directory becomes ``<pair>-<role>``
+    (``specdec-pair-target``), so registering from ``./target`` does not create a server-wide
+    registered model called ``target``."""
     from registry.models import sanitize_name
 
     src = resolved["source"]
     ref = str(src.get("ref") or resolved["ref"])
+    if ref.endswith(".gguf"):
+        return sanitize_name(Path(ref).stem)
     if src.get("kind") == "local" or Path(ref).exists():
-        ref = Path(ref).name
-    return sanitize_name(Path(ref).stem if ref.endswith(".gguf") else ref)
+        return sanitize_name(f"{pair}-{role}")
+    return sanitize_name(ref)
 
 
 def register_pair_from_refs(
@@ -79,7 +84,7 @@ def register_pair_from_refs(
 
     Args:
         target: a model reference (see :func:`resolve_checkpoint`).
-        draft: ``ngram``; ``eagle3:<head dir or models:/<head>/<v>>`` (:func:`registry.heads.register_eagle3_pair`);
+        draft: ``ngram``; ``eagle3:<head dir or models:/<head>/<v>>`` (:func:`register_eagle3_pair`);
             ``derived:int8`` / ``int4`` / ``bf16`` / ``fp8`` (derived from this target); a model
             reference, optionally ``model:<ref>``; or ``models:/<name>/<v>`` of an already
             registered draft, including a derived-recipe version (e.g. an old derived draft kept
@@ -101,7 +106,7 @@ def register_pair_from_refs(
         if n:
             validate_name(n)
     spec = draft.strip()
-    if spec.startswith("eagle3:"):  # an EAGLE-3 head: lineage tags (registry.heads)
+    if spec.startswith("eagle3:"):  # an EAGLE-3 head, with its lineage tags (registry.heads)
         return register_eagle3_pair(target, spec.removeprefix("eagle3:"), name=name, head_name=draft_name,
                                     config=config, tracking_uri=tracking_uri)
     t = resolve_checkpoint(target, revision, tracking_uri)
@@ -129,7 +134,10 @@ def register_pair_from_refs(
         kind = "model"
         d = resolve_checkpoint(spec.removeprefix("model:"), None, tracking_uri)
         compat = compatibility_to_dict(check_pair_compatible(t["tokenizer"], d["tokenizer"], t["config"], d["config"]))
-    tref = t["registered"] or register_model_version(target_name or default_model_name(t), t["path"],
+    from registry.settings import get_settings
+
+    pair = name or get_settings().pair_name
+    tref = t["registered"] or register_model_version(target_name or default_model_name(t, pair, "target"), t["path"],
                                                      source=t["source"], model_card=model_card,
                                                      tracking_uri=tracking_uri)
     if kind.startswith("derived:") and dref is None:
@@ -137,7 +145,7 @@ def register_pair_from_refs(
         dref = register_derived_draft(tref, recipe.to_dict(), name=draft_name, tracking_uri=tracking_uri)
     elif kind == "model":
         assert d is not None
-        dref = d["registered"] or register_model_version(draft_name or default_model_name(d), d["path"],
+        dref = d["registered"] or register_model_version(draft_name or default_model_name(d, pair, "draft"), d["path"],
                                                          source=d["source"], tracking_uri=tracking_uri)
     pv = register_pair(tref, dref, drafter_kind=kind, config=config, compatibility=compat, name=name,
                        tracking_uri=tracking_uri)
@@ -162,8 +170,9 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
         version that is not an EAGLE-3 head; registry errors.
     """
     from registry.heads import head_compatibility, register_eagle3_head
-    from registry.models import download_model_version, get_model_version, register_model_version
+    from registry.models import register_model_version
     from registry.pairs import register_pair
+    from registry.service import download_model_version, get_model_version
 
     href = None
     if head.startswith("models:/"):
