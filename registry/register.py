@@ -52,15 +52,20 @@ def resolve_checkpoint(ref: str, revision: str | None = None, tracking_uri: str 
             "tokenizer": AutoTokenizer.from_pretrained(path), "config": AutoConfig.from_pretrained(path)}
 
 
-def default_model_name(resolved: dict[str, Any]) -> str:
-    """A registered-model name derived from a resolved reference (file stem or Hub id)."""
+def default_model_name(resolved: dict[str, Any], pair: str, role: str) -> str:
+    """A registered-model name for a resolved reference: a Hub id keeps its name and a ``.gguf`` file
+    its file stem (both name the weights); a local checkpoint directory becomes ``<pair>-<role>``
+    (``specdec-pair-target``), so registering from ``./target`` does not create a server-wide
+    registered model called ``target``."""
     from registry.models import sanitize_name
 
     src = resolved["source"]
     ref = str(src.get("ref") or resolved["ref"])
+    if ref.endswith(".gguf"):
+        return sanitize_name(Path(ref).stem)
     if src.get("kind") == "local" or Path(ref).exists():
-        ref = Path(ref).name
-    return sanitize_name(Path(ref).stem if ref.endswith(".gguf") else ref)
+        return sanitize_name(f"{pair}-{role}")
+    return sanitize_name(ref)
 
 
 def register_pair_from_refs(
@@ -129,7 +134,10 @@ def register_pair_from_refs(
         kind = "model"
         d = resolve_checkpoint(spec.removeprefix("model:"), None, tracking_uri)
         compat = compatibility_to_dict(check_pair_compatible(t["tokenizer"], d["tokenizer"], t["config"], d["config"]))
-    tref = t["registered"] or register_model_version(target_name or default_model_name(t), t["path"],
+    from registry.settings import get_settings
+
+    pair = name or get_settings().pair_name
+    tref = t["registered"] or register_model_version(target_name or default_model_name(t, pair, "target"), t["path"],
                                                      source=t["source"], model_card=model_card,
                                                      tracking_uri=tracking_uri)
     if kind.startswith("derived:") and dref is None:
@@ -137,7 +145,7 @@ def register_pair_from_refs(
         dref = register_derived_draft(tref, recipe.to_dict(), name=draft_name, tracking_uri=tracking_uri)
     elif kind == "model":
         assert d is not None
-        dref = d["registered"] or register_model_version(draft_name or default_model_name(d), d["path"],
+        dref = d["registered"] or register_model_version(draft_name or default_model_name(d, pair, "draft"), d["path"],
                                                          source=d["source"], tracking_uri=tracking_uri)
     pv = register_pair(tref, dref, drafter_kind=kind, config=config, compatibility=compat, name=name,
                        tracking_uri=tracking_uri)
