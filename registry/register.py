@@ -164,7 +164,8 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
         head: a head directory (registered with lineage; it must have been trained on ``target``), or
             an already registered head version ``models:/<name>/<v>`` (any target: a target-only
             fine-tune leaves the old head with the new target, and its lineage says so).
-        name: pair registered model. head_name: registered model of a new head (default ``<target>-eagle3``).
+        name: pair registered model. head_name: registered model of a new head (default ``<pair>-eagle3``:
+            the re-trained heads of a pair are versions of one registered model).
         config: ``SpeculativeConfig`` of the pair (default: its defaults).
     Returns:
         :class:`registry.register.PairRegistration` (drafter kind ``eagle3``).
@@ -191,9 +192,13 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
     compat = head_compatibility(Path(head_dir), t["config"])
     if not compat["compatible"]:
         raise ValueError("head and target are incompatible: " + "; ".join(compat["problems"]))
-    tref = t["registered"] or register_model_version(default_model_name(t), t["path"], source=t["source"],
-                                                     tracking_uri=tracking_uri)
-    href = href or register_eagle3_head(head_dir, tref, name=head_name, tracking_uri=tracking_uri)
+    from registry.settings import get_settings
+
+    pair_name = name or get_settings().pair_name
+    tref = t["registered"] or register_model_version(default_model_name(t, pair_name, "target"), t["path"],
+                                                     source=t["source"], tracking_uri=tracking_uri)
+    href = href or register_eagle3_head(head_dir, tref, name=head_name or f"{pair_name}-eagle3",
+                                        tracking_uri=tracking_uri)
     pv = register_pair(tref, href, drafter_kind="eagle3", config=config or SpeculativeConfig(),
                        compatibility=compat, name=name, tracking_uri=tracking_uri, engine=engine)
     return PairRegistration(pair=pv, target=tref, draft=href, drafter_kind="eagle3")
