@@ -165,7 +165,7 @@ def test_watch_validates_new_versions_and_gates_a_hand_moved_champion(stack, tmp
     from monitoring.db import Database
     from monitoring.deliveries import deliveries
     from registry import promote
-    from registry.promotion import check_gate
+    from registry import check_gate
 
     v1_dir = save_tiny_checkpoint(tmp_path / "target-v1", seed=0, hidden_size=64)
     v2_dir = save_tiny_checkpoint(tmp_path / "target-v2", seed=0, hidden_size=64, perturb=0.05)
