@@ -74,6 +74,7 @@ def register_pair_from_refs(
     revision: str | None = None,
     model_card: str | None = None,
     tracking_uri: str | None = None,
+    engine: str = "vllm",
 ) -> PairRegistration:
     """Check compatibility, then register (or reuse) the target, the draft and the pair version.
 
@@ -86,6 +87,8 @@ def register_pair_from_refs(
             after a target-only fine-tune).
         name: pair registered model (default ``specdec-pair``).
         config: decoding config recorded with the pair.
+        engine: the serving engine profile recorded with the pair (``vllm``, ``sglang``, ``transformers``;
+            :func:`registry.pairs.register_pair`).
     Returns:
         :class:`PairRegistration`.
     Raises:
@@ -103,7 +106,7 @@ def register_pair_from_refs(
     spec = draft.strip()
     if spec.startswith("eagle3:"):  # an EAGLE-3 head: lineage tags (registry.heads)
         return register_eagle3_pair(target, spec.removeprefix("eagle3:"), name=name, head_name=draft_name,
-                                    config=config, tracking_uri=tracking_uri)
+                                    config=config, tracking_uri=tracking_uri, engine=engine)
     t = resolve_checkpoint(target, revision, tracking_uri)
     d = None
     dref: ModelVersionRef | None = None
@@ -140,12 +143,12 @@ def register_pair_from_refs(
         dref = d["registered"] or register_model_version(draft_name or default_model_name(d), d["path"],
                                                          source=d["source"], tracking_uri=tracking_uri)
     pv = register_pair(tref, dref, drafter_kind=kind, config=config, compatibility=compat, name=name,
-                       tracking_uri=tracking_uri)
+                       tracking_uri=tracking_uri, engine=engine)
     return PairRegistration(pair=pv, target=tref, draft=dref, drafter_kind=kind)
 
 
 def register_eagle3_pair(target: str, head: str, *, name: str | None = None, head_name: str | None = None,
-                         config=None, tracking_uri: str | None = None):
+                         config=None, tracking_uri: str | None = None, engine: str = "vllm"):
     """Register (or reuse) the target, the head and the ``eagle3`` pair version.
 
     Args:
@@ -154,7 +157,7 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
             an already registered head version ``models:/<name>/<v>`` (any target: a target-only
             fine-tune leaves the old head with the new target, and its lineage says so).
         name: pair registered model. head_name: registered model of a new head (default ``<target>-eagle3``).
-        config: ``SpeculativeConfig`` of the pair (default: its defaults).
+        config: ``SpeculativeConfig`` of the pair (default: its defaults). engine: the serving engine profile.
     Returns:
         :class:`registry.register.PairRegistration` (drafter kind ``eagle3``).
     Raises:
@@ -183,7 +186,7 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
                                                      tracking_uri=tracking_uri)
     href = href or register_eagle3_head(head_dir, tref, name=head_name, tracking_uri=tracking_uri)
     pv = register_pair(tref, href, drafter_kind="eagle3", config=config or SpeculativeConfig(),
-                       compatibility=compat, name=name, tracking_uri=tracking_uri)
+                       compatibility=compat, name=name, tracking_uri=tracking_uri, engine=engine)
     return PairRegistration(pair=pv, target=tref, draft=href, drafter_kind="eagle3")
 
 
