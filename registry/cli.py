@@ -94,7 +94,6 @@ def register_cmd(
     draft kept after a target-only fine-tune."""
     from registry.register import register_pair_from_refs
     from specdec.core.config import SamplingConfig, SpeculativeConfig
-
     try:
         if alias:
             from registry.promotion import check_alias_name

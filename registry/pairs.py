@@ -157,7 +157,8 @@ def engine_config(engine: str | None, config: SpeculativeConfig) -> tuple[str, S
         sampled = not config.sampling.is_greedy and config.draft_sampling == "sampled"
         return ("transformers" if sampled else "vllm"), config
     if engine not in DRAFT_SAMPLING_BY_ENGINE:
-        raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(DRAFT_SAMPLING_BY_ENGINE)}")
+        names = list(DRAFT_SAMPLING_BY_ENGINE)
+        raise ValueError(f"unknown engine {engine!r}: use {', '.join(names[:-1])} or {names[-1]}")
     rule = DRAFT_SAMPLING_BY_ENGINE[engine]
     if config.draft_sampling == rule or config.sampling.is_greedy and config.draft_sampling == "sampled":
         return engine, config  # greedy: both rules are the same algorithm; the default tag set stays as it was
