@@ -125,7 +125,8 @@ def register_cmd(
     out.print(f"  target  {tref.uri}{'  (reused)' if tref.reused else ''}  weights {tref.weights_sha256[:12]}", highlight=False)
     if dref is not None:
         out.print(f"  draft   {dref.uri}{'  (reused)' if dref.reused else ''}  weights {dref.weights_sha256[:12]}", highlight=False)
-    out.print(f"  drafter {kind}  {config.describe()}  engine {engine}", highlight=False)
+    out.print(f"  drafter {kind}  {config.describe()}", highlight=False)
+    out.print(f"  engine  {engine}", highlight=False)
     for note in (pv.compatibility or {}).get("notes", []):
         out.print(f"  [yellow]note:[/] {note}", highlight=False)
 
