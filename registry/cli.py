@@ -66,7 +66,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 @pair_app.command("register")
 def register_cmd(
     target: Annotated[str, typer.Option("--target", help="Target: Hub id, local dir, .gguf, smollm2, or models:/<name>/<v>.")],
-    draft: Annotated[str, typer.Option("--draft", help="Draft: a model ref (as --target, optionally 'model:<ref>'), ngram, derived:int8, derived:int4, derived:bf16 or derived:fp8 (CUDA).")],
+    draft: Annotated[str, typer.Option("--draft", help="Draft: a model ref (as --target, optionally 'model:<ref>'), ngram, derived:int8, derived:int4, derived:bf16, derived:fp8 (CUDA), or eagle3:<head dir or models:/...> (an EAGLE-3 head).")],
     name: Annotated[str | None, typer.Option("--name", help="Pair registered model (default specdec-pair).")] = None,
     target_name: Annotated[str | None, typer.Option(help="Registered model name for the target (default: from the ref).")] = None,
     draft_name: Annotated[str | None, typer.Option(help="Registered model name for the draft (default: from the ref).")] = None,
@@ -102,7 +102,7 @@ def register_cmd(
         sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
         config = SpeculativeConfig(num_speculative_tokens, sampling, max_new_tokens, draft_sampling,
                                    assistant_confidence_threshold)
-        from registry.pairs import engine_config
+        from specdec.validation.serving import engine_config
 
         engine, config = engine_config(engine, config)  # a bad engine is refused before any model loads
         card = model_card.read_text() if model_card else None

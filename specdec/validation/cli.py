@@ -50,7 +50,7 @@ def validate(
         list[str],
         typer.Option(
             "--draft",
-            help="Drafter: a model ref (or model:REF), 'ngram', 'derived:int8', 'derived:int4', 'derived:bf16', 'derived:fp8' (CUDA) or 'auto' (what `specdec draft recommend` picks). Repeat to "
+            help="Drafter: a model ref (or model:REF), 'ngram', 'derived:int8', 'derived:int4', 'derived:bf16', 'derived:fp8' (CUDA), 'eagle3:DIR' (a speculators-format EAGLE-3 head) or 'auto' (what `specdec draft recommend` picks). Repeat to "
             "validate several drafters against one shared target-only run (one report each, in --out/<drafter>/).",
         ),
     ],
@@ -261,10 +261,29 @@ def _write_and_print(reports: list[Any], out_dirs: list[Path], t_start: float) -
             from specdec.validation.replay_cli import print_replay
 
             print_replay(report, _out)
-        _out.print(f"report: {path}\nper-prompt rows: {od / 'prompts.csv'}\n")
+        _out.print(f"report: {path}\nper-prompt rows: {od / 'prompts.csv'}")
+        _write_serving_config(report, od)
     _out.print(f"wall time {time.perf_counter() - t_start:.1f} s (validation {reports[0].wall_seconds:.1f} s)")
     if reports[0].overall.num_prompts == 0:
         _fail("no prompt could be validated (all skipped: empty or longer than the context); see prompts.csv")
+
+
+def _write_serving_config(report: Any, od: Path) -> None:
+    """Writes ``serving_config.json`` (the engine flags for the validated k) next to the report and
+    prints its command-line arguments."""
+    import json
+    import shlex
+
+    from specdec.validation.serving import report_serving_config
+
+    serving = report_serving_config(report)
+    if serving is None:
+        _out.print("")
+        return
+    (od / "serving_config.json").write_text(json.dumps(serving, indent=2) + "\n")
+    args = shlex.join(serving.get("args") or [f"{k}={v}" for k, v in (serving.get("generate_kwargs") or {}).items()])
+    _out.print(f"serving ({serving['engine']}): {args}\nserving config: {od / 'serving_config.json'}\n",
+               highlight=False, soft_wrap=True)
 
 
 def _safe(name: str) -> str:
