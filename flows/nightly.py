@@ -212,7 +212,9 @@ def _mlflow_link(run_id: str) -> str:
     except (MlflowException, OSError):  # the link is a convenience: experiment 0 still opens the UI
         exp = "0"
     if uri.startswith("http"):
-        return f"{uri.rstrip('/')}/#/experiments/{exp}/runs/{run_id}"
+        from registry.describe import ML_VIEW
+
+        return f"{uri.rstrip('/')}/#/experiments/{exp}/runs/{run_id}{ML_VIEW}"
     return f"runs:/{run_id} (mlflow ui --backend-store-uri {uri})"
 
 
@@ -445,14 +447,12 @@ def finish_job(night: Night, job: Job) -> NightlyResult:
     return res
 
 
-def _check_parameters(batch_size: int, scheduled_date: dt.date | None, aliases: tuple[str, ...]) -> None:
+def _check_parameters(batch_size: int, scheduled_date, aliases: tuple[str, ...], date_type: type) -> None:
     from registry.promotion import check_alias_name
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if scheduled_date is not None and not isinstance(scheduled_date, dt.date):
-        # also keeps `dt` among the globals cloudpickle sends with a served flow (`flow.serve()` runs it
-        # in a spawned process; the annotation `dt.date` must resolve there)
+    if scheduled_date is not None and not isinstance(scheduled_date, date_type):
         raise ValueError(f"scheduled_date must be a date, got {scheduled_date!r}")
     for a in aliases:  # a typo in a deployment's parameters fails the run instead of validating nothing
         check_alias_name(a)
@@ -508,7 +508,9 @@ def nightly_validation_flow(
     """
     from flows.summary import finish_run
 
-    _check_parameters(batch_size, scheduled_date, aliases)
+    # `dt` named in this body: `flow.serve()` runs the flow in a spawned process with only the globals its
+    # body names (cloudpickle), and the annotation `dt.date` must resolve there (tests/flows/test_served_flow.py)
+    _check_parameters(batch_size, scheduled_date, aliases, date_type=dt.date)
     params = ValidationParams(heldout, limit, device, dtype, seed, batch_size, method, decode_fraction)
     night = open_night(scheduled_date, heldout)
     retry_pending_mlflow_logging()

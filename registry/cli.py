@@ -79,11 +79,12 @@ def register_cmd(
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Generation budget per prompt (tokens).")] = 128,
     draft_sampling: DraftSamplingOption = "sampled",
     assistant_confidence_threshold: ConfidenceThresholdOption = None,
+    engine: Annotated[str | None, typer.Option(
+        "--engine", help="Serving engine profile: vllm | sglang (argmax proposals) | transformers (sampled). Sets the "
+        "proposal rule the nightly measures under and the serving config logged. Default: from --draft-sampling.")] = None,
     revision: Annotated[str | None, typer.Option(help="Hub revision of the target (Hub ids only).")] = None,
     model_card: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Model card (Markdown) for the target.")] = None,
     alias: Annotated[str | None, typer.Option("--alias", help="Alias to point at the new version (ungated; '' for none).")] = "challenger",
-    engine: Annotated[str, typer.Option("--engine", help="Serving engine profile recorded with the pair: vllm, sglang "
-                                        "or transformers (its serving config is logged by each validation).")] = "vllm",
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """Check draft/target compatibility, then register target, draft and the pair version (made the @challenger,
@@ -93,10 +94,6 @@ def register_cmd(
     draft kept after a target-only fine-tune."""
     from registry.register import register_pair_from_refs
     from specdec.core.config import SamplingConfig, SpeculativeConfig
-    from specdec.validation.serving import ENGINES
-
-    if engine not in ENGINES:  # refused before any model is loaded
-        _fail(f"unknown --engine {engine!r}: use {', '.join(ENGINES[:-1])} or {ENGINES[-1]}")
     try:
         if alias:
             from registry.promotion import check_alias_name
@@ -105,6 +102,9 @@ def register_cmd(
         sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
         config = SpeculativeConfig(num_speculative_tokens, sampling, max_new_tokens, draft_sampling,
                                    assistant_confidence_threshold)
+        from registry.pairs import engine_config
+
+        engine, config = engine_config(engine, config)  # a bad engine is refused before any model loads
         card = model_card.read_text() if model_card else None
         reg = register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
                                       config=config, revision=revision, model_card=card, tracking_uri=tracking_uri,
@@ -125,8 +125,7 @@ def register_cmd(
     out.print(f"  target  {tref.uri}{'  (reused)' if tref.reused else ''}  weights {tref.weights_sha256[:12]}", highlight=False)
     if dref is not None:
         out.print(f"  draft   {dref.uri}{'  (reused)' if dref.reused else ''}  weights {dref.weights_sha256[:12]}", highlight=False)
-    out.print(f"  drafter {kind}  {config.describe()}", highlight=False)
-    out.print(f"  engine  {engine}", highlight=False)
+    out.print(f"  drafter {kind}  {config.describe()}  engine {engine}", highlight=False)
     for note in (pv.compatibility or {}).get("notes", []):
         out.print(f"  [yellow]note:[/] {note}", highlight=False)
 

@@ -32,6 +32,9 @@ REGISTRATION_TAG_KEYS = ("target", "draft", "drafter_kind", "changed", "num_spec
 VALIDATION_TAG_KEYS = ("validation_status", "acceptance_rate", "speedup", "policy")
 PROMOTION_TAG_KEY = "promotion"
 VERSION_TAG_KEYS = (*VALIDATION_TAG_KEYS, *REGISTRATION_TAG_KEYS, PROMOTION_TAG_KEY)
+#: query for MLflow UI experiment/run routes: MLflow 3.17 opens experiments in its GenAI view (traces,
+#: tokens, cost: all "No data") unless the route asks for the machine-learning view (runs, metrics)
+ML_VIEW = "?workflowType=machine_learning"
 #: the MLflow UI's versions table shows this many characters of a description (then "...")
 TABLE_DESCRIPTION_CHARS = 29
 #: registered-model tag naming the version specdec last moved an alias to (``<prefix><alias>``)
@@ -257,7 +260,7 @@ def facts_for(client, mv, run=None, aliases: Mapping[str, str] | None = None,
         f.speedup = m.get("speedup") if _finite(m.get("speedup")) else None
         f.speedup_ci = _pair(m, "speedup")
         f.speed_note = speed_note(m)
-        f.evidence = f"#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+        f.evidence = f"#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}{ML_VIEW}"
         f.heldout = held.split("@", 1)[0] or None
         f.num_prompts = int(m["num_prompts"]) if _finite(m.get("num_prompts")) else None
         created = run.data.tags.get("specdec.report_created_at", "")  # when validated (logging may be later)
@@ -296,13 +299,14 @@ def describe_run(client, run_id: str, pair: str, version: str, line: str) -> Non
     eid = run.info.experiment_id
     base = f"#/experiments/{eid}/runs/{run_id}/artifactPath"
     links = {f"pair version {pair} v{version}": f"#/models/{pair}/versions/{version}",
-             "report.json": f"{base}/report.json", "per-category acceptance": f"{base}/plots/per_category_acceptance.png",
-             "acceptance trend": f"{base}/plots/acceptance_trend.png"}
+             "report.json": f"{base}/report.json{ML_VIEW}",
+             "per-category acceptance": f"{base}/plots/per_category_acceptance.png{ML_VIEW}",
+             "acceptance trend": f"{base}/plots/acceptance_trend.png{ML_VIEW}"}
     try:
         names = [a.path for a in client.list_artifacts(run_id)]
     except Exception:  # noqa: BLE001 (links are a convenience)
         names = []
     for p in names:
         if p.endswith(".html"):  # the Evidently report (an extra artifact)
-            links["Evidently report"] = f"{base}/{p}"
+            links["Evidently report"] = f"{base}/{p}{ML_VIEW}"
     client.set_tag(run_id, "mlflow.note.content", run_description(_LINK.sub("", line), links))  # no link to itself

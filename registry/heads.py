@@ -122,8 +122,8 @@ def head_directory(ref: str, *, tracking_uri: str | None = None) -> Path:
     """
     if not ref.startswith("models:/"):
         return Path(ref)
-    from registry.models import download_model_version, get_model_version, parse_model_uri
-    from registry.pairs import get_pair_version
+    from registry.models import parse_model_uri
+    from registry.service import download_model_version, get_model_version, get_pair_version
 
     name, version, alias = parse_model_uri(ref)
     mref = get_model_version(ref, tracking_uri=tracking_uri)

@@ -174,9 +174,12 @@ def log_and_register(client, name: str, local_dir: Path, tags: dict[str, str], p
                       run_tags: dict[str, str] | None = None, model_description: str | None = None):
     """Registration run -> logged model (artifacts = ``local_dir``) -> model version. Marks the run and
     the logged model FAILED if anything goes wrong, then re-raises. Used for models and pairs alike."""
+    from registry.sweep import owner_tags, sweep_dead_registration_runs
+
     eid = get_or_create_experiment(client, REGISTRY_EXPERIMENT)
+    sweep_dead_registration_runs(client, eid)  # runs a kill -9 left RUNNING
     run = client.create_run(eid, run_name=f"register-{name}",
-                            tags=run_tags or {"specdec.model": name, "specdec.kind": model_type})
+                            tags={**(run_tags or {"specdec.model": name, "specdec.kind": model_type}), **owner_tags()})
     run_id = run.info.run_id
     model_id = None
     try:

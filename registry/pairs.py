@@ -138,6 +138,36 @@ def _optional(v: Any) -> str:
     return "none" if v is None else str(v)
 
 
+def engine_config(engine: str | None, config: SpeculativeConfig) -> tuple[str, SpeculativeConfig]:
+    """The engine profile of a pair and its config under that engine's proposal rule, so the nightly
+    measures acceptance as the engine counts it (docs/metrics.md, "proposal rule").
+
+    ``engine=None``: ``transformers`` for a sampling config with the sampled rule (the one engine that
+    samples drafts from q), else ``vllm``. A named engine whose rule differs from a config left at the
+    default rule (``sampled``) gets its rule (``vllm``/``sglang``: ``argmax``).
+
+    Raises:
+        ValueError: unknown engine; an explicit ``draft_sampling`` the engine does not use.
+    """
+    from dataclasses import replace
+
+    from specdec.core.config import DRAFT_SAMPLING_BY_ENGINE
+
+    if engine is None:
+        sampled = not config.sampling.is_greedy and config.draft_sampling == "sampled"
+        return ("transformers" if sampled else "vllm"), config
+    if engine not in DRAFT_SAMPLING_BY_ENGINE:
+        names = list(DRAFT_SAMPLING_BY_ENGINE)
+        raise ValueError(f"unknown engine {engine!r}: use {', '.join(names[:-1])} or {names[-1]}")
+    rule = DRAFT_SAMPLING_BY_ENGINE[engine]
+    if config.draft_sampling == rule or config.sampling.is_greedy and config.draft_sampling == "sampled":
+        return engine, config  # greedy: both rules are the same algorithm; the default tag set stays as it was
+    if config.draft_sampling != "sampled":
+        raise ValueError(f"engine {engine} proposes drafts by {rule}, but the config says draft_sampling="
+                         f"{config.draft_sampling}: drop one of them")
+    return engine, replace(config, draft_sampling=rule)
+
+
 def register_pair(
     target: ModelVersionRef | str,
     draft: ModelVersionRef | str | None,
@@ -148,7 +178,7 @@ def register_pair(
     name: str | None = None,
     description: str | None = None,
     tracking_uri: str | None = None,
-    engine: str = "vllm",
+    engine: str | None = None,
 ) -> PairVersion:
     """Register a pair version referencing exact target/draft model versions.
 
@@ -167,18 +197,16 @@ def register_pair(
         description: optional version description.
         tracking_uri: MLflow URI (default: :mod:`registry.settings`).
         engine: the serving engine profile (``vllm``, ``sglang``, ``transformers``), recorded in
-            ``pair.json`` (tag ``engine``); validations log its serving configuration. Not part of the
-            identity: re-registering an identical pair with another engine reuses the version.
+            ``pair.json`` (tag ``engine``); validations log its serving configuration, and the pair's
+            proposal rule is the engine's (:func:`engine_config`). Not part of the identity:
+            re-registering an identical pair with another engine reuses the version.
     Returns:
         :class:`PairVersion` (no artifacts downloaded). ``reused=True`` if an identical pair existed.
     Raises:
         ValueError: inconsistent drafter kind / draft; ModelNotFound: a referenced model version is missing;
         RegistryUnavailable: server unreachable.
     """
-    from specdec.validation.serving import ENGINES
-
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+    engine, config = engine_config(engine, config)
     if drafter_kind not in DRAFTER_KINDS:
         raise ValueError(f"unknown drafter kind {drafter_kind!r}; use one of {', '.join(DRAFTER_KINDS)}")
     if not isinstance(config, SpeculativeConfig):

@@ -52,15 +52,20 @@ def resolve_checkpoint(ref: str, revision: str | None = None, tracking_uri: str 
             "tokenizer": AutoTokenizer.from_pretrained(path), "config": AutoConfig.from_pretrained(path)}
 
 
-def default_model_name(resolved: dict[str, Any]) -> str:
-    """A registered-model name derived from a resolved reference (file stem or Hub id)."""
+def default_model_name(resolved: dict[str, Any], pair: str, role: str) -> str:
+    """A registered-model name for a resolved reference: a Hub id keeps its name and a ``.gguf`` file
+    its file stem (both name the weights); a local checkpoint directory becomes ``<pair>-<role>``
+    (``specdec-pair-target``), so registering from ``./target`` does not create a server-wide
+    registered model called ``target``."""
     from registry.models import sanitize_name
 
     src = resolved["source"]
     ref = str(src.get("ref") or resolved["ref"])
+    if ref.endswith(".gguf"):
+        return sanitize_name(Path(ref).stem)
     if src.get("kind") == "local" or Path(ref).exists():
-        ref = Path(ref).name
-    return sanitize_name(Path(ref).stem if ref.endswith(".gguf") else ref)
+        return sanitize_name(f"{pair}-{role}")
+    return sanitize_name(ref)
 
 
 def register_pair_from_refs(
@@ -74,21 +79,21 @@ def register_pair_from_refs(
     revision: str | None = None,
     model_card: str | None = None,
     tracking_uri: str | None = None,
-    engine: str = "vllm",
+    engine: str | None = None,
 ) -> PairRegistration:
     """Check compatibility, then register (or reuse) the target, the draft and the pair version.
 
     Args:
         target: a model reference (see :func:`resolve_checkpoint`).
-        draft: ``ngram``; ``eagle3:<head dir or models:/<head>/<v>>`` (:func:`registry.heads.register_eagle3_pair`);
+        draft: ``ngram``; ``eagle3:<head dir or models:/<head>/<v>>`` (:func:`register_eagle3_pair`);
             ``derived:int8`` / ``int4`` / ``bf16`` / ``fp8`` (derived from this target); a model
             reference, optionally ``model:<ref>``; or ``models:/<name>/<v>`` of an already
             registered draft, including a derived-recipe version (e.g. an old derived draft kept
             after a target-only fine-tune).
         name: pair registered model (default ``specdec-pair``).
         config: decoding config recorded with the pair.
-        engine: the serving engine profile recorded with the pair (``vllm``, ``sglang``, ``transformers``;
-            :func:`registry.pairs.register_pair`).
+        engine: serving engine profile (``vllm`` / ``sglang`` / ``transformers``; see
+            :func:`registry.pairs.engine_config`), None to read it from the config.
     Returns:
         :class:`PairRegistration`.
     Raises:
@@ -104,7 +109,7 @@ def register_pair_from_refs(
         if n:
             validate_name(n)
     spec = draft.strip()
-    if spec.startswith("eagle3:"):  # an EAGLE-3 head: lineage tags (registry.heads)
+    if spec.startswith("eagle3:"):  # an EAGLE-3 head, with its lineage tags (registry.heads)
         return register_eagle3_pair(target, spec.removeprefix("eagle3:"), name=name, head_name=draft_name,
                                     config=config, tracking_uri=tracking_uri, engine=engine)
     t = resolve_checkpoint(target, revision, tracking_uri)
@@ -132,7 +137,10 @@ def register_pair_from_refs(
         kind = "model"
         d = resolve_checkpoint(spec.removeprefix("model:"), None, tracking_uri)
         compat = compatibility_to_dict(check_pair_compatible(t["tokenizer"], d["tokenizer"], t["config"], d["config"]))
-    tref = t["registered"] or register_model_version(target_name or default_model_name(t), t["path"],
+    from registry.settings import get_settings
+
+    pair = name or get_settings().pair_name
+    tref = t["registered"] or register_model_version(target_name or default_model_name(t, pair, "target"), t["path"],
                                                      source=t["source"], model_card=model_card,
                                                      tracking_uri=tracking_uri)
     if kind.startswith("derived:") and dref is None:
@@ -140,7 +148,7 @@ def register_pair_from_refs(
         dref = register_derived_draft(tref, recipe.to_dict(), name=draft_name, tracking_uri=tracking_uri)
     elif kind == "model":
         assert d is not None
-        dref = d["registered"] or register_model_version(draft_name or default_model_name(d), d["path"],
+        dref = d["registered"] or register_model_version(draft_name or default_model_name(d, pair, "draft"), d["path"],
                                                          source=d["source"], tracking_uri=tracking_uri)
     pv = register_pair(tref, dref, drafter_kind=kind, config=config, compatibility=compat, name=name,
                        tracking_uri=tracking_uri, engine=engine)
@@ -148,7 +156,7 @@ def register_pair_from_refs(
 
 
 def register_eagle3_pair(target: str, head: str, *, name: str | None = None, head_name: str | None = None,
-                         config=None, tracking_uri: str | None = None, engine: str = "vllm"):
+                         config=None, tracking_uri: str | None = None, engine: str | None = None):
     """Register (or reuse) the target, the head and the ``eagle3`` pair version.
 
     Args:
@@ -156,8 +164,9 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
         head: a head directory (registered with lineage; it must have been trained on ``target``), or
             an already registered head version ``models:/<name>/<v>`` (any target: a target-only
             fine-tune leaves the old head with the new target, and its lineage says so).
-        name: pair registered model. head_name: registered model of a new head (default ``<target>-eagle3``).
-        config: ``SpeculativeConfig`` of the pair (default: its defaults). engine: the serving engine profile.
+        name: pair registered model. head_name: registered model of a new head (default ``<pair>-eagle3``:
+            the re-trained heads of a pair are versions of one registered model).
+        config: ``SpeculativeConfig`` of the pair (default: its defaults).
     Returns:
         :class:`registry.register.PairRegistration` (drafter kind ``eagle3``).
     Raises:
@@ -165,8 +174,9 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
         version that is not an EAGLE-3 head; registry errors.
     """
     from registry.heads import head_compatibility, register_eagle3_head
-    from registry.models import download_model_version, get_model_version, register_model_version
+    from registry.models import register_model_version
     from registry.pairs import register_pair
+    from registry.service import download_model_version, get_model_version
 
     href = None
     if head.startswith("models:/"):
@@ -182,9 +192,13 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
     compat = head_compatibility(Path(head_dir), t["config"])
     if not compat["compatible"]:
         raise ValueError("head and target are incompatible: " + "; ".join(compat["problems"]))
-    tref = t["registered"] or register_model_version(default_model_name(t), t["path"], source=t["source"],
-                                                     tracking_uri=tracking_uri)
-    href = href or register_eagle3_head(head_dir, tref, name=head_name, tracking_uri=tracking_uri)
+    from registry.settings import get_settings
+
+    pair_name = name or get_settings().pair_name
+    tref = t["registered"] or register_model_version(default_model_name(t, pair_name, "target"), t["path"],
+                                                     source=t["source"], tracking_uri=tracking_uri)
+    href = href or register_eagle3_head(head_dir, tref, name=head_name or f"{pair_name}-eagle3",
+                                        tracking_uri=tracking_uri)
     pv = register_pair(tref, href, drafter_kind="eagle3", config=config or SpeculativeConfig(),
                        compatibility=compat, name=name, tracking_uri=tracking_uri, engine=engine)
     return PairRegistration(pair=pv, target=tref, draft=href, drafter_kind="eagle3")

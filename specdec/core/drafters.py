@@ -10,8 +10,13 @@ active row. Per call of :func:`~specdec.speculative_generate` / ``_batch``:
 2. Each step: ``propose(contexts, limits, sampling, vocab_size, generator, stop_token_ids) ->``
    :class:`Proposal`. ``contexts[b]`` is active row b's prompt + tokens emitted so far; row b
    proposes at most ``limits[b]`` tokens (0 allowed), and its proposal ends right after a drafted
-   stop token. ``Proposal.q`` holds the distributions the tokens were drawn from; under greedy
-   sampling it may be ``None`` (q one-hot on the tokens: the loops verify ids directly). A row may
+   stop token. ``sampling`` is a :class:`~specdec.core.config.ProposalSampling`: the
+   :class:`~specdec.core.config.SamplingConfig` plus the proposal rule (``draft_sampling``:
+   ``"sampled"`` x ~ q, or ``"argmax"`` as vLLM/SGLang) and the draft-length policy
+   (``assistant_confidence_threshold``); a model-based drafter picks each token with
+   :func:`specdec.core.sampling.draft_step`, which applies both. ``Proposal.q`` holds the
+   distributions the tokens were drawn from; ``None`` means q one-hot on the tokens (greedy, the
+   argmax rule, lookup: the loops verify ids directly under greedy, else with one-hot q). A row may
    propose nothing (an n-gram miss, or a head that has no target features yet): the step is then
    a plain target step for that row.
 3. One target pass verifies every row, then ``accept(num_accepted, next_tokens, features)``: row b

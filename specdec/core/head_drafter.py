@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from specdec.core.drafters import Proposal, TargetFeatures
-from specdec.core.sampling import logits_to_probs, sample
+from specdec.core.sampling import draft_step
 
 __all__ = ["Eagle3Drafter"]
 
@@ -97,7 +97,8 @@ class Eagle3Drafter:
         k = max((len(t) for t, _ in props), default=0)
         B = len(props)
         tokens = torch.zeros(B, k, dtype=torch.long)
-        q = None if sampling.is_greedy else torch.zeros(B, k, vocab_size)
+        sampled = not sampling.is_greedy and getattr(sampling, "draft_sampling", "sampled") == "sampled"
+        q = torch.zeros(B, k, vocab_size) if sampled else None  # None: one-hot (greedy or the argmax rule)
         for b, (toks, qs) in enumerate(props):
             if toks:
                 tokens[b, : len(toks)] = torch.tensor(toks)
@@ -120,15 +121,15 @@ class Eagle3Drafter:
         self.forward_passes += 1
         row.num_fed = n - 1
         tokens, qs = [], []
+        tau = getattr(sampling, "assistant_confidence_threshold", None)
         for i in range(k):
             z = self.head.target_logits(logits[0, -1], vocab_size)
-            if sampling.is_greedy:
-                x = int(z.argmax())
-            else:
-                qs.append(logits_to_probs(z, sampling))
-                x = sample(qs[-1], generator)
+            x_row, q, confidence = draft_step(z[None], sampling, generator)  # the proposal rule and tau
+            x = int(x_row[0])
+            if q is not None:
+                qs.append(q[0])
             tokens.append(x)
-            if x in stop or i == k - 1:
+            if x in stop or i == k - 1 or (confidence is not None and float(confidence[0]) < tau):
                 break
             ids = torch.tensor([[x]], dtype=torch.long, device=device)
             state, logits = self.head(ids, state[:, -1:], torch.tensor([[n - 1 + i]], device=device), row.cache)

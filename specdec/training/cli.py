@@ -79,10 +79,10 @@ def eagle3(
     init_from: Annotated[str | None, typer.Option("--from", help="Warm-start from this head (dir, models:/<head>/<v>, "
                                                                  "or models:/<pair>@<alias> of an eagle3 pair).")] = None,
     recipe: Annotated[str, typer.Option("--recipe", help="fixed | regenerated (training data recipe).")] = "fixed",
-    sequences: Annotated[int, typer.Option("--sequences", min=1, help="Training prompts.")] = 240,
-    response_tokens: Annotated[int, typer.Option("--response-tokens", min=1)] = 192,
+    sequences: Annotated[int, typer.Option("--sequences", min=1, help="Training prompts.")] = 120,
+    response_tokens: Annotated[int, typer.Option("--response-tokens", min=1)] = 160,
     draft_vocab_size: Annotated[int, typer.Option("--draft-vocab-size", min=1, help="Ignored with --from.")] = 8192,
-    epochs: Annotated[int, typer.Option("--epochs", min=1)] = 3,
+    epochs: Annotated[int, typer.Option("--epochs", min=1)] = 4,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 4,
     lr: Annotated[float, typer.Option("--lr")] = 1e-3,
     ttt_steps: Annotated[int, typer.Option("--ttt-steps", min=1, help="Training-time-test unroll steps.")] = 3,

@@ -47,15 +47,18 @@ class Eagle3TrainConfig:
         max_minutes: stop training (checkpointed, result written) after this wall time; None = no limit.
         checkpoint_every: optimizer steps between checkpoints.
         seed: data order and initialisation.
+
+    The defaults aim at about 20 minutes on an idle 2-core CPU with the fp32 SmolLM2-135M target (an
+    estimate scaled from timings taken at load 15-20, not a measurement on an idle machine).
     """
 
     recipe: str = "fixed"
-    num_sequences: int = 240
-    response_tokens: int = 192
+    num_sequences: int = 120
+    response_tokens: int = 160
     draft_vocab_size: int = 8192
     ttt_steps: int = 3
     ttt_step_loss_decay: float = 1.0
-    epochs: int = 3
+    epochs: int = 4
     batch_size: int = 4
     lr: float = 1e-3
     weight_decay: float = 0.0
@@ -364,11 +367,15 @@ def _rate(sums: dict, s: int) -> float:
 
 
 def _write_result(head, out: Path, target: Any, config: Eagle3TrainConfig, lineage: dict, metrics: dict) -> None:
-    """The head in the ``speculators`` format (plus the target's tokenizer files) and ``training.json``."""
+    """The head in the ``speculators`` format (verifier: the target's Hub id, else its local checkpoint
+    directory, so speculators' own loader finds its config), the target's tokenizer files and ``training.json``."""
     from specdec.models.eagle3 import save_eagle3
 
     out.mkdir(parents=True, exist_ok=True)
-    save_eagle3(head, out)
+    src = getattr(target, "source", {}) or {}
+    verifier = src.get("ref") if src.get("kind") == "hub" else str(getattr(target, "path", "") or "") or None
+    save_eagle3(head, out, verifier=verifier,
+                verifier_architectures=list(getattr(target.model.config, "architectures", None) or []))
     target.tokenizer.save_pretrained(out)
     doc = {"config": asdict(config), "lineage": lineage, "metrics": metrics,
            "draft_vocab_size": int(head.config.draft_vocab_size)}

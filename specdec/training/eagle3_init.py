@@ -53,12 +53,10 @@ def new_head(target: Any, layer_ids: list[int], d2t: torch.Tensor, t2d: torch.Te
     from specdec.models.eagle3 import Eagle3Config, Eagle3Head
 
     model = target.model
-    src = getattr(target, "source", {}) or {}
     raw = {"speculators_config": {
         "algorithm": "eagle3", "default_proposal_method": "greedy",
         "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": ttt_steps}],
-        "verifier": {"name_or_path": src.get("repo_id") or src.get("ref"),
-                     "architectures": list(getattr(model.config, "architectures", None) or [])}}}
+        "verifier": {"name_or_path": None, "architectures": list(getattr(model.config, "architectures", None) or [])}}}
     config = Eagle3Config(layer=_layer_config(model.config), draft_vocab_size=int(d2t.numel()),
                           aux_layer_ids=list(layer_ids), raw=raw)
     with torch.random.fork_rng(devices=[]):

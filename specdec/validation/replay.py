@@ -287,6 +287,9 @@ def replay_counters(
     k = num_speculative_tokens
     if k < 1:
         raise ValueError(f"num_speculative_tokens must be >= 1, got {k}")
+    if assistant_confidence_threshold is not None and trace.chains is not None:
+        raise ValueError("assistant_confidence_threshold is not replayed for an EAGLE-3 head trace (no per-draft "
+                         "confidence in its chains); replay it without a threshold")
     y = continuation
     if len(y) > max_new_tokens or any(x in stop_token_ids for x in y[:-1]):
         raise ValueError("continuation is longer than max_new_tokens or has a stop token before its end")

@@ -125,6 +125,8 @@ def best_k_tau(traces: list[Any], continuations: list[list[int]], ks: range | li
         return {"best_fixed_k": {"num_speculative_tokens": None, "predicted_speedup": math.nan},
                 "best_k_tau": {"num_speculative_tokens": None, "assistant_confidence_threshold": None,
                                "predicted_speedup": math.nan}}
+    if any(getattr(t, "chains", None) is not None for t in traces):
+        taus = ()  # a head's trace has no per-draft confidence: fixed k only
     grid = replay_grid(traces, continuations, ks, [None, *taus], max_new_tokens=max_new_tokens,
                        stop_token_ids=stop_token_ids)
     scores = {key: predicted_speedup(StepCounters.from_stats(s), c, v) for key, s in grid.items()}

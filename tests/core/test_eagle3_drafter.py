@@ -110,8 +110,10 @@ def small_pair():
     return target, head
 
 
-@pytest.mark.parametrize("config", [SamplingConfig(temperature=1.0), SamplingConfig(temperature=0.7, top_k=3)])
-def test_sampling_follows_the_target_distribution(small_pair, config):
+@pytest.mark.parametrize("config,rule", [(SamplingConfig(temperature=1.0), "sampled"),
+                                         (SamplingConfig(temperature=0.7, top_k=3), "sampled"),
+                                         (SamplingConfig(temperature=0.7, top_p=0.9), "argmax")])  # vLLM's rule
+def test_sampling_follows_the_target_distribution(small_pair, config, rule):
     from tests.core.test_distribution import detectable_tv, gof
 
     target, head = small_pair
@@ -121,14 +123,14 @@ def test_sampling_follows_the_target_distribution(small_pair, config):
     accepted = drafted = 0
     for _ in range(N_SAMPLES):  # k = 2, 3 new tokens: step 1 is the prefill, step 2 drafts 1 token (budget)
         out = speculative_generate(target, drafter, PROMPT, num_speculative_tokens=2, max_new_tokens=3,
-                                   sampling=config, generator=g)
+                                   sampling=config, generator=g, draft_sampling=rule)
         counts[out.token_ids[1], out.token_ids[2]] += 1
         accepted += out.stats.num_accepted_tokens
         drafted += out.stats.num_draft_tokens
     truth = _second_and_third(target, config)
     pvalue, df = gof(counts, truth)
     tv = detectable_tv(N_SAMPLES, max(df, 1))
-    print(f"\n[gof] eagle3 {config}: n={N_SAMPLES} df={df} p={pvalue:.3f} detectable_tv={tv:.3f} "
+    print(f"\n[gof] eagle3 {config} {rule}: n={N_SAMPLES} df={df} p={pvalue:.3f} detectable_tv={tv:.3f} "
           f"acceptance={accepted / max(drafted, 1):.3f}")
     assert drafted >= N_SAMPLES and accepted >= 50 and accepted / drafted < 0.99
     assert tv <= 0.065

@@ -71,3 +71,36 @@ def test_two_first_nightlies_at_once_on_an_empty_prefect_home(tmp_path):
     for p, out in zip(procs, outs):
         assert "Prefect API server exited" not in out and "Traceback" not in out, out[-3000:]
         assert "no-such-pair" in out, out[-3000:]
+
+
+def test_already_running_with_nothing_validated_is_not_exit_0(tmp_path):
+    """A live nightly (paused in validation) holds tonight's claim; a second one validates nothing
+    and says so with exit 4 (before: exit 0)."""
+    import json
+    import signal
+    import time
+
+    from monitoring.receiver import WebhookReceiver
+    from tests.flows.test_nightly_crash_recovery import _env, _nightly_cmd, _register
+    from tests.support.models import save_tiny_checkpoint
+
+    rows = [{"id": f"p{i}", "category": "a", "prompt": f"abc abc abc {i} abc abc"} for i in range(6)]
+    (tmp_path / "h.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    setup = {"tmp": tmp_path, "ckpt": str(save_tiny_checkpoint(tmp_path / "tiny")), "heldout": str(tmp_path / "h.jsonl")}
+    home = tmp_path / "home"
+    home.mkdir()
+    _register(setup, home)
+    with WebhookReceiver() as rx:
+        first = subprocess.Popen(_nightly_cmd(setup), env=_env(home, rx, SPECDEC_TEST_PAUSE_AT="validation"),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 600
+            while not (home / "paused-validation").exists():
+                assert first.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+            second = subprocess.run(_nightly_cmd(setup), env=_env(home, rx), capture_output=True, text=True, timeout=600)
+        finally:
+            first.send_signal(signal.SIGKILL)
+            first.wait(30)
+    out = second.stdout + second.stderr
+    assert "already-running" in out and second.returncode == 4, out[-3000:]

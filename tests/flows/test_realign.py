@@ -44,8 +44,8 @@ def test_remediation_retrains_the_head_from_its_last_version_and_registers_a_cha
     config = {"num_sequences": 8, "response_tokens": 40, "epochs": 1, "batch_size": 4}
     assert remediate_drift([quiet], config=config) == []
     (out,) = remediate_drift([quiet, fired], config=config)
-    assert out["parent_head"] == v1.draft_uri == "models:/t1-eagle3/1"
-    assert out["head_uri"] == "models:/t2-eagle3/1" and out["target"] == v2.target_uri
+    assert out["parent_head"] == v1.draft_uri == "models:/pair-realign-eagle3/1"
+    assert out["head_uri"] == "models:/pair-realign-eagle3/2" and out["target"] == v2.target_uri
     assert out["steps"] == out["total_steps"] == 2
     pv = R.get_pair_version(PAIR, "challenger", download=False)
     assert pv.version == out["version"] == "3" and pv.changed == "draft" and pv.drafter_kind == "eagle3"

@@ -42,15 +42,16 @@ def test_register_list_show_promote(cli, ckpts, tmp_path):
     r = cli("register", "--target", ckpts["target"], "--draft", ckpts["draft"], "-k", 3)
     assert r.exit_code == 0, r.output
     assert "registered models:/specdec-pair/1" in r.output and "(changed: initial)" in r.output
-    assert "models:/tiny-target/1" in r.output and "models:/tiny-draft/1" in r.output
+    # local directories are registered under the pair's name, not as server-wide "tiny-target" / "tiny-draft"
+    assert "models:/specdec-pair-target/1" in r.output and "models:/specdec-pair-draft/1" in r.output
 
     again = cli("register", "--target", ckpts["target"], "--draft", f"model:{ckpts['draft']}", "-k", 3)
     assert again.exit_code == 0 and "already registered as models:/specdec-pair/1" in again.output
     assert "(reused)" in again.output
 
-    r = cli("register", "--target", "models:/tiny-target/1", "--draft", "derived:int8", "-k", 3)
+    r = cli("register", "--target", "models:/specdec-pair-target/1", "--draft", "derived:int8", "-k", 3)
     assert r.exit_code == 0, r.output
-    assert "registered models:/specdec-pair/2" in r.output and "models:/tiny-target-derived-int8/1" in r.output
+    assert "registered models:/specdec-pair/2" in r.output and "models:/specdec-pair-target-derived-int8/1" in r.output
     r = cli("register", "--target", ckpts["target"], "--draft", "ngram", "--temperature", 0.7, "--top-p", 0.9)
     assert r.exit_code == 0 and "models:/specdec-pair/3" in r.output
 
@@ -88,11 +89,11 @@ def test_register_list_show_promote(cli, ckpts, tmp_path):
     assert shown["tags"]["promotion"].endswith("by carol, forced: demo override")
     assert shown["recipe"]["kind"] == "int8" and shown["latest_validation"] is None
     r = cli("show", "specdec-pair", "1")
-    assert r.exit_code == 0 and "acceptance_rate" in r.output and "models:/tiny-target/1" in r.output
+    assert r.exit_code == 0 and "acceptance_rate" in r.output and "models:/specdec-pair-target/1" in r.output
     assert "vllm" in r.output and "--speculative-config" in r.output  # what to copy into serving
     sc = json.loads(cli("show", "specdec-pair", "1", "--json").stdout)["serving_config"]
     assert sc["engine"] == "vllm" and sc["speculative_config"] == {
-        "method": "draft_model", "model": "models:/tiny-draft/1", "num_speculative_tokens": 3}
+        "method": "draft_model", "model": "models:/specdec-pair-draft/1", "num_speculative_tokens": 3}
     r = cli("list")
     assert "@challenger" in r.output and "@champion" in r.output
 
@@ -105,7 +106,7 @@ def test_incompatible_draft_is_refused_before_registering(cli, ckpts):
     assert "incompatible draft/target pair" in r.output and "90 embedding rows" in r.output
     assert "Traceback" not in r.output
     with pytest.raises(R.ModelNotFound):  # nothing was registered
-        R.get_model_version("models:/tiny-target/1")
+        R.get_model_version("models:/specdec-pair-target/1")
 
 
 def test_clear_errors(cli, ckpts, tmp_path):
@@ -125,7 +126,7 @@ def test_clear_errors(cli, ckpts, tmp_path):
     assert r.exit_code == 1 and "unreachable" in r.output
     # an unknown engine is refused first (the target does not exist either): one line, no traceback
     r = cli("register", "--target", tmp_path / "nowhere", "--draft", "ngram", "--engine", "tgi")
-    assert r.exit_code == 1 and "unknown --engine 'tgi': use vllm, sglang or transformers" in r.output
+    assert r.exit_code == 1 and "unknown engine 'tgi': use vllm, sglang or transformers" in r.output
     assert "not found" not in r.output and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
 
 

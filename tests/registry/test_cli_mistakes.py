@@ -61,3 +61,10 @@ def test_bad_derived_draft_is_refused_before_the_target_loads(run, tmp_path):
     # the target does not exist: had it been loaded first, the error would name the target
     _one_line(*run("validate", "--target", str(tmp_path / "no-such-target"), "--draft", "derived:int3",
                    "--out", str(tmp_path / "out")), "--draft derived:int3", "derived:int8")
+
+
+def test_unknown_engine_and_a_rule_the_engine_does_not_use_are_refused_before_loading(run):
+    _one_line(*run("pair", "register", "--target", "/nonexistent", "--draft", "ngram", "--engine", "tgi"),
+              "unknown engine 'tgi'")
+    _one_line(*run("pair", "register", "--target", "/nonexistent", "--draft", "ngram", "--engine", "transformers",
+                   "--temperature", "0.7", "--draft-sampling", "argmax"), "engine transformers proposes drafts by sampled")

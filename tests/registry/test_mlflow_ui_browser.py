@@ -5,7 +5,9 @@ passed + @champion, failed + @challenger, passed, never validated); headless Chr
 package, driven by Playwright's Python package) opens the registered-model page and a version page.
 For every version the versions table must show the verdict and the acceptance rate [CI] in full in
 the Description column (the table shows 29 characters of it) and the ``validation_status`` /
-``acceptance_rate`` tag chips unclipped. Screenshots go to ``benchmarks/results/ui/``.
+``acceptance_rate`` tag chips unclipped; a version links to its validation run; the validation
+experiment opens on its runs table; a run shows its plots and the Evidently report (which says what
+it compares). Screenshots go to ``benchmarks/results/ui/``.
 
 Skipped, with the reason, only where no Chromium executable or no Playwright package exists
 (``.ci/run`` installs ``chromium`` with apt-get when it runs as root).
@@ -66,6 +68,17 @@ def console(tmp_path_factory):
         runs = {v: R.log_validation(PAIR, v, tiny_report(acc, ci, num_speculative_tokens=4, heldout_name="spec_bench"),
                                     tmp / f"report-v{v}", tracking_uri=uri)
                 for v, (_, acc, ci) in expected.items()}
+        # v2's night again, with the Evidently report the nightly attaches (v2 against v1, its baseline)
+        from monitoring.evidently_report import build_report
+        from tests.support.reports import make_report
+
+        cur, ref = make_report(0.31, num_prompts=24, seed=2), make_report(0.72, num_prompts=24, seed=1)
+        drift = build_report(cur.prompts, ref.prompts, tmp / "evidently", current_label=f"{PAIR} v2, night 2026-01-01",
+                             reference_label=f"{PAIR} v1, night 2026-01-01 (the last passing run of the champion)",
+                             pooled=(0.31, 0.72))
+        runs["2"] = R.log_validation(PAIR, "2", tiny_report(0.31, (0.24, 0.38), num_speculative_tokens=4,
+                                                             heldout_name="spec_bench"), tmp / "report-v2b",
+                                     extra_artifacts=[drift.html_path, drift.json_path], tracking_uri=uri)
         R.promote(PAIR, "1", actor="alice", tracking_uri=uri)
         R.promote(PAIR, "2", "challenger", actor="alice", tracking_uri=uri)
         yield {"uri": uri, "expected": expected, "runs": runs}
@@ -157,3 +170,53 @@ def test_validation_run_page_names_the_night_and_links_the_version(page, console
     page.goto(f"{console['uri']}/{href}")  # the route resolves to the version page
     page.get_by_text("Version 1").first.wait_for()
     assert page.get_by_text("passed: acc 0.72 [0.65-0.79] at k=4", exact=False).count() >= 1
+
+
+def _experiment_id(console) -> str:
+    from mlflow import MlflowClient
+
+    return MlflowClient(console["uri"]).get_run(console["runs"]["1"]).info.experiment_id
+
+
+def test_validation_experiment_opens_on_its_runs_table(page, console):
+    eid = _experiment_id(console)
+    # the route specdec's links use (run descriptions, alerts): MLflow 3.17 shows the GenAI overview
+    # (traces, tokens: "No data") unless a route or the user's toggle asks for the runs view
+    page.goto(f"{console['uri']}/#/experiments/{eid}?workflowType=machine_learning")
+    page.get_by_text(f"{PAIR} v1 night 2026-01-01").first.wait_for()  # the runs table, not the GenAI overview
+    assert page.get_by_text(f"{PAIR} v3 night 2026-01-01").count() >= 1
+    page.wait_for_timeout(1500)
+    page.screenshot(path=str(SHOTS / "validation-experiment-runs.png"))
+
+
+def test_version_links_to_its_validation_evidence(page, console):
+    page.goto(f"{console['uri']}/#/models/{PAIR}/versions/1")
+    link = page.get_by_role("link", name="validation run")
+    link.wait_for()
+    href = link.get_attribute("href")
+    assert href.endswith(f"/runs/{console['runs']['1']}?workflowType=machine_learning"), href
+    assert page.locator("a[href*='github.com']").count() == 0  # "@champion" is not a GitHub mention
+
+
+def test_validation_run_page_shows_its_plots(page, console):
+    eid, run_id = _experiment_id(console), console["runs"]["1"]
+    page.goto(f"{console['uri']}/#/experiments/{eid}/runs/{run_id}/artifactPath/plots/acceptance_trend.png"
+              "?workflowType=machine_learning")
+    img = page.locator("img[src*='acceptance_trend.png'], img[alt*='acceptance_trend']").first
+    img.wait_for()
+    page.wait_for_function("i => i.complete && i.naturalWidth > 0", arg=img.element_handle())
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(SHOTS / "validation-run-plots.png"))
+
+
+def test_evidently_report_says_what_is_compared(page, console):
+    eid, run_id = _experiment_id(console), console["runs"]["2"]
+    page.goto(f"{console['uri']}/#/experiments/{eid}/runs/{run_id}/artifactPath/drift.html?workflowType=machine_learning")
+    frame_el = page.locator("iframe").first
+    frame_el.wait_for()
+    frame = frame_el.content_frame
+    frame.get_by_text("specdec drift report").wait_for()
+    assert frame.get_by_text(f"{PAIR} v2, night 2026-01-01", exact=False).count() >= 1
+    assert frame.get_by_text("is the K-S p-value", exact=False).count() >= 1
+    page.wait_for_timeout(2000)  # Evidently draws its widgets
+    page.screenshot(path=str(SHOTS / "evidently-report.png"))

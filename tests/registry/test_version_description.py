@@ -74,7 +74,7 @@ def test_register_validate_promote_keeps_ten_tags_and_one_line(ckpts, tmp_path, 
     assert v1.description.startswith("passed: acc 0.72 [0.65-0.79] at k=3 · speedup 1.35x · tiny-heldout, 9 prompts · "
                                       "first version · 2026-01-01 · \\@champion ")
     # the path from the version to its evidence: a link to its latest validation run (not the registration run)
-    run1_route = f"#/experiments/{client.get_run(run1).info.experiment_id}/runs/{run1}"
+    run1_route = f"#/experiments/{client.get_run(run1).info.experiment_id}/runs/{run1}?workflowType=machine_learning"
     assert v1.description.endswith(f"by alice (gate passed) · baseline · [validation run]({run1_route})")
     assert v2.description.startswith("failed: acc 0.30 [0.22-0.38] at k=3 · speedup 1.35x · tiny-heldout, 9 prompts · "
                                       "target changed since v1 · 2026-01-01 · \\@challenger ")
@@ -91,7 +91,7 @@ def test_register_validate_promote_keeps_ten_tags_and_one_line(ckpts, tmp_path, 
     assert run.info.run_name == "specdec-pair v1 night 2026-01-01"
     note = run.data.tags["mlflow.note.content"]
     assert note.startswith("passed: acc 0.72 [0.65-0.79] at k=3") and "(#/models/specdec-pair/versions/1)" in note
-    assert f"(#/experiments/{run.info.experiment_id}/runs/{run1}/artifactPath/report.json)" in note
+    assert f"(#/experiments/{run.info.experiment_id}/runs/{run1}/artifactPath/report.json?workflowType=machine_learning)" in note
 
     # promotion moved @champion to v2 by force: both descriptions follow (v1 no longer holds it)
     R.promote("specdec-pair", "2", force=True, reason="hotfix", actor="bob", tracking_uri=uri)

@@ -48,7 +48,7 @@ def test_train_writes_a_head_and_registers_it_with_lineage(app, tmp_path, monkey
     res = runner.invoke(app, ["draft", "train", "eagle3", "--target", str(target), "--out", str(tmp_path / "h"),
                               *QUICK, "--register", "pair-cli"])
     assert res.exit_code == 0, res.output
-    assert "head written" in res.output and "registered pair-cli v1 (eagle3, head models:/t-eagle3/1) as @challenger" in res.output
+    assert "head written" in res.output and "registered pair-cli v1 (eagle3, head models:/pair-cli-eagle3/1) as @challenger" in res.output
     assert json.loads((tmp_path / "h" / "config.json").read_text())["speculators_model_type"] == "eagle3"
     again = runner.invoke(app, ["draft", "train", "eagle3", "--target", str(target), "--out", str(tmp_path / "h2"),
                                 *QUICK, "--from", "models:/pair-cli@challenger", "--register", "pair-cli"])
@@ -56,4 +56,4 @@ def test_train_writes_a_head_and_registers_it_with_lineage(app, tmp_path, monkey
     import registry as R
 
     head = R.get_model_version(R.get_pair_version("pair-cli", "challenger", download=False).draft_uri)
-    assert head.tags["eagle3.parent"] == "models:/t-eagle3/1"
+    assert head.tags["eagle3.parent"] == "models:/pair-cli-eagle3/1"

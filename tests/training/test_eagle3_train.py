@@ -188,3 +188,9 @@ def test_resume_during_the_target_passes_gives_the_uninterrupted_result(target, 
     for k, v in resumed.head.state_dict().items():
         assert torch.equal(v, ref[k]), k
     assert resumed.lineage["training_data_sha256"] == parent.lineage["training_data_sha256"]
+
+
+def test_the_head_names_its_target_as_verifier(target, parent):
+    cfg = json.loads((parent.out_dir / "config.json").read_text())
+    assert cfg["speculators_config"]["verifier"] == {"name_or_path": str(target.path),
+                                                      "architectures": ["LlamaForCausalLM"]}

@@ -93,3 +93,19 @@ def test_head_trace_needs_the_target(pair):
     _, head = pair
     with pytest.raises(ValueError, match="needs the target"):
         draft_trace(Eagle3Drafter(head, [1, 2, 4]), [5, 6], [7, 8], 103)
+
+
+def test_teacher_forced_agreement_of_a_head_is_its_first_draft(pair):
+    """validate's teacher-forced agreement for a head: position t >= 1 scores the head's first draft
+    of a block starting there (t = 0 is the prefill, no features): top-1 agreement counts exactly
+    the positions where the replayed first draft equals the target's greedy token."""
+    from specdec.validation.teacher_forcing import draft_agreement, target_teacher_forcing
+
+    target, head = pair
+    drafter = Eagle3Drafter(head, [1, 2, 4])
+    ids = list(PROMPTS[0])
+    ref = autoregressive_generate(target, torch.tensor([ids]), max_new_tokens=20, sampling=GREEDY).token_ids
+    agree = draft_agreement(target_teacher_forcing(target, ids, ref, GREEDY), None, drafter, GREEDY)
+    trace = draft_trace(drafter, ids, ref, 103, kmax=1, target=target)
+    assert agree.positions == len(ref) - 1
+    assert agree.top1 == sum(trace.argmax[t] == ref[t] for t in range(1, len(ref))) > 0

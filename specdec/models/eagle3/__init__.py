@@ -18,6 +18,7 @@ _EXPORTS = {
     "save_eagle3": "specdec.models.eagle3.checkpoint",
     "read_eagle3_config": "specdec.models.eagle3.checkpoint",
     "is_eagle3_dir": "specdec.models.eagle3.checkpoint",
+    "check_head_target": "specdec.models.eagle3.compat",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
