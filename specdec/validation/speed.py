@@ -36,7 +36,10 @@ from typing import Any
 import numpy as np
 
 __all__ = ["StepCounters", "VerifyCost", "predicted_speedup", "best_k", "paired_speedup", "bootstrap_speedup_ci",
-           "pooled_speedup", "timing_band", "TIMING_BAND"]
+           "pooled_speedup", "timing_band", "TIMING_BAND", "PAYS_ABOVE"]
+
+#: a measured speedup (and its CI's lower end) above this pays: speculative decoding is faster than target-only
+PAYS_ABOVE = 1.0
 
 #: measured / predicted outside this band: the timing is suspect (a co-tenant, a first-run penalty, a
 #: bias of one side), not a finding. Calibrated on benchmarks/results/2026-12-01-speed-cpu.json (0.91-1.07
