@@ -198,6 +198,7 @@ def _load_pair(
     from specdec.models import load_causal_lm
     from specdec.models.drafter_spec import resolve_drafter
 
+    _step(f"loading target {target} ...")
     with _err.status(f"loading target {target} ..."):
         try:
             tgt = load_causal_lm(target, dtype=dtype, device=device)
@@ -207,6 +208,7 @@ def _load_pair(
         draft, out_dirs = _resolve_auto(tgt, draft, seed, target, out_dir, out_dirs, overwrite)
     drafters = []
     for spec in draft:
+        _step(f"preparing drafter {spec} ...")
         with _err.status(f"preparing drafter {spec} ..."):
             try:
                 drafters.append(resolve_drafter(spec, tgt))
@@ -278,7 +280,8 @@ def _write_serving_config(report: Any, od: Path) -> None:
 
     serving = report_serving_config(report)
     if serving is None:
-        _out.print("")
+        _out.print(f"serving config: none for {report.drafter_kind} (no draft checkpoint an engine could load)\n",
+                   highlight=False)
         return
     (od / "serving_config.json").write_text(json.dumps(serving, indent=2) + "\n")
     args = shlex.join(serving.get("args") or [f"{k}={v}" for k, v in (serving.get("generate_kwargs") or {}).items()])
@@ -310,6 +313,8 @@ def _run_with_progress(validate_pairs: Any, tgt: Any, drafters: list[Any], hs: A
         TimeRemainingColumn(),
         TextColumn("{task.description}"),
     )
+    _step(f"warming up and timing one pass of each model (c, v(n)), then {n} prompts: target-only and "
+          "speculative decoding of each, interleaved")
     with Progress(*cols, console=_err, transient=False) as prog:
         task = prog.add_task("", total=n)
 
@@ -325,6 +330,13 @@ def _run_with_progress(validate_pairs: Any, tgt: Any, drafters: list[Any], hs: A
                 _err.print(f"[{done}/{total}] {desc}", highlight=False)
 
         return validate_pairs(tgt, drafters, hs, config, target_ref=target_ref, progress=tick)
+
+
+def _step(msg: str) -> None:
+    """A plain progress line where there is no terminal (logs, CI, Prefect workers: rich's spinners print
+    nothing there, and the first prompt can take minutes on a busy machine)."""
+    if not _err.is_terminal:
+        _err.print(msg, highlight=False, soft_wrap=True)
 
 
 def _f(x: float | None, digits: int = 3) -> str:
