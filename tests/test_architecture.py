@@ -19,9 +19,6 @@ PRODUCT = ("specdec", "registry", "monitoring", "flows")
 MAX_BODY = 80  # no product function body longer
 LONG_BODY = 60  # bodies longer than this need a reason in their docstring ("Length: ...")
 MAX_LONG = 10  # and there are at most this many
-# Being rewritten by other work in progress (issue 23: specdec/core).
-# Each entry must still be long (the test fails when one is fixed, so the list only shrinks).
-PENDING_REWRITE = {"specdec/core/batch.py:speculative_generate_batch", "specdec/core/decoding.py:speculative_generate"}
 
 
 def _module_name(path: Path) -> str:
@@ -186,11 +183,8 @@ def test_body_lines_are_measured():
 def test_functions_fit_on_a_screen():
     """No product function body over 80 lines; at most 10 over 60, each saying why in its docstring."""
     long = _long_functions()
-    fixed = sorted(PENDING_REWRITE - set(long))
-    assert fixed == [], f"no longer long: remove from PENDING_REWRITE: {fixed}"
-    mine = {k: v for k, v in long.items() if k not in PENDING_REWRITE}
-    assert {k: n for k, (n, _) in mine.items() if n > MAX_BODY} == {}
-    assert [k for k, (_, doc) in mine.items() if "Length:" not in doc] == []
+    assert {k: n for k, (n, _) in long.items() if n > MAX_BODY} == {}
+    assert [k for k, (_, doc) in long.items() if "Length:" not in doc] == []
     assert len(long) <= MAX_LONG, sorted(long)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from specdec.core.config import ProposalSampling, SamplingConfig, check_sampling
-from specdec.core.drafters import Proposal, TargetFeatures, as_drafter
+from specdec.core.drafters import Drafter, Proposal, TargetFeatures, as_drafter
 from specdec.core.inputs import (
     check_batch_inputs,
     check_draft_context,
@@ -145,12 +145,8 @@ def speculative_generate_batch(
     contexts = [input_ids[b][mask[b]].tolist() for b in range(B)]
     active = list(range(B))
     target_kv = MaskedKV(target, B)
-    drafter = as_drafter(drafter)
-    drafter.start([list(c) for c in contexts])
+    drafter = _started_drafter(target, drafter, contexts, int(mask.sum(dim=1).max()) + max_new_tokens)
     layer_ids = getattr(drafter, "target_layer_ids", None)
-    draft_model = getattr(drafter, "model", None)
-    check_draft_context(draft_model, int(mask.sum(dim=1).max()) + max_new_tokens)
-    check_no_sliding_window([target] + [m for m in [draft_model] if m is not None], True, 0)
     pending_ids, pending_valid = input_ids.to(device), mask.to(device)  # tokens not yet in the target cache
     target_wall = draft_wall = 0.0
     target_calls, draft_passes_before = 0, drafter.forward_passes
@@ -169,22 +165,8 @@ def speculative_generate_batch(
         target_calls += 1
         draft_wall += t1 - t0
 
-        drafted, rejected, draft_rows = num_drafts.tolist(), out.rejected.tolist(), drafts.tolist()
-        keep = []
-        for i, b in enumerate(active):
-            row, stats = rows[b], rows[b].stats
-            stats.target_forward_passes += 1
-            stats.target_seconds += t2 - t1
-            stats.draft_seconds += t1 - t0
-            stats.draft_forward_passes += proposal.forward_passes
-            stats.record_step(drafted[i], num_accepted[i], rejected=rejected[i])
-            emitted = draft_rows[i][: num_accepted[i]] + ([] if next_tokens[i] == NO_NEXT_TOKEN else [next_tokens[i]])
-            row.token_ids.extend(emitted)
-            contexts[b].extend(emitted)
-            if emitted and emitted[-1] in stop:
-                row.finish_reason = "eos"
-            elif len(row.token_ids) < max_new_tokens:
-                keep.append(i)
+        keep = _record_rows(rows, contexts, active, proposal.forward_passes, drafts.tolist(), num_drafts.tolist(),
+                            (num_accepted, next_tokens, out.rejected.tolist()), t1 - t0, t2 - t1, stop, max_new_tokens)
         if len(keep) < len(active):
             selected = torch.tensor(keep, dtype=torch.long, device=device)
             target_kv.select(selected)
@@ -197,6 +179,52 @@ def speculative_generate_batch(
         r.stats.num_emitted_tokens = len(r.token_ids)
     return BatchGenerationResult(rows=rows, stats=_pool(rows, k, target_wall, draft_wall), target_calls=target_calls,
                                  draft_calls=drafter.forward_passes - draft_passes_before)
+
+
+def _started_drafter(target, drafter, contexts: list[list[int]], max_columns: int) -> Drafter:
+    """``drafter`` as a :class:`~specdec.core.drafters.Drafter`, started on copies of the rows' ``contexts``,
+    after checking that ``max_columns`` (longest prompt + ``max_new_tokens``) fits the draft model's context
+    and that no model slides its window (batched caches cannot).
+
+    Raises:
+        TypeError: unsupported drafter. ValueError: too long for the draft's context, a sliding window.
+    """
+    drafter = as_drafter(drafter)
+    drafter.start([list(c) for c in contexts])
+    draft_model = getattr(drafter, "model", None)
+    check_draft_context(draft_model, max_columns)
+    check_no_sliding_window([target] + [m for m in [draft_model] if m is not None], True, 0)
+    return drafter
+
+
+def _record_rows(rows: list[GenerationResult], contexts: list[list[int]], active: list[int], draft_passes: int,
+                 draft_rows: list[list[int]], drafted: list[int], verified: tuple[list[int], list[int], list[bool]],
+                 draft_seconds: float, target_seconds: float, stop: frozenset[int], max_new_tokens: int) -> list[int]:
+    """One step's per-row bookkeeping: each active row's stats (passes, seconds, vLLM counters), its
+    accepted drafts plus the recovered/bonus token appended to its result and context, and whether it
+    finished (an emitted stop token, or ``max_new_tokens`` reached). ``verified``: per active row the number of
+    accepted drafts, the recovered/bonus token (``NO_NEXT_TOKEN`` if none) and whether a draft was rejected.
+
+    Returns:
+        the indices into ``active`` of the rows that go on.
+    """
+    num_accepted, next_tokens, rejected = verified
+    keep = []
+    for i, b in enumerate(active):
+        row, stats = rows[b], rows[b].stats
+        stats.target_forward_passes += 1
+        stats.target_seconds += target_seconds
+        stats.draft_seconds += draft_seconds
+        stats.draft_forward_passes += draft_passes
+        stats.record_step(drafted[i], num_accepted[i], rejected=rejected[i])
+        emitted = draft_rows[i][: num_accepted[i]] + ([] if next_tokens[i] == NO_NEXT_TOKEN else [next_tokens[i]])
+        row.token_ids.extend(emitted)
+        contexts[b].extend(emitted)
+        if emitted and emitted[-1] in stop:
+            row.finish_reason = "eos"
+        elif len(row.token_ids) < max_new_tokens:
+            keep.append(i)
+    return keep
 
 
 def _verify_rows(target_kv: MaskedKV, pending_ids, pending_valid, proposal: Proposal, drafts, num_drafts,

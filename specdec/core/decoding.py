@@ -15,7 +15,7 @@ import torch
 
 from specdec.core.batch import autoregressive_generate_batch, speculative_generate_batch
 from specdec.core.config import ProposalSampling, SamplingConfig, check_sampling
-from specdec.core.drafters import Proposal, TargetFeatures, as_drafter
+from specdec.core.drafters import Drafter, Proposal, TargetFeatures, as_drafter
 from specdec.core.inputs import (
     check_draft_context,
     check_no_sliding_window,
@@ -158,12 +158,7 @@ def speculative_generate(
             draft_sampling=draft_sampling, assistant_confidence_threshold=assistant_confidence_threshold,
         )
     proposal_sampling = ProposalSampling.of(sampling, draft_sampling, assistant_confidence_threshold)
-    input_ids = strip_padding(input_ids, attention_mask)
-    context = check_prompt(target, input_ids, max_new_tokens)
-    drafter = as_drafter(drafter)
-    check_draft_context(getattr(drafter, "model", None), len(context) + max_new_tokens)
-    check_no_sliding_window([target] + [m for m in [getattr(drafter, "model", None)] if m is not None],
-                            batched=False, max_columns=len(context) + max_new_tokens + k)
+    context, drafter = _checked_inputs(target, drafter, input_ids, attention_mask, max_new_tokens, k)
     drafter.start([context])
     stop = stop_token_ids(eos_token_id)
     device = model_device(target)
@@ -192,22 +187,10 @@ def speculative_generate(
         outcome, hidden = _verify(target, fed, cache, proposal, sampling, vocab_size, generator, stop, layer_ids)
         stats.target_seconds += now(device) - t1
         stats.target_forward_passes += 1
+        stats.record_step(len(drafts), outcome.num_accepted, rejected=outcome.rejected)
 
-        n_acc = outcome.num_accepted
-        stats.record_step(len(drafts), n_acc, rejected=outcome.rejected)
-
-        verified = len(context) + n_acc  # prompt + emitted + accepted drafts
-        emitted = drafts[:n_acc] + ([] if outcome.next_token == NO_NEXT_TOKEN else [outcome.next_token])
-        context.extend(emitted)
-        result.token_ids.extend(emitted)
-        crop_cache(cache, verified)  # drop rejected drafts; the recovered/bonus token stays pending
-        features = None if hidden is None else TargetFeatures(
-            hidden, torch.tensor([len(fed)]), torch.tensor([len(fed) - len(drafts) + n_acc]))
-        if adopt:
-            drafter.adopt_prefix(cache, verified)
-            adopt = False
-        drafter.accept([n_acc], [outcome.next_token], features)
-        num_cached = verified
+        emitted, num_cached = _advance(context, result, cache, drafter, drafts, outcome, hidden, len(fed), adopt)
+        adopt = False
         if emitted and emitted[-1] in stop:
             result.finish_reason = "eos"
             break
@@ -215,6 +198,49 @@ def speculative_generate(
     stats.draft_forward_passes = drafter.forward_passes - draft_passes_before
     stats.num_emitted_tokens = len(result.token_ids)
     return result
+
+
+def _checked_inputs(target, drafter, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                    max_new_tokens: int, k: int) -> tuple[list[int], Drafter]:
+    """The prompt as a list of ids (padding stripped) and the drafter (:func:`as_drafter`), after checking
+    that prompt + ``max_new_tokens`` (+ k drafts) fit both models' contexts and no model slides its window.
+
+    Raises:
+        ValueError: malformed input or padding, empty prompt, too long for a context, a sliding window.
+        TypeError: ``drafter`` is not a drafter or causal LM.
+    """
+    input_ids = strip_padding(input_ids, attention_mask)
+    context = check_prompt(target, input_ids, max_new_tokens)
+    drafter = as_drafter(drafter)
+    draft_model = getattr(drafter, "model", None)
+    check_draft_context(draft_model, len(context) + max_new_tokens)
+    check_no_sliding_window([target] + [m for m in [draft_model] if m is not None],
+                            batched=False, max_columns=len(context) + max_new_tokens + k)
+    return context, drafter
+
+
+def _advance(context: list[int], result: GenerationResult, cache, drafter: Drafter, drafts: list[int],
+             outcome: VerifyOutcome, hidden: torch.Tensor | None, num_fed: int, adopt: bool) -> tuple[list[int], int]:
+    """One step's bookkeeping after verification: the accepted drafts plus the recovered/bonus token (if any)
+    join ``context`` and ``result``; the target cache is cropped to the verified prefix (the rejected drafts
+    leave, the recovered/bonus token stays pending for the next step); the drafter learns the outcome (with the
+    target's features of the ``num_fed`` fed positions, and the target's prompt KV when it ``adopt``s it).
+
+    Returns:
+        ``(emitted tokens, verified positions now held in the target cache)``.
+    """
+    n_acc = outcome.num_accepted
+    verified = len(context) + n_acc  # prompt + emitted + accepted drafts
+    emitted = drafts[:n_acc] + ([] if outcome.next_token == NO_NEXT_TOKEN else [outcome.next_token])
+    context.extend(emitted)
+    result.token_ids.extend(emitted)
+    crop_cache(cache, verified)  # drop rejected drafts; the recovered/bonus token stays pending
+    features = None if hidden is None else TargetFeatures(
+        hidden, torch.tensor([num_fed]), torch.tensor([num_fed - len(drafts) + n_acc]))
+    if adopt:
+        drafter.adopt_prefix(cache, verified)
+    drafter.accept([n_acc], [outcome.next_token], features)
+    return emitted, verified
 
 
 def _verify(target, fed: list[int], cache, proposal: Proposal, sampling: SamplingConfig, vocab_size: int,
