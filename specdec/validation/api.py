@@ -159,7 +159,8 @@ def validate_pairs(
             obj = draft_model
         if draft_model is not None:
             draft_model.eval()
-        ctxs.append(DrafterUnderTest(obj, draft_model, kind, dref, recipe, PassTimer(draft_model)))
+        timed = draft_model if draft_model is not None else getattr(obj, "head", None)  # a head: its passes
+        ctxs.append(DrafterUnderTest(obj, draft_model, kind, dref, recipe, PassTimer(timed)))
     subset = heldout.subset(config.limit, seed=config.seed)
     eos = eos_token_ids(tok, model)
     ctx_limit = context_limit(model, *[c.model for c in ctxs])
