@@ -19,7 +19,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import resource
 import sys
 import tempfile
@@ -32,6 +31,7 @@ if str(ROOT) not in sys.path:
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
+from specdec.validation.machine import cpu_model
 
 OUT = ROOT / "benchmarks" / "results" / "eagle3_recipes"
 
@@ -39,13 +39,6 @@ OUT = ROOT / "benchmarks" / "results" / "eagle3_recipes"
 def _cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def run_recipe(target, recipe: str, args, eval_feats) -> dict:
@@ -88,7 +81,7 @@ def main() -> None:
     c0, w0 = _cpu_s(), time.perf_counter()
     eval_feats = evaluation_features(target, default_layer_ids(target.model.config.num_hidden_layers),
                                      per_category=args.eval_per_category, max_new_tokens=args.eval_new_tokens)
-    doc = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "cpu": _cpu_model(),
+    doc = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "cpu": cpu_model(),
            "num_cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "target": "smollm2 (fp32)",
            "args": vars(args), "eval": {"sequences": len(eval_feats), "cpu_minutes": (_cpu_s() - c0) / 60,
                                         "wall_minutes": (time.perf_counter() - w0) / 60}, "runs": []}

@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(a.threads)
     transformers.logging.set_verbosity_error()
     import perf_methods as pm
-    from perf_report import cpu_model
+    from specdec.validation.machine import cpu_model
 
     from specdec import NgramDrafter
     from specdec.models import load_causal_lm

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from perf_speed import pooled_speed  # noqa: E402 (benchmarks/ is on sys.path)
+from specdec.validation.machine import cpu_model
 
 GOALS = {"p1": (">=", 0.9), "p2": (">=", 1.2), "p3": ("<=", 0.1), "p5": (">=", 3.0)}
 ALPHA_TF_TOLERANCE = 0.03
@@ -103,17 +104,6 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------ machine
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (``platform.processor()`` where that is unreadable)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def machine(device: str) -> dict:
     """Platform, CPU model, cores, memory, library versions, torch threads, GPU (if any), load average."""
     import torch

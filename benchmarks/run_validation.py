@@ -34,7 +34,7 @@ def _dir_name(drafter: str) -> str:
 
 def machine() -> dict:
     """nproc, CPU model (/proc/cpuinfo), torch/transformers/torchao versions, Python, load average."""
-    from perf_report import cpu_model  # benchmarks/ is on sys.path when this script runs
+    from specdec.validation.machine import cpu_model
 
     cpu = cpu_model()
     nproc = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip() or str(os.cpu_count())

@@ -25,24 +25,14 @@ import datetime as dt
 import json
 import math
 import os
-import platform
 import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
+from specdec.validation.machine import cpu_model
 
 DRAFTERS = ("ngram", "derived:bf16", "derived:int8")
 KS = tuple(range(1, 9))
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _load() -> float:
@@ -107,7 +97,7 @@ def main() -> int:
     cfg = ValidationConfig(num_speculative_tokens=4, max_new_tokens=args.max_new_tokens, seed=0)
     replays = validate_replay(target, drafters, held, cfg, method="replay", kmax=max(KS), calibration=cal)
     loads.append(_load())
-    out = {"cpu": _cpu_model(), "num_cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+    out = {"cpu": cpu_model(), "num_cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
            "prompts": [p.id for p in held.prompts], "max_new_tokens": args.max_new_tokens,
            "target_one_token_pass_ms": cal.target_step_s * 1e3, "verify_cost_measured": cal.raw_verify,
            "verify_cost_fitted": cal.verify_cost.as_list(), "drafters": {}}

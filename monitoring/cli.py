@@ -47,8 +47,9 @@ def _settings(db_url: str | None):
         raise typer.Exit(code=1)
     except ValidationError as e:
         from monitoring.redact import redact_text
+        from specdec.settings.home import settings_error_line
 
-        err.print(f"[red]invalid monitoring settings:[/red] {redact_text(str(e))}")
+        err.print(f"[red]invalid monitoring settings:[/red] {redact_text(settings_error_line(e))}", soft_wrap=True)
         raise typer.Exit(code=1)
 
 

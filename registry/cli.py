@@ -66,7 +66,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 @pair_app.command("register")
 def register_cmd(
     target: Annotated[str, typer.Option("--target", help="Target: Hub id, local dir, .gguf, smollm2, or models:/<name>/<v>.")],
-    draft: Annotated[str, typer.Option("--draft", help="Draft: a model ref (as --target, optionally 'model:<ref>'), ngram, derived:int8, derived:int4, derived:bf16 or derived:fp8 (CUDA).")],
+    draft: Annotated[str, typer.Option("--draft", help="Draft: a model ref (as --target, optionally 'model:<ref>'), ngram, derived:int8, derived:int4, derived:bf16, derived:fp8 (CUDA), or eagle3:<head dir or models:/...> (an EAGLE-3 head).")],
     name: Annotated[str | None, typer.Option("--name", help="Pair registered model (default specdec-pair).")] = None,
     target_name: Annotated[str | None, typer.Option(help="Registered model name for the target (default: from the ref).")] = None,
     draft_name: Annotated[str | None, typer.Option(help="Registered model name for the draft (default: from the ref).")] = None,
@@ -94,7 +94,6 @@ def register_cmd(
     draft kept after a target-only fine-tune."""
     from registry.register import register_pair_from_refs
     from specdec.core.config import SamplingConfig, SpeculativeConfig
-
     try:
         if alias:
             from registry.promotion import check_alias_name
@@ -103,7 +102,7 @@ def register_cmd(
         sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
         config = SpeculativeConfig(num_speculative_tokens, sampling, max_new_tokens, draft_sampling,
                                    assistant_confidence_threshold)
-        from registry.pairs import engine_config
+        from specdec.validation.serving import engine_config
 
         engine, config = engine_config(engine, config)  # a bad engine is refused before any model loads
         card = model_card.read_text() if model_card else None
@@ -126,7 +125,8 @@ def register_cmd(
     out.print(f"  target  {tref.uri}{'  (reused)' if tref.reused else ''}  weights {tref.weights_sha256[:12]}", highlight=False)
     if dref is not None:
         out.print(f"  draft   {dref.uri}{'  (reused)' if dref.reused else ''}  weights {dref.weights_sha256[:12]}", highlight=False)
-    out.print(f"  drafter {kind}  {config.describe()}  engine {engine}", highlight=False)
+    out.print(f"  drafter {kind}  {config.describe()}", highlight=False)
+    out.print(f"  engine  {engine}", highlight=False)
     for note in (pv.compatibility or {}).get("notes", []):
         out.print(f"  [yellow]note:[/] {note}", highlight=False)
 

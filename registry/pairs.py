@@ -37,6 +37,7 @@ from registry.models import (
 from registry.pairfile import PAIR_FILE, full_tags, read_pair_doc
 from registry.settings import get_client, get_settings, mlflow_errors
 from specdec.core.config import SpeculativeConfig
+from specdec.validation.serving import engine_config
 
 PAIR_SCHEMA_VERSION = 1
 DRAFTER_KINDS = ("model", "ngram", "derived:int8", "derived:int4", "derived:bf16", "derived:fp8", "eagle3")
@@ -136,35 +137,6 @@ def _resolve_model(client, ref: ModelVersionRef | str) -> ModelVersionRef:
 
 def _optional(v: Any) -> str:
     return "none" if v is None else str(v)
-
-
-def engine_config(engine: str | None, config: SpeculativeConfig) -> tuple[str, SpeculativeConfig]:
-    """The engine profile of a pair and its config under that engine's proposal rule, so the nightly
-    measures acceptance as the engine counts it (docs/metrics.md, "proposal rule").
-
-    ``engine=None``: ``transformers`` for a sampling config with the sampled rule (the one engine that
-    samples drafts from q), else ``vllm``. A named engine whose rule differs from a config left at the
-    default rule (``sampled``) gets its rule (``vllm``/``sglang``: ``argmax``).
-
-    Raises:
-        ValueError: unknown engine; an explicit ``draft_sampling`` the engine does not use.
-    """
-    from dataclasses import replace
-
-    from specdec.core.config import DRAFT_SAMPLING_BY_ENGINE
-
-    if engine is None:
-        sampled = not config.sampling.is_greedy and config.draft_sampling == "sampled"
-        return ("transformers" if sampled else "vllm"), config
-    if engine not in DRAFT_SAMPLING_BY_ENGINE:
-        raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(DRAFT_SAMPLING_BY_ENGINE)}")
-    rule = DRAFT_SAMPLING_BY_ENGINE[engine]
-    if config.draft_sampling == rule or config.sampling.is_greedy and config.draft_sampling == "sampled":
-        return engine, config  # greedy: both rules are the same algorithm; the default tag set stays as it was
-    if config.draft_sampling != "sampled":
-        raise ValueError(f"engine {engine} proposes drafts by {rule}, but the config says draft_sampling="
-                         f"{config.draft_sampling}: drop one of them")
-    return engine, replace(config, draft_sampling=rule)
 
 
 def register_pair(

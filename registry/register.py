@@ -93,7 +93,7 @@ def register_pair_from_refs(
         name: pair registered model (default ``specdec-pair``).
         config: decoding config recorded with the pair.
         engine: serving engine profile (``vllm`` / ``sglang`` / ``transformers``; see
-            :func:`registry.pairs.engine_config`), None to read it from the config.
+            :func:`specdec.validation.serving.engine_config`), None to read it from the config.
     Returns:
         :class:`PairRegistration`.
     Raises:

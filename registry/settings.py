@@ -70,6 +70,11 @@ def get_client(tracking_uri: str | None = None, *, check: bool = True):
     uri = tracking_uri or settings.tracking_uri
     assert uri is not None
     scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
+    if redact_uri(uri) == "<unparseable uri>":  # e.g. a token where the port goes: never quote it
+        from registry.errors import RegistryError
+
+        raise RegistryError("the MLflow tracking URI (--tracking-uri / SPECDEC_TRACKING_URI) cannot be parsed: "
+                            "invalid host or port")
     if scheme not in _SCHEMES:
         from registry.errors import RegistryError
 

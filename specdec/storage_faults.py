@@ -75,6 +75,11 @@ def run_cli(app: Callable[[], object], home: Callable[[], Path]) -> None:
     except (SystemExit, KeyboardInterrupt):
         raise
     except BaseException as e:  # noqa: BLE001 (classified below; anything else is re-raised as it was)
+        if type(e).__name__ == "ValidationError":  # settings read outside a command's own handler: one line
+            from specdec.settings.home import settings_error_line
+
+            print(f"error: invalid settings: {settings_error_line(e)}", file=sys.stderr)
+            sys.exit(1)
         try:
             h = home()
         except Exception:  # noqa: BLE001

@@ -23,7 +23,20 @@ class HomeSection(BaseSettings):
     @field_validator("home")
     @classmethod
     def _absolute(cls, v: Path) -> Path:
-        return Path(v).expanduser().resolve()
+        home = Path(v).expanduser().resolve()
+        if home.exists() and not home.is_dir():
+            raise ValueError(f"SPECDEC_HOME {home} is not a directory")
+        return home
+
+
+def settings_error_line(e: Exception) -> str:
+    """One line for a pydantic ``ValidationError`` of the settings: ``loc: message; ...``, never the
+    offending input (it may be a secret-bearing URL; the sections set ``hide_input_in_errors``)."""
+    errors = getattr(e, "errors", None)
+    if not callable(errors):
+        return str(e).splitlines()[0]
+    return "; ".join(f"{'.'.join(str(x) for x in er['loc']) or 'settings'}: {er['msg'].removeprefix('Value error, ')}"
+                     for er in errors())
 
 
 def home_dir() -> Path:

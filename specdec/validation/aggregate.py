@@ -47,6 +47,19 @@ def aggregate(runs: list[PromptRun], k: int, *, seed: int = 0, n_resamples: int 
     st = DecodingStats(num_speculative_tokens=k)
     for r in ok:
         st = st.merge(r.stats)
+    ci = dict(seed=seed, n_resamples=n_resamples)
+    _pool_acceptance(g, st, ok, ci)
+    _pool_agreement(g, ok, ci)
+    _pool_timing(g, st, ok, ci)
+    predict(g, StepCounters.from_stats(st), verify_cost, cost_ratio)
+    audited = [r for r in ok if r.row.exact_match is not None]
+    g.exactness_checked = len(audited)
+    g.exactness_mismatches = sum(not r.row.exact_match for r in audited)
+    return g
+
+
+def _pool_acceptance(g: GroupMetrics, st: DecodingStats, ok: list[PromptRun], ci: dict) -> None:
+    """Acceptance counters and rates of the merged stats ``st``, with bootstrap CIs over the prompts ``ok``."""
     g.num_drafts, g.num_draft_tokens, g.num_accepted_tokens = st.num_drafts, st.num_draft_tokens, st.num_accepted_tokens
     g.accepted_per_position = list(st.accepted_per_position)
     g.drafted_per_position = list(st.drafted_per_position)
@@ -57,16 +70,6 @@ def aggregate(runs: list[PromptRun], k: int, *, seed: int = 0, n_resamples: int 
     g.conditional_per_position_acceptance = st.conditional_per_position_acceptance
     g.draft_tokens_per_step = st.draft_tokens_per_step
     g.alpha_hat = st.alpha_hat
-
-    ag = AgreementSums()
-    for r in ok:
-        ag = ag + r.agree
-    g.num_tf_positions = ag.positions
-    g.alpha_tf, g.top1_agreement = ag.mean("alpha"), ag.mean("top1")
-    g.total_variation, g.kl_divergence = ag.mean("tv"), ag.mean("kl")
-    g.tf_coverage = ratio(ag.positions, sum(r.tf_total for r in ok))
-
-    ci = dict(seed=seed, n_resamples=n_resamples)
     g.acceptance_rate_ci = bootstrap_ratio_ci(
         [r.stats.num_accepted_tokens for r in ok], [r.stats.num_draft_tokens for r in ok], **ci
     )
@@ -75,8 +78,22 @@ def aggregate(runs: list[PromptRun], k: int, *, seed: int = 0, n_resamples: int 
         [r.stats.num_accepted_tokens + r.stats.num_rejected_steps for r in ok],
         **ci,
     )
+
+
+def _pool_agreement(g: GroupMetrics, ok: list[PromptRun], ci: dict) -> None:
+    """Teacher-forced agreement (α_tf, top-1, TV, KL, coverage) summed over the prompts ``ok``."""
+    ag = AgreementSums()
+    for r in ok:
+        ag = ag + r.agree
+    g.num_tf_positions = ag.positions
+    g.alpha_tf, g.top1_agreement = ag.mean("alpha"), ag.mean("top1")
+    g.total_variation, g.kl_divergence = ag.mean("tv"), ag.mean("kl")
+    g.tf_coverage = ratio(ag.positions, sum(r.tf_total for r in ok))
     g.alpha_tf_ci = bootstrap_ratio_ci([r.agree.alpha for r in ok], [r.agree.positions for r in ok], **ci)
 
+
+def _pool_timing(g: GroupMetrics, st: DecodingStats, ok: list[PromptRun], ci: dict) -> None:
+    """Wall times, the paired/pooled speedup with its CI, the load, and the in-run pass costs (c, v(k))."""
     g.target_only_seconds = sum(r.target_only_seconds for r in ok)
     g.speculative_seconds = sum(r.speculative_seconds for r in ok)
     g.target_only_tokens = sum(r.target_only_tokens for r in ok)
@@ -100,11 +117,6 @@ def aggregate(runs: list[PromptRun], k: int, *, seed: int = 0, n_resamples: int 
         g.cost_ratio_with_prefill = ratio(
             st.draft_seconds / st.draft_forward_passes, st.target_seconds / st.target_forward_passes
         )
-    predict(g, StepCounters.from_stats(st), verify_cost, cost_ratio)
-    audited = [r for r in ok if r.row.exact_match is not None]
-    g.exactness_checked = len(audited)
-    g.exactness_mismatches = sum(not r.row.exact_match for r in audited)
-    return g
 
 
 def predict(g: GroupMetrics, counters: StepCounters, verify_cost: VerifyCost | None, cost_ratio: float,

@@ -135,32 +135,10 @@ def validate_pairs(
         ValueError: no drafter, no tokenizer for a bare model.
         TypeError: unsupported drafter type; ``config`` not a ValidationConfig; ``heldout`` not a HeldoutSet.
     """
-    config = ValidationConfig() if config is None else config
-    if not isinstance(config, ValidationConfig):
-        raise TypeError(f"config must be a ValidationConfig, got {type(config).__name__}")
-    if not isinstance(heldout, HeldoutSet):
-        raise TypeError(f"heldout must be a HeldoutSet (see specdec.validation.heldout.load_heldout), got {type(heldout).__name__}")
-    if not drafters:
-        raise ValueError("validate_pairs needs at least one drafter")
+    config = _checked_inputs(drafters, heldout, config)
     t_wall = time.perf_counter()
-    bare = isinstance(target, torch.nn.Module)  # note: a causal LM also has a `.model` (its body)
-    model = target if bare else target.model
-    tok = tokenizer if tokenizer is not None else (None if bare else getattr(target, "tokenizer", None))
-    if tok is None:
-        raise ValueError("validate_pair needs a tokenizer: pass a LoadedModel or tokenizer=")
-    if target_ref is None:
-        source = getattr(target, "source", None) or {}
-        target_ref = str(source.get("ref") or getattr(target, "path", None) or type(model).__name__)
-    ctxs: list[DrafterUnderTest] = []
-    for drafter in drafters:
-        obj, draft_model, kind, dref, recipe = drafter_parts(drafter)
-        if draft_model is model:  # same module as both: a copy, so the pass timers can tell them apart
-            draft_model = copy.deepcopy(model)
-            obj = draft_model
-        if draft_model is not None:
-            draft_model.eval()
-        timed = draft_model if draft_model is not None else getattr(obj, "head", None)  # a head: its passes
-        ctxs.append(DrafterUnderTest(obj, draft_model, kind, dref, recipe, PassTimer(timed)))
+    model, tok, target_ref = _target_parts(target, tokenizer, target_ref)
+    ctxs = _drafters_under_test(drafters, model)
     subset = heldout.subset(config.limit, seed=config.seed)
     eos = eos_token_ids(tok, model)
     ctx_limit = context_limit(model, *[c.model for c in ctxs])
@@ -185,11 +163,56 @@ def validate_pairs(
         finally:
             model.train(was_training)
     per_drafter = [[runs[j] for runs in subset_runs if runs is not None] for j in range(len(ctxs))]
+    common = report_common(subset, target_ref, config, model)
+    return _reports(ctxs, per_drafter, config, common, calibration, time.perf_counter() - t_wall)
 
+
+def _checked_inputs(drafters: list[Any], heldout: HeldoutSet, config: ValidationConfig | None) -> ValidationConfig:
+    """``config`` (the default when None), after checking the argument types and that there is a drafter."""
+    config = ValidationConfig() if config is None else config
+    if not isinstance(config, ValidationConfig):
+        raise TypeError(f"config must be a ValidationConfig, got {type(config).__name__}")
+    if not isinstance(heldout, HeldoutSet):
+        raise TypeError(f"heldout must be a HeldoutSet (see specdec.validation.heldout.load_heldout), got {type(heldout).__name__}")
+    if not drafters:
+        raise ValueError("validate_pairs needs at least one drafter")
+    return config
+
+
+def _target_parts(target: Any, tokenizer: Any, target_ref: str | None) -> tuple[torch.nn.Module, Any, str]:
+    """``(model, tokenizer, target_ref)`` of a LoadedModel or a bare module (which needs ``tokenizer``)."""
+    bare = isinstance(target, torch.nn.Module)  # note: a causal LM also has a `.model` (its body)
+    model = target if bare else target.model
+    tok = tokenizer if tokenizer is not None else (None if bare else getattr(target, "tokenizer", None))
+    if tok is None:
+        raise ValueError("validate_pair needs a tokenizer: pass a LoadedModel or tokenizer=")
+    if target_ref is None:
+        source = getattr(target, "source", None) or {}
+        target_ref = str(source.get("ref") or getattr(target, "path", None) or type(model).__name__)
+    return model, tok, target_ref
+
+
+def _drafters_under_test(drafters: list[Any], model: torch.nn.Module) -> list[DrafterUnderTest]:
+    """One :class:`DrafterUnderTest` per drafter, in eval mode, each with its own pass timer (a drafter that is the
+    target module itself is deep-copied, so the timers can tell the two apart)."""
+    ctxs: list[DrafterUnderTest] = []
+    for drafter in drafters:
+        obj, draft_model, kind, dref, recipe = drafter_parts(drafter)
+        if draft_model is model:  # same module as both: a copy, so the pass timers can tell them apart
+            draft_model = copy.deepcopy(model)
+            obj = draft_model
+        if draft_model is not None:
+            draft_model.eval()
+        timed = draft_model if draft_model is not None else getattr(obj, "head", None)  # a head: its passes
+        ctxs.append(DrafterUnderTest(obj, draft_model, kind, dref, recipe, PassTimer(timed)))
+    return ctxs
+
+
+def _reports(ctxs: list[DrafterUnderTest], per_drafter: list[list[PromptRun]], config: ValidationConfig,
+             common: dict[str, Any], calibration: Calibration | None, wall: float) -> list[ValidationReport]:
+    """One report per drafter: overall and per-category metrics (with the calibrated c, v(n) when given), findings."""
     k = config.num_speculative_tokens
     agg = dict(seed=config.seed, n_resamples=config.bootstrap_resamples)
-    common = report_common(subset, target_ref, config, model)
-    wall = time.perf_counter() - t_wall
     reports = []
     for j, (c, runs) in enumerate(zip(ctxs, per_drafter)):
         cats = sorted({r.row.category for r in runs})

@@ -50,7 +50,7 @@ def validate(
         list[str],
         typer.Option(
             "--draft",
-            help="Drafter: a model ref (or model:REF), 'ngram', 'derived:int8', 'derived:int4', 'derived:bf16', 'derived:fp8' (CUDA) or 'auto' (what `specdec draft recommend` picks). Repeat to "
+            help="Drafter: a model ref (or model:REF), 'ngram', 'derived:int8', 'derived:int4', 'derived:bf16', 'derived:fp8' (CUDA), 'eagle3:DIR' (a speculators-format EAGLE-3 head) or 'auto' (what `specdec draft recommend` picks). Repeat to "
             "validate several drafters against one shared target-only run (one report each, in --out/<drafter>/).",
         ),
     ],
@@ -106,6 +106,24 @@ def validate(
     """Validate a draft/target pair: acceptance, agreement, speedup and exactness, per category."""
     t_start = time.perf_counter()
     _quiet_libraries()
+    speculative, hs = _check_run_arguments(
+        num_speculative_tokens, temperature, top_k, top_p, max_new_tokens, draft_sampling,
+        assistant_confidence_threshold, method, decode_fraction, heldout, device,
+    )
+    out_dir = out or _default_out(hs.name, "+".join(draft))
+    out_dirs = _check_out_dirs(draft, out_dir, overwrite)
+    config = _check_drafters_and_config(draft, speculative, seed, limit, bootstrap_resamples, batch_size)
+    tgt, drafters, out_dirs = _load_pair(target, draft, dtype, device, seed, out_dir, out_dirs, overwrite)
+    reports = _run(method, tgt, drafters, hs, config, target, decode_fraction)
+    _write_and_print(reports, out_dirs, t_start)
+
+
+def _check_run_arguments(
+    num_speculative_tokens: int, temperature: float, top_k: int | None, top_p: float | None, max_new_tokens: int,
+    draft_sampling: str, assistant_confidence_threshold: float | None, method: str, decode_fraction: float,
+    heldout: str, device: str,
+) -> tuple[Any, Any]:
+    """The speculative config and the held-out set, or one error line (``typer.Exit(1)``) before any model loads."""
     from specdec.core.config import SamplingConfig, SpeculativeConfig
     from specdec.validation.heldout import HeldoutFormatError, load_heldout
 
@@ -130,61 +148,67 @@ def validate(
 
     if device.startswith("cuda") and not torch.cuda.is_available():
         _fail("--device cuda requested but CUDA is not available")
-    out_dir = out or _default_out(hs.name, "+".join(draft))
+    return speculative, hs
+
+
+def _check_out_dirs(draft: list[str], out_dir: Path, overwrite: bool) -> list[Path]:
+    """One output directory per drafter (``out_dir`` itself for one, ``out_dir/<drafter>`` for several); refuses
+    a repeated drafter, a non-directory, or an existing report without ``overwrite``."""
     out_dirs = [out_dir] if len(draft) == 1 else [out_dir / _safe(d) for d in draft]
     if len(set(out_dirs)) != len(out_dirs):
         _fail("the same --draft was given twice")
     for od in out_dirs:
         if od.exists() and not od.is_dir():
             _fail(f"--out {od} exists and is not a directory")
-        if (od / "report.json").exists() and not overwrite:
-            _fail(f"{od / 'report.json'} already exists; pass --overwrite or choose another --out")
+        _refuse_existing_report(od, overwrite)
+    return out_dirs
 
-    from specdec.models.drafter_spec import DrafterSpecError, check_drafter_spec, resolve_drafter
-    from specdec.models import load_causal_lm
 
-    for spec in draft:  # a malformed --draft is refused before the target loads
+def _refuse_existing_report(od: Path, overwrite: bool) -> None:
+    if (od / "report.json").exists() and not overwrite:
+        _fail(f"{od / 'report.json'} already exists; pass --overwrite or choose another --out")
+
+
+def _check_drafters_and_config(
+    draft: list[str], speculative: Any, seed: int, limit: int | None, bootstrap_resamples: int, batch_size: int,
+) -> Any:
+    """Refuses a malformed ``--draft`` before the target loads; returns the ``ValidationConfig``."""
+    from specdec.models.drafter_spec import DrafterSpecError, check_drafter_spec
+    from specdec.validation import ValidationConfig
+
+    for spec in draft:
         try:
             check_drafter_spec(spec)
         except DrafterSpecError as e:
             _fail(f"--draft {spec}: {e}")
-    from specdec.validation import ValidationConfig, validate_pairs
-
     try:
-        config = ValidationConfig(
-            speculative,
-            seed=seed,
-            limit=limit,
-            bootstrap_resamples=bootstrap_resamples,
-            batch_size=batch_size,
+        return ValidationConfig(
+            speculative, seed=seed, limit=limit, bootstrap_resamples=bootstrap_resamples, batch_size=batch_size,
         )
     except (TypeError, ValueError) as e:
         _fail(str(e))
+
+
+def _load_pair(
+    target: str, draft: list[str], dtype: str, device: str, seed: int, out_dir: Path, out_dirs: list[Path],
+    overwrite: bool,
+) -> tuple[Any, list[Any], list[Path]]:
+    """Loads the target, resolves ``--draft auto`` (which may change the output directories) and prepares every
+    drafter; returns ``(target model, drafters, output directories)``."""
+    from specdec.models import load_causal_lm
+    from specdec.models.drafter_spec import resolve_drafter
+
+    _step(f"loading target {target} ...")
     with _err.status(f"loading target {target} ..."):
         try:
             tgt = load_causal_lm(target, dtype=dtype, device=device)
         except (FileNotFoundError, ValueError) as e:
             _fail(f"target: {e}")
-    if "auto" in draft:  # measure the candidates here and validate the one that pays (or the fastest)
-        from specdec.validation.recommend_cli import print_recommendation, run_recommend
-
-        rec = run_recommend(tgt, seed=seed, target_ref=target)
-        print_recommendation(rec)
-        choice = rec.best or rec.fallback
-        if choice is None:
-            _fail("--draft auto: no candidate drafter could run here")
-        if rec.best is None:
-            _err.print(f"[yellow]--draft auto:[/] nothing pays here; validating the fastest candidate, {choice}")
-        draft = [choice if d == "auto" else d for d in draft]
-        if len(set(draft)) != len(draft):
-            _fail(f"--draft auto chose {choice}, which is also given explicitly")
-        if len(draft) > 1:
-            out_dirs = [out_dir / _safe(d) for d in draft]
-            for od in out_dirs:
-                if (od / "report.json").exists() and not overwrite:
-                    _fail(f"{od / 'report.json'} already exists; pass --overwrite or choose another --out")
+    if "auto" in draft:
+        draft, out_dirs = _resolve_auto(tgt, draft, seed, target, out_dir, out_dirs, overwrite)
     drafters = []
     for spec in draft:
+        _step(f"preparing drafter {spec} ...")
         with _err.status(f"preparing drafter {spec} ..."):
             try:
                 drafters.append(resolve_drafter(spec, tgt))
@@ -192,13 +216,46 @@ def validate(
                 _fail(f"drafter {spec}: {e}")
         for note in (drafters[-1].compatibility or {}).get("notes", []):
             _err.print(f"[bold yellow]note:[/] drafter {spec}: {note}", highlight=False)
+    return tgt, drafters, out_dirs
 
+
+def _resolve_auto(
+    tgt: Any, draft: list[str], seed: int, target: str, out_dir: Path, out_dirs: list[Path], overwrite: bool,
+) -> tuple[list[str], list[Path]]:
+    """``--draft auto``: measures the candidates here and validates the one that pays (or the fastest)."""
+    from specdec.validation.recommend_cli import print_recommendation, run_recommend
+
+    rec = run_recommend(tgt, seed=seed, target_ref=target)
+    print_recommendation(rec)
+    choice = rec.best or rec.fallback
+    if choice is None:
+        _fail("--draft auto: no candidate drafter could run here")
+    if rec.best is None:
+        _err.print(f"[yellow]--draft auto:[/] nothing pays here; validating the fastest candidate, {choice}")
+    draft = [choice if d == "auto" else d for d in draft]
+    if len(set(draft)) != len(draft):
+        _fail(f"--draft auto chose {choice}, which is also given explicitly")
+    if len(draft) > 1:
+        out_dirs = [out_dir / _safe(d) for d in draft]
+        for od in out_dirs:
+            _refuse_existing_report(od, overwrite)
+    return draft, out_dirs
+
+
+def _run(method: str, tgt: Any, drafters: list[Any], hs: Any, config: Any, target: str,
+         decode_fraction: float) -> list[Any]:
+    """One report per drafter: speculative decoding (``decode``) or replay (``replay``, ``both``)."""
     if method == "decode":
-        reports = _run_with_progress(validate_pairs, tgt, drafters, hs, config, target)
-    else:
-        from specdec.validation.replay_cli import run_replay
+        from specdec.validation import validate_pairs
 
-        reports = run_replay(tgt, drafters, hs, config, target, method, decode_fraction, _err)
+        return _run_with_progress(validate_pairs, tgt, drafters, hs, config, target)
+    from specdec.validation.replay_cli import run_replay
+
+    return run_replay(tgt, drafters, hs, config, target, method, decode_fraction, _err)
+
+
+def _write_and_print(reports: list[Any], out_dirs: list[Path], t_start: float) -> None:
+    """Writes each report to its directory and prints its summary; exits 1 when no prompt could be validated."""
     for report, od in zip(reports, out_dirs):
         path = report.write(od)
         _print_summary(report)
@@ -206,10 +263,30 @@ def validate(
             from specdec.validation.replay_cli import print_replay
 
             print_replay(report, _out)
-        _out.print(f"report: {path}\nper-prompt rows: {od / 'prompts.csv'}\n")
+        _out.print(f"report: {path}\nper-prompt rows: {od / 'prompts.csv'}")
+        _write_serving_config(report, od)
     _out.print(f"wall time {time.perf_counter() - t_start:.1f} s (validation {reports[0].wall_seconds:.1f} s)")
     if reports[0].overall.num_prompts == 0:
         _fail("no prompt could be validated (all skipped: empty or longer than the context); see prompts.csv")
+
+
+def _write_serving_config(report: Any, od: Path) -> None:
+    """Writes ``serving_config.json`` (the engine flags for the validated k) next to the report and
+    prints its command-line arguments."""
+    import json
+    import shlex
+
+    from specdec.validation.serving import report_serving_config
+
+    serving = report_serving_config(report)
+    if serving is None:
+        _out.print(f"serving config: none for {report.drafter_kind} (no draft checkpoint an engine could load)\n",
+                   highlight=False)
+        return
+    (od / "serving_config.json").write_text(json.dumps(serving, indent=2) + "\n")
+    args = shlex.join(serving.get("args") or [f"{k}={v}" for k, v in (serving.get("generate_kwargs") or {}).items()])
+    _out.print(f"serving ({serving['engine']}): {args}\nserving config: {od / 'serving_config.json'}\n",
+               highlight=False, soft_wrap=True)
 
 
 def _safe(name: str) -> str:
@@ -236,6 +313,8 @@ def _run_with_progress(validate_pairs: Any, tgt: Any, drafters: list[Any], hs: A
         TimeRemainingColumn(),
         TextColumn("{task.description}"),
     )
+    _step(f"warming up and timing one pass of each model (c, v(n)), then {n} prompts: target-only and "
+          "speculative decoding of each, interleaved")
     with Progress(*cols, console=_err, transient=False) as prog:
         task = prog.add_task("", total=n)
 
@@ -251,6 +330,13 @@ def _run_with_progress(validate_pairs: Any, tgt: Any, drafters: list[Any], hs: A
                 _err.print(f"[{done}/{total}] {desc}", highlight=False)
 
         return validate_pairs(tgt, drafters, hs, config, target_ref=target_ref, progress=tick)
+
+
+def _step(msg: str) -> None:
+    """A plain progress line where there is no terminal (logs, CI, Prefect workers: rich's spinners print
+    nothing there, and the first prompt can take minutes on a busy machine)."""
+    if not _err.is_terminal:
+        _err.print(msg, highlight=False, soft_wrap=True)
 
 
 def _f(x: float | None, digits: int = 3) -> str:

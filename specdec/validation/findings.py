@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from specdec.validation.report import ValidationReport
+from specdec.validation.speed import PAYS_ABOVE
 
-__all__ = ["findings", "SLOWER_NOTE", "SUSPECT_NOTE", "timing_suspect_note"]
+__all__ = ["findings", "SLOWER_NOTE", "SUSPECT_NOTE", "timing_suspect_note", "candidate_finding",
+           "recommendation_summary", "NOT_CHEAPER"]
+
+#: a derived draft whose cost ratio c is at least this is "not cheaper than the target" (recommend's findings)
+NOT_CHEAPER = 0.9
 
 
 SLOWER_NOTE = (
@@ -89,3 +95,42 @@ def findings(r: ValidationReport) -> list[str]:
             f"{max(margins) if margins else float('nan'):.3g} (small = numeric near-tie, large = bug)"
         )
     return notes
+
+
+def candidate_finding(c: Any) -> str | None:
+    """Why a recommend candidate (:class:`specdec.validation.recommend.CandidateResult`) does not pay, or None."""
+    lo, m = c.speedup_ci_low, c.measured_speedup
+    if c.identical_outputs != c.compared_outputs:
+        return f"{c.compared_outputs - c.identical_outputs} greedy output(s) differ from target-only (numeric near-ties?)"
+    if c.kind != "ngram" and not math.isnan(c.cost_ratio) and c.cost_ratio >= NOT_CHEAPER:
+        return f"not cheaper than the target here (c = {c.cost_ratio:.2f} of a target pass)"
+    if not math.isnan(m) and m > PAYS_ABOVE and not math.isnan(lo) and lo <= PAYS_ABOVE:
+        return f"faster on average but not credibly (95% CI {lo:.2f}-{c.speedup_ci[1]:.2f}x includes 1.0x)"
+    if not math.isnan(m) and m <= PAYS_ABOVE:
+        if c.kind == "ngram":
+            return "too few of its lookups hit on these prompts to pay for the wider verification passes"
+        return f"acceptance too low for its cost (acceptance {c.alpha:.2f} at k={c.k}, c {c.cost_ratio:.2f})"
+    return None
+
+
+def recommendation_summary(best: str | None, paying: list[Any], measured: list[Any], nb: dict[str, Any],
+                           device: str) -> str:
+    """``specdec draft recommend``'s one-line verdict: the ``best`` candidate (``paying[0]``) with its numbers, or
+    why none of the ``measured`` candidates pays (``nb``: :func:`specdec.validation.machine.native_bf16`)."""
+    if best is not None:
+        c = paying[0]
+        return (f"use {best} with k={c.k}: measured {c.measured_speedup:.2f}x (95% CI {c.speedup_ci[0]:.2f}-"
+                f"{c.speedup_ci[1]:.2f}x, predicted {c.predicted_speedup:.2f}x) over target-only, "
+                f"{c.identical_outputs}/{c.compared_outputs} greedy outputs identical")
+    why = []
+    if any(c.timing_suspect for c in measured):
+        why.append("timings suspect (measured far from predicted: a busy machine?); re-run on an idle machine")
+    derived = [c for c in measured if c.kind.startswith("derived:")]
+    if derived and all(c.cost_ratio >= NOT_CHEAPER for c in derived if not math.isnan(c.cost_ratio)):
+        why.append("no derived draft is cheaper than the target on this " + ("GPU" if "cuda" in device else "CPU"))
+    if "cuda" not in device and not nb.get("native"):
+        why.append(nb.get("detail", "no native bf16"))
+    if not measured:
+        why.append("no candidate could run here")
+    return ("no candidate is credibly faster than target-only here" + (": " + "; ".join(why) if why else "")
+            + ". Serve target-only, or measure a trained draft model (model:<ref>).")

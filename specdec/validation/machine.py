@@ -117,3 +117,17 @@ class LoadSampler:
     def max(self) -> float:
         """Largest sample, NaN without any."""
         return max(self.samples) if self.samples else math.nan
+
+
+def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The CPU's model name (``model name`` in /proc/cpuinfo; ``platform.processor()`` or ``"unknown"``
+    where that is unreadable): recorded next to every timing, since CPUs differ between machines."""
+    import platform
+
+    try:
+        for line in Path(cpuinfo).read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"

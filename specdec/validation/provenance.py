@@ -28,15 +28,9 @@ def eos_token_ids(tokenizer: Any, model: torch.nn.Module) -> Any:
 
 def environment() -> dict[str, Any]:
     """Where the numbers were measured: torch version, CPU model, cores, threads, GPU name."""
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    from specdec.validation.machine import cpu_model
+
+    cpu = cpu_model()
     env = {
         "torch": torch.__version__,
         "python": platform.python_version(),

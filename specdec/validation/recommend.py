@@ -20,13 +20,14 @@ from typing import Any
 
 import torch
 
+from specdec.validation.findings import recommendation_summary
 from specdec.validation.report import nan_to_none
+from specdec.validation.speed import PAYS_ABOVE
 
 __all__ = ["CandidateResult", "Recommendation", "recommend_draft", "default_candidates"]
 
 CPU_CANDIDATES = ("derived:bf16", "derived:int8", "derived:int4", "ngram")
 CUDA_CANDIDATES = ("derived:fp8", "derived:int8", "ngram")
-PAYS_ABOVE = 1.0
 
 
 def default_candidates(device: str | torch.device) -> tuple[str, ...]:
@@ -184,7 +185,7 @@ def _choose_k(c: CandidateResult, replay: Any, cost_ratio: float, verify_cost: A
 
 
 def _fill(c: CandidateResult, rep: Any) -> None:
-    from specdec.validation.findings import timing_suspect_note
+    from specdec.validation.findings import candidate_finding, timing_suspect_note
 
     g = rep.overall
     c.predicted_speedup, c.measured_speedup, c.speedup_ci = g.predicted_speedup, g.speedup, list(g.speedup_ci)
@@ -193,28 +194,13 @@ def _fill(c: CandidateResult, rep: Any) -> None:
     c.measured_over_predicted, c.timing_suspect = g.measured_over_predicted, g.timing_suspect
     if math.isnan(c.cost_ratio):
         c.cost_ratio = g.predicted_cost_ratio
-    c.reason = timing_suspect_note(g) or _finding(c)
+    c.reason = timing_suspect_note(g) or candidate_finding(c)
 
 
 def _rank(c: CandidateResult) -> tuple[bool, float, float]:
     """Trusted timings, then the CI's lower end, then the point value (1.10x [1.05, 1.15] > 1.12x [0.85, 1.40])."""
     lo = c.speedup_ci_low
     return (not c.timing_suspect, c.measured_speedup if math.isnan(lo) else lo, c.measured_speedup)
-
-
-def _finding(c: CandidateResult) -> str | None:
-    lo, m = c.speedup_ci_low, c.measured_speedup
-    if c.identical_outputs != c.compared_outputs:
-        return f"{c.compared_outputs - c.identical_outputs} greedy output(s) differ from target-only (numeric near-ties?)"
-    if c.kind != "ngram" and not math.isnan(c.cost_ratio) and c.cost_ratio >= 0.9:
-        return f"not cheaper than the target here (c = {c.cost_ratio:.2f} of a target pass)"
-    if not math.isnan(m) and m > PAYS_ABOVE and not math.isnan(lo) and lo <= PAYS_ABOVE:
-        return f"faster on average but not credibly (95% CI {lo:.2f}-{c.speedup_ci[1]:.2f}x includes 1.0x)"
-    if not math.isnan(m) and m <= PAYS_ABOVE:
-        if c.kind == "ngram":
-            return "too few of its lookups hit on these prompts to pay for the wider verification passes"
-        return f"acceptance too low for its cost (acceptance {c.alpha:.2f} at k={c.k}, c {c.cost_ratio:.2f})"
-    return None
 
 
 def _recommendation(target, target_ref, results, heldout, max_new_tokens, cal, ks, load, cpus, nb,
@@ -228,28 +214,7 @@ def _recommendation(target, target_ref, results, heldout, max_new_tokens, cal, k
         target_ref=target_ref or str((getattr(target, "source", None) or {}).get("ref") or "target"),
         device=device, dtype=str(next(target.model.parameters()).dtype).removeprefix("torch."), native_bf16=nb,
         candidates=results, best=best, fallback=fastest.spec if fastest else None,
-        summary=_summary(best, paying, measured, nb, device), num_prompts=len(heldout.prompts),
+        summary=recommendation_summary(best, paying, measured, nb, device), num_prompts=len(heldout.prompts),
         categories=sorted({p.category for p in heldout.prompts}), max_new_tokens=max_new_tokens,
         target_step_ms=cal.target_step_s * 1e3, verify_cost_by_k={k: cal.verify_cost(k) for k in ks},
         load_avg_1m=list(load.samples), num_cpus=cpus, seconds=seconds)
-
-
-def _summary(best: str | None, paying: list[CandidateResult], measured: list[CandidateResult],
-             nb: dict[str, Any], device: str) -> str:
-    if best is not None:
-        c = paying[0]
-        return (f"use {best} with k={c.k}: measured {c.measured_speedup:.2f}x (95% CI {c.speedup_ci[0]:.2f}-"
-                f"{c.speedup_ci[1]:.2f}x, predicted {c.predicted_speedup:.2f}x) over target-only, "
-                f"{c.identical_outputs}/{c.compared_outputs} greedy outputs identical")
-    why = []
-    if any(c.timing_suspect for c in measured):
-        why.append("timings suspect (measured far from predicted: a busy machine?); re-run on an idle machine")
-    derived = [c for c in measured if c.kind.startswith("derived:")]
-    if derived and all(c.cost_ratio >= 0.9 for c in derived if not math.isnan(c.cost_ratio)):
-        why.append("no derived draft is cheaper than the target on this " + ("GPU" if "cuda" in device else "CPU"))
-    if "cuda" not in device and not nb.get("native"):
-        why.append(nb.get("detail", "no native bf16"))
-    if not measured:
-        why.append("no candidate could run here")
-    return ("no candidate is credibly faster than target-only here" + (": " + "; ".join(why) if why else "")
-            + ". Serve target-only, or measure a trained draft model (model:<ref>).")

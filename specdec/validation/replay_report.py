@@ -243,61 +243,18 @@ def _report(j, replayed, decoded, blocks, config, kmax, precision, method, subse
     agg = dict(seed=config.seed, n_resamples=config.bootstrap_resamples)
     ok = [rp for rp in replayed if rp.status == "ok"]
     greedy = config.sampling.is_greedy
-    section: dict[str, Any] = {
-        "kind": "exact counters (greedy replay)" if greedy else "expected values (sampling: teacher-forced p, q)",
-        "num_draft_tokens_exact": bool(exact) if greedy else False,
-        "precision": precision, "num_prompts_replayed": len(ok),
-        "continuations": {w: sum(rp.produced_by == w for rp in ok) for w in ("cache", "speculative", "ngram", "target-only")},
-        "seconds": {"continuation": sum(rp.continuation_seconds for rp in ok),
-                    "replay": sum(rp.replay_seconds for rp in ok)},
-    }
+    section = _section(ok, greedy, exact, precision)
     c, v = costs
     if greedy:
-        curves = [rp.drafters[j].curve for rp in ok]
-        section["acceptance_by_k"] = acceptance_by_k(curves, range(1, kmax + 1), c, v, **agg)
-        section.update(best_k_tau([rp.drafters[j].trace for rp in ok], [rp.continuation for rp in ok],
-                                  range(1, kmax + 1), c, v, max_new_tokens=config.max_new_tokens, stop_token_ids=stop))
-        runs = _replay_runs(replayed, j, k)
-        overall = aggregate(runs, k, **agg, verify_cost=v, cost_ratio=c)
-        cats = {cat: aggregate([r for r in runs if r.row.category == cat], k, **agg, verify_cost=v, cost_ratio=c)
-                for cat in sorted({r.row.category for r in runs})}
-        rows = [r.row for r in runs]
+        overall, cats, rows = _replayed_exact(section, j, replayed, ok, config, kmax, stop, costs, agg)
     else:
-        alphas = [rp.drafters[j].alphas for rp in ok]
-        adopt = any(rp.drafters[j].adopts_prefix for rp in ok)
-        curve = expected_curve(alphas, range(1, kmax + 1), max_new_tokens=config.max_new_tokens, adopts_prefix=adopt, **agg)
-        section["acceptance_by_k"] = [{"k": kk, **vals} for kk, vals in curve.items()]
-        overall, cats, rows = GroupMetrics(num_prompts=len(ok), num_speculative_tokens=k), {}, []
-        e = curve[k]
-        overall.acceptance_rate, overall.acceptance_rate_ci = e["expected_acceptance_rate"], e["expected_acceptance_rate_ci"]
-        overall.mean_accepted_length = e["expected_mean_accepted_length"]
+        overall, cats, rows = _replayed_expected(section, j, ok, config, kmax, agg)
     section.update(recommend_from_curve(section["acceptance_by_k"], c, v))
     reduced = precision in REDUCED_PRECISIONS  # int8/int4 copies quantize weights only: fp32 activations, one computation
-    gate = "decode" if decoded is not None and (reduced or not greedy) else "replay"
-    section["gate_method"] = gate
+    section["gate_method"] = "decode" if decoded is not None and (reduced or not greedy) else "replay"
     if decoded is not None:
-        section["num_prompts_decoded"] = decoded.overall.num_prompts
-        section["counters"] = {"decode": _counters(decoded.overall)}
-        if greedy:
-            section.update(_agreement(j, replayed, decoded, blocks, k, precision, stop))
-            decoded.overall.replay_decode_agreement = section["replay_decode_agreement"]
-            decoded.overall.replay_beyond_numerics = section["beyond_numerics"]
-            ids = {r.prompt_id for r in decoded.prompts if r.status == "ok"}
-            same = [r for r in _replay_runs(replayed, j, k) if r.row.prompt_id in ids]
-            section["counters"]["replay_on_decoded"] = _counters(aggregate(same, k, **agg))
-        section["counters"]["replay"] = _counters(overall)
-        lo, hi = decoded.overall.acceptance_rate_ci
-        section["replay_inside_decode_ci"] = bool(lo <= overall.acceptance_rate <= hi) if not math.isnan(lo) else None
-        report = decoded
-        if gate == "replay":
-            for name in ACCEPTANCE_FIELDS:
-                setattr(report.overall, name, getattr(overall, name))
-            for cat, g in cats.items():
-                base = report.categories.setdefault(cat, GroupMetrics(num_speculative_tokens=k))
-                for name in ACCEPTANCE_FIELDS:
-                    setattr(base, name, getattr(g, name))
-        report.heldout_version, report.heldout_source_version = subset.version, subset.source_version
-        report.notes = findings(report)
+        report = _merge_decoded(section, greedy, j, replayed, decoded, blocks, k, precision, stop, overall, cats,
+                                subset, agg)
     else:
         from specdec.validation.api import report_common
 
@@ -315,6 +272,75 @@ def _report(j, replayed, decoded, blocks, config, kmax, precision, method, subse
     g.recommended_k_basis = REPLAY_BASIS if g.recommended_num_speculative_tokens is not None else g.recommended_k_basis
     report.method = method
     report.replay = section
+    return report
+
+
+def _section(ok: list, greedy: bool, exact: Any, precision: str) -> dict[str, Any]:
+    """The replay section's header: what the numbers are, where the continuations came from, the seconds spent."""
+    return {
+        "kind": "exact counters (greedy replay)" if greedy else "expected values (sampling: teacher-forced p, q)",
+        "num_draft_tokens_exact": bool(exact) if greedy else False,
+        "precision": precision, "num_prompts_replayed": len(ok),
+        "continuations": {w: sum(rp.produced_by == w for rp in ok) for w in ("cache", "speculative", "ngram", "target-only")},
+        "seconds": {"continuation": sum(rp.continuation_seconds for rp in ok),
+                    "replay": sum(rp.replay_seconds for rp in ok)},
+    }
+
+
+def _replayed_exact(section, j, replayed, ok, config, kmax, stop, costs, agg):
+    """Greedy replay: exact counters for every k into ``section``; ``(overall, categories, rows)`` at the run's k."""
+    k = config.num_speculative_tokens
+    c, v = costs
+    curves = [rp.drafters[j].curve for rp in ok]
+    section["acceptance_by_k"] = acceptance_by_k(curves, range(1, kmax + 1), c, v, **agg)
+    section.update(best_k_tau([rp.drafters[j].trace for rp in ok], [rp.continuation for rp in ok],
+                              range(1, kmax + 1), c, v, max_new_tokens=config.max_new_tokens, stop_token_ids=stop))
+    runs = _replay_runs(replayed, j, k)
+    overall = aggregate(runs, k, **agg, verify_cost=v, cost_ratio=c)
+    cats = {cat: aggregate([r for r in runs if r.row.category == cat], k, **agg, verify_cost=v, cost_ratio=c)
+            for cat in sorted({r.row.category for r in runs})}
+    return overall, cats, [r.row for r in runs]
+
+
+def _replayed_expected(section, j, ok, config, kmax, agg):
+    """Sampling replay: expected values from teacher-forced p, q into ``section``; ``(overall, {}, [])`` at the run's k."""
+    k = config.num_speculative_tokens
+    alphas = [rp.drafters[j].alphas for rp in ok]
+    adopt = any(rp.drafters[j].adopts_prefix for rp in ok)
+    curve = expected_curve(alphas, range(1, kmax + 1), max_new_tokens=config.max_new_tokens, adopts_prefix=adopt, **agg)
+    section["acceptance_by_k"] = [{"k": kk, **vals} for kk, vals in curve.items()]
+    overall = GroupMetrics(num_prompts=len(ok), num_speculative_tokens=k)
+    e = curve[k]
+    overall.acceptance_rate, overall.acceptance_rate_ci = e["expected_acceptance_rate"], e["expected_acceptance_rate_ci"]
+    overall.mean_accepted_length = e["expected_mean_accepted_length"]
+    return overall, {}, []
+
+
+def _merge_decoded(section, greedy, j, replayed, decoded, blocks, k, precision, stop, overall, cats, subset, agg):
+    """The decoded report with the replay beside it: counters of both, their agreement (greedy), and, when replay
+    gates, the replayed acceptance fields in place of the decoded ones."""
+    section["num_prompts_decoded"] = decoded.overall.num_prompts
+    section["counters"] = {"decode": _counters(decoded.overall)}
+    if greedy:
+        section.update(_agreement(j, replayed, decoded, blocks, k, precision, stop))
+        decoded.overall.replay_decode_agreement = section["replay_decode_agreement"]
+        decoded.overall.replay_beyond_numerics = section["beyond_numerics"]
+        ids = {r.prompt_id for r in decoded.prompts if r.status == "ok"}
+        same = [r for r in _replay_runs(replayed, j, k) if r.row.prompt_id in ids]
+        section["counters"]["replay_on_decoded"] = _counters(aggregate(same, k, **agg))
+    section["counters"]["replay"] = _counters(overall)
+    lo, hi = decoded.overall.acceptance_rate_ci
+    section["replay_inside_decode_ci"] = bool(lo <= overall.acceptance_rate <= hi) if not math.isnan(lo) else None
+    report = decoded
+    if section["gate_method"] == "replay":
+        for name in ACCEPTANCE_FIELDS:
+            setattr(report.overall, name, getattr(overall, name))
+        for cat, g in cats.items():
+            base = report.categories.setdefault(cat, GroupMetrics(num_speculative_tokens=k))
+            for name in ACCEPTANCE_FIELDS:
+                setattr(base, name, getattr(g, name))
+    report.heldout_version, report.heldout_source_version = subset.version, subset.source_version
+    report.notes = findings(report)
     return report
 
 

@@ -215,32 +215,9 @@ def run_group(
     per_drafter: list[list[PromptRun]] = []
     speculative: list[tuple[list[Any], list[float], float]] = []  # per drafter: rows, shares, wall seconds
     for d in drafters:
-        target_start, draft_start = target_timer.start_generation(), d.timer.start_generation()
-        out, wall = timed(
-            lambda: speculative_generate(
-                target, d.obj, input_ids, mask, num_speculative_tokens=config.num_speculative_tokens,
-                generator=seeded_generator(group_seed + 1, device), **decode, **proposal_rule(config),
-            ),
-            device,
-        )
-        rows = generation_rows(out)
-        shares = token_shares([len(r.token_ids) for r in rows])
-        verify_seconds, verify_passes = target_timer.since(target_start)
-        if d.timer.model is not None:  # a draft model or an EAGLE-3 head: its own passes, prefill excluded
-            draft_seconds, draft_passes = d.timer.since(draft_start)
-        else:  # n-gram: one (batched) lookup per target pass, timed by the core as draft_seconds
-            draft_seconds, draft_passes = out.stats.draft_seconds, max(r.stats.target_forward_passes for r in rows)
-        runs = []
-        for b, (prompt, ids) in enumerate(group):
-            run = PromptRun(row=PromptResult(prompt_id=prompt.id, category=prompt.category, prompt_tokens=len(ids)))
-            run.target_pass_s, run.target_passes = verify_seconds * shares[b], verify_passes * shares[b]
-            run.draft_pass_s, run.draft_passes = draft_seconds * shares[b], draft_passes * shares[b]
-            row_stats = rows[b].stats  # seconds: shares of the batch's wall, not each the whole batch
-            row_stats.target_seconds = out.stats.target_seconds * shares[b]
-            row_stats.draft_seconds = out.stats.draft_seconds * shares[b]
-            runs.append(run)
+        runs, timed_rows = _speculative_run(group, target, d, input_ids, mask, config, decode, group_seed, target_timer)
         per_drafter.append(runs)
-        speculative.append((rows, shares, wall))
+        speculative.append(timed_rows)
 
     if spec_first:
         reference, reference_seconds, step_seconds, steps = target_only()
@@ -259,6 +236,46 @@ def run_group(
             fill_run(runs[b], rows[b].token_ids, rows[b].stats, ref, reference_seconds * reference_shares[b],
                      wall * shares[b], forced, d, config)
     return [[runs[b] for runs in per_drafter] for b in range(len(group))]
+
+
+
+def _speculative_run(
+    group: list[tuple[HeldoutPrompt, list[int]]], target: torch.nn.Module, d: DrafterUnderTest,
+    input_ids: torch.Tensor, mask: torch.Tensor, config: ValidationConfig, decode: dict[str, Any], group_seed: int,
+    target_timer: PassTimer,
+) -> tuple[list[PromptRun], tuple[list[Any], list[float], float]]:
+    """One drafter's timed speculative run of the group.
+
+    Returns:
+        ``(runs, (rows, shares, wall seconds))``: one :class:`PromptRun` per prompt with its share (by emitted
+        tokens) of the batch's verify and draft pass seconds; the generation rows, the shares and the wall time.
+    """
+    device = model_device(target)
+    target_start, draft_start = target_timer.start_generation(), d.timer.start_generation()
+    out, wall = timed(
+        lambda: speculative_generate(
+            target, d.obj, input_ids, mask, num_speculative_tokens=config.num_speculative_tokens,
+            generator=seeded_generator(group_seed + 1, device), **decode, **proposal_rule(config),
+        ),
+        device,
+    )
+    rows = generation_rows(out)
+    shares = token_shares([len(r.token_ids) for r in rows])
+    verify_seconds, verify_passes = target_timer.since(target_start)
+    if d.timer.model is not None:  # a draft model or an EAGLE-3 head: its own passes, prefill excluded
+        draft_seconds, draft_passes = d.timer.since(draft_start)
+    else:  # n-gram: one (batched) lookup per target pass, timed by the core as draft_seconds
+        draft_seconds, draft_passes = out.stats.draft_seconds, max(r.stats.target_forward_passes for r in rows)
+    runs = []
+    for b, (prompt, ids) in enumerate(group):
+        run = PromptRun(row=PromptResult(prompt_id=prompt.id, category=prompt.category, prompt_tokens=len(ids)))
+        run.target_pass_s, run.target_passes = verify_seconds * shares[b], verify_passes * shares[b]
+        run.draft_pass_s, run.draft_passes = draft_seconds * shares[b], draft_passes * shares[b]
+        row_stats = rows[b].stats  # seconds: shares of the batch's wall, not each the whole batch
+        row_stats.target_seconds = out.stats.target_seconds * shares[b]
+        row_stats.draft_seconds = out.stats.draft_seconds * shares[b]
+        runs.append(run)
+    return runs, (rows, shares, wall)
 
 
 def warmup(

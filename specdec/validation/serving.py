@@ -25,7 +25,7 @@ from typing import Any
 
 __all__ = ["ENGINES", "DEFAULT_ENGINE", "serving_config"]
 
-from specdec.core.config import DRAFT_SAMPLING_BY_ENGINE
+from specdec.core.config import DRAFT_SAMPLING_BY_ENGINE, SpeculativeConfig
 
 #: the engine profiles (the names :data:`specdec.core.config.DRAFT_SAMPLING_BY_ENGINE` uses for each engine's proposal rule)
 ENGINES = tuple(DRAFT_SAMPLING_BY_ENGINE)
@@ -87,3 +87,51 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
         if tau is not None and not ngram:
             out["generate_kwargs"]["assistant_confidence_threshold"] = tau
     return out
+
+
+def engine_config(engine: str | None, config: SpeculativeConfig) -> tuple[str, SpeculativeConfig]:
+    """The engine profile of a pair and its config under that engine's proposal rule, so the nightly
+    measures acceptance as the engine counts it (docs/metrics.md, "proposal rule").
+
+    ``engine=None``: ``transformers`` for a sampling config with the sampled rule (the one engine that
+    samples drafts from q), else ``vllm``. A named engine whose rule differs from a config left at the
+    default rule (``sampled``) gets its rule (``vllm``/``sglang``: ``argmax``).
+
+    Raises:
+        ValueError: unknown engine; an explicit ``draft_sampling`` the engine does not use.
+    """
+    from dataclasses import replace
+
+    if engine is None:
+        sampled = not config.sampling.is_greedy and config.draft_sampling == "sampled"
+        return ("transformers" if sampled else "vllm"), config
+    if engine not in DRAFT_SAMPLING_BY_ENGINE:
+        names = list(DRAFT_SAMPLING_BY_ENGINE)
+        raise ValueError(f"unknown engine {engine!r}: use {', '.join(names[:-1])} or {names[-1]}")
+    rule = DRAFT_SAMPLING_BY_ENGINE[engine]
+    if config.draft_sampling == rule or config.sampling.is_greedy and config.draft_sampling == "sampled":
+        return engine, config  # greedy: both rules are the same algorithm; the default tag set stays as it was
+    if config.draft_sampling != "sampled":
+        raise ValueError(f"engine {engine} proposes drafts by {rule}, but the config says draft_sampling="
+                         f"{config.draft_sampling}: drop one of them")
+    return engine, replace(config, draft_sampling=rule)
+
+
+def report_serving_config(report: Any) -> dict[str, Any] | None:
+    """The serving configuration a validation report supports: its engine from its proposal rule
+    (:func:`engine_config` with no engine), its validated k and draft reference. None for a drafter
+    an engine cannot serve here (no draft reference, e.g. a bare model object).
+
+    Args:
+        report: a :class:`specdec.validation.report.ValidationReport`.
+    """
+    cfg = SpeculativeConfig.from_dict(report.config or {})
+    engine, cfg = engine_config(None, cfg)
+    kind = report.drafter_kind
+    if kind == "eagle3" and engine == "transformers":
+        engine = "vllm"  # transformers has no EAGLE-3 drafter; vLLM's rule differs only at T > 0 (said in the file)
+    try:
+        return serving_config(engine, kind, cfg.num_speculative_tokens, draft=report.drafter_ref,
+                              assistant_confidence_threshold=cfg.assistant_confidence_threshold)
+    except ValueError:
+        return None

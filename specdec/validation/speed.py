@@ -36,7 +36,10 @@ from typing import Any
 import numpy as np
 
 __all__ = ["StepCounters", "VerifyCost", "predicted_speedup", "best_k", "paired_speedup", "bootstrap_speedup_ci",
-           "pooled_speedup", "timing_band", "TIMING_BAND"]
+           "pooled_speedup", "timing_band", "TIMING_BAND", "PAYS_ABOVE"]
+
+#: a measured speedup (and its CI's lower end) above this pays: speculative decoding is faster than target-only
+PAYS_ABOVE = 1.0
 
 #: measured / predicted outside this band: the timing is suspect (a co-tenant, a first-run penalty, a
 #: bias of one side), not a finding. Calibrated on benchmarks/results/2026-12-01-speed-cpu.json (0.91-1.07
@@ -131,6 +134,9 @@ class VerifyCost:
     beyond the largest measured n it is NaN (never extrapolated). The fit is the isotonic
     (non-decreasing) least-squares fit of the points (pool-adjacent-violators), floored at 1, so the
     choice of k does not follow single noisy timings while a real jump (e.g. a new GEMM tile) stays.
+    A measured point above ``n + 1`` is clipped to ``n + 1`` before the fit: feeding the n + 1 tokens
+    one at a time through the KV cache costs n + 1 passes, so a larger number is a stalled timing
+    (seen: v(7) = 1246 for a tiny model on an overloaded machine), not a cost.
     """
 
     points: Mapping[int, float] = field(default_factory=lambda: {0: 1.0})
@@ -138,7 +144,7 @@ class VerifyCost:
     @classmethod
     def fit(cls, measured: Mapping[int, float]) -> "VerifyCost":
         """Fit ``{n: measured v(n)}`` (n >= 1; NaN values dropped)."""
-        pts = sorted((int(n), float(v)) for n, v in measured.items() if n >= 1 and not math.isnan(v))
+        pts = sorted((int(n), min(float(v), n + 1.0)) for n, v in measured.items() if n >= 1 and not math.isnan(v))
         blocks: list[list[float]] = []  # [sum, count, first index]
         for i, (_, v) in enumerate(pts):
             blocks.append([v, 1.0, i])

@@ -124,3 +124,15 @@ def test_clear_errors(cli, ckpts, tmp_path):
     assert r.exit_code == 1 and "models:/ghost/3 not found" in r.output
     r = cli("list", "--tracking-uri", "http://127.0.0.1:9")
     assert r.exit_code == 1 and "unreachable" in r.output
+    # an unknown engine is refused first (the target does not exist either): one line, no traceback
+    r = cli("register", "--target", tmp_path / "nowhere", "--draft", "ngram", "--engine", "tgi")
+    assert r.exit_code == 1 and "unknown engine 'tgi': use vllm, sglang or transformers" in r.output
+    assert "not found" not in r.output and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_register_records_the_engine(cli, ckpts):
+    r = cli("register", "--target", ckpts["target"], "--draft", "ngram", "--engine", "sglang")
+    assert r.exit_code == 0, r.output
+    assert "engine  sglang" in r.output
+    shown = json.loads(cli("show", "specdec-pair", "1", "--json").stdout)
+    assert shown["tags"]["engine"] == "sglang"

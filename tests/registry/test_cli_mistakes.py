@@ -68,3 +68,17 @@ def test_unknown_engine_and_a_rule_the_engine_does_not_use_are_refused_before_lo
               "unknown engine 'tgi'")
     _one_line(*run("pair", "register", "--target", "/nonexistent", "--draft", "ngram", "--engine", "transformers",
                    "--temperature", "0.7", "--draft-sampling", "argmax"), "engine transformers proposes drafts by sampled")
+
+
+def test_home_that_is_a_file_and_a_bad_channel_url_are_one_line(run, tmp_path, monkeypatch):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    monkeypatch.setenv("SPECDEC_HOME", str(afile))
+    _one_line(*run("history"), "is not a directory")
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SPECDEC_ALERT_CHANNELS", f'[{{"type": "webhook", "url": "https://hooks.example.com:{SECRET}/x"}}]')
+    _one_line(*run("alerts", "test"), "alert_channels.0.url", "invalid host or port")
+
+
+def test_tracking_uri_flag_with_a_token_where_the_port_goes(run):
+    _one_line(*run("pair", "list", "--tracking-uri", f"http://admin:pw@127.0.0.1:{SECRET}/"), "cannot be parsed")

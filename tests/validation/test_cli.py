@@ -50,6 +50,11 @@ def test_validate_model_drafter_end_to_end(ckpts, heldout_file, tmp_path):
     assert report.overall.num_prompts == 6 and report.overall.num_skipped == 1
     assert 0 < report.alpha_tf < 1 and report.overall.exactness_mismatches == 0
     assert (out / "prompts.csv").read_text().count("\n") == 1 + 7
+    # the serving config for the validated k (greedy, sampled rule -> vLLM), written and printed
+    serving = json.loads((out / "serving_config.json").read_text())
+    assert serving["engine"] == "vllm" and serving["speculative_config"] == {
+        "method": "draft_model", "model": str(draft), "num_speculative_tokens": 3}
+    assert "--speculative-config" in res.output
     # refuses to overwrite an existing report unless asked
     again = _invoke("--target", target, "--draft", "ngram", "--heldout", heldout_file, "--out", out)
     assert again.exit_code == 1 and "already exists" in again.output

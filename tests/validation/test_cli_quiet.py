@@ -29,3 +29,7 @@ def test_validate_terminal_has_no_library_noise(tmp_path):
     for noise in ("Failed to load", "Triton", "_pytree", "register_constant", "Loading weights", "it/s]"):
         assert noise not in out, f"{noise!r} on the terminal:\n{out[-3000:]}"
     assert (tmp_path / "out" / "report.json").exists()
+    # without a terminal (logs, CI) each phase says what it is doing before the first prompt ends
+    for step in ("loading target", "preparing drafter derived:int8", "warming up and timing", "[1/3]"):
+        assert step in p.stderr, p.stderr[-3000:]
+    assert "serving config: none for derived:int8" in p.stdout  # a derived copy has no checkpoint to serve

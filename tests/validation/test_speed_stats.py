@@ -57,6 +57,9 @@ def test_verify_cost_curve_is_measured_monotone_and_never_extrapolated():
     assert v(5) == pytest.approx((1.475 + 1.82) / 2)  # interpolated between measured points
     assert math.isnan(v(7)) and v.n_max == 6
     assert VerifyCost.fit({1: 0.9, 2: 0.95}).as_list() == [1.0, 1.0, 1.0]  # never below one pass
+    # never above n + 1 passes (one token at a time through the cache): a stalled timing is clipped
+    stalled = VerifyCost.fit({1: 1.0, 6: 1.04, 7: 1246.5, 8: 1246.5})
+    assert stalled.as_list()[-3:] == [pytest.approx(1.04), 8.0, 9.0]
     assert VerifyCost.from_list(v.as_list()).as_list() == pytest.approx(v.as_list())
 
 

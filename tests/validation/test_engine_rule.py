@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from registry.pairs import engine_config
+from specdec.validation.serving import engine_config
 from specdec import SamplingConfig
 from specdec.core.config import SpeculativeConfig
 
