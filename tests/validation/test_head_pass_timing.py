@@ -36,3 +36,14 @@ def test_head_draft_passes_are_head_passes_without_the_prompt_catch_up():
     # k head passes per drafting step, one target pass: counting one draft pass per target pass (the
     # n-gram rule) would overstate c about k-fold
     assert sum(r.draft_passes for r in runs) > 1.5 * sum(r.target_passes for r in runs)
+
+
+def test_validate_times_the_heads_own_module():
+    """``validate_pairs`` hooks the head (not nothing, as for an n-gram drafter), so the run above applies."""
+    from specdec import NgramDrafter
+    from specdec.validation.api import _drafters_under_test
+
+    target, head = cached_pair(0)
+    head_ctx, ngram_ctx = _drafters_under_test([Eagle3Drafter(head, [1, 2, 4]), NgramDrafter()], target)
+    assert head_ctx.model is None and head_ctx.timer.model is head
+    assert ngram_ctx.timer.model is None
