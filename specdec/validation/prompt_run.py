@@ -59,7 +59,8 @@ def context_limit(*models: torch.nn.Module | None) -> int | None:
 
 @dataclass
 class DrafterUnderTest:
-    """One drafter under validation: the object decoding uses, its model (None for n-gram), timers."""
+    """One drafter under validation: the object decoding uses, its model (None for n-gram and heads),
+    its pass timer (on the draft model, or on an EAGLE-3 head's module: c is per head pass)."""
 
     obj: Any
     model: torch.nn.Module | None

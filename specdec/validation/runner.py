@@ -262,7 +262,7 @@ def _speculative_run(
     rows = generation_rows(out)
     shares = token_shares([len(r.token_ids) for r in rows])
     verify_seconds, verify_passes = target_timer.since(target_start)
-    if d.model is not None:
+    if d.timer.model is not None:  # a draft model or an EAGLE-3 head: its own passes, prefill excluded
         draft_seconds, draft_passes = d.timer.since(draft_start)
     else:  # n-gram: one (batched) lookup per target pass, timed by the core as draft_seconds
         draft_seconds, draft_passes = out.stats.draft_seconds, max(r.stats.target_forward_passes for r in rows)
