@@ -58,8 +58,9 @@ def _settings(kind: str, url: str, engine: str, source: str | None, selector: st
             ps.mappings = [ProductionMapping(source=name, model=model, pair=pair, alias=alias, version=version,
                                              num_speculative_tokens=k)] + list(ps.mappings)
     except ValidationError as e:
-        bad = "; ".join(f"{'.'.join(str(x) for x in er['loc'])}: {er['msg']}" for er in e.errors())
-        err.print(f"[red]error:[/] invalid production settings: {bad}")
+        from specdec.settings.home import settings_error_line
+
+        err.print(f"[red]error:[/] invalid production settings: {settings_error_line(e)}")
         raise typer.Exit(2) from None
     if not ps.mappings:
         err.print("[yellow]warning:[/] no (source, model) -> pair mapping: pass --pair, or set "
