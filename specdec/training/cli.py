@@ -83,16 +83,19 @@ def eagle3(
     sequences: Annotated[int | None, typer.Option("--sequences", min=1, help="Training prompts (default: "
                                                   "Eagle3TrainConfig's; fewer with --from).")] = None,
     response_tokens: Annotated[int | None, typer.Option("--response-tokens", min=1)] = None,
-    draft_vocab_size: Annotated[int | None, typer.Option("--draft-vocab-size", min=1, help="Ignored with --from.")] = None,
+    draft_vocab_size: Annotated[int | None, typer.Option("--draft-vocab-size", min=1,
+                                                         help="Ignored with --from.")] = None,
     epochs: Annotated[int | None, typer.Option("--epochs", min=1)] = None,
     batch_size: Annotated[int | None, typer.Option("--batch-size", min=1)] = None,
     lr: Annotated[float | None, typer.Option("--lr")] = None,
-    ttt_steps: Annotated[int | None, typer.Option("--ttt-steps", min=1, help="Training-time-test unroll steps.")] = None,
+    ttt_steps: Annotated[int | None, typer.Option("--ttt-steps", min=1,
+                                                  help="Training-time-test unroll steps.")] = None,
     precision: Annotated[str | None, typer.Option("--precision", help="auto | bf16 | fp32: the head's matrix "
                                                                       "products while training (auto: bf16 where "
                                                                       "the CPU/GPU has it natively).")] = None,
-    max_minutes: Annotated[float | None, typer.Option("--max-minutes", help="Wall-time budget in minutes for the whole run (data, target passes, training); the "
-                                             "learning rate decays to 0 by then (default: the config's).")] = None,
+    max_minutes: Annotated[float | None, typer.Option(
+        "--max-minutes", help="Wall-time budget in minutes for the whole run (data, target passes, training); the "
+                              "learning rate decays to 0 by then (default 28; 9.5 with --from).")] = None,
     corpus: Annotated[Path | None, typer.Option("--corpus", help="Training documents (JSONL with 'text').")] = None,
     aux_layer_ids: Annotated[str | None, typer.Option(
         "--aux-layer-ids", help="Target layers feeding the head, e.g. '2,15,27' (default [2, L//2, L-3]; "
@@ -121,8 +124,10 @@ def eagle3(
     result = _train(_local(target, "target"), out, _local(init_from, "head") if init_from else None, cfg, corpus,
                     layer_ids, device, quiet)
     m = result.metrics
-    _out.print(f"head written: {out} ({m['steps']}/{m['total_steps']} steps, {m['train_minutes']:.1f} min training"
-               f"{', stopped at --max-minutes: run again to continue' if m['stopped_early'] else ''}; "
+    cut = (", stopped at the --max-minutes budget (learning rate decayed on it; a larger --max-minutes continues)"
+           if m["stopped_early"] else "")
+    _out.print(f"head written: {out} ({m['steps']}/{m['total_steps']} steps, "
+               f"{m['train_minutes']:.1f} min training{cut}; "
                f"teacher-forced agreement per step {', '.join(f'{x:.2f}' for x in m['step_agreement'])})",
                highlight=False)
     if register:

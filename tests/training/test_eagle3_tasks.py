@@ -120,5 +120,7 @@ def test_warm_start_settings_are_shorter_and_take_overrides():
 
     fresh, warm = Eagle3TrainConfig(), Eagle3TrainConfig.warm_start(epochs=1)
     assert warm.epochs == 1 and warm.num_sequences == WARM_START_DEFAULTS["num_sequences"]
-    assert Eagle3TrainConfig.warm_start().num_sequences * Eagle3TrainConfig.warm_start().epochs < fresh.num_sequences * fresh.epochs
+    short = Eagle3TrainConfig.warm_start()
+    assert short.num_sequences * short.epochs < fresh.num_sequences * fresh.epochs
+    assert short.max_minutes <= 10 and fresh.max_minutes <= 30
     assert warm.recipe == fresh.recipe == "tasks"
