@@ -44,9 +44,11 @@ def print_recommendation(rec: Any, console: Console = _out) -> None:
 
     t = Table(title=f"draft candidates for {rec.target_ref} ({rec.device}, {rec.dtype}; {rec.num_prompts} prompts "
                     f"over {len(rec.categories)} categories, {rec.max_new_tokens} new tokens, greedy)",
-              title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("drafter", "acc. (replay)", "c", "k", "v(k)", "predicted", "measured speedup [95% CI]", "meas./pred.",
-                "α̂", "identical"):
+              title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
+              caption="acc.: replayed acceptance rate at k; c: draft pass / target pass; v(k): verification pass of k + 1 "
+                      "tokens / one-token pass; pred. and measured: speedup over target-only; exact: greedy outputs "
+                      "identical to target-only")
+    for col in ("drafter", "acc.", "c", "k", "v(k)", "pred.", "measured [95% CI]", "meas/pred", "α̂", "exact"):
         t.add_column(col, justify="left" if col == "drafter" else "right", no_wrap=True)
     notes = []
     for c in rec.candidates:
