@@ -30,7 +30,9 @@ def default_candidates(device: str | torch.device) -> tuple[str, ...]:
 class CandidateResult:
     """One candidate: ``cost_ratio`` c, ``alpha`` replayed acceptance at its best ``k``, ``verify_cost``
     v(k), ``predicted_speedup`` (decoded counters at k), ``measured_speedup`` / ``speedup_ci`` (paired
-    median, 95% CI), the timing check, ``reason`` (why unavailable, or a finding)."""
+    median, 95% CI), the timing check, ``reason`` (why unavailable, or a finding), ``best_k_tau``
+    the replayed best draft-length policy ``{num_speculative_tokens, assistant_confidence_threshold,
+    predicted_speedup}`` (greedy; tau None when no threshold beats the best fixed k)."""
 
     spec: str
     kind: str = ""
@@ -49,6 +51,7 @@ class CandidateResult:
     reason: str | None = None
     measured_over_predicted: float = math.nan
     timing_suspect: bool | None = None
+    best_k_tau: dict[str, Any] | None = None
 
     @property
     def speedup_ci_low(self) -> float:

@@ -82,6 +82,7 @@ def _choose_k(c: CandidateResult, replay: Any, cost_ratio: float, verify_cost: A
     c.k = recommend_from_curve(rows, c_used, verify_cost)["recommended_num_speculative_tokens"] or ks[0]
     c.alpha = next(r["acceptance_rate"] for r in rows if r["k"] == c.k)
     c.verify_cost = verify_cost(c.k)
+    c.best_k_tau = replay.replay.get("best_k_tau")
 
 
 def _fill(c: CandidateResult, rep: Any) -> None:
