@@ -77,6 +77,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--seeds", type=int, default=12)
     ap.add_argument("--max-new-tokens", type=int, default=40)
+    ap.add_argument("--out", type=Path, help="results JSON (default benchmarks/results/<date>-argmax-replay-cpu.json)")
     args = ap.parse_args()
     import torch
 
@@ -97,13 +98,13 @@ def main() -> None:
     for p in load_heldout("spec_bench").subset(args.prompts, seed=0).prompts:
         rows += [{"prompt_id": p.id, **r} for r in one_prompt(tgt, d, prompt_token_ids(p, tgt.tokenizer), args,
                                                                sampling, stop, vocab)]
-    out = {"created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "config": vars(args),
+    out = {"created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "config": {**vars(args), "out": str(args.out) if args.out else None},
            "cpu_model": cpu_model(), "torch_threads": 1, "loadavg_before": load0,
            "loadavg_after": Path("/proc/loadavg").read_text().split()[:3], "wall_seconds": time.perf_counter() - t0,
            "replay_acceptance_rate": rate(rows, "replay"), "decoded_acceptance_rate": rate(rows, "decode"),
            "difference_ci": diff_ci(rows), "identical_runs": sum(r["identical"] for r in rows), "runs": len(rows),
            "rows": rows}
-    path = ROOT / "benchmarks" / "results" / f"{dt.date.today().isoformat()}-argmax-replay-cpu.json"
+    path = args.out or ROOT / "benchmarks" / "results" / f"{dt.date.today().isoformat()}-argmax-replay-cpu.json"
     path.write_text(json.dumps(out, indent=2))
     print(f"replay {out['replay_acceptance_rate']:.3f} decoded {out['decoded_acceptance_rate']:.3f} difference CI "
           f"{out['difference_ci']}; replay on decoded output identical in {out['identical_runs']}/{len(rows)} runs; "

@@ -13,7 +13,8 @@ The acts of :mod:`flows.demo` with two changes:
    old head on the new target, registered with lineage as ``@challenger``; night 3 validates it and the
    gate promotes it.
 
-k is ``SPECDEC_DEMO_K`` (default :data:`HEAD_K`).
+k is ``SPECDEC_DEMO_K`` (default :data:`HEAD_K`). The speed rule is off and the absolute acceptance floor is
+:data:`HEAD_FLOOR` (``SPECDEC_RULES__ABSOLUTE_THRESHOLD`` overrides it); the terminal says why.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ REPO = Path(__file__).resolve().parents[1]
 HEAD_K = 3
 #: the registered model of the head (its re-trained versions are versions of it)
 HEAD_NAME = "smollm2-135m-instruct-eagle3"
+#: the absolute acceptance floor of this variant (the product's default is 0.40): a head trained here in
+#: 30 CPU minutes accepts about a fifth of its drafts (benchmarks/results/2026-12-01-eagle3-head-v3-cpu.md),
+#: so the story is carried by the rules that compare with the pair's own baseline (relative drop, collapse)
+HEAD_FLOOR = 0.10
 
 
 def demo_head(con, target_dir: Path) -> Path:
@@ -75,8 +80,11 @@ def act_choose_head(demo, target_dir: Path) -> tuple[str, int, None]:
     # minutes also pays on this CPU is measured (benchmarks/results/*eagle3*), and every night still
     # measures and shows the speedup, but a slow head must not stop the story at night 1.
     os.environ["SPECDEC_RULES__SPEED_ENABLED"] = "false"
-    demo.con.print("[dim]the speed rule is off in this variant (the story is acceptance); speedups are still measured "
-                   "and shown[/]")
+    floor = os.environ.setdefault("SPECDEC_RULES__ABSOLUTE_THRESHOLD", str(HEAD_FLOOR))
+    demo.con.print(f"[dim]in this variant the speed rule is off (the story is acceptance; speedups are still measured "
+                   f"and shown) and the acceptance floor is {floor} instead of 0.40: a head trained in 30 minutes on "
+                   "this CPU accepts far less than a served head, so the rules that compare the pair with its own "
+                   "baseline (a 15% relative drop, a collapse) carry the story[/]")
     demo.con.print(f"draft: [bold]eagle3:{head}[/] with k={k}  ({demo.timings['head']:.0f}s); "
                    "`specdec draft recommend --candidates eagle3:DIR,derived:bf16` ranks it against the others")
     return f"eagle3:{head}", k, None
