@@ -12,14 +12,8 @@ promotes it. :func:`remediate_drift` runs it for every eagle3 pair whose drift a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from prefect import flow, get_run_logger, task
-
-#: re-training settings sized for a CPU (the demo's ``<= 10 minutes`` warm start); override per call
-REALIGN_DEFAULTS: dict[str, Any] = {"recipe": "fixed", "num_sequences": 48, "response_tokens": 96, "epochs": 2,
-                                    "batch_size": 4, "lr": 5e-4, "warmup_steps": 2}
-
 
 @task(task_run_name="locate {pair}@{alias}")
 def locate_task(pair: str, alias: str, target: str | None) -> dict:
@@ -43,13 +37,15 @@ def locate_task(pair: str, alias: str, target: str | None) -> dict:
 
 @task(task_run_name="warm-start re-train {head_uri}")
 def retrain_task(target_dir: str, head_dir: str, head_uri: str, out_dir: str, config: dict) -> dict:
-    """Train the head further on the target; returns ``{"out_dir", "metrics", "lineage"}``. Resumes a
-    killed run from ``out_dir/checkpoint``."""
+    """Train the head further on the target with the warm-start settings
+    (:meth:`specdec.training.Eagle3TrainConfig.warm_start`: ``config`` over
+    ``specdec.training.eagle3.WARM_START_DEFAULTS``, sized for <= 10 minutes on a 2-core CPU); returns
+    ``{"out_dir", "metrics", "lineage"}``. Resumes a killed run from ``out_dir/checkpoint``."""
     from specdec.models import load_causal_lm
     from specdec.training import Eagle3TrainConfig, train_eagle3_head
 
     target = load_causal_lm(target_dir, dtype="auto", device="auto")
-    res = train_eagle3_head(target, out_dir=out_dir, init_from=head_dir, config=Eagle3TrainConfig(**config),
+    res = train_eagle3_head(target, out_dir=out_dir, init_from=head_dir, config=Eagle3TrainConfig.warm_start(**config),
                             device="auto", progress=False)
     return {"out_dir": str(res.out_dir), "metrics": res.metrics, "lineage": res.lineage}
 
@@ -84,7 +80,8 @@ def realign_eagle3_flow(pair: str = "specdec-pair", alias: str = "champion", tar
         pair, alias: the eagle3 pair version whose head drifted (the champion after a target-only fine-tune).
         target: the target to re-align to (default: the one that pair version has).
         out_dir: where the new head goes (default ``$SPECDEC_HOME/heads/<pair>-v<N>-realigned-<target sha>``).
-        config: :class:`specdec.training.Eagle3TrainConfig` fields over :data:`REALIGN_DEFAULTS`.
+        config: :class:`specdec.training.Eagle3TrainConfig` fields over its warm-start settings
+            (:meth:`~specdec.training.Eagle3TrainConfig.warm_start`).
         register_alias: alias of the new pair version (``challenger``: the nightly validates, the gate promotes).
     Returns:
         ``{"pair", "version", "head_uri", "parent_head", "target", "train_minutes", "step_agreement", ...}``.
@@ -93,7 +90,7 @@ def realign_eagle3_flow(pair: str = "specdec-pair", alias: str = "champion", tar
     where = locate_task(pair, alias, target)
     out = out_dir or str(_out_dir(pair, where["pair_version"], where["target_dir"]))
     trained = retrain_task(where["target_dir"], where["head_dir"], where["head_uri"], out,
-                           {**REALIGN_DEFAULTS, **(config or {})})
+                           dict(config or {}))
     pv = register_task(trained["out_dir"], pair, where["target_ref"], register_alias, where["config"], where["engine"])
     log.info("re-trained head %s -> %s in %.1f min; %s v%s%s", where["head_uri"], pv["draft_uri"],
              trained["metrics"]["train_minutes"], pair, pv["version"], f" is @{register_alias}" if register_alias else "")

@@ -78,15 +78,21 @@ def eagle3(
                                                     "a checkpoint left there by a killed run is resumed.")],
     init_from: Annotated[str | None, typer.Option("--from", help="Warm-start from this head (dir, models:/<head>/<v>, "
                                                                  "or models:/<pair>@<alias> of an eagle3 pair).")] = None,
-    recipe: Annotated[str, typer.Option("--recipe", help="fixed | regenerated (training data recipe).")] = "fixed",
-    sequences: Annotated[int, typer.Option("--sequences", min=1, help="Training prompts.")] = 120,
-    response_tokens: Annotated[int, typer.Option("--response-tokens", min=1)] = 160,
-    draft_vocab_size: Annotated[int, typer.Option("--draft-vocab-size", min=1, help="Ignored with --from.")] = 8192,
-    epochs: Annotated[int, typer.Option("--epochs", min=1)] = 4,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 4,
-    lr: Annotated[float, typer.Option("--lr")] = 1e-3,
-    ttt_steps: Annotated[int, typer.Option("--ttt-steps", min=1, help="Training-time-test unroll steps.")] = 3,
-    max_minutes: Annotated[float | None, typer.Option("--max-minutes", help="Stop training after this wall time.")] = None,
+    recipe: Annotated[str | None, typer.Option("--recipe", help="tasks | fixed | regenerated (training data "
+                                                                 "recipe; default tasks).")] = None,
+    sequences: Annotated[int | None, typer.Option("--sequences", min=1, help="Training prompts (default: "
+                                                  "Eagle3TrainConfig's; fewer with --from).")] = None,
+    response_tokens: Annotated[int | None, typer.Option("--response-tokens", min=1)] = None,
+    draft_vocab_size: Annotated[int | None, typer.Option("--draft-vocab-size", min=1, help="Ignored with --from.")] = None,
+    epochs: Annotated[int | None, typer.Option("--epochs", min=1)] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", min=1)] = None,
+    lr: Annotated[float | None, typer.Option("--lr")] = None,
+    ttt_steps: Annotated[int | None, typer.Option("--ttt-steps", min=1, help="Training-time-test unroll steps.")] = None,
+    precision: Annotated[str | None, typer.Option("--precision", help="auto | bf16 | fp32: the head's matrix "
+                                                                      "products while training (auto: bf16 where "
+                                                                      "the CPU/GPU has it natively).")] = None,
+    max_minutes: Annotated[float | None, typer.Option("--max-minutes", help="Wall-time budget in minutes for the whole run (data, target passes, training); the "
+                                             "learning rate decays to 0 by then (default: the config's).")] = None,
     corpus: Annotated[Path | None, typer.Option("--corpus", help="Training documents (JSONL with 'text').")] = None,
     aux_layer_ids: Annotated[str | None, typer.Option(
         "--aux-layer-ids", help="Target layers feeding the head, e.g. '2,15,27' (default [2, L//2, L-3]; "
@@ -103,9 +109,11 @@ def eagle3(
 
     from specdec.training.eagle3 import Eagle3TrainConfig
 
-    cfg = Eagle3TrainConfig(recipe=recipe, num_sequences=sequences, response_tokens=response_tokens,
-                            draft_vocab_size=draft_vocab_size, epochs=epochs, batch_size=batch_size, lr=lr,
-                            ttt_steps=ttt_steps, max_minutes=max_minutes, seed=seed)
+    given = {"recipe": recipe, "num_sequences": sequences, "response_tokens": response_tokens,
+             "draft_vocab_size": draft_vocab_size, "epochs": epochs, "batch_size": batch_size, "lr": lr,
+             "ttt_steps": ttt_steps, "precision": precision, "max_minutes": max_minutes, "seed": seed}
+    given = {k: v for k, v in given.items() if v is not None}
+    cfg = Eagle3TrainConfig.warm_start(**given) if init_from else Eagle3TrainConfig(**given)
     _check_args(out, init_from, corpus, register, cfg)
     layer_ids = _parse_ids(aux_layer_ids)
     if device.startswith("cuda") and not torch.cuda.is_available():

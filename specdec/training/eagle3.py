@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,10 +22,13 @@ from typing import Any
 import torch
 
 from specdec.training import eagle3_checkpoint as ckpt
-from specdec.training.eagle3_data import (RECIPES, TrainingDataError, build_prompts, data_sha256,
-                                          fixed_text_sequences, load_documents, regenerated_sequences)
+from specdec.training.eagle3_data import (RECIPES, TrainingDataError, TrainingSequence, build_prompts,
+                                          chat_prompt_ids, data_sha256, fixed_text_sequences, greedy_answers,
+                                          load_documents, regenerated_sequences)
 from specdec.training.eagle3_features import (SequenceFeatures, check_feature_memory, draft_token_ids,
-                                              draft_vocab_mapping, target_features, token_frequencies)
+                                              draft_vocab_mapping, generated_features, target_features,
+                                              token_frequencies)
+from specdec.training.eagle3_prompts import task_prompts
 from specdec.training.eagle3_init import load_parent, new_head
 from specdec.training.eagle3_ttt import ttt_unroll
 
@@ -36,36 +40,48 @@ class Eagle3TrainConfig:
     """Settings of one training run (all recorded in ``training.json``).
 
     Attributes:
-        recipe: ``"fixed"`` (target distributions over fixed text) or ``"regenerated"`` (target-written
-            responses); the default is the one measured better per CPU minute (benchmarks/results/).
+        recipe: ``"tasks"`` (chat-task prompts answered by the target), ``"fixed"`` (target distributions
+            over fixed text) or ``"regenerated"`` (target-written continuations): :mod:`specdec.training.eagle3_data`.
         num_sequences: training sequences (prompts); response_tokens: tokens per response.
         draft_vocab_size: draft vocabulary (most frequent response tokens); ignored with ``init_from``
             (the parent's vocabulary mapping is kept).
         ttt_steps, ttt_step_loss_decay: the TTT unroll (``speculators``' names).
         epochs, batch_size, lr, weight_decay, warmup_steps: AdamW with linear warm-up (at most 10% of the
             steps) and cosine decay.
-        max_minutes: stop training (checkpointed, result written) after this wall time; None = no limit.
+        max_minutes: wall-time budget of the whole run (data, target passes and training): training
+            stops (checkpointed, result written) when it is spent, and its cosine learning-rate decay runs
+            on the time axis when that comes before the last epoch; None = no limit.
         checkpoint_every: optimizer steps between checkpoints.
         seed: data order and initialisation.
+        precision: ``"auto"`` | ``"bf16"`` | ``"fp32"``: the head's matrix products during training
+            (:func:`use_bf16`); the head is written in float32 either way.
 
-    The defaults aim at about 20 minutes on an idle 2-core CPU with the fp32 SmolLM2-135M target (an
-    estimate scaled from timings taken at load 15-20, not a measurement on an idle machine).
+    The defaults are the recipe of benchmarks/results/2026-12-01-eagle3-head-v3-cpu.md for the fp32
+    SmolLM2-135M target on a 2-core CPU: about 10 minutes of target answers, then training until the
+    28-minute budget (the learning rate decays on it); on a faster machine the 10 epochs end first.
     """
 
-    recipe: str = "fixed"
-    num_sequences: int = 120
-    response_tokens: int = 160
+    recipe: str = "tasks"
+    num_sequences: int = 560
+    response_tokens: int = 96
     draft_vocab_size: int = 8192
     ttt_steps: int = 3
     ttt_step_loss_decay: float = 1.0
-    epochs: int = 4
-    batch_size: int = 4
-    lr: float = 1e-3
+    epochs: int = 10
+    batch_size: int = 8
+    lr: float = 2e-3
     weight_decay: float = 0.0
     warmup_steps: int = 10
-    max_minutes: float | None = None
+    max_minutes: float | None = 28.0
     checkpoint_every: int = 25
     seed: int = 0
+    precision: str = "auto"
+
+    @classmethod
+    def warm_start(cls, **overrides: Any) -> "Eagle3TrainConfig":
+        """The settings for re-training from a parent head (``--from``, re-alignment after a target
+        fine-tune): :data:`WARM_START_DEFAULTS` (a shorter run than a fresh head's) with ``overrides``."""
+        return cls(**{**WARM_START_DEFAULTS, **overrides})
 
     def check(self) -> "Eagle3TrainConfig":
         """Raise ``ValueError`` (one line) on an impossible setting; returns self."""
@@ -75,6 +91,8 @@ class Eagle3TrainConfig:
                      "batch_size", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.precision not in ("auto", "bf16", "fp32"):
+            raise ValueError(f"precision must be auto, bf16 or fp32, got {self.precision!r}")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         return self
@@ -83,6 +101,12 @@ class Eagle3TrainConfig:
         """Hash of the settings that decide the result (not ``max_minutes``/``checkpoint_every``)."""
         d = {k: v for k, v in asdict(self).items() if k not in ("max_minutes", "checkpoint_every")}
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+
+#: :meth:`Eagle3TrainConfig.warm_start`: fewer sequences and epochs than a fresh head (the parent already
+#: knows the task; a fine-tuned target moved a little), so a re-alignment fits in ~10 minutes on a 2-core CPU.
+WARM_START_DEFAULTS: dict[str, Any] = {"num_sequences": 192, "epochs": 6, "lr": 1e-3, "warmup_steps": 5,
+                                       "max_minutes": 9.5}
 
 
 @dataclass
@@ -126,6 +150,36 @@ def build_training_sequences(target: Any, config: Eagle3TrainConfig, corpus: str
     return seqs
 
 
+def build_task_features(target: Any, config: Eagle3TrainConfig, layer_ids: list[int],
+                        corpus: str | Path | None = None, progress: bool = False) -> list[SequenceFeatures]:
+    """Recipe ``tasks``: ``config.num_sequences`` chat-task prompts from ``corpus``
+    (:func:`specdec.training.eagle3_prompts.task_prompts`), answered greedily by the target with at most
+    ``config.response_tokens`` tokens; features from the answering passes
+    (:func:`specdec.training.eagle3_features.generated_features`). The loss mask covers the user turn
+    and the answer (everything after the chat template's fixed opening, which is the same in every
+    prompt): the prompt positions add the target's distributions over document text at no extra target
+    cost (held-out alpha_tf 0.176 vs 0.167 at equal training time in the benchmark's probe).
+
+    Raises:
+        TrainingDataError: the corpus is missing or gives fewer than ``batch_size`` usable sequences.
+    """
+    docs = load_documents(corpus)
+    tok = target.tokenizer
+    turns = task_prompts(docs, config.num_sequences, lambda ts, m: greedy_answers(target, ts, m), seed=config.seed)
+    bar = _bar(len(turns), "target answers + features", progress)
+    prompts = [chat_prompt_ids(tok, t) for _, t in turns]
+    feats = generated_features(target, prompts, config.response_tokens, layer_ids,
+                               progress=lambda n, total: bar.update(n - bar.n))
+    bar.close()
+    start = len(os.path.commonprefix(prompts))  # the chat template's fixed head (system prompt, user tag)
+    for f in feats:  # train on the user turn too: the target's distributions over it cost nothing more
+        f.loss_mask = torch.arange(len(f.input_ids)) >= start
+    if len(feats) < config.batch_size:
+        raise TrainingDataError(f"only {len(feats)} usable training sequences (need at least batch size "
+                                f"{config.batch_size}): use a larger corpus")
+    return feats
+
+
 def _bar(total: int, desc: str, enabled: bool):
     from tqdm.auto import tqdm
 
@@ -160,11 +214,15 @@ def _prepare_data(target: Any, config: Eagle3TrainConfig, corpus, layer_ids: lis
     part = ckpt.load_partial(out, run_key)
     if part is None:
         t0 = time.perf_counter()
-        seqs = build_training_sequences(target, config, corpus, progress)
+        if config.recipe == "tasks":  # features come from the answering passes
+            feats = build_task_features(target, config, layer_ids, corpus, progress)
+            seqs = [TrainingSequence(f.input_ids, f.loss_mask) for f in feats]
+        else:
+            feats, seqs = [], build_training_sequences(target, config, corpus, progress)
         if vocab is None:
             freq = token_frequencies(seqs, target.model.config.vocab_size)
             vocab = draft_vocab_mapping(freq, min(config.draft_vocab_size, len(freq)))
-        part = {"seqs": seqs, "d2t": vocab[0], "t2d": vocab[1], "features": [], "feature_minutes": 0.0,
+        part = {"seqs": seqs, "d2t": vocab[0], "t2d": vocab[1], "features": feats, "feature_minutes": 0.0,
                 "data_minutes": (time.perf_counter() - t0) / 60}
         ckpt.save_partial(out, run_key, part)
     seqs, feats = part["seqs"], part["features"]
@@ -201,19 +259,36 @@ def collate(feats: list[SequenceFeatures], device: str | torch.device) -> dict[s
     return {k: v.to(device) for k, v in {"input_ids": ids, "loss_mask": mask, "aux": aux, "last": last}.items()}
 
 
-def batch_order(n: int, batch_size: int, epoch: int, seed: int) -> list[list[int]]:
+def batch_order(n: int, batch_size: int, epoch: int, seed: int, lengths: list[int] | None = None) -> list[list[int]]:
     """The batches of one epoch: a permutation seeded by ``(seed, epoch)``, cut into ``batch_size`` pieces
-    (the last, shorter piece dropped). The same on a resumed run."""
+    (the last, shorter piece dropped). The same on a resumed run.
+
+    With ``lengths`` (tokens per sequence) the permutation is sorted by length inside windows of
+    ``16 * batch_size`` before cutting, and the batches are then shuffled: batches of similar lengths
+    (little right-padding, which costs as much as real tokens) in a random order.
+    """
     g = torch.Generator().manual_seed(seed * 1000003 + epoch)
     perm = torch.randperm(n, generator=g).tolist()
-    return [perm[i:i + batch_size] for i in range(0, n - batch_size + 1, batch_size)]
+    if lengths is not None:
+        w = 16 * batch_size
+        perm = [j for i in range(0, n, w) for j in sorted(perm[i:i + w], key=lambda k: lengths[k])]
+    batches = [perm[i:i + batch_size] for i in range(0, n - batch_size + 1, batch_size)]
+    if lengths is not None:
+        batches = [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]
+    return batches
 
 
-def _scheduler(optimizer, warmup: int, total: int):
+def _scheduler(optimizer, warmup: int, total: int, time_frac: list[float] | None = None):
+    """Linear warm-up over ``warmup`` steps, then cosine decay to 0 at step ``total`` or, with ``time_frac``
+    (a one-element list the loop updates: the fraction of the time budget spent), when the budget ends,
+    whichever comes first: a run cut by ``max_minutes`` still ends with a decayed learning rate."""
     def f(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+        p = (step - warmup) / max(1, total - warmup)
+        if time_frac is not None:
+            p = max(p, time_frac[0])
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, p)))
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, f)
 
@@ -221,18 +296,35 @@ def _scheduler(optimizer, warmup: int, total: int):
 def train_step(head, batch: dict, w_draft: torch.Tensor, config: Eagle3TrainConfig, optimizer=None):
     """One forward (and, with ``optimizer``, backward + update) on a collated batch; returns the TTTResult.
 
-    ``w_draft``: the target's LM-head rows of the draft vocabulary, ``[draft_vocab, hidden]``.
+    ``w_draft``: the target's LM-head rows of the draft vocabulary, ``[draft_vocab, hidden]``. With
+    :func:`use_bf16` the head's matrix products run in bfloat16 (``torch.autocast``; weights, optimizer
+    state and the loss's softmaxes stay float32).
     """
     with torch.no_grad():
         target_logits = batch["last"] @ w_draft.T
-    res = ttt_unroll(head, batch["input_ids"], batch["aux"], target_logits, batch["loss_mask"],
-                     steps=config.ttt_steps, decay=config.ttt_step_loss_decay)
+    dev = batch["aux"].device
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=use_bf16(config.precision, dev)):
+        res = ttt_unroll(head, batch["input_ids"], batch["aux"], target_logits, batch["loss_mask"],
+                         steps=config.ttt_steps, decay=config.ttt_step_loss_decay)
     if optimizer is not None:
         optimizer.zero_grad(set_to_none=True)
         res.loss.backward()
         torch.nn.utils.clip_grad_norm_([p for p in head.parameters() if p.requires_grad], 1.0)
         optimizer.step()
     return res
+
+
+def use_bf16(precision: str, device: torch.device) -> bool:
+    """Whether training autocasts to bfloat16: ``precision`` ``"bf16"`` always, ``"fp32"`` never, ``"auto"``
+    on CUDA and on CPUs with native bfloat16 matrix products (AVX512-BF16 or AMX, where they run about
+    4x faster than float32; elsewhere bfloat16 is emulated and slower)."""
+    if precision != "auto":
+        return precision == "bf16"
+    if device.type == "cuda":
+        return True
+    return device.type == "cpu" and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()) and (
+        bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
+        or bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()))
 
 
 def _device(device: str | None) -> str:
@@ -290,7 +382,8 @@ def train_eagle3_head(target: Any, *, out_dir: str | Path, config: Eagle3TrainCo
                                                   ttt_steps=config.ttt_steps)
     head = head.to(dev).float().train()
     w_draft = _target_lm_head(target)[draft_token_ids(data["d2t"].cpu())].to(dev, torch.float32)
-    metrics = _fit(head, data["features"], w_draft, config, out, run_key, dev, progress)
+    spent = data["data_minutes"] + data["feature_minutes"]  # max_minutes covers data, features and training
+    metrics = _fit(head, data["features"], w_draft, config, out, run_key, dev, progress, spent)
     lineage = {"target_weights_sha256": target_sha, "target_source": getattr(target, "source", {}) or {},
                "training_data_sha256": data["data_sha256"], "parent": str(init_from) if init_from else None,
                "parent_weights_sha256": parent["weights_sha256"] if parent else None,
@@ -314,12 +407,19 @@ def _default_layer_ids(target: Any) -> list[int]:
 
 
 def _fit(head, feats: list[SequenceFeatures], w_draft: torch.Tensor, config: Eagle3TrainConfig, out: Path,
-         run_key: str, dev: str, progress: bool) -> dict[str, Any]:
-    """The optimisation loop (resumes from ``out/checkpoint``); returns the training metrics."""
+         run_key: str, dev: str, progress: bool, spent_minutes: float = 0.0) -> dict[str, Any]:
+    """The optimisation loop (resumes from ``out/checkpoint``); returns the training metrics.
+
+    ``spent_minutes``: wall time already spent on data and features; training gets the rest of
+    ``config.max_minutes`` (and the learning rate decays on that time axis when it binds)."""
     opt = torch.optim.AdamW(_trainable(head), lr=config.lr, weight_decay=config.weight_decay)
-    per_epoch = len(batch_order(len(feats), config.batch_size, 0, config.seed))
+    lengths = [len(f.input_ids) for f in feats]
+    per_epoch = len(batch_order(len(feats), config.batch_size, 0, config.seed, lengths))
     total = per_epoch * config.epochs
-    sched = _scheduler(opt, min(config.warmup_steps, max(1, total // 10)), total)  # short runs: 10% warm-up
+    budget = None if config.max_minutes is None else config.max_minutes - spent_minutes
+    frac = [0.0]
+    sched = _scheduler(opt, min(config.warmup_steps, max(1, total // 10)), total,  # short runs: 10% warm-up
+                       frac if budget is not None else None)
     step, extra = ckpt.restore_state(out, run_key, head, opt, sched)
     minutes = float(extra.get("train_minutes", 0.0))
     sums = extra.get("sums") or _zero_sums(config.ttt_steps)
@@ -330,15 +430,16 @@ def _fit(head, feats: list[SequenceFeatures], w_draft: torch.Tensor, config: Eag
         epoch, i = divmod(step, per_epoch)
         if i == 0:
             sums = _zero_sums(config.ttt_steps)
-        idx = batch_order(len(feats), config.batch_size, epoch, config.seed)[i]
+        idx = batch_order(len(feats), config.batch_size, epoch, config.seed, lengths)[i]
         res = train_step(head, collate([feats[j] for j in idx], dev), w_draft, config, opt)
+        elapsed = minutes + (time.perf_counter() - t0) / 60
+        frac[0] = elapsed / budget if budget and budget > 0 else 1.0
         sched.step()
         step += 1
         _accumulate(sums, res)
         bar.update(1)
         bar.set_postfix(loss=f"{float(res.loss.detach()):.3f}", acc0=f"{_rate(sums, 0):.2f}", refresh=False)
-        elapsed = minutes + (time.perf_counter() - t0) / 60
-        stopped = config.max_minutes is not None and elapsed >= config.max_minutes and step < total
+        stopped = budget is not None and elapsed >= budget and step < total
         if step % config.checkpoint_every == 0 or step == total or stopped:
             ckpt.save_state(out, run_key, step, head, opt, sched, {"train_minutes": elapsed, "sums": sums})
         if stopped:

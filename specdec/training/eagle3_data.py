@@ -1,4 +1,4 @@
-"""Training data for EAGLE-3 heads: sequences, the two recipes, draft vocabulary, target features.
+"""Training data for EAGLE-3 heads: sequences of the three recipes.
 
 Recipes (issue 23, chosen by ``benchmarks/eagle3_recipes.py``):
 
@@ -7,6 +7,10 @@ Recipes (issue 23, chosen by ``benchmarks/eagle3_recipes.py``):
   as the assistant turn; one teacher-forced target pass gives the features and the distributions.
 - ``"regenerated"``: target-regenerated responses (what ``speculators`` recommends). The same chat
   prompts, answered by the target itself (greedy), then one teacher-forced pass over prompt+answer.
+- ``"tasks"`` (the default, measured best: benchmarks/results/2026-12-01-eagle3-head-v3-cpu.md):
+  chat-task prompts (summaries, questions, answers over a passage, translations, word problems,
+  writing; :mod:`specdec.training.eagle3_prompts`) answered greedily by the target, the features
+  kept from the answering passes (:func:`specdec.training.eagle3_features.generated_features`).
 
 The training prompts come from ``specdec/data/training/c4_demo.jsonl`` (C4, ODC-BY; see its
 ATTRIBUTION.md), never from the held-out sets.
@@ -25,7 +29,7 @@ from typing import Any
 import torch
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "data" / "training" / "c4_demo.jsonl"
-RECIPES = ("fixed", "regenerated")
+RECIPES = ("fixed", "regenerated", "tasks")
 Progress = Callable[[int, int], None]
 
 
@@ -71,7 +75,10 @@ def load_documents(path: str | Path | None = None, min_chars: int = 200) -> list
     return docs
 
 
-def _chat_ids(tokenizer: Any, user: str) -> list[int]:
+def chat_prompt_ids(tokenizer: Any, user: str) -> list[int]:
+    """Token ids of a one-turn chat prompt: the tokenizer's chat template with ``add_generation_prompt``
+    (as :func:`specdec.validation.heldout.prompt_token_ids` renders held-out chat prompts), else
+    ``user + "\\n"`` with the tokenizer's special tokens."""
     if getattr(tokenizer, "chat_template", None):
         rendered = tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
                                                  add_generation_prompt=True)
@@ -96,7 +103,7 @@ def build_prompts(docs: list[str], tokenizer: Any, n: int, *, opening_tokens: in
     out = []
     for i in order[:n]:
         opening, rest = _split_doc(tokenizer, docs[i], opening_tokens)
-        out.append((_chat_ids(tokenizer, f"Continue this text:\n\n{opening}"), rest))
+        out.append((chat_prompt_ids(tokenizer, f"Continue this text:\n\n{opening}"), rest))
     return out
 
 
@@ -119,9 +126,11 @@ def _sequence(prompt: list[int], response: list[int]) -> TrainingSequence:
 
 @torch.inference_mode()
 def regenerated_sequences(target: Any, prompts: list[tuple[list[int], list[int]]], response_tokens: int,
-                          progress: Progress | None = None, batch_size: int = 8) -> list[TrainingSequence]:
+                          progress: Progress | None = None, batch_size: int = 16) -> list[TrainingSequence]:
     """Recipe ``regenerated``: the target answers each prompt greedily (at most ``response_tokens``,
-    up to its end-of-sequence token), ``batch_size`` left-padded prompts per ``generate`` call.
+    up to its end-of-sequence token), ``batch_size`` left-padded prompts per ``generate`` call, batched
+    in order of prompt length (less padding); the result keeps the order of ``prompts`` (prompts with
+    an empty answer are left out).
 
     Args:
         target: a ``LoadedModel`` (``.model``, ``.tokenizer``).
@@ -131,21 +140,29 @@ def regenerated_sequences(target: Any, prompts: list[tuple[list[int], list[int]]
     dev = next(model.parameters()).device
     eos = tok.eos_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else (eos if eos is not None else 0)
-    seqs = []
-    for i in range(0, len(prompts), batch_size):
-        chunk = [p for p, _ in prompts[i:i + batch_size]]
+    order = sorted(range(len(prompts)), key=lambda j: len(prompts[j][0]))
+    answers: dict[int, list[int]] = {}
+    for i in range(0, len(order), batch_size):
+        idx = order[i:i + batch_size]
+        chunk = [prompts[j][0] for j in idx]
         width = max(len(p) for p in chunk)
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=dev)
         attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=dev)
         out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=response_tokens, do_sample=False,
                              pad_token_id=pad, eos_token_id=eos)
-        for p, row in zip(chunk, out[:, width:].tolist()):
-            r = row[:row.index(eos) + 1] if eos is not None and eos in row else row
-            if r:
-                seqs.append(_sequence(p, r))
+        for j, row in zip(idx, out[:, width:].tolist()):
+            answers[j] = row[:row.index(eos) + 1] if eos is not None and eos in row else row
         if progress:
             progress(min(i + batch_size, len(prompts)), len(prompts))
-    return seqs
+    return [_sequence(prompts[j][0], answers[j]) for j in range(len(prompts)) if answers[j]]
+
+
+def greedy_answers(target: Any, turns: list[str], max_new_tokens: int) -> list[str]:
+    """The target's greedy answers (text, special tokens dropped) to one-turn chat prompts ``turns``."""
+    tok = target.tokenizer
+    seqs = regenerated_sequences(target, [(chat_prompt_ids(tok, u), []) for u in turns], max_new_tokens)
+    texts = [tok.decode(s.input_ids[s.loss_mask], skip_special_tokens=True) for s in seqs]
+    return texts if len(texts) == len(turns) else [""] * len(turns)  # an empty answer dropped: no pairing
 
 
 def data_sha256(seqs: list[TrainingSequence]) -> str:

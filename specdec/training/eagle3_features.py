@@ -131,3 +131,62 @@ def all_target_features(model: torch.nn.Module, seqs: list[TrainingSequence], la
         if progress:
             progress(n, len(seqs))
     return feats
+
+
+@torch.inference_mode()
+def generated_features(target, prompts: list[list[int]], response_tokens: int, layer_ids: list[int], *,
+                       batch_size: int = 16, progress: Callable[[int, int], None] | None = None
+                       ) -> list[SequenceFeatures]:
+    """The target answers ``prompts`` greedily and its features are kept from the same passes.
+
+    Recipe ``tasks`` (:mod:`specdec.training.eagle3_prompts`): one ``generate`` call per ``batch_size``
+    left-padded prompts (batched in order of length), with the aux hidden states
+    (:func:`specdec.core.features.capture_features`) and the final-norm output captured on every pass
+    (prefill, then one token per step), so no second teacher-forced pass is needed. A response is
+    the greedy answer up to and including the end-of-sequence token, cut to the tokens whose
+    features exist (the very last generated token of a batch is never fed back).
+
+    Args:
+        target: a ``LoadedModel`` (``.model``, ``.tokenizer``); prompts: token ids (chat template applied).
+        response_tokens: at most this many new tokens per answer.
+        layer_ids: aux layer ids (:func:`specdec.core.features.check_layer_ids`).
+    Returns:
+        :class:`SequenceFeatures` in the order of ``prompts`` (prompts with no kept answer token left out).
+    """
+    from specdec.core.features import capture_features
+
+    model, tok = target.model, target.tokenizer
+    dev = next(model.parameters()).device
+    eos = tok.eos_token_id
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (eos if eos is not None else 0)
+    order = sorted(range(len(prompts)), key=lambda j: len(prompts[j]))
+    done: dict[int, SequenceFeatures] = {}
+    normed: list[torch.Tensor] = []
+    hook = model.model.norm.register_forward_hook(lambda m, a, out: normed.append(out))
+    try:
+        for i in range(0, len(order), batch_size):
+            idx = order[i:i + batch_size]
+            chunk = [prompts[j] for j in idx]
+            width = max(len(p) for p in chunk)
+            ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=dev)
+            attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=dev)
+            normed.clear()
+            with capture_features(model, layer_ids) as grabbed:
+                out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=response_tokens,
+                                     do_sample=False, pad_token_id=pad, eos_token_id=eos)
+            aux, last = torch.cat(grabbed, dim=1), torch.cat(normed, dim=1)
+            for r, (j, p) in enumerate(zip(idx, chunk)):
+                row = out[r, width:].tolist()
+                ans = (row[:row.index(eos) + 1] if eos is not None and eos in row else row)[:aux.shape[1] - width]
+                if ans:
+                    span = slice(width - len(p), width + len(ans))
+                    seq = torch.tensor(p + ans, dtype=torch.long)
+                    mask = torch.zeros(len(seq), dtype=torch.bool)
+                    mask[len(p):] = True
+                    done[j] = SequenceFeatures(seq, mask, aux[r, span].to("cpu", FEATURE_DTYPE),
+                                               last[r, span].to("cpu", FEATURE_DTYPE))
+            if progress:
+                progress(min(i + batch_size, len(prompts)), len(prompts))
+    finally:
+        hook.remove()
+    return [done[j] for j in range(len(prompts)) if j in done]

@@ -50,26 +50,43 @@ class TTTResult:
     chain_correct: list[int]
 
 
-def ttt_states(head, input_ids: torch.Tensor, aux: torch.Tensor, steps: int):
+def ttt_states(head, input_ids: torch.Tensor, aux: torch.Tensor, steps: int, start: int = 0):
     """Yield ``(s, normed)`` for each TTT step ``s``: the head's final-norm output ``[B, T, hidden]`` at every
-    position (its logits are ``head.lm_head(normed)``); position ``i`` of step ``s`` drafts token ``i + 2 + s``."""
+    position (its logits are ``head.lm_head(normed)``); position ``i`` of step ``s`` drafts token ``i + 2 + s``.
+
+    ``start``: steps ``s >= 1`` are computed for positions ``>= start`` only (their rows before ``start``
+    are zeros). A step-``s`` query reads the step-0 keys and its own position's earlier steps, so the
+    rows from ``start`` on are exactly those of the full unroll; :func:`ttt_unroll` passes the first
+    position any loss needs (the prompts' step ``s >= 1`` drafts are never trained on).
+    """
     b, t = input_ids.shape
     dev = aux.device
+    start = max(0, min(int(start), t - 1))
     hidden = head.combine(aux)
     cache = head.new_cache(b)
     pos = torch.arange(t, device=dev)[None].expand(b, t)
     for s in range(steps):
-        fed = torch.cat([input_ids[:, 1 + s:], input_ids.new_zeros(b, min(1 + s, t))], dim=1)[:, :t]
+        lo = 0 if s == 0 else start
+        fed = torch.cat([input_ids[:, 1 + s:], input_ids.new_zeros(b, min(1 + s, t))], dim=1)[:, lo:t]
         with torch.no_grad():
             embeds = head.embed_tokens(fed).to(hidden.dtype)
-        rope = head.rotary_emb(hidden, pos + s)
-        mask = ttt_mask(b, t, s, dev)
-        h = hidden
+        h = hidden if s != 1 else hidden[:, lo:]
+        rope = head.rotary_emb(h, pos[:, lo:] + s)
+        mask = ttt_mask(b, t, s, dev) if lo == 0 else _suffix_mask(b, t, lo, s, dev)
         for i, layer in enumerate(head.layers):
             h = layer(h, embeds, rope, cache, i, mask)
         normed = head.norm(h)
         hidden = normed if head.config.norm_output else h
-        yield s, normed
+        yield s, normed if lo == 0 else torch.cat([normed.new_zeros(b, lo, normed.shape[-1]), normed], dim=1)
+
+
+def _suffix_mask(batch: int, length: int, start: int, step: int, device=None) -> torch.Tensor:
+    """:func:`ttt_mask` for the queries at positions ``>= start`` when steps ``1..step`` hold only those
+    positions: ``[batch, length - start, length + step * (length - start)]``."""
+    i = torch.arange(length, device=device)
+    n = length - start
+    blocks = [i[None, :] <= i[start:, None]] + [torch.eye(n, dtype=torch.bool, device=device)] * step
+    return torch.cat(blocks, dim=1)[None].expand(batch, -1, -1)
 
 
 def ttt_unroll(head, input_ids: torch.Tensor, aux: torch.Tensor, target_logits: torch.Tensor,
@@ -93,7 +110,9 @@ def ttt_unroll(head, input_ids: torch.Tensor, aux: torch.Tensor, target_logits: 
     total = torch.zeros((), device=aux.device)
     res = TTTResult(total, [], [], [], [])
     chain = torch.ones(b, t, dtype=torch.bool, device=aux.device)
-    for s, normed in ttt_states(head, input_ids, aux, steps):
+    first = loss_mask.float().argmax(dim=1)[loss_mask.any(dim=1)]
+    start = int(first.min()) - steps if first.numel() else 0
+    for s, normed in ttt_states(head, input_ids, aux, steps, start=start):
         total = total + (decay ** s) * _step_metrics(res, s, head.lm_head, normed, target_logits, loss_mask, chain,
                                                      target_in_draft)
     res.loss = total

@@ -17,10 +17,12 @@ def tiny_target_dir(path: Path, *, perturb: float = 0.0) -> Path:
 
 
 def quick_config(**kw):
-    """A training run of about 20 optimizer steps on the tiny target."""
+    """A training run of about 20 optimizer steps on the tiny target (recipe ``fixed``, float32: the
+    resume and warm-start mechanics tests compare exact weights; no time budget, whose learning-rate decay
+    follows the wall clock)."""
     from specdec.training import Eagle3TrainConfig
 
-    base = dict(num_sequences=20, response_tokens=40, draft_vocab_size=64, epochs=4, batch_size=4, lr=3e-3,
-                warmup_steps=2, checkpoint_every=100)
+    base = dict(recipe="fixed", precision="fp32", max_minutes=None, num_sequences=20, response_tokens=40,
+                draft_vocab_size=64, epochs=4, batch_size=4, lr=3e-3, warmup_steps=2, checkpoint_every=100)
     base.update(kw)
     return Eagle3TrainConfig(**base)

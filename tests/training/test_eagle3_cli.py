@@ -53,6 +53,12 @@ def test_train_writes_a_head_and_registers_it_with_lineage(app, tmp_path, monkey
     again = runner.invoke(app, ["draft", "train", "eagle3", "--target", str(target), "--out", str(tmp_path / "h2"),
                                 *QUICK, "--from", "models:/pair-cli@challenger", "--register", "pair-cli"])
     assert again.exit_code == 0, again.output
+    from specdec.training.eagle3 import WARM_START_DEFAULTS, Eagle3TrainConfig
+
+    fresh, warm = (json.loads((tmp_path / d / "training.json").read_text())["config"] for d in ("h", "h2"))
+    assert fresh["lr"] == Eagle3TrainConfig().lr and fresh["max_minutes"] == Eagle3TrainConfig().max_minutes
+    assert warm["lr"] == WARM_START_DEFAULTS["lr"] and warm["max_minutes"] == WARM_START_DEFAULTS["max_minutes"]
+    assert warm["epochs"] == fresh["epochs"] == 1  # given options win over either default set
     import registry as R
 
     head = R.get_model_version(R.get_pair_version("pair-cli", "challenger", download=False).draft_uri)
