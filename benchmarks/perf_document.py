@@ -82,7 +82,7 @@ def derived_verdict(drafters: dict, device: str) -> str | None:
     """One sentence: does a derived draft (a lower-precision copy of the target) pay here, and if
     not, why (its cost ratio c and the CPU's native bf16 support). None without derived drafters."""
     from specdec.validation.machine import native_bf16
-    from specdec.validation.recommend import PAYS_ABOVE
+    from specdec.validation.speed import PAYS_ABOVE
 
     derived = {s: d for s, d in drafters.items() if s.startswith("derived:")}
     if not derived:

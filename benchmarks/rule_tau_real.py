@@ -2,12 +2,12 @@
 
 1. Argmax proposals (vLLM's rule) at temperature 0.7, top-p 0.9: for each seed,
    ``validate_replay(method="both", decode_fraction=1)`` with ``draft_sampling="argmax"`` gives
-   the replayed EXPECTED acceptance (teacher-forced ``p(argmax q)`` along the target's sampled
-   continuation, :func:`specdec.validation.replay_expected.position_alphas`) and the DECODED
-   acceptance of :func:`specdec.speculative_generate`. Decoded counters are pooled per prompt over
-   the seeds and the 95% CI is the project's bootstrap over prompts (``bootstrap_ratio_ci``); the
-   check holds when the pooled expected acceptance lies inside it. The sampled rule's expected
-   acceptance (``sum min(p, q)``, replay only) is reported for contrast.
+   the REPLAYED acceptance (exact counters along the target's sampled continuation: accepted iff
+   the sampled token is the draft's argmax, :mod:`specdec.validation.replay_run`) and the DECODED
+   acceptance of :func:`specdec.speculative_generate`. Both are pooled per prompt over the seeds
+   with the project's bootstrap CI over prompts (``bootstrap_ratio_ci``); the check holds when the
+   pooled replayed acceptance lies inside the decoded CI. The sampled rule's expected acceptance
+   (``sum min(p, q)``, replay only) is reported for contrast.
 2. Greedy draft-length policy: ``replay_prompts`` + ``replay_grid`` / ``best_k_tau`` over k = 1..8
    and tau in {0.3, 0.5, 0.8} with the costs measured once (``calibrate_on``), then both the best
    fixed k and the best thresholded (k, tau) are MEASURED with ``validate_pairs`` (same
@@ -41,52 +41,59 @@ def log(msg: str) -> None:
 
 
 def argmax_check(tgt, drafter, subset, args, cache, calibration) -> dict:
-    """Check 1: replayed expected acceptance (argmax rule) inside the decoded CI, seeds pooled per prompt."""
+    """Check 1: replayed acceptance (argmax rule, exact counters along target samples) inside the decoded CI,
+    seeds pooled per prompt; the sampled rule's expected acceptance for contrast."""
     from specdec.core.config import SamplingConfig, SpeculativeConfig
     from specdec.validation.config import ValidationConfig
     from specdec.validation.metrics import bootstrap_ratio_ci
     from specdec.validation.replay_report import validate_replay
 
     sampling = SamplingConfig(temperature=0.7, top_p=0.9)
-    acc: dict[str, float] = {}
-    drafted: dict[str, float] = {}
-    exp = {"argmax": [0.0, 0.0], "sampled": [0.0, 0.0]}
+    pooled = {"decoded": ({}, {}), "replayed": ({}, {})}  # per prompt: accepted, drafted
+    sampled_rule = [0.0, 0.0]
     per_seed = []
+
+    def add(which: str, pid: str, accepted: int, drafted: int) -> None:
+        acc, dr = pooled[which]
+        acc[pid], dr[pid] = acc.get(pid, 0) + accepted, dr.get(pid, 0) + drafted
+
     for seed in args.seeds:
         for rule in ("argmax", "sampled"):
             spec = SpeculativeConfig(args.k, sampling, args.max_new_tokens, draft_sampling=rule)
             config = ValidationConfig(spec, seed=seed, limit=None, bootstrap_resamples=args.resamples)
-            method = "both" if rule == "argmax" else "replay"
             t0 = time.perf_counter()
-            [r] = validate_replay(tgt, [drafter], subset, config, method=method, decode_fraction=1.0, kmax=args.k,
-                                  cache=cache, target_ref=args.target, calibration=calibration)
-            row = next(x for x in r.replay["acceptance_by_k"] if x["k"] == args.k)
-            exp[rule][0] += row["expected_num_accepted_tokens"]
-            exp[rule][1] += row["expected_num_draft_tokens"]
-            entry = {"seed": seed, "rule": rule, "expected_acceptance_rate": row["expected_acceptance_rate"],
-                     "expected_acceptance_rate_ci": row["expected_acceptance_rate_ci"],
-                     "seconds": time.perf_counter() - t0}
+            [r] = validate_replay(tgt, [drafter], subset, config, method="both" if rule == "argmax" else "replay",
+                                  decode_fraction=1.0, kmax=args.k, cache=cache, target_ref=args.target,
+                                  calibration=calibration)
+            entry = {"seed": seed, "rule": rule, "kind": r.replay["kind"], "seconds": time.perf_counter() - t0}
             if rule == "argmax":
-                dec = r.replay["counters"]["decode"]
-                entry.update(decoded=dec, replay_inside_decode_ci_this_seed=r.replay["replay_inside_decode_ci"])
+                entry.update(replayed=r.replay["counters"]["replay"], decoded=r.replay["counters"]["decode"],
+                             replay_inside_decode_ci_this_seed=r.replay["replay_inside_decode_ci"])
+                for p in r.replay["prompts"]:
+                    add("replayed", p["prompt_id"], p["num_accepted_tokens"], p["num_draft_tokens"])
                 for p in r.prompts:
                     if p.status == "ok":
-                        acc[p.prompt_id] = acc.get(p.prompt_id, 0) + p.num_accepted_tokens
-                        drafted[p.prompt_id] = drafted.get(p.prompt_id, 0) + p.num_draft_tokens
+                        add("decoded", p.prompt_id, p.num_accepted_tokens, p.num_draft_tokens)
+                log(f"check 1 seed {seed} argmax: replayed {entry['replayed']['acceptance_rate']:.3f}, decoded "
+                    f"{entry['decoded']['acceptance_rate']:.3f} {entry['decoded']['acceptance_rate_ci']}")
+            else:
+                row = next(x for x in r.replay["acceptance_by_k"] if x["k"] == args.k)
+                sampled_rule[0] += row["expected_num_accepted_tokens"]
+                sampled_rule[1] += row["expected_num_draft_tokens"]
+                entry["expected_acceptance_rate"] = row["expected_acceptance_rate"]
             per_seed.append(entry)
-            log(f"check 1 seed {seed} {rule}: expected {entry['expected_acceptance_rate']:.3f}"
-                + (f", decoded {entry['decoded']['acceptance_rate']:.3f} {entry['decoded']['acceptance_rate_ci']}"
-                   if rule == "argmax" else ""))
-    ids = sorted(acc)
-    decoded_rate = sum(acc.values()) / sum(drafted.values())
-    ci = bootstrap_ratio_ci([acc[i] for i in ids], [drafted[i] for i in ids], n_resamples=args.resamples, seed=0)
-    expected = {rule: a / d if d else math.nan for rule, (a, d) in exp.items()}
-    return {"k": args.k, "temperature": 0.7, "top_p": 0.9, "seeds": args.seeds, "num_prompts": len(ids),
-            "decoded_acceptance_rate": decoded_rate, "decoded_acceptance_rate_ci": ci,
-            "decoded_num_accepted_tokens": sum(acc.values()), "decoded_num_draft_tokens": sum(drafted.values()),
-            "expected_acceptance_rate_argmax": expected["argmax"],
-            "expected_acceptance_rate_sampled_rule": expected["sampled"],
-            "held": bool(ci[0] <= expected["argmax"] <= ci[1]), "per_seed": per_seed}
+    res = {"k": args.k, "temperature": 0.7, "top_p": 0.9, "seeds": args.seeds, "per_seed": per_seed,
+           "expected_acceptance_rate_sampled_rule": sampled_rule[0] / sampled_rule[1] if sampled_rule[1] else math.nan}
+    for which, (acc, dr) in pooled.items():
+        ids = sorted(acc)
+        res[f"{which}_num_prompts"] = len(ids)
+        res[f"{which}_num_accepted_tokens"], res[f"{which}_num_draft_tokens"] = sum(acc.values()), sum(dr.values())
+        res[f"{which}_acceptance_rate"] = sum(acc.values()) / sum(dr.values())
+        res[f"{which}_acceptance_rate_ci"] = bootstrap_ratio_ci([acc[i] for i in ids], [dr[i] for i in ids],
+                                                                n_resamples=args.resamples, seed=0)
+    lo, hi = res["decoded_acceptance_rate_ci"]
+    res["held"] = bool(lo <= res["replayed_acceptance_rate"] <= hi)
+    return res
 
 
 def greedy_grid(tgt, drafter, subset, args, cache, calibration) -> tuple[dict, list[dict]]:
@@ -182,18 +189,21 @@ def render_md(out: dict) -> str:
     a = out.get("argmax_rule")
     if a:
         lines += [f"## 1. Argmax proposal rule, T = 0.7, top-p 0.9, k = {a['k']}, seeds {a['seeds']}", "",
-                  f"- decoded acceptance (seeds pooled per prompt, bootstrap CI over {a['num_prompts']} prompts): "
+                  f"- decoded acceptance (seeds pooled per prompt, bootstrap CI over {a['decoded_num_prompts']} prompts): "
                   f"{a['decoded_acceptance_rate']:.3f} {_ci(a['decoded_acceptance_rate_ci'])} "
                   f"({a['decoded_num_accepted_tokens']}/{a['decoded_num_draft_tokens']})",
-                  f"- replayed expected acceptance, argmax rule (p(argmax q)): {a['expected_acceptance_rate_argmax']:.3f}",
-                  f"- replayed expected acceptance, sampled rule (sum min(p, q)), contrast: "
+                  f"- replayed acceptance (exact counters along target-only samples, same prompts and seeds): "
+                  f"{a['replayed_acceptance_rate']:.3f} {_ci(a['replayed_acceptance_rate_ci'])} "
+                  f"({a['replayed_num_accepted_tokens']}/{a['replayed_num_draft_tokens']})",
+                  f"- sampled rule's expected acceptance (sum min(p, q)), contrast: "
                   f"{a['expected_acceptance_rate_sampled_rule']:.3f}",
-                  f"- **expected inside decoded CI: {a['held']}**", "", "| seed | rule | expected | decoded | decoded CI |",
-                  "|---|---|---|---|---|"]
+                  f"- **replayed inside decoded CI: {a['held']}**", "", "| seed | replayed | decoded | decoded CI |",
+                  "|---|---|---|---|"]
         for e in a["per_seed"]:
-            d = e.get("decoded")
-            lines.append(f"| {e['seed']} | {e['rule']} | {e['expected_acceptance_rate']:.3f} | "
-                         + (f"{d['acceptance_rate']:.3f} | {_ci(d['acceptance_rate_ci'])} |" if d else "- | - |"))
+            if e["rule"] == "argmax":
+                d = e["decoded"]
+                lines.append(f"| {e['seed']} | {e['replayed']['acceptance_rate']:.3f} | {d['acceptance_rate']:.3f} | "
+                             f"{_ci(d['acceptance_rate_ci'])} |")
         lines.append("")
     t = out.get("draft_length_policy")
     if t:
@@ -246,17 +256,21 @@ def main() -> None:
     subset = load_heldout("spec_bench").subset(args.limit, seed=0)
     log(f"loaded; {len(subset)} prompts; calibrating")
     calibration = calibrate_on(tgt.model, [drafter_parts(drafter)[1]], subset, tgt.tokenizer, 8, 8)
-    out = {"created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "config": vars(args),
+    path = ROOT / "benchmarks" / "results" / f"{dt.date.today().isoformat()}-rule-tau-cpu.json"
+    out = json.loads(path.read_text()) if path.exists() else {}  # a re-run of one check keeps the other's results
+    out |= {"created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "config": vars(args),
            "cpu_model": cpu_model(), "torch_threads": 1, "loadavg_before": load_before,
            "prompt_ids": [p.id for p in subset.prompts],
            "cost_ratio": calibration.cost_ratios[0], "verify_cost_by_n": calibration.verify_cost.as_list()}
-    path = ROOT / "benchmarks" / "results" / f"{dt.date.today().isoformat()}-rule-tau-cpu.json"
     checks = args.checks.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         cache = ContinuationCache(Path(tmp))
         for name, key, fn in (("1", "argmax_rule", argmax_check), ("2", "draft_length_policy", tau_check)):
             if name in checks:
+                c0, l0 = time.perf_counter(), Path("/proc/loadavg").read_text().split()[:3]
                 out[key] = fn(tgt, drafter, subset, args, cache, calibration)
+                out[key] |= {"loadavg_before": l0, "loadavg_after": Path("/proc/loadavg").read_text().split()[:3],
+                             "wall_seconds": time.perf_counter() - c0, "created_at": out["created_at"]}
                 out["loadavg_after"] = Path("/proc/loadavg").read_text().split()[:3]
                 out["load_average_1m_end"] = load_average()
                 out["wall_seconds"] = time.perf_counter() - t0

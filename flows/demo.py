@@ -20,7 +20,8 @@
 Each "night" gets its own scheduled date, as a real schedule would. The terminal shows our steps
 and results only; third-party warnings and progress bars go to ``<demo dir>/demo.log``.
 Env overrides: ``SPECDEC_DEMO_PER_CATEGORY`` (2 prompts per category), ``SPECDEC_DEMO_MAX_NEW_TOKENS``
-(48), ``SPECDEC_DEMO_DRAFT`` (skip the measurement, e.g. ``derived:bf16``) with ``SPECDEC_DEMO_K``.
+(48), ``SPECDEC_DEMO_DRAFT`` (skip the measurement, e.g. ``derived:bf16``) with ``SPECDEC_DEMO_K``;
+``SPECDEC_DEMO_DRAFT=eagle3`` tells the story with an EAGLE-3 head (:mod:`flows.demo_eagle3`).
 State lives in ``.specdec/demo`` (wiped at the start; the converted model in ``.specdec/models`` is
 kept). ``demo_summary.json`` records per night acceptance and ``speedup`` (with CI and load).
 """
@@ -202,6 +203,7 @@ class _Demo:
         self.timings: dict[str, float] = {}
         self.speeds: dict[str, dict] = {}
         self.seen_alerts = 0
+        self.realign: dict | None = None  # the EAGLE-3 variant's re-training (flows.demo_eagle3.act_realign)
         torch.set_num_threads(max(1, os.cpu_count() or 1))
         self.receiver = WebhookReceiver().start()
         os.environ["SPECDEC_ALERT_CHANNELS"] = json.dumps(
@@ -260,10 +262,17 @@ class _Demo:
 
 def _story(home: Path, log_path: Path) -> int:
     """The six acts of the module docstring, in order; 0 when the story played out as expected."""
+    from flows import demo_eagle3
+
     demo = _Demo(home, log_path)
+    eagle = os.environ.get("SPECDEC_DEMO_DRAFT") == "eagle3"  # the EAGLE-3 variant (flows.demo_eagle3)
     target_dir, heldout, held = _act_model(demo)                                   # 1
-    draft, k, rec = _act_choose_draft(demo, target_dir, held)                       # 2
-    draft_name = "smollm2-135m-instruct-" + draft.replace("derived:", "").replace(":", "-")
+    if eagle:
+        draft, k, rec = demo_eagle3.act_choose_head(demo, target_dir)              # 2
+        draft_name = demo_eagle3.HEAD_NAME
+    else:
+        draft, k, rec = _act_choose_draft(demo, target_dir, held)                  # 2
+        draft_name = "smollm2-135m-instruct-" + draft.replace("derived:", "").replace(":", "-")
     common = dict(name=demo.pair, target_name="smollm2-135m-instruct", draft_name=draft_name,
                   num_speculative_tokens=k, temperature=0.0, max_new_tokens=demo.max_new)
     today = dt.datetime.now(dt.timezone.utc).date()
@@ -273,7 +282,10 @@ def _story(home: Path, log_path: Path) -> int:
         return 1
     v1, n1 = first
     ft, v2, n2 = _act_finetune(demo, target_dir, draft, draft_name, common, heldout, nights[1])  # 4
-    v3, n3, promoted = _act_rederive(demo, v2, draft, common, heldout, nights[2])   # 5
+    if eagle:
+        v3, n3, promoted = demo_eagle3.act_realign(demo, v2, heldout, nights[2])    # 5
+    else:
+        v3, n3, promoted = _act_rederive(demo, v2, draft, common, heldout, nights[2])  # 5
     demo.receiver.stop()
     nights_out = {"v1": (v1, n1), "v2": (v2, n2), "v3": (v3, n3)}                   # 6
     _act_where_to_look(demo, draft, k, rec, nights_out, ft, held)
@@ -350,8 +362,10 @@ def _act_finetune(demo: _Demo, target_dir: Path, draft: str, draft_name: str, co
     ft = finetune_target(target_dir, demo.home / "checkpoints" / "smollm2-shakespeare", **DEMO_RECIPE)
     demo.lap("finetune", t0)
     demo.con.print(f"fine-tuned target: {ft.path}  loss {ft.losses[0]:.2f} -> {ft.final_loss:.2f}  ({ft.seconds:.0f}s)")
-    old_draft = f"models:/{draft_name}/1"
-    v2 = register_pair_flow(str(ft.path), old_draft if draft.startswith("derived:") else draft, **common)
+    old_draft = f"models:/{draft_name}/1"  # the registered draft / head of v1, unchanged
+    if draft.startswith("eagle3:"):
+        old_draft = f"eagle3:{old_draft}"
+    v2 = register_pair_flow(str(ft.path), old_draft if draft.startswith(("derived:", "eagle3:")) else draft, **common)
     demo.con.print(f"registered {demo.pair} v{v2['version']}: new target, old draft (changed: {v2['changed']}), "
                    "now @challenger")
     demo.con.print("[dim]The deployment validates @champion and @challenger every night; to stay within 10 minutes "
@@ -409,7 +423,8 @@ def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, ft, held) -> di
     from flows.finetune import DEMO_RECIPE
     from registry import resolve_alias
 
-    label = {"nightly_1": "v1 (night 1)", "nightly_2": "v2 stale draft (night 2)", "nightly_3": "v3 re-derived (night 3)"}
+    fix = "re-trained head" if draft.startswith("eagle3:") else "re-derived"
+    label = {"nightly_1": "v1 (night 1)", "nightly_2": "v2 stale draft (night 2)", "nightly_3": f"v3 {fix} (night 3)"}
     ch = {v: n["challenger"] for v, (_, n) in nights.items()}
     accepted = demo.receiver.accepted
     return {
@@ -426,6 +441,7 @@ def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, ft, held) -> di
         "alerts_received": [m.body.get("event") if isinstance(m.body, dict) else None for m in accepted],
         "alert_texts": [m.body.get("text") if isinstance(m.body, dict) else None for m in accepted],
         "champion": resolve_alias(demo.pair, "champion"),
+        "realign": demo.realign,
         "finetune": {**DEMO_RECIPE, "loss_first": ft.losses[0], "loss_final": ft.final_loss, "seconds": ft.seconds},
         "prompts": len(held), "categories": held.category_counts(), "max_new_tokens": demo.max_new,
         "timings_s": {k_: round(v, 1) for k_, v in demo.timings.items()},

@@ -6,7 +6,11 @@
 * ``derived:*`` drafter: re-derived with :func:`specdec.models.derived.derive_draft` from the target
   version **it was derived from** (recorded at registration). A pair whose target was fine-tuned
   but whose draft was not re-derived therefore validates the stale draft, which is the point;
-* ``ngram`` drafter: an :class:`specdec.NgramDrafter`, no weights.
+* ``ngram`` drafter: an :class:`specdec.NgramDrafter`, no weights;
+* ``eagle3`` drafter: the registered head version (``speculators`` format), downloaded once per worker
+  and loaded against the pair's target (:func:`specdec.models.drafter_spec.resolve_drafter` with
+  ``eagle3:<dir>``: compatibility checked, embeddings taken from the target where the head has none).
+  A pair whose target was fine-tuned keeps its old head, which is the point.
 """
 
 from __future__ import annotations
@@ -76,6 +80,9 @@ def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto"):
             return ResolvedDrafter(drafter=derive_draft(base.model, r), kind=kind, ref=base_uri, recipe=r.to_dict())
 
         model_cache.cached(drafter_key, _derive)
+    elif kind == "eagle3":
+        drafter_key = ("eagle3", pv.draft_uri, pv.draft_weights_sha256, target_key, dev, str(dt))
+        model_cache.cached(drafter_key, lambda: _load_head(pv.draft_uri, target, dt, dev))
     else:
         drafter_key = ("model", pv.draft_uri, pv.draft_weights_sha256, dev, str(dt))
 
@@ -91,6 +98,17 @@ def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto"):
 
         model_cache.cached(drafter_key, _load_draft)
     return target_key, drafter_key
+
+
+def _load_head(uri: str, target: Any, dtype, device: str):
+    """The registered EAGLE-3 head ``uri`` as a ResolvedDrafter for the loaded ``target`` (ref = ``uri``)."""
+    from dataclasses import replace
+
+    from registry import download_model_version, get_model_version
+    from specdec.models.drafter_spec import resolve_drafter
+
+    path = download_model_version(get_model_version(uri))
+    return replace(resolve_drafter(f"eagle3:{path}", target, dtype=dtype, device=device), ref=uri)
 
 
 def _ngram():

@@ -30,7 +30,8 @@ def locate_task(pair: str, alias: str, target: str | None) -> dict:
     if pv.drafter_kind != "eagle3":
         raise ValueError(f"{pair}@{alias} (v{pv.version}) is a {pv.drafter_kind} pair: only EAGLE-3 heads are re-trained")
     target_ref = target or pv.target_uri
-    return {"pair_version": pv.version, "target_ref": target_ref, "head_uri": pv.draft_uri,
+    return {"pair_version": pv.version, "target_ref": target_ref, "head_uri": pv.draft_uri, "config": pv.config.to_dict(),
+            "engine": pv.tags.get("engine"),
             "head_dir": str(head_directory(pv.draft_uri)), "target_dir": str(resolve_checkpoint(target_ref)["path"])}
 
 
@@ -50,11 +51,16 @@ def retrain_task(target_dir: str, head_dir: str, head_uri: str, out_dir: str, co
 
 
 @task(task_run_name="register {pair} (re-trained head) as @{alias}")
-def register_task(out_dir: str, pair: str, target_ref: str, alias: str | None) -> dict:
-    """Register the re-trained head (lineage: parent = the old head) and the pair version; set ``alias``."""
+def register_task(out_dir: str, pair: str, target_ref: str, alias: str | None, config: dict,
+                  engine: str | None = None) -> dict:
+    """Register the re-trained head (lineage: parent = the old head) and the pair version with the
+    drifted version's decoding ``config`` (k, sampling, new tokens; a ``SpeculativeConfig`` dict) and serving
+    ``engine`` profile; set ``alias``."""
     from registry.register import register_trained_head
+    from specdec.core.config import SpeculativeConfig
 
-    return register_trained_head(out_dir, pair, target_ref, alias=alias).to_dict()
+    return register_trained_head(out_dir, pair, target_ref, alias=alias,
+                                 config=SpeculativeConfig.from_dict(config), engine=engine).to_dict()
 
 
 def _out_dir(pair: str, version: str, target_dir: str) -> Path:
@@ -85,7 +91,7 @@ def realign_eagle3_flow(pair: str = "specdec-pair", alias: str = "champion", tar
     out = out_dir or str(_out_dir(pair, where["pair_version"], where["target_dir"]))
     trained = retrain_task(where["target_dir"], where["head_dir"], where["head_uri"], out,
                            dict(config or {}))
-    pv = register_task(trained["out_dir"], pair, where["target_ref"], register_alias)
+    pv = register_task(trained["out_dir"], pair, where["target_ref"], register_alias, where["config"], where["engine"])
     log.info("re-trained head %s -> %s in %.1f min; %s v%s%s", where["head_uri"], pv["draft_uri"],
              trained["metrics"]["train_minutes"], pair, pv["version"], f" is @{register_alias}" if register_alias else "")
     return {"pair": pair, "version": pv["version"], "head_uri": pv["draft_uri"], "parent_head": where["head_uri"],

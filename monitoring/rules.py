@@ -237,6 +237,8 @@ def replay_rule(current: GroupMetrics) -> RuleResult:
 # exceeded speed_max_load_per_cpu and whose speedup (or its CI's lower end) is below the threshold is
 # speed-inconclusive (status "inconclusive"): stored and shown, never alerted on, and it makes the
 # verdict inconclusive (it neither fires nor resolves). A clear gain measured under load still counts.
+# So is an unfavourable speedup the validation flagged "timing suspect" (measured/predicted outside
+# specdec.validation.speed.TIMING_BAND): the report says the timing, not the pair, is in doubt.
 SPEED_RULE = "speed"
 #: status of a speed measurement taken on an overloaded machine (never alerts)
 SPEED_INCONCLUSIVE = "inconclusive"
@@ -281,6 +283,12 @@ def speed_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: R
         return RuleResult(status=SPEED_INCONCLUSIVE, **common, message=(
             f"speed-inconclusive: {shown} taken at load {current.load_avg_1m:.2f} on {current.num_cpus} CPUs "
             f"({lpc:.2f}/CPU > {settings.speed_max_load_per_cpu:.2f}): machine overloaded, no speed alert"))
+    if getattr(current, "timing_suspect", None) is True and unfavourable:
+        ratio = _num(getattr(current, "measured_over_predicted", None))
+        return RuleResult(status=SPEED_INCONCLUSIVE, **common, message=(
+            f"speed-inconclusive: {shown} is timing suspect (measured/predicted "
+            f"{'?' if ratio is None else f'{ratio:.2f}'} outside the calibrated band): the timing, not the pair, "
+            "is in doubt; no speed alert"))
     n = int(current.num_prompts or 0)
     if n < settings.speed_min_prompts or ci is None:
         return RuleResult(status=INSUFFICIENT, **common, message=(

@@ -205,14 +205,15 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
 
 
 def register_trained_head(head: str | Path, pair: str, target: str, *, head_name: str | None = None,
-                          alias: str | None = "challenger", config=None, tracking_uri: str | None = None):
+                          alias: str | None = "challenger", config=None, tracking_uri: str | None = None,
+                          engine: str | None = None):
     """:func:`register_eagle3_pair` under ``pair``, then point the ungated ``alias`` at the new version
     (``None`` leaves aliases alone). What ``specdec draft train eagle3 --register`` and the
     re-alignment flow call. Returns the :class:`registry.pairs.PairVersion`."""
     from registry.promotion import promote
 
     reg = register_eagle3_pair(target, str(head), name=pair, head_name=head_name, config=config,
-                               tracking_uri=tracking_uri)
+                               tracking_uri=tracking_uri, engine=engine)
     if alias:
         promote(pair, reg.pair.version, alias, tracking_uri=tracking_uri)
     return reg.pair

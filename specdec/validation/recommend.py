@@ -15,113 +15,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-import torch
-
+from specdec.validation.candidates import (CandidateResult, Recommendation, default_candidates,
+                                           resolve_candidates)
 from specdec.validation.findings import recommendation_summary
-from specdec.validation.report import nan_to_none
-from specdec.validation.speed import PAYS_ABOVE
 
 __all__ = ["CandidateResult", "Recommendation", "recommend_draft", "default_candidates"]
-
-CPU_CANDIDATES = ("derived:bf16", "derived:int8", "derived:int4", "ngram")
-CUDA_CANDIDATES = ("derived:fp8", "derived:int8", "ngram")
-
-
-def default_candidates(device: str | torch.device) -> tuple[str, ...]:
-    """bf16/int8/int4 copies and n-gram on a CPU; fp8/int8 copies and n-gram on CUDA."""
-    return CUDA_CANDIDATES if torch.device(device).type == "cuda" else CPU_CANDIDATES
-
-
-@dataclass
-class CandidateResult:
-    """One candidate: ``cost_ratio`` c, ``alpha`` replayed acceptance at its best ``k``, ``verify_cost``
-    v(k), ``predicted_speedup`` (decoded counters at k), ``measured_speedup`` / ``speedup_ci`` (paired
-    median, 95% CI), the timing check, ``reason`` (why unavailable, or a finding)."""
-
-    spec: str
-    kind: str = ""
-    available: bool = True
-    cost_ratio: float = math.nan
-    alpha: float = math.nan
-    k: int | None = None
-    verify_cost: float = math.nan
-    predicted_speedup: float = math.nan
-    measured_speedup: float = math.nan
-    speedup_ci: list[float] = field(default_factory=lambda: [math.nan, math.nan])
-    alpha_hat: float = math.nan
-    acceptance_rate: float = math.nan
-    identical_outputs: int = 0
-    compared_outputs: int = 0
-    reason: str | None = None
-    measured_over_predicted: float = math.nan
-    timing_suspect: bool | None = None
-
-    @property
-    def speedup_ci_low(self) -> float:
-        """Lower end of the measured speedup's 95% CI (NaN when none was computed)."""
-        return self.speedup_ci[0] if self.speedup_ci else math.nan
-
-    @property
-    def pays(self) -> bool:
-        """Credibly faster than target-only (speedup and CI low above 1.0), every output identical,
-        and the timing not suspect."""
-        lo = self.speedup_ci_low
-        return (self.available and not math.isnan(self.measured_speedup) and self.measured_speedup > PAYS_ABOVE
-                and (math.isnan(lo) or lo > PAYS_ABOVE) and self.identical_outputs == self.compared_outputs
-                and not self.timing_suspect)
-
-
-@dataclass
-class Recommendation:
-    """What :func:`recommend_draft` found: ``best`` (None when nothing pays; ``summary`` says why),
-    ``fallback`` the best-ranked measured candidate, ``verify_cost_by_k`` v(k) for the k considered."""
-
-    target_ref: str
-    device: str
-    dtype: str
-    native_bf16: dict[str, Any]
-    candidates: list[CandidateResult]
-    best: str | None
-    fallback: str | None
-    summary: str
-    num_prompts: int
-    categories: list[str]
-    max_new_tokens: int
-    target_step_ms: float
-    verify_cost_by_k: dict[int, float]
-    load_avg_1m: list[float]
-    num_cpus: int
-    seconds: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (NaN -> None)."""
-        d = asdict(self)
-        d["candidates"] = [{**asdict(c), "pays": c.pays} for c in self.candidates]
-        return nan_to_none(d)
-
-
-def _resolve(target: Any, specs: Sequence[str]) -> tuple[list[CandidateResult], dict[str, Any]]:
-    from specdec.models.derived import UnsupportedRecipeError
-    from specdec.models.drafter_spec import DrafterSpecError, resolve_drafter
-
-    results, drafters = [], {}
-    bf16_target = next(target.model.parameters()).dtype == torch.bfloat16
-    for spec in specs:
-        try:
-            r = resolve_drafter(spec, target)
-        except (UnsupportedRecipeError, DrafterSpecError) as e:
-            results.append(CandidateResult(spec=spec, available=False, reason=str(e)))
-            continue
-        res = CandidateResult(spec=spec, kind=r.kind)
-        if r.kind == "derived:bf16" and bf16_target:
-            res.available, res.reason = False, "the target already runs in bf16: its bf16 copy is the target"
-        else:
-            drafters[spec] = r
-        results.append(res)
-    return results, drafters
 
 
 def recommend_draft(target: Any, heldout: Any, *, candidates: Sequence[str] | None = None, max_new_tokens: int = 32,
@@ -136,12 +37,12 @@ def recommend_draft(target: Any, heldout: Any, *, candidates: Sequence[str] | No
     from specdec.validation.machine import LoadSampler, native_bf16, usable_cpus
     from specdec.validation.replay_report import validate_replay
 
-    t0, say, load = time.perf_counter(), progress or (lambda _m: None), LoadSampler()
     if not k_values or min(k_values) < 1:
         raise ValueError("k_values must be >= 1")
+    t0, say, load = time.perf_counter(), progress or (lambda _m: None), LoadSampler()
     ks, model = sorted({int(k) for k in k_values}), target.model.eval()
     device = next(model.parameters()).device
-    results, drafters = _resolve(target, candidates or default_candidates(device))
+    results, drafters = resolve_candidates(target, candidates or default_candidates(device))
     by_spec, specs = {c.spec: c for c in results}, list(drafters)
     cfg = ValidationConfig(num_speculative_tokens=ks[0], max_new_tokens=max_new_tokens, seed=seed,
                            bootstrap_resamples=bootstrap_resamples)
@@ -160,8 +61,7 @@ def recommend_draft(target: Any, heldout: Any, *, candidates: Sequence[str] | No
     for j, s in enumerate(specs):
         c = by_spec[s]
         say(f"phase 4/4: speed check {s} at k={c.k}")
-        kcfg = ValidationConfig(num_speculative_tokens=c.k, max_new_tokens=max_new_tokens, seed=seed,
-                                bootstrap_resamples=bootstrap_resamples)
+        kcfg = replace(cfg, speculative=replace(cfg.speculative, num_speculative_tokens=c.k))
         rep = validate_pairs(target, [drafters[s]], heldout, kcfg, target_ref=target_ref,
                              calibration=replace(cal, cost_ratios=[cal.cost_ratios[j]]))[0]
         _fill(c, rep)
@@ -182,6 +82,7 @@ def _choose_k(c: CandidateResult, replay: Any, cost_ratio: float, verify_cost: A
     c.k = recommend_from_curve(rows, c_used, verify_cost)["recommended_num_speculative_tokens"] or ks[0]
     c.alpha = next(r["acceptance_rate"] for r in rows if r["k"] == c.k)
     c.verify_cost = verify_cost(c.k)
+    c.best_k_tau = replay.replay.get("best_k_tau")
 
 
 def _fill(c: CandidateResult, rep: Any) -> None:

@@ -44,9 +44,12 @@ def print_recommendation(rec: Any, console: Console = _out) -> None:
 
     t = Table(title=f"draft candidates for {rec.target_ref} ({rec.device}, {rec.dtype}; {rec.num_prompts} prompts "
                     f"over {len(rec.categories)} categories, {rec.max_new_tokens} new tokens, greedy)",
-              title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("drafter", "acc. (replay)", "c", "k", "v(k)", "predicted", "measured speedup [95% CI]", "meas./pred.",
-                "α̂", "identical"):
+              title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
+              caption="acc.: replayed acceptance rate at k; c: draft pass / target pass; v(k): verification pass of k + 1 "
+                      "tokens / one-token pass; pred. and measured: speedup over target-only; exact: greedy outputs "
+                      "identical to target-only; a draft-length threshold (tau) is noted below only where replay finds one that "
+                      "beats the best fixed k")
+    for col in ("drafter", "acc.", "c", "k", "v(k)", "pred.", "measured [95% CI]", "meas/pred", "α̂", "exact"):
         t.add_column(col, justify="left" if col == "drafter" else "right", no_wrap=True)
     notes = []
     for c in rec.candidates:
@@ -64,6 +67,12 @@ def print_recommendation(rec: Any, console: Console = _out) -> None:
                   _f(c.measured_over_predicted, 2) + (" timing suspect" if c.timing_suspect else ""), _f(c.alpha_hat, 3),
                   f"{c.identical_outputs}/{c.compared_outputs}")
     console.print(t)
+    for c in rec.candidates:
+        kt = c.best_k_tau
+        if kt and kt.get("assistant_confidence_threshold") is not None:
+            notes.append(f"{c.spec}: a draft-length threshold beats fixed k by replay: k={kt['num_speculative_tokens']}, "
+                         f"--assistant-confidence-threshold {kt['assistant_confidence_threshold']:g} predicts "
+                         f"{_f(kt['predicted_speedup'], 2, 'x')} (not measured)")
     for n in notes:
         console.print(f"  [dim]note[/] {n}", highlight=False)
     nb = rec.native_bf16

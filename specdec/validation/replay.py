@@ -389,10 +389,14 @@ class RecordingNgramDrafter(_Recording, NgramDrafter):
     """An :class:`NgramDrafter` that records its proposals (decoding is unchanged)."""
 
 
+class RecordingEagle3Drafter(_Recording, Eagle3Drafter):
+    """An :class:`Eagle3Drafter` that records its proposals (decoding is unchanged)."""
+
+
 def recording(drafter: Any) -> Any:
-    """A recording copy of ``drafter`` (a causal LM, :class:`ModelDrafter` or :class:`NgramDrafter`):
-    same model / same n-gram settings, plus ``blocks``, so a decoded run can be compared block by
-    block with its replay (:func:`first_flip`).
+    """A recording copy of ``drafter`` (a causal LM, :class:`ModelDrafter`, :class:`NgramDrafter` or
+    :class:`Eagle3Drafter`): same model / head / n-gram settings, plus ``blocks``, so a decoded run can
+    be compared block by block with its replay (:func:`first_flip`).
 
     Raises:
         TypeError: another drafter type.
@@ -401,6 +405,8 @@ def recording(drafter: Any) -> Any:
         return RecordingNgramDrafter(drafter.max_ngram, drafter.min_ngram, drafter.match_tokens, drafter.first_occurrence)
     if isinstance(drafter, ModelDrafter):
         return RecordingModelDrafter(drafter.model)
+    if isinstance(drafter, Eagle3Drafter):
+        return RecordingEagle3Drafter(drafter.head, drafter.target_layer_ids)
     if isinstance(drafter, torch.nn.Module):
         return RecordingModelDrafter(drafter)
     raise TypeError(f"cannot record proposals of a {type(drafter).__name__}")
@@ -420,8 +426,9 @@ def first_flip(blocks: list[tuple[int, list[int]]], prompt_len: int, trace: Draf
             t = m + i
             if t >= len(continuation):
                 break
-            if trace.proposals is not None:
-                replayed = trace.proposals[m][i] if i < len(trace.proposals[m]) else UNSEEN
+            if trace.proposals is not None or trace.chains is not None:  # n-gram / head: the block's own proposal
+                block = (trace.proposals if trace.proposals is not None else trace.chains)[m]
+                replayed = block[i] if i < len(block) else UNSEEN
             else:
                 replayed = trace.argmax[t]
             if x != replayed:

@@ -1,8 +1,9 @@
 """``method = replay | decode | both``: replay every prompt, decode a stratified subsample, compare.
 
 :func:`validate_replay` is :func:`specdec.validation.validate_pairs` with a replay
-(:mod:`specdec.validation.replay_run`): every prompt of the subset is replayed (greedy: exact
-counters for every k; sampling: expected counters), and with ``method="both"`` the shared core
+(:mod:`specdec.validation.replay_run`): every prompt of the subset is replayed (exact counters for
+every k under greedy decoding and, at temperature > 0, under the argmax rule and for n-gram drafts;
+expected counters under the sampled rule), and with ``method="both"`` the shared core
 also decodes a stratified subsample (``decode_fraction`` of the prompts, at least 2 per category)
 with the full decoding validation (speed, c, v, exactness). The report's ``replay`` section holds
 the acceptance-by-k table, per-method counters, ``replay_decode_agreement`` with each disagreement
@@ -37,7 +38,7 @@ from specdec.validation.replay import first_flip, recording, target_divergence
 from specdec.validation.replay_curve import (acceptance_by_k, classify, decoded_stop_after_rejection, precision_of,
                                              best_k_tau, recommend_from_curve)
 from specdec.validation.replay_expected import expected_curve
-from specdec.validation.replay_run import ReplayedPrompt, replay_prompts
+from specdec.validation.replay_run import ReplayedPrompt, replay_prompts, replays_exactly
 from specdec.validation.report import GroupMetrics, PromptResult, ValidationReport
 
 __all__ = ["validate_replay", "METHODS", "decode_subsample"]
@@ -155,7 +156,7 @@ def validate_replay(
         precision = precision_of(model, draft_model, recipe)
         reports.append(_report(j, replayed, decoded[j], blocks, config, kmax, precision, method, subset, kind, dref,
                                recipe, target_ref, model, exact or isinstance(obj, NgramDrafter), stop_token_ids(eos),
-                               _costs(calibration, j, decoded[j])))
+                               _costs(calibration, j, decoded[j]), replays_exactly(obj, config)))
     return reports
 
 
@@ -238,20 +239,21 @@ def _agreement(j: int, replayed: list[ReplayedPrompt], decoded: ValidationReport
 
 
 def _report(j, replayed, decoded, blocks, config, kmax, precision, method, subset, kind, dref, recipe, target_ref,
-            model, exact, stop, costs) -> ValidationReport:
+            model, exact, stop, costs, counted) -> ValidationReport:
+    """Drafter ``j``'s report; ``counted``: its replay gives exact counters (:func:`replays_exactly`)."""
     k = config.num_speculative_tokens
     agg = dict(seed=config.seed, n_resamples=config.bootstrap_resamples)
     ok = [rp for rp in replayed if rp.status == "ok"]
     greedy = config.sampling.is_greedy
-    section = _section(ok, greedy, exact, precision)
+    section = _section(ok, greedy, counted, exact, precision)
     c, v = costs
-    if greedy:
+    if counted:
         overall, cats, rows = _replayed_exact(section, j, replayed, ok, config, kmax, stop, costs, agg)
     else:
         overall, cats, rows = _replayed_expected(section, j, ok, config, kmax, agg)
     section.update(recommend_from_curve(section["acceptance_by_k"], c, v))
     reduced = precision in REDUCED_PRECISIONS  # int8/int4 copies quantize weights only: fp32 activations, one computation
-    section["gate_method"] = "decode" if decoded is not None and (reduced or not greedy) else "replay"
+    section["gate_method"] = "decode" if decoded is not None and (reduced or not counted) else "replay"
     if decoded is not None:
         report = _merge_decoded(section, greedy, j, replayed, decoded, blocks, k, precision, stop, overall, cats,
                                 subset, agg)
@@ -261,7 +263,7 @@ def _report(j, replayed, decoded, blocks, config, kmax, precision, method, subse
         report = ValidationReport(**report_common(subset, target_ref, config, model), drafter_kind=kind,
                                   drafter_ref=dref, drafter_recipe=recipe, overall=overall, categories=cats, prompts=rows)
         report.wall_seconds = section["seconds"]["continuation"] + section["seconds"]["replay"]
-    if greedy:  # per prompt at the configured k (prompts.csv holds the decoded rows when decoding gates)
+    if counted:  # per prompt at the configured k (prompts.csv holds the decoded rows when decoding gates)
         section["prompts"] = [{"prompt_id": rp.prompt.id, "category": rp.prompt.category, "produced_by": rp.produced_by,
                                **{n: getattr(rp.drafters[j].curve[k], n) for n in
                                   ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_emitted_tokens")}}
@@ -275,11 +277,14 @@ def _report(j, replayed, decoded, blocks, config, kmax, precision, method, subse
     return report
 
 
-def _section(ok: list, greedy: bool, exact: Any, precision: str) -> dict[str, Any]:
+def _section(ok: list, greedy: bool, counted: bool, exact: Any, precision: str) -> dict[str, Any]:
     """The replay section's header: what the numbers are, where the continuations came from, the seconds spent."""
+    kind = ("exact counters (greedy replay)" if greedy else
+            "exact counters (deterministic proposals along sampled target continuations)" if counted else
+            "expected values (sampling: teacher-forced p, q)")
     return {
-        "kind": "exact counters (greedy replay)" if greedy else "expected values (sampling: teacher-forced p, q)",
-        "num_draft_tokens_exact": bool(exact) if greedy else False,
+        "kind": kind,
+        "num_draft_tokens_exact": bool(exact) if counted else False,
         "precision": precision, "num_prompts_replayed": len(ok),
         "continuations": {w: sum(rp.produced_by == w for rp in ok) for w in ("cache", "speculative", "ngram", "target-only")},
         "seconds": {"continuation": sum(rp.continuation_seconds for rp in ok),
@@ -288,13 +293,14 @@ def _section(ok: list, greedy: bool, exact: Any, precision: str) -> dict[str, An
 
 
 def _replayed_exact(section, j, replayed, ok, config, kmax, stop, costs, agg):
-    """Greedy replay: exact counters for every k into ``section``; ``(overall, categories, rows)`` at the run's k."""
+    """Counted replay: exact counters for every k into ``section``; ``(overall, categories, rows)`` at the run's k."""
     k = config.num_speculative_tokens
     c, v = costs
     curves = [rp.drafters[j].curve for rp in ok]
     section["acceptance_by_k"] = acceptance_by_k(curves, range(1, kmax + 1), c, v, **agg)
-    section.update(best_k_tau([rp.drafters[j].trace for rp in ok], [rp.continuation for rp in ok],
-                              range(1, kmax + 1), c, v, max_new_tokens=config.max_new_tokens, stop_token_ids=stop))
+    if config.sampling.is_greedy:  # the trace's confidences are the greedy ones (T = 1)
+        section.update(best_k_tau([rp.drafters[j].trace for rp in ok], [rp.continuation for rp in ok],
+                                  range(1, kmax + 1), c, v, max_new_tokens=config.max_new_tokens, stop_token_ids=stop))
     runs = _replay_runs(replayed, j, k)
     overall = aggregate(runs, k, **agg, verify_cost=v, cost_ratio=c)
     cats = {cat: aggregate([r for r in runs if r.row.category == cat], k, **agg, verify_cost=v, cost_ratio=c)

@@ -9,10 +9,20 @@ For every prompt of the subset that can run (:func:`specdec.validation.prompt_ru
    first produced continuations, then the faster per new token produces the rest). Sampling: by
    :func:`specdec.autoregressive_generate` with the same per-prompt generator as the decoding
    validation (:func:`prompt_seed`);
-2. per drafter, one teacher-forced draft pass: greedy, the counters of every k in ``1..kmax``
-   (:mod:`specdec.validation.replay`); sampling, the per-position alphas (one teacher-forced
-   target pass shared by the drafters) for the expected counters
-   (:mod:`specdec.validation.replay_expected`).
+2. per drafter, one teacher-forced draft pass: the counters of every k in ``1..kmax``
+   (:mod:`specdec.validation.replay`) wherever they are exact (:func:`replays_exactly`: greedy; at
+   temperature > 0 the argmax proposal rule and the n-gram drafter); otherwise (the sampled rule) the
+   per-position alphas (one teacher-forced target pass shared by the drafters) for the expected
+   counters (:mod:`specdec.validation.replay_expected`).
+
+Why the argmax rule replays exactly at temperature > 0: its draft ``x = argmax q`` is a function of
+the prefix, it is accepted with probability ``p(x)``, and a rejection draws from ``p`` without ``x``.
+So the emitted token equals ``x`` exactly when the draft was accepted, and a run of speculative
+decoding that emits ``y`` has counters fixed by ``y`` (those of greedy replay along ``y``). Since its
+output is distributed as the target's, the counters replayed along target samples are distributed as
+the decoded counters: not the independent-coin approximation of ``sum p(argmax q)``, which overstates
+acceptance after a rejection (the residual token is one the draft did not expect; measured on the
+real pair: 0.572 expected vs 0.506 [0.468, 0.539] decoded, ``benchmarks/results/2026-12-01-rule-tau-cpu.md``).
 """
 
 from __future__ import annotations
@@ -36,13 +46,25 @@ from specdec.validation.replay import DraftTrace, draft_trace, replay_curve
 from specdec.validation.replay_expected import position_alphas
 from specdec.validation.teacher_forcing import teacher_forced_logits
 
-__all__ = ["ReplayedPrompt", "DrafterReplay", "replay_prompts", "adopts_prefix", "ProducerChoice"]
+__all__ = ["ReplayedPrompt", "DrafterReplay", "replay_prompts", "adopts_prefix", "ProducerChoice", "replays_exactly"]
+
+
+def replays_exactly(drafter: Any, config: ValidationConfig) -> bool:
+    """Whether replay gives ``drafter``'s exact counters under ``config`` (module docstring): greedy
+    decoding, or a deterministic proposal at temperature > 0 (the argmax rule, or the n-gram
+    drafter, whose q is one-hot) without a confidence threshold (the threshold's confidence is the
+    draft's warped probability there, which the trace does not record)."""
+    if config.sampling.is_greedy:
+        return True
+    spec = config.speculative
+    deterministic = isinstance(drafter, NgramDrafter) or spec.draft_sampling == "argmax"
+    return deterministic and spec.assistant_confidence_threshold is None
 
 
 @dataclass
 class DrafterReplay:
-    """One drafter's replay of one prompt: ``curve`` (greedy, ``{k: DecodingStats}``) or
-    ``alphas`` (sampling, per continuation position), and the trace (greedy)."""
+    """One drafter's replay of one prompt: ``curve`` (exact counters, ``{k: DecodingStats}``) and
+    its trace, or ``alphas`` (the sampled rule, per continuation position)."""
 
     curve: dict[int, DecodingStats] = field(default_factory=dict)
     alphas: list[float] = field(default_factory=list)
@@ -219,36 +241,23 @@ def _produce(target, producer, ids: list[int], config: ValidationConfig, eos: An
 def _replay_one(target, drafters, ids, y, config: ValidationConfig, stop, vocab: int, kmax: int,
                 exact: bool) -> list[DrafterReplay]:
     res: list[DrafterReplay] = []
-    if config.sampling.is_greedy:
-        for d in drafters:
-            adopt = adopts_prefix(d, target, len(ids))
+    z_p = None
+    for d in drafters:
+        adopt = adopts_prefix(d, target, len(ids))
+        if replays_exactly(d, config):
             trace = draft_trace(d, ids, y, vocab, kmax=kmax, stop_token_ids=stop, exact=exact, adopts_prefix=adopt,
                                 target=target)
             curve = replay_curve(trace, y, range(1, kmax + 1), max_new_tokens=config.max_new_tokens, stop_token_ids=stop,
                                  assistant_confidence_threshold=config.speculative.assistant_confidence_threshold)
             res.append(DrafterReplay(curve=curve, trace=trace, adopts_prefix=adopt))
-        return res
-    z_p = teacher_forced_logits(target, ids + y[:-1], len(y)) if y else None
-    for d in drafters:
-        adopt = adopts_prefix(d, target, len(ids))
-        if z_p is None:
+            continue
+        if not y:
             res.append(DrafterReplay(adopts_prefix=adopt))
             continue
-        if isinstance(d, NgramDrafter):
-            d.reset()
-            full = ids + y
-            z_q = torch.full_like(z_p, float("-inf"))
-            for t in range(len(y)):
-                look = d.lookup(full[: len(ids) + t], 1)
-                if look and look[0] < vocab:
-                    z_q[t, look[0]] = 0.0
-                else:  # no proposal: nothing can be accepted there
-                    z_q[t] = 0.0
-            alphas = position_alphas(z_p, z_q, config.sampling)
-            alphas = [a if z_q[t].isfinite().sum() == 1 else 0.0 for t, a in enumerate(alphas)]
-        else:
-            model = d.model if isinstance(d, ModelDrafter) else d
-            z_q = fit_vocab(teacher_forced_logits(model, ids + y[:-1], len(y)), vocab)
-            alphas = position_alphas(z_p, z_q, config.sampling, config.speculative.draft_sampling)
+        if z_p is None:  # one teacher-forced target pass shared by the drafters that need p
+            z_p = teacher_forced_logits(target, ids + y[:-1], len(y))
+        model = d.model if isinstance(d, ModelDrafter) else d
+        z_q = fit_vocab(teacher_forced_logits(model, ids + y[:-1], len(y)), vocab)
+        alphas = position_alphas(z_p, z_q, config.sampling, config.speculative.draft_sampling)
         res.append(DrafterReplay(alphas=alphas, adopts_prefix=adopt))
     return res

@@ -27,7 +27,10 @@ def stale(tmp_path_factory, prefect_harness):
     from registry.register import register_trained_head
 
     v1 = register_trained_head(h1.out_dir, PAIR, str(t1), alias=None)
-    v2 = register_trained_head(v1.draft_uri, PAIR, str(t2), alias="challenger")
+    from specdec.core.config import SamplingConfig, SpeculativeConfig
+
+    served = SpeculativeConfig(3, SamplingConfig(temperature=0.7, top_p=0.9), 48, draft_sampling="argmax")
+    v2 = register_trained_head(v1.draft_uri, PAIR, str(t2), alias="challenger", config=served, engine="vllm")
     yield {"t2": t2, "v1": v1, "v2": v2}
     mp.undo()
 
@@ -49,6 +52,8 @@ def test_remediation_retrains_the_head_from_its_last_version_and_registers_a_cha
     assert out["steps"] == out["total_steps"] == 2
     pv = R.get_pair_version(PAIR, "challenger", download=False)
     assert pv.version == out["version"] == "3" and pv.changed == "draft" and pv.drafter_kind == "eagle3"
+    assert pv.config == v2.config and pv.config.num_speculative_tokens == 3  # the drifted version's decoding config
+    assert pv.tags.get("engine") == "vllm"
     head = R.get_model_version(out["head_uri"])
     assert head.tags["eagle3.parent"] == v1.draft_uri and head.tags["eagle3.target"] == v2.target_uri
 

@@ -76,6 +76,20 @@ def test_overloaded_machine_is_speed_inconclusive_and_never_alerts():
     assert speed(fast).status == OK and rules.verdict(fast) == "passed"
 
 
+def test_timing_suspect_run_is_speed_inconclusive_and_never_alerts():
+    rep = report(speedup=0.6, ci=(0.5, 0.7))
+    rep.overall.timing_suspect, rep.overall.measured_over_predicted = True, 0.55
+    res = ev(rep)
+    r = speed(res)
+    assert r.status == SPEED_INCONCLUSIVE and not r.firing and "timing suspect" in r.message and "0.55" in r.message
+    assert rules.verdict(res) == "inconclusive"
+    rep.overall.timing_suspect = False  # the same numbers, trusted, fire
+    assert speed(ev(rep)).status == FIRING
+    fast = report(speedup=1.3, ci=(1.2, 1.4))
+    fast.overall.timing_suspect = True  # a suspect gain withholds nothing: only bad news waits for a trusted timing
+    assert speed(ev(fast)).status == OK
+
+
 def test_too_few_prompts_disabled_and_unmeasured():
     assert speed(ev(report(speedup=0.5, ci=(0.4, 0.6), prompts=3))).status == INSUFFICIENT
     assert speed(ev(report(speedup=0.5, ci=(0.4, 0.6)), settings=RuleSettings(speed_enabled=False))).status == NOT_APPLICABLE

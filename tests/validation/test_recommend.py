@@ -73,6 +73,8 @@ def test_recommend_draft_phases_on_tiny_models(target_dir, heldout_file):
         c = by[spec]
         assert c.cost_ratio > 0 and 0.5 <= c.alpha <= 1 and c.verify_cost >= 1
         assert not math.isnan(c.predicted_speedup) and c.measured_over_predicted > 0 and c.timing_suspect is not None
+        kt = c.best_k_tau  # the replayed best (k, tau) next to the best fixed k
+        assert kt["num_speculative_tokens"] in (1, 2, 3) and "assistant_confidence_threshold" in kt
     assert by["ngram"].cost_ratio >= 0  # measured in the decoding check (an n-gram has no model pass)
     assert set(rec.verify_cost_by_k) == {1, 2, 3} and rec.verify_cost_by_k[1] > 0
     assert rec.categories == ["chat", "code", "math"] and rec.num_prompts == 3
