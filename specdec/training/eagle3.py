@@ -158,7 +158,7 @@ def build_task_features(target: Any, config: Eagle3TrainConfig, layer_ids: list[
     (:func:`specdec.training.eagle3_features.generated_features`). The loss mask covers the user turn
     and the answer (everything after the chat template's fixed opening, which is the same in every
     prompt): the prompt positions add the target's distributions over document text at no extra target
-    cost (held-out alpha_tf 0.176 vs 0.167 at equal training time in the benchmark's probe).
+    cost (held-out alpha_tf 0.176 vs 0.167 at equal training time in the benchmark's probe, within noise).
 
     Raises:
         TrainingDataError: the corpus is missing or gives fewer than ``batch_size`` usable sequences.

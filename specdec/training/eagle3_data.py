@@ -7,7 +7,7 @@ Recipes (issue 23, chosen by ``benchmarks/eagle3_recipes.py``):
   as the assistant turn; one teacher-forced target pass gives the features and the distributions.
 - ``"regenerated"``: target-regenerated responses (what ``speculators`` recommends). The same chat
   prompts, answered by the target itself (greedy), then one teacher-forced pass over prompt+answer.
-- ``"tasks"`` (the default, measured best: benchmarks/results/2026-12-01-eagle3-head-v3-cpu.md):
+- ``"tasks"`` (the default; benchmarks/results/2026-12-01-eagle3-head-v3-cpu.md):
   chat-task prompts (summaries, questions, answers over a passage, translations, word problems,
   writing; :mod:`specdec.training.eagle3_prompts`) answered greedily by the target, the features
   kept from the answering passes (:func:`specdec.training.eagle3_features.generated_features`).
