@@ -228,6 +228,19 @@ class _Demo:
         self._print_night(res, night, label)
         return {r.alias: r for r in res}
 
+    def last_night(self, heldout: Path, night: dt.date, version: str) -> tuple[dict, bool]:
+        """Night 3: validate the fixed @challenger ``version``, promote it when it passed, print the alerts;
+        ``(alias -> NightlyResult, promoted)``."""
+        from flows.promote import promote_flow
+
+        n3 = self.nightly(heldout, night, "nightly_3", aliases=("challenger",))
+        promoted = n3["challenger"].status == "passed"
+        if promoted:
+            promote_flow(self.pair, version)
+            self.con.print(f"[green]promoted[/] {self.pair} v{version} -> @champion")
+        self.show_alerts()
+        return n3, promoted
+
     def _print_night(self, res: list, night: dt.date, label: str) -> None:
         from rich.table import Table
 
@@ -378,19 +391,12 @@ def _act_finetune(demo: _Demo, target_dir: Path, draft: str, draft_name: str, co
 
 def _act_rederive(demo: _Demo, v2: dict, draft: str, common: dict, heldout: Path, night: dt.date):
     """5. the draft re-derived from target v2: pair v3, night 3, promotion: (v3, night results, promoted)."""
-    from flows.promote import promote_flow
     from flows.register import register_pair_flow
 
     demo.step(f"5. re-derive the {draft} draft from the fine-tuned target; pair v3; night 3; promote")
     v3 = register_pair_flow(v2["target_uri"], draft, **common)
     demo.con.print(f"registered {demo.pair} v{v3['version']} (changed: {v3['changed']}), now @challenger")
-    n3 = demo.nightly(heldout, night, "nightly_3", aliases=("challenger",))
-    promoted = False
-    if n3["challenger"].status == "passed":
-        promote_flow(demo.pair, v3["version"])
-        promoted = True
-        demo.con.print(f"[green]promoted[/] {demo.pair} v{v3['version']} -> @champion")
-    demo.show_alerts()
+    n3, promoted = demo.last_night(heldout, night, v3["version"])
     return v3, n3, promoted
 
 

@@ -93,7 +93,6 @@ def act_choose_head(demo, target_dir: Path) -> tuple[str, int, None]:
 def act_realign(demo, v2: dict, heldout: Path, night) -> tuple[dict, dict, bool]:
     """5. the remediation flow re-trains the head on the fine-tuned target (pair v3 @challenger); night 3;
     promotion: ``(v3, night results, promoted)``."""
-    from flows.promote import promote_flow
     from flows.realign import realign_eagle3_flow
 
     demo.step("5. re-train the head from its last version on the fine-tuned target (Prefect flow "
@@ -106,11 +105,5 @@ def act_realign(demo, v2: dict, heldout: Path, night) -> tuple[dict, dict, bool]
                    f"{out['train_minutes']:.1f} training minutes, {demo.timings['realign'] / 60:.1f} min in all; "
                    f"registered {demo.pair} v{out['version']}, now @challenger")
     v3 = {"version": out["version"], "name": demo.pair}
-    n3 = demo.nightly(heldout, night, "nightly_3", aliases=("challenger",))
-    promoted = False
-    if n3["challenger"].status == "passed":
-        promote_flow(demo.pair, v3["version"])
-        promoted = True
-        demo.con.print(f"[green]promoted[/] {demo.pair} v{v3['version']} -> @champion")
-    demo.show_alerts()
+    n3, promoted = demo.last_night(heldout, night, v3["version"])
     return v3, n3, promoted
