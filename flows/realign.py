@@ -52,14 +52,14 @@ def retrain_task(target_dir: str, head_dir: str, head_uri: str, out_dir: str, co
 
 @task(task_run_name="register {pair} (re-trained head) as @{alias}")
 def register_task(out_dir: str, pair: str, target_ref: str, alias: str | None, config: dict,
-                  engine: str | None = None) -> dict:
-    """Register the re-trained head (lineage: parent = the old head) and the pair version with the
-    drifted version's decoding ``config`` (k, sampling, new tokens; a ``SpeculativeConfig`` dict) and serving
-    ``engine`` profile; set ``alias``."""
+                  engine: str | None = None, head_name: str | None = None) -> dict:
+    """Register the re-trained head (lineage: parent = the old head; a new version of the parent's registered
+    model ``head_name``) and the pair version with the drifted version's decoding ``config`` (k, sampling,
+    new tokens; a ``SpeculativeConfig`` dict) and serving ``engine`` profile; set ``alias``."""
     from registry.register import register_trained_head
     from specdec.core.config import SpeculativeConfig
 
-    return register_trained_head(out_dir, pair, target_ref, alias=alias,
+    return register_trained_head(out_dir, pair, target_ref, alias=alias, head_name=head_name,
                                  config=SpeculativeConfig.from_dict(config), engine=engine).to_dict()
 
 
@@ -91,7 +91,10 @@ def realign_eagle3_flow(pair: str = "specdec-pair", alias: str = "champion", tar
     out = out_dir or str(_out_dir(pair, where["pair_version"], where["target_dir"]))
     trained = retrain_task(where["target_dir"], where["head_dir"], where["head_uri"], out,
                            dict(config or {}))
-    pv = register_task(trained["out_dir"], pair, where["target_ref"], register_alias, where["config"], where["engine"])
+    parent = where["head_uri"] or ""
+    head_name = parent.split("/")[1] if parent.startswith("models:/") else None  # models:/<name>/<version>
+    pv = register_task(trained["out_dir"], pair, where["target_ref"], register_alias, where["config"], where["engine"],
+                       head_name)
     log.info("re-trained head %s -> %s in %.1f min; %s v%s%s", where["head_uri"], pv["draft_uri"],
              trained["metrics"]["train_minutes"], pair, pv["version"], f" is @{register_alias}" if register_alias else "")
     return {"pair": pair, "version": pv["version"], "head_uri": pv["draft_uri"], "parent_head": where["head_uri"],

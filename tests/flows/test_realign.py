@@ -26,7 +26,7 @@ def stale(tmp_path_factory, prefect_harness):
                            config=quick_config(epochs=1, num_sequences=8))
     from registry.register import register_trained_head
 
-    v1 = register_trained_head(h1.out_dir, PAIR, str(t1), alias=None)
+    v1 = register_trained_head(h1.out_dir, PAIR, str(t1), alias=None, head_name="tiny-head")
     from specdec.core.config import SamplingConfig, SpeculativeConfig
 
     served = SpeculativeConfig(3, SamplingConfig(temperature=0.7, top_p=0.9), 48, draft_sampling="argmax")
@@ -47,8 +47,9 @@ def test_remediation_retrains_the_head_from_its_last_version_and_registers_a_cha
     config = {"num_sequences": 8, "response_tokens": 40, "epochs": 1, "batch_size": 4}
     assert remediate_drift([quiet], config=config) == []
     (out,) = remediate_drift([quiet, fired], config=config)
-    assert out["parent_head"] == v1.draft_uri == "models:/pair-realign-eagle3/1"
-    assert out["head_uri"] == "models:/pair-realign-eagle3/2" and out["target"] == v2.target_uri
+    assert out["parent_head"] == v1.draft_uri == "models:/tiny-head/1"
+    # the re-trained head is the next version of its parent's registered model
+    assert out["head_uri"] == "models:/tiny-head/2" and out["target"] == v2.target_uri
     assert out["steps"] == out["total_steps"] == 2
     pv = R.get_pair_version(PAIR, "challenger", download=False)
     assert pv.version == out["version"] == "3" and pv.changed == "draft" and pv.drafter_kind == "eagle3"
