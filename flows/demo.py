@@ -296,7 +296,7 @@ def _story(home: Path, log_path: Path) -> int:
     v1, n1 = first
     ft, v2, n2 = _act_finetune(demo, target_dir, draft, draft_name, common, heldout, nights[1])  # 4
     if eagle:
-        v3, n3, promoted = demo_eagle3.act_realign(demo, v2, heldout, nights[2])    # 5
+        v3, n3, promoted = demo_eagle3.act_realign(demo, heldout, nights[2])    # 5
     else:
         v3, n3, promoted = _act_rederive(demo, v2, draft, common, heldout, nights[2])  # 5
     demo.receiver.stop()
@@ -375,10 +375,9 @@ def _act_finetune(demo: _Demo, target_dir: Path, draft: str, draft_name: str, co
     ft = finetune_target(target_dir, demo.home / "checkpoints" / "smollm2-shakespeare", **DEMO_RECIPE)
     demo.lap("finetune", t0)
     demo.con.print(f"fine-tuned target: {ft.path}  loss {ft.losses[0]:.2f} -> {ft.final_loss:.2f}  ({ft.seconds:.0f}s)")
-    old_draft = f"models:/{draft_name}/1"  # the registered draft / head of v1, unchanged
-    if draft.startswith("eagle3:"):
-        old_draft = f"eagle3:{old_draft}"
-    v2 = register_pair_flow(str(ft.path), old_draft if draft.startswith(("derived:", "eagle3:")) else draft, **common)
+    v1_draft = f"models:/{draft_name}/1"  # the registered draft / head of v1, unchanged
+    old_draft = {"derived": v1_draft, "eagle3": f"eagle3:{v1_draft}"}.get(draft.split(":")[0], draft)
+    v2 = register_pair_flow(str(ft.path), old_draft, **common)
     demo.con.print(f"registered {demo.pair} v{v2['version']}: new target, old draft (changed: {v2['changed']}), "
                    "now @challenger")
     demo.con.print("[dim]The deployment validates @champion and @challenger every night; to stay within 10 minutes "

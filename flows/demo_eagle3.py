@@ -90,7 +90,7 @@ def act_choose_head(demo, target_dir: Path) -> tuple[str, int, None]:
     return f"eagle3:{head}", k, None
 
 
-def act_realign(demo, v2: dict, heldout: Path, night) -> tuple[dict, dict, bool]:
+def act_realign(demo, heldout: Path, night) -> tuple[dict, dict, bool]:
     """5. the remediation flow re-trains the head on the fine-tuned target (pair v3 @challenger); night 3;
     promotion: ``(v3, night results, promoted)``."""
     from flows.realign import realign_eagle3_flow

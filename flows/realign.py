@@ -15,6 +15,8 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 
+from registry.models import parse_model_uri
+
 @task(task_run_name="locate {pair}@{alias}")
 def locate_task(pair: str, alias: str, target: str | None) -> dict:
     """The pair version behind ``alias``: its target (or ``target``) and head, with local directories.
@@ -91,10 +93,8 @@ def realign_eagle3_flow(pair: str = "specdec-pair", alias: str = "champion", tar
     out = out_dir or str(_out_dir(pair, where["pair_version"], where["target_dir"]))
     trained = retrain_task(where["target_dir"], where["head_dir"], where["head_uri"], out,
                            dict(config or {}))
-    parent = where["head_uri"] or ""
-    head_name = parent.split("/")[1] if parent.startswith("models:/") else None  # models:/<name>/<version>
     pv = register_task(trained["out_dir"], pair, where["target_ref"], register_alias, where["config"], where["engine"],
-                       head_name)
+                       parse_model_uri(where["head_uri"])[0])
     log.info("re-trained head %s -> %s in %.1f min; %s v%s%s", where["head_uri"], pv["draft_uri"],
              trained["metrics"]["train_minutes"], pair, pv["version"], f" is @{register_alias}" if register_alias else "")
     return {"pair": pair, "version": pv["version"], "head_uri": pv["draft_uri"], "parent_head": where["head_uri"],

@@ -57,6 +57,7 @@ class CandidateResult:
     def speedup_ci_low(self) -> float:
         """Lower end of the measured speedup's 95% CI (NaN when none was computed)."""
         return self.speedup_ci[0] if self.speedup_ci else math.nan
+
     @property
     def pays(self) -> bool:
         """Credibly faster than target-only (speedup and CI low above 1.0), every output identical,

@@ -51,14 +51,13 @@ __all__ = ["ReplayedPrompt", "DrafterReplay", "replay_prompts", "adopts_prefix",
 
 def replays_exactly(drafter: Any, config: ValidationConfig) -> bool:
     """Whether replay gives ``drafter``'s exact counters under ``config`` (module docstring): greedy
-    decoding, or a deterministic proposal at temperature > 0 (the argmax rule, or the n-gram
-    drafter, whose q is one-hot) without a confidence threshold (the threshold's confidence is the
-    draft's warped probability there, which the trace does not record)."""
-    if config.sampling.is_greedy:
+    decoding; the n-gram drafter (a lookup: q one-hot, no confidence threshold applies to it); or, at
+    temperature > 0, a model drafter under the argmax rule without a confidence threshold (the
+    threshold's confidence is the draft's warped probability there, which the trace does not record)."""
+    if config.sampling.is_greedy or isinstance(drafter, NgramDrafter):
         return True
     spec = config.speculative
-    deterministic = isinstance(drafter, NgramDrafter) or spec.draft_sampling == "argmax"
-    return deterministic and spec.assistant_confidence_threshold is None
+    return spec.draft_sampling == "argmax" and spec.assistant_confidence_threshold is None
 
 
 @dataclass

@@ -71,7 +71,7 @@ def test_which_drafts_replay_exactly(drafters):
     model = drafters["close"]
     assert replays_exactly(model, greedy) and replays_exactly(model, argmax)
     assert not replays_exactly(model, hot) and not replays_exactly(model, tau)
-    assert replays_exactly(NgramDrafter(), hot)
+    assert replays_exactly(NgramDrafter(), hot) and replays_exactly(NgramDrafter(), tau)  # a lookup has no confidence
 
 
 def test_report_counts_argmax_replay_exactly_and_lets_it_gate(tmp_path):
