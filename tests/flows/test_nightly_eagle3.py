@@ -11,6 +11,7 @@ import pytest
 
 from monitoring.receiver import WebhookReceiver
 from tests.flows.test_nightly import _heldout
+from tests.support.nightly import nightly_by_alias
 from tests.training.eagle3_support import TINY_LAYER_IDS, quick_config, tiny_target_dir
 
 PAIR = "tiny-eagle3"
@@ -46,10 +47,7 @@ def env(tmp_path_factory, prefect_harness):
 
 
 def _nightly(env, day):
-    from flows.nightly import nightly_validation_flow
-
-    return {r.alias: r for r in nightly_validation_flow(pairs=[PAIR], heldout=env["heldout"], limit=None,
-                                                        device="cpu", dtype="float32", scheduled_date=day)}
+    return nightly_by_alias(PAIR, env["heldout"], day)
 
 
 def test_nightly_validates_a_registered_head_and_names_the_stale_head(env):

@@ -12,6 +12,7 @@ import pytest
 
 from monitoring.receiver import WebhookReceiver
 from tests.support.models import save_tiny_checkpoint
+from tests.support.nightly import nightly_by_alias
 
 PAIR = "ungated-pair"
 
@@ -40,10 +41,7 @@ def env(tmp_path_factory, prefect_harness):
 
 
 def _nightly(env, day):
-    from flows.nightly import nightly_validation_flow
-
-    return {r.alias: r for r in nightly_validation_flow(pairs=[PAIR], heldout=env["heldout"], limit=None,
-                                                        device="cpu", dtype="float32", scheduled_date=day)}
+    return nightly_by_alias(PAIR, env["heldout"], day)
 
 
 def test_hand_moved_champion_is_validated_first_and_alerted(env):
