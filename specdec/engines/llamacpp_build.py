@@ -200,3 +200,20 @@ def _run(cmd: list[str], fh: Any, log: Path, progress: Callable[[str], None] | N
             progress(f"  {shown}%")
     if proc.wait() != 0:
         raise EngineBuildError(f"`{' '.join(cmd[:3])} ...` failed (exit {proc.returncode}); the compiler output is in {log}")
+
+
+def main() -> int:
+    """``python -m specdec.engines.llamacpp_build``: build (or find) the engine; one line on error."""
+    import sys
+
+    try:
+        found = ensure_llama_cpp()
+    except EngineBuildError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"llama-server: {found.server} ({found.build_info})")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
