@@ -214,6 +214,9 @@ def register_pair(
             "compatible": _optional(compat.get("compatible", True if compat else None)).lower(),
             "compatibility": canonical_json(compat)[:5000], "engine": engine,
         }
+        tags.update(serve_tags("target", t.source))
+        if draft_ref is not None:
+            tags.update(serve_tags("draft", draft_ref.source))
         if draft_ref is not None and draft_ref.derived_from:
             tags["draft.derived_from"] = draft_ref.derived_from
         if draft_ref is not None and drafter_kind == "eagle3":  # the head's lineage (registry.heads)
@@ -244,6 +247,26 @@ def register_pair(
         }
         mv = _log_pair(client, name, doc, tags, description)
         return _from_doc(mv, doc, aliases=[])
+
+
+def serve_tags(side: str, source: dict[str, Any] | None) -> dict[str, str]:
+    """What a serving engine loads for one side of the pair, from the model's ``source``:
+    ``<side>.serve_ref`` (a Hub id, a local checkpoint directory, or the GGUF file itself) and, for
+    a GGUF, ``<side>.gguf_sha256`` (the file's hash: the lineage an engine serving the file can be
+    checked against). Empty for a derived draft (it is the target's checkpoint plus its recipe)."""
+    source = source or {}
+    kind = source.get("kind")
+    ref = None
+    if kind == "hub":
+        ref = source.get("repo_id") or source.get("ref")
+    elif kind == "gguf":
+        ref = source.get("gguf_path") or (source.get("ref") if str(source.get("ref", "")).endswith(".gguf") else None)
+    elif kind == "local":
+        ref = source.get("path")
+    out = {f"{side}.serve_ref": str(ref)} if ref else {}
+    if kind == "gguf" and source.get("gguf_sha256"):
+        out[f"{side}.gguf_sha256"] = str(source["gguf_sha256"])
+    return out
 
 
 def _log_pair(client, name: str, doc: dict[str, Any], tags: dict[str, str], description: str | None):

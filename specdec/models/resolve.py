@@ -137,7 +137,8 @@ def convert_gguf(gguf_path: str | Path, *, extra_source: dict | None = None,
         model.hf_quantizer = None
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        source = {"kind": "gguf", "ref": str(gguf_path), "revision": None, "gguf_file": name,
+        source = {"kind": "gguf", "ref": str(gguf_path), "gguf_path": str(Path(gguf_path).resolve()),
+                  "revision": None, "gguf_file": name,
                   "gguf_sha256": sha, "converted_with": _lib_versions(), **(extra_source or {})}
         source["weights_sha256"] = weights_sha256(tmp)
         source["tokenizer_sha256"] = tokenizer_sha256(tmp)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from specdec.settings.home import HomeSection
 
@@ -24,6 +24,8 @@ class CoreSettings(HomeSection):
             :mod:`specdec.engines.llamacpp_build`), default ``<home>/engines``.
         engine_index_url: the package index the engine's source sdist is downloaded from
             (``SPECDEC_ENGINE_INDEX_URL``; a PEP 691 JSON simple API).
+        engine_api_key: the serving engine's API key for the engine check (``SPECDEC_ENGINE_API_KEY``;
+            never printed).
         device: ``auto`` or a torch device string.
         dtype: ``auto`` or a dtype name (``float32``, ``bfloat16``, ``float16``).
     """
@@ -31,6 +33,7 @@ class CoreSettings(HomeSection):
     models_dir: Path | None = None
     engines_dir: Path | None = None
     engine_index_url: str = "https://pypi.org/simple"
+    engine_api_key: str | None = Field(default=None, repr=False)
     device: str = "auto"
     dtype: str = "auto"
 

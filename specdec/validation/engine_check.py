@@ -196,7 +196,8 @@ def _core_counters(req: EngineCheckRequest, p: _Prompt, y: list[int], stop: froz
     if not y or not complete:
         p.row.status, p.row.skip_reason = "skipped", "the engine's output ended early without a stop token"
         return
-    trace = draft_trace(req.draft, p.ids, y, vocab, kmax=k, stop_token_ids=stop, exact=True, adopts_prefix=True)
+    # llama.cpp drafts n_max tokens whatever the draft proposes after a rejection: the fast trace counts the same
+    trace = draft_trace(req.draft, p.ids, y, vocab, kmax=k, stop_token_ids=stop, exact=False, adopts_prefix=True)
     st = replay_counters(trace, y, num_speculative_tokens=k, max_new_tokens=req.config.max_new_tokens,
                          stop_token_ids=stop)
     p.row.core_drafts, p.row.core_draft_tokens = st.num_drafts, st.num_draft_tokens
