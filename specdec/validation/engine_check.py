@@ -230,7 +230,7 @@ def _core_continuations(req: EngineCheckRequest, subset: HeldoutSet, model, tok,
 
     cache = req.cache or ContinuationCache()
     replayed = replay_prompts(subset, model, tok, [req.draft], req.config, eos, context_limit(model, req.draft),
-                              cache=cache, target_weights=model_weights_hash(model), kmax=1)
+                              cache=cache, target_weights=model_weights_hash(model), kmax=1, replay=False)
     return {rp.prompt.id: rp.continuation for rp in replayed if rp.status == "ok"}
 
 
