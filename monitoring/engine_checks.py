@@ -61,6 +61,9 @@ def _metrics(report: EngineCheckReport) -> GroupMetrics:
                      acceptance_rate_ci=list(o.engine_acceptance_rate_ci))
     if report.engine_per_position:
         g.accepted_per_position = list(report.engine_per_position)
+    if report.engine_num_drafts:
+        g.num_drafts = int(report.engine_num_drafts)
+        g.mean_accepted_length = 1 + o.engine_accepted_tokens / g.num_drafts
     return g
 
 

@@ -37,6 +37,7 @@ from registry.models import (
 from registry.pairfile import PAIR_FILE, full_tags, read_pair_doc
 from registry.settings import get_client, get_settings, mlflow_errors
 from specdec.core.config import SpeculativeConfig
+from specdec.models.resolve import SMOLLM2_GGUF_SHA256
 from specdec.validation.serving import engine_config
 
 PAIR_SCHEMA_VERSION = 1
@@ -261,6 +262,10 @@ def serve_tags(side: str, source: dict[str, Any] | None) -> dict[str, str]:
         ref = source.get("repo_id") or source.get("ref")
     elif kind == "gguf":
         ref = source.get("gguf_path") or (source.get("ref") if str(source.get("ref", "")).endswith(".gguf") else None)
+        if ref is None and source.get("gguf_sha256") == SMOLLM2_GGUF_SHA256:  # converted before gguf_path was kept
+            from specdec.models.resolve import smollm2_gguf
+
+            ref = str(smollm2_gguf())
     elif kind == "local":
         ref = source.get("path")
     out = {f"{side}.serve_ref": str(ref)} if ref else {}

@@ -199,7 +199,7 @@ def _core_counters(req: EngineCheckRequest, p: _Prompt, y: list[int], stop: froz
     # llama.cpp drafts n_max tokens whatever the draft proposes after a rejection: the fast trace counts the same
     trace = draft_trace(req.draft, p.ids, y, vocab, kmax=k, stop_token_ids=stop, exact=False, adopts_prefix=True)
     st = replay_counters(trace, y, num_speculative_tokens=k, max_new_tokens=req.config.max_new_tokens,
-                         stop_token_ids=stop)
+                         stop_token_ids=stop, drafts_past_stop=True)
     p.row.core_drafts, p.row.core_draft_tokens = st.num_drafts, st.num_draft_tokens
     p.row.core_accepted_tokens = st.num_accepted_tokens
     p.row.core_accepted_per_position = list(st.accepted_per_position)
@@ -343,6 +343,7 @@ def _report(req: EngineCheckRequest, subset: HeldoutSet, prompts: list[_Prompt],
                      f"run, the requests' own timings sum to {sums[0]} / {sums[1]}: other traffic shared the server, "
                      "so the per-position counters are not this run's alone")
         per_pos = []
+    drafts = int(delta[DRAFTS]) if per_pos else None
     audit = {"checked": sum(r.exact_match is not None for r in ok), "identical": sum(bool(r.exact_match) for r in ok),
              "near_tie": sum(r.divergence == "near-tie" for r in ok),
              "divergent": sum(r.divergence == "divergence" for r in ok)}
@@ -352,5 +353,5 @@ def _report(req: EngineCheckRequest, subset: HeldoutSet, prompts: list[_Prompt],
         config=req.config.to_dict(), concurrency=req.concurrency, fingerprint=fingerprint,
         counters_source="per-request timings", overall=overall,
         categories={c: summarize([r for r in ok if r.category == c], seed=req.config.seed) for c in cats},
-        engine_per_position=per_pos, core_per_position=core_pp, audit=audit, speed=_speed(rows),
+        engine_per_position=per_pos, core_per_position=core_pp, engine_num_drafts=drafts, audit=audit, speed=_speed(rows),
         verdict=verdict_of(overall), prompts=rows, notes=notes, wall_seconds=wall)

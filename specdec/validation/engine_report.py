@@ -97,7 +97,8 @@ class EngineCheckReport:
         counters_source: ``per-request timings`` (llama.cpp) or ``/metrics deltas`` (said so).
         overall / categories: :class:`EngineGroup`; engine_per_position: the engine's accepted tokens
             per draft position over the run (``/metrics`` delta; empty when not available) and
-            core_per_position: the core's, pooled.
+            core_per_position: the core's, pooled; engine_num_drafts: the engine's verification steps
+            that drafted (``/metrics`` delta; None when not available).
         audit: ``{"checked", "identical", "near_tie", "divergent"}`` (greedy only).
         speed: engine tokens/s with speculation, the baseline's, the paired speedup and its CI.
         verdict: ``agrees`` (the difference CI contains 0), ``engine accepts less`` / ``engine accepts more``
@@ -118,6 +119,7 @@ class EngineCheckReport:
     categories: dict[str, EngineGroup]
     engine_per_position: list[int]
     core_per_position: list[int]
+    engine_num_drafts: int | None
     audit: dict[str, int]
     speed: dict[str, Any]
     verdict: str

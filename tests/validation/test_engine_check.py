@@ -51,13 +51,11 @@ def heldout(tmp_path_factory):
     """The shortest Spec-Bench prompt of each category, twice over (12 prompts): the engine test stays cheap."""
     full = load_heldout("spec_bench")
     by_cat: dict[str, list] = {}
-    for p in sorted(full.prompts, key=lambda p: len(p.prompt or json.dumps(p.messages))):
+    for p in sorted(full.prompts, key=lambda p: len(json.dumps(p.canonical()))):
         by_cat.setdefault(p.category, []).append(p)
     chosen = [p for ps in by_cat.values() for p in ps[:2]]
     path = tmp_path_factory.mktemp("heldout") / "short.jsonl"
-    path.write_text("".join(json.dumps({"id": p.id, "category": p.category, "prompt": p.prompt} if p.prompt else
-                                       {"id": p.id, "category": p.category, "messages": p.messages}) + "\n"
-                            for p in chosen))
+    path.write_text("".join(json.dumps(p.canonical()) + "\n" for p in chosen))
     return load_heldout(path)
 
 
@@ -118,3 +116,34 @@ def test_another_draft_file_in_the_engine_is_attributed_to_the_serving_stack(eng
         assert "engine:llamacpp" in text and "draft file" in text and "re-train" not in text
         with db.session() as s:
             assert s.query(Incident).count() == 1
+
+
+def test_gguf_pair_for_llamacpp_registers_file_hashes_and_shows_the_llama_server_command(pair, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import registry as R
+    from specdec.cli import app
+    from specdec.models.hashes import file_sha256
+    from specdec.settings import get_settings
+    from tests.support.mlflow_server import sqlite_store
+    from tests.support.reports import tiny_report
+
+    t_gguf, d_gguf = pair[2], pair[3]
+    monkeypatch.setenv("SPECDEC_MODELS_DIR", str(get_settings().models_dir))  # reuse the GGUF conversions
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SPECDEC_TRACKING_URI", sqlite_store(tmp_path / "store"))
+    monkeypatch.setenv("COLUMNS", "250")
+    runner = CliRunner()
+    r = runner.invoke(app, ["pair", "register", "--target", str(t_gguf), "--draft", str(d_gguf), "--engine", "llamacpp",
+                            "-k", str(K), "--name", "smol-gguf"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    pv = R.get_pair_version("smol-gguf", "1", download=False)
+    assert pv.tags["engine"] == "llamacpp"
+    assert pv.tags["target.gguf_sha256"] == file_sha256(t_gguf) and pv.tags["draft.gguf_sha256"] == file_sha256(d_gguf)
+    R.log_validation("smol-gguf", "1", tiny_report(0.6, (0.55, 0.65), num_speculative_tokens=K), tmp_path / "rep")
+    r = runner.invoke(app, ["pair", "show", "smol-gguf", "1"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "llama-server -m" in r.output and "--spec-draft-model" in r.output  # the table's serving config row
+    sc = __import__("json").loads(runner.invoke(app, ["pair", "show", "smol-gguf", "1", "--json"]).stdout)["serving_config"]
+    assert sc["command"].startswith(f"llama-server -m {t_gguf} ") and f"--spec-draft-model {d_gguf}" in sc["command"]
+    assert f"--spec-draft-n-max {K}" in sc["command"] and "--spec-draft-p-min 0" in sc["command"]
