@@ -160,7 +160,7 @@ class LlamaServer:
         self.proc = None
 
     def __enter__(self) -> "LlamaServer":
-        return self.start()
+        return self if self.proc is not None else self.start()  # already started (start() returns self)
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
