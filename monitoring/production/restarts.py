@@ -33,10 +33,13 @@ from monitoring.production.counters import SeriesData
 
 def _epochs(members: list[SeriesData], times: list[float]) -> dict[float, float]:
     """Sample time -> creation-time bound (``-inf`` until the first restart)."""
-    restarted: set[float] = set()
-    for m in members:
-        pts = sorted(m.samples)
-        restarted.update(t1 for (_, v0), (t1, v1) in zip(pts, pts[1:]) if v1 < v0)
+    pos = {t: i for i, t in enumerate(times)}
+    drops = [(t0, t1) for m in members for (t0, v0), (t1, v1) in zip(sorted(m.samples), sorted(m.samples)[1:])
+             if v1 < v0]
+    restarted = {t1 for t0, t1 in drops if pos[t1] == pos[t0] + 1}
+    for t0, t1 in drops:  # a fall across scrapes the series was absent from: one restart in that gap
+        if not any(times[i] in restarted for i in range(pos[t0] + 1, pos[t1] + 1)):
+            restarted.add(t1)
     out, born = {}, -math.inf
     for i, t in enumerate(times):
         if t in restarted and i > 0:
