@@ -1,7 +1,8 @@
 """Production ingest from a real ``llama-server`` on 127.0.0.1 (the built engine, SmolLM2 Q4_1 target,
 its Q4_0 requantization as the draft, k = 4): real requests, then ``specdec ingest`` reads the live
 server's counters directly from its ``/metrics`` and through a real Prometheus scraping it, across a
-real restart (plain counters, no ``_created``: the counters go down). Each window's drafted and accepted
+real restart (plain counters, no ``_created``: the counters go down), and the ``production-acceptance``
+flow ingests it as a configured source. Each window's drafted and accepted
 tokens equal the sums of the engine's own per-request ``timings.draft_n`` / ``draft_n_accepted``, and
 the CI comes from its per-position counters. Skipped with one line where the engine is not built."""
 
@@ -197,3 +198,22 @@ def test_committed_capture_has_the_live_servers_format(live):
 
     assert shape(text) == shape(fixture)
     assert {s["labels"].get("position") for s in parse_exposition(text, LCPP)[0]} == {None, *map(str, range(K))}
+
+
+def test_production_flow_ingests_a_configured_llamacpp_source(live, tmp_path, monkeypatch, prefect_harness):
+    """The ``production-acceptance`` flow, configured only by SPECDEC_PRODUCTION_SOURCES / _MAPPINGS."""
+    from flows.production import production_acceptance_flow
+
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SPECDEC_DB_URL", raising=False)
+    monkeypatch.setenv("SPECDEC_ALERT_CHANNELS", "[]")
+    monkeypatch.setenv("SPECDEC_PRODUCTION_SOURCES", json.dumps(
+        [{"name": "lcpp-flow", "kind": "metrics", "url": live.metrics_url, "engine": "llamacpp"}]))
+    monkeypatch.setenv("SPECDEC_PRODUCTION_MAPPINGS", json.dumps(
+        [{"source": "lcpp-flow", "model": "*", "pair": "pair-l", "alias": "champion", "version": "1"}]))
+    assert [o["status"] for o in production_acceptance_flow(plot=False)] == ["baseline"]
+    sent, _ = send(live.server.url, PROMPTS[1:3])
+    (o,) = production_acceptance_flow(plot=False)
+    assert (o["source"], o["model"], o["pair"], o["num_draft_tokens"]) == ("lcpp-flow", "", "pair-l", sent.num_draft_tokens)
+    assert o["acceptance_rate"] == pytest.approx(sent.num_accepted_tokens / sent.num_draft_tokens, abs=1e-12)
+    assert len(o["acceptance_rate_ci"]) == 2
