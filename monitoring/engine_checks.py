@@ -125,16 +125,18 @@ def _finite(x: Any) -> Any:
     return x
 
 
-def engine_gap_rule(evidence: dict[str, Any], engine: str) -> RuleResult:
-    """``engine_gap``: firing when the engine accepts credibly less than the core for the same prompts."""
+def engine_gap_rule(evidence: dict[str, Any], engine: str, tolerance: float = 0.0) -> RuleResult:
+    """``engine_gap``: firing when the engine accepts credibly less than the core for the same prompts
+    (the difference CI's upper end below ``-tolerance``)."""
     diff, ci = evidence.get("difference"), evidence.get("difference_ci") or [None, None]
     base = dict(rule=ENGINE_GAP_RULE, scope="overall", metric="acceptance_rate (engine - core)", value=diff,
-                ci=tuple(ci) if None not in ci else None, threshold=0.0, baseline=evidence.get("core_acceptance_rate"))
+                ci=tuple(ci) if None not in ci else None, threshold=-tolerance,
+                baseline=evidence.get("core_acceptance_rate"))
     text = (f"{engine} accepts {_pct(diff)} points vs the core for the same prompts and tokens "
             f"(95% CI {_pct(ci[0])} to {_pct(ci[1])})")
     if diff is None or None in ci:
         return RuleResult(status=INSUFFICIENT, message=f"{engine} vs core: not enough prompts for a CI", **base)
-    if ci[1] < 0:
+    if ci[1] < -tolerance:
         return RuleResult(status=FIRING, severity="critical", message=text, **base)
     return RuleResult(status=OK, severity="info", message=text, **base)
 
@@ -209,7 +211,7 @@ def evaluate_engine_check(db: Database, run_id: int, *, settings: MonitoringSett
     evidence = (row.config or {}).get("engine_check") or {}
     base_row = _previous_passing(db, row)
     health = rules.evaluate(history.snapshot_of(row), history.snapshot_of(base_row) if base_row else None, settings.rules)
-    gap = engine_gap_rule(evidence, engine)
+    gap = engine_gap_rule(evidence, engine, settings.rules.engine_gap_tolerance)
     before = ((base_row.config or {}).get("engine_check") or {}).get("fingerprint") if base_row else None
     since = f"{base_row.scheduled_date.isoformat()} (run {base_row.id})" if base_row else None
     hint = _hint(engine, gap, health, fingerprint_changes(before, evidence.get("fingerprint") or {}), since)

@@ -120,7 +120,10 @@ def test_another_draft_file_in_the_engine_is_attributed_to_the_serving_stack(eng
             assert s.query(Incident).count() == 1
 
 
-def test_gguf_pair_for_llamacpp_registers_file_hashes_and_shows_the_llama_server_command(pair, tmp_path, monkeypatch):
+def test_gguf_pair_for_llamacpp_registers_shows_its_command_and_the_nightly_checks_its_engine(
+        engine, pair, heldout, tmp_path, monkeypatch):
+    """Register the GGUF pair for llama.cpp (file hashes as lineage), `pair show` prints the llama-server command,
+    `pair engine` names the endpoint, and the nightly's engine step records an `engine:llamacpp` row that passes."""
     from typer.testing import CliRunner
 
     import registry as R
@@ -149,3 +152,22 @@ def test_gguf_pair_for_llamacpp_registers_file_hashes_and_shows_the_llama_server
     sc = __import__("json").loads(runner.invoke(app, ["pair", "show", "smol-gguf", "1", "--json"]).stdout)["serving_config"]
     assert sc["command"].startswith(f"llama-server -m {t_gguf} ") and f"--spec-draft-model {d_gguf}" in sc["command"]
     assert f"--spec-draft-n-max {K}" in sc["command"] and "--spec-draft-p-min 0" in sc["command"]
+
+    # the nightly's engine step on this pair version, against the engine serving it
+    from flows.engine_check import run_engine_check
+    from flows.nightly import Target, ValidationParams
+    from monitoring.db import ValidationRun
+
+    with start_server(engine, _flags(t_gguf, d_gguf), tmp_path) as server:
+        r = runner.invoke(app, ["pair", "engine", "smol-gguf", "1", "--url", server.url, "--flags",
+                                " ".join(server.command)], catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        settings = MonitoringSettings(db_url=f"sqlite:///{tmp_path / 'history.db'}")
+        night = type("Night", (), dict(held=heldout, db=connect(settings), settings=settings, date=dt.date(2026, 12, 2)))()
+        pv = R.get_pair_version("smol-gguf", "1", download=False)
+        params = ValidationParams("short", PROMPTS, "cpu", "float32", 0, 1, "replay", 0.25)
+        res = run_engine_check(night, Target("smol-gguf", "champion", pv, None), params)
+    assert res is not None and res.status == "passed", res
+    with night.db.session() as s:
+        row = s.query(ValidationRun).filter_by(source="engine:llamacpp").one()
+        assert row.num_draft_tokens > 100 and row.config["engine_check"]["fingerprint"]["draft_sha256"] == file_sha256(d_gguf)
