@@ -267,7 +267,7 @@ def serve_tags(side: str, source: dict[str, Any] | None) -> dict[str, str]:
 
             ref = str(smollm2_gguf())
     elif kind == "local":
-        ref = source.get("path")
+        ref = source.get("path") or source.get("ref")
     out = {f"{side}.serve_ref": str(ref)} if ref else {}
     if kind == "gguf" and source.get("gguf_sha256"):
         out[f"{side}.gguf_sha256"] = str(source["gguf_sha256"])

@@ -127,7 +127,7 @@ def test_clear_errors(cli, ckpts, tmp_path):
     assert r.exit_code == 1 and "unreachable" in r.output
     # an unknown engine is refused first (the target does not exist either): one line, no traceback
     r = cli("register", "--target", tmp_path / "nowhere", "--draft", "ngram", "--engine", "tgi")
-    assert r.exit_code == 1 and "unknown engine 'tgi': use vllm, sglang or transformers" in r.output
+    assert r.exit_code == 1 and "unknown engine 'tgi': use vllm, sglang, transformers or llamacpp" in r.output
     assert "not found" not in r.output and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
 
 
