@@ -110,13 +110,18 @@ def main() -> None:
             d.pop("prompts")
             d["prompts"] = [p.__dict__ for p in rep.prompts]
             results.append(d)
+            _write(args, meta, results)  # after each draft: a long run keeps what it measured
             print(f"\n{q}: engine {rep.overall.engine_acceptance_rate:.3f} core {rep.overall.core_acceptance_rate:.3f} "
                   f"diff {rep.overall.difference:+.3f} {rep.overall.difference_ci} speed {rep.speed['speedup']}")
+    print(f"wrote {_write(args, meta, results)}.json and .md")
+
+
+def _write(args: argparse.Namespace, meta: dict, results: list[dict]) -> str:
     meta["load_end"] = os.getloadavg()[0]
     stem = args.out or str(RESULTS / f"{meta['date']}-engine-check-cpu")
     Path(stem + ".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str) + "\n")
     Path(stem + ".md").write_text(_md(results, meta))
-    print(f"wrote {stem}.json and .md")
+    return stem
 
 
 if __name__ == "__main__":

@@ -221,7 +221,7 @@ def _block(trace: DraftTrace, y: list[int], m: int, budget: int, stop: frozenset
     for i in range(budget):
         t = m + i
         confidence = None
-        if t >= len(trace.argmax):  # past the end of y (a drafted stop token that was not cut)
+        if left is None and t >= len(trace.argmax):  # past the end of y (a drafted stop token that was not cut)
             drafts.append(UNSEEN)
         elif left is None:
             drafts.append(trace.argmax[t])
