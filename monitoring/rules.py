@@ -2,12 +2,16 @@
 
 Rules (thresholds in :class:`monitoring.settings.RuleSettings`):
 
-- ``absolute``: pooled acceptance rate below 0.40, overall and per category (own thresholds).
+- ``absolute``: the policy's acceptance metric below 0.40, overall and per category (own
+  thresholds). By default that metric is the per-token acceptance α̂ (``alpha_hat``, the same at
+  every k; :class:`specdec.policy.AcceptancePolicy` ``estimator="per_token"``), with vLLM's
+  acceptance rate at k shown beside it; ``estimator="pooled"`` judges the acceptance rate itself.
   Fires only when the upper end of the 95% CI is below the threshold *and* at least N draft tokens
   were measured; a point estimate below the threshold with a CI reaching above it is reported as
   ``insufficient_evidence`` ("CI too wide: no alert yet").
-- ``relative``: acceptance rate more than 15% below the baseline (the last passing run of the
-  current champion): fires when the CI upper bound is below ``(1 - 0.15) * baseline``.
+- ``relative``: that metric more than 15% below the baseline (the last passing run of the
+  current champion): fires when the CI upper bound is below ``(1 - 0.15) * baseline``; with the
+  per-token metric a baseline at another k still compares.
 - ``collapse``: ``draft_tokens_per_step`` falls by more than 30% against the baseline (a drafter
   that stopped proposing can show 100% acceptance on almost nothing).
 - ``measurement``: the teacher-forced α (``alpha_tf``) and the decoding estimate of the same
@@ -31,6 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping
 
 from monitoring.settings import RuleSettings
+from specdec.policy import AcceptancePolicy
 from specdec.validation.report import GroupMetrics
 
 OK, FIRING, INSUFFICIENT, NOT_APPLICABLE = "ok", "firing", "insufficient_evidence", "not_applicable"
@@ -105,64 +110,77 @@ def _fmt_ci(ci: tuple[float, float] | None) -> str:
     return f" (95% CI {ci[0]:.3f}-{ci[1]:.3f})" if ci else ""
 
 
+def _judged(g: GroupMetrics, estimator: str) -> tuple[str, str, float | None, tuple[float, float] | None, str]:
+    """(metric field, label, value, CI) of the policy's metric on ``g``; the label names it and, for the
+    per-token metric, shows vLLM's acceptance rate at k beside it."""
+    policy = AcceptancePolicy(estimator=estimator)
+    value, ci = policy.judged(g)
+    label = policy.metric_label
+    rate, k = _num(g.acceptance_rate), g.num_speculative_tokens
+    beside = f"; acceptance rate {rate:.3f} at k={k or '?'}" if estimator != "pooled" and rate is not None else ""
+    return policy.metric, label, value, ci, beside
+
+
 def _below(rule: str, scope: str, g: GroupMetrics, limit: float, min_tokens: int,
-           baseline: float | None, what: str, side: str = "upper") -> RuleResult:
-    """Shared logic: does the acceptance rate of ``g`` lie credibly below ``limit``?"""
-    value, ci, n = _num(g.acceptance_rate), _ci(g.acceptance_rate_ci), int(g.num_draft_tokens or 0)
-    base = dict(rule=rule, scope=scope, metric="acceptance_rate", value=value, ci=ci,
+           baseline: float | None, what: str, side: str = "upper", estimator: str = "per_token") -> RuleResult:
+    """Shared logic: does the judged acceptance (the policy's estimator) of ``g`` lie credibly below ``limit``?"""
+    metric, name, value, ci, beside = _judged(g, estimator)
+    n = int(g.num_draft_tokens or 0)
+    base = dict(rule=rule, scope=scope, metric=metric, value=value, ci=ci,
                 threshold=limit, baseline=baseline, num_draft_tokens=n)
     label = "overall" if scope == OVERALL else f"category {scope!r}"
     if value is None or n == 0:
-        return RuleResult(status=INSUFFICIENT, message=f"{label}: nothing drafted, acceptance unmeasured", **base)
+        return RuleResult(status=INSUFFICIENT, message=f"{label}: nothing drafted, {name} unmeasured", **base)
+    shown = f"{name} {value:.3f}{_fmt_ci(ci)}"
     if n < min_tokens:
         return RuleResult(status=INSUFFICIENT, **base, message=(
-            f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} on only {n} draft tokens "
-            f"(< {min_tokens} needed): not enough evidence"))
+            f"{label}: {shown} on only {n} draft tokens (< {min_tokens} needed): not enough evidence{beside}"))
     x = value if side == "point" else (None if ci is None else ci[0] if side == "lower" else ci[1])
     if x is not None and x < limit:
         where = "" if side == "point" else f" (CI {side} end below it)"
-        return RuleResult(status=FIRING, **base, message=(
-            f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} below {what} {limit:.3f}{where}"))
+        return RuleResult(status=FIRING, **base, message=f"{label}: {shown} below {what} {limit:.3f}{where}{beside}")
     if value >= limit:
-        return RuleResult(status=OK, **base, message=(
-            f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} >= {what} {limit:.3f}"))
+        return RuleResult(status=OK, **base, message=f"{label}: {shown} >= {what} {limit:.3f}{beside}")
     why = "CI too wide" if ci is not None else "no CI available"
     return RuleResult(status=INSUFFICIENT, **base, message=(
-        f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} below {what} {limit:.3f}, "
-        f"but {why}: no alert yet"))
+        f"{label}: {shown} below {what} {limit:.3f}, but {why}: no alert yet{beside}"))
 
 
 def absolute_rules(current: GroupMetrics, categories: Mapping[str, GroupMetrics],
                    settings: RuleSettings) -> list[RuleResult]:
     """The absolute-threshold rule overall and for each category of the current run."""
     out = [_below("absolute", OVERALL, current, settings.threshold_for(None),
-                  settings.min_draft_tokens, None, "threshold", settings.alert_side)]
+                  settings.min_draft_tokens, None, "threshold", settings.alert_side, settings.estimator)]
     for name in sorted(categories):
         out.append(_below("absolute", name, categories[name], settings.threshold_for(name),
-                          settings.min_category_draft_tokens, None, "threshold", settings.alert_side))
+                          settings.min_category_draft_tokens, None, "threshold", settings.alert_side,
+                          settings.estimator))
     return out
 
 
-def _comparable(current: GroupMetrics, baseline: GroupMetrics) -> str | None:
+def _comparable(current: GroupMetrics, baseline: GroupMetrics, estimator: str = "pooled") -> str | None:
+    """Why ``current`` cannot be compared with ``baseline`` (None: it can). The acceptance rate and
+    drafted tokens per step depend on k; the per-token acceptance does not (``estimator="per_token"``)."""
     k_cur, k_base = current.num_speculative_tokens, baseline.num_speculative_tokens
-    if k_cur and k_base and k_cur != k_base:
+    if estimator == "pooled" and k_cur and k_base and k_cur != k_base:
         return f"baseline used k={k_base}, current k={k_cur}: not comparable"
     return None
 
 
 def relative_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: RuleSettings) -> RuleResult:
-    """Acceptance rate dropped more than ``relative_drop`` against the baseline (CI-aware)."""
-    base_value = _num(baseline.acceptance_rate) if baseline is not None else None
+    """The judged acceptance dropped more than ``relative_drop`` against the baseline (CI-aware); with
+    the per-token metric a baseline validated at another k still compares."""
+    metric, _name, value, _ci_, _b = _judged(current, settings.estimator)
+    base_value = _judged(baseline, settings.estimator)[2] if baseline is not None else None
     if baseline is None or base_value is None:
-        return RuleResult("relative", OVERALL, NOT_APPLICABLE, "acceptance_rate",
-                          value=_num(current.acceptance_rate), message="no passing baseline run")
-    reason = _comparable(current, baseline)
+        return RuleResult("relative", OVERALL, NOT_APPLICABLE, metric, value=value, message="no passing baseline run")
+    reason = _comparable(current, baseline, settings.estimator)
     if reason:
-        return RuleResult("relative", OVERALL, NOT_APPLICABLE, "acceptance_rate",
-                          value=_num(current.acceptance_rate), baseline=base_value, message=reason)
+        return RuleResult("relative", OVERALL, NOT_APPLICABLE, metric, value=value, baseline=base_value, message=reason)
     limit = base_value * (1.0 - settings.relative_drop)
     what = f"{1 - settings.relative_drop:.0%} of baseline {base_value:.3f} ="
-    return _below("relative", OVERALL, current, limit, settings.min_draft_tokens, base_value, what)
+    return _below("relative", OVERALL, current, limit, settings.min_draft_tokens, base_value, what,
+                  estimator=settings.estimator)
 
 
 def collapse_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: RuleSettings) -> RuleResult:
@@ -423,7 +441,8 @@ def change_since_baseline(results: Iterable[RuleResult]) -> str | None:
     parts = []
     rel = next((r for r in results if r.rule == "relative" and r.scope == "overall"), None)
     if rel is not None and rel.baseline is not None and rel.value is not None:
-        parts.append(f"acceptance {rel.baseline:.3f} -> {rel.value:.3f}")
+        name = "per-token acceptance" if rel.metric == "alpha_hat" else "acceptance"
+        parts.append(f"{name} {rel.baseline:.3f} -> {rel.value:.3f}")
     sp = next((r for r in results if r.rule == "speed"), None)
     if sp is not None and sp.baseline is not None and sp.value is not None:
         parts.append(f"speedup {sp.baseline:.2f}x -> {sp.value:.2f}x")

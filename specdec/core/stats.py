@@ -7,6 +7,7 @@ The counter names follow vLLM's Prometheus metrics (``spec_decode_num_drafts``,
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 
@@ -180,3 +181,72 @@ class DecodingStats:
             alpha_hat=self.alpha_hat,
         )
         return d
+
+
+#: Estimators of the acceptance a pair is judged by, computed from pooled counters by :func:`estimate`.
+#: ``per_token`` (the floor's default) and ``pooled`` are the policy's choices
+#: (:class:`specdec.policy.AcceptancePolicy`); the others are the candidates measured against them
+#: (``benchmarks/alpha_k_invariance.py``, docs/metrics.md "Per-token acceptance").
+ESTIMATORS = ("per_token", "pooled", "position_0", "conditional", "iid_from_length")
+
+
+def rejected_steps_from_positions(num_drafts: int, accepted_per_position: list[int], k: int) -> int | None:
+    """Steps that ended at a rejection, from counters a serving engine exports: ``num_drafts -
+    accepted_per_position[k - 1]`` (a step with no rejection accepted all k drafts).
+
+    Exact when every step proposes k tokens (vLLM's model drafters; llama.cpp pads nothing, but its
+    short drafts are rare); a step that proposed fewer than k and accepted them all counts as
+    rejected, so with short proposals the result is an upper bound. ``None`` when the per-position
+    counters do not cover k positions.
+    """
+    if k <= 0 or len(accepted_per_position) != k:
+        return None
+    return max(num_drafts - accepted_per_position[k - 1], 0)
+
+
+def _iid_alpha(mean_accepted: float, m: float) -> float:
+    """alpha with sum_{i=1..m} alpha^i = mean_accepted (bisection; m may be fractional)."""
+    if m <= 0:
+        return math.nan
+    f = lambda a: sum(a ** i for i in range(1, int(m) + 1)) + (m - int(m)) * a ** (int(m) + 1)
+    if mean_accepted >= f(1.0):
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < mean_accepted else (lo, mid)
+    return (lo + hi) / 2
+
+
+def estimate(stats: DecodingStats, estimator: str) -> float:
+    """One estimator of the pair's acceptance from pooled counters (probability in [0, 1]; nan
+    without evidence).
+
+    - ``per_token``: :attr:`DecodingStats.alpha_hat`, accepted / (accepted + rejected steps), the
+      truncated-geometric MLE of Leviathan's alpha; k-invariant (docs/metrics.md).
+    - ``pooled``: vLLM's accepted / drafted tokens at the pair's k (falls as k grows).
+    - ``position_0``: ``accepted_per_position[0] / num_drafts``.
+    - ``conditional``: sum_i accepted_at[i] / sum_i reached[i], reached[0] = drafted at 0 and
+      reached[i] = min(accepted_at[i-1], drafted_at[i]): acceptance at each position given it was
+      verified, pooled over positions.
+    - ``iid_from_length``: the alpha whose i.i.d. mean accepted length at the measured proposal
+      length equals the measured one.
+
+    Raises:
+        ValueError: unknown estimator.
+    """
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown acceptance estimator {estimator!r}; use one of {', '.join(ESTIMATORS)}")
+    if estimator == "per_token":
+        return stats.alpha_hat
+    if estimator == "pooled":
+        return stats.acceptance_rate
+    if not stats.num_drafts:
+        return math.nan
+    app, dpp = stats.accepted_per_position, stats.drafted_per_position
+    if estimator == "position_0":
+        return app[0] / stats.num_drafts if app else math.nan
+    if estimator == "conditional":
+        reached = [dpp[0] if dpp else stats.num_drafts] + [min(a, d) for a, d in zip(app, dpp[1:])]
+        return sum(app) / sum(reached) if sum(reached) else math.nan
+    return _iid_alpha(stats.num_accepted_tokens / stats.num_drafts, stats.draft_tokens_per_step)

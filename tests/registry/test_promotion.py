@@ -41,7 +41,7 @@ def test_refused_then_passing_promotion(env, tmp_path):
     R.log_validation(pair, "1", bad, tmp_path / "bad", tracking_uri=uri)
     pv = R.get_pair_version(pair, "1", download=False, tracking_uri=uri)
     assert pv.validation_status == "failed" and pv.tags["acceptance_rate"] == "0.450"
-    assert pv.description.startswith("failed: acc 0.45 [0.33-0.57] at k=3")
+    assert pv.description.startswith("failed: α 0.45 [0.33-0.57] (rate 0.45 at k=3)")
     with pytest.raises(R.PromotionRefused) as refused:
         R.promote(pair, "1", tracking_uri=uri)
     assert len(refused.value.reasons) == 2
