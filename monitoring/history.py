@@ -560,7 +560,8 @@ def prompt_results(db: Database, run_id: int) -> list[PromptResult]:
 def trend_points(db: Database, pair: str, *, limit: int = 500, exclude_run: int | None = None) -> list[dict[str, Any]]:
     """Acceptance trend of ``pair`` from both sources, oldest first, as plain dicts for
     :func:`registry.plots.plot_trend`: ``time`` (production: window end; nightly: finish time, else
-    the scheduled date), ``acceptance_rate``, ``acceptance_rate_ci_low``, ``pair_version``, ``source``,
+    the scheduled date), ``acceptance_rate``, ``acceptance_rate_ci_low``, ``alpha_hat``,
+    ``alpha_hat_ci_low`` (per-token acceptance), ``pair_version``, ``source``,
     ``run_id`` (history row), and the measured ``speedup`` / ``speedup_ci_low`` / ``speedup_ci_high`` /
     ``predicted_speedup`` (``None`` where not measured). The history store is the one source of the
     trend plots (the nightly hands these points to its MLflow run). ``exclude_run``: leave out that row
@@ -575,7 +576,8 @@ def trend_points(db: Database, pair: str, *, limit: int = 500, exclude_run: int 
         else:
             t = r.finished_at or dt.datetime.combine(r.scheduled_date, dt.time(), dt.timezone.utc)
         pts.append({"time": t, "acceptance_rate": r.acceptance_rate,
-                    "acceptance_rate_ci_low": r.acceptance_rate_ci_low, "pair_version": r.pair_version,
+                    "acceptance_rate_ci_low": r.acceptance_rate_ci_low, "alpha_hat": r.alpha_hat,
+                    "alpha_hat_ci_low": r.alpha_hat_ci_low, "pair_version": r.pair_version,
                     "source": r.source, "run_id": r.id, "speedup": r.speedup, "speedup_ci_low": r.speedup_ci_low,
                     "speedup_ci_high": r.speedup_ci_high, "predicted_speedup": r.predicted_speedup,
                     "night": None if r.source == PRODUCTION else r.scheduled_date.isoformat()})

@@ -15,7 +15,12 @@ counter) is delta'd on its own, then the deltas are summed per served model:
 
 Metrics follow vLLM's definitions (``specdec.core.stats.DecodingStats``): acceptance rate = accepted /
 drafted tokens, mean accepted length = 1 + accepted / drafts, per-position rate = accepted at
-position i / drafts, drafted tokens per step = drafted tokens / drafts.
+position i / drafts, drafted tokens per step = drafted tokens / drafts. The floor's per-token
+acceptance α̂ = accepted / (accepted + drafts - accepted at position k-1), with a normal 95% CI from
+the per-position counters (:func:`specdec.validation.metrics.per_token_from_positions`), needs the
+drafts counter and all k per-position counters (vLLM: ``..._num_accepted_tokens_per_pos_total``;
+llama.cpp: its per-position counter); without them the window has no per-token value and the
+floor's rules report it unmeasured (``SPECDEC_POLICY__ESTIMATOR=pooled`` judges the rate instead).
 
 The acceptance-rate 95% CI is a normal interval with the verification step (draft) as the unit:
 ``se = sd(a) / sqrt(n) / (drafted tokens per step)`` where ``a`` is the accepted count of one draft.
@@ -36,7 +41,8 @@ from scipy.stats import norm
 
 from monitoring.production.engines import ACCEPTED, DRAFT_TOKENS, DRAFTS, LENGTH_GAUGE, PER_POSITION, RATE_GAUGE
 from specdec.validation.report import GroupMetrics
-from specdec.core.stats import DecodingStats
+from specdec.core.stats import DecodingStats, rejected_steps_from_positions
+from specdec.validation.metrics import per_token_from_positions
 
 Z95 = float(norm.ppf(0.975))
 
@@ -225,8 +231,8 @@ def window_metrics(wc: WindowCounters, k: int | None = None) -> GroupMetrics:
             number of per-position counters.
     Returns:
         GroupMetrics with the vLLM counters, acceptance rate and its CI, mean accepted length,
-        per-position rates, drafted tokens per step and α̂ (when per-position counts give the
-        rejected steps). Gauge-only windows (SGLang) carry the gauge means and no counts.
+        per-position rates, drafted tokens per step and the per-token α̂ with its 95% CI (when the
+        drafts counter and k per-position counts give the rejected steps). Gauge-only windows (SGLang) carry the gauge means and no counts.
     """
     k = k or len(wc.accepted_per_position) or None
     drafts, drafted, accepted = wc.num_drafts, wc.num_draft_tokens, wc.num_accepted_tokens
@@ -242,7 +248,7 @@ def window_metrics(wc: WindowCounters, k: int | None = None) -> GroupMetrics:
     else:
         drafts_for_ci = drafts or 0
     pp = list(wc.accepted_per_position)
-    rejected = drafts - pp[-1] if drafts is not None and pp and k == len(pp) else 0
+    rejected = (rejected_steps_from_positions(drafts, pp, k) if drafts is not None and k else None) or 0
     stats = DecodingStats(num_speculative_tokens=k or 0, num_drafts=drafts or 0, num_draft_tokens=drafted,
                           num_accepted_tokens=accepted, num_rejected_steps=max(rejected, 0),
                           accepted_per_position=pp)
@@ -257,6 +263,6 @@ def window_metrics(wc: WindowCounters, k: int | None = None) -> GroupMetrics:
         g.draft_tokens_per_step = stats.draft_tokens_per_step
         g.per_position_acceptance = stats.per_position_acceptance if pp else []
         g.num_emitted_tokens = accepted + drafts
-        if pp and k == len(pp):
-            g.alpha_hat = stats.alpha_hat
+        if pp and k == len(pp):  # the floor's per-token metric, the same estimator as the nightly's
+            g.alpha_hat, g.alpha_hat_ci = per_token_from_positions(drafts, pp, k)
     return g

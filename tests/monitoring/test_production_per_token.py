@@ -1,0 +1,83 @@
+"""Production windows compute the floor's per-token acceptance from per-position counters, the same
+estimator the nightly computes from its step counters (issue 30), for vLLM- and llama.cpp-format scrapes."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from monitoring.production.counters import pool_window, window_metrics
+from monitoring.production.engines import ACCEPTED, DRAFT_TOKENS, DRAFTS, ENGINES, PER_POSITION, EngineMetrics
+from monitoring.production.sources import Scrape, parse_exposition, scrape_series
+from specdec.core.stats import DecodingStats
+from specdec.validation.metrics import per_token_from_positions
+from tests.support.exporters import histogram_state, render_vllm
+
+K = 4
+#: accepted-length histograms of two scrape intervals: hist[j] = drafts that accepted exactly j of K
+BEFORE, DURING = [40, 25, 15, 10, 10], [120, 70, 40, 30, 20]
+
+#: llama-server's names (tools/server, December 2026); the lead maps them in engines.py (issue 29)
+LLAMACPP_UPSTREAM = {DRAFTS: "llamacpp:spec_decode_num_drafts", DRAFT_TOKENS: "llamacpp:spec_decode_num_draft_tokens",
+                     ACCEPTED: "llamacpp:spec_decode_num_accepted_tokens",
+                     PER_POSITION: "llamacpp:spec_decode_num_accepted_tokens_per_pos"}
+
+
+def _llamacpp_engine() -> EngineMetrics:
+    eng = ENGINES["llamacpp"]
+    return eng if PER_POSITION in eng.counters else EngineMetrics("llamacpp", None, dict(LLAMACPP_UPSTREAM), {})
+
+
+def _llamacpp_text(state) -> str:
+    """llama-server's hand-written /metrics text (HELP/TYPE lines carry the ``_total`` name)."""
+    out = []
+    for role, value in ((DRAFT_TOKENS, state.draft_tokens), (ACCEPTED, state.accepted), (DRAFTS, state.drafts)):
+        name = LLAMACPP_UPSTREAM[role] + "_total"
+        out += [f"# HELP {name} Speculative counter", f"# TYPE {name} counter", f"{name} {value}"]
+    name = LLAMACPP_UPSTREAM[PER_POSITION] + "_total"
+    out += [f"# HELP {name} Accepted tokens per draft position", f"# TYPE {name} counter"]
+    out += [f'{name}{{position="{i}"}} {v}' for i, v in enumerate(state.per_position)]
+    return "\n".join(out) + "\n"
+
+
+def _nightly_stats(hist) -> DecodingStats:
+    """What the nightly's decoder counts for the same steps (every step proposes K)."""
+    st = DecodingStats(num_speculative_tokens=K)
+    for j, n in enumerate(hist):
+        for _ in range(n):
+            st.record_step(K, j, rejected=j < K)
+    return st
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "llamacpp"])
+def test_window_per_token_acceptance_equals_the_nightly_estimator(fmt):
+    s0 = histogram_state("m", "0", [BEFORE], K, created=1000.0)
+    s1 = histogram_state("m", "0", [BEFORE, DURING], K, created=1000.0)
+    if fmt == "vllm":
+        eng, text = ENGINES["vllm"], (lambda s: render_vllm([s]).decode())
+    else:
+        eng, text = _llamacpp_engine(), _llamacpp_text
+    t0 = dt.datetime(2026, 12, 1, 10, 0, tzinfo=dt.timezone.utc)
+    prev = Scrape(t0, parse_exposition(text(s0), eng)[0])
+    cur = Scrape(t0 + dt.timedelta(minutes=15), parse_exposition(text(s1), eng)[0])
+    [wc] = pool_window(scrape_series(prev, cur, eng), prev.at.timestamp(), cur.at.timestamp()).values()
+    g = window_metrics(wc)
+    nightly = _nightly_stats(DURING)
+    assert g.num_speculative_tokens == K and wc.num_drafts == sum(DURING)
+    assert g.alpha_hat == pytest.approx(nightly.alpha_hat, abs=1e-12)  # the same estimator, from other counters
+    assert g.acceptance_rate == pytest.approx(nightly.acceptance_rate, abs=1e-12)
+    lo, hi = g.alpha_hat_ci
+    assert lo < g.alpha_hat < hi and hi - lo < 0.1
+
+
+def test_per_token_interval_by_hand_and_refusals():
+    # 4 drafts at k=2 accepting 0, 1, 2, 2 tokens: A = 5, R = 2 (the two short ones), alpha = 5/7
+    alpha, (lo, hi) = per_token_from_positions(4, [3, 2], 2)
+    assert alpha == pytest.approx(5 / 7)
+    z = [0 - alpha * 1, 1 - alpha * 2, 2 - alpha * 2, 2 - alpha * 2]
+    se = (sum(x * x for x in z) * 4 / 3) ** 0.5 / 7
+    assert (lo, hi) == pytest.approx((alpha - 1.959963984540054 * se, min(alpha + 1.959963984540054 * se, 1.0)))
+    for bad in ((4, [3], 2), (4, [2, 3], 2), (4, [5, 1], 2), (0, [0, 0], 2)):
+        a, ci = per_token_from_positions(*bad)
+        assert a != a and ci[0] != ci[0]  # nan: counters missing or inconsistent
