@@ -41,8 +41,7 @@ from scipy.stats import norm
 
 from monitoring.production.engines import ACCEPTED, DRAFT_TOKENS, DRAFTS, LENGTH_GAUGE, PER_POSITION, RATE_GAUGE
 from specdec.validation.report import GroupMetrics
-from specdec.core.stats import DecodingStats, rejected_steps_from_positions
-from specdec.validation.metrics import per_token_from_positions
+from specdec.core.stats import DecodingStats, per_token_from_positions, rejected_steps_from_positions
 
 Z95 = float(norm.ppf(0.975))
 

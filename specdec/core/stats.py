@@ -250,3 +250,44 @@ def estimate(stats: DecodingStats, estimator: str) -> float:
         reached = [dpp[0] if dpp else stats.num_drafts] + [min(a, d) for a, d in zip(app, dpp[1:])]
         return sum(app) / sum(reached) if sum(reached) else math.nan
     return _iid_alpha(stats.num_accepted_tokens / stats.num_drafts, stats.draft_tokens_per_step)
+
+
+#: two-sided 95% normal quantile
+Z95 = 1.959963984540054
+
+
+def per_token_from_positions(num_drafts: int, accepted_per_position: list[int], k: int) -> tuple[float, list[float]]:
+    """Per-token acceptance α̂ and its 95% CI from the counters a serving engine exports.
+
+    Args:
+        num_drafts: verification steps that proposed tokens (vLLM ``num_drafts``).
+        accepted_per_position: ``accepted_per_position[i]``: steps whose draft at position i was
+            accepted (vLLM ``num_accepted_tokens_per_pos``, llama.cpp's per-position counter), length k.
+        k: ``num_speculative_tokens``.
+    Returns:
+        ``(alpha_hat, [low, high])``: α̂ = A / (A + R) with A = Σ accepted_per_position and R =
+        num_drafts - accepted_per_position[k-1] (:func:`rejected_steps_from_positions`),
+        the estimator nightly validation computes from its own step counters. The interval is a
+        normal (delta-method) interval with the draft as the unit: drafts that accepted exactly j
+        tokens number ``reach[j] - reach[j+1]`` (reach[0] = num_drafts, reach[j] =
+        accepted_per_position[j-1]), each contributing ``z = a - α̂ (a + r)`` with r = 1 below k.
+        Drafts of one request are treated as independent (somewhat narrow when acceptance varies a
+        lot between requests). ``(nan, [nan, nan])`` when the counters are missing, inconsistent
+        (not non-increasing, or above num_drafts) or nothing was verified.
+    """
+    nan = (math.nan, [math.nan, math.nan])
+    pp = [int(x) for x in accepted_per_position]
+    if k <= 0 or len(pp) != k or num_drafts <= 0 or pp[0] > num_drafts or any(a < b for a, b in zip(pp, pp[1:])) \
+            or pp[-1] < 0:
+        return nan
+    reach = [num_drafts] + pp + [0]
+    counts = [(j, reach[j] - reach[j + 1]) for j in range(k + 1)]
+    verified = sum(c * (j + (j < k)) for j, c in counts)
+    if verified == 0:
+        return nan
+    alpha = sum(pp) / verified
+    if num_drafts < 2:
+        return alpha, [math.nan, math.nan]
+    sz2 = sum(c * (j - alpha * (j + (j < k))) ** 2 for j, c in counts)
+    se = math.sqrt(sz2 * num_drafts / (num_drafts - 1)) / verified
+    return alpha, [max(alpha - Z95 * se, 0.0), min(alpha + Z95 * se, 1.0)]

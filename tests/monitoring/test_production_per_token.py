@@ -10,8 +10,7 @@ import pytest
 from monitoring.production.counters import pool_window, window_metrics
 from monitoring.production.engines import ACCEPTED, DRAFT_TOKENS, DRAFTS, ENGINES, PER_POSITION, EngineMetrics
 from monitoring.production.sources import Scrape, parse_exposition, scrape_series
-from specdec.core.stats import DecodingStats
-from specdec.validation.metrics import per_token_from_positions
+from specdec.core.stats import DecodingStats, per_token_from_positions
 from tests.support.exporters import histogram_state, render_vllm
 
 K = 4
