@@ -66,7 +66,7 @@ def make_report(
         ndt = max(num_draft_tokens // max(num_prompts, 1), 1)
         prompts.append(PromptResult(
             prompt_id=f"p{i:03d}", category=cat, prompt_tokens=20, new_tokens=64, num_drafts=ndt // k or 1,
-            num_draft_tokens=ndt, num_accepted_tokens=int(acc * ndt), acceptance_rate=acc,
+            num_draft_tokens=ndt, num_accepted_tokens=int(acc * ndt), acceptance_rate=acc, alpha_hat=acc,
             num_tf_positions=64, alpha_tf=min(acc + 0.02, 1.0), top1_agreement=min(acc + 0.05, 1.0),
             total_variation=1 - acc, kl_divergence=0.1, target_only_seconds=1.0, speculative_seconds=0.8,
             exact_match=True,
