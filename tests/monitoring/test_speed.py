@@ -107,7 +107,10 @@ def test_alert_text_names_acceptance_and_speedup_changes():
     msg = build_message("fire", AlertContext(pair_name="p", pair_version="2", run_id=1, scope="challenger",
                                              alias="challenger", heldout="h@1", num_speculative_tokens=4),
                         res)
-    assert "Since baseline: acceptance 0.930 -> 0.230, speedup 1.24x -> 0.55x" in msg["text"]
+    assert "Since baseline: per-token acceptance 0.930 -> 0.230, speedup 1.24x -> 0.55x" in msg["text"]
+    # every acceptance line names the metric it judged, with vLLM's rate at k beside it
+    assert "absolute (critical): per-token acceptance (alpha_hat) 0.230" in msg["text"]
+    assert "acceptance rate 0.230 at k=4" in msg["text"] and "Categories that fell (per-token acceptance)" in msg["text"]
     assert msg["facts"]["Speedup"].startswith("0.55x (95% CI 0.49-0.62x)")
     assert msg["facts"]["Severity"] == "critical"  # acceptance collapsed too
     assert "*speed* (warning): speculation no longer pays" in "\n".join(msg["lines"])
@@ -141,7 +144,7 @@ def test_history_row_and_end_to_end_alert(tmp_path):
         assert [r.rule for r in n2.evaluation.firing] == ["speed"]
         assert n2.alert.transition == "fire"
         text = receiver.accepted[0].body["text"]
-        assert "speedup 1.24x -> 0.80x" in text and "acceptance 0.930 -> 0.850" in text
+        assert "speedup 1.24x -> 0.80x" in text and "per-token acceptance 0.930 -> 0.850" in text
         assert "target changed since the last passing run" in text
         # an overloaded night with the same bad speed neither resolves nor re-fires
         n3 = night("2", 2, report(acc=0.85, speedup=0.80, ci=(0.72, 0.90), load=5.0), "challenger", "t2")
