@@ -143,13 +143,17 @@ def _story_draft(rec, con) -> str:
 
 def _night_speed(res) -> dict:
     """Speed facts of a nightly result: from its report (speedup, CI, load) and history row (rule)."""
-    out = {"speedup": None, "speedup_ci": None, "load_avg_1m": None, "num_cpus": None, "speed_rule": None}
+    out = {"speedup": None, "speedup_ci": None, "load_avg_1m": None, "num_cpus": None, "speed_rule": None,
+           "speed_reason": None, "predicted_speedup": None, "acceptance_rate": None, "alpha_hat": None,
+           "alpha_hat_ci": None, "num_speculative_tokens": None}
     if not res.report_dir or not (Path(res.report_dir) / "report.json").exists():
         return out
     from specdec.validation.report import ValidationReport
 
     g = ValidationReport.read(res.report_dir).overall
-    out.update(speedup=g.speedup, speedup_ci=list(g.speedup_ci), load_avg_1m=g.load_avg_1m, num_cpus=g.num_cpus)
+    out.update(speedup=g.speedup, speedup_ci=list(g.speedup_ci), load_avg_1m=g.load_avg_1m, num_cpus=g.num_cpus,
+               predicted_speedup=g.predicted_speedup, acceptance_rate=g.acceptance_rate, alpha_hat=g.alpha_hat,
+               alpha_hat_ci=list(g.alpha_hat_ci), num_speculative_tokens=g.num_speculative_tokens)
     if res.history_run_id is not None:
         import monitoring
         from monitoring import history
@@ -157,6 +161,9 @@ def _night_speed(res) -> dict:
         row = history.get_run(monitoring.connect(), res.history_run_id)
         rr = next((r for r in (row.rule_results or []) if r.get("rule") == "speed"), None)
         out["speed_rule"] = rr.get("status") if rr else None
+        msg = (rr or {}).get("message") or ""
+        out["speed_reason"] = ("machine overloaded" if "/CPU >" in msg else
+                               "disagrees with the speed model" if "speed model" in msg else None)
     return out
 
 
@@ -254,8 +261,8 @@ class _Demo:
                 self.speeds[label] = sp
             spd = (f"{sp['speedup']:.2f}x [{sp['speedup_ci'][0]:.2f}, {sp['speedup_ci'][1]:.2f}]"
                    if sp["speedup"] is not None else "-")
-            if sp["speed_rule"] == "inconclusive":
-                spd += " (inconclusive: machine overloaded)"
+            if sp["speed_rule"] == "inconclusive":  # the rule's own reason, never a guess
+                spd += f" (inconclusive: {sp['speed_reason'] or 'see the speed rule'})"
             lpc = f"{sp['load_avg_1m'] / sp['num_cpus']:.2f}" if sp["load_avg_1m"] and sp["num_cpus"] else "-"
             t.add_row(r.alias, r.version or "-", r.status, acc, spd, lpc, r.alert_transition or "-",
                       (r.root_cause_hint if r.status == "failed" else r.message) or "")
@@ -423,6 +430,28 @@ def _act_where_to_look(demo: _Demo, draft: str, k: int, rec, nights: dict, ft, h
     return summary
 
 
+def _floor() -> dict:
+    """The acceptance floor the nights were judged by: metric, estimator, threshold, CI sides."""
+    from specdec.settings.policy import get_policy
+
+    p = get_policy()
+    return {"metric": p.metric, "name": p.metric_label, "estimator": p.estimator, "threshold": p.threshold,
+            "alert_side": p.alert_side, "gate_side": p.gate_side}
+
+
+def _ci_check(rec, draft: str, night1: dict) -> dict | None:
+    """recommend's measured speedup of the chosen draft and night 1's, with both CIs and whether each
+    figure lies inside the other's CI (issue 30)."""
+    cand = next((c for c in (rec.candidates if rec is not None else []) if c.spec == draft), None)
+    n1, n1_ci = night1.get("speedup"), night1.get("speedup_ci")
+    if cand is None or n1 is None or not n1_ci:
+        return None
+    r, r_ci = cand.measured_speedup, list(cand.speedup_ci)
+    return {"recommend": r, "recommend_ci": r_ci, "night_1": n1, "night_1_ci": n1_ci,
+            "recommend_inside_night_1_ci": bool(n1_ci[0] <= r <= n1_ci[1]),
+            "night_1_inside_recommend_ci": bool(r_ci[0] <= n1 <= r_ci[1])}
+
+
 def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, ft, held) -> dict:
     """What ``demo_summary.json`` records: per night acceptance and speed, the alerts, the timings."""
     from flows.finetune import DEMO_RECIPE
@@ -441,8 +470,11 @@ def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, ft, held) -> di
         "pair_versions": {v: pv["version"] for v, (pv, _) in nights.items()},
         "acceptance": {label[f"nightly_{i}"]: ch[f"v{i}"].acceptance_rate for i in (1, 2, 3)},
         "acceptance_ci": {v: r.acceptance_rate_ci for v, r in ch.items()},
+        "floor": _floor(),
         **{key: {label[n]: demo.speeds.get(n, {}).get(key) for n in label}
-           for key in ("speedup", "speedup_ci", "speed_rule", "load_avg_1m")},
+           for key in ("alpha_hat", "alpha_hat_ci", "speedup", "speedup_ci", "predicted_speedup", "speed_rule",
+                       "speed_reason", "load_avg_1m")},
+        "recommend_vs_night_1": _ci_check(rec, draft, demo.speeds.get("nightly_1", {})),
         "alerts_received": [m.body.get("event") if isinstance(m.body, dict) else None for m in accepted],
         "alert_texts": [m.body.get("text") if isinstance(m.body, dict) else None for m in accepted],
         "champion": resolve_alias(demo.pair, "champion"),
