@@ -19,8 +19,9 @@
 
 Each "night" gets its own scheduled date, as a real schedule would. The terminal shows our steps
 and results only; third-party warnings and progress bars go to ``<demo dir>/demo.log``.
-Env overrides: ``SPECDEC_DEMO_PER_CATEGORY`` (2 prompts per category), ``SPECDEC_DEMO_MAX_NEW_TOKENS``
-(48), ``SPECDEC_DEMO_DRAFT`` (skip the measurement, e.g. ``derived:bf16``) with ``SPECDEC_DEMO_K``;
+The held-out size (prompts per category, new tokens) is chosen from the measured one-token fp32 pass so the
+demo fits 10 minutes (:mod:`flows.demo_budget`). Env overrides: ``SPECDEC_DEMO_PER_CATEGORY``,
+``SPECDEC_DEMO_MAX_NEW_TOKENS``, ``SPECDEC_DEMO_DRAFT`` (skip the measurement, e.g. ``derived:bf16``) with ``SPECDEC_DEMO_K``;
 ``SPECDEC_DEMO_DRAFT=eagle3`` tells the story with an EAGLE-3 head (:mod:`flows.demo_eagle3`).
 State lives in ``.specdec/demo`` (wiped at the start; the converted model in ``.specdec/models`` is
 kept). ``demo_summary.json`` records per night acceptance and ``speedup`` (with CI and load).
@@ -95,12 +96,13 @@ def _choose_draft(con, target_dir: Path, held, max_new: int):
 
     target = load_causal_lm(str(target_dir), dtype="float32", device="cpu")
     first = {}
-    for p in held.prompts:  # one (short) prompt per category is enough to rank the candidates
+    for p in held.prompts:  # one (short) prompt per category is enough to choose each candidate's k
         first.setdefault(p.category, p)
     sub = HeldoutSet(held.name, held.version, list(first.values()))
-    con.print("measuring candidates: pass costs, replayed acceptance at every k, then a timed speed check of each")
+    con.print("measuring candidates: pass costs, replayed acceptance at every k, then a timed speed check of each "
+              f"on the {len(held.prompts)} prompts the nightly validates (so both CIs have the same width)")
     rec = recommend_draft(target, sub, candidates=DEMO_CANDIDATES, max_new_tokens=max_new,
-                          k_values=tuple(range(1, 7)), cost_reps=10, target_ref="smollm2 (fp32)",
+                          k_values=tuple(range(1, 7)), cost_reps=10, target_ref="smollm2 (fp32)", speed_heldout=held,
                           progress=lambda line: con.print(f"  {line}", highlight=False))
     print_recommendation(rec, con)
     spec = _story_draft(rec, con)
@@ -204,8 +206,10 @@ class _Demo:
 
         self.home, self.log_path = home, log_path
         self.con = Console(width=max(Console().width, 110))  # tables stay readable when stdout is a file
-        self.per_cat = int(os.environ.get("SPECDEC_DEMO_PER_CATEGORY", "2"))
-        self.max_new = int(os.environ.get("SPECDEC_DEMO_MAX_NEW_TOKENS", "48"))
+        # the held-out size: set from the measured one-token pass (flows.demo_budget) unless given
+        self.per_cat = int(os.environ["SPECDEC_DEMO_PER_CATEGORY"]) if os.environ.get("SPECDEC_DEMO_PER_CATEGORY") else None
+        self.max_new = int(os.environ["SPECDEC_DEMO_MAX_NEW_TOKENS"]) if os.environ.get("SPECDEC_DEMO_MAX_NEW_TOKENS") else None
+        self.budget: dict | None = None
         self.t_start = time.perf_counter()
         self.timings: dict[str, float] = {}
         self.speeds: dict[str, dict] = {}
@@ -327,11 +331,27 @@ def _act_model(demo: _Demo) -> tuple[Path, Path, object]:
     target_dir, _source = resolve_model_ref("smollm2")
     demo.lap("fetch_model", t0)
     demo.con.print(f"target checkpoint: {target_dir}  ({demo.timings['fetch_model']:.0f}s), served in fp32 on the CPU")
+    _budget(demo, target_dir)
     heldout, held = demo_heldout(demo.home, AutoTokenizer.from_pretrained(target_dir), demo.per_cat)
     counts = ", ".join(f"{c} {n}" for c, n in held.category_counts().items())
     demo.con.print(f"held-out set: Spec-Bench, all six categories, the shortest prompts of each ({counts}); "
                    f"{demo.max_new} new tokens, greedy")
     return target_dir, heldout, held
+
+
+def _budget(demo: _Demo, target_dir: Path) -> None:
+    """The held-out size from the measured one-token pass (:mod:`flows.demo_budget`); env overrides win."""
+    from flows import demo_budget
+    from specdec.models import load_causal_lm
+
+    t1 = demo_budget.one_token_pass_seconds(load_causal_lm(str(target_dir), dtype="float32", device="cpu").model)
+    b = demo_budget.choose(t1)
+    demo.budget = b.to_dict()
+    demo.per_cat = b.per_category if demo.per_cat is None else demo.per_cat
+    demo.max_new = b.max_new_tokens if demo.max_new is None else demo.max_new
+    demo.con.print(f"one-token fp32 pass here: {b.t1_ms:.0f} ms -> {demo.per_cat} prompt(s) per category x "
+                   f"{demo.max_new} new tokens (predicted {demo_budget.predicted_seconds(t1, demo.per_cat, demo.max_new):.0f}s "
+                   f"of the {demo_budget.BUDGET_S:.0f}s budget)")
 
 
 def _act_choose_draft(demo: _Demo, target_dir: Path, held) -> tuple[str, int, object]:
@@ -481,6 +501,7 @@ def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, ft, held) -> di
         "realign": demo.realign,
         "finetune": {**DEMO_RECIPE, "loss_first": ft.losses[0], "loss_final": ft.final_loss, "seconds": ft.seconds},
         "prompts": len(held), "categories": held.category_counts(), "max_new_tokens": demo.max_new,
+        "budget": demo.budget,
         "timings_s": {k_: round(v, 1) for k_, v in demo.timings.items()},
         "total_s": round(time.perf_counter() - demo.t_start, 1),
     }
