@@ -146,16 +146,16 @@ def _story_draft(rec, con) -> str:
 def _night_speed(res) -> dict:
     """Speed facts of a nightly result: from its report (speedup, CI, load) and history row (rule)."""
     out = {"speedup": None, "speedup_ci": None, "load_avg_1m": None, "num_cpus": None, "speed_rule": None,
-           "speed_reason": None, "predicted_speedup": None, "acceptance_rate": None, "alpha_hat": None,
-           "alpha_hat_ci": None, "num_speculative_tokens": None}
+           "speed_reason": None, "predicted_speedup": None, "acceptance_rate": None, "per_token_acceptance": None,
+           "per_token_acceptance_ci": None, "num_speculative_tokens": None}
     if not res.report_dir or not (Path(res.report_dir) / "report.json").exists():
         return out
     from specdec.validation.report import ValidationReport
 
     g = ValidationReport.read(res.report_dir).overall
     out.update(speedup=g.speedup, speedup_ci=list(g.speedup_ci), load_avg_1m=g.load_avg_1m, num_cpus=g.num_cpus,
-               predicted_speedup=g.predicted_speedup, acceptance_rate=g.acceptance_rate, alpha_hat=g.alpha_hat,
-               alpha_hat_ci=list(g.alpha_hat_ci), num_speculative_tokens=g.num_speculative_tokens)
+               predicted_speedup=g.predicted_speedup, acceptance_rate=g.acceptance_rate, per_token_acceptance=g.per_token_acceptance,
+               per_token_acceptance_ci=list(g.per_token_acceptance_ci), num_speculative_tokens=g.num_speculative_tokens)
     if res.history_run_id is not None:
         import monitoring
         from monitoring import history
@@ -492,7 +492,7 @@ def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, ft, held) -> di
         "acceptance_ci": {v: r.acceptance_rate_ci for v, r in ch.items()},
         "floor": _floor(),
         **{key: {label[n]: demo.speeds.get(n, {}).get(key) for n in label}
-           for key in ("alpha_hat", "alpha_hat_ci", "speedup", "speedup_ci", "predicted_speedup", "speed_rule",
+           for key in ("per_token_acceptance", "per_token_acceptance_ci", "speedup", "speedup_ci", "predicted_speedup", "speed_rule",
                        "speed_reason", "load_avg_1m")},
         "recommend_vs_night_1": _ci_check(rec, draft, demo.speeds.get("nightly_1", {})),
         "alerts_received": [m.body.get("event") if isinstance(m.body, dict) else None for m in accepted],

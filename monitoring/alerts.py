@@ -114,7 +114,7 @@ def _short(h: str | None, ref: str | None = None) -> str | None:
 
 
 #: how an alert names the metric a rule judged (the rule result stores the field name)
-METRIC_NAMES = {"alpha_hat": "per-token acceptance (alpha_hat)", "acceptance_rate": "acceptance_rate"}
+METRIC_NAMES = {"per_token_acceptance": "per-token acceptance", "acceptance_rate": "acceptance_rate"}
 
 
 def _fmt_rule(r: RuleResult) -> str:
@@ -169,7 +169,7 @@ def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], 
     }
     if overall is not None and overall.value is not None:
         ci = f" (95% CI {overall.ci[0]:.3f}-{overall.ci[1]:.3f})" if overall.ci else ""
-        label = "Per-token acceptance" if overall.metric == "alpha_hat" else "Acceptance rate"
+        label = "Per-token acceptance" if overall.metric == "per_token_acceptance" else "Acceptance rate"
         facts[label] = f"{overall.value:.3f}{ci}, threshold {overall.threshold:.2f}"
     speed = next((r for r in results if r.rule == "speed"), None)
     if speed is not None and speed.value is not None:
@@ -184,7 +184,7 @@ def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], 
     if change:
         lines.insert(0, change)
     if fell:
-        what = " (per-token acceptance)" if fell[0].metric == "alpha_hat" else ""
+        what = " (per-token acceptance)" if fell[0].metric == "per_token_acceptance" else ""
         lines.append(f"Categories that fell{what}: " + ", ".join(
             f"{r.scope} {r.value:.3f} < {r.threshold:.2f}" for r in fell if r.value is not None))
     if ctx.root_cause_hint and kind != "resolve":

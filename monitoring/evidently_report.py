@@ -1,7 +1,7 @@
 """Evidently report of the current run against the baseline, over per-prompt metrics.
 
-Columns: per-prompt ``acceptance_rate`` (at the pair's k), ``alpha_hat`` (per-token acceptance, the
-floor's default metric), ``alpha_tf`` and ``top1_agreement`` (probabilities in [0, 1]), one row per
+Columns: per-prompt ``acceptance_rate`` (at the pair's k), ``per_token_acceptance`` (the floor's
+default metric), ``alpha_tf`` and ``top1_agreement`` (probabilities in [0, 1]), one row per
 held-out prompt with status ``ok``.
 
 Method pinned: ``ValueDrift(method="ks")``, the two-sample Kolmogorov-Smirnov test, drift when
@@ -11,9 +11,9 @@ at acceptance 1.0); Evidently's Wasserstein is normalised by the reference stand
 which is tiny for a good int8 draft (every prompt near 0.98), so harmless shifts explode. K-S needs
 no bins, is scale-free, and has a stated false-alarm rate (5%) under no change.
 
-Threshold tests, on the metric the acceptance policy judges (``judged``: ``alpha_hat`` by default,
+Threshold tests, on the metric the acceptance policy judges (``judged``: ``per_token_acceptance`` by default,
 ``acceptance_rate`` with ``SPECDEC_POLICY__ESTIMATOR=pooled``; Evidently names each test after its
-column, "Mean value of alpha_hat"): its per-prompt mean >= the absolute threshold (0.40), and, with
+column, "Mean value of per_token_acceptance"): its per-prompt mean >= the absolute threshold (0.40), and, with
 a baseline, >= ``(1 - relative_drop)`` times the baseline mean. The report is saved as HTML (for
 people) and JSON; the verdict is read back from the JSON file, never from the HTML.
 
@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 from specdec.validation.report import PromptResult
 
-COLUMNS = ("acceptance_rate", "alpha_hat", "alpha_tf", "top1_agreement")
+COLUMNS = ("acceptance_rate", "per_token_acceptance", "alpha_tf", "top1_agreement")
 DRIFT_METHOD = "ks"
 DRIFT_THRESHOLD = 0.05  # K-S p-value
 
@@ -107,14 +107,14 @@ def explanation(cur, ref, *, current_label: str, reference_label: str, pooled: t
         f"<p><b>Current</b>: {html.escape(current_label)} ({len(cur)} prompts). "
         f"<b>Reference</b>: {html.escape(reference_label)} ({len(ref)} prompts).</p>"
         f"<p>Columns are per-prompt values: acceptance rate (accepted/drafted at the pair's k), per-token acceptance "
-        f"&alpha;&#770; (alpha_hat, the same at every k: the metric the 40% floor judges unless the policy says "
+        f"&alpha; (per_token_acceptance, the same at every k: the metric the 40% floor judges unless the policy says "
         f"otherwise; the threshold tests name the column they judged), teacher-forced &alpha; (alpha_tf) and top-1 "
         f"agreement. "
         f"Each column is compared with a two-sample Kolmogorov-Smirnov test. <b>The \"Drift score\" Evidently shows "
         f"is the K-S p-value</b>: drift is detected when it is below {DRIFT_THRESHOLD}, so a score of 0.0 means the "
         f"distributions differ (drift), not \"no drift\".</p>"
         f"<p>The means below are plain means over prompts (acceptance rate {mean(cur)} current, {mean(ref)} reference; "
-        f"alpha_hat {mean(cur, 'alpha_hat')} current, {mean(ref, 'alpha_hat')} reference), "
+        f"per-token {mean(cur, 'per_token_acceptance')} current, {mean(ref, 'per_token_acceptance')} reference), "
         f"every prompt weighted equally.{html.escape(pooled_txt)} Histogram axes are Evidently's automatic bins.</p>"
         "</div>")
 
@@ -142,7 +142,7 @@ def build_report(
             2026-11-30``), written at the top of the HTML with how to read it (:func:`explanation`).
         pooled: specdec's pooled acceptance rates (current, reference), quoted next to Evidently's mean.
         judged: the column the threshold tests judge (default: the acceptance policy's metric,
-            ``alpha_hat``; ``acceptance_rate`` with the pooled estimator).
+            ``per_token_acceptance``; ``acceptance_rate`` with the pooled estimator).
     Returns:
         The :class:`DriftVerdict` read back from the saved JSON, or ``None`` when fewer than two
         measured prompts exist on either side for every column (nothing to compare).

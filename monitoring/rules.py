@@ -3,8 +3,8 @@
 Rules (thresholds in :class:`monitoring.settings.RuleSettings`):
 
 - ``absolute``: the policy's acceptance metric below 0.40, overall and per category (own
-  thresholds). By default that metric is the per-token acceptance α̂ (``alpha_hat``, the same at
-  every k; :class:`specdec.policy.AcceptancePolicy` ``estimator="per_token"``), with vLLM's
+  thresholds). By default that metric is the per-token acceptance (``per_token_acceptance``, the
+  i.i.d. α of the measured mean accepted length, the same at every k; :class:`specdec.policy.AcceptancePolicy` ``estimator="per_token"``), with vLLM's
   acceptance rate at k shown beside it; ``estimator="pooled"`` judges the acceptance rate itself.
   Fires only when the upper end of the 95% CI is below the threshold *and* at least N draft tokens
   were measured; a point estimate below the threshold with a CI reaching above it is reported as
@@ -458,7 +458,7 @@ def change_since_baseline(results: Iterable[RuleResult]) -> str | None:
     parts = []
     rel = next((r for r in results if r.rule == "relative" and r.scope == "overall"), None)
     if rel is not None and rel.baseline is not None and rel.value is not None:
-        name = "per-token acceptance" if rel.metric == "alpha_hat" else "acceptance"
+        name = "per-token acceptance" if rel.metric == "per_token_acceptance" else "acceptance"
         parts.append(f"{name} {rel.baseline:.3f} -> {rel.value:.3f}")
     sp = next((r for r in results if r.rule == "speed"), None)
     if sp is not None and sp.baseline is not None and sp.value is not None:

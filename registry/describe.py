@@ -31,7 +31,7 @@ from specdec.policy import METRICS
 from specdec.settings.policy import get_policy
 
 #: the only tags a pair version carries (registration 5, validation 4, promotion 1); ``policy`` names
-#: the judged metric (``alpha_hat ci_low>=0.40``), the description shows its value beside the rate at k
+#: the judged metric (``per_token_acceptance ci_low>=0.40``), the description shows its value beside the rate at k
 REGISTRATION_TAG_KEYS = ("target", "draft", "drafter_kind", "changed", "num_speculative_tokens")
 VALIDATION_TAG_KEYS = ("validation_status", "acceptance_rate", "speedup", "policy")
 PROMOTION_TAG_KEY = "promotion"
@@ -67,7 +67,7 @@ def select_registration_tags(tags: Mapping[str, str]) -> dict[str, str]:
 
 def policy_label(gate: Any) -> str:
     """Short text of the gate's acceptance criterion naming the judged metric, e.g.
-    ``alpha_hat ci_low>=0.40`` (a ``GateConfig``; ``acceptance_rate ci_low>=0.40`` with the pooled estimator)."""
+    ``per_token_acceptance ci_low>=0.40`` (a ``GateConfig``; ``acceptance_rate ci_low>=0.40`` with the pooled estimator)."""
     side = {"lower": "ci_low", "point": "point", "upper": "ci_high"}.get(getattr(gate, "gate_side", "lower"), "ci_low")
     metric = METRICS[getattr(gate, "estimator", "pooled")][0]
     return f"{metric} {side}>={float(gate.min_acceptance_rate):.2f}"
@@ -128,7 +128,7 @@ class VersionFacts:
     Attributes:
         status: ``passed`` / ``failed`` (latest validation's gate verdict), None = never validated.
         acceptance_rate / acceptance_ci: the judged metric (the policy's estimator: per-token
-            acceptance alpha_hat by default) and its 95% CI, in [0, 1].
+            acceptance by default) and its 95% CI, in [0, 1].
         metric: that metric's short name in the line (``α``: per-token acceptance; ``acc``: the
             acceptance rate), short so that the table's first 29 characters still hold the verdict.
         rate: vLLM's acceptance rate at k, shown beside a per-token metric (None otherwise).
@@ -270,7 +270,7 @@ def facts_for(client, mv, run=None, aliases: Mapping[str, str] | None = None,
         held = run.data.params.get("heldout_name") or run.data.tags.get("specdec.heldout", "")
         f.status = run.data.tags.get("validation_status")
         metric = METRICS[get_policy().estimator][0]
-        f.metric = "α" if metric == "alpha_hat" else "acc"
+        f.metric = "α" if metric == "per_token_acceptance" else "acc"
         f.acceptance_rate = m.get(metric)
         f.acceptance_ci = _pair(m, metric)
         f.rate = m.get("acceptance_rate") if metric != "acceptance_rate" else None

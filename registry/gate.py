@@ -23,10 +23,10 @@ class GateConfig:
 
     Attributes:
         min_acceptance_rate: the ``gate_side`` end of the judged metric's 95% CI (default the
-            lower end of the per-token acceptance, metric ``alpha_hat_ci_low``) must be at least
+            lower end of the per-token acceptance, metric ``per_token_acceptance_ci_low``) must be at least
             this (policy threshold).
         gate_side: ``lower`` | ``point`` | ``upper`` (policy).
-        estimator: the judged metric (policy): ``per_token`` (``alpha_hat``, the same at every k)
+        estimator: the judged metric (policy): ``per_token`` (``per_token_acceptance``, the same at every k)
             or ``pooled`` (``acceptance_rate``, vLLM's accepted/drafted at the pair's k).
         require_exactness_clean: the greedy exactness audit must report 0 mismatches
             (metric ``exactness_mismatches``). An audit that did not run (sampling) counts as clean.
@@ -116,7 +116,7 @@ def evaluate_gate(metrics: Mapping[str, Any], gate: GateConfig | None = None, ru
 
     Args:
         metrics: metric name -> value, with the names logged by :func:`registry.runs.log_validation`
-            (``alpha_hat``, ``alpha_hat_ci_low``, ``acceptance_rate``, ``exactness_mismatches``,
+            (``per_token_acceptance``, ``per_token_acceptance_ci_low``, ``acceptance_rate``, ``exactness_mismatches``,
             ``predicted_speedup``). Missing or NaN values fail the criterion that needs them.
         gate: the criteria.
         run_id: recorded in the result.

@@ -57,7 +57,7 @@ def plot_per_position(report: ValidationReport, path: str | Path) -> Path:
 def _judged_label() -> tuple[str, str, str]:
     """(GroupMetrics / MLflow metric name, its CI field, axis label) of the policy's judged metric."""
     metric, ci, label = METRICS[get_policy().estimator]
-    return metric, ci, ("per-token acceptance α̂ (same at every k)" if metric == "alpha_hat" else "acceptance rate")
+    return metric, ci, ("per-token acceptance α (same at every k)" if metric == "per_token_acceptance" else "acceptance rate")
 
 
 def plot_per_category(report: ValidationReport, path: str | Path, threshold: float | None = None) -> Path:
@@ -124,7 +124,7 @@ def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: f
 
     Args:
         history: oldest first; dicts with ``time`` (datetime or ISO string), the judged metric
-            (the policy's: ``alpha_hat`` by default, or ``acceptance_rate``), optional ``night`` (``YYYY-MM-DD``: the x label of a nightly point; else the date of
+            (the policy's: ``per_token_acceptance`` by default, or ``acceptance_rate``), optional ``night`` (``YYYY-MM-DD``: the x label of a nightly point; else the date of
             ``time``), ``pair_version``, ``<metric>_ci_low`` and ``source`` (``"nightly"``,
             the default, or ``"production"``: windows of the serving engine's counters, dotted), and
             ``speedup`` / ``speedup_ci_low`` / ``speedup_ci_high`` (measured speedup with its CI).
@@ -177,7 +177,7 @@ def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: f
 
 #: the acceptance metrics a trend point carries (MLflow metric names): both estimators, so the plot
 #: draws whichever the policy judges
-ACCEPTANCE_KEYS = ("acceptance_rate", "acceptance_rate_ci_low", "alpha_hat", "alpha_hat_ci_low")
+ACCEPTANCE_KEYS = ("acceptance_rate", "acceptance_rate_ci_low", "per_token_acceptance", "per_token_acceptance_ci_low")
 #: the speed metrics a trend point carries (MLflow metric names)
 SPEED_KEYS = ("speedup", "speedup_ci_low", "speedup_ci_high", "predicted_speedup")
 

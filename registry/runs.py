@@ -52,7 +52,7 @@ from specdec.settings.policy import get_policy
 from specdec.validation.report import PROMPTS_FILE, REPORT_FILE, ValidationReport
 
 _log = logging.getLogger(__name__)
-_CATEGORY_METRICS = ("acceptance_rate", "mean_accepted_length", "alpha_tf", "alpha_hat", "top1_agreement", "speedup",
+_CATEGORY_METRICS = ("acceptance_rate", "per_token_acceptance", "mean_accepted_length", "alpha_tf", "alpha_hat", "top1_agreement", "speedup",
                      "predicted_speedup", "num_prompts")
 
 
@@ -186,7 +186,7 @@ def client_validation_history(client, pair: str, experiment: str = VALIDATION_EX
                               max_results: int = 200) -> list[dict[str, Any]]:
     """Past finished validation runs of ``pair`` (all versions), oldest first: dicts with ``time``
     (datetime, UTC), ``run_id``, ``pair_version``, ``acceptance_rate``, ``acceptance_rate_ci_low``,
-    ``alpha_hat``, ``alpha_hat_ci_low`` (per-token acceptance),
+    ``per_token_acceptance``, ``per_token_acceptance_ci_low``,
     ``speedup``, ``speedup_ci_low``, ``speedup_ci_high``, ``predicted_speedup`` (NaN where not logged),
     ``validation_status``."""
     exp = client.get_experiment_by_name(experiment)

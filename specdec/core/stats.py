@@ -114,6 +114,13 @@ class DecodingStats:
         return self.num_accepted_tokens / den if den else float("nan")
 
     @property
+    def per_token_acceptance(self) -> float:
+        """The floor's per-token acceptance: :func:`iid_alpha` of ``num_accepted_tokens / num_drafts``
+        at proposal length ``num_draft_tokens / num_drafts``, in [0, 1]; the same at every k on the
+        real pairs (docs/metrics.md, "Per-token acceptance"). ``nan`` without steps."""
+        return per_token_acceptance(self.num_drafts, self.num_draft_tokens, self.num_accepted_tokens)[0]
+
+    @property
     def draft_tokens_per_step(self) -> float:
         """``num_draft_tokens / num_drafts``: how many tokens the drafter proposes per step.
 
@@ -179,65 +186,98 @@ class DecodingStats:
             mean_accepted_length=self.mean_accepted_length,
             draft_tokens_per_step=self.draft_tokens_per_step,
             alpha_hat=self.alpha_hat,
+            per_token_acceptance=self.per_token_acceptance,
         )
         return d
 
 
 #: Estimators of the acceptance a pair is judged by, computed from pooled counters by :func:`estimate`.
-#: ``per_token`` (the floor's default) and ``pooled`` are the policy's choices
-#: (:class:`specdec.policy.AcceptancePolicy`); the others are the candidates measured against them
-#: (``benchmarks/alpha_k_invariance.py``, docs/metrics.md "Per-token acceptance").
-ESTIMATORS = ("per_token", "pooled", "position_0", "conditional", "iid_from_length")
+#: ``per_token`` (the floor's default: it moved least from k = 2 to k = 8 on the real pairs) and
+#: ``pooled`` are the policy's choices (:class:`specdec.policy.AcceptancePolicy`); the others are the
+#: candidates measured against them (``benchmarks/alpha_k_invariance.py``, docs/metrics.md
+#: "Per-token acceptance").
+ESTIMATORS = ("per_token", "pooled", "mle", "position_0", "conditional")
 
 
 def rejected_steps_from_positions(num_drafts: int, accepted_per_position: list[int], k: int) -> int | None:
     """Steps that ended at a rejection, from counters a serving engine exports: ``num_drafts -
-    accepted_per_position[k - 1]`` (a step with no rejection accepted all k drafts).
-
-    Exact when every step proposes k tokens (vLLM's model drafters; llama.cpp pads nothing, but its
-    short drafts are rare); a step that proposed fewer than k and accepted them all counts as
-    rejected, so with short proposals the result is an upper bound. ``None`` when the per-position
-    counters do not cover k positions.
-    """
+    accepted_per_position[k - 1]`` (a step with no rejection accepted all k drafts). Exact when every
+    step proposes k tokens; with shorter proposals an upper bound. ``None`` when the per-position
+    counters do not cover k positions."""
     if k <= 0 or len(accepted_per_position) != k:
         return None
     return max(num_drafts - accepted_per_position[k - 1], 0)
 
 
-def _iid_alpha(mean_accepted: float, m: float) -> float:
-    """alpha with sum_{i=1..m} alpha^i = mean_accepted (bisection; m may be fractional)."""
-    if m <= 0:
+def iid_alpha(mean_accepted: float, proposal_length: float) -> float:
+    """Leviathan's per-token acceptance α whose i.i.d. model reproduces a measured mean accepted length.
+
+    Solves ``Σ_{i=1..m} α^i = mean_accepted`` for α in [0, 1] (bisection, 1e-15), with ``m =
+    proposal_length`` (mean proposed tokens per step; a fractional m adds ``(m - ⌊m⌋) α^(⌊m⌋+1)``, the
+    linear interpolation between the neighbouring integer lengths). ``mean_accepted`` is accepted
+    tokens per verification step (vLLM's mean accepted length minus 1). Returns 1.0 when
+    ``mean_accepted >= m`` (every proposal accepted), 0.0 when it is <= 0, NaN when ``m <= 0`` or an
+    input is NaN.
+    """
+    if not (mean_accepted == mean_accepted and proposal_length == proposal_length) or proposal_length <= 0:
         return math.nan
-    f = lambda a: sum(a ** i for i in range(1, int(m) + 1)) + (m - int(m)) * a ** (int(m) + 1)
+    whole, frac = int(proposal_length), proposal_length - int(proposal_length)
+
+    def f(a: float) -> float:
+        return sum(a ** i for i in range(1, whole + 1)) + frac * a ** (whole + 1)
+
     if mean_accepted >= f(1.0):
         return 1.0
+    if mean_accepted <= 0:
+        return 0.0
     lo, hi = 0.0, 1.0
-    for _ in range(60):
+    for _ in range(50):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if f(mid) < mean_accepted else (lo, mid)
     return (lo + hi) / 2
+
+
+def per_token_acceptance(num_drafts: float, num_draft_tokens: float, num_accepted_tokens: float,
+                         mean_ci: list[float] | tuple[float, float] | None = None) -> tuple[float, list[float]]:
+    """The floor's per-token acceptance from the three counters every engine exports, and its CI.
+
+    Args:
+        num_drafts / num_draft_tokens / num_accepted_tokens: pooled counters (vLLM names).
+        mean_ci: 95% CI ``[low, high]`` of accepted tokens per draft (a bootstrap over prompts, or a
+            window's normal interval); None: no interval.
+    Returns:
+        ``(alpha, [low, high])``: :func:`iid_alpha` of accepted / drafts at proposal length
+        drafted / drafts, and the interval's ends mapped the same way (the map is increasing, so
+        the coverage carries over). NaN without drafts.
+    """
+    if not num_drafts:
+        return math.nan, [math.nan, math.nan]
+    m = num_draft_tokens / num_drafts
+    alpha = iid_alpha(num_accepted_tokens / num_drafts, m)
+    ci = [iid_alpha(float(x), m) for x in mean_ci] if mean_ci is not None and len(mean_ci) == 2 else [math.nan, math.nan]
+    return alpha, ci
 
 
 def estimate(stats: DecodingStats, estimator: str) -> float:
     """One estimator of the pair's acceptance from pooled counters (probability in [0, 1]; nan
     without evidence).
 
-    - ``per_token``: :attr:`DecodingStats.alpha_hat`, accepted / (accepted + rejected steps), the
-      truncated-geometric MLE of Leviathan's alpha; k-invariant (docs/metrics.md).
+    - ``per_token``: :func:`iid_alpha` of accepted per step at the measured proposal length: the α
+      whose i.i.d. (Leviathan) model gives the measured mean accepted length (the floor's default).
     - ``pooled``: vLLM's accepted / drafted tokens at the pair's k (falls as k grows).
+    - ``mle``: :attr:`DecodingStats.alpha_hat`, accepted / (accepted + rejected steps), the
+      truncated-geometric MLE (the measurement rule compares it with α_tf).
     - ``position_0``: ``accepted_per_position[0] / num_drafts``.
     - ``conditional``: sum_i accepted_at[i] / sum_i reached[i], reached[0] = drafted at 0 and
       reached[i] = min(accepted_at[i-1], drafted_at[i]): acceptance at each position given it was
       verified, pooled over positions.
-    - ``iid_from_length``: the alpha whose i.i.d. mean accepted length at the measured proposal
-      length equals the measured one.
 
     Raises:
         ValueError: unknown estimator.
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown acceptance estimator {estimator!r}; use one of {', '.join(ESTIMATORS)}")
-    if estimator == "per_token":
+    if estimator == "mle":
         return stats.alpha_hat
     if estimator == "pooled":
         return stats.acceptance_rate
@@ -249,45 +289,4 @@ def estimate(stats: DecodingStats, estimator: str) -> float:
     if estimator == "conditional":
         reached = [dpp[0] if dpp else stats.num_drafts] + [min(a, d) for a, d in zip(app, dpp[1:])]
         return sum(app) / sum(reached) if sum(reached) else math.nan
-    return _iid_alpha(stats.num_accepted_tokens / stats.num_drafts, stats.draft_tokens_per_step)
-
-
-#: two-sided 95% normal quantile
-Z95 = 1.959963984540054
-
-
-def per_token_from_positions(num_drafts: int, accepted_per_position: list[int], k: int) -> tuple[float, list[float]]:
-    """Per-token acceptance α̂ and its 95% CI from the counters a serving engine exports.
-
-    Args:
-        num_drafts: verification steps that proposed tokens (vLLM ``num_drafts``).
-        accepted_per_position: ``accepted_per_position[i]``: steps whose draft at position i was
-            accepted (vLLM ``num_accepted_tokens_per_pos``, llama.cpp's per-position counter), length k.
-        k: ``num_speculative_tokens``.
-    Returns:
-        ``(alpha_hat, [low, high])``: α̂ = A / (A + R) with A = Σ accepted_per_position and R =
-        num_drafts - accepted_per_position[k-1] (:func:`rejected_steps_from_positions`),
-        the estimator nightly validation computes from its own step counters. The interval is a
-        normal (delta-method) interval with the draft as the unit: drafts that accepted exactly j
-        tokens number ``reach[j] - reach[j+1]`` (reach[0] = num_drafts, reach[j] =
-        accepted_per_position[j-1]), each contributing ``z = a - α̂ (a + r)`` with r = 1 below k.
-        Drafts of one request are treated as independent (somewhat narrow when acceptance varies a
-        lot between requests). ``(nan, [nan, nan])`` when the counters are missing, inconsistent
-        (not non-increasing, or above num_drafts) or nothing was verified.
-    """
-    nan = (math.nan, [math.nan, math.nan])
-    pp = [int(x) for x in accepted_per_position]
-    if k <= 0 or len(pp) != k or num_drafts <= 0 or pp[0] > num_drafts or any(a < b for a, b in zip(pp, pp[1:])) \
-            or pp[-1] < 0:
-        return nan
-    reach = [num_drafts] + pp + [0]
-    counts = [(j, reach[j] - reach[j + 1]) for j in range(k + 1)]
-    verified = sum(c * (j + (j < k)) for j, c in counts)
-    if verified == 0:
-        return nan
-    alpha = sum(pp) / verified
-    if num_drafts < 2:
-        return alpha, [math.nan, math.nan]
-    sz2 = sum(c * (j - alpha * (j + (j < k))) ** 2 for j, c in counts)
-    se = math.sqrt(sz2 * num_drafts / (num_drafts - 1)) / verified
-    return alpha, [max(alpha - Z95 * se, 0.0), min(alpha + Z95 * se, 1.0)]
+    return stats.per_token_acceptance

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from specdec.core.stats import DecodingStats
+from specdec.core.stats import DecodingStats, per_token_acceptance
 from specdec.validation.metrics import AgreementSums, bootstrap_ratio_ci
 from specdec.validation.machine import usable_cpus
 from specdec.validation.prompt_run import PromptRun
@@ -78,6 +78,10 @@ def _pool_acceptance(g: GroupMetrics, st: DecodingStats, ok: list[PromptRun], ci
         [r.stats.num_accepted_tokens + r.stats.num_rejected_steps for r in ok],
         **ci,
     )
+    # the floor's per-token acceptance: the bootstrap CI of accepted per step, mapped through iid_alpha
+    mean_ci = bootstrap_ratio_ci([r.stats.num_accepted_tokens for r in ok], [r.stats.num_drafts for r in ok], **ci)
+    g.per_token_acceptance, g.per_token_acceptance_ci = per_token_acceptance(
+        st.num_drafts, st.num_draft_tokens, st.num_accepted_tokens, mean_ci)
 
 
 def _pool_agreement(g: GroupMetrics, ok: list[PromptRun], ci: dict) -> None:

@@ -104,6 +104,7 @@ def fill_run(
     row.acceptance_rate = s.acceptance_rate
     row.mean_accepted_length = s.mean_accepted_length
     row.alpha_hat = s.alpha_hat
+    row.per_token_acceptance = s.per_token_acceptance
     row.target_only_seconds, row.speculative_seconds = t_ref, t_spec
 
     if tf is not None:

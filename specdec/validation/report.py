@@ -55,6 +55,9 @@ class GroupMetrics:
     draft_tokens_per_step: float = math.nan
     alpha_hat: float = math.nan
     alpha_hat_ci: list[float] = field(default_factory=lambda: [math.nan, math.nan])
+    # the floor's per-token acceptance (iid_alpha of mean accepted per step; docs/metrics.md)
+    per_token_acceptance: float = math.nan
+    per_token_acceptance_ci: list[float] = field(default_factory=lambda: [math.nan, math.nan])
     # teacher-forced agreement (mean over positions, pooled)
     num_tf_positions: int = 0
     alpha_tf: float = math.nan
@@ -132,6 +135,7 @@ class PromptResult:
     divergence_logit_margin: float | None = None
     # added by validation (defaults keep older CSVs readable)
     alpha_hat: float = math.nan
+    per_token_acceptance: float = math.nan
     mean_accepted_length: float = math.nan
     target_only_tokens: int = 0
     tf_coverage: float = math.nan

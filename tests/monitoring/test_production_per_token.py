@@ -10,7 +10,7 @@ import pytest
 from monitoring.production.counters import pool_window, window_metrics
 from monitoring.production.engines import ACCEPTED, DRAFT_TOKENS, DRAFTS, ENGINES, PER_POSITION, EngineMetrics
 from monitoring.production.sources import Scrape, parse_exposition, scrape_series
-from specdec.core.stats import DecodingStats, per_token_from_positions
+from specdec.core.stats import DecodingStats, iid_alpha
 from tests.support.exporters import histogram_state, render_vllm
 
 K = 4
@@ -64,19 +64,20 @@ def test_window_per_token_acceptance_equals_the_nightly_estimator(fmt):
     g = window_metrics(wc)
     nightly = _nightly_stats(DURING)
     assert g.num_speculative_tokens == K and wc.num_drafts == sum(DURING)
-    assert g.alpha_hat == pytest.approx(nightly.alpha_hat, abs=1e-12)  # the same estimator, from other counters
+    # the floor's per-token acceptance: the nightly's estimator on the same steps, from the engine's counters
+    assert g.per_token_acceptance == pytest.approx(nightly.per_token_acceptance, abs=1e-12)
+    assert g.alpha_hat == pytest.approx(nightly.alpha_hat, abs=1e-12)  # and the MLE, from the per-position counters
     assert g.acceptance_rate == pytest.approx(nightly.acceptance_rate, abs=1e-12)
-    lo, hi = g.alpha_hat_ci
-    assert lo < g.alpha_hat < hi and hi - lo < 0.1
+    lo, hi = g.per_token_acceptance_ci
+    assert lo < g.per_token_acceptance < hi and hi - lo < 0.1
+    # the interval is the window's interval of accepted per draft, mapped through the same function
+    per_draft = [x * K for x in g.acceptance_rate_ci]
+    assert (lo, hi) == pytest.approx((iid_alpha(per_draft[0], K), iid_alpha(per_draft[1], K)))
 
 
-def test_per_token_interval_by_hand_and_refusals():
-    # 4 drafts at k=2 accepting 0, 1, 2, 2 tokens: A = 5, R = 2 (the two short ones), alpha = 5/7
-    alpha, (lo, hi) = per_token_from_positions(4, [3, 2], 2)
-    assert alpha == pytest.approx(5 / 7)
-    z = [0 - alpha * 1, 1 - alpha * 2, 2 - alpha * 2, 2 - alpha * 2]
-    se = (sum(x * x for x in z) * 4 / 3) ** 0.5 / 7
-    assert (lo, hi) == pytest.approx((alpha - 1.959963984540054 * se, min(alpha + 1.959963984540054 * se, 1.0)))
-    for bad in ((4, [3], 2), (4, [2, 3], 2), (4, [5, 1], 2), (0, [0, 0], 2)):
-        a, ci = per_token_from_positions(*bad)
-        assert a != a and ci[0] != ci[0]  # nan: counters missing or inconsistent
+def test_iid_alpha_by_hand():
+    # k=2: alpha + alpha^2 = 0.75 -> alpha = 0.5; fractional proposal lengths interpolate the last term
+    assert iid_alpha(0.75, 2.0) == pytest.approx(0.5, abs=1e-12)
+    assert iid_alpha(0.5 + 0.25 + 0.5 * 0.125, 2.5) == pytest.approx(0.5, abs=1e-12)
+    assert iid_alpha(3.0, 3.0) == 1.0 and iid_alpha(0.0, 3.0) == 0.0
+    assert iid_alpha(1.0, 0.0) != iid_alpha(1.0, 0.0)  # nan without a proposal length

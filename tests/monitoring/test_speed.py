@@ -117,7 +117,7 @@ def test_alert_text_names_acceptance_and_speedup_changes():
                         res)
     assert "Since baseline: per-token acceptance 0.930 -> 0.230, speedup 1.24x -> 0.55x" in msg["text"]
     # every acceptance line names the metric it judged, with vLLM's rate at k beside it
-    assert "absolute (critical): per-token acceptance (alpha_hat) 0.230" in msg["text"]
+    assert "absolute (critical): per-token acceptance 0.230" in msg["text"]
     assert "acceptance rate 0.230 at k=4" in msg["text"] and "Categories that fell (per-token acceptance)" in msg["text"]
     assert msg["facts"]["Speedup"].startswith("0.55x (95% CI 0.49-0.62x)")
     assert msg["facts"]["Severity"] == "critical"  # acceptance collapsed too

@@ -72,7 +72,7 @@ def test_register_validate_promote_keeps_ten_tags_and_one_line(ckpts, tmp_path, 
         assert set(mv.tags) <= set(VERSION_TAG_KEYS) and len(mv.tags) <= 10, sorted(mv.tags)
     assert {k: v1.tags[k] for k in ("validation_status", "acceptance_rate", "speedup", "policy", "changed",
                                       "drafter_kind", "target", "draft", "num_speculative_tokens")} == {
-        "validation_status": "passed", "acceptance_rate": "0.720", "speedup": "1.35", "policy": "alpha_hat ci_low>=0.40",
+        "validation_status": "passed", "acceptance_rate": "0.720", "speedup": "1.35", "policy": "per_token_acceptance ci_low>=0.40",
         "changed": "initial", "drafter_kind": "ngram", "target": "models:/target/1", "draft": "none",
         "num_speculative_tokens": "3"}
     assert v1.tags["promotion"].endswith("by alice (gate passed)") and v2.tags["changed"] == "target"
