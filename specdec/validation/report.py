@@ -96,7 +96,8 @@ class GroupMetrics:
     speedup_pooled: float = math.nan  # ratio of pooled token rates (schema <= 3's `speedup`)
     measured_over_predicted: float = math.nan
     timing_suspect: bool | None = None  # measured/predicted outside speed.TIMING_BAND
-    num_remeasured: int = 0  # prompts re-timed because a side ran under load
+    num_remeasured: int = 0  # prompts re-timed: a side ran under load, or outside the speed model's band
+    speedup_before_retime: float = math.nan  # the measured speedup before the band outliers were re-timed
     # speed evidence (specdec.validation.speed): paired per-prompt bootstrap CI of `speedup`, and the machine
     # load the timings were taken under (1-minute load average sampled after each prompt)
     speedup_ci: list[float] = field(default_factory=lambda: [math.nan, math.nan])

@@ -171,6 +171,36 @@ def under_load(history: list[list[float]], rates: list[float]) -> bool:
     return False
 
 
+def band_outliers(runs: list[PromptRun], predicted: float, band: tuple[float, float]) -> list[str]:
+    """Prompt ids whose paired speedup (speculative over target-only token rate) lies outside
+    ``band`` times ``predicted`` on the side the group's median disagrees: the slow prompts of a run
+    measured below the speed model's band (the fast ones of a run above it). ``[]`` without a prediction."""
+    rates = {r.row.prompt_id: (r.speculative_tokens / r.speculative_seconds) / (r.target_only_tokens / r.target_only_seconds)
+             for r in runs if r.ok and min(r.speculative_seconds, r.target_only_seconds, r.speculative_tokens,
+                                           r.target_only_tokens) > 0}
+    if not rates or not predicted > 0:
+        return []
+    med = sorted(rates.values())[len(rates) // 2]
+    if med < band[0] * predicted:
+        return [p for p, x in rates.items() if x < band[0] * predicted]
+    if med > band[1] * predicted:
+        return [p for p, x in rates.items() if x > band[1] * predicted]
+    return []
+
+
+def retime_prompts(prompts: list[tuple[int, HeldoutPrompt, list[int]]], target: torch.nn.Module,
+                   drafters: list[DrafterUnderTest], config: ValidationConfig, eos: Any, target_timer: PassTimer,
+                   pad: int) -> Iterator[tuple[int, list[PromptRun]]]:
+    """Time ``(index, prompt, ids)`` once more, one prompt a group, target-only and speculative
+    interleaved as the first time (alternating which goes first); the new runs are marked
+    ``remeasured`` and replace the old ones (the caller's choice)."""
+    for n, (i, prompt, ids) in enumerate(prompts):
+        runs = run_group([(prompt, ids)], target, drafters, config, eos, target_timer, pad, spec_first=n % 2 == 0)[0]
+        for r in runs:
+            r.remeasured = True
+        yield i, runs
+
+
 def proposal_rule(config: ValidationConfig) -> dict[str, Any]:
     """The pair's proposal rule and draft-length policy as ``speculative_generate`` keywords
     (``draft_sampling``, ``assistant_confidence_threshold``), from ``config.speculative``."""
