@@ -18,6 +18,7 @@ Definitions: ``docs/metrics.md``.
 from __future__ import annotations
 
 import contextlib
+import math
 import copy
 import datetime as _dt
 import time
@@ -252,7 +253,9 @@ def _reports(ctxs: list[DrafterUnderTest], per_drafter: list[list[PromptRun]], c
     for j, (c, runs) in enumerate(zip(ctxs, per_drafter)):
         cats = sorted({r.row.category for r in runs})
         if calibration is not None:
-            agg = dict(agg, verify_cost=calibration.verify_cost, cost_ratio=calibration.cost_ratios[j])
+            agg = dict(agg, verify_cost=calibration.verify_cost, cost_ratio=calibration.cost_ratios[j],
+                       prefill=(calibration.target_prefill,
+                                calibration.draft_prefill[j] if j < len(calibration.draft_prefill) else math.nan))
         report = ValidationReport(
             **common,
             drafter_kind=c.kind,

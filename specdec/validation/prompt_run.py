@@ -37,6 +37,8 @@ class PromptRun:
     draft_pass_s: float = 0.0
     draft_passes: int = 0
     remeasured: bool = False  # re-timed because one side ran under load (runner.remeasure_if_loaded)
+    # prompt tokens the draft model prefilled itself (0: it adopted the target's prompt KV, or no draft model)
+    draft_prefill_tokens: int = 0
 
     @property
     def ok(self) -> bool:

@@ -70,7 +70,8 @@ def recommend_draft(target: Any, heldout: Any, *, candidates: Sequence[str] | No
         say(f"phase 4/4: speed check {s} at k={c.k} on {len(speed_set.prompts)} prompts")
         kcfg = replace(cfg, speculative=replace(cfg.speculative, num_speculative_tokens=c.k))
         rep = validate_pairs(target, [drafters[s]], speed_set, kcfg, target_ref=target_ref,
-                             calibration=replace(cal, cost_ratios=[cal.cost_ratios[j]]))[0]
+                             calibration=replace(cal, cost_ratios=[cal.cost_ratios[j]],
+                                                 draft_prefill=cal.draft_prefill[j:j + 1]))[0]
         _fill(c, rep)
         load.sample()
     return _recommendation(target, target_ref, results, speed_set, max_new_tokens, cal, ks, load, usable_cpus(),

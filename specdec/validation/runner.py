@@ -269,6 +269,16 @@ def run_group(
 
 
 
+def draft_prefill_tokens(d: DrafterUnderTest, target: torch.nn.Module, prompt_len: int) -> int:
+    """Prompt tokens a drafter's model prefills itself: ``prompt_len``, or 0 for a drafter without a
+    model (n-gram; a head reads the target's features) and for a draft that adopts the target's
+    prompt KV (``can_adopt_prefix``: a bf16 copy of this very target)."""
+    if d.model is None or getattr(d.obj, "head", None) is not None:
+        return 0
+    adopt = getattr(d.obj, "can_adopt_prefix", None)
+    return 0 if adopt is not None and adopt(target, prompt_len) else prompt_len
+
+
 def _speculative_run(
     group: list[tuple[HeldoutPrompt, list[int]]], target: torch.nn.Module, d: DrafterUnderTest,
     input_ids: torch.Tensor, mask: torch.Tensor, config: ValidationConfig, decode: dict[str, Any], group_seed: int,
@@ -299,6 +309,7 @@ def _speculative_run(
     runs = []
     for b, (prompt, ids) in enumerate(group):
         run = PromptRun(row=PromptResult(prompt_id=prompt.id, category=prompt.category, prompt_tokens=len(ids)))
+        run.draft_prefill_tokens = draft_prefill_tokens(d, target, len(ids))
         run.target_pass_s, run.target_passes = verify_seconds * shares[b], verify_passes * shares[b]
         run.draft_pass_s, run.draft_passes = draft_seconds * shares[b], draft_passes * shares[b]
         row_stats = rows[b].stats  # seconds: shares of the batch's wall, not each the whole batch
