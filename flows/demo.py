@@ -255,11 +255,13 @@ class _Demo:
     def _print_night(self, res: list, night: dt.date, label: str) -> None:
         from rich.table import Table
 
-        t = Table("alias", "version", "status", "acceptance [95% CI]", "speedup [95% CI]", "load/CPU", "alert",
+        t = Table("alias", "version", "status", "per-token acceptance [95% CI] (rate at k)", "speedup [95% CI]",
+                  "load/CPU", "alert",
                   "root-cause hint / note", title=f"nightly validation for {night} ({self.timings[label]:.0f}s)")
         for r in res:
-            ci = r.acceptance_rate_ci
-            acc = f"{r.acceptance_rate:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if r.acceptance_rate is not None else "-"
+            ci = r.per_token_acceptance_ci
+            acc = (f"{r.per_token_acceptance:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] ({r.acceptance_rate:.2f} at "
+                   f"k={r.num_speculative_tokens})" if r.per_token_acceptance is not None and len(ci) == 2 else "-")
             sp = _night_speed(r)
             if r.alias == "challenger" or len(res) == 1:
                 self.speeds[label] = sp
@@ -490,9 +492,11 @@ def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, ft, held) -> di
         "pair_versions": {v: pv["version"] for v, (pv, _) in nights.items()},
         "acceptance": {label[f"nightly_{i}"]: ch[f"v{i}"].acceptance_rate for i in (1, 2, 3)},
         "acceptance_ci": {v: r.acceptance_rate_ci for v, r in ch.items()},
+        "per_token_acceptance": {label[f"nightly_{i}"]: ch[f"v{i}"].per_token_acceptance for i in (1, 2, 3)},
+        "per_token_acceptance_ci": {v: r.per_token_acceptance_ci for v, r in ch.items()},
         "floor": _floor(),
         **{key: {label[n]: demo.speeds.get(n, {}).get(key) for n in label}
-           for key in ("per_token_acceptance", "per_token_acceptance_ci", "speedup", "speedup_ci", "predicted_speedup", "speed_rule",
+           for key in ("speedup", "speedup_ci", "predicted_speedup", "speed_rule",
                        "speed_reason", "load_avg_1m")},
         "recommend_vs_night_1": _ci_check(rec, draft, demo.speeds.get("nightly_1", {})),
         "alerts_received": [m.body.get("event") if isinstance(m.body, dict) else None for m in accepted],
