@@ -354,6 +354,10 @@ def _budget(demo: _Demo, target_dir: Path) -> None:
     demo.con.print(f"one-token fp32 pass here: {b.t1_ms:.0f} ms -> {demo.per_cat} prompt(s) per category x "
                    f"{demo.max_new} new tokens (predicted {demo_budget.predicted_seconds(t1, demo.per_cat, demo.max_new):.0f}s "
                    f"of the {demo_budget.BUDGET_S:.0f}s budget)")
+    if not b.fits:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        demo.con.print(f"[yellow]even the smallest size is predicted at {b.predicted_s:.0f}s here (load {load:.1f}): "
+                       "the demo will take longer than 10 minutes on this machine now[/]")
 
 
 def _act_choose_draft(demo: _Demo, target_dir: Path, held) -> tuple[str, int, object]:
