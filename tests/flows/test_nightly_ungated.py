@@ -34,7 +34,7 @@ def env(tmp_path_factory, prefect_harness):
 
     model_cache.clear()
     yield {"v1": str(save_tiny_checkpoint(tmp / "target-v1", seed=0, hidden_size=64)),
-           "v2": str(save_tiny_checkpoint(tmp / "target-v2", seed=0, hidden_size=64, perturb=0.05)),
+           "v2": str(save_tiny_checkpoint(tmp / "target-v2", seed=0, hidden_size=64, perturb=0.2)),  # stale enough per token
            "heldout": str(tmp / "heldout.jsonl"), "receiver": receiver}
     receiver.stop()
     mp.undo()
