@@ -122,9 +122,11 @@ def _judged(g: GroupMetrics, estimator: str) -> tuple[str, str, float | None, tu
 
 
 def _below(rule: str, scope: str, g: GroupMetrics, limit: float, min_tokens: int,
-           baseline: float | None, what: str, side: str = "upper", estimator: str = "per_token") -> RuleResult:
-    """Shared logic: does the judged acceptance (the policy's estimator) of ``g`` lie credibly below ``limit``?"""
-    metric, name, value, ci, beside = _judged(g, estimator)
+           baseline: float | None, what: str, policy: AcceptancePolicy = AcceptancePolicy()) -> RuleResult:
+    """Shared logic: does the judged acceptance (``policy.estimator``) of ``g`` lie credibly below ``limit``
+    (``policy.alert_side`` of its CI)?"""
+    side = policy.alert_side
+    metric, name, value, ci, beside = _judged(g, policy.estimator)
     n = int(g.num_draft_tokens or 0)
     base = dict(rule=rule, scope=scope, metric=metric, value=value, ci=ci,
                 threshold=limit, baseline=baseline, num_draft_tokens=n)
@@ -149,12 +151,12 @@ def _below(rule: str, scope: str, g: GroupMetrics, limit: float, min_tokens: int
 def absolute_rules(current: GroupMetrics, categories: Mapping[str, GroupMetrics],
                    settings: RuleSettings) -> list[RuleResult]:
     """The absolute-threshold rule overall and for each category of the current run."""
+    policy = AcceptancePolicy(estimator=settings.estimator, alert_side=settings.alert_side)
     out = [_below("absolute", OVERALL, current, settings.threshold_for(None),
-                  settings.min_draft_tokens, None, "threshold", settings.alert_side, settings.estimator)]
+                  settings.min_draft_tokens, None, "threshold", policy)]
     for name in sorted(categories):
         out.append(_below("absolute", name, categories[name], settings.threshold_for(name),
-                          settings.min_category_draft_tokens, None, "threshold", settings.alert_side,
-                          settings.estimator))
+                          settings.min_category_draft_tokens, None, "threshold", policy))
     return out
 
 
@@ -180,7 +182,7 @@ def relative_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings
     limit = base_value * (1.0 - settings.relative_drop)
     what = f"{1 - settings.relative_drop:.0%} of baseline {base_value:.3f} ="
     return _below("relative", OVERALL, current, limit, settings.min_draft_tokens, base_value, what,
-                  estimator=settings.estimator)
+                  AcceptancePolicy(estimator=settings.estimator, alert_side="upper"))
 
 
 def collapse_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: RuleSettings) -> RuleResult:

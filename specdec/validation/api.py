@@ -23,6 +23,7 @@ import copy
 import datetime as _dt
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -162,8 +163,8 @@ def validate_pairs(
                 if progress is not None:
                     progress(done, len(subset.prompts), [r.row for r in runs])
             common = report_common(subset, target_ref, config, model)
-            before = _retime_band_outliers(subset, subset_runs, model, tok, ctxs, config, eos, target_timer, calibration,
-                                           common)
+            before = _retime_band_outliers(subset, subset_runs, _Run(model, tok, ctxs, config, eos, target_timer),
+                                           calibration, common)
         finally:
             model.train(was_training)
     per_drafter = [[runs[j] for runs in subset_runs if runs is not None] for j in range(len(ctxs))]
@@ -173,8 +174,20 @@ def validate_pairs(
     return reports
 
 
-def _retime_band_outliers(subset, subset_runs, model, tok, ctxs, config, eos, target_timer, calibration,
-                          common) -> list[float]:
+@dataclass(frozen=True)
+class _Run:
+    """What re-timing a prompt needs: the target, its tokenizer, the drafters, config, EOS, target timer."""
+
+    model: torch.nn.Module
+    tok: Any
+    ctxs: list[DrafterUnderTest]
+    config: ValidationConfig
+    eos: Any
+    target_timer: PassTimer
+
+
+def _retime_band_outliers(subset: HeldoutSet, subset_runs: list, run: _Run, calibration: Calibration | None,
+                          common: dict[str, Any]) -> list[float]:
     """A drafter whose measured speedup disagrees with the speed model beyond
     :data:`specdec.validation.speed.TIMING_BAND` has its slow (or fast) prompts timed once more
     (:func:`specdec.validation.runner.band_outliers`, B = 1 only); returns per drafter the median
@@ -185,11 +198,11 @@ def _retime_band_outliers(subset, subset_runs, model, tok, ctxs, config, eos, ta
     from specdec.validation.runner import band_outliers, pad_token_id, retime_prompts
     from specdec.validation.speed import TIMING_BAND
 
-    before = [math.nan] * len(ctxs)
-    if config.batch_size != 1:
+    before = [math.nan] * len(run.ctxs)
+    if run.config.batch_size != 1:
         return before
-    per_drafter = [[runs[j] for runs in subset_runs if runs is not None] for j in range(len(ctxs))]
-    first = _reports(ctxs, per_drafter, config, common, calibration, 0.0)
+    per_drafter = [[runs[j] for runs in subset_runs if runs is not None] for j in range(len(run.ctxs))]
+    first = _reports(run.ctxs, per_drafter, run.config, common, calibration, 0.0)
     ids: set[str] = set()
     for j, rep in enumerate(first):
         if rep.overall.timing_suspect:
@@ -197,8 +210,9 @@ def _retime_band_outliers(subset, subset_runs, model, tok, ctxs, config, eos, ta
             if out:
                 ids.update(out)
                 before[j] = rep.overall.speedup
-    todo = [(i, p, prompt_token_ids(p, tok)) for i, p in enumerate(subset.prompts) if p.id in ids]
-    for i, runs in retime_prompts(todo, model, ctxs, config, eos, target_timer, pad_token_id(tok)):
+    todo = [(i, p, prompt_token_ids(p, run.tok)) for i, p in enumerate(subset.prompts) if p.id in ids]
+    for i, runs in retime_prompts(todo, run.model, run.ctxs, run.config, run.eos, run.target_timer,
+                                  pad_token_id(run.tok)):
         subset_runs[i] = runs
     return before
 
