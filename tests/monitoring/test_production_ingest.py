@@ -23,8 +23,8 @@ from tests.support.reports import make_report
 K = 3
 FAST = DeliverySettings(max_attempts=2, backoff_initial_s=0.01, backoff_max_s=0.05, timeout_s=5)
 GOOD_A, GOOD_B = [30, 30, 40, 50], [25, 35, 45, 45]  # accepted-length histograms (0..3 of k=3)
-# low: per-token acceptance (the floor's metric) 0.31 and 0.35, the rate 0.14-0.17 at k=3
-LOW_A, LOW_B, LOW_C = [70, 20, 7, 3], [130, 45, 17, 8], [100, 45, 30, 25]
+# low: per-token acceptance (the floor's metric) 0.31, 0.35 and 0.31, the rate 0.14-0.17 at k=3
+LOW_A, LOW_B, LOW_C = [70, 20, 7, 3], [130, 45, 17, 8], [140, 40, 14, 6]
 
 
 def hand(hist):
