@@ -161,6 +161,7 @@ def replay_prompts(
     kmax: int = 16,
     exact: bool = False,
     progress: Callable[[int, int, ReplayedPrompt], None] | None = None,
+    replay: bool = True,
 ) -> list[ReplayedPrompt]:
     """Replay every prompt of ``subset`` for every drafter (see the module docstring).
 
@@ -177,6 +178,7 @@ def replay_prompts(
         exact: greedy model drafters: also run the draft after each rejected token
             (:func:`draft_trace`), so ``num_draft_tokens`` is exact too.
         progress: ``progress(done, total, replayed)`` after each prompt.
+        replay: False: only the continuations (read from the cache or produced), no drafter replay.
     Returns:
         one :class:`ReplayedPrompt` per prompt, in order.
     """
@@ -217,8 +219,9 @@ def replay_prompts(
             if producers is not None:
                 producers.record(name, rp.continuation_seconds, len(rp.continuation))
             cache.put(key, rp.continuation, rp.produced_by)
-        rp.drafters, rp.replay_seconds = timed(
-            lambda: _replay_one(target, drafters, ids, rp.continuation, config, stop, vocab, kmax, exact), device)
+        if replay:
+            rp.drafters, rp.replay_seconds = timed(
+                lambda: _replay_one(target, drafters, ids, rp.continuation, config, stop, vocab, kmax, exact), device)
         out.append(rp)
         if progress is not None:
             progress(i + 1, len(subset.prompts), rp)
