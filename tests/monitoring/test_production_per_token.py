@@ -17,15 +17,12 @@ K = 4
 #: accepted-length histograms of two scrape intervals: hist[j] = drafts that accepted exactly j of K
 BEFORE, DURING = [40, 25, 15, 10, 10], [120, 70, 40, 30, 20]
 
-#: llama-server's names (tools/server, December 2026); the lead maps them in engines.py (issue 29)
-LLAMACPP_UPSTREAM = {DRAFTS: "llamacpp:spec_decode_num_drafts", DRAFT_TOKENS: "llamacpp:spec_decode_num_draft_tokens",
-                     ACCEPTED: "llamacpp:spec_decode_num_accepted_tokens",
-                     PER_POSITION: "llamacpp:spec_decode_num_accepted_tokens_per_pos"}
-
-
 def _llamacpp_engine() -> EngineMetrics:
-    eng = ENGINES["llamacpp"]
-    return eng if PER_POSITION in eng.counters else EngineMetrics("llamacpp", None, dict(LLAMACPP_UPSTREAM), {})
+    return ENGINES["llamacpp"]
+
+
+#: llama-server's counter names (tools/server, December 2026), as the engine mapping knows them
+LLAMACPP_UPSTREAM = dict(ENGINES["llamacpp"].counters)
 
 
 def _llamacpp_text(state) -> str:
