@@ -19,8 +19,9 @@
 
 Each "night" gets its own scheduled date, as a real schedule would. The terminal shows our steps
 and results only; third-party warnings and progress bars go to ``<demo dir>/demo.log``.
-Env overrides: ``SPECDEC_DEMO_PER_CATEGORY`` (2 prompts per category), ``SPECDEC_DEMO_MAX_NEW_TOKENS``
-(48), ``SPECDEC_DEMO_DRAFT`` (skip the measurement, e.g. ``derived:bf16``) with ``SPECDEC_DEMO_K``;
+The held-out size (prompts per category, new tokens) is chosen from the measured one-token fp32 pass so the
+demo fits 10 minutes (:mod:`flows.demo_budget`). Env overrides: ``SPECDEC_DEMO_PER_CATEGORY``,
+``SPECDEC_DEMO_MAX_NEW_TOKENS``, ``SPECDEC_DEMO_DRAFT`` (skip the measurement, e.g. ``derived:bf16``) with ``SPECDEC_DEMO_K``;
 ``SPECDEC_DEMO_DRAFT=eagle3`` tells the story with an EAGLE-3 head (:mod:`flows.demo_eagle3`).
 State lives in ``.specdec/demo`` (wiped at the start; the converted model in ``.specdec/models`` is
 kept). ``demo_summary.json`` records per night acceptance and ``speedup`` (with CI and load).
@@ -95,12 +96,13 @@ def _choose_draft(con, target_dir: Path, held, max_new: int):
 
     target = load_causal_lm(str(target_dir), dtype="float32", device="cpu")
     first = {}
-    for p in held.prompts:  # one (short) prompt per category is enough to rank the candidates
+    for p in held.prompts:  # one (short) prompt per category is enough to choose each candidate's k
         first.setdefault(p.category, p)
     sub = HeldoutSet(held.name, held.version, list(first.values()))
-    con.print("measuring candidates: pass costs, replayed acceptance at every k, then a timed speed check of each")
+    con.print("measuring candidates: pass costs, replayed acceptance at every k, then a timed speed check of each "
+              f"on the {len(held.prompts)} prompts the nightly validates (so both CIs have the same width)")
     rec = recommend_draft(target, sub, candidates=DEMO_CANDIDATES, max_new_tokens=max_new,
-                          k_values=tuple(range(1, 7)), cost_reps=10, target_ref="smollm2 (fp32)",
+                          k_values=tuple(range(1, 7)), cost_reps=10, target_ref="smollm2 (fp32)", speed_heldout=held,
                           progress=lambda line: con.print(f"  {line}", highlight=False))
     print_recommendation(rec, con)
     spec = _story_draft(rec, con)
@@ -143,13 +145,17 @@ def _story_draft(rec, con) -> str:
 
 def _night_speed(res) -> dict:
     """Speed facts of a nightly result: from its report (speedup, CI, load) and history row (rule)."""
-    out = {"speedup": None, "speedup_ci": None, "load_avg_1m": None, "num_cpus": None, "speed_rule": None}
+    out = {"speedup": None, "speedup_ci": None, "load_avg_1m": None, "num_cpus": None, "speed_rule": None,
+           "speed_reason": None, "predicted_speedup": None, "acceptance_rate": None, "per_token_acceptance": None,
+           "per_token_acceptance_ci": None, "num_speculative_tokens": None}
     if not res.report_dir or not (Path(res.report_dir) / "report.json").exists():
         return out
     from specdec.validation.report import ValidationReport
 
     g = ValidationReport.read(res.report_dir).overall
-    out.update(speedup=g.speedup, speedup_ci=list(g.speedup_ci), load_avg_1m=g.load_avg_1m, num_cpus=g.num_cpus)
+    out.update(speedup=g.speedup, speedup_ci=list(g.speedup_ci), load_avg_1m=g.load_avg_1m, num_cpus=g.num_cpus,
+               predicted_speedup=g.predicted_speedup, acceptance_rate=g.acceptance_rate, per_token_acceptance=g.per_token_acceptance,
+               per_token_acceptance_ci=list(g.per_token_acceptance_ci), num_speculative_tokens=g.num_speculative_tokens)
     if res.history_run_id is not None:
         import monitoring
         from monitoring import history
@@ -157,6 +163,9 @@ def _night_speed(res) -> dict:
         row = history.get_run(monitoring.connect(), res.history_run_id)
         rr = next((r for r in (row.rule_results or []) if r.get("rule") == "speed"), None)
         out["speed_rule"] = rr.get("status") if rr else None
+        msg = (rr or {}).get("message") or ""
+        out["speed_reason"] = ("machine overloaded" if "/CPU >" in msg else
+                               "disagrees with the speed model" if "speed model" in msg else None)
     return out
 
 
@@ -197,8 +206,10 @@ class _Demo:
 
         self.home, self.log_path = home, log_path
         self.con = Console(width=max(Console().width, 110))  # tables stay readable when stdout is a file
-        self.per_cat = int(os.environ.get("SPECDEC_DEMO_PER_CATEGORY", "2"))
-        self.max_new = int(os.environ.get("SPECDEC_DEMO_MAX_NEW_TOKENS", "48"))
+        # the held-out size: set from the measured one-token pass (flows.demo_budget) unless given
+        self.per_cat = int(os.environ["SPECDEC_DEMO_PER_CATEGORY"]) if os.environ.get("SPECDEC_DEMO_PER_CATEGORY") else None
+        self.max_new = int(os.environ["SPECDEC_DEMO_MAX_NEW_TOKENS"]) if os.environ.get("SPECDEC_DEMO_MAX_NEW_TOKENS") else None
+        self.budget: dict | None = None
         self.t_start = time.perf_counter()
         self.timings: dict[str, float] = {}
         self.speeds: dict[str, dict] = {}
@@ -244,18 +255,20 @@ class _Demo:
     def _print_night(self, res: list, night: dt.date, label: str) -> None:
         from rich.table import Table
 
-        t = Table("alias", "version", "status", "acceptance [95% CI]", "speedup [95% CI]", "load/CPU", "alert",
+        t = Table("alias", "version", "status", "per-token acceptance [95% CI] (rate at k)", "speedup [95% CI]",
+                  "load/CPU", "alert",
                   "root-cause hint / note", title=f"nightly validation for {night} ({self.timings[label]:.0f}s)")
         for r in res:
-            ci = r.acceptance_rate_ci
-            acc = f"{r.acceptance_rate:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if r.acceptance_rate is not None else "-"
+            ci = r.per_token_acceptance_ci
+            acc = (f"{r.per_token_acceptance:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] ({r.acceptance_rate:.2f} at "
+                   f"k={r.num_speculative_tokens})" if r.per_token_acceptance is not None and len(ci) == 2 else "-")
             sp = _night_speed(r)
             if r.alias == "challenger" or len(res) == 1:
                 self.speeds[label] = sp
             spd = (f"{sp['speedup']:.2f}x [{sp['speedup_ci'][0]:.2f}, {sp['speedup_ci'][1]:.2f}]"
                    if sp["speedup"] is not None else "-")
-            if sp["speed_rule"] == "inconclusive":
-                spd += " (inconclusive: machine overloaded)"
+            if sp["speed_rule"] == "inconclusive":  # the rule's own reason, never a guess
+                spd += f" (inconclusive: {sp['speed_reason'] or 'see the speed rule'})"
             lpc = f"{sp['load_avg_1m'] / sp['num_cpus']:.2f}" if sp["load_avg_1m"] and sp["num_cpus"] else "-"
             t.add_row(r.alias, r.version or "-", r.status, acc, spd, lpc, r.alert_transition or "-",
                       (r.root_cause_hint if r.status == "failed" else r.message) or "")
@@ -320,11 +333,31 @@ def _act_model(demo: _Demo) -> tuple[Path, Path, object]:
     target_dir, _source = resolve_model_ref("smollm2")
     demo.lap("fetch_model", t0)
     demo.con.print(f"target checkpoint: {target_dir}  ({demo.timings['fetch_model']:.0f}s), served in fp32 on the CPU")
+    _budget(demo, target_dir)
     heldout, held = demo_heldout(demo.home, AutoTokenizer.from_pretrained(target_dir), demo.per_cat)
     counts = ", ".join(f"{c} {n}" for c, n in held.category_counts().items())
     demo.con.print(f"held-out set: Spec-Bench, all six categories, the shortest prompts of each ({counts}); "
                    f"{demo.max_new} new tokens, greedy")
     return target_dir, heldout, held
+
+
+def _budget(demo: _Demo, target_dir: Path) -> None:
+    """The held-out size from the measured one-token pass (:mod:`flows.demo_budget`); env overrides win."""
+    from flows import demo_budget
+    from specdec.models import load_causal_lm
+
+    t1 = demo_budget.one_token_pass_seconds(load_causal_lm(str(target_dir), dtype="float32", device="cpu").model)
+    b = demo_budget.choose(t1)
+    demo.budget = b.to_dict()
+    demo.per_cat = b.per_category if demo.per_cat is None else demo.per_cat
+    demo.max_new = b.max_new_tokens if demo.max_new is None else demo.max_new
+    demo.con.print(f"one-token fp32 pass here: {b.t1_ms:.0f} ms -> {demo.per_cat} prompt(s) per category x "
+                   f"{demo.max_new} new tokens (predicted {demo_budget.predicted_seconds(t1, demo.per_cat, demo.max_new):.0f}s "
+                   f"of the {demo_budget.BUDGET_S:.0f}s budget)")
+    if not b.fits:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        demo.con.print(f"[yellow]even the smallest size is predicted at {b.predicted_s:.0f}s here (load {load:.1f}): "
+                       "the demo will take longer than 10 minutes on this machine now[/]")
 
 
 def _act_choose_draft(demo: _Demo, target_dir: Path, held) -> tuple[str, int, object]:
@@ -423,6 +456,28 @@ def _act_where_to_look(demo: _Demo, draft: str, k: int, rec, nights: dict, ft, h
     return summary
 
 
+def _floor() -> dict:
+    """The acceptance floor the nights were judged by: metric, estimator, threshold, CI sides."""
+    from specdec.settings.policy import get_policy
+
+    p = get_policy()
+    return {"metric": p.metric, "name": p.metric_label, "estimator": p.estimator, "threshold": p.threshold,
+            "alert_side": p.alert_side, "gate_side": p.gate_side}
+
+
+def _ci_check(rec, draft: str, night1: dict) -> dict | None:
+    """recommend's measured speedup of the chosen draft and night 1's, with both CIs and whether each
+    figure lies inside the other's CI (issue 30)."""
+    cand = next((c for c in (rec.candidates if rec is not None else []) if c.spec == draft), None)
+    n1, n1_ci = night1.get("speedup"), night1.get("speedup_ci")
+    if cand is None or n1 is None or not n1_ci:
+        return None
+    r, r_ci = cand.measured_speedup, list(cand.speedup_ci)
+    return {"recommend": r, "recommend_ci": r_ci, "night_1": n1, "night_1_ci": n1_ci,
+            "recommend_inside_night_1_ci": bool(n1_ci[0] <= r <= n1_ci[1]),
+            "night_1_inside_recommend_ci": bool(r_ci[0] <= n1 <= r_ci[1])}
+
+
 def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, ft, held) -> dict:
     """What ``demo_summary.json`` records: per night acceptance and speed, the alerts, the timings."""
     from flows.finetune import DEMO_RECIPE
@@ -441,14 +496,20 @@ def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, ft, held) -> di
         "pair_versions": {v: pv["version"] for v, (pv, _) in nights.items()},
         "acceptance": {label[f"nightly_{i}"]: ch[f"v{i}"].acceptance_rate for i in (1, 2, 3)},
         "acceptance_ci": {v: r.acceptance_rate_ci for v, r in ch.items()},
+        "per_token_acceptance": {label[f"nightly_{i}"]: ch[f"v{i}"].per_token_acceptance for i in (1, 2, 3)},
+        "per_token_acceptance_ci": {v: r.per_token_acceptance_ci for v, r in ch.items()},
+        "floor": _floor(),
         **{key: {label[n]: demo.speeds.get(n, {}).get(key) for n in label}
-           for key in ("speedup", "speedup_ci", "speed_rule", "load_avg_1m")},
+           for key in ("speedup", "speedup_ci", "predicted_speedup", "speed_rule",
+                       "speed_reason", "load_avg_1m")},
+        "recommend_vs_night_1": _ci_check(rec, draft, demo.speeds.get("nightly_1", {})),
         "alerts_received": [m.body.get("event") if isinstance(m.body, dict) else None for m in accepted],
         "alert_texts": [m.body.get("text") if isinstance(m.body, dict) else None for m in accepted],
         "champion": resolve_alias(demo.pair, "champion"),
         "realign": demo.realign,
         "finetune": {**DEMO_RECIPE, "loss_first": ft.losses[0], "loss_final": ft.final_loss, "seconds": ft.seconds},
         "prompts": len(held), "categories": held.category_counts(), "max_new_tokens": demo.max_new,
+        "budget": demo.budget,
         "timings_s": {k_: round(v, 1) for k_, v in demo.timings.items()},
         "total_s": round(time.perf_counter() - demo.t_start, 1),
     }

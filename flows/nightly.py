@@ -282,7 +282,9 @@ def _result(job: Job, report, evaluation, drift, mlflow: MlflowOutcome, outcome)
     return NightlyResult(
         pair=t.pair, alias=t.alias, version=t.version, status=evaluation.verdict, history_run_id=evaluation.run_id,
         mlflow_run_id=mlflow.run_id, acceptance_rate=o.acceptance_rate,
-        acceptance_rate_ci=list(o.acceptance_rate_ci), alert_transition=outcome.transition,
+        acceptance_rate_ci=list(o.acceptance_rate_ci), per_token_acceptance=o.per_token_acceptance,
+        per_token_acceptance_ci=list(o.per_token_acceptance_ci), num_speculative_tokens=o.num_speculative_tokens,
+        alert_transition=outcome.transition,
         root_cause_hint=evaluation.root_cause_hint, report_dir=str(job.report_dir),
         evidently_html=str(drift.html_path) if drift is not None else None,
         message="; ".join(r.message for r in evaluation.firing) if evaluation.firing else "",
@@ -441,8 +443,9 @@ def finish_job(night: Night, job: Job) -> NightlyResult:
         return _broken(night.db, t.pair, t.alias, t.version, e, "recording the validation failed")
     finally:
         night.lease.drop_claim(job.claim.run_id)
-    _logger().info("%s@%s v%s: %s, acceptance %.3f [%.3f, %.3f]%s", t.pair, t.alias, t.version, res.status,
-                   res.acceptance_rate, *res.acceptance_rate_ci,
+    _logger().info("%s@%s v%s: %s, per-token acceptance %.3f [%.3f, %.3f], acceptance rate %.3f at k=%s%s", t.pair,
+                   t.alias, t.version, res.status, res.per_token_acceptance, *res.per_token_acceptance_ci,
+                   res.acceptance_rate, res.num_speculative_tokens,
                    f", alert: {res.alert_transition}" if res.alert_transition else "")
     return res
 

@@ -32,6 +32,9 @@ class NightlyResult:
     mlflow_run_id: str | None = None
     acceptance_rate: float | None = None
     acceptance_rate_ci: list[float] = field(default_factory=list)
+    per_token_acceptance: float | None = None  # the floor's metric (docs/metrics.md "Per-token acceptance")
+    per_token_acceptance_ci: list[float] = field(default_factory=list)
+    num_speculative_tokens: int | None = None
     alert_transition: str | None = None
     root_cause_hint: str | None = None
     report_dir: str | None = None

@@ -113,6 +113,10 @@ def _short(h: str | None, ref: str | None = None) -> str | None:
     return ref + (f" (weights {h[:12]})" if h else "") if ref and ref.startswith("models:/") else h[:12] if h else None
 
 
+#: how an alert names the metric a rule judged (the rule result stores the field name)
+METRIC_NAMES = {"per_token_acceptance": "per-token acceptance", "acceptance_rate": "acceptance_rate"}
+
+
 def _fmt_rule(r: RuleResult) -> str:
     if r.value is None and r.metric == "reference":  # a broken alias / version / model: its message says it
         return f"*{r.rule}*: {r.message}"
@@ -124,7 +128,9 @@ def _fmt_rule(r: RuleResult) -> str:
     sev = f" ({r.severity})" if r.severity else ""
     if r.rule == "speed":
         return f"*{r.rule}*{sev}: {r.message}"
-    return f"*{r.rule}*{scope}{sev}: {r.metric} {val}{ci}{thr}{base}"
+    name = METRIC_NAMES.get(r.metric, r.metric)
+    beside = r.message[r.message.index("; acceptance rate"):] if "; acceptance rate" in (r.message or "") else ""
+    return f"*{r.rule}*{scope}{sev}: {name} {val}{ci}{thr}{base}{beside}"
 
 
 def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], *,
@@ -163,7 +169,8 @@ def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], 
     }
     if overall is not None and overall.value is not None:
         ci = f" (95% CI {overall.ci[0]:.3f}-{overall.ci[1]:.3f})" if overall.ci else ""
-        facts["Acceptance rate"] = f"{overall.value:.3f}{ci}, threshold {overall.threshold:.2f}"
+        label = "Per-token acceptance" if overall.metric == "per_token_acceptance" else "Acceptance rate"
+        facts[label] = f"{overall.value:.3f}{ci}, threshold {overall.threshold:.2f}"
     speed = next((r for r in results if r.rule == "speed"), None)
     if speed is not None and speed.value is not None:
         ci = f" (95% CI {speed.ci[0]:.2f}-{speed.ci[1]:.2f}x)" if speed.ci else ""
@@ -177,7 +184,8 @@ def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], 
     if change:
         lines.insert(0, change)
     if fell:
-        lines.append("Categories that fell: " + ", ".join(
+        what = " (per-token acceptance)" if fell[0].metric == "per_token_acceptance" else ""
+        lines.append(f"Categories that fell{what}: " + ", ".join(
             f"{r.scope} {r.value:.3f} < {r.threshold:.2f}" for r in fell if r.value is not None))
     if ctx.root_cause_hint and kind != "resolve":
         lines.append(f"Likely cause: {ctx.root_cause_hint}")

@@ -1,7 +1,8 @@
 """Evidently report of the current run against the baseline, over per-prompt metrics.
 
-Columns: per-prompt ``acceptance_rate``, ``alpha_tf`` and ``top1_agreement`` (probabilities in
-[0, 1]), one row per held-out prompt with status ``ok``.
+Columns: per-prompt ``acceptance_rate`` (at the pair's k), ``per_token_acceptance`` (the floor's
+default metric), ``alpha_tf`` and ``top1_agreement`` (probabilities in [0, 1]), one row per
+held-out prompt with status ``ok``.
 
 Method pinned: ``ValueDrift(method="ks")``, the two-sample Kolmogorov-Smirnov test, drift when
 p < 0.05. Why K-S and not PSI or Wasserstein: the nightly subset has tens to a few hundred
@@ -10,8 +11,10 @@ at acceptance 1.0); Evidently's Wasserstein is normalised by the reference stand
 which is tiny for a good int8 draft (every prompt near 0.98), so harmless shifts explode. K-S needs
 no bins, is scale-free, and has a stated false-alarm rate (5%) under no change.
 
-Threshold tests: the mean per-prompt acceptance rate >= the absolute threshold (0.40), and, with a
-baseline, >= ``(1 - relative_drop)`` times the baseline mean. The report is saved as HTML (for
+Threshold tests, on the metric the acceptance policy judges (``judged``: ``per_token_acceptance`` by default,
+``acceptance_rate`` with ``SPECDEC_POLICY__ESTIMATOR=pooled``; Evidently names each test after its
+column, "Mean value of per_token_acceptance"): its per-prompt mean >= the absolute threshold (0.40), and, with
+a baseline, >= ``(1 - relative_drop)`` times the baseline mean. The report is saved as HTML (for
 people) and JSON; the verdict is read back from the JSON file, never from the HTML.
 
 Evidently 0.7 API: ``Report.run(current_data, reference_data)`` -- the current dataset first.
@@ -28,7 +31,7 @@ from typing import Any, Sequence
 
 from specdec.validation.report import PromptResult
 
-COLUMNS = ("acceptance_rate", "alpha_tf", "top1_agreement")
+COLUMNS = ("acceptance_rate", "per_token_acceptance", "alpha_tf", "top1_agreement")
 DRIFT_METHOD = "ks"
 DRIFT_THRESHOLD = 0.05  # K-S p-value
 
@@ -93,8 +96,8 @@ def explanation(cur, ref, *, current_label: str, reference_label: str, pooled: t
     "Drift score" (a K-S p-value: small means drift) and why its mean differs from specdec's rate."""
     import html
 
-    def mean(frame) -> str:
-        return f"{frame['acceptance_rate'].mean():.3f}" if "acceptance_rate" in frame else "n/a"
+    def mean(frame, col: str = "acceptance_rate") -> str:
+        return f"{frame[col].mean():.3f}" if col in frame else "n/a"
 
     pooled_txt = (f" specdec's acceptance rate pools tokens (accepted / drafted over all prompts): "
                   f"{pooled[0]:.3f} current, {pooled[1]:.3f} reference." if pooled else "")
@@ -103,11 +106,15 @@ def explanation(cur, ref, *, current_label: str, reference_label: str, pooled: t
         f"<h2 style=\"margin:0 0 6px\">specdec drift report</h2>"
         f"<p><b>Current</b>: {html.escape(current_label)} ({len(cur)} prompts). "
         f"<b>Reference</b>: {html.escape(reference_label)} ({len(ref)} prompts).</p>"
-        f"<p>Columns are per-prompt values: acceptance rate, teacher-forced &alpha; (alpha_tf) and top-1 agreement. "
+        f"<p>Columns are per-prompt values: acceptance rate (accepted/drafted at the pair's k), per-token acceptance "
+        f"&alpha; (per_token_acceptance, the same at every k: the metric the 40% floor judges unless the policy says "
+        f"otherwise; the threshold tests name the column they judged), teacher-forced &alpha; (alpha_tf) and top-1 "
+        f"agreement. "
         f"Each column is compared with a two-sample Kolmogorov-Smirnov test. <b>The \"Drift score\" Evidently shows "
         f"is the K-S p-value</b>: drift is detected when it is below {DRIFT_THRESHOLD}, so a score of 0.0 means the "
         f"distributions differ (drift), not \"no drift\".</p>"
-        f"<p>The mean acceptance below is the plain mean over prompts ({mean(cur)} current, {mean(ref)} reference), "
+        f"<p>The means below are plain means over prompts (acceptance rate {mean(cur)} current, {mean(ref)} reference; "
+        f"per-token {mean(cur, 'per_token_acceptance')} current, {mean(ref, 'per_token_acceptance')} reference), "
         f"every prompt weighted equally.{html.escape(pooled_txt)} Histogram axes are Evidently's automatic bins.</p>"
         "</div>")
 
@@ -123,7 +130,7 @@ def build_report(
     current: Sequence[PromptResult], reference: Sequence[PromptResult], out_dir: str | Path, *,
     acceptance_threshold: float = 0.40, relative_drop: float | None = 0.15, name: str = "drift",
     current_label: str = "this run", reference_label: str = "its baseline run",
-    pooled: tuple[float, float] | None = None,
+    pooled: tuple[float, float] | None = None, judged: str | None = None,
 ) -> DriftVerdict | None:
     """Run the Evidently report and save ``<out_dir>/<name>.html`` and ``<name>.json``.
 
@@ -134,6 +141,8 @@ def build_report(
         current_label / reference_label: what the two sides are (e.g. ``specdec-pair v2, night
             2026-11-30``), written at the top of the HTML with how to read it (:func:`explanation`).
         pooled: specdec's pooled acceptance rates (current, reference), quoted next to Evidently's mean.
+        judged: the column the threshold tests judge (default: the acceptance policy's metric,
+            ``per_token_acceptance``; ``acceptance_rate`` with the pooled estimator).
     Returns:
         The :class:`DriftVerdict` read back from the saved JSON, or ``None`` when fewer than two
         measured prompts exist on either side for every column (nothing to compare).
@@ -150,12 +159,16 @@ def build_report(
     cur, ref = cur[cols], ref[cols]
     definition = DataDefinition(numerical_columns=cols)
     metrics: list[Any] = [ValueDrift(column=c, method=DRIFT_METHOD, threshold=DRIFT_THRESHOLD) for c in cols]
-    if "acceptance_rate" in cols:
+    if judged is None:
+        from specdec.settings.policy import get_policy
+
+        judged = get_policy().metric
+    if judged in cols:
         tests = [gte(acceptance_threshold)]
-        base_mean = float(ref["acceptance_rate"].mean())
+        base_mean = float(ref[judged].mean())
         if relative_drop is not None and not math.isnan(base_mean):
             tests.append(gte(round(base_mean * (1.0 - relative_drop), 6)))
-        metrics.append(MeanValue(column="acceptance_rate", tests=tests))
+        metrics.append(MeanValue(column=judged, tests=tests))
     report = Report(metrics, include_tests=True)
     snapshot = report.run(Dataset.from_pandas(cur, data_definition=definition),
                           Dataset.from_pandas(ref, data_definition=definition))

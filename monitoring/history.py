@@ -192,8 +192,8 @@ def _ci(g: GroupMetrics, name: str) -> tuple[float | None, float | None]:
 
 def _metric_columns(report: ValidationReport) -> dict[str, Any]:
     g = report.overall
-    names = ("acceptance_rate", "alpha_hat", "alpha_tf", "speedup")
-    (ar_lo, ar_hi), (ah_lo, ah_hi), (tf_lo, tf_hi), (sp_lo, sp_hi) = (_ci(g, f"{n}_ci") for n in names)
+    names = ("acceptance_rate", "alpha_hat", "alpha_tf", "speedup", "per_token_acceptance")
+    (ar_lo, ar_hi), (ah_lo, ah_hi), (tf_lo, tf_hi), (sp_lo, sp_hi), (pt_lo, pt_hi) = (_ci(g, f"{n}_ci") for n in names)
     cols = dict(
         speedup_ci_low=sp_lo, speedup_ci_high=sp_hi, load_avg_1m=g.load_avg_1m, num_cpus=g.num_cpus or None,
         num_prompts=g.num_prompts, num_drafts=g.num_drafts, num_draft_tokens=g.num_draft_tokens,
@@ -201,6 +201,7 @@ def _metric_columns(report: ValidationReport) -> dict[str, Any]:
         acceptance_rate_ci_low=ar_lo, acceptance_rate_ci_high=ar_hi,
         mean_accepted_length=g.mean_accepted_length, draft_tokens_per_step=g.draft_tokens_per_step,
         alpha_hat=g.alpha_hat, alpha_hat_ci_low=ah_lo, alpha_hat_ci_high=ah_hi,
+        per_token_acceptance=g.per_token_acceptance, per_token_acceptance_ci_low=pt_lo, per_token_acceptance_ci_high=pt_hi,
         alpha_tf=g.alpha_tf, alpha_tf_ci_low=tf_lo, alpha_tf_ci_high=tf_hi,
         top1_agreement=g.top1_agreement, total_variation=g.total_variation,
         kl_divergence=g.kl_divergence, speedup=g.speedup, predicted_speedup=g.predicted_speedup,
@@ -560,7 +561,8 @@ def prompt_results(db: Database, run_id: int) -> list[PromptResult]:
 def trend_points(db: Database, pair: str, *, limit: int = 500, exclude_run: int | None = None) -> list[dict[str, Any]]:
     """Acceptance trend of ``pair`` from both sources, oldest first, as plain dicts for
     :func:`registry.plots.plot_trend`: ``time`` (production: window end; nightly: finish time, else
-    the scheduled date), ``acceptance_rate``, ``acceptance_rate_ci_low``, ``pair_version``, ``source``,
+    the scheduled date), ``acceptance_rate``, ``acceptance_rate_ci_low``, ``per_token_acceptance``,
+    ``per_token_acceptance_ci_low``, ``pair_version``, ``source``,
     ``run_id`` (history row), and the measured ``speedup`` / ``speedup_ci_low`` / ``speedup_ci_high`` /
     ``predicted_speedup`` (``None`` where not measured). The history store is the one source of the
     trend plots (the nightly hands these points to its MLflow run). ``exclude_run``: leave out that row
@@ -575,7 +577,8 @@ def trend_points(db: Database, pair: str, *, limit: int = 500, exclude_run: int 
         else:
             t = r.finished_at or dt.datetime.combine(r.scheduled_date, dt.time(), dt.timezone.utc)
         pts.append({"time": t, "acceptance_rate": r.acceptance_rate,
-                    "acceptance_rate_ci_low": r.acceptance_rate_ci_low, "pair_version": r.pair_version,
+                    "acceptance_rate_ci_low": r.acceptance_rate_ci_low, "per_token_acceptance": r.per_token_acceptance,
+                    "per_token_acceptance_ci_low": r.per_token_acceptance_ci_low, "pair_version": r.pair_version,
                     "source": r.source, "run_id": r.id, "speedup": r.speedup, "speedup_ci_low": r.speedup_ci_low,
                     "speedup_ci_high": r.speedup_ci_high, "predicted_speedup": r.predicted_speedup,
                     "night": None if r.source == PRODUCTION else r.scheduled_date.isoformat()})

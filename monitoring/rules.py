@@ -2,12 +2,16 @@
 
 Rules (thresholds in :class:`monitoring.settings.RuleSettings`):
 
-- ``absolute``: pooled acceptance rate below 0.40, overall and per category (own thresholds).
+- ``absolute``: the policy's acceptance metric below 0.40, overall and per category (own
+  thresholds). By default that metric is the per-token acceptance (``per_token_acceptance``, the
+  i.i.d. α of the measured mean accepted length, the same at every k; :class:`specdec.policy.AcceptancePolicy` ``estimator="per_token"``), with vLLM's
+  acceptance rate at k shown beside it; ``estimator="pooled"`` judges the acceptance rate itself.
   Fires only when the upper end of the 95% CI is below the threshold *and* at least N draft tokens
   were measured; a point estimate below the threshold with a CI reaching above it is reported as
   ``insufficient_evidence`` ("CI too wide: no alert yet").
-- ``relative``: acceptance rate more than 15% below the baseline (the last passing run of the
-  current champion): fires when the CI upper bound is below ``(1 - 0.15) * baseline``.
+- ``relative``: that metric more than 15% below the baseline (the last passing run of the
+  current champion): fires when the CI upper bound is below ``(1 - 0.15) * baseline``; with the
+  per-token metric a baseline at another k still compares.
 - ``collapse``: ``draft_tokens_per_step`` falls by more than 30% against the baseline (a drafter
   that stopped proposing can show 100% acceptance on almost nothing).
 - ``measurement``: the teacher-forced α (``alpha_tf``) and the decoding estimate of the same
@@ -31,6 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping
 
 from monitoring.settings import RuleSettings
+from specdec.policy import AcceptancePolicy
 from specdec.validation.report import GroupMetrics
 
 OK, FIRING, INSUFFICIENT, NOT_APPLICABLE = "ok", "firing", "insufficient_evidence", "not_applicable"
@@ -105,64 +110,79 @@ def _fmt_ci(ci: tuple[float, float] | None) -> str:
     return f" (95% CI {ci[0]:.3f}-{ci[1]:.3f})" if ci else ""
 
 
+def _judged(g: GroupMetrics, estimator: str) -> tuple[str, str, float | None, tuple[float, float] | None, str]:
+    """(metric field, label, value, CI) of the policy's metric on ``g``; the label names it and, for the
+    per-token metric, shows vLLM's acceptance rate at k beside it."""
+    policy = AcceptancePolicy(estimator=estimator)
+    value, ci = policy.judged(g)
+    label = policy.metric_label
+    rate, k = _num(g.acceptance_rate), g.num_speculative_tokens
+    beside = f"; acceptance rate {rate:.3f} at k={k or '?'}" if estimator != "pooled" and rate is not None else ""
+    return policy.metric, label, value, ci, beside
+
+
 def _below(rule: str, scope: str, g: GroupMetrics, limit: float, min_tokens: int,
-           baseline: float | None, what: str, side: str = "upper") -> RuleResult:
-    """Shared logic: does the acceptance rate of ``g`` lie credibly below ``limit``?"""
-    value, ci, n = _num(g.acceptance_rate), _ci(g.acceptance_rate_ci), int(g.num_draft_tokens or 0)
-    base = dict(rule=rule, scope=scope, metric="acceptance_rate", value=value, ci=ci,
+           baseline: float | None, what: str, policy: AcceptancePolicy = AcceptancePolicy()) -> RuleResult:
+    """Shared logic: does the judged acceptance (``policy.estimator``) of ``g`` lie credibly below ``limit``
+    (``policy.alert_side`` of its CI)?"""
+    side = policy.alert_side
+    metric, name, value, ci, beside = _judged(g, policy.estimator)
+    n = int(g.num_draft_tokens or 0)
+    base = dict(rule=rule, scope=scope, metric=metric, value=value, ci=ci,
                 threshold=limit, baseline=baseline, num_draft_tokens=n)
     label = "overall" if scope == OVERALL else f"category {scope!r}"
     if value is None or n == 0:
-        return RuleResult(status=INSUFFICIENT, message=f"{label}: nothing drafted, acceptance unmeasured", **base)
+        return RuleResult(status=INSUFFICIENT, message=f"{label}: nothing drafted, {name} unmeasured", **base)
+    shown = f"{name} {value:.3f}{_fmt_ci(ci)}"
     if n < min_tokens:
         return RuleResult(status=INSUFFICIENT, **base, message=(
-            f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} on only {n} draft tokens "
-            f"(< {min_tokens} needed): not enough evidence"))
+            f"{label}: {shown} on only {n} draft tokens (< {min_tokens} needed): not enough evidence{beside}"))
     x = value if side == "point" else (None if ci is None else ci[0] if side == "lower" else ci[1])
     if x is not None and x < limit:
         where = "" if side == "point" else f" (CI {side} end below it)"
-        return RuleResult(status=FIRING, **base, message=(
-            f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} below {what} {limit:.3f}{where}"))
+        return RuleResult(status=FIRING, **base, message=f"{label}: {shown} below {what} {limit:.3f}{where}{beside}")
     if value >= limit:
-        return RuleResult(status=OK, **base, message=(
-            f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} >= {what} {limit:.3f}"))
+        return RuleResult(status=OK, **base, message=f"{label}: {shown} >= {what} {limit:.3f}{beside}")
     why = "CI too wide" if ci is not None else "no CI available"
     return RuleResult(status=INSUFFICIENT, **base, message=(
-        f"{label}: acceptance {value:.3f}{_fmt_ci(ci)} below {what} {limit:.3f}, "
-        f"but {why}: no alert yet"))
+        f"{label}: {shown} below {what} {limit:.3f}, but {why}: no alert yet{beside}"))
 
 
 def absolute_rules(current: GroupMetrics, categories: Mapping[str, GroupMetrics],
                    settings: RuleSettings) -> list[RuleResult]:
     """The absolute-threshold rule overall and for each category of the current run."""
+    policy = AcceptancePolicy(estimator=settings.estimator, alert_side=settings.alert_side)
     out = [_below("absolute", OVERALL, current, settings.threshold_for(None),
-                  settings.min_draft_tokens, None, "threshold", settings.alert_side)]
+                  settings.min_draft_tokens, None, "threshold", policy)]
     for name in sorted(categories):
         out.append(_below("absolute", name, categories[name], settings.threshold_for(name),
-                          settings.min_category_draft_tokens, None, "threshold", settings.alert_side))
+                          settings.min_category_draft_tokens, None, "threshold", policy))
     return out
 
 
-def _comparable(current: GroupMetrics, baseline: GroupMetrics) -> str | None:
+def _comparable(current: GroupMetrics, baseline: GroupMetrics, estimator: str = "pooled") -> str | None:
+    """Why ``current`` cannot be compared with ``baseline`` (None: it can). The acceptance rate and
+    drafted tokens per step depend on k; the per-token acceptance does not (``estimator="per_token"``)."""
     k_cur, k_base = current.num_speculative_tokens, baseline.num_speculative_tokens
-    if k_cur and k_base and k_cur != k_base:
+    if estimator == "pooled" and k_cur and k_base and k_cur != k_base:
         return f"baseline used k={k_base}, current k={k_cur}: not comparable"
     return None
 
 
 def relative_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: RuleSettings) -> RuleResult:
-    """Acceptance rate dropped more than ``relative_drop`` against the baseline (CI-aware)."""
-    base_value = _num(baseline.acceptance_rate) if baseline is not None else None
+    """The judged acceptance dropped more than ``relative_drop`` against the baseline (CI-aware); with
+    the per-token metric a baseline validated at another k still compares."""
+    metric, _name, value, _ci_, _b = _judged(current, settings.estimator)
+    base_value = _judged(baseline, settings.estimator)[2] if baseline is not None else None
     if baseline is None or base_value is None:
-        return RuleResult("relative", OVERALL, NOT_APPLICABLE, "acceptance_rate",
-                          value=_num(current.acceptance_rate), message="no passing baseline run")
-    reason = _comparable(current, baseline)
+        return RuleResult("relative", OVERALL, NOT_APPLICABLE, metric, value=value, message="no passing baseline run")
+    reason = _comparable(current, baseline, settings.estimator)
     if reason:
-        return RuleResult("relative", OVERALL, NOT_APPLICABLE, "acceptance_rate",
-                          value=_num(current.acceptance_rate), baseline=base_value, message=reason)
+        return RuleResult("relative", OVERALL, NOT_APPLICABLE, metric, value=value, baseline=base_value, message=reason)
     limit = base_value * (1.0 - settings.relative_drop)
     what = f"{1 - settings.relative_drop:.0%} of baseline {base_value:.3f} ="
-    return _below("relative", OVERALL, current, limit, settings.min_draft_tokens, base_value, what)
+    return _below("relative", OVERALL, current, limit, settings.min_draft_tokens, base_value, what,
+                  AcceptancePolicy(estimator=settings.estimator, alert_side="upper"))
 
 
 def collapse_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: RuleSettings) -> RuleResult:
@@ -237,8 +257,12 @@ def replay_rule(current: GroupMetrics) -> RuleResult:
 # exceeded speed_max_load_per_cpu and whose speedup (or its CI's lower end) is below the threshold is
 # speed-inconclusive (status "inconclusive"): stored and shown, never alerted on, and it makes the
 # verdict inconclusive (it neither fires nor resolves). A clear gain measured under load still counts.
-# So is an unfavourable speedup the validation flagged "timing suspect" (measured/predicted outside
-# specdec.validation.speed.TIMING_BAND): the report says the timing, not the pair, is in doubt.
+# A speedup the validation flagged "timing suspect" (measured/predicted outside
+# specdec.validation.speed.TIMING_BAND, after re-timing its slow prompts once) is inconclusive only
+# while its CI still reaches 1.0x: a credible slowdown (CI upper end below 1.0x, measured with
+# interleaved pairs) fires whatever the speed model predicted, and the message gives both numbers
+# and says the verdict used the measured one. Each inconclusive message names its real reason
+# (machine overloaded, or a disagreement with the speed model).
 SPEED_RULE = "speed"
 #: status of a speed measurement taken on an overloaded machine (never alerts)
 SPEED_INCONCLUSIVE = "inconclusive"
@@ -248,6 +272,18 @@ def load_per_cpu(g: GroupMetrics) -> float | None:
     """Mean 1-minute load average per usable CPU during the run's timings, or ``None``."""
     load, cpus = _num(getattr(g, "load_avg_1m", None)), int(getattr(g, "num_cpus", 0) or 0)
     return load / cpus if load is not None and cpus > 0 else None
+
+
+def _model_gap(g: GroupMetrics) -> str:
+    """``disagrees with the speed model's 0.66x (measured/predicted 0.76, outside 0.80-1.25; 6 prompt(s)
+    re-timed)``: both numbers of a timing-suspect run."""
+    from specdec.validation.speed import TIMING_BAND
+
+    pred, ratio = _num(getattr(g, "predicted_speedup", None)), _num(getattr(g, "measured_over_predicted", None))
+    n = int(getattr(g, "num_remeasured", 0) or 0)
+    return (f"disagrees with the speed model's {'?' if pred is None else f'{pred:.2f}x'} (measured/predicted "
+            f"{'?' if ratio is None else f'{ratio:.2f}'}, outside {TIMING_BAND[0]:.2f}-{TIMING_BAND[1]:.2f}; "
+            f"{n} prompt(s) re-timed)")
 
 
 def speed_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: RuleSettings):
@@ -283,12 +319,12 @@ def speed_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: R
         return RuleResult(status=SPEED_INCONCLUSIVE, **common, message=(
             f"speed-inconclusive: {shown} taken at load {current.load_avg_1m:.2f} on {current.num_cpus} CPUs "
             f"({lpc:.2f}/CPU > {settings.speed_max_load_per_cpu:.2f}): machine overloaded, no speed alert"))
-    if getattr(current, "timing_suspect", None) is True and unfavourable:
-        ratio = _num(getattr(current, "measured_over_predicted", None))
+    suspect = getattr(current, "timing_suspect", None) is True
+    credible_slowdown = ci is not None and ci[1] < settings.speed_threshold
+    if suspect and unfavourable and not credible_slowdown:
         return RuleResult(status=SPEED_INCONCLUSIVE, **common, message=(
-            f"speed-inconclusive: {shown} is timing suspect (measured/predicted "
-            f"{'?' if ratio is None else f'{ratio:.2f}'} outside the calibrated band): the timing, not the pair, "
-            "is in doubt; no speed alert"))
+            f"speed-inconclusive: {shown} {_model_gap(current)}; the CI reaches {settings.speed_threshold:.2f}x, so "
+            "the timing, not the pair, may be in doubt; no speed alert"))
     n = int(current.num_prompts or 0)
     if n < settings.speed_min_prompts or ci is None:
         return RuleResult(status=INSUFFICIENT, **common, message=(
@@ -298,9 +334,10 @@ def speed_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: R
             f"{shown} below {settings.speed_threshold:.2f}x, but the CI reaches above it: no speed alert yet"))
     if ci[1] < settings.speed_threshold:
         was = f" (was {base:.2f}x at baseline)" if base is not None else ""
+        gap = f"; {_model_gap(current)}, the verdict uses the measured speedup" if suspect else ""
         return RuleResult(status=FIRING, **common, message=(
             f"speculation no longer pays: {shown}{was}, CI entirely below {settings.speed_threshold:.2f}x: "
-            "serving target-only would be faster"))
+            f"serving target-only would be faster{gap}"))
     return RuleResult(status=OK, **common, message=f"{shown}: speculation pays or is not credibly slower")
 
 
@@ -423,7 +460,8 @@ def change_since_baseline(results: Iterable[RuleResult]) -> str | None:
     parts = []
     rel = next((r for r in results if r.rule == "relative" and r.scope == "overall"), None)
     if rel is not None and rel.baseline is not None and rel.value is not None:
-        parts.append(f"acceptance {rel.baseline:.3f} -> {rel.value:.3f}")
+        name = "per-token acceptance" if rel.metric == "per_token_acceptance" else "acceptance"
+        parts.append(f"{name} {rel.baseline:.3f} -> {rel.value:.3f}")
     sp = next((r for r in results if r.rule == "speed"), None)
     if sp is not None and sp.baseline is not None and sp.value is not None:
         parts.append(f"speedup {sp.baseline:.2f}x -> {sp.value:.2f}x")

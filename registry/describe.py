@@ -3,8 +3,9 @@
 The MLflow versions table shows each version's tags as ``key: value`` chips and the first 29
 characters of its description (``ModelVersionTable``: ``truncate(description, 32)``), so
 
-- the description is one line that starts with the verdict and the acceptance rate with its 95% CI
-  (``passed: acc 0.72 [0.65-0.79]``, 28 characters), then k, the measured speedup [CI], the
+- the description is one line that starts with the verdict and the judged acceptance metric with its
+  95% CI (``passed: α 0.81 [0.75-0.86]``, 26 characters: the per-token acceptance, the policy's default;
+  ``acc`` when the policy judges the acceptance rate), then vLLM's rate at k (``(rate 0.72 at k=4)``), the measured speedup [CI], the
   held-out set and size, what changed since which version, the date, and who holds which alias;
 - the version carries only the tags in :data:`VERSION_TAG_KEYS` (chosen for filtering in the UI,
   e.g. ``tags.validation_status = 'failed'``); every other registration fact (hashes, the whole
@@ -26,8 +27,11 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from registry.pairfile import full_tags, read_pair_doc
+from specdec.policy import METRICS
+from specdec.settings.policy import get_policy
 
-#: the only tags a pair version carries (registration 5, validation 4, promotion 1)
+#: the only tags a pair version carries (registration 5, validation 4, promotion 1); ``policy`` names
+#: the judged metric (``per_token_acceptance ci_low>=0.40``), the description shows its value beside the rate at k
 REGISTRATION_TAG_KEYS = ("target", "draft", "drafter_kind", "changed", "num_speculative_tokens")
 VALIDATION_TAG_KEYS = ("validation_status", "acceptance_rate", "speedup", "policy")
 PROMOTION_TAG_KEY = "promotion"
@@ -62,9 +66,11 @@ def select_registration_tags(tags: Mapping[str, str]) -> dict[str, str]:
 
 
 def policy_label(gate: Any) -> str:
-    """Short text of the gate's acceptance criterion, e.g. ``ci_low>=0.40`` (a ``GateConfig``)."""
-    side = {"lower": "ci_low", "point": "acceptance", "upper": "ci_high"}.get(getattr(gate, "gate_side", "lower"), "ci_low")
-    return f"{side}>={float(gate.min_acceptance_rate):.2f}"
+    """Short text of the gate's acceptance criterion naming the judged metric, e.g.
+    ``per_token_acceptance ci_low>=0.40`` (a ``GateConfig``; ``acceptance_rate ci_low>=0.40`` with the pooled estimator)."""
+    side = {"lower": "ci_low", "point": "point", "upper": "ci_high"}.get(getattr(gate, "gate_side", "lower"), "ci_low")
+    metric = METRICS[getattr(gate, "estimator", "pooled")][0]
+    return f"{metric} {side}>={float(gate.min_acceptance_rate):.2f}"
 
 
 def speed_note(metrics: Mapping[str, float]) -> str | None:
@@ -121,7 +127,11 @@ class VersionFacts:
 
     Attributes:
         status: ``passed`` / ``failed`` (latest validation's gate verdict), None = never validated.
-        acceptance_rate / acceptance_ci: pooled acceptance rate and its 95% CI, in [0, 1].
+        acceptance_rate / acceptance_ci: the judged metric (the policy's estimator: per-token
+            acceptance by default) and its 95% CI, in [0, 1].
+        metric: that metric's short name in the line (``α``: per-token acceptance; ``acc``: the
+            acceptance rate), short so that the table's first 29 characters still hold the verdict.
+        rate: vLLM's acceptance rate at k, shown beside a per-token metric (None otherwise).
         k: num_speculative_tokens of the pair version.
         speedup / speedup_ci: measured wall-clock speedup (x) and its CI, None if not measured.
         heldout / num_prompts: held-out set name and how many prompts were validated.
@@ -136,6 +146,8 @@ class VersionFacts:
     status: str | None = None
     acceptance_rate: float | None = None
     acceptance_ci: tuple[float, float] | None = None
+    metric: str = "acc"
+    rate: float | None = None
     k: int | None = None
     speedup: float | None = None
     speedup_ci: tuple[float, float] | None = None
@@ -169,7 +181,7 @@ _CHANGED = {"initial": "first version", "target": "target changed", "draft": "dr
 
 
 def describe(f: VersionFacts) -> str:
-    """The one-line description: ``passed: acc 0.72 [0.65-0.79] at k=4 · speedup 1.31x [1.10-1.52] ·
+    """The one-line description: ``passed: α 0.81 [0.75-0.86] (rate 0.72 at k=4) · speedup 1.31x [1.10-1.52] ·
     spec_bench, 48 prompts · target changed since v1 · 2026-11-30 · @champion 2026-11-30 by alice (gate passed)``.
 
     The first :data:`TABLE_DESCRIPTION_CHARS` characters hold the verdict and the acceptance rate
@@ -180,7 +192,9 @@ def describe(f: VersionFacts) -> str:
         parts = ["not validated" + (f" at k={f.k}" if f.k else "")]
     else:
         acc = f"{f.acceptance_rate:.2f}" if _finite(f.acceptance_rate) else "n/a"
-        parts = [f"{f.status}: acc {acc}{_ci(f.acceptance_ci)}" + (f" at k={f.k}" if f.k else "")]
+        at = f" at k={f.k}" if f.k else ""
+        rate = f" (rate {f.rate:.2f}{at})" if _finite(f.rate) else at
+        parts = [f"{f.status}: {f.metric} {acc}{_ci(f.acceptance_ci)}{rate}"]
         if f.speed_note:
             parts.append(f.speed_note)
         elif _finite(f.speedup):
@@ -255,8 +269,11 @@ def facts_for(client, mv, run=None, aliases: Mapping[str, str] | None = None,
         m = run.data.metrics
         held = run.data.params.get("heldout_name") or run.data.tags.get("specdec.heldout", "")
         f.status = run.data.tags.get("validation_status")
-        f.acceptance_rate = m.get("acceptance_rate")
-        f.acceptance_ci = _pair(m, "acceptance_rate")
+        metric = METRICS[get_policy().estimator][0]
+        f.metric = "α" if metric == "per_token_acceptance" else "acc"
+        f.acceptance_rate = m.get(metric)
+        f.acceptance_ci = _pair(m, metric)
+        f.rate = m.get("acceptance_rate") if metric != "acceptance_rate" else None
         f.speedup = m.get("speedup") if _finite(m.get("speedup")) else None
         f.speedup_ci = _pair(m, "speedup")
         f.speed_note = speed_note(m)

@@ -10,6 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
+from specdec.policy import METRICS
 from specdec.settings.policy import get_policy
 
 
@@ -21,9 +22,12 @@ class GateConfig:
     ``SPECDEC_POLICY__*``), the same one the drift rules, plots and Evidently report read.
 
     Attributes:
-        min_acceptance_rate: the ``gate_side`` end of the acceptance rate's 95% CI (default the
-            lower end, metric ``acceptance_rate_ci_low``) must be at least this (policy threshold).
+        min_acceptance_rate: the ``gate_side`` end of the judged metric's 95% CI (default the
+            lower end of the per-token acceptance, metric ``per_token_acceptance_ci_low``) must be at least
+            this (policy threshold).
         gate_side: ``lower`` | ``point`` | ``upper`` (policy).
+        estimator: the judged metric (policy): ``per_token`` (``per_token_acceptance``, the same at every k)
+            or ``pooled`` (``acceptance_rate``, vLLM's accepted/drafted at the pair's k).
         require_exactness_clean: the greedy exactness audit must report 0 mismatches
             (metric ``exactness_mismatches``). An audit that did not run (sampling) counts as clean.
         min_predicted_speedup: if set, metric ``predicted_speedup`` must be at least this. Off by
@@ -44,6 +48,7 @@ class GateConfig:
     min_num_prompts: int = field(default_factory=lambda: get_policy().min_prompts)
     min_draft_tokens: int = field(default_factory=lambda: get_policy().min_draft_tokens)
     gate_side: str = field(default_factory=lambda: get_policy().gate_side)
+    estimator: str = field(default_factory=lambda: get_policy().estimator)
     gated_aliases: tuple[str, ...] = ("champion",)
 
     def to_dict(self) -> dict[str, Any]:
@@ -84,12 +89,34 @@ def _num(metrics: Mapping[str, Any], key: str) -> float | None:
     return None if math.isnan(f) else f
 
 
+def _acceptance(metrics: Mapping[str, Any], gate: GateConfig, reasons: list[str], seen: dict[str, float]) -> None:
+    """The acceptance criterion: the gate side of the judged metric (named in the reason) against the
+    threshold; vLLM's acceptance rate at k is shown beside a per-token verdict."""
+    metric, _ci, label = METRICS[gate.estimator]
+    key, what = {"lower": (f"{metric}_ci_low", "CI lower bound"), "point": (metric, "point estimate"),
+                 "upper": (f"{metric}_ci_high", "CI upper bound")}[gate.gate_side]
+    side, point = _num(metrics, key), _num(metrics, metric)
+    for name, v in ((metric, point), ("acceptance_rate", _num(metrics, "acceptance_rate"))):
+        if v is not None:
+            seen[name] = v
+    if side is None:
+        reasons.append(f"{label} ({metric}) {what} is missing (no drafted tokens, or CI not computed)")
+        return
+    seen[key] = side
+    if side < gate.min_acceptance_rate:
+        shown = f" (point estimate {point:.3f})" if point is not None and key != metric else ""
+        k, rate = _num(metrics, "num_speculative_tokens"), seen.get("acceptance_rate")
+        beside = (f"; acceptance rate {rate:.3f} at k={int(k) if k else '?'}"
+                  if metric != "acceptance_rate" and rate is not None else "")
+        reasons.append(f"{label} ({metric}) {what} {side:.3f} < {gate.min_acceptance_rate:.2f}{shown}{beside}")
+
+
 def evaluate_gate(metrics: Mapping[str, Any], gate: GateConfig | None = None, run_id: str | None = None) -> GateResult:
     """Judge one validation's metrics against ``gate``.
 
     Args:
         metrics: metric name -> value, with the names logged by :func:`registry.runs.log_validation`
-            (``acceptance_rate``, ``acceptance_rate_ci_low``, ``exactness_mismatches``,
+            (``per_token_acceptance``, ``per_token_acceptance_ci_low``, ``acceptance_rate``, ``exactness_mismatches``,
             ``predicted_speedup``). Missing or NaN values fail the criterion that needs them.
         gate: the criteria.
         run_id: recorded in the result.
@@ -99,19 +126,7 @@ def evaluate_gate(metrics: Mapping[str, Any], gate: GateConfig | None = None, ru
     gate = gate or GateConfig()
     reasons: list[str] = []
     seen: dict[str, float] = {}
-    key, what = {"lower": ("acceptance_rate_ci_low", "CI lower bound"), "point": ("acceptance_rate", "point estimate"),
-                 "upper": ("acceptance_rate_ci_high", "CI upper bound")}[gate.gate_side]
-    ci_low = _num(metrics, key)
-    rate = _num(metrics, "acceptance_rate")
-    if rate is not None:
-        seen["acceptance_rate"] = rate
-    if ci_low is None:
-        reasons.append(f"acceptance rate {what} is missing (no drafted tokens, or CI not computed)")
-    else:
-        seen[key] = ci_low
-        if ci_low < gate.min_acceptance_rate:
-            shown = f" (point estimate {rate:.3f})" if rate is not None and key != "acceptance_rate" else ""
-            reasons.append(f"acceptance rate {what} {ci_low:.3f} < {gate.min_acceptance_rate:.2f}{shown}")
+    _acceptance(metrics, gate, reasons, seen)
     if gate.require_exactness_clean:
         mism = _num(metrics, "exactness_mismatches")
         if mism is not None:

@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+from specdec.policy import METRICS
 from specdec.settings.policy import get_policy
 from specdec.validation.report import ValidationReport
 
@@ -53,28 +54,43 @@ def plot_per_position(report: ValidationReport, path: str | Path) -> Path:
     return out
 
 
+def _judged_label() -> tuple[str, str, str]:
+    """(GroupMetrics / MLflow metric name, its CI field, axis label) of the policy's judged metric."""
+    metric, ci, label = METRICS[get_policy().estimator]
+    return metric, ci, ("per-token acceptance α (same at every k)" if metric == "per_token_acceptance" else "acceptance rate")
+
+
 def plot_per_category(report: ValidationReport, path: str | Path, threshold: float | None = None) -> Path:
-    """Per-category acceptance-rate bars with 95% CI error bars and the gate threshold line."""
+    """Per-category bars of the judged acceptance metric (the policy's: per-token α̂ by default) with
+    95% CI error bars and the gate threshold line; vLLM's acceptance rate at k is marked beside
+    each bar when the bars are per-token."""
     fig = _figure(max(6.4, 0.7 * (len(report.categories) + 1) + 2))
     ax = fig.add_subplot(1, 1, 1)
+    metric, ci_name, ylabel = _judged_label()
+    k = report.config.get("num_speculative_tokens", "?")
     groups = [("all", report.overall)] + sorted(report.categories.items())
-    names, vals, lo, hi = [], [], [], []
+    names, vals, lo, hi, rates = [], [], [], [], []
     for name, g in groups:
-        rate = g.acceptance_rate if _ok(g.acceptance_rate) else 0.0
-        ci = g.acceptance_rate_ci or [math.nan, math.nan]
+        v = getattr(g, metric)
+        rate = v if _ok(v) else 0.0
+        ci = getattr(g, ci_name) or [math.nan, math.nan]
         names.append(name)
         vals.append(rate)
+        rates.append(g.acceptance_rate if _ok(g.acceptance_rate) else math.nan)
         lo.append(max(rate - ci[0], 0.0) if _ok(ci[0]) else 0.0)
         hi.append(max(ci[1] - rate, 0.0) if len(ci) > 1 and _ok(ci[1]) else 0.0)
     colors = ["#444444"] + ["#4C72B0"] * (len(names) - 1)
-    ax.bar(range(len(names)), vals, yerr=[lo, hi], capsize=3, color=colors)
+    ax.bar(range(len(names)), vals, yerr=[lo, hi], capsize=3, color=colors, label=ylabel.split(" (")[0])
+    if metric != "acceptance_rate":
+        ax.plot(range(len(names)), rates, linestyle="none", marker="_", markersize=14, color="#DD8452",
+                label=f"acceptance rate at k={k} (accepted/drafted)")
     threshold = get_policy().threshold if threshold is None else threshold  # the acceptance policy's line
-    ax.axhline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"gate {threshold:.2f}")
+    ax.axhline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"gate {threshold:.2f} ({metric})")
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
     ax.set_ylim(0, 1.02)
-    ax.set_ylabel("acceptance rate")
-    ax.set_title("Acceptance rate per category (95% CI)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{ylabel.split(' (')[0].capitalize()} per category (95% CI), k={k}")
     ax.legend(fontsize=7)
     out = Path(path)
     fig.savefig(out, bbox_inches="tight")
@@ -107,13 +123,14 @@ def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: f
     each panel with its own y-axis, points labelled by night.
 
     Args:
-        history: oldest first; dicts with ``time`` (datetime or ISO string), ``acceptance_rate``,
-            optional ``night`` (``YYYY-MM-DD``: the x label of a nightly point; else the date of
-            ``time``), ``pair_version``, ``acceptance_rate_ci_low`` and ``source`` (``"nightly"``,
+        history: oldest first; dicts with ``time`` (datetime or ISO string), the judged metric
+            (the policy's: ``per_token_acceptance`` by default, or ``acceptance_rate``), optional ``night`` (``YYYY-MM-DD``: the x label of a nightly point; else the date of
+            ``time``), ``pair_version``, ``<metric>_ci_low`` and ``source`` (``"nightly"``,
             the default, or ``"production"``: windows of the serving engine's counters, dotted), and
             ``speedup`` / ``speedup_ci_low`` / ``speedup_ci_high`` (measured speedup with its CI).
     """
-    pts = [h for h in history if _ok(h.get("acceptance_rate"))]
+    metric, _ci, ylabel = _judged_label()
+    pts = [h for h in history if _ok(h.get(metric))]
     sp = [i for i, h in enumerate(pts) if _ok(h.get("speedup"))]
     fig = _figure(7.6, 5.6 if sp else 4.0)
     ax = fig.add_subplot(2, 1, 1) if sp else fig.add_subplot(1, 1, 1)
@@ -122,8 +139,8 @@ def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: f
     for n, ((src, ver), idx) in enumerate(_series(pts).items()):
         color = colors[n % len(colors)]
         style = dict(color=color, marker="o" if src == "nightly" else ".", linestyle="-" if src == "nightly" else ":")
-        ax.plot(idx, [float(pts[i]["acceptance_rate"]) for i in idx], label=f"v{ver} ({src})", **style)
-        lows = [pts[i].get("acceptance_rate_ci_low") for i in idx]
+        ax.plot(idx, [float(pts[i][metric]) for i in idx], label=f"v{ver} ({src})", **style)
+        lows = [pts[i].get(f"{metric}_ci_low") for i in idx]
         if all(_ok(v) for v in lows):
             ax.plot(idx, lows, linestyle=":", color=color, alpha=0.6, linewidth=0.9)
         sx = [i for i in idx if i in sp]
@@ -133,10 +150,10 @@ def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: f
             hi = [float(pts[i]["speedup_ci_high"]) - y if _ok(pts[i].get("speedup_ci_high")) else 0.0 for y, i in zip(sy, sx)]
             ax2.errorbar(sx, sy, yerr=[lo, hi], marker="s", color=color, capsize=3, label=f"v{ver}")
     threshold = get_policy().threshold if threshold is None else threshold  # the acceptance policy's line
-    ax.axhline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"gate {threshold:.2f}")
+    ax.axhline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"gate {threshold:.2f} ({metric})")
     ax.set_ylim(0, 1.02)
-    ax.set_ylabel("acceptance rate\n(dotted: CI lower bound)")
-    ax.set_title(title or "Acceptance rate over validation runs")
+    ax.set_ylabel(ylabel.replace(" (", "\n(") + "\n(dotted: CI lower bound)")
+    ax.set_title(title or f"{ylabel.split(' (')[0].capitalize()} over validation runs")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower left", ncol=2)
     bottom = ax2 if ax2 is not None else ax
@@ -158,6 +175,9 @@ def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: f
     return out
 
 
+#: the acceptance metrics a trend point carries (MLflow metric names): both estimators, so the plot
+#: draws whichever the policy judges
+ACCEPTANCE_KEYS = ("acceptance_rate", "acceptance_rate_ci_low", "per_token_acceptance", "per_token_acceptance_ci_low")
 #: the speed metrics a trend point carries (MLflow metric names)
 SPEED_KEYS = ("speedup", "speedup_ci_low", "speedup_ci_high", "predicted_speedup")
 
@@ -175,9 +195,8 @@ def write_run_plots(report: ValidationReport, out: Path, history: list, run_id: 
     plot_per_position(report, out / "per_position_acceptance.png")
     plot_per_category(report, out / "per_category_acceptance.png", threshold=threshold)
     point = {"time": datetime.now(timezone.utc), "run_id": run_id, "pair_version": version, "night": night,
-             "acceptance_rate": metrics.get("acceptance_rate", math.nan),
-             "acceptance_rate_ci_low": metrics.get("acceptance_rate_ci_low", math.nan),
-             **{k: metrics.get(k, math.nan) for k in SPEED_KEYS}}
+             **{k: metrics.get(k, math.nan) for k in ACCEPTANCE_KEYS + SPEED_KEYS}}
+    name = _judged_label()[2].split(" (")[0]
     plot_trend(list(history) + [point], out / "acceptance_trend.png", threshold=threshold,
-               title=f"{pair}: acceptance rate and speedup over validation runs")
+               title=f"{pair}: {name} and speedup over validation runs")
     return out

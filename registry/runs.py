@@ -44,7 +44,7 @@ from specdec.core.config import SpeculativeConfig
 from registry.errors import PairNotFound
 from registry.pairfile import full_tags
 from registry.pairs import get_pair_model_version
-from registry.plots import SPEED_KEYS, night_of, write_run_plots
+from registry.plots import ACCEPTANCE_KEYS, SPEED_KEYS, night_of, write_run_plots
 from registry.gate import GateConfig, GateResult, evaluate_gate
 from registry.settings import VALIDATION_EXPERIMENT, get_client, get_or_create_experiment, mlflow_errors
 from specdec.pause_points import pause_at
@@ -52,7 +52,7 @@ from specdec.settings.policy import get_policy
 from specdec.validation.report import PROMPTS_FILE, REPORT_FILE, ValidationReport
 
 _log = logging.getLogger(__name__)
-_CATEGORY_METRICS = ("acceptance_rate", "mean_accepted_length", "alpha_tf", "alpha_hat", "top1_agreement", "speedup",
+_CATEGORY_METRICS = ("acceptance_rate", "per_token_acceptance", "mean_accepted_length", "alpha_tf", "alpha_hat", "top1_agreement", "speedup",
                      "predicted_speedup", "num_prompts")
 
 
@@ -186,6 +186,7 @@ def client_validation_history(client, pair: str, experiment: str = VALIDATION_EX
                               max_results: int = 200) -> list[dict[str, Any]]:
     """Past finished validation runs of ``pair`` (all versions), oldest first: dicts with ``time``
     (datetime, UTC), ``run_id``, ``pair_version``, ``acceptance_rate``, ``acceptance_rate_ci_low``,
+    ``per_token_acceptance``, ``per_token_acceptance_ci_low``,
     ``speedup``, ``speedup_ci_low``, ``speedup_ci_high``, ``predicted_speedup`` (NaN where not logged),
     ``validation_status``."""
     exp = client.get_experiment_by_name(experiment)
@@ -199,9 +200,7 @@ def client_validation_history(client, pair: str, experiment: str = VALIDATION_EX
         out.append({"time": datetime.fromtimestamp(r.info.start_time / 1000, timezone.utc), "run_id": r.info.run_id,
                     "night": night_of(r.info.run_name),
                     "pair_version": r.data.tags.get("specdec.pair_version"),
-                    "acceptance_rate": m.get("acceptance_rate", math.nan),
-                    "acceptance_rate_ci_low": m.get("acceptance_rate_ci_low", math.nan),
-                    **{k: m.get(k, math.nan) for k in SPEED_KEYS},
+                    **{k: m.get(k, math.nan) for k in ACCEPTANCE_KEYS + SPEED_KEYS},
                     "validation_status": r.data.tags.get("validation_status")})
     return out
 

@@ -15,7 +15,14 @@ counter) is delta'd on its own, then the deltas are summed per served model:
 
 Metrics follow vLLM's definitions (``specdec.core.stats.DecodingStats``): acceptance rate = accepted /
 drafted tokens, mean accepted length = 1 + accepted / drafts, per-position rate = accepted at
-position i / drafts, drafted tokens per step = drafted tokens / drafts.
+position i / drafts, drafted tokens per step = drafted tokens / drafts. The floor's per-token
+acceptance is the nightly's estimator (:func:`specdec.core.stats.per_token_acceptance`): the i.i.d. α
+of accepted per draft at drafted per draft, with the window's interval of accepted per draft
+(exact from the per-position counters: vLLM ``..._num_accepted_tokens_per_pos_total``, llama.cpp's
+per-position counter; else the Bhatia-Davis bound) mapped through it. It needs the drafts counter;
+without it the window has no per-token value and the floor's rules report it unmeasured
+(``SPECDEC_POLICY__ESTIMATOR=pooled`` judges the rate instead). α̂ (the MLE) is filled when all k
+per-position counters give the rejected steps.
 
 The acceptance-rate 95% CI is a normal interval with the verification step (draft) as the unit:
 ``se = sd(a) / sqrt(n) / (drafted tokens per step)`` where ``a`` is the accepted count of one draft.
@@ -36,7 +43,7 @@ from scipy.stats import norm
 
 from monitoring.production.engines import ACCEPTED, DRAFT_TOKENS, DRAFTS, LENGTH_GAUGE, PER_POSITION, RATE_GAUGE
 from specdec.validation.report import GroupMetrics
-from specdec.core.stats import DecodingStats
+from specdec.core.stats import DecodingStats, per_token_acceptance, rejected_steps_from_positions
 
 Z95 = float(norm.ppf(0.975))
 
@@ -225,8 +232,8 @@ def window_metrics(wc: WindowCounters, k: int | None = None) -> GroupMetrics:
             number of per-position counters.
     Returns:
         GroupMetrics with the vLLM counters, acceptance rate and its CI, mean accepted length,
-        per-position rates, drafted tokens per step and α̂ (when per-position counts give the
-        rejected steps). Gauge-only windows (SGLang) carry the gauge means and no counts.
+        per-position rates, drafted tokens per step, the per-token acceptance with its 95% CI (with a
+        drafts counter) and α̂ (when k per-position counts give the rejected steps). Gauge-only windows (SGLang) carry the gauge means and no counts.
     """
     k = k or len(wc.accepted_per_position) or None
     drafts, drafted, accepted = wc.num_drafts, wc.num_draft_tokens, wc.num_accepted_tokens
@@ -242,7 +249,7 @@ def window_metrics(wc: WindowCounters, k: int | None = None) -> GroupMetrics:
     else:
         drafts_for_ci = drafts or 0
     pp = list(wc.accepted_per_position)
-    rejected = drafts - pp[-1] if drafts is not None and pp and k == len(pp) else 0
+    rejected = (rejected_steps_from_positions(drafts, pp, k) if drafts is not None and k else None) or 0
     stats = DecodingStats(num_speculative_tokens=k or 0, num_drafts=drafts or 0, num_draft_tokens=drafted,
                           num_accepted_tokens=accepted, num_rejected_steps=max(rejected, 0),
                           accepted_per_position=pp)
@@ -259,4 +266,9 @@ def window_metrics(wc: WindowCounters, k: int | None = None) -> GroupMetrics:
         g.num_emitted_tokens = accepted + drafts
         if pp and k == len(pp):
             g.alpha_hat = stats.alpha_hat
+        # the floor's per-token acceptance, the nightly's estimator: the window's CI of accepted per
+        # draft (the acceptance-rate interval times drafted per draft) mapped through iid_alpha
+        per_draft = drafted / drafts
+        mean_ci = [x * per_draft for x in g.acceptance_rate_ci] if all(x == x for x in g.acceptance_rate_ci) else None
+        g.per_token_acceptance, g.per_token_acceptance_ci = per_token_acceptance(drafts, drafted, accepted, mean_ci)
     return g

@@ -68,6 +68,8 @@ class WindowOutcome:
     health_transition: str | None = None
     representativeness_transition: str | None = None
     message: str = ""
+    per_token_acceptance: float | None = None  # the floor's metric (docs/metrics.md "Per-token acceptance")
+    per_token_acceptance_ci: list[float] = field(default_factory=list)
 
 
 def _num(x) -> float | None:
@@ -226,6 +228,7 @@ def ingest_window(
             _num(g.acceptance_rate), [x for x in map(_num, g.acceptance_rate_ci) if x is not None],
             _num(g.mean_accepted_length), wc.num_drafts, wc.num_draft_tokens, wc.resets,
             ev.representativeness.status, ht, rt, "; ".join(fired) or ev.representativeness.message,
+            _num(g.per_token_acceptance), [x for x in map(_num, g.per_token_acceptance_ci) if x is not None],
         ))
     if current_scrape is not None:  # only now: a failure above re-reads this window next time
         store.save_scrape(db, source.name, source.engine, current_scrape)

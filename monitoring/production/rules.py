@@ -4,8 +4,9 @@
   upper end below it, relative drop and collapse against the previous *passing window* of the same
   source and model; the measurement rule has no teacher-forced α in production and is
   ``not_applicable``). Their verdict drives the incident of scope ``production:<source>``.
-* ``representativeness``: the production acceptance rate and the nightly champion run's (same pair
-  version, same k) have non-overlapping 95% CIs: "held-out set or serving stack differs from
+* ``representativeness``: the production acceptance and the nightly champion run's (same pair
+  version; the policy's metric: per-token by default, which compares across k; the acceptance rate
+  only at the same k) have non-overlapping 95% CIs: "held-out set or serving stack differs from
   traffic". It has its own incident (scope ``representativeness:<source>``), so a healthy
   production that merely disagrees with the nightly number never holds the health incident open.
 """
@@ -20,6 +21,7 @@ from monitoring.db import Database, ValidationRun
 from monitoring.production import store
 from monitoring.rules import FIRING, INSUFFICIENT, NOT_APPLICABLE, OK, OVERALL, RuleResult
 from monitoring.settings import MonitoringSettings, RuleSettings
+from specdec.policy import AcceptancePolicy
 from specdec.validation.report import GroupMetrics, group_metrics_from_dict
 
 REPRESENTATIVENESS = "representativeness"
@@ -49,28 +51,30 @@ def representativeness_rule(production: GroupMetrics, nightly: GroupMetrics | No
         nightly rate). Fires when the intervals do not overlap; ``not_applicable`` without a nightly
         run or with a different k; ``insufficient_evidence`` when either side lacks tokens or a CI.
     """
-    value, ci = _num(production.acceptance_rate), _ci(production.acceptance_rate_ci)
+    policy = AcceptancePolicy(estimator=settings.estimator)
+    value, ci = policy.judged(production)
+    name = policy.metric_label
     n = int(production.num_draft_tokens or 0)
-    common = dict(rule=REPRESENTATIVENESS, scope=OVERALL, metric="acceptance_rate", value=value, ci=ci,
+    common = dict(rule=REPRESENTATIVENESS, scope=OVERALL, metric=policy.metric, value=value, ci=ci,
                   num_draft_tokens=n)
     if nightly is None:
         return RuleResult(status=NOT_APPLICABLE, message="no nightly run of the served pair version to compare with",
                           **common)
-    base, base_ci = _num(nightly.acceptance_rate), _ci(nightly.acceptance_rate_ci)
+    base, base_ci = policy.judged(nightly)
     common["baseline"] = base
     where = f" ({nightly_label})" if nightly_label else ""
     k_p, k_n = production.num_speculative_tokens, nightly.num_speculative_tokens
-    if k_p and k_n and k_p != k_n:
+    if settings.estimator == "pooled" and k_p and k_n and k_p != k_n:  # the per-token metric compares across k
         return RuleResult(status=NOT_APPLICABLE, **common, message=(
             f"production drafts k={k_p}, the nightly run{where} used k={k_n}: not comparable"))
     if value is None or ci is None or n < settings.min_draft_tokens:
         return RuleResult(status=INSUFFICIENT, **common, message=(
-            f"production acceptance on {n} draft tokens without a usable CI: not enough evidence to compare"))
+            f"production {name} on {n} draft tokens without a usable CI: not enough evidence to compare"))
     if base is None or base_ci is None or int(nightly.num_draft_tokens or 0) < settings.min_draft_tokens:
         return RuleResult(status=INSUFFICIENT, **common, message=(
-            f"the nightly run{where} has no usable acceptance CI: not enough evidence to compare"))
-    text = (f"production acceptance {value:.3f} (95% CI {ci[0]:.3f}-{ci[1]:.3f}) vs nightly champion "
-            f"{base:.3f} (95% CI {base_ci[0]:.3f}-{base_ci[1]:.3f}){where}")
+            f"the nightly run{where} has no usable {name} CI: not enough evidence to compare"))
+    text = (f"production {name} {value:.3f} (95% CI {ci[0]:.3f}-{ci[1]:.3f}, k={k_p or '?'}) vs nightly champion "
+            f"{base:.3f} (95% CI {base_ci[0]:.3f}-{base_ci[1]:.3f}, k={k_n or '?'}){where}")
     if ci[1] < base_ci[0] or base_ci[1] < ci[0]:
         return RuleResult(status=FIRING, **common, message=f"{text}: {DIFFERS}")
     return RuleResult(status=OK, **common, message=f"{text}: consistent")

@@ -7,6 +7,7 @@ The counter names follow vLLM's Prometheus metrics (``spec_decode_num_drafts``,
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 
@@ -113,6 +114,13 @@ class DecodingStats:
         return self.num_accepted_tokens / den if den else float("nan")
 
     @property
+    def per_token_acceptance(self) -> float:
+        """The floor's per-token acceptance: :func:`iid_alpha` of ``num_accepted_tokens / num_drafts``
+        at proposal length ``num_draft_tokens / num_drafts``, in [0, 1]; the same at every k on the
+        real pairs (docs/metrics.md, "Per-token acceptance"). ``nan`` without steps."""
+        return per_token_acceptance(self.num_drafts, self.num_draft_tokens, self.num_accepted_tokens)[0]
+
+    @property
     def draft_tokens_per_step(self) -> float:
         """``num_draft_tokens / num_drafts``: how many tokens the drafter proposes per step.
 
@@ -178,5 +186,107 @@ class DecodingStats:
             mean_accepted_length=self.mean_accepted_length,
             draft_tokens_per_step=self.draft_tokens_per_step,
             alpha_hat=self.alpha_hat,
+            per_token_acceptance=self.per_token_acceptance,
         )
         return d
+
+
+#: Estimators of the acceptance a pair is judged by, computed from pooled counters by :func:`estimate`.
+#: ``per_token`` (the floor's default: it moved least from k = 2 to k = 8 on the real pairs) and
+#: ``pooled`` are the policy's choices (:class:`specdec.policy.AcceptancePolicy`); the others are the
+#: candidates measured against them (``benchmarks/alpha_k_invariance.py``, docs/metrics.md
+#: "Per-token acceptance").
+ESTIMATORS = ("per_token", "pooled", "mle", "position_0", "conditional")
+
+
+def rejected_steps_from_positions(num_drafts: int, accepted_per_position: list[int], k: int) -> int | None:
+    """Steps that ended at a rejection, from counters a serving engine exports: ``num_drafts -
+    accepted_per_position[k - 1]`` (a step with no rejection accepted all k drafts). Exact when every
+    step proposes k tokens; with shorter proposals an upper bound. ``None`` when the per-position
+    counters do not cover k positions."""
+    if k <= 0 or len(accepted_per_position) != k:
+        return None
+    return max(num_drafts - accepted_per_position[k - 1], 0)
+
+
+def iid_alpha(mean_accepted: float, proposal_length: float) -> float:
+    """Leviathan's per-token acceptance α whose i.i.d. model reproduces a measured mean accepted length.
+
+    Solves ``Σ_{i=1..m} α^i = mean_accepted`` for α in [0, 1] (bisection, 1e-15), with ``m =
+    proposal_length`` (mean proposed tokens per step; a fractional m adds ``(m - ⌊m⌋) α^(⌊m⌋+1)``, the
+    linear interpolation between the neighbouring integer lengths). ``mean_accepted`` is accepted
+    tokens per verification step (vLLM's mean accepted length minus 1). Returns 1.0 when
+    ``mean_accepted >= m`` (every proposal accepted), 0.0 when it is <= 0, NaN when ``m <= 0`` or an
+    input is NaN.
+    """
+    if not (mean_accepted == mean_accepted and proposal_length == proposal_length) or proposal_length <= 0:
+        return math.nan
+    whole, frac = int(proposal_length), proposal_length - int(proposal_length)
+
+    def f(a: float) -> float:
+        return sum(a ** i for i in range(1, whole + 1)) + frac * a ** (whole + 1)
+
+    if mean_accepted >= f(1.0):
+        return 1.0
+    if mean_accepted <= 0:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < mean_accepted else (lo, mid)
+    return (lo + hi) / 2
+
+
+def per_token_acceptance(num_drafts: float, num_draft_tokens: float, num_accepted_tokens: float,
+                         mean_ci: list[float] | tuple[float, float] | None = None) -> tuple[float, list[float]]:
+    """The floor's per-token acceptance from the three counters every engine exports, and its CI.
+
+    Args:
+        num_drafts / num_draft_tokens / num_accepted_tokens: pooled counters (vLLM names).
+        mean_ci: 95% CI ``[low, high]`` of accepted tokens per draft (a bootstrap over prompts, or a
+            window's normal interval); None: no interval.
+    Returns:
+        ``(alpha, [low, high])``: :func:`iid_alpha` of accepted / drafts at proposal length
+        drafted / drafts, and the interval's ends mapped the same way (the map is increasing, so
+        the coverage carries over). NaN without drafts.
+    """
+    if not num_drafts:
+        return math.nan, [math.nan, math.nan]
+    m = num_draft_tokens / num_drafts
+    alpha = iid_alpha(num_accepted_tokens / num_drafts, m)
+    ci = [iid_alpha(float(x), m) for x in mean_ci] if mean_ci is not None and len(mean_ci) == 2 else [math.nan, math.nan]
+    return alpha, ci
+
+
+def estimate(stats: DecodingStats, estimator: str) -> float:
+    """One estimator of the pair's acceptance from pooled counters (probability in [0, 1]; nan
+    without evidence).
+
+    - ``per_token``: :func:`iid_alpha` of accepted per step at the measured proposal length: the α
+      whose i.i.d. (Leviathan) model gives the measured mean accepted length (the floor's default).
+    - ``pooled``: vLLM's accepted / drafted tokens at the pair's k (falls as k grows).
+    - ``mle``: :attr:`DecodingStats.alpha_hat`, accepted / (accepted + rejected steps), the
+      truncated-geometric MLE (the measurement rule compares it with α_tf).
+    - ``position_0``: ``accepted_per_position[0] / num_drafts``.
+    - ``conditional``: sum_i accepted_at[i] / sum_i reached[i], reached[0] = drafted at 0 and
+      reached[i] = min(accepted_at[i-1], drafted_at[i]): acceptance at each position given it was
+      verified, pooled over positions.
+
+    Raises:
+        ValueError: unknown estimator.
+    """
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown acceptance estimator {estimator!r}; use one of {', '.join(ESTIMATORS)}")
+    if estimator == "mle":
+        return stats.alpha_hat
+    if estimator == "pooled":
+        return stats.acceptance_rate
+    if not stats.num_drafts:
+        return math.nan
+    app, dpp = stats.accepted_per_position, stats.drafted_per_position
+    if estimator == "position_0":
+        return app[0] / stats.num_drafts if app else math.nan
+    if estimator == "conditional":
+        reached = [dpp[0] if dpp else stats.num_drafts] + [min(a, d) for a, d in zip(app, dpp[1:])]
+        return sum(app) / sum(reached) if sum(reached) else math.nan
+    return stats.per_token_acceptance

@@ -45,7 +45,10 @@ class RuleSettings(BaseModel):
     ``SPECDEC_RULES__ABSOLUTE_THRESHOLD`` is an older name for ``SPECDEC_POLICY__THRESHOLD``.
 
     Attributes:
-        absolute_threshold: pooled acceptance rate below which a pair is unhealthy (policy, 0.40).
+        absolute_threshold: acceptance below which a pair is unhealthy (policy, 0.40), in the
+            metric ``estimator`` names.
+        estimator: the judged metric (policy): ``per_token`` (α̂, the same at every k) or
+            ``pooled`` (vLLM's acceptance rate at the pair's k).
         min_draft_tokens: draft tokens needed before the absolute rule may fire overall (policy, 200).
         alert_side: which end of the 95% CI must be below the threshold to fire (policy, ``upper``).
         category_thresholds: per-category acceptance thresholds; categories not listed use
@@ -74,6 +77,7 @@ class RuleSettings(BaseModel):
     absolute_threshold: float = Field(default_factory=lambda: get_policy().threshold, ge=0.0, le=1.0)
     min_draft_tokens: int = Field(default_factory=lambda: get_policy().min_draft_tokens, ge=0)
     alert_side: Literal["lower", "point", "upper"] = Field(default_factory=lambda: get_policy().alert_side)
+    estimator: Literal["per_token", "pooled"] = Field(default_factory=lambda: get_policy().estimator)
     category_thresholds: dict[str, float] = Field(default_factory=dict)
     min_category_draft_tokens: int = Field(100, ge=0)
     relative_drop: float = Field(0.15, gt=0.0, lt=1.0)
@@ -91,7 +95,7 @@ class RuleSettings(BaseModel):
         """The acceptance policy these rules apply (:mod:`specdec.policy`; threshold, alert side and
         minimum evidence as set here, the rest from ``SPECDEC_POLICY__*``)."""
         base = get_policy()
-        return AcceptancePolicy(threshold=self.absolute_threshold, estimator=base.estimator,
+        return AcceptancePolicy(threshold=self.absolute_threshold, estimator=self.estimator,
                                 alert_side=self.alert_side, gate_side=base.gate_side,
                                 min_draft_tokens=self.min_draft_tokens, min_prompts=base.min_prompts)
 

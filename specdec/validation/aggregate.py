@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from specdec.core.stats import DecodingStats
+from specdec.core.stats import DecodingStats, per_token_acceptance
 from specdec.validation.metrics import AgreementSums, bootstrap_ratio_ci
 from specdec.validation.machine import usable_cpus
 from specdec.validation.prompt_run import PromptRun
@@ -33,12 +33,14 @@ def ratio(num: float, den: float) -> float:
 
 
 def aggregate(runs: list[PromptRun], k: int, *, seed: int = 0, n_resamples: int = 2000,
-              verify_cost: VerifyCost | None = None, cost_ratio: float = math.nan) -> GroupMetrics:
+              verify_cost: VerifyCost | None = None, cost_ratio: float = math.nan,
+              prefill: tuple[float, float] = (math.nan, math.nan)) -> GroupMetrics:
     """Pool per-prompt outcomes into one :class:`GroupMetrics` (sums first, then ratios).
 
-    Bootstrap CIs resample the prompts that ran (status ``ok``). ``verify_cost`` and ``cost_ratio``
-    are the driver's calibrated costs (:func:`specdec.validation.timing.calibrate`); without them the
-    in-run c and the one in-run point v(k) are used (:func:`predict`).
+    Bootstrap CIs resample the prompts that ran (status ``ok``). ``verify_cost``, ``cost_ratio`` and
+    ``prefill`` (target's and draft's prefill per prompt token, in one-token target passes) are the
+    driver's calibrated costs (:func:`specdec.validation.timing.calibrate`); without them the in-run c
+    and the one in-run point v(k) are used and prompts are left out of the prediction (:func:`predict`).
     """
     g = GroupMetrics(num_prompts=sum(r.ok for r in runs), num_speculative_tokens=k, num_skipped=sum(not r.ok for r in runs))
     ok = [r for r in runs if r.ok and r.stats is not None]
@@ -51,7 +53,7 @@ def aggregate(runs: list[PromptRun], k: int, *, seed: int = 0, n_resamples: int 
     _pool_acceptance(g, st, ok, ci)
     _pool_agreement(g, ok, ci)
     _pool_timing(g, st, ok, ci)
-    predict(g, StepCounters.from_stats(st), verify_cost, cost_ratio)
+    predict(g, with_prompts(StepCounters.from_stats(st), ok, prefill), verify_cost, cost_ratio)
     audited = [r for r in ok if r.row.exact_match is not None]
     g.exactness_checked = len(audited)
     g.exactness_mismatches = sum(not r.row.exact_match for r in audited)
@@ -78,6 +80,10 @@ def _pool_acceptance(g: GroupMetrics, st: DecodingStats, ok: list[PromptRun], ci
         [r.stats.num_accepted_tokens + r.stats.num_rejected_steps for r in ok],
         **ci,
     )
+    # the floor's per-token acceptance: the bootstrap CI of accepted per step, mapped through iid_alpha
+    mean_ci = bootstrap_ratio_ci([r.stats.num_accepted_tokens for r in ok], [r.stats.num_drafts for r in ok], **ci)
+    g.per_token_acceptance, g.per_token_acceptance_ci = per_token_acceptance(
+        st.num_drafts, st.num_draft_tokens, st.num_accepted_tokens, mean_ci)
 
 
 def _pool_agreement(g: GroupMetrics, ok: list[PromptRun], ci: dict) -> None:
@@ -117,6 +123,20 @@ def _pool_timing(g: GroupMetrics, st: DecodingStats, ok: list[PromptRun], ci: di
         g.cost_ratio_with_prefill = ratio(
             st.draft_seconds / st.draft_forward_passes, st.target_seconds / st.target_forward_passes
         )
+
+
+def with_prompts(counters: StepCounters, ok: list[PromptRun], prefill: tuple[float, float]) -> StepCounters:
+    """``counters`` plus the prompts' costs (:class:`StepCounters` ``prompt_cost`` /
+    ``draft_prompt_cost``) from the calibrated prefill costs per prompt token ``(target, draft)``;
+    unchanged when those were not measured."""
+    from dataclasses import replace
+
+    target_pre, draft_pre = prefill
+    if math.isnan(target_pre):
+        return counters
+    both = sum(max(target_pre * r.row.prompt_tokens - 1.0, 0.0) for r in ok)
+    spec = 0.0 if math.isnan(draft_pre) else sum(draft_pre * r.draft_prefill_tokens for r in ok)
+    return replace(counters, prompt_cost=both, draft_prompt_cost=spec)
 
 
 def predict(g: GroupMetrics, counters: StepCounters, verify_cost: VerifyCost | None, cost_ratio: float,

@@ -404,7 +404,8 @@ def _print_summary(report: Any) -> None:
         f"{_batch_label(report.config)})"
     )
     acc = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    for name in ("category", "prompts", "acceptance [95% CI]", "mean acc. len", "α̂ [95% CI]", "α_tf [95% CI]"):
+    for name in ("category", "prompts", "per-token [95% CI]", f"acc. rate at k={k} [95% CI]", "mean acc. len",
+                 "α̂ MLE [95% CI]", "α_tf [95% CI]"):
         acc.add_column(name, justify="left" if name == "category" else "right")
     spd = Table(box=box.SIMPLE_HEAD)
     for name in ("category", "top-1", "TV", "KL", "speedup", f"pred. (k={k})", "best k (pred.)", "exact"):
@@ -415,6 +416,7 @@ def _print_summary(report: Any) -> None:
         acc.add_row(
             label,
             f"{g.num_prompts}{skipped}",
+            _ci(g.per_token_acceptance, g.per_token_acceptance_ci),
             _ci(g.acceptance_rate, g.acceptance_rate_ci),
             _f(g.mean_accepted_length, 2),
             _ci(g.alpha_hat, g.alpha_hat_ci),

@@ -140,3 +140,4 @@ def bootstrap_ratio_ci(
     tail = (1.0 - confidence) / 2.0 * 100.0
     lo, hi = np.percentile(ratios, [tail, 100.0 - tail])
     return [float(lo), float(hi)]
+

@@ -37,6 +37,8 @@ class PromptRun:
     draft_pass_s: float = 0.0
     draft_passes: int = 0
     remeasured: bool = False  # re-timed because one side ran under load (runner.remeasure_if_loaded)
+    # prompt tokens the draft model prefilled itself (0: it adopted the target's prompt KV, or no draft model)
+    draft_prefill_tokens: int = 0
 
     @property
     def ok(self) -> bool:
@@ -104,6 +106,7 @@ def fill_run(
     row.acceptance_rate = s.acceptance_rate
     row.mean_accepted_length = s.mean_accepted_length
     row.alpha_hat = s.alpha_hat
+    row.per_token_acceptance = s.per_token_acceptance
     row.target_only_seconds, row.speculative_seconds = t_ref, t_spec
 
     if tf is not None:

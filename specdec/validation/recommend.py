@@ -27,11 +27,17 @@ __all__ = ["CandidateResult", "Recommendation", "recommend_draft", "default_cand
 
 def recommend_draft(target: Any, heldout: Any, *, candidates: Sequence[str] | None = None, max_new_tokens: int = 32,
                     k_values: Sequence[int] = tuple(range(1, 9)), cost_reps: int = 7, bootstrap_resamples: int = 2000,
-                    seed: int = 0, target_ref: str | None = None,
+                    seed: int = 0, target_ref: str | None = None, speed_heldout: Any = None,
                     progress: Callable[[str], None] | None = None) -> Recommendation:
     """Validate ``candidates`` (default :func:`default_candidates`) against ``target`` (a LoadedModel) on
     ``heldout`` (a small stratified set, :func:`specdec.validation.short_prompts.short_prompts`) at the k in
-    ``k_values``; ``progress`` gets one line per phase. Raises ValueError: no usable prompt, bad ``k_values``."""
+    ``k_values``; ``progress`` gets one line per phase.
+
+    ``speed_heldout``: the prompts of the speed check (phase 4), default ``heldout``. Pass the set the
+    nightly will validate on: the speed CI is a bootstrap over prompts, so the same prompt set size
+    gives recommend's figure the width night 1's has, and each lies in the other's CI; on a smaller set
+    the CI is wider (about sqrt(nightly / recommend prompts) times) and the figure is a different
+    prompts' median. Raises ValueError: no usable prompt, bad ``k_values``."""
     from specdec.validation.api import calibrate_on, drafter_parts, validate_pairs
     from specdec.validation.config import ValidationConfig
     from specdec.validation.machine import LoadSampler, native_bf16, usable_cpus
@@ -58,15 +64,17 @@ def recommend_draft(target: Any, heldout: Any, *, candidates: Sequence[str] | No
     say("phase 3/4: best k")
     for j, (s, rep) in enumerate(zip(specs, replays)):
         _choose_k(by_spec[s], rep, cal.cost_ratios[j], cal.verify_cost, ks)
+    speed_set = heldout if speed_heldout is None else speed_heldout
     for j, s in enumerate(specs):
         c = by_spec[s]
-        say(f"phase 4/4: speed check {s} at k={c.k}")
+        say(f"phase 4/4: speed check {s} at k={c.k} on {len(speed_set.prompts)} prompts")
         kcfg = replace(cfg, speculative=replace(cfg.speculative, num_speculative_tokens=c.k))
-        rep = validate_pairs(target, [drafters[s]], heldout, kcfg, target_ref=target_ref,
-                             calibration=replace(cal, cost_ratios=[cal.cost_ratios[j]]))[0]
+        rep = validate_pairs(target, [drafters[s]], speed_set, kcfg, target_ref=target_ref,
+                             calibration=replace(cal, cost_ratios=[cal.cost_ratios[j]],
+                                                 draft_prefill=cal.draft_prefill[j:j + 1]))[0]
         _fill(c, rep)
         load.sample()
-    return _recommendation(target, target_ref, results, heldout, max_new_tokens, cal, ks, load, usable_cpus(),
+    return _recommendation(target, target_ref, results, speed_set, max_new_tokens, cal, ks, load, usable_cpus(),
                            native_bf16(str(device)), time.perf_counter() - t0)
 
 

@@ -61,6 +61,7 @@ def acceptance_by_k(curves: list[dict[int, DecodingStats]], ks: range | list[int
                                                      [x.num_draft_tokens for x in per], seed=seed,
                                                      n_resamples=n_resamples),
             "mean_accepted_length": s.mean_accepted_length, "alpha_hat": s.alpha_hat,
+            "per_token_acceptance": s.per_token_acceptance,
             "steps_by_proposed": [counters.steps_by_proposed.get(n, 0.0) for n in range(k + 1)],
             "predicted_speedup": predicted_speedup(counters, c, v) if v is not None else math.nan,
         })

@@ -50,7 +50,8 @@ REDUCED_PRECISIONS = ("bf16", "fp16", "fp8")
 ACCEPTANCE_FIELDS = ("num_prompts", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position",
                      "drafted_per_position", "num_emitted_tokens", "acceptance_rate", "acceptance_rate_ci",
                      "mean_accepted_length", "per_position_acceptance", "conditional_per_position_acceptance",
-                     "draft_tokens_per_step", "alpha_hat", "alpha_hat_ci", "num_skipped")
+                     "draft_tokens_per_step", "alpha_hat", "alpha_hat_ci", "per_token_acceptance",
+                     "per_token_acceptance_ci", "num_skipped")
 
 
 def decode_subsample(subset: HeldoutSet, fraction: float, seed: int) -> HeldoutSet:
@@ -194,6 +195,7 @@ def _replay_runs(replayed: list[ReplayedPrompt], j: int, k: int) -> list[PromptR
             row.new_tokens = row.target_only_tokens = len(rp.continuation)
             row.num_drafts, row.num_draft_tokens, row.num_accepted_tokens = s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens
             row.acceptance_rate, row.mean_accepted_length, row.alpha_hat = s.acceptance_rate, s.mean_accepted_length, s.alpha_hat
+            row.per_token_acceptance = s.per_token_acceptance
         runs.append(run)
     return runs
 

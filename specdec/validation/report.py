@@ -55,6 +55,9 @@ class GroupMetrics:
     draft_tokens_per_step: float = math.nan
     alpha_hat: float = math.nan
     alpha_hat_ci: list[float] = field(default_factory=lambda: [math.nan, math.nan])
+    # the floor's per-token acceptance (iid_alpha of mean accepted per step; docs/metrics.md)
+    per_token_acceptance: float = math.nan
+    per_token_acceptance_ci: list[float] = field(default_factory=lambda: [math.nan, math.nan])
     # teacher-forced agreement (mean over positions, pooled)
     num_tf_positions: int = 0
     alpha_tf: float = math.nan
@@ -93,7 +96,8 @@ class GroupMetrics:
     speedup_pooled: float = math.nan  # ratio of pooled token rates (schema <= 3's `speedup`)
     measured_over_predicted: float = math.nan
     timing_suspect: bool | None = None  # measured/predicted outside speed.TIMING_BAND
-    num_remeasured: int = 0  # prompts re-timed because a side ran under load
+    num_remeasured: int = 0  # prompts re-timed: a side ran under load, or outside the speed model's band
+    speedup_before_retime: float = math.nan  # the measured speedup before the band outliers were re-timed
     # speed evidence (specdec.validation.speed): paired per-prompt bootstrap CI of `speedup`, and the machine
     # load the timings were taken under (1-minute load average sampled after each prompt)
     speedup_ci: list[float] = field(default_factory=lambda: [math.nan, math.nan])
@@ -132,6 +136,7 @@ class PromptResult:
     divergence_logit_margin: float | None = None
     # added by validation (defaults keep older CSVs readable)
     alpha_hat: float = math.nan
+    per_token_acceptance: float = math.nan
     mean_accepted_length: float = math.nan
     target_only_tokens: int = 0
     tf_coverage: float = math.nan

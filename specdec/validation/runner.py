@@ -171,6 +171,36 @@ def under_load(history: list[list[float]], rates: list[float]) -> bool:
     return False
 
 
+def band_outliers(runs: list[PromptRun], predicted: float, band: tuple[float, float]) -> list[str]:
+    """Prompt ids whose paired speedup (speculative over target-only token rate) lies outside
+    ``band`` times ``predicted`` on the side the group's median disagrees: the slow prompts of a run
+    measured below the speed model's band (the fast ones of a run above it). ``[]`` without a prediction."""
+    rates = {r.row.prompt_id: (r.speculative_tokens / r.speculative_seconds) / (r.target_only_tokens / r.target_only_seconds)
+             for r in runs if r.ok and min(r.speculative_seconds, r.target_only_seconds, r.speculative_tokens,
+                                           r.target_only_tokens) > 0}
+    if not rates or not predicted > 0:
+        return []
+    med = sorted(rates.values())[len(rates) // 2]
+    if med < band[0] * predicted:
+        return [p for p, x in rates.items() if x < band[0] * predicted]
+    if med > band[1] * predicted:
+        return [p for p, x in rates.items() if x > band[1] * predicted]
+    return []
+
+
+def retime_prompts(prompts: list[tuple[int, HeldoutPrompt, list[int]]], target: torch.nn.Module,
+                   drafters: list[DrafterUnderTest], config: ValidationConfig, eos: Any, target_timer: PassTimer,
+                   pad: int) -> Iterator[tuple[int, list[PromptRun]]]:
+    """Time ``(index, prompt, ids)`` once more, one prompt a group, target-only and speculative
+    interleaved as the first time (alternating which goes first); the new runs are marked
+    ``remeasured`` and replace the old ones (the caller's choice)."""
+    for n, (i, prompt, ids) in enumerate(prompts):
+        runs = run_group([(prompt, ids)], target, drafters, config, eos, target_timer, pad, spec_first=n % 2 == 0)[0]
+        for r in runs:
+            r.remeasured = True
+        yield i, runs
+
+
 def proposal_rule(config: ValidationConfig) -> dict[str, Any]:
     """The pair's proposal rule and draft-length policy as ``speculative_generate`` keywords
     (``draft_sampling``, ``assistant_confidence_threshold``), from ``config.speculative``."""
@@ -239,6 +269,16 @@ def run_group(
 
 
 
+def draft_prefill_tokens(d: DrafterUnderTest, target: torch.nn.Module, prompt_len: int) -> int:
+    """Prompt tokens a drafter's model prefills itself: ``prompt_len``, or 0 for a drafter without a
+    model (n-gram; a head reads the target's features) and for a draft that adopts the target's
+    prompt KV (``can_adopt_prefix``: a bf16 copy of this very target)."""
+    if d.model is None or getattr(d.obj, "head", None) is not None:
+        return 0
+    adopt = getattr(d.obj, "can_adopt_prefix", None)
+    return 0 if adopt is not None and adopt(target, prompt_len) else prompt_len
+
+
 def _speculative_run(
     group: list[tuple[HeldoutPrompt, list[int]]], target: torch.nn.Module, d: DrafterUnderTest,
     input_ids: torch.Tensor, mask: torch.Tensor, config: ValidationConfig, decode: dict[str, Any], group_seed: int,
@@ -269,6 +309,7 @@ def _speculative_run(
     runs = []
     for b, (prompt, ids) in enumerate(group):
         run = PromptRun(row=PromptResult(prompt_id=prompt.id, category=prompt.category, prompt_tokens=len(ids)))
+        run.draft_prefill_tokens = draft_prefill_tokens(d, target, len(ids))
         run.target_pass_s, run.target_passes = verify_seconds * shares[b], verify_passes * shares[b]
         run.draft_pass_s, run.draft_passes = draft_seconds * shares[b], draft_passes * shares[b]
         row_stats = rows[b].stats  # seconds: shares of the batch's wall, not each the whole batch

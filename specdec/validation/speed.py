@@ -10,7 +10,11 @@ actually took::
 n-gram lookup is almost free), ``v(n)`` the target's pass over n + 1 tokens over its one-token pass
 (a measured curve, :class:`VerifyCost`; ``v(0) = 1``: a step that proposed nothing is a plain
 target step). Each step emits its accepted tokens plus one (the bonus or the correction); target-only
-decoding emits one token per one-token pass. Prefill is left out on both sides.
+decoding emits one token per one-token pass. A validation's prediction adds the prompts
+(:class:`StepCounters` ``prompt_cost``: the target's prefill, on both sides; ``draft_prompt_cost``: a
+draft model's own prefill, which only a draft that cannot adopt the target's prompt KV pays, e.g. a
+draft derived from an *earlier* target: measured on the stale demo pair, docs/metrics.md); replayed
+curves and the choice of k leave prompts out (they cost the same at every k).
 
 Counters come as :class:`StepCounters` (steps by number of proposed tokens, accepted tokens), from
 decoding counters (:meth:`StepCounters.from_stats`), a replay, per-step ``(proposed, accepted)``
@@ -55,10 +59,18 @@ class StepCounters:
         steps_by_proposed: ``{n: number of steps that proposed n tokens}`` (n >= 0; counts may be
             expected values, so floats are allowed; n = 0 is a plain target step, e.g. an n-gram miss).
         accepted: accepted draft tokens summed over those steps.
+        prompt_cost: the prompts' cost on both sides beyond one pass each, in one-token target passes:
+            Σ (target prefill over the prompt - 1). Target-only pays it as the speculative run does
+            (0: left out, as the paper and replayed curves do).
+        draft_prompt_cost: what only the speculative side pays per prompt: the draft model's own
+            prefill over the prompt (0 for a draft that adopts the target's prompt KV, an n-gram
+            drafter or a head), in one-token target passes.
     """
 
     steps_by_proposed: Mapping[int, float]
     accepted: float
+    prompt_cost: float = 0.0
+    draft_prompt_cost: float = 0.0
 
     @property
     def steps(self) -> float:
@@ -192,7 +204,9 @@ class VerifyCost:
 
 
 def predicted_speedup(counters: StepCounters, cost_ratio: float, verify_cost: VerifyCost) -> float:
-    """``Σ (accepted + 1) / Σ (c · proposed + v(proposed))`` over the steps (module docstring).
+    """``(Σ (accepted + 1) + P) / (Σ (c · proposed + v(proposed)) + P + D)`` over the steps (module
+    docstring), with the prompts' cost P on both sides and the draft's own prefill D on the
+    speculative side (:class:`StepCounters`; both 0 for replayed curves).
 
     Args:
         counters: the steps and accepted tokens.
@@ -206,7 +220,9 @@ def predicted_speedup(counters: StepCounters, cost_ratio: float, verify_cost: Ve
     if not steps or cost_ratio is None or math.isnan(cost_ratio):
         return math.nan
     cost = sum(s * (cost_ratio * n + verify_cost(n)) for n, s in counters.steps_by_proposed.items() if s)
-    return (counters.accepted + steps) / cost if cost > 0 and not math.isnan(cost) else math.nan
+    cost += counters.prompt_cost + counters.draft_prompt_cost
+    tokens = counters.accepted + steps + counters.prompt_cost
+    return tokens / cost if cost > 0 and not math.isnan(cost) else math.nan
 
 
 def best_k(counters_by_k: Mapping[int, StepCounters], cost_ratio: float,

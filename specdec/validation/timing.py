@@ -127,12 +127,17 @@ class Calibration:
             without a model: its lookup is timed in the run itself).
         target_step_s: the target's one-token pass, seconds.
         raw_verify: measured v(n) before the fit.
+        target_prefill / draft_prefill: the target's and each draft model's prefill over the
+            calibration prompt, in one-token target passes per prompt token (NaN: not measured;
+            a drafter without a model: 0).
     """
 
     verify_cost: Any
     cost_ratios: list[float]
     target_step_s: float
     raw_verify: dict[int, float] = field(default_factory=dict)
+    target_prefill: float = math.nan
+    draft_prefill: list[float] = field(default_factory=list)
 
 
 def calibrate(target: torch.nn.Module, draft_models: list[torch.nn.Module | None], prompt: list[int], kmax: int,
@@ -148,4 +153,23 @@ def calibrate(target: torch.nn.Module, draft_models: list[torch.nn.Module | None
     t1 = costs["target"][1]
     raw = {n: costs["target"][n + 1] / t1 for n in ns}
     c = [costs[f"d{i}"][1] / t1 if m is not None else math.nan for i, m in enumerate(draft_models)]
-    return Calibration(VerifyCost.fit(raw), c, t1, raw)
+    per_token = t1 * len(prompt)
+    pre = [prefill_seconds(m, prompt) / per_token if m is not None else 0.0 for m in draft_models]
+    return Calibration(VerifyCost.fit(raw), c, t1, raw, prefill_seconds(target, prompt) / per_token, pre)
+
+
+def prefill_seconds(model: torch.nn.Module, prompt: list[int], reps: int = 3) -> float:
+    """Median seconds of a prefill of ``prompt`` into a fresh KV cache (after one untimed one)."""
+    from specdec.core.kv import model_kwargs, new_cache
+
+    dev = model_device(model)
+    ids = torch.tensor([prompt], device=dev)
+    times = []
+    for _ in range(reps + 1):
+        cache = new_cache(model)
+        sync(dev)
+        t0 = time.perf_counter()
+        model(input_ids=ids, **model_kwargs(model, cache, 1))
+        sync(dev)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])

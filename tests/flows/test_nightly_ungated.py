@@ -34,7 +34,7 @@ def env(tmp_path_factory, prefect_harness):
 
     model_cache.clear()
     yield {"v1": str(save_tiny_checkpoint(tmp / "target-v1", seed=0, hidden_size=64)),
-           "v2": str(save_tiny_checkpoint(tmp / "target-v2", seed=0, hidden_size=64, perturb=0.05)),
+           "v2": str(save_tiny_checkpoint(tmp / "target-v2", seed=0, hidden_size=64, perturb=0.2)),  # stale enough per token
            "heldout": str(tmp / "heldout.jsonl"), "receiver": receiver}
     receiver.stop()
     mp.undo()
@@ -68,7 +68,7 @@ def test_hand_moved_champion_is_validated_first_and_alerted(env):
     assert len(ungated) == 1 and ungated[0]["title"] == f"Ungated promotion: {PAIR} v2 (champion)"
     assert "never validated" in ungated[0]["text"] and "specdec never set it" in ungated[0]["text"]
     pv2 = get_pair_version(PAIR, "2", download=False)
-    assert pv2.description.startswith("failed: acc ") and "@champion outside specdec, noticed" in pv2.description
+    assert pv2.description.startswith("failed: α ") and "@champion outside specdec, noticed" in pv2.description
 
     # specdec moves the alias (forced, with a reason): the next nightly resolves the ungated incident
     promote(PAIR, "1", force=True, reason="roll back the hand promotion", actor="ops")

@@ -33,6 +33,7 @@ def test_flow_ingests_windows_and_draws_both_sources(tmp_path, monkeypatch, pref
     from monitoring import history, pipeline
     from monitoring.db import connect
     from monitoring.history import trend_points
+    from specdec.core.stats import DecodingStats
     from tests.support.reports import make_report
 
     states = [[histogram_state("tiny", "0", [GOOD_A] * i, K, 1000.0)] for i in range(3)]
@@ -43,7 +44,9 @@ def test_flow_ingests_windows_and_draws_both_sources(tmp_path, monkeypatch, pref
     monkeypatch.setenv("SPECDEC_PRODUCTION_SOURCES", "[]")
     assert production_acceptance_flow() == []  # nothing configured: nothing to do, no failure
     db = connect()
-    rep = make_report(0.58, ci_half=0.03, num_draft_tokens=2000, k=K)
+    d0, t0, a0, _ = histogram_counts(GOOD_A, K)  # the nightly agrees with traffic on the floor's per-token metric
+    rep = make_report(0.58, ci_half=0.03, num_draft_tokens=2000, k=K, hat_half=0.03,
+                      alpha_hat=DecodingStats(K, num_drafts=d0, num_draft_tokens=t0, num_accepted_tokens=a0).per_token_acceptance)
     key = history.RunKey.build("pair-a", "1", rep.heldout_name, rep.heldout_version, rep.config, "2026-11-30")
     pipeline.evaluate_run(db, history.record_run(db, rep, key, history.Lineage(), alias="champion"))
     with ScriptedExporter(states) as ex:

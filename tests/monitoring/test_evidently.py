@@ -24,12 +24,16 @@ def test_report_detects_drift_and_verdict_is_read_from_json(tmp_path):
     assert (tmp_path / "rep" / "drift.html").stat().st_size > 10_000
     data = json.loads((tmp_path / "rep" / "drift.json").read_text())
     assert {"metrics", "tests"} <= set(data)
-    assert set(v.columns) == {"acceptance_rate", "alpha_tf", "top1_agreement"}
+    assert set(v.columns) == {"acceptance_rate", "per_token_acceptance", "alpha_tf", "top1_agreement"}
     for c in v.columns.values():
         assert c.method == "ks" and c.threshold == 0.05 and c.drifted and c.score < 0.05
     assert not v.tests_passed
     names = {t["name"]: t["status"] for t in v.tests}
-    assert any("Mean value of 'acceptance_rate'" in n and s == "FAIL" for n, s in names.items())
+    # the threshold tests judge the policy's metric, and their names say which (per-token acceptance)
+    assert any("Mean value of 'per_token_acceptance'" in n and s == "FAIL" for n, s in names.items())
+    assert not any("Mean value of 'acceptance_rate'" in n for n in names)
+    pooled = evidently_report.build_report(current, baseline, tmp_path / "pooled", judged="acceptance_rate")
+    assert any("Mean value of 'acceptance_rate'" in t["name"] and t["status"] == "FAIL" for t in pooled.tests)
     # the page says what is compared with what, and that "Drift score" is a p-value (small = drift)
     page = (tmp_path / "rep" / "drift.html").read_text()
     assert "<b>Current</b>: this run (40 prompts)" in page and "<b>Reference</b>: its baseline run (40 prompts)" in page
@@ -53,7 +57,7 @@ def test_unmeasured_columns_are_left_out_and_nothing_to_compare_gives_none(tmp_p
     for p in base + cur:
         p.alpha_tf = float("nan")  # e.g. an n-gram drafter has no teacher-forced alpha
     v = evidently_report.build_report(cur, base, tmp_path)
-    assert set(v.columns) == {"acceptance_rate", "top1_agreement"}
+    assert set(v.columns) == {"acceptance_rate", "per_token_acceptance", "top1_agreement"}
     assert evidently_report.build_report(cur[:1], base, tmp_path / "x") is None
 
 

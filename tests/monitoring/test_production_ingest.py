@@ -18,6 +18,7 @@ from monitoring.production.engines import ENGINES
 from monitoring.production.sources import ProductionSourceError, parse_exposition
 from tests.support.exporters import ScriptedExporter, histogram_counts, histogram_state
 from tests.support.llamacpp_traffic import CAPTURES, captured
+from specdec.core.stats import iid_alpha
 from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings
 from monitoring.receiver import WebhookReceiver
 from tests.support.net import free_port
@@ -26,7 +27,8 @@ from tests.support.reports import make_report
 K = 3
 FAST = DeliverySettings(max_attempts=2, backoff_initial_s=0.01, backoff_max_s=0.05, timeout_s=5)
 GOOD_A, GOOD_B = [30, 30, 40, 50], [25, 35, 45, 45]  # accepted-length histograms (0..3 of k=3)
-LOW_A, LOW_B, LOW_C = [60, 25, 10, 5], [110, 50, 25, 15], [100, 45, 30, 25]
+# low: per-token acceptance (the floor's metric) 0.31, 0.35 and 0.31, the rate 0.14-0.17 at k=3
+LOW_A, LOW_B, LOW_C = [70, 20, 7, 3], [130, 45, 17, 8], [140, 40, 14, 6]
 
 
 def hand(hist):
@@ -48,9 +50,11 @@ def settings_for(tmp_path, receiver=None) -> MonitoringSettings:
                               delivery=FAST)
 
 
-def seed_nightly(db, ms, acceptance, *, day=dt.date(2026, 11, 30)) -> int:
-    """A nightly champion run of pair-a v1 (k=3, 2000 draft tokens, CI +-0.03), evaluated."""
-    rep = make_report(acceptance, ci_half=0.03, num_draft_tokens=2000, k=K)
+def seed_nightly(db, ms, acceptance, *, per_token, day=dt.date(2026, 11, 30)) -> int:
+    """A nightly champion run of pair-a v1 (k=3, 2000 draft tokens, CIs +-0.03), evaluated; ``per_token``
+    is its per-token acceptance (the floor's and the representativeness rule's metric: traffic from
+    GOOD_A/GOOD_B has 0.67-0.72)."""
+    rep = make_report(acceptance, ci_half=0.03, num_draft_tokens=2000, k=K, alpha_hat=per_token, hat_half=0.03)
     key = history.RunKey.build("pair-a", "1", rep.heldout_name, rep.heldout_version, rep.config, day)
     run_id = history.record_run(db, rep, key, history.Lineage("t", "d", "1", "0.1.0"), alias="champion")
     pipeline.evaluate_run(db, run_id, settings=ms)
@@ -76,7 +80,7 @@ def test_windows_with_a_restart_equal_hand_computed_values(tmp_path):
                    histogram_state("tiny", "1", [[20, 20, 20, 20]], K, 2000.0)])
     ms = settings_for(tmp_path)
     db = connect(ms)
-    seed_nightly(db, ms, 0.56)
+    seed_nightly(db, ms, 0.56, per_token=0.71)
     with ScriptedExporter(states) as ex:
         src, ps = prod_settings(ex.url)
         first, w1, w2 = run_all(db, src, ps, ms, 3)
@@ -137,10 +141,10 @@ def test_representativeness_fires_on_a_mismatch_and_stays_quiet_on_a_match(tmp_p
     with WebhookReceiver() as rx, ScriptedExporter(states) as ex:
         ms = settings_for(tmp_path, rx)
         db = connect(ms)
-        seed_nightly(db, ms, 0.85)  # the held-out set says 0.85; traffic gives 0.578
+        seed_nightly(db, ms, 0.85, per_token=0.95)  # the held-out set says 0.95 per token; traffic gives ~0.70
         src, ps = prod_settings(ex.url)
         out = [o for step in run_all(db, src, ps, ms, 3) for o in step]
-        seed_nightly(db, ms, 0.58, day=dt.date(2026, 12, 1))  # a newer nightly run agrees with traffic
+        seed_nightly(db, ms, 0.58, per_token=0.71, day=dt.date(2026, 12, 1))  # a newer nightly run agrees with traffic
         out += ingest_window(db, src, settings=ps, monitoring_settings=ms)
     assert [o.status for o in out] == ["baseline", "passed", "passed", "passed"]  # production itself is healthy
     assert [o.representativeness for o in out[1:]] == ["firing", "firing", "ok"]
@@ -224,6 +228,11 @@ def test_captured_llama_server_windows_equal_its_per_request_counts(tmp_path):
         assert o.acceptance_rate == pytest.approx(sent.num_accepted_tokens / sent.num_draft_tokens, abs=1e-12)
         assert o.num_drafts == drafts and o.mean_accepted_length == pytest.approx(1 + sent.num_accepted_tokens / drafts)
         assert o.acceptance_rate_ci == pytest.approx(exact_ci(drafts, sent.num_draft_tokens, pp), abs=1e-6)
+        # the floor's per-token acceptance from the live server's counters: the nightly's estimator
+        per_token = iid_alpha(sent.num_accepted_tokens / drafts, sent.num_draft_tokens / drafts)
+        assert o.per_token_acceptance == pytest.approx(per_token, abs=1e-12)
+        lo, hi = (iid_alpha(x * sent.num_draft_tokens / drafts, sent.num_draft_tokens / drafts) for x in o.acceptance_rate_ci)
+        assert o.per_token_acceptance_ci == pytest.approx([lo, hi], abs=1e-9) and lo < per_token < hi
     assert (w2.num_draft_tokens, w2.resets, w2.acceptance_rate) == (0, 3, None)  # the restart, nothing drafted yet
     rows = {r.id: r for r in history.list_runs(db, source=PRODUCTION)}
     row = rows[w3.run_id]

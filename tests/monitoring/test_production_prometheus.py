@@ -79,7 +79,7 @@ def test_raw_samples_and_whole_range_with_the_restart_equal_hand_values(scraped,
     assert (o.num_drafts, o.num_draft_tokens, o.resets) == (d, t, 6)
     assert o.acceptance_rate == pytest.approx(rate, abs=1e-12)
     assert o.acceptance_rate_ci == pytest.approx(list(ci), abs=1e-6)
-    assert (d, t, a) == (300 + 800, 3300, 520 + 205 + 180 + 520)
+    assert (d, t, a) == (300 + 800, 3300, 520 + 146 + 86 + 520)  # GOOD_A+GOOD_B, LOW_A+LOW_B, LOW_C, GOOD_A+GOOD_B
     # a selector that matches nothing yields no series; a PromQL error is reported, not swallowed
     assert query_raw_series(prom.url, ENGINES["vllm"], b[0], b[-1], selector='job="nope"') == []
     with pytest.raises(ProductionSourceError, match="cannot query Prometheus"):
@@ -95,7 +95,7 @@ def test_windows_fire_one_alert_and_resolve_once(scraped, tmp_path):
     with WebhookReceiver() as rx:
         ms = settings_for(tmp_path, rx)
         db = connect(ms)
-        seed_nightly(db, ms, 0.58)  # nightly champion agrees with healthy traffic (0.578)
+        seed_nightly(db, ms, 0.58, per_token=0.71)  # nightly champion agrees with healthy traffic (0.578; 0.71 per token)
         out = []
         for (start, end), hist in zip(windows, want):
             (o,) = ingest_window(db, src, start, end, settings=ps, monitoring_settings=ms)

@@ -16,6 +16,7 @@ from specdec.policy import AcceptancePolicy
 from specdec.settings.policy import get_policy
 
 OK = {"acceptance_rate": 0.62, "acceptance_rate_ci_low": 0.55, "acceptance_rate_ci_high": 0.69,
+      "per_token_acceptance": 0.66, "per_token_acceptance_ci_low": 0.60, "per_token_acceptance_ci_high": 0.72, "num_speculative_tokens": 4.0,
       "exactness_mismatches": 0.0, "num_prompts": 40.0, "num_draft_tokens": 2000.0}
 
 
@@ -28,6 +29,9 @@ def test_one_threshold_moves_alerts_and_gate_together(monkeypatch, var):
     assert GateConfig().min_acceptance_rate == 0.7
     verdict = evaluate_gate(OK)
     assert not verdict.passed and "0.70" in verdict.reasons[0]
+    # the reason names the metric it judged, with vLLM's rate at k beside it
+    assert verdict.reasons[0].startswith("per-token acceptance (per_token_acceptance) CI lower bound 0.600 < 0.70")
+    assert "acceptance rate 0.620 at k=4" in verdict.reasons[0]
     results = rules.evaluate(make_report(0.62, ci_half=0.03), None, MonitoringSettings().rules)
     assert rules.verdict(results) == "failed"  # CI upper 0.65 < 0.70
 
@@ -83,3 +87,23 @@ def test_policy_recorded_with_the_mlflow_run(tmp_path, monkeypatch):
 
     tags = MlflowClient(uri).get_run(run_id).data.tags
     assert json.loads(tags["specdec.acceptance_policy"])["threshold"] == 0.55
+
+
+def test_estimator_is_policy_and_every_verdict_names_its_metric(monkeypatch):
+    """``SPECDEC_POLICY__ESTIMATOR=pooled`` judges vLLM's acceptance rate in the rules and the gate alike."""
+    assert get_policy().estimator == "per_token" and get_policy().metric == "per_token_acceptance"
+    report = make_report(0.30, ci_half=0.03, alpha_hat=0.60, hat_half=0.03)  # k=4: a healthy per-token 0.60
+    res = rules.evaluate(report, None, MonitoringSettings().rules)
+    (ab,) = [r for r in res if r.rule == "absolute" and r.scope == "overall"]
+    assert ab.status == "ok" and ab.metric == "per_token_acceptance"
+    assert "per-token acceptance 0.600" in ab.message and "acceptance rate 0.300 at k=4" in ab.message
+    monkeypatch.setenv("SPECDEC_POLICY__ESTIMATOR", "pooled")
+    res = rules.evaluate(report, None, MonitoringSettings().rules)
+    (ab,) = [r for r in res if r.rule == "absolute" and r.scope == "overall"]
+    assert ab.status == "firing" and ab.metric == "acceptance_rate" and ab.message.startswith("overall: acceptance rate 0.300")
+    g = GateConfig()
+    assert g.estimator == "pooled"
+    assert evaluate_gate({**OK, "acceptance_rate_ci_low": 0.35}, g).reasons[0].startswith(
+        "acceptance rate (acceptance_rate) CI lower bound 0.350 < 0.40")
+    with pytest.raises(ValueError, match="estimator"):
+        AcceptancePolicy(estimator="mean")

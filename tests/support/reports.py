@@ -15,13 +15,14 @@ from specdec.validation.report import GroupMetrics, PromptResult, ValidationRepo
 
 
 def _group(acc: float, ci_half: float, n_tokens: int, k: int, *, alpha_tf: float | None = None,
-           tf_half: float = 0.02, alpha_hat: float | None = None, hat_half: float = 0.02,
+           tf_half: float = 0.02, alpha_hat: float | None = None, hat_half: float | None = None,
            tokens_per_step: float | None = None, prompts: int = 0) -> GroupMetrics:
     tps = float(k) if tokens_per_step is None else tokens_per_step
     drafts = max(int(round(n_tokens / tps)) if tps > 0 else n_tokens, 1)
     accepted = int(round(acc * n_tokens))
     a_tf = acc if alpha_tf is None else alpha_tf
-    a_hat = acc if alpha_hat is None else alpha_hat
+    a_hat = acc if alpha_hat is None else alpha_hat  # alpha_hat and the floor's per-token metric; = acc unless given
+    hat_half = (ci_half if alpha_hat is None else 0.02) if hat_half is None else hat_half
     return GroupMetrics(
         num_prompts=prompts, num_speculative_tokens=k, num_drafts=drafts, num_draft_tokens=n_tokens,
         num_accepted_tokens=accepted, accepted_per_position=[accepted // max(k, 1)] * k,
@@ -29,6 +30,7 @@ def _group(acc: float, ci_half: float, n_tokens: int, k: int, *, alpha_tf: float
         acceptance_rate_ci=[max(acc - ci_half, 0.0), min(acc + ci_half, 1.0)],
         mean_accepted_length=1 + accepted / drafts, draft_tokens_per_step=n_tokens / drafts,
         alpha_hat=a_hat, alpha_hat_ci=[max(a_hat - hat_half, 0.0), min(a_hat + hat_half, 1.0)],
+        per_token_acceptance=a_hat, per_token_acceptance_ci=[max(a_hat - hat_half, 0.0), min(a_hat + hat_half, 1.0)],
         num_tf_positions=n_tokens, alpha_tf=a_tf,
         alpha_tf_ci=[max(a_tf - tf_half, 0.0), min(a_tf + tf_half, 1.0)],
         top1_agreement=min(a_tf + 0.05, 1.0), total_variation=1 - a_tf, kl_divergence=0.1,
@@ -46,7 +48,9 @@ def make_report(
     """A consistent :class:`ValidationReport` built from the dataclasses (no models).
 
     Args:
-        acceptance: pooled acceptance rate; CI is ``acceptance +- ci_half``.
+        acceptance: pooled acceptance rate; CI is ``acceptance +- ci_half``. The per-token
+            acceptance ``per_token_acceptance`` (the policy's default metric) and ``alpha_hat`` are
+            the same value and CI unless ``alpha_hat`` (CI +- ``hat_half``, default 0.02) is given.
         num_draft_tokens: evidence size overall (drafted tokens). k: num_speculative_tokens.
         categories: name -> acceptance rate per category (``category_tokens`` tokens each).
         num_prompts / prompt_spread / seed: per-prompt rows drawn around their category's rate.
@@ -63,7 +67,7 @@ def make_report(
         ndt = max(num_draft_tokens // max(num_prompts, 1), 1)
         prompts.append(PromptResult(
             prompt_id=f"p{i:03d}", category=cat, prompt_tokens=20, new_tokens=64, num_drafts=ndt // k or 1,
-            num_draft_tokens=ndt, num_accepted_tokens=int(acc * ndt), acceptance_rate=acc,
+            num_draft_tokens=ndt, num_accepted_tokens=int(acc * ndt), acceptance_rate=acc, alpha_hat=acc, per_token_acceptance=acc,
             num_tf_positions=64, alpha_tf=min(acc + 0.02, 1.0), top1_agreement=min(acc + 0.05, 1.0),
             total_variation=1 - acc, kl_divergence=0.1, target_only_seconds=1.0, speculative_seconds=0.8,
             exact_match=True,
@@ -114,14 +118,18 @@ def tiny_report(
             num_emitted_tokens=round(rate * drafted) + 10 * n, acceptance_rate=rate,
             acceptance_rate_ci=[max(rate - (acceptance_rate - lo), 0.0), min(rate + (hi - acceptance_rate), 1.0)],
             mean_accepted_length=1 + rate * k, per_position_acceptance=per_pos, draft_tokens_per_step=float(k),
-            alpha_hat=per_pos[0], alpha_tf=rate, top1_agreement=min(rate + 0.05, 1.0), total_variation=1 - rate,
+            alpha_hat=rate, per_token_acceptance=rate, alpha_tf=rate, top1_agreement=min(rate + 0.05, 1.0), total_variation=1 - rate,
             kl_divergence=-math.log(max(rate, 1e-6)), speedup=predicted_speedup * 0.9, cost_ratio=0.3,
             predicted_speedup=predicted_speedup, recommended_num_speculative_tokens=k,
             exactness_checked=3 if n > 1 else 1, exactness_mismatches=exactness_mismatches if n > 1 else 0,
         )
 
     overall = group(acceptance_rate, 3 * max(len(cats), 1))
+    cat_groups = {c: group(r, 3) for c, r in cats.items()}
     overall.acceptance_rate_ci = [lo, hi]
+    for g in (overall, *cat_groups.values()):  # the floor's per-token metric: the same numbers here
+        g.alpha_hat_ci = list(g.acceptance_rate_ci)
+        g.per_token_acceptance_ci = list(g.acceptance_rate_ci)
     prompts = [PromptResult(prompt_id=f"{c}-{i}", category=c, prompt_tokens=12, new_tokens=32, acceptance_rate=r,
                             exact_match=True) for c, r in cats.items() for i in range(3)]
     return ValidationReport(
@@ -129,5 +137,5 @@ def tiny_report(
         drafter_ref="tiny-draft",
         config={"num_speculative_tokens": k, "max_new_tokens": 32, "temperature": 0.0, "top_k": None, "top_p": None, "seed": 0},
         device="cpu", dtype="float32", code_version="test", created_at="2026-01-01T00:00:00+00:00",
-        overall=overall, categories={c: group(r, 3) for c, r in cats.items()}, prompts=prompts, wall_seconds=1.0,
+        overall=overall, categories=cat_groups, prompts=prompts, wall_seconds=1.0,
     )

@@ -1,0 +1,101 @@
+"""How many prompts and new tokens ``make demo`` can afford on this CPU (issue 30).
+
+The demo must finish within :data:`BUDGET_S` (10 minutes) on the slowest CPU the project runs on.
+Almost all of its time is decoding, which scales with the target's one-token pass time ``t1``; so the
+demo measures ``t1`` first (:func:`one_token_pass_seconds`, median of warm fp32 passes) and picks the
+largest held-out size (prompts per category, new tokens) whose predicted time fits
+(:func:`choose`), instead of a fixed prompt count.
+
+Cost model (:func:`predicted_seconds`), in seconds::
+
+    FIXED_S + t1 * (FINETUNE_T1 + T1_PER_PROMPT_TOKEN * prompt_runs * max_new_tokens)
+
+``prompt_runs`` counts prompt validations: recommend's replay on one prompt per category, its speed
+check of each candidate on the nightly's prompts, and three nights. Constants from the idle 2-core
+EPYC runs (``t1`` = 56 ms, the issue's measurement on that CPU; ``benchmarks/results/demo_summary.json``,
+commit c7acc90: recommend 125 s for 6 replayed + 2 x 6 timed prompt runs, nights 81 / 104 / 87 s for 12
+prompts, fine-tune 66-70 s, 48 new tokens): 397 s of decoding over 54 prompt runs x 48 tokens is 2.75
+``t1`` per prompt-token; the fine-tune is about 1200 ``t1``; the rest (model conversion cache hit,
+registrations, Prefect and MLflow) about 35 s. Not yet checked on an idle machine after the change
+that times recommend's candidates on the nightly's prompts (issue 30).
+Night 2's stale pair costs a quarter more than a healthy night (short blocks), and a timing-suspect
+night re-times its slow prompts once: :data:`MARGIN` keeps room for both.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+BUDGET_S = 600.0
+#: share of the budget the prediction may use (the rest absorbs night 2, re-timing and load noise)
+MARGIN = 0.85
+FIXED_S = 35.0
+FINETUNE_T1 = 1200.0
+T1_PER_PROMPT_TOKEN = 2.75
+#: (prompts per category, new tokens), most informative first; the demo takes the first that fits
+CHOICES = ((2, 48), (2, 40), (2, 32), (1, 48), (1, 40), (1, 32))
+CATEGORIES = 6
+NUM_CANDIDATES = 2
+NIGHTS = 3
+
+
+@dataclass(frozen=True)
+class DemoBudget:
+    """The demo's held-out size: ``per_category`` prompts of each of the 6 categories, ``max_new_tokens``
+    per prompt; ``t1_ms`` the measured one-token pass, ``predicted_s`` the cost model's total, and
+    ``fits`` whether it is within ``MARGIN * BUDGET_S`` (False: even the smallest choice does not fit)."""
+
+    per_category: int
+    max_new_tokens: int
+    t1_ms: float
+    predicted_s: float
+    fits: bool
+
+    def to_dict(self) -> dict:
+        """Plain dict (``demo_summary.json``)."""
+        return {"per_category": self.per_category, "max_new_tokens": self.max_new_tokens, "t1_ms": self.t1_ms,
+                "predicted_s": self.predicted_s, "fits": self.fits, "budget_s": BUDGET_S}
+
+
+def predicted_seconds(t1_s: float, per_category: int, max_new_tokens: int) -> float:
+    """The cost model (module docstring): predicted demo seconds for this held-out size at ``t1_s``."""
+    prompts = per_category * CATEGORIES
+    prompt_runs = CATEGORIES + NUM_CANDIDATES * prompts + NIGHTS * prompts
+    return FIXED_S + t1_s * (FINETUNE_T1 + T1_PER_PROMPT_TOKEN * prompt_runs * max_new_tokens)
+
+
+def choose(t1_s: float) -> DemoBudget:
+    """The first of :data:`CHOICES` whose predicted time is within ``MARGIN * BUDGET_S`` (else the last).
+
+    Raises:
+        ValueError: ``t1_s`` not positive.
+    """
+    if not t1_s > 0:
+        raise ValueError(f"one-token pass time must be > 0 s, got {t1_s!r}")
+    for per_cat, new in CHOICES:
+        s = predicted_seconds(t1_s, per_cat, new)
+        if s <= MARGIN * BUDGET_S:
+            return DemoBudget(per_cat, new, t1_s * 1e3, s, True)
+    per_cat, new = CHOICES[-1]
+    return DemoBudget(per_cat, new, t1_s * 1e3, predicted_seconds(t1_s, per_cat, new), False)
+
+
+def one_token_pass_seconds(model, reps: int = 9) -> float:
+    """Median wall seconds of a warm one-token forward pass of ``model`` (fp32, a 32-token KV cache),
+    the unit the cost model counts in."""
+    import torch
+
+    from specdec.core.kv import new_cache
+
+    ids = torch.zeros(1, 32, dtype=torch.long)
+    with torch.inference_mode():
+        cache = new_cache(model)
+        model(input_ids=ids, past_key_values=cache, use_cache=True)
+        times = []
+        for _ in range(reps + 2):
+            t0 = time.perf_counter()
+            model(input_ids=ids[:, :1], past_key_values=cache, use_cache=True)
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times[2:])
