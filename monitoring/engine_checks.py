@@ -36,7 +36,9 @@ from monitoring import alerts, history, rules
 from monitoring.db import COMPLETED, FAILED, INCONCLUSIVE, PASSED, Database, ValidationRun, utcnow
 from monitoring.rules import FIRING, INSUFFICIENT, OK, RuleResult
 from monitoring.settings import MonitoringSettings
+from specdec.core.stats import per_token_acceptance
 from specdec.validation.engine_report import EngineCheckReport
+from specdec.validation.metrics import bootstrap_ratio_ci
 from specdec.validation.report import GroupMetrics, ValidationReport
 
 __all__ = ["ENGINE_GAP_RULE", "EngineEvaluation", "source_of", "record_engine_check", "evaluate_engine_check",
@@ -53,17 +55,27 @@ def source_of(engine: str) -> str:
     return f"engine:{engine}"[:20]
 
 
-def _metrics(report: EngineCheckReport) -> GroupMetrics:
-    o = report.overall
+def _metrics(report: EngineCheckReport, rows: list[Any] | None = None, group: Any = None) -> GroupMetrics:
+    """The engine's counters of ``group`` (default overall) as :class:`GroupMetrics`, with the floor's
+    per-token acceptance: llama.cpp's per-request timings have no drafts count, so each prompt's drafts
+    are its drafted tokens over the run's drafted tokens per step (``/metrics`` delta) for the CI."""
+    o = group or report.overall
+    rows = [r for r in (report.prompts if rows is None else rows) if r.status == "ok"]
     k = int(report.config.get("num_speculative_tokens") or 0)
     g = GroupMetrics(num_prompts=o.num_prompts, num_speculative_tokens=k, num_draft_tokens=o.engine_draft_tokens,
                      num_accepted_tokens=o.engine_accepted_tokens, acceptance_rate=o.engine_acceptance_rate,
                      acceptance_rate_ci=list(o.engine_acceptance_rate_ci))
-    if report.engine_per_position:
+    if group is None and report.engine_per_position:
         g.accepted_per_position = list(report.engine_per_position)
-    if report.engine_num_drafts:
-        g.num_drafts = int(report.engine_num_drafts)
-        g.mean_accepted_length = 1 + o.engine_accepted_tokens / g.num_drafts
+    if report.engine_num_drafts and report.overall.engine_draft_tokens:
+        per_step = report.overall.engine_draft_tokens / report.engine_num_drafts
+        drafts = [r.engine_draft_tokens / per_step for r in rows]
+        g.num_drafts = int(round(sum(drafts)))
+        if g.num_drafts:
+            g.mean_accepted_length = 1 + o.engine_accepted_tokens / g.num_drafts
+            mean_ci = bootstrap_ratio_ci([r.engine_accepted_tokens for r in rows], drafts)
+            g.per_token_acceptance, g.per_token_acceptance_ci = per_token_acceptance(
+                sum(drafts), o.engine_draft_tokens, o.engine_accepted_tokens, mean_ci)
     return g
 
 
@@ -85,7 +97,8 @@ def record_engine_check(db: Database, report: EngineCheckReport, *, pair: str, v
         target_ref=report.target_ref, drafter_kind="model", drafter_ref=report.drafter_ref,
         config={**identity, "engine_check": _finite(evidence)}, device=None, dtype=None, code_version="",
         created_at=now.isoformat(), overall=_metrics(report),
-        categories={c: _metrics_of_group(g, identity) for c, g in report.categories.items()},
+        categories={c: _metrics(report, [r for r in report.prompts if r.category == c], g)
+                    for c, g in report.categories.items()},
         prompts=[], wall_seconds=report.wall_seconds)
     values = history._metric_columns(vr)
     chash = history.config_hash(identity)
@@ -107,12 +120,6 @@ def record_engine_check(db: Database, report: EngineCheckReport, *, pair: str, v
         row.rule_results = row.root_cause_hint = row.baseline_run_id = None
         s.flush()
         return row.id
-
-
-def _metrics_of_group(g: Any, identity: dict) -> GroupMetrics:
-    return GroupMetrics(num_prompts=g.num_prompts, num_speculative_tokens=int(identity.get("num_speculative_tokens") or 0),
-                        num_draft_tokens=g.engine_draft_tokens, num_accepted_tokens=g.engine_accepted_tokens,
-                        acceptance_rate=g.engine_acceptance_rate, acceptance_rate_ci=list(g.engine_acceptance_rate_ci))
 
 
 def _finite(x: Any) -> Any:
