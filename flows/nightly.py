@@ -418,8 +418,13 @@ def claim_target(night: Night, target: Target, params: ValidationParams) -> Job 
 
 def finish_job(night: Night, job: Job) -> NightlyResult:
     """Wait for ``job``'s validation and record it (steps 3-7); a failed validation or recording is
-    marked on the history row and alerted."""
-    from monitoring import history
+    marked on the history row and alerted.
+
+    The claim leaves this process's lease only once the row is recorded or marked ``error``: when the
+    history store itself is down (neither can be written), the lease keeps naming the claim, so the
+    next run sees a dead holder and takes the row over at once instead of waiting out the stale-claim
+    window (issue 32, item 1).
+    """
     from monitoring.history import RunAlreadyClaimed
 
     t = job.target
@@ -427,24 +432,37 @@ def finish_job(night: Night, job: Job) -> NightlyResult:
         report = job.future.result()
     except Exception as e:  # noqa: BLE001 (model loading and decoding raise any type; record it, free the key, alert)
         night.beat.remove(job.claim.run_id)
-        history.mark_error(night.db, job.claim, f"{type(e).__name__}: {e}")
-        night.lease.drop_claim(job.claim.run_id)
+        _free_claim(night, job, f"{type(e).__name__}: {e}")
         return _broken(night.db, t.pair, t.alias, t.version, e, "validation failed")
     night.beat.remove(job.claim.run_id)
     try:
         res = record_night(night, job, report)
     except RunAlreadyClaimed as e:  # taken over while we were slow: the other run records it
+        night.lease.drop_claim(job.claim.run_id)
         _logger().warning("%s@%s v%s: %s", t.pair, t.alias, t.version, e)
         return NightlyResult(t.pair, t.alias, t.version, "already-running", message=str(e))
     except Exception as e:  # noqa: BLE001 (the history store or a channel failed: say so, go on with the other jobs)
-        history.mark_error(night.db, job.claim, f"{type(e).__name__}: {e}")
+        _free_claim(night, job, f"{type(e).__name__}: {e}")
         return _broken(night.db, t.pair, t.alias, t.version, e, "recording the validation failed")
-    finally:
-        night.lease.drop_claim(job.claim.run_id)
+    night.lease.drop_claim(job.claim.run_id)
     _logger().info("%s@%s v%s: %s, acceptance %.3f [%.3f, %.3f]%s", t.pair, t.alias, t.version, res.status,
                    res.acceptance_rate, *res.acceptance_rate_ci,
                    f", alert: {res.alert_transition}" if res.alert_transition else "")
     return res
+
+
+def _free_claim(night: Night, job: Job, message: str) -> None:
+    """Mark the claimed row ``error`` and drop the claim from the lease; where the history store
+    cannot be written either, log it and keep the claim in the lease (taken over by the next run)."""
+    from monitoring import history
+
+    try:
+        history.mark_error(night.db, job.claim, message)
+    except Exception as e:  # noqa: BLE001 (the store is down: SQLAlchemy/driver errors of any type)
+        _logger().error("history run %s could not be marked error (%s: %s); the next run takes it over",
+                        job.claim.run_id, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        return
+    night.lease.drop_claim(job.claim.run_id)
 
 
 def _check_parameters(batch_size: int, scheduled_date, aliases: tuple[str, ...], date_type: type) -> None:
