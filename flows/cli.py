@@ -62,12 +62,22 @@ def run_cmd(
     except ValueError as e:
         err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+    from flows import stopping
     from flows.terminal import ReadableTerminal
 
     home = str(home_dir())
-    with ReadableTerminal(home, "nightly", debug=debug) as term:
-        err.print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
-        _run(s, home, term, pair, alias, heldout, limit, device, batch_size, parallel, dask_address, fail_on_alert)
+    stopping.install()
+    try:
+        with ReadableTerminal(home, "nightly", debug=debug) as term:
+            err.print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
+            _run(s, home, term, pair, alias, heldout, limit, device, batch_size, parallel, dask_address, fail_on_alert)
+    except BaseException as e:
+        if not stopping.requested() or isinstance(e, SystemExit | KeyboardInterrupt):
+            raise
+        # Terminated, or Prefect's TerminationSignal raised by its own handler inside the flow
+        err.print(f"[red]stopped:[/] SIGTERM received; history claims still held are taken over by the next run "
+                  f"(exit {stopping.EXIT_CODE})", highlight=False, soft_wrap=True)
+        raise typer.Exit(stopping.EXIT_CODE) from None
 
 
 def _private_prefect_api(home: str, lease):
@@ -146,6 +156,9 @@ def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, paralle
                 pass
             api.stop()
         lease.release()
+    from flows.stopping import check
+
+    check()  # a SIGTERM the flow engine dropped after the flow body returned still stops with 143
     _print_results(results)
     unlogged = [r for r in results if r.history_run_id is not None and not r.mlflow_run_id]
     for r in unlogged:  # e.g. MLflow refused the write: the row stays pending, and says so

@@ -37,6 +37,7 @@ from flows.tasks import (
     MlflowLogging, NightlyResult, describe_version, log_to_mlflow, report_dir_for, resolve_pair_version,
     run_logger, scheduled_date_of_run,
 )
+from flows import stopping
 from flows.ungated import check_ungated, report_ungated, version_link
 from specdec.pause_points import pause_at
 
@@ -143,6 +144,7 @@ def run_validation(pv, heldout: str, limit: int | None, device: str, dtype: str,
         acc = f"acceptance {row.acceptance_rate:.2f}" if row.status == "ok" else f"skipped: {row.skip_reason}"
         log.info("%s v%s: prompt %d/%d (%s) %s", pair, version, done, total, row.category, acc)
         pause_at("validation")
+        stopping.check()
 
     config = build_validation_config(pv.config, limit=limit, seed=seed, batch_size=batch_size)
     if method == "decode":
@@ -154,6 +156,7 @@ def run_validation(pv, heldout: str, limit: int | None, device: str, dtype: str,
         def phase(name: str, done: int, total: int) -> None:
             log.info("%s v%s: %s %d/%d", pair, version, name, done, total)
             pause_at("validation")
+            stopping.check()
 
         [report] = validate_replay(cached_target(tkey), [cached_drafter(dkey)], load_heldout(heldout), config,
                                    method=method, decode_fraction=decode_fraction, target_ref=pv.target_uri,
@@ -528,6 +531,7 @@ def nightly_validation_flow(
 
     # `dt` named in this body: `flow.serve()` runs the flow in a spawned process with only the globals its
     # body names (cloudpickle), and the annotation `dt.date` must resolve there (tests/flows/test_served_flow.py)
+    stopping.guard()  # a SIGTERM Prefect's handler would lose is remembered (flows.stopping)
     _check_parameters(batch_size, scheduled_date, aliases, date_type=dt.date)
     params = ValidationParams(heldout, limit, device, dtype, seed, batch_size, method, decode_fraction)
     night = open_night(scheduled_date, heldout)
@@ -537,7 +541,10 @@ def nightly_validation_flow(
     claimed = [claim_target(night, t, params) for t in targets]                         # 2. validate (submitted)
     results += [c for c in claimed if isinstance(c, NightlyResult)]
     with night.beat:
-        results += [finish_job(night, job) for job in claimed if isinstance(job, Job)]  # 3-7. record_night
+        for job in claimed:                                                             # 3-7. record_night
+            if isinstance(job, Job):
+                stopping.check()
+                results.append(finish_job(night, job))
     report_ungated(night.db, ungated, results, revert=revert_ungated)  # after the champion's validation: tonight's verdict
     return finish_run(results, fail_on_failure)                         # summary artifact; fails the run if asked
 
