@@ -18,6 +18,8 @@ import sys
 import warnings
 from pathlib import Path
 
+from monitoring.redact import MaskUserinfoFilter, MaskUserinfoFormatter
+
 OURS = ("flows", "monitoring", "registry", "specdec", "prefect.flow_runs", "prefect.task_runs")
 _ENGINE_CHATTER = re.compile(r"^(Finished in state|Beginning |Created |Executing |Submitting |Starting temporary "
                              r"server|Stopping temporary server|Running flow|View at )")
@@ -75,13 +77,16 @@ class ReadableTerminal:
         self.file_handler: logging.FileHandler | None = None
         self.console_handler: logging.Handler | None = None
         self.filter = _TerminalFilter(self.log_path)
+        self.redact = MaskUserinfoFilter()
 
     def __enter__(self) -> "ReadableTerminal":
         quiet_env()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.file_handler = logging.FileHandler(self.log_path, encoding="utf-8")
         self.file_handler.setLevel(logging.DEBUG)
-        self.file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        # every line of every library's logger is redacted (issue 32, item 6: httpx wrote the tracking
+        # URI's password with each request URL)
+        self.file_handler.setFormatter(MaskUserinfoFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logging.captureWarnings(True)
         if not self.debug:
             warnings.simplefilter("default")
@@ -106,15 +111,17 @@ class ReadableTerminal:
         for lg in list(logging.Logger.manager.loggerDict.values()):
             if isinstance(lg, logging.Logger) and not lg.propagate and self.file_handler not in lg.handlers:
                 lg.addHandler(self.file_handler)
-        if not self.debug:
-            for h in _terminal_handlers():
-                if self.filter not in h.filters:
-                    h.addFilter(self.filter)
+        for h in _terminal_handlers():
+            if self.redact not in h.filters:  # --debug too: the terminal shows no secret either
+                h.addFilter(self.redact)
+            if not self.debug and self.filter not in h.filters:
+                h.addFilter(self.filter)
 
     def __exit__(self, *exc) -> None:
         self.refresh()
         for h in _terminal_handlers():
             h.removeFilter(self.filter)
+            h.removeFilter(self.redact)
         for lg in [logging.getLogger()] + list(logging.Logger.manager.loggerDict.values()):
             if isinstance(lg, logging.Logger) and self.file_handler in lg.handlers:
                 lg.removeHandler(self.file_handler)
