@@ -120,7 +120,22 @@ class MlflowOutcome:
     links: dict[str, str] = field(default_factory=dict)
 
 
-@task(task_run_name="validate {pv.name}@v{pv.version}", retries=1, retry_delay_seconds=30)
+def _worth_retrying(task, task_run, state) -> bool:
+    """A broken model (non-finite logits, :class:`specdec.core.finite.BrokenModel`) fails the same way
+    again: not retried. Anything else (a worker lost its cache, a transient I/O error) is."""
+    from specdec.core.finite import BrokenModel
+
+    try:
+        state.result()
+    except BrokenModel:
+        return False
+    except Exception:  # noqa: BLE001 (any other failure is retried once)
+        return True
+    return True
+
+
+@task(task_run_name="validate {pv.name}@v{pv.version}", retries=1, retry_delay_seconds=30,
+      retry_condition_fn=_worth_retrying)
 def run_validation(pv, heldout: str, limit: int | None, device: str, dtype: str,
                    out_dir: str, seed: int = 0, batch_size: int = 1, method: str = "decode",
                    decode_fraction: float = 0.25):
