@@ -63,7 +63,7 @@ def run_cmd(
         err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     from flows import stopping
-    from flows.terminal import ReadableTerminal
+    from specdec.terminal import ReadableTerminal
 
     home = str(home_dir())
     stopping.install()

@@ -64,8 +64,15 @@ def watch_cmd(
         _fail(str(e))
     import monitoring
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    Console().print(f"watching {', '.join(pairs)} (webhook {hook}) on http://{host}:{port}/webhook; "
-                    f"validations through {deployment}{'; --revert on' if revert else ''}", highlight=False)
-    serve(pairs, secret, host=host, port=port, db=monitoring.connect(), deployment=deployment, revert=revert,
-          window_s=window_s)
+    from specdec.terminal import quiet_command
+
+    with quiet_command("watch") as term:  # our lines on the terminal, every httpx request in the log file
+        if term is None:
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        else:
+            term.refresh()
+            Console(stderr=True).print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
+        Console().print(f"watching {', '.join(pairs)} (webhook {hook}) on http://{host}:{port}/webhook; "
+                        f"validations through {deployment}{'; --revert on' if revert else ''}", highlight=False)
+        serve(pairs, secret, host=host, port=port, db=monitoring.connect(), deployment=deployment, revert=revert,
+              window_s=window_s)

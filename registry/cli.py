@@ -92,43 +92,51 @@ def register_cmd(
 
     ``--draft`` also accepts ``models:/<draft>/<v>`` of a registered draft, e.g. an old derived
     draft kept after a target-only fine-tune."""
-    from registry.register import register_pair_from_refs
-    from specdec.core.config import SamplingConfig, SpeculativeConfig
-    try:
-        if alias:
-            from registry.promotion import check_alias_name
+    from specdec.terminal import quiet_command
 
-            check_alias_name(alias)  # a typo is refused before any model is loaded
-        sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
-        config = SpeculativeConfig(num_speculative_tokens, sampling, max_new_tokens, draft_sampling,
-                                   assistant_confidence_threshold)
-        from specdec.validation.serving import engine_config
+    with quiet_command("register") as term:  # torch, transformers, MLflow: their noise goes to the log file
+        import mlflow  # noqa: F401 (its log handler exists before the terminal filter is applied)
 
-        engine, config = engine_config(engine, config)  # a bad engine is refused before any model loads
-        card = model_card.read_text() if model_card else None
-        reg = register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
-                                      config=config, revision=revision, model_card=card, tracking_uri=tracking_uri,
-                                      engine=engine)
-    except _user_errors() as e:
-        _fail(str(e))
-    pv, tref, dref, kind = reg.pair, reg.target, reg.draft, reg.drafter_kind
-    if alias:
-        from registry.promotion import promote
+        from registry.register import register_pair_from_refs
+        from specdec.core.config import SamplingConfig, SpeculativeConfig
 
+        if term is not None:
+            term.refresh()
         try:
-            promote(pv.name, pv.version, alias, tracking_uri=tracking_uri)
+            if alias:
+                from registry.promotion import check_alias_name
+
+                check_alias_name(alias)  # a typo is refused before any model is loaded
+            sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+            config = SpeculativeConfig(num_speculative_tokens, sampling, max_new_tokens, draft_sampling,
+                                       assistant_confidence_threshold)
+            from specdec.validation.serving import engine_config
+
+            engine, config = engine_config(engine, config)  # a bad engine is refused before any model loads
+            card = model_card.read_text() if model_card else None
+            reg = register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
+                                          config=config, revision=revision, model_card=card, tracking_uri=tracking_uri,
+                                          engine=engine)
         except _user_errors() as e:
-            _fail(f"registered {pv.uri} but could not set @{alias}: {e}")
-    out = _out()
-    verb = "already registered as" if pv.reused else "registered"
-    out.print(f"[green]{verb}[/] {pv.uri}  (changed: {pv.changed}){f'  @{alias}' if alias else ''}", highlight=False)
-    out.print(f"  target  {tref.uri}{'  (reused)' if tref.reused else ''}  weights {tref.weights_sha256[:12]}", highlight=False)
-    if dref is not None:
-        out.print(f"  draft   {dref.uri}{'  (reused)' if dref.reused else ''}  weights {dref.weights_sha256[:12]}", highlight=False)
-    out.print(f"  drafter {kind}  {config.describe()}", highlight=False)
-    out.print(f"  engine  {engine}", highlight=False)
-    for note in (pv.compatibility or {}).get("notes", []):
-        out.print(f"  [yellow]note:[/] {note}", highlight=False)
+            _fail(str(e))
+        pv, tref, dref, kind = reg.pair, reg.target, reg.draft, reg.drafter_kind
+        if alias:
+            from registry.promotion import promote
+
+            try:
+                promote(pv.name, pv.version, alias, tracking_uri=tracking_uri)
+            except _user_errors() as e:
+                _fail(f"registered {pv.uri} but could not set @{alias}: {e}")
+        out = _out()
+        verb = "already registered as" if pv.reused else "registered"
+        out.print(f"[green]{verb}[/] {pv.uri}  (changed: {pv.changed}){f'  @{alias}' if alias else ''}", highlight=False)
+        out.print(f"  target  {tref.uri}{'  (reused)' if tref.reused else ''}  weights {tref.weights_sha256[:12]}", highlight=False)
+        if dref is not None:
+            out.print(f"  draft   {dref.uri}{'  (reused)' if dref.reused else ''}  weights {dref.weights_sha256[:12]}", highlight=False)
+        out.print(f"  drafter {kind}  {config.describe()}", highlight=False)
+        out.print(f"  engine  {engine}", highlight=False)
+        for note in (pv.compatibility or {}).get("notes", []):
+            out.print(f"  [yellow]note:[/] {note}", highlight=False)
 
 
 @pair_app.command("list")

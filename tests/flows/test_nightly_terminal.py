@@ -36,7 +36,7 @@ def test_bad_heldout_is_one_line_and_the_traceback_goes_to_the_log_file(tmp_path
 
 PROGRESS = r"""
 import logging, sys
-from flows.terminal import ReadableTerminal
+from specdec.terminal import ReadableTerminal
 with ReadableTerminal(sys.argv[1], "nightly") as term:
     import prefect  # noqa: F401 (configures its own loggers, not the root's terminal)
     term.refresh()

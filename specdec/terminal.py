@@ -10,6 +10,7 @@ Progress bars of MLflow artifact downloads and Hugging Face loads are switched o
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import os
@@ -18,7 +19,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from monitoring.redact import MaskUserinfoFilter, MaskUserinfoFormatter
+from specdec.redact import MaskUserinfoFilter, MaskUserinfoFormatter
 
 OURS = ("flows", "monitoring", "registry", "specdec", "prefect.flow_runs", "prefect.task_runs")
 _ENGINE_CHATTER = re.compile(r"^(Finished in state|Beginning |Created |Executing |Submitting |Starting temporary "
@@ -49,6 +50,10 @@ class _TerminalFilter(logging.Filter):
             record.exc_info, record.exc_text, record.stack_info = None, None, None
             record.msg = f"{record.getMessage()} (traceback in {self.log_path})"
             record.args = ()
+        if not ours:  # another library's error: its first line (SQL and parameters stay in the log file)
+            first, _, rest = record.getMessage().partition("\n")
+            if rest:
+                record.msg, record.args = f"{first} (details in {self.log_path})", ()
         return True
 
 
@@ -61,7 +66,9 @@ def _terminal_handlers() -> list[logging.Handler]:
             stream = getattr(h, "stream", None)
             if isinstance(h, logging.FileHandler):
                 continue
-            if stream in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__) or "Console" in type(h).__name__:
+            # MLflow's handler writes through its own stream object (MlflowLoggingStream) to sys.stderr
+            if (stream in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__) or "Console" in type(h).__name__
+                    or "LoggingStream" in type(stream).__name__):
                 out.append(h)
     return out
 
@@ -129,3 +136,28 @@ class ReadableTerminal:
             self.file_handler.close()
         if self.console_handler is not None:
             logging.getLogger().removeHandler(self.console_handler)
+
+
+@contextlib.contextmanager
+def quiet_command(command: str, debug: bool = False):
+    """:class:`ReadableTerminal` for a one-shot command (``model fetch``, ``pair register``,
+    ``pair watch``): library noise (torchao load failures, pytree warnings, progress bars, every httpx
+    request, another library's tracebacks) goes to ``<SPECDEC_HOME>/logs/<command>-*.log``, as with
+    ``nightly run``. Where that file cannot be created (a read-only or full home) the command runs
+    with the terminal as it is. ``SPECDEC_DEBUG=1`` (or ``debug``) leaves the terminal unfiltered.
+
+    Yields the terminal (call ``refresh()`` after heavy imports) or None.
+    """
+    from specdec.settings import home_dir
+
+    quiet_env()
+    try:
+        term = ReadableTerminal(home_dir(), command, debug=debug or os.environ.get("SPECDEC_DEBUG") == "1")
+        term.__enter__()
+    except OSError:
+        yield None
+        return
+    try:
+        yield term
+    finally:
+        term.__exit__(None, None, None)
