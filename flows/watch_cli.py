@@ -37,6 +37,8 @@ def watch_cmd(
                                      "champion fails its validation (off by default).")] = False,
     window_s: Annotated[int, typer.Option("--window-s", min=10, help="Accepted timestamp skew (s); older deliveries are replays.")] = 300,
     tracking_uri: Annotated[Optional[str], typer.Option("--tracking-uri", help="MLflow server (http).")] = None,
+    replace: Annotated[bool, typer.Option(
+        "--replace", help="Take over the webhook of another watcher of the same pairs (it then receives nothing).")] = False,
 ) -> None:
     """Subscribe the pairs to MLflow registry webhooks and validate each new version, new @challenger
     or hand-moved @champion within minutes (through the Prefect deployment). The HMAC secret comes
@@ -59,7 +61,7 @@ def watch_cmd(
         _fail(f"webhooks need an MLflow server (http[s]://...); the tracking URI is a local store")
     try:
         check_deployment(deployment)
-        hook = subscribe(pairs, url or f"http://{host}:{port}/webhook", secret, tracking_uri=uri)
+        hook = subscribe(pairs, url or f"http://{host}:{port}/webhook", secret, tracking_uri=uri, replace=replace)
     except (ValueError, RegistryError) as e:
         _fail(str(e))
     import monitoring
