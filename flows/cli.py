@@ -50,8 +50,8 @@ def run_cmd(
     try:
         s = get_settings()
     except ValidationError as e:
-        bad = "; ".join(f"{'.'.join(str(x) for x in er['loc'])}: {er['msg']} (got {er.get('input')!r})" for er in e.errors())
-        err.print(f"[red]error:[/] invalid nightly settings (SPECDEC_NIGHTLY_* environment): {bad}")
+        err.print(f"[red]error:[/] invalid nightly settings (SPECDEC_NIGHTLY_* environment): {settings_problems(e)}",
+                  highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
     from registry.promotion import check_alias_name
@@ -78,6 +78,18 @@ def run_cmd(
         err.print(f"[red]stopped:[/] SIGTERM received; history claims still held are taken over by the next run "
                   f"(exit {stopping.EXIT_CODE})", highlight=False, soft_wrap=True)
         raise typer.Exit(stopping.EXIT_CODE) from None
+
+
+def settings_problems(e) -> str:
+    """A pydantic ``ValidationError`` of settings as one line: ``NAME: message (got 'value')``; the value
+    is left out where the model hides its input (secrets)."""
+    shown = "input_value=" in str(e)  # pydantic's own text leaves inputs out under hide_input_in_errors
+
+    def one(er) -> str:
+        got = f" (got {er['input']!r})" if shown and "input" in er and not isinstance(er["input"], dict) else ""
+        return f"{'.'.join(str(x) for x in er['loc'])}: {er['msg']}{got}"
+
+    return "; ".join(one(er) for er in e.errors())
 
 
 def _private_prefect_api(home: str, lease):
@@ -144,6 +156,11 @@ def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, paralle
             logging.getLogger("flows.cli").debug("nightly run failed", exc_info=True)
             if term.debug:
                 err.print_exception()
+            from pydantic import ValidationError
+
+            if isinstance(e, ValidationError):  # settings read inside the flow (rules, channels, policy)
+                err.print(f"[red]error:[/] invalid settings: {settings_problems(e)}", highlight=False, soft_wrap=True)
+                raise typer.Exit(2) from None
             err.print(f"[red]error:[/] {type(e).__name__}: {e}  (details: {term.log_path})", soft_wrap=True)
             raise typer.Exit(1) from None
     finally:

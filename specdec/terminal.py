@@ -26,6 +26,10 @@ _ENGINE_CHATTER = re.compile(r"^(Finished in state|Beginning |Created |Executing
                              r"server|Stopping temporary server|Running flow|View at )")
 
 
+# the flow engine's own report of the exception that ended a flow run (the command reports it in one line)
+_ENGINE_FAILURE = re.compile(r"^(Encountered exception during execution|Finished in state Failed)")
+
+
 def quiet_env() -> None:
     """Environment that turns third-party progress bars off (call before importing them)."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -46,6 +50,8 @@ class _TerminalFilter(logging.Filter):
         if record.name.startswith("prefect.") and record.levelno < logging.WARNING:
             if _ENGINE_CHATTER.match(str(record.msg)):
                 return False
+        if record.name.startswith(("prefect.flow_runs", "prefect.task_runs")) and _ENGINE_FAILURE.match(str(record.msg)):
+            return False  # the command prints the error itself, once (issue 32: a settings error appeared twice)
         if record.exc_info or record.exc_text or record.stack_info:
             record.exc_info, record.exc_text, record.stack_info = None, None, None
             record.msg = f"{record.getMessage()} (traceback in {self.log_path})"
