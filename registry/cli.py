@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, NoReturn, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from specdec.validation.cli_options import ConfidenceThresholdOption, DraftSamplingOption
+from specdec.validation.cli_options import ConfidenceThresholdOption
 
 pair_app = typer.Typer(help="Draft/target pairs in the MLflow registry: register, list, show, promote.",
                        no_args_is_help=True)
@@ -77,7 +77,11 @@ def register_cmd(
     top_k: Annotated[int | None, typer.Option(min=1, help="Top-k filter.")] = None,
     top_p: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Top-p (nucleus) filter.")] = None,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Generation budget per prompt (tokens).")] = 128,
-    draft_sampling: DraftSamplingOption = "sampled",
+    draft_sampling: Annotated[Optional[str], typer.Option(
+        "--draft-sampling", show_default=False,
+        help="Proposal rule of model drafts: argmax (the draft's argmax verified with one-hot q; what vLLM and "
+             "SGLang serve) or sampled (x ~ q; transformers). Same output; acceptance differs at T > 0. Default: the "
+             "engine's rule (vllm, the default engine: argmax; at T > 0 without --engine: sampled, transformers).")] = None,
     assistant_confidence_threshold: ConfidenceThresholdOption = None,
     engine: Annotated[str | None, typer.Option(
         "--engine", help="Serving engine profile: vllm | sglang (argmax proposals) | transformers (sampled). Sets the "
@@ -108,8 +112,8 @@ def register_cmd(
 
                 check_alias_name(alias)  # a typo is refused before any model is loaded
             sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
-            config = SpeculativeConfig(num_speculative_tokens, sampling, max_new_tokens, draft_sampling,
-                                       assistant_confidence_threshold)
+            config = SpeculativeConfig(num_speculative_tokens, sampling, max_new_tokens, draft_sampling or "sampled",
+                                       assistant_confidence_threshold)  # "sampled" = no explicit rule: the engine's
             from specdec.validation.serving import engine_config
 
             engine, config = engine_config(engine, config)  # a bad engine is refused before any model loads

@@ -92,3 +92,13 @@ def test_a_budget_no_prompt_can_fit_is_refused(run, tmp_path):
     code, err, out = run("pair", "register", "--target", str(ckpt), "--draft", "ngram", "--max-new-tokens",
                          "1000000000")
     _one_line(code, err, out, "max_new_tokens 1000000000", "context of")
+
+
+def test_register_help_names_the_draft_sampling_default_it_records(run):
+    """issue 32, first use: ``--help`` said ``[default: sampled]`` while a plain register records vLLM's argmax."""
+    from typer.testing import CliRunner
+
+    from specdec.cli import app
+
+    out = CliRunner().invoke(app, ["pair", "register", "--help"], env={"COLUMNS": "400"}).output
+    assert "default: sampled" not in out and "vllm, the default engine: argmax" in " ".join(out.split())
