@@ -145,18 +145,26 @@ def register_cmd(
 
 @pair_app.command("list")
 def list_cmd(
-    name: Annotated[str | None, typer.Argument(help="Pair registered model (default specdec-pair).")] = None,
+    name: Annotated[str | None, typer.Argument(help="Pair registered model (default: every registered pair).")] = None,
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """List pair versions with aliases, lineage, last validation and the one-line description."""
     _quiet_mlflow()
-    from registry.pairs import list_pair_versions
+    from registry.pairs import list_pair_versions, pair_names
 
     try:
-        versions = list_pair_versions(name, tracking_uri=tracking_uri)
+        names = [name] if name else pair_names(tracking_uri=tracking_uri)
+        if not names:
+            _out().print("no pairs registered yet (specdec pair register --target ... --draft ...)", highlight=False)
+            return
+        for n in names:
+            _print_versions(n, list_pair_versions(n, tracking_uri=tracking_uri))
     except _user_errors() as e:
         _fail(str(e))
-    pair = versions[0].name if versions else (name or "")
+
+
+def _print_versions(name: str, versions) -> None:
+    pair = versions[0].name if versions else name
     table = Table(title=f"{pair} versions", show_lines=False)
     for col in ("version", "aliases", "drafter", "target", "draft", "config", "changed", "validation", "description"):
         table.add_column(col, overflow="fold")
