@@ -113,13 +113,17 @@ def _private_prefect_api(home: str, lease):
 def _print_results(results) -> None:
     from specdec.settings.policy import get_policy
 
-    t = Table("pair", "alias", "version", "status", "acceptance [95% CI]", "alert", "hint")
+    t = Table("pair", "alias", "version", "status", "acceptance [95% CI]", "speedup [95% CI]", "alert")
+    t.add_column("hint", overflow="fold", max_width=100)  # a long message wraps; the table stays readable in a log
     for r in results:
         ci = r.acceptance_rate_ci
         acc = f"{r.acceptance_rate:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if r.acceptance_rate is not None and ci else "-"
-        t.add_row(r.pair, r.alias, r.version or "-", r.status, acc, r.alert_transition or "-",
+        sci = r.speedup_ci
+        speed = (f"{r.speedup:.2f}x" + (f" [{sci[0]:.2f}, {sci[1]:.2f}]" if len(sci) == 2 else "")
+                 if r.speedup is not None else "-")
+        t.add_row(r.pair, r.alias, r.version or "-", r.status, acc, speed, r.alert_transition or "-",
                   r.root_cause_hint or r.message or "")
-    Console().print(t)
+    Console(width=min(Console().width, 200)).print(t)
     Console().print(f"[dim]{get_policy().describe()}[/]")
 
 

@@ -304,7 +304,14 @@ def _result(job: Job, report, evaluation, drift, mlflow: MlflowOutcome, outcome)
         root_cause_hint=evaluation.root_cause_hint, report_dir=str(job.report_dir),
         evidently_html=str(drift.html_path) if drift is not None else None,
         message="; ".join(r.message for r in evaluation.firing) if evaluation.firing else "",
+        speedup=_finite_or_none(o.speedup), speedup_ci=[x for x in o.speedup_ci if _finite_or_none(x) is not None],
     )
+
+
+def _finite_or_none(x) -> float | None:
+    import math
+
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
 def _broken(db, pair: str, alias: str, version: str | None, error: BaseException, what: str) -> NightlyResult:

@@ -62,3 +62,5 @@ def test_sigterm_stops_the_night_with_143_and_the_rerun_takes_over(setup, tmp_pa
         out2 = again.stdout + again.stderr
         assert again.returncode == 0 and "already-running" not in out2, out2[-3000:]
         assert "failed" in out2  # validated and recorded (threshold 1.0 fails it)
+        # the results table (issue 32, first use): a speedup column, and readable width without a terminal
+        assert "speedup [95% CI]" in out2 and max(len(line) for line in again.stdout.splitlines()) <= 200, again.stdout
