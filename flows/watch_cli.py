@@ -37,6 +37,8 @@ def watch_cmd(
                                      "champion fails its validation (off by default).")] = False,
     window_s: Annotated[int, typer.Option("--window-s", min=10, help="Accepted timestamp skew (s); older deliveries are replays.")] = 300,
     tracking_uri: Annotated[Optional[str], typer.Option("--tracking-uri", help="MLflow server (http).")] = None,
+    limit: Annotated[Optional[int], typer.Option(
+        "--limit", min=1, help="Prompts per validation (default: the deployment's limit, 192 in prefect.yaml).")] = None,
     replace: Annotated[bool, typer.Option(
         "--replace", help="Take over the webhook of another watcher of the same pairs (it then receives nothing).")] = False,
 ) -> None:
@@ -77,4 +79,4 @@ def watch_cmd(
         Console().print(f"watching {', '.join(pairs)} (webhook {hook}) on http://{host}:{port}/webhook; "
                         f"validations through {deployment}{'; --revert on' if revert else ''}", highlight=False)
         serve(pairs, secret, host=host, port=port, db=monitoring.connect(), deployment=deployment, revert=revert,
-              window_s=window_s)
+              window_s=window_s, limit=limit)
