@@ -80,6 +80,17 @@ def run_cmd(
         raise typer.Exit(stopping.EXIT_CODE) from None
 
 
+def _flow_failed(e: Exception, term) -> None:
+    """One line for the exception that ended the flow run; exit 2 for settings, else 1."""
+    from pydantic import ValidationError
+
+    if isinstance(e, ValidationError):  # settings read inside the flow (rules, channels, policy)
+        err.print(f"[red]error:[/] invalid settings: {settings_problems(e)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    err.print(f"[red]error:[/] {type(e).__name__}: {e}  (details: {term.log_path})", soft_wrap=True)
+    raise typer.Exit(1) from None
+
+
 def settings_problems(e) -> str:
     """A pydantic ``ValidationError`` of settings as one line: ``NAME: message (got 'value')``; the value
     is left out where the model hides its input (secrets)."""
@@ -160,13 +171,7 @@ def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, paralle
             logging.getLogger("flows.cli").debug("nightly run failed", exc_info=True)
             if term.debug:
                 err.print_exception()
-            from pydantic import ValidationError
-
-            if isinstance(e, ValidationError):  # settings read inside the flow (rules, channels, policy)
-                err.print(f"[red]error:[/] invalid settings: {settings_problems(e)}", highlight=False, soft_wrap=True)
-                raise typer.Exit(2) from None
-            err.print(f"[red]error:[/] {type(e).__name__}: {e}  (details: {term.log_path})", soft_wrap=True)
-            raise typer.Exit(1) from None
+            _flow_failed(e, term)
     finally:
         if api is not None:
             try:  # send buffered run logs while the API is still up (else "Error logging to API")
@@ -177,6 +182,11 @@ def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, paralle
                 pass
             api.stop()
         lease.release()
+    _report(results, fail_on_alert)
+
+
+def _report(results, fail_on_alert: bool) -> None:
+    """The results table and the exit code of ``nightly run`` (1 error, 4 nothing validated, 3 --fail-on-alert)."""
     from flows.stopping import check
 
     check()  # a SIGTERM the flow engine dropped after the flow body returned still stops with 143
