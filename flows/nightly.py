@@ -490,6 +490,22 @@ def _free_claim(night: Night, job: Job, message: str) -> None:
     night.lease.drop_claim(job.claim.run_id)
 
 
+def engine_checks(night: Night, targets: list[Target], params: ValidationParams) -> list[NightlyResult]:
+    """Step 8: the engine check of each target whose pair version names an engine (flows.engine_check);
+    one failure is logged and alerted as that target's error, the others still run."""
+    from flows.engine_check import run_engine_check
+
+    out = []
+    for t in targets:
+        try:
+            res = run_engine_check(night, t, params)
+        except Exception as e:  # noqa: BLE001 (a broken engine or store must not stop the other checks)
+            res = _broken(night.db, t.pair, t.alias, t.version, e, "engine check failed")
+        if res is not None:
+            out.append(res)
+    return out
+
+
 def _check_parameters(batch_size: int, scheduled_date, aliases: tuple[str, ...], date_type: type) -> None:
     from registry.promotion import check_alias_name
 
@@ -567,6 +583,7 @@ def nightly_validation_flow(
             if isinstance(job, Job):
                 stopping.check()
                 results.append(finish_job(night, job))
+        results += engine_checks(night, targets, params)                                # 8. the serving engine
     report_ungated(night.db, ungated, results, revert=revert_ungated)  # after the champion's validation: tonight's verdict
     return finish_run(results, fail_on_failure)                         # summary artifact; fails the run if asked
 

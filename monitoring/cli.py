@@ -76,8 +76,9 @@ def _f(x: float | None, digits: int = 3) -> str:
 def history_cmd(
     pair: Optional[str] = typer.Option(None, "--pair", help="Only this pair (registered model name)."),
     limit: int = typer.Option(20, "--limit", min=1, help="Most recent runs to show."),
-    source: Optional[str] = typer.Option(None, "--source", help="Only 'nightly' (held-out validations) or "
-                                         "'production' (serving-engine counter windows); default both."),
+    source: Optional[str] = typer.Option(None, "--source", help="Only 'nightly' (held-out validations), "
+                                         "'production' (serving-engine counter windows) or 'engine:<engine>' "
+                                         "(engine checks, e.g. engine:llamacpp); default all."),
     db_url: Optional[str] = typer.Option(None, "--db-url", help="Override SPECDEC_DB_URL."),
 ) -> None:
     """Table of past validation runs (nightly and production) with an acceptance-rate trend per pair."""
@@ -85,8 +86,8 @@ def history_cmd(
 
     from monitoring import history
 
-    if source not in (None, "nightly", "production"):
-        err.print(f"[red]--source must be 'nightly' or 'production', got {source!r}[/red]")
+    if source not in (None, "nightly", "production") and not str(source).startswith("engine:"):
+        err.print(f"[red]--source must be 'nightly', 'production' or 'engine:<engine>', got {source!r}[/red]")
         raise typer.Exit(code=2)
     _, db = open_store(db_url, upgrade=True)
     runs = history.list_runs(db, pair_name=pair, limit=limit, source=source)

@@ -261,8 +261,37 @@ def _serving_rows(tags: dict, sc: dict | None) -> list[tuple[str, str]]:
     rows = [("engine", tags.get("engine", "vllm (default)"))]
     if sc is None:
         return rows + [("serving config", "- (logged by a validation)")]
-    shown = shlex.join(sc["args"]) if "args" in sc else json.dumps(sc.get("generate_kwargs"))
-    return rows + [("serving config", f"{shown}  (k={sc.get('num_speculative_tokens')}, validated)")]
+    shown = sc.get("command") or (shlex.join(sc["args"]) if "args" in sc else json.dumps(sc.get("generate_kwargs")))
+    rows.append(("serving config", f"{shown}  (k={sc.get('num_speculative_tokens')}, validated)"))
+    rows += [("  download first", cmd) for cmd in sc.get("download", [])]
+    if sc.get("derived"):
+        rows.append(("  derived draft", sc["derived"]))
+    return rows
+
+
+@pair_app.command("engine")
+def engine_cmd(
+    name: Annotated[str, typer.Argument(help="Pair registered model.")],
+    version: Annotated[str, typer.Argument(help="Pair version the engine serves.")],
+    url: Annotated[str, typer.Option("--url", help="The engine's base URL, e.g. http://127.0.0.1:8080 (llama-server).")],
+    flags: Annotated[str | None, typer.Option(
+        "--flags", help="The command line the engine runs with (recorded each night; a change is named as the likely "
+                        "cause of an engine-side drop), e.g. \"llama-server -m t.gguf --spec-draft-model d.gguf ...\".")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Engine check requests in flight.")] = 1,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """Name the engine endpoint serving a pair version: the nightly then runs the engine check on it."""
+    import shlex
+
+    _quiet_mlflow()
+    from registry.service import Registry
+
+    try:
+        Registry(tracking_uri).set_engine(name, version, url=url, flags=shlex.split(flags) if flags else None,
+                                          concurrency=concurrency)
+    except _user_errors() as e:
+        _fail(str(e))
+    _out().print(f"{name} v{version}: engine check against {url} each night", highlight=False)
 
 
 @pair_app.command("promote")

@@ -87,8 +87,9 @@ def validate_name(name: str) -> str:
 
 
 def sanitize_name(text: str) -> str:
-    """Turn a Hub id / path / file name into a valid registered-model name (``a/b`` -> ``a--b``)."""
-    s = re.sub(r"[^A-Za-z0-9._\-]+", "-", text.replace("/", "--")).strip("-.") or "model"
+    """Turn a Hub id / path / file name into a valid registered-model name (``a/b`` -> ``a--b``; MLflow refuses
+    ``/ : . % " '`` in names, so ``SmolLM2-135M-Instruct.Q4_1`` -> ``SmolLM2-135M-Instruct-Q4_1``)."""
+    s = re.sub(r"[^A-Za-z0-9_\-]+", "-", text.replace("/", "--")).strip("-") or "model"
     return s[:200]
 
 

@@ -37,6 +37,7 @@ from registry.models import (
 from registry.pairfile import PAIR_FILE, full_tags, read_pair_doc
 from registry.settings import get_client, get_settings, mlflow_errors
 from specdec.core.config import SpeculativeConfig
+from specdec.models.resolve import SMOLLM2_GGUF_SHA256
 from specdec.validation.serving import engine_config
 
 PAIR_SCHEMA_VERSION = 1
@@ -214,6 +215,9 @@ def register_pair(
             "compatible": _optional(compat.get("compatible", True if compat else None)).lower(),
             "compatibility": canonical_json(compat)[:5000], "engine": engine,
         }
+        tags.update(serve_tags("target", t.source))
+        if draft_ref is not None:
+            tags.update(serve_tags("draft", draft_ref.source))
         if draft_ref is not None and draft_ref.derived_from:
             tags["draft.derived_from"] = draft_ref.derived_from
         if draft_ref is not None and drafter_kind == "eagle3":  # the head's lineage (registry.heads)
@@ -244,6 +248,30 @@ def register_pair(
         }
         mv = _log_pair(client, name, doc, tags, description)
         return _from_doc(mv, doc, aliases=[])
+
+
+def serve_tags(side: str, source: dict[str, Any] | None) -> dict[str, str]:
+    """What a serving engine loads for one side of the pair, from the model's ``source``:
+    ``<side>.serve_ref`` (a Hub id, a local checkpoint directory, or the GGUF file itself) and, for
+    a GGUF, ``<side>.gguf_sha256`` (the file's hash: the lineage an engine serving the file can be
+    checked against). Empty for a derived draft (it is the target's checkpoint plus its recipe)."""
+    source = source or {}
+    kind = source.get("kind")
+    ref = None
+    if kind == "hub":
+        ref = source.get("repo_id") or source.get("ref")
+    elif kind == "gguf":
+        ref = source.get("gguf_path") or (source.get("ref") if str(source.get("ref", "")).endswith(".gguf") else None)
+        if ref is None and source.get("gguf_sha256") == SMOLLM2_GGUF_SHA256:  # converted before gguf_path was kept
+            from specdec.models.resolve import smollm2_gguf
+
+            ref = str(smollm2_gguf())
+    elif kind == "local":
+        ref = source.get("path") or source.get("ref")
+    out = {f"{side}.serve_ref": str(ref)} if ref else {}
+    if kind == "gguf" and source.get("gguf_sha256"):
+        out[f"{side}.gguf_sha256"] = str(source["gguf_sha256"])
+    return out
 
 
 def _log_pair(client, name: str, doc: dict[str, Any], tags: dict[str, str], description: str | None):

@@ -267,19 +267,55 @@ def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -
     """The serving configuration of the pair's engine profile (``pair.json`` tag ``engine``, default ``vllm``;
     logged as the run's ``serving_config.json``, read back by ``specdec pair show``) at the
     validated k (:func:`specdec.validation.serving.serving_config`); None when it cannot be built
-    (unknown engine tag, no k)."""
+    (unknown engine tag, no k, an engine that cannot serve this drafter as validated).
+
+    Model references are what the engine loads (``<side>.serve_ref``: a Hub id, a checkpoint
+    directory or a GGUF file). A registered draft without one is named by the directory the
+    ``download`` command writes (never an MLflow URI); a derived draft is the target's checkpoint."""
     from specdec.validation.serving import DEFAULT_ENGINE, serving_config
 
     k = (report.config or {}).get("num_speculative_tokens")
     kind = pair_tags.get("drafter_kind", report.drafter_kind)
-    draft = pair_tags.get("draft")
+    target, download = _loadable(pair_tags, "target")
+    if kind == "ngram":
+        draft = None
+    elif kind.startswith("derived:"):
+        draft = target  # the engine loads the target's checkpoint and casts/quantizes it (recipe)
+    else:
+        draft, d_dl = _loadable(pair_tags, "draft")
+        download += d_dl
     try:
-        return serving_config(pair_tags.get("engine", DEFAULT_ENGINE), kind, int(k),
-                              draft=None if draft in (None, "none") else draft,
-                              assistant_confidence_threshold=(report.config or {}).get("assistant_confidence_threshold"))
+        out = serving_config(pair_tags.get("engine", DEFAULT_ENGINE), kind, int(k), draft=draft, target=target,
+                             assistant_confidence_threshold=(report.config or {}).get("assistant_confidence_threshold"))
     except (TypeError, ValueError) as e:
         _log.warning("no serving configuration for this pair: %s", e)
         return None
+    if download:
+        out["download"] = download
+    if kind.startswith("derived:"):
+        out["derived"] = _derived_note(kind)
+    return out
+
+
+def _loadable(tags: Mapping[str, str], side: str) -> tuple[str | None, list[str]]:
+    """(what an engine loads for ``side``, the commands that fetch it first)."""
+    if tags.get(f"{side}.serve_ref"):
+        return tags[f"{side}.serve_ref"], []
+    uri = tags.get(side)
+    if not uri or uri == "none":
+        return None, []
+    local = "./" + uri.removeprefix("models:/").replace("/", "-v")
+    return local, [f"mlflow artifacts download --artifact-uri {uri} --dst-path {local}"]
+
+
+def _derived_note(kind: str) -> str:
+    """How an engine serves a derived draft (the target's checkpoint + the recipe)."""
+    how = kind.split(":", 1)[1]
+    if how == "bf16":
+        return ("derived:bf16 is the target cast to bf16: an engine that already runs the target in bf16 would draft "
+                "with the target itself (cost ratio c = 1), which cannot pay; there, validate another draft")
+    return (f"derived:{how} is the target with {how} weights: load the target checkpoint as the draft with the engine's "
+            f"{how} weight-only quantization, or save the quantized copy and point `model` at it")
 
 
 def log_validation(

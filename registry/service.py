@@ -74,6 +74,20 @@ class Registry:
         with mlflow_errors(self.uri):
             return client_validation_history(self.client, pair, experiment, max_results)
 
+    def set_engine(self, pair: str, version: str | int, *, url: str, flags: list[str] | None = None,
+                   concurrency: int = 1) -> None:
+        """Name the engine endpoint serving a pair version (tags ``engine_url``, ``engine_flags`` as a JSON list,
+        ``engine_concurrency``): the nightly's engine step checks it (:mod:`flows.engine_check`)."""
+        import json
+
+        tags = {"engine_url": url, "engine_concurrency": str(int(concurrency))}
+        if flags is not None:
+            tags["engine_flags"] = json.dumps(list(flags))
+        with mlflow_errors(self.uri):
+            client_get_pair_version(self.client, pair, version, download=False)  # unknown version: a clear error
+            for k, v in tags.items():
+                self.client.set_model_version_tag(pair, str(version), k, v)
+
     def check_gate(self, pair: str, version: str | int, gate: GateConfig | None = None,
                    experiment: str = VALIDATION_EXPERIMENT) -> GateResult:
         """The gate's verdict on the latest finished validation run of ``pair`` v``version``

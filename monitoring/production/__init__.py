@@ -1,7 +1,7 @@
 """Production acceptance: ingest a serving engine's speculative-decoding counters into the history.
 
-vLLM (and SGLang / llama.cpp where they export something equivalent, see
-:mod:`monitoring.production.engines`) count drafts, drafted and accepted tokens. This package reads
+vLLM and llama.cpp (``llama-server --metrics``) count drafts, drafted and accepted tokens, per draft
+position too; SGLang exports gauges (see :mod:`monitoring.production.engines`). This package reads
 them from a Prometheus server's HTTP query API or straight from ``/metrics`` (parsed with
 ``prometheus_client``), turns each window into reset-aware counter deltas pooled per served model
 (:mod:`~monitoring.production.counters`), writes one ``validation_runs`` row per window with

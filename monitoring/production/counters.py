@@ -237,7 +237,7 @@ def window_metrics(wc: WindowCounters, k: int | None = None) -> GroupMetrics:
         if wc.gauge_accept_length is not None:
             g.mean_accepted_length = float(wc.gauge_accept_length)
         return g
-    if drafts is None and k:  # llama.cpp: no drafts counter; each draft proposes at most k tokens
+    if drafts is None and k:  # an engine without a drafts counter: each draft proposes at most k tokens
         drafts_for_ci = math.ceil(drafted / k)
     else:
         drafts_for_ci = drafts or 0

@@ -1,105 +1,15 @@
-"""What each serving engine exports about speculative decoding, and how we map it.
-
-Names were checked against the engines' sources (December 2026):
-
-- **vLLM** (V1 engine, ``vllm/v1/spec_decode/metrics.py``, ``vllm/v1/metrics/loggers.py``):
-  counters ``vllm:spec_decode_num_drafts``, ``vllm:spec_decode_num_draft_tokens``,
-  ``vllm:spec_decode_num_accepted_tokens`` and ``vllm:spec_decode_num_accepted_tokens_per_pos``
-  (extra label ``position`` = 0..k-1), exposed with the ``_total`` suffix (plus ``_created``
-  unless multiprocess mode), labelled ``model_name`` (the served model name) and ``engine``
-  (data-parallel engine index). Fully mapped: every series is delta'd on its own, then summed
-  over ``engine`` (and over replicas/instances) per ``model_name``.
-- **SGLang** (``python/sglang/srt/metrics/collector.py``): only *gauges*,
-  ``sglang:spec_accept_rate`` (accepted / drafted tokens of the last logged batch) and
-  ``sglang:spec_accept_length`` (mean accepted length of that batch), label ``model_name``. No
-  counters, so no token counts and no reset-aware deltas: a window records the mean of the gauge
-  samples (rate and length) for the trend, with no CI, so the rules report "insufficient
-  evidence" and never alert on SGLang alone.
-- **llama.cpp** (``tools/server``): upstream ``/metrics`` has no draft counters (per-request
-  ``timings.draft_n`` / ``timings.draft_n_accepted`` only, which is not a Prometheus source and is
-  not ingested). Builds that add ``llamacpp:n_drafted_total`` / ``llamacpp:n_drafted_accepted_total``
-  (seen in forks) are mapped to draft / accepted tokens. There is no model label (one model per
-  server) and no drafts counter: give ``num_speculative_tokens`` in the mapping to get a
-  conservative CI (drafts >= drafted tokens / k).
+"""The serving engines' speculative-decoding metric names, by role: defined once, in
+:mod:`specdec.engines.metrics` (the engine check reads ``/metrics`` too), re-exported here for ingest.
 """
 
-from __future__ import annotations
-
-from dataclasses import dataclass
-
-# the four counter roles, in the order vLLM documents them
-DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POSITION = "drafts", "draft_tokens", "accepted", "per_position"
-# gauge roles (SGLang)
-RATE_GAUGE, LENGTH_GAUGE = "rate_gauge", "length_gauge"
-
-
-@dataclass(frozen=True)
-class EngineMetrics:
-    """The metric names one engine exports, by role.
-
-    Attributes:
-        engine: ``vllm`` | ``sglang`` | ``llamacpp``.
-        model_label: label carrying the served model name (``None``: one model per server).
-        counters: role -> counter *family* name (the exposition adds ``_total`` / ``_created``).
-        gauges: role -> gauge name (SGLang's last-batch averages).
-        position_label: label of the per-position counter (vLLM: ``position``, 0-based).
-    """
-
-    engine: str
-    model_label: str | None
-    counters: dict[str, str]
-    gauges: dict[str, str]
-    position_label: str = "position"
-
-    def role_of(self, sample_name: str) -> tuple[str, str] | None:
-        """``(kind, role)`` of an exposition sample name, kind ``counter`` | ``created`` | ``gauge``;
-        ``None`` for names this engine does not use."""
-        for role, fam in self.counters.items():
-            if sample_name in (fam, f"{fam}_total"):
-                return "counter", role
-            if sample_name == f"{fam}_created":
-                return "created", role
-        for role, name in self.gauges.items():
-            if sample_name == name:
-                return "gauge", role
-        return None
-
-    def sample_names(self) -> list[str]:
-        """Every exposition name to fetch from Prometheus (counters with suffixes, gauges)."""
-        out = []
-        for fam in self.counters.values():
-            out += [f"{fam}_total", fam, f"{fam}_created"]
-        return out + list(self.gauges.values())
-
-
-ENGINES: dict[str, EngineMetrics] = {
-    "vllm": EngineMetrics(
-        engine="vllm", model_label="model_name",
-        counters={DRAFTS: "vllm:spec_decode_num_drafts",
-                  DRAFT_TOKENS: "vllm:spec_decode_num_draft_tokens",
-                  ACCEPTED: "vllm:spec_decode_num_accepted_tokens",
-                  PER_POSITION: "vllm:spec_decode_num_accepted_tokens_per_pos"},
-        gauges={},
-    ),
-    "sglang": EngineMetrics(
-        engine="sglang", model_label="model_name", counters={},
-        gauges={RATE_GAUGE: "sglang:spec_accept_rate", LENGTH_GAUGE: "sglang:spec_accept_length"},
-    ),
-    "llamacpp": EngineMetrics(
-        engine="llamacpp", model_label=None,
-        counters={DRAFT_TOKENS: "llamacpp:n_drafted", ACCEPTED: "llamacpp:n_drafted_accepted"},
-        gauges={},
-    ),
-}
-
-
-def engine_metrics(engine: str) -> EngineMetrics:
-    """The :class:`EngineMetrics` of ``engine``.
-
-    Raises:
-        ValueError: unknown engine (the message lists the known ones).
-    """
-    try:
-        return ENGINES[engine]
-    except KeyError:
-        raise ValueError(f"unknown serving engine {engine!r}; known: {', '.join(sorted(ENGINES))}") from None
+from specdec.engines.metrics import (  # noqa: F401
+    ACCEPTED,
+    DRAFT_TOKENS,
+    DRAFTS,
+    ENGINES,
+    LENGTH_GAUGE,
+    PER_POSITION,
+    RATE_GAUGE,
+    EngineMetrics,
+    engine_metrics,
+)

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitoring.production.counters import SeriesData
 from monitoring.production.engines import PER_POSITION, EngineMetrics
+from monitoring.production.restarts import infer_restarts
 from monitoring.redact import redact_text
 from specdec.redact import redact_url
 
@@ -160,6 +161,11 @@ def _model_of(labels: dict[str, str], engine: EngineMetrics) -> str:
     return labels.get(engine.model_label, "") if engine.model_label else ""
 
 
+def _target(labels: dict[str, str], engine: EngineMetrics) -> tuple:
+    """The exporting process of a series: its labels without the per-position label."""
+    return _key({k: v for k, v in labels.items() if k != engine.position_label})
+
+
 def _position(labels: dict[str, str], engine: EngineMetrics, role: str) -> int | None:
     if role != PER_POSITION:
         return None
@@ -171,7 +177,9 @@ def _position(labels: dict[str, str], engine: EngineMetrics, role: str) -> int |
 
 def scrape_series(previous: Scrape, current: Scrape, engine: EngineMetrics) -> list[SeriesData]:
     """Two scrapes of the same endpoint as two-sample series (for a window ``(previous.at,
-    current.at]``). A changed process start time is passed on as a reset marker."""
+    current.at]``). A changed process start time is passed on as a reset marker; without any
+    creation time (llama.cpp) restarts and not-yet-exported series are inferred
+    (:mod:`monitoring.production.restarts`)."""
     t0, t1 = previous.at.timestamp(), current.at.timestamp()
     prev = {(s["role"], _key(s["labels"])): s for s in previous.series}
     out = []
@@ -185,10 +193,11 @@ def scrape_series(previous: Scrape, current: Scrape, engine: EngineMetrics) -> l
             c = c if c is not None else pst
             if src is not None and c is not None:
                 created[t] = c
-        out.append(SeriesData(role=s["role"], model=_model_of(s["labels"], engine),
-                              position=_position(s["labels"], engine, s["role"]),
-                              samples=tuple(samples), created=created, gauge=bool(s.get("gauge"))))
-    return out
+        out.append((_target(s["labels"], engine),
+                    SeriesData(role=s["role"], model=_model_of(s["labels"], engine),
+                               position=_position(s["labels"], engine, s["role"]), samples=tuple(samples),
+                               created=created, gauge=bool(s.get("gauge")))))
+    return infer_restarts(out)
 
 
 def check_selector(selector: str) -> str:
@@ -216,7 +225,9 @@ def query_raw_series(
         selector: extra label matchers (e.g. ``job="vllm"``), see :func:`check_selector`.
     Returns:
         :class:`~monitoring.production.counters.SeriesData` per series (counters and gauges);
-        ``_created`` series are attached to their counter as created timestamps.
+        ``_created`` series are attached to their counter as created timestamps; without any
+        (llama.cpp) restarts and not-yet-exported series are inferred per scraped target
+        (:mod:`monitoring.production.restarts`).
     Raises:
         ProductionSourceError: unreachable, HTTP error, or a Prometheus ``status: error`` answer.
         ValueError: bad selector or ``end <= start``.
@@ -263,7 +274,8 @@ def query_raw_series(
             values[k] = (kind[0], labels, pts)
     out = []
     for (role, _), (kind, labels, pts) in values.items():
-        out.append(SeriesData(role=role, model=_model_of(labels, engine), position=_position(labels, engine, role),
-                              samples=tuple(pts), created=created.get((role, _key(labels)), {}),
-                              gauge=kind == "gauge"))
-    return out
+        out.append((_target(labels, engine),
+                    SeriesData(role=role, model=_model_of(labels, engine), position=_position(labels, engine, role),
+                               samples=tuple(pts), created=created.get((role, _key(labels)), {}),
+                               gauge=kind == "gauge")))
+    return infer_restarts(out)

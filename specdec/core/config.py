@@ -33,10 +33,11 @@ _SAMPLING_KEYS = ("temperature", "top_k", "top_p")
 #: how a model-based drafter picks each proposed token (docs/metrics.md, "proposal rule"):
 #: ``"sampled"``: x ~ q, verified against q (Leviathan 2022 / Chen 2023; transformers' assisted
 #: generation); ``"argmax"``: x = argmax q, verified with q one-hot (vLLM's draft-model, EAGLE and
-#: MTP proposers; SGLang's EAGLE chain). Both are exact; acceptance differs at temperature > 0.
+#: MTP proposers; SGLang's EAGLE chain; llama.cpp's greedy drafting, ``--spec-draft-sampling greedy``,
+#: verified by sample-and-match). Both are exact; acceptance differs at temperature > 0.
 DRAFT_SAMPLING_RULES = ("sampled", "argmax")
 #: the proposal rule each serving engine applies to model-based drafters (greedy: all the same)
-DRAFT_SAMPLING_BY_ENGINE = {"vllm": "argmax", "sglang": "argmax", "transformers": "sampled"}
+DRAFT_SAMPLING_BY_ENGINE = {"vllm": "argmax", "sglang": "argmax", "transformers": "sampled", "llamacpp": "argmax"}
 #: vLLM's ``_MAX_TEMP``: the smallest temperature used for sampling (smaller ones are raised to it).
 MIN_TEMPERATURE = 1e-2
 

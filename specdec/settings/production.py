@@ -66,7 +66,8 @@ class ProductionMapping(BaseModel):
         source / model: source name and model label value (``"*"`` matches any).
         pair: the pair's registered-model name. alias: the alias production serves (``champion``).
         version: pin the pair version instead of resolving ``alias`` at ingestion time.
-        num_speculative_tokens: k, when the engine does not reveal it (llama.cpp, SGLang).
+        num_speculative_tokens: k, when the engine does not reveal it (SGLang; vLLM and llama.cpp
+            export one per-position counter per draft position).
     """
 
     source: str = "*"

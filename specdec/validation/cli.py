@@ -102,8 +102,18 @@ def validate(
     decode_fraction: Annotated[
         float, typer.Option("--decode-fraction", help="--method both: share of prompts decoded (at least 2 per category).")
     ] = 0.25,
+    engine_url: Annotated[str | None, typer.Option(
+        "--engine-url", help="Engine check: the URL of a running llama-server serving this pair; the held-out prompts go "
+                             "to it and its own counters are compared with the core's for the same prompts "
+                             "(writes engine_check.json). API key: SPECDEC_ENGINE_API_KEY.")] = None,
+    engine_baseline_url: Annotated[str | None, typer.Option(
+        "--engine-baseline-url", help="Engine check: the same target served without speculation (for the speedup).")] = None,
+    engine_concurrency: Annotated[int, typer.Option(
+        "--engine-concurrency", min=1, help="Engine check: requests in flight at once.")] = 1,
 ) -> None:
-    """Validate a draft/target pair: acceptance, agreement, speedup and exactness, per category."""
+    """Validate a draft/target pair: acceptance, agreement, speedup and exactness, per category.
+
+    With --engine-url: the engine check of the pair where it is served (the core is the exact reference)."""
     t_start = time.perf_counter()
     _quiet_libraries()
     speculative, hs = _check_run_arguments(
@@ -113,9 +123,32 @@ def validate(
     out_dir = out or _default_out(hs.name, "+".join(draft))
     out_dirs = _check_out_dirs(draft, out_dir, overwrite)
     config = _check_drafters_and_config(draft, speculative, seed, limit, bootstrap_resamples, batch_size)
+    if engine_url is not None and len(draft) != 1:
+        _fail("--engine-url checks one pair: give one --draft (the draft the engine serves)")
     tgt, drafters, out_dirs = _load_pair(target, draft, dtype, device, seed, out_dir, out_dirs, overwrite)
+    if engine_url is not None:
+        _engine_check(tgt, drafters[0], hs, config, target, out_dirs[0], (engine_url, engine_baseline_url, engine_concurrency))
+        return
     reports = _run(method, tgt, drafters, hs, config, target, decode_fraction)
     _write_and_print(reports, out_dirs, t_start)
+
+
+def _engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, target: str, out_dir: Path,
+                  engine: tuple[str, str | None, int]) -> None:
+    """``--engine-url``: run the engine check, write and print it; one error line when the engine fails."""
+    from specdec.engines.client import EngineRequestError
+    from specdec.settings import get_settings
+    from specdec.validation.engine_check import EngineEndpoint
+    from specdec.validation.engine_cli import run_engine_check, write_and_print
+
+    url, baseline, concurrency = engine
+    endpoint = EngineEndpoint(url=url, baseline_url=baseline, api_key=get_settings().engine_api_key)
+    try:
+        report = run_engine_check(tgt, drafter, hs, config, endpoint=endpoint, concurrency=concurrency,
+                                  target_ref=target, err=_err)
+    except (EngineRequestError, ValueError) as e:
+        _fail(f"engine check: {e}")
+    write_and_print(report, out_dir, _out)
 
 
 def _check_run_arguments(

@@ -203,9 +203,11 @@ def head_trace(drafter: Eagle3Drafter, target: Any, prompt_ids: list[int], conti
 
 
 def _block(trace: DraftTrace, y: list[int], m: int, budget: int, stop: frozenset[int],
-           tau: float | None = None) -> list[int]:
+           tau: float | None = None, past_stop: bool = False) -> list[int]:
     """The drafts decoding proposes at a block starting after ``m`` emitted tokens (with a
-    confidence threshold ``tau``: drafting stops right after a draft whose confidence < tau)."""
+    confidence threshold ``tau``: drafting stops right after a draft whose confidence < tau;
+    ``past_stop``: a drafted stop token does not end the block, as in llama.cpp, whose drafts past
+    the end of ``y`` are :data:`UNSEEN`)."""
     if budget <= 0:
         return []
     if trace.proposals is not None:
@@ -219,7 +221,9 @@ def _block(trace: DraftTrace, y: list[int], m: int, budget: int, stop: frozenset
     for i in range(budget):
         t = m + i
         confidence = None
-        if left is None:
+        if t >= len(trace.argmax):  # past the end of y (a drafted stop token that was not cut)
+            drafts.append(UNSEEN)
+        elif left is None:
             drafts.append(trace.argmax[t])
             confidence = trace.confidence[t] if trace.confidence else None
             if drafts[-1] != y[t]:
@@ -234,7 +238,7 @@ def _block(trace: DraftTrace, y: list[int], m: int, budget: int, stop: frozenset
                 break
             else:
                 drafts.append(UNSEEN)
-        if drafts[-1] in stop:  # drafts after a drafted stop token are dropped
+        if drafts[-1] in stop and not past_stop:  # drafts after a drafted stop token are dropped
             break
         if tau is not None and confidence is not None and confidence < tau:
             break
@@ -261,6 +265,7 @@ def replay_counters(
     max_new_tokens: int,
     stop_token_ids: frozenset[int] = frozenset(),
     assistant_confidence_threshold: float | None = None,
+    drafts_past_stop: bool = False,
 ) -> DecodingStats:
     """The counters :func:`specdec.speculative_generate` (greedy, B = 1) produces with this k
     and this confidence threshold.
@@ -276,6 +281,10 @@ def replay_counters(
             ends right after a draft whose confidence (``trace.confidence``; after a rejected
             draft ``trace.free_run_confidence``) is below tau. The n-gram drafter ignores it.
             Exact with an exact trace; a fast trace bounds ``num_draft_tokens`` as without tau.
+        drafts_past_stop: llama.cpp's drafting (``draft-simple``): a drafted stop token does not end the
+            block (it drafts ``n_max`` tokens whatever they are); drafts past the end of ``y`` count as
+            drafted and never accepted (llama.cpp verifies them against the target's prediction after
+            the stop token, which the output does not show).
     Returns:
         :class:`DecodingStats` with the step counters (``num_drafts``, ``num_draft_tokens``,
         ``num_accepted_tokens``, ``num_rejected_steps``, ``accepted_per_position``,
@@ -300,7 +309,8 @@ def replay_counters(
     if trace.adopts_prefix and max_new_tokens > 0:  # the plain first step of a draft that adopts the prompt KV
         m, stats.target_forward_passes = 1, 1
     while m < len(y) and not (m and y[m - 1] in stop_token_ids):
-        drafts = _block(trace, y, m, min(k, max_new_tokens - m - 1), stop_token_ids, assistant_confidence_threshold)
+        drafts = _block(trace, y, m, min(k, max_new_tokens - m - 1), stop_token_ids, assistant_confidence_threshold,
+                        drafts_past_stop)
         # UNSEEN drafts only follow a rejected one, so verification stops before them: verify the seen ones
         seen = drafts[:drafts.index(UNSEEN)] if UNSEEN in drafts else drafts
         pad = len(seen) + 1 - len(y[m:m + len(seen) + 1])

@@ -162,6 +162,7 @@ def replay_prompts(
     kmax: int = 16,
     exact: bool = False,
     progress: Callable[[int, int, ReplayedPrompt], None] | None = None,
+    replay: bool = True,
 ) -> list[ReplayedPrompt]:
     """Replay every prompt of ``subset`` for every drafter (see the module docstring).
 
@@ -178,6 +179,7 @@ def replay_prompts(
         exact: greedy model drafters: also run the draft after each rejected token
             (:func:`draft_trace`), so ``num_draft_tokens`` is exact too.
         progress: ``progress(done, total, replayed)`` after each prompt.
+        replay: False: only the continuations (read from the cache or produced), no drafter replay.
     Returns:
         one :class:`ReplayedPrompt` per prompt, in order.
     """
@@ -210,8 +212,10 @@ def replay_prompts(
         try:
             _continuation(rp, cache, key, vocab, producers, lambda p: _produce(target, p, ids, config, eos,
                                                                                prompt.id, device), device)
-            rp.drafters, rp.replay_seconds = timed(
-                lambda: _replay_one(target, drafters, ids, rp.continuation, config, stop, vocab, kmax, exact), device)
+            if replay:
+                rp.drafters, rp.replay_seconds = timed(
+                    lambda: _replay_one(target, drafters, ids, rp.continuation, config, stop, vocab, kmax, exact),
+                    device)
         except NonFiniteLogits as e:  # a broken model: the whole validation stops, naming it (issue 32, item 2)
             raise BrokenModel.naming(e, target, [prompt.id]) from None
         out.append(rp)

@@ -13,9 +13,16 @@ configuration of one serving engine profile:
   root; SGLang docs, "Speculative Decoding", full parameter reference).
 * ``transformers``: ``generate()`` keywords: ``assistant_model`` + ``num_assistant_tokens`` k with a
   ``constant`` schedule, or ``prompt_lookup_num_tokens`` k for the n-gram drafter.
+* ``llamacpp``: the ``llama-server`` command (:class:`specdec.engines.llama_server.LlamaServerFlags`):
+  ``-m <target.gguf> --spec-type draft-simple --spec-draft-model <draft.gguf> --spec-draft-n-max k
+  --spec-draft-n-min 0 --spec-draft-p-min 0 --spec-draft-sampling greedy``: the rule the core validated
+  (fixed k, argmax drafts). llama.cpp serves GGUF files only; its n-gram types are its own lookups.
 
-A derived draft (a quantized/cast copy of the target) is served as a draft model: ``model`` is the
-registered draft (its recipe re-derives it); the engine must be able to load that checkpoint.
+Every model reference is what the engine loads: a Hub id or a local path (a GGUF file for llama.cpp),
+never an MLflow URI; a registered checkpoint without one comes with the command that downloads it
+(``download``). A derived draft (a cast/quantized copy of the target) is the target's checkpoint
+with the derivation recipe: the engine loads the target as the draft and casts/quantizes it
+(``derived`` says how; ``derived:bf16`` is the target itself on an engine that runs it in bf16).
 """
 
 from __future__ import annotations
@@ -34,23 +41,27 @@ DEFAULT_ENGINE = "vllm"
 
 def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, *, draft: str | None,
                    prompt_lookup_max: int = 4, prompt_lookup_min: int = 1,
-                   assistant_confidence_threshold: float | None = None) -> dict[str, Any]:
+                   assistant_confidence_threshold: float | None = None, target: str | None = None) -> dict[str, Any]:
     """The serving settings of one engine profile for a validated pair.
 
     Args:
-        engine: ``vllm``, ``sglang`` or ``transformers``.
+        engine: ``vllm``, ``sglang``, ``transformers`` or ``llamacpp``.
         drafter_kind: ``model``, ``ngram``, ``derived:<kind>`` or ``eagle3``.
         num_speculative_tokens: the validated k (>= 1).
-        draft: the draft model reference (path, Hub id or ``models:/`` URI); ignored for ``ngram``.
+        draft: the draft model reference the engine loads (path or Hub id; llama.cpp: a GGUF file);
+            ignored for ``ngram``.
         prompt_lookup_max, prompt_lookup_min: the n-gram drafter's suffix lengths (tokens).
         assistant_confidence_threshold: the validated tau, if any: transformers takes it as is; vLLM and
             SGLang have no per-token confidence stop, so it is reported under ``not_applied``.
+        target: the target reference (llama.cpp: the target GGUF, required there).
     Returns:
         ``{"engine", "num_speculative_tokens", "drafter_kind", ...}`` plus, per engine,
         ``speculative_config`` and ``args`` (vLLM), ``args`` (SGLang) or ``generate_kwargs``
-        (transformers). ``args`` is a list of command-line arguments, ready for ``shlex.join``.
+        (transformers). ``args`` is a list of command-line arguments, ready for ``shlex.join``;
+        llama.cpp: ``args`` and ``command`` (the whole ``llama-server`` line).
     Raises:
-        ValueError: unknown engine, k < 1, a model drafter without ``draft``, an EAGLE-3 head on transformers.
+        ValueError: unknown engine, k < 1, a model drafter without ``draft``, an EAGLE-3 head on transformers,
+            llama.cpp without GGUF files or with a drafter kind it cannot serve as validated.
     """
     ngram = drafter_kind == "ngram"
     if engine not in ENGINES:
@@ -68,6 +79,8 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
     tau = assistant_confidence_threshold
     if tau is not None and (engine != "transformers" or ngram):
         out["not_applied"] = {"assistant_confidence_threshold": tau}
+    if engine == "llamacpp":
+        return {**out, **_llamacpp(drafter_kind, k, draft, target)}
     if engine == "vllm":
         spec = ({"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": prompt_lookup_max,
                  "prompt_lookup_min": prompt_lookup_min} if ngram
@@ -87,6 +100,23 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
         if tau is not None and not ngram:
             out["generate_kwargs"]["assistant_confidence_threshold"] = tau
     return out
+
+
+def _llamacpp(drafter_kind: str, k: int, draft: str | None, target: str | None) -> dict[str, Any]:
+    """``args`` / ``command`` of ``llama-server`` for a model drafter of GGUF files."""
+    import shlex
+
+    from specdec.engines.llama_server import LlamaServerFlags
+
+    if drafter_kind != "model":
+        raise ValueError(f"llama.cpp serves a {drafter_kind} drafter differently from how the core validated it: register "
+                         "the draft as a GGUF model (a derived copy: `llama-quantize` the target GGUF, e.g. Q8_0 for "
+                         "int8, Q4_0 for int4) and validate that pair")
+    for what, ref in (("target", target), ("draft", draft)):
+        if not ref or not str(ref).endswith(".gguf"):
+            raise ValueError(f"llama.cpp serves GGUF files: the {what} reference is {ref!r}, not a .gguf file")
+    args = LlamaServerFlags(model=str(target), draft=str(draft), n_max=k).args()
+    return {"args": args, "command": shlex.join(["llama-server", *args])}
 
 
 def engine_config(engine: str | None, config: SpeculativeConfig) -> tuple[str, SpeculativeConfig]:

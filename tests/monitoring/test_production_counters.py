@@ -1,4 +1,5 @@
-"""Reset-aware window deltas, the acceptance CI, and parsing real exposition text (prometheus_client)."""
+"""Reset-aware window deltas, the acceptance CI, and parsing real exposition text (prometheus_client;
+llama.cpp: text captured from a live llama-server, tests/data/llamacpp)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ from monitoring.production.counters import (
     pool_window,
     window_metrics,
 )
-from monitoring.production.engines import ENGINES, engine_metrics
+from monitoring.production.counters import SeriesData
+from monitoring.production.engines import DRAFTS, ENGINES, PER_POSITION, engine_metrics
+from monitoring.production.restarts import infer_restarts
 from monitoring.production.sources import Scrape, check_selector, parse_exposition, scrape_series
 from tests.support.exporters import VllmCounters, histogram_state, render_vllm
+from tests.support.llamacpp_traffic import CAPTURES, captured
 
 S = [(0.0, 100.0), (10.0, 200.0), (20.0, 30.0), (30.0, 80.0)]  # a restart between t=10 and t=20
 
@@ -116,7 +120,7 @@ def test_parse_real_vllm_exposition_and_sum_engines_per_model():
     assert pooled["other"].num_drafts == 0
 
 
-def test_parse_sglang_gauges_and_llamacpp_counters():
+def test_parse_sglang_gauges():
     sgl = ("# HELP sglang:spec_accept_rate x\n# TYPE sglang:spec_accept_rate gauge\n"
            'sglang:spec_accept_rate{model_name="m",tp_rank="0"} 0.62\n'
            "# HELP sglang:spec_accept_length x\n# TYPE sglang:spec_accept_length gauge\n"
@@ -125,15 +129,69 @@ def test_parse_sglang_gauges_and_llamacpp_counters():
     series, _ = parse_exposition(sgl, engine_metrics("sglang"))
     assert {(s["role"], s["value"], s["gauge"]) for s in series} == {("rate_gauge", 0.62, True),
                                                                      ("length_gauge", 2.9, True)}
-    lcpp = ("# HELP llamacpp:n_drafted_total x\n# TYPE llamacpp:n_drafted_total counter\n"
-            "llamacpp:n_drafted_total 200\nllamacpp:n_drafted_accepted_total 130\n"
-            "# HELP process_start_time_seconds x\n# TYPE process_start_time_seconds gauge\n"
-            "process_start_time_seconds 1700000000\n")
-    series, start = parse_exposition(lcpp, engine_metrics("llamacpp"))
-    assert start == 1700000000
-    assert {(s["role"], s["value"]) for s in series} == {("draft_tokens", 200.0), ("accepted", 130.0)}
     with pytest.raises(ValueError, match="unknown serving engine"):
         engine_metrics("tgi")
+
+
+def _lcpp(name: str) -> list[dict]:
+    return parse_exposition(captured(name)[0].decode(), engine_metrics("llamacpp"))[0]
+
+
+def test_parse_real_llama_server_exposition():
+    """Text captured from a live llama-server (tests/data/llamacpp, provenance in each file's header)."""
+    started, after = _lcpp(CAPTURES[0][0]), _lcpp(CAPTURES[1][0])
+    # a fresh server: the three counters at 0, no per-position series yet, no _created, no process start
+    assert {(s["role"], s["value"], s["created"]) for s in started} == {
+        ("drafts", 0.0, None), ("draft_tokens", 0.0, None), ("accepted", 0.0, None)}
+    sent = captured(CAPTURES[1][0])[1]
+    by_role = {(s["role"], s["labels"].get("position")): s["value"] for s in after}
+    assert by_role[("draft_tokens", None)] == sent.num_draft_tokens  # = sum of the requests' timings.draft_n
+    assert by_role[("accepted", None)] == sent.num_accepted_tokens
+    pp = [by_role[("per_position", str(i))] for i in range(4)]  # k = --spec-draft-n-max = 4 positions
+    assert sum(pp) == sent.num_accepted_tokens and pp == sorted(pp, reverse=True) and pp[0] <= by_role[("drafts", None)]
+    assert {s["labels"].get("position") for s in after} == {None, "0", "1", "2", "3"}  # no model label
+    assert parse_exposition(captured(CAPTURES[1][0])[0].decode(), engine_metrics("llamacpp"))[1] is None
+
+
+def _at(minute: int) -> dt.datetime:
+    return dt.datetime(2026, 12, 1, 10, minute, tzinfo=dt.timezone.utc)
+
+
+def test_llama_server_restart_without_created_restarts_every_counter_and_late_series_count_from_zero():
+    eng = engine_metrics("llamacpp")
+    s0, s1, s2, s3 = (Scrape(_at(i), _lcpp(n)) for i, (n, _) in enumerate(CAPTURES))
+
+    def window(a: Scrape, b: Scrape) -> WindowCounters:
+        return pool_window(scrape_series(a, b, eng), a.at.timestamp(), b.at.timestamp())[""]
+
+    # the per-position series first appear after the baseline scrape: counted from 0, not lost
+    w1 = window(s0, s1)
+    assert (w1.num_draft_tokens, w1.num_accepted_tokens) == (79, 48) and sum(w1.accepted_per_position) == 48
+    assert window(s1, s2).resets == 3  # restarted: the counters went down to 0 (the per-position ones are gone)
+    w3 = window(s2, s3)
+    assert (w3.num_draft_tokens, w3.num_accepted_tokens, w3.resets) == (38, 12, 0)
+    assert sum(w3.accepted_per_position) == 12
+    # a restart straight to traffic: the drafts counter fell (21 -> 10) while position 3 grew past its old
+    # value (7 -> 9): one process, so every counter restarted and position 3 counts 9, not 9 - 7
+    text = captured(CAPTURES[3][0])[0].decode().replace('per_pos_total{position="3"} 1', 'per_pos_total{position="3"} 9')
+    grown = Scrape(_at(5), parse_exposition(text, eng)[0])
+    w = window(s1, grown)
+    assert w.resets == 7 and w.accepted_per_position[3] == 9 and w.num_drafts == 10
+
+
+def test_late_and_restarted_series_in_prometheus_style_samples():
+    """Raw samples as Prometheus stores them (one timestamp per scrape; a per-position series absent
+    from the scrapes before the server drafted, and after its restart): the zeros and the restart are
+    inferred per target (the labels without ``position``), not across targets."""
+    drafts = SeriesData(DRAFTS, "", None, ((0.0, 0.0), (10.0, 21.0), (20.0, 0.0), (30.0, 10.0)))
+    pos0 = SeriesData(PER_POSITION, "", 0, ((10.0, 16.0), (30.0, 8.0)))  # absent at 0 and after the restart
+    other = SeriesData(PER_POSITION, "", 0, ((10.0, 5.0), (30.0, 9.0)))  # another target: no zeros, no restart
+    got = infer_restarts([(("job", "a"), drafts), (("job", "a"), pos0), (("job", "b"), other)])
+    assert got[1].samples == ((0.0, 0.0), (10.0, 16.0), (20.0, 0.0), (30.0, 8.0))
+    assert got[1].created == {0.0: -math.inf, 10.0: -math.inf, 20.0: 10.0, 30.0: 10.0}
+    assert got[2].samples == other.samples and set(got[2].created.values()) == {-math.inf}
+    assert counter_increase(got[1].samples, -1, 30, got[1].created).increase == 16 + 8
+    assert counter_increase(pos0.samples, -1, 30).increase == 8  # what the raw samples alone would give
 
 
 def test_selector_validation():

@@ -1,5 +1,6 @@
-"""Direct /metrics scraping of a real scripted vLLM exporter into a real SQLite history, with the
-drift rules, the representativeness rule and alerts to a real webhook receiver on 127.0.0.1."""
+"""Direct /metrics scraping of a real scripted vLLM exporter (and of /metrics texts captured from a live
+llama-server) into a real SQLite history, with the drift rules, the representativeness rule and alerts
+to a real webhook receiver on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from monitoring import history, pipeline
 from monitoring.db import PRODUCTION, Incident, ProductionScrape, connect
 from monitoring.production.ingest import ingest_window
 from monitoring.production.settings import ProductionMapping, ProductionSettings, ProductionSource
-from monitoring.production.sources import ProductionSourceError
+from monitoring.production.engines import ENGINES
+from monitoring.production.sources import ProductionSourceError, parse_exposition
 from tests.support.exporters import ScriptedExporter, histogram_counts, histogram_state
+from tests.support.llamacpp_traffic import CAPTURES, captured
 from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings
 from monitoring.receiver import WebhookReceiver
 from tests.support.net import free_port
@@ -172,33 +175,57 @@ def _text(*lines: str) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def test_sglang_gauges_are_recorded_but_never_alert_and_llamacpp_counters_use_k(tmp_path):
+def test_sglang_gauges_are_recorded_but_never_alert(tmp_path):
     sgl = [_text("# TYPE sglang:spec_accept_rate gauge", f'sglang:spec_accept_rate{{model_name="m"}} {r}',
                  "# TYPE sglang:spec_accept_length gauge", f'sglang:spec_accept_length{{model_name="m"}} {n}')
            for r, n in ((0.7, 3.1), (0.2, 1.6))]
-    lcpp = [_text("# TYPE llamacpp:n_drafted_total counter", f"llamacpp:n_drafted_total {d}",
-                  "# TYPE llamacpp:n_drafted_accepted_total counter", f"llamacpp:n_drafted_accepted_total {a}")
-            for d, a in ((0, 0), (1200, 780))]
-    with WebhookReceiver() as rx, ScriptedExporter(sgl) as s_ex, ScriptedExporter(lcpp) as l_ex:
+    with WebhookReceiver() as rx, ScriptedExporter(sgl) as s_ex:
         ms = settings_for(tmp_path, rx)
         db = connect(ms)
         s_src = ProductionSource(name="sgl", kind="metrics", url=s_ex.url, engine="sglang")
-        l_src = ProductionSource(name="lcpp", kind="metrics", url=l_ex.url, engine="llamacpp")
-        ps = ProductionSettings(sources=[s_src, l_src], mappings=[
-            ProductionMapping(source="sgl", pair="pair-s", version="1"),
-            ProductionMapping(source="lcpp", pair="pair-l", version="1", num_speculative_tokens=4)])
-        for src in (s_src, l_src):
-            assert [o.status for o in ingest_window(db, src, settings=ps, monitoring_settings=ms)] == ["baseline"]
+        ps = ProductionSettings(sources=[s_src], mappings=[ProductionMapping(source="sgl", pair="pair-s", version="1")])
+        assert [o.status for o in ingest_window(db, s_src, settings=ps, monitoring_settings=ms)] == ["baseline"]
         (s,) = ingest_window(db, s_src, settings=ps, monitoring_settings=ms)
-        (lc,) = ingest_window(db, l_src, settings=ps, monitoring_settings=ms)
     # SGLang: the gauge value (0.2, below 40%) is recorded, but without token counts there is no evidence
     assert (s.model, s.acceptance_rate, s.mean_accepted_length, s.num_draft_tokens) == ("m", 0.2, 1.6, None)
     assert s.status == "inconclusive" and s.acceptance_rate_ci == [] and s.health_transition is None
-    # llama.cpp: tokens only; k = 4 bounds the drafts (>= 1200 / 4) and the variance (Bhatia-Davis)
-    m = 780 / 300
-    half = 1.959964 * math.sqrt(m * (4 - m) / 300) / 4
-    assert (lc.model, lc.num_draft_tokens, lc.num_drafts, lc.status) == ("", 1200, None, "passed")
-    assert lc.acceptance_rate == pytest.approx(0.65) and lc.acceptance_rate_ci == pytest.approx(
-        [0.65 - half, 0.65 + half], abs=1e-6)
     assert rx.accepted == []
+    db.dispose()
+
+
+def exact_ci(drafts: int, tokens: int, per_pos: list[int]) -> list[float]:
+    """The acceptance CI by hand from per-position counts (drafts that accepted exactly j = reach[j] - reach[j+1])."""
+    reach = [drafts] + per_pos + [0]
+    exactly = [reach[j] - reach[j + 1] for j in range(len(per_pos) + 1)]
+    mean = sum(per_pos) / drafts
+    var = sum(j * j * n for j, n in enumerate(exactly)) / drafts - mean ** 2
+    half = 1.959964 * math.sqrt(var / drafts) / (tokens / drafts)
+    return [sum(per_pos) / tokens - half, sum(per_pos) / tokens + half]
+
+
+def test_captured_llama_server_windows_equal_its_per_request_counts(tmp_path):
+    """The /metrics texts of a live llama-server (tests/data/llamacpp: started, 3 requests, restarted, 1
+    request), served in order: each window equals the engine's own per-request timings, with the exact
+    CI from its per-position counters, and the restart (counters down to 0, no _created) is one reset."""
+    texts = [captured(name) for name, _ in CAPTURES]
+    ms = settings_for(tmp_path)
+    db = connect(ms)
+    with ScriptedExporter([t for t, _ in texts]) as ex:
+        src = ProductionSource(name="lcpp", kind="metrics", url=ex.url, engine="llamacpp")
+        ps = ProductionSettings(sources=[src], mappings=[ProductionMapping(source="lcpp", pair="pair-l", version="1")])
+        first, w1, w2, w3 = run_all(db, src, ps, ms, 4)
+    assert [o.status for o in first] == ["baseline"]
+    (w1,), (w2,), (w3,) = w1, w2, w3
+    for o, (text, sent) in ((w1, texts[1]), (w3, texts[3])):
+        series = {(s["role"], s["labels"].get("position")): int(s["value"])
+                  for s in parse_exposition(text.decode(), ENGINES["llamacpp"])[0]}
+        drafts, pp = series[("drafts", None)], [series[("per_position", str(i))] for i in range(4)]
+        assert (o.model, o.pair, o.num_draft_tokens, o.resets) == ("", "pair-l", sent.num_draft_tokens, 0)
+        assert o.acceptance_rate == pytest.approx(sent.num_accepted_tokens / sent.num_draft_tokens, abs=1e-12)
+        assert o.num_drafts == drafts and o.mean_accepted_length == pytest.approx(1 + sent.num_accepted_tokens / drafts)
+        assert o.acceptance_rate_ci == pytest.approx(exact_ci(drafts, sent.num_draft_tokens, pp), abs=1e-6)
+    assert (w2.num_draft_tokens, w2.resets, w2.acceptance_rate) == (0, 3, None)  # the restart, nothing drafted yet
+    rows = {r.id: r for r in history.list_runs(db, source=PRODUCTION)}
+    row = rows[w3.run_id]
+    assert (row.num_speculative_tokens, row.num_accepted_tokens) == (4, texts[3][1].num_accepted_tokens)
     db.dispose()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -92,8 +93,8 @@ def test_register_list_show_promote(cli, ckpts, tmp_path):
     assert r.exit_code == 0 and "acceptance_rate" in r.output and "models:/specdec-pair-target/1" in r.output
     assert "vllm" in r.output and "--speculative-config" in r.output  # what to copy into serving
     sc = json.loads(cli("show", "specdec-pair", "1", "--json").stdout)["serving_config"]
-    assert sc["engine"] == "vllm" and sc["speculative_config"] == {
-        "method": "draft_model", "model": "models:/specdec-pair-draft/1", "num_speculative_tokens": 3}
+    assert sc["engine"] == "vllm" and sc["speculative_config"] == {  # the checkpoint vLLM loads, not an MLflow URI
+        "method": "draft_model", "model": str(Path(ckpts["draft"]).resolve()), "num_speculative_tokens": 3}
     r = cli("list")
     assert "@challenger" in r.output and "@champion" in r.output
 
@@ -126,7 +127,7 @@ def test_clear_errors(cli, ckpts, tmp_path):
     assert r.exit_code == 1 and "unreachable" in r.output
     # an unknown engine is refused first (the target does not exist either): one line, no traceback
     r = cli("register", "--target", tmp_path / "nowhere", "--draft", "ngram", "--engine", "tgi")
-    assert r.exit_code == 1 and "unknown engine 'tgi': use vllm, sglang or transformers" in r.output
+    assert r.exit_code == 1 and "unknown engine 'tgi': use vllm, sglang, transformers or llamacpp" in r.output
     assert "not found" not in r.output and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
 
 

@@ -104,8 +104,9 @@ def test_round_trip(store, ckpts, tmp_path):
     assert (tmp_path / "dl" / "plots" / "acceptance_trend.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # what the user copies into serving: the engine profile's config at the validated k (default engine vllm)
+    # model references are what vLLM loads: the draft's local checkpoint directory, never an MLflow URI
     serving = json.loads((tmp_path / "dl" / "serving_config.json").read_text())
-    assert serving["speculative_config"] == {"method": "draft_model", "model": f"models:/{dname}/1",
+    assert serving["speculative_config"] == {"method": "draft_model", "model": str(ckpts["draft"].resolve()),
                                              "num_speculative_tokens": 3}
     tags = client.get_model_version(pair, "1").tags
     assert tags["validation_status"] == "passed" and tags["acceptance_rate"] == "0.720"

@@ -49,3 +49,62 @@ def test_transformers_and_bad_input():
         args = dict(engine="vllm", k=4, draft="d") | bad
         with pytest.raises(ValueError):
             serving_config(args["engine"], "model", args["k"], draft=args["draft"])
+
+
+def test_llamacpp_is_the_llama_server_command_of_gguf_files():
+    sc = serving_config("llamacpp", "model", 4, draft="/m/draft-Q4_0.gguf", target="/m/target.Q4_1.gguf")
+    assert sc["draft_sampling"] == "argmax" and sc["command"].startswith("llama-server -m /m/target.Q4_1.gguf ")
+    args = sc["args"]
+    assert args[args.index("--spec-type") + 1] == "draft-simple"
+    assert args[args.index("--spec-draft-model") + 1] == "/m/draft-Q4_0.gguf"
+    assert [args[args.index(f) + 1] for f in ("--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min",
+                                              "--spec-draft-sampling")] == ["4", "0", "0", "greedy"]
+    with pytest.raises(ValueError, match="GGUF"):
+        serving_config("llamacpp", "model", 4, draft="/m/draft", target="/m/target.gguf")
+    with pytest.raises(ValueError, match="llama-quantize"):
+        serving_config("llamacpp", "derived:int8", 4, draft="/m/t.gguf", target="/m/t.gguf")
+
+
+ALL_KINDS = [("vllm", "model"), ("vllm", "derived:int8"), ("vllm", "derived:bf16"), ("vllm", "ngram"), ("vllm", "eagle3"),
+             ("sglang", "model"), ("sglang", "derived:int4"), ("sglang", "eagle3"), ("transformers", "model"),
+             ("transformers", "derived:int8"), ("llamacpp", "model")]
+
+
+def _model_refs(sc: dict) -> list[str]:
+    spec = sc.get("speculative_config") or {}
+    refs = [spec["model"]] if "model" in spec else []
+    args = sc.get("args") or []
+    refs += [args[i + 1] for i, a in enumerate(args) if a in ("--speculative-draft-model-path", "-m", "--spec-draft-model")]
+    kw = sc.get("generate_kwargs") or {}
+    return refs + ([kw["assistant_model"]] if "assistant_model" in kw else [])
+
+
+@pytest.mark.parametrize("engine,kind", ALL_KINDS)
+@pytest.mark.parametrize("registered", ["hub", "gguf", "no serve ref"])
+def test_every_serving_config_names_what_the_engine_loads(engine, kind, registered):
+    """A pair's logged serving config names Hub ids or paths (GGUF files for llama.cpp), never an MLflow URI;
+    a checkpoint known only by its MLflow URI comes with the command that downloads it to that path."""
+    from types import SimpleNamespace
+
+    from registry.pairs import serve_tags
+    from registry.runs import serving_config_for
+
+    sources = {"hub": ({"kind": "hub", "repo_id": "org/target"}, {"kind": "hub", "repo_id": "org/draft"}),
+               "gguf": ({"kind": "gguf", "gguf_path": "/m/t.gguf", "gguf_sha256": "ab" * 32},
+                        {"kind": "gguf", "gguf_path": "/m/d.gguf", "gguf_sha256": "cd" * 32}),
+               "no serve ref": ({}, {})}[registered]
+    tags = {"engine": engine, "drafter_kind": kind, "target": "models:/t/1",
+            "draft": "none" if kind == "ngram" else "models:/d/1",
+            **serve_tags("target", sources[0]), **serve_tags("draft", sources[1])}
+    sc = serving_config_for(tags, SimpleNamespace(config={"num_speculative_tokens": 3}, drafter_kind=kind))
+    if engine == "llamacpp" and registered != "gguf":
+        assert sc is None  # llama.cpp serves GGUF files only: no config rather than a wrong one
+        return
+    assert sc is not None
+    refs = _model_refs(sc)
+    assert kind == "ngram" or refs, sc
+    assert not any(str(r).startswith("models:/") for r in refs), sc
+    if registered == "no serve ref" and kind not in ("ngram",) and not kind.startswith("derived:"):
+        assert any("mlflow artifacts download --artifact-uri models:/d/1" in c for c in sc["download"])
+    if kind.startswith("derived:"):
+        assert "derived" in sc and (kind != "derived:bf16" or "c = 1" in sc["derived"])

@@ -1,0 +1,75 @@
+"""The nightly's engine step: for each pair version that names an engine endpoint (pair-version tags
+``engine_url`` and, optionally, ``engine_flags``: the command line the deployment runs the engine
+with, as a JSON list), send tonight's held-out prompts to the running engine, compare its counters
+with the core's for the same prompts (:func:`specdec.validation.engine_check.check_engine`), record a
+history row with source ``engine:<engine>``, evaluate it and run its incident lifecycle
+(:mod:`monitoring.engine_checks`).
+
+The engine does the heavy work (for a large target: the team's own vLLM/llama.cpp deployment with
+its tensor or data parallelism); the nightly sends prompts, reads counters and replays the draft.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from flows.tasks import NightlyResult
+
+ENGINE_URL_TAG, ENGINE_FLAGS_TAG, ENGINE_CONCURRENCY_TAG = "engine_url", "engine_flags", "engine_concurrency"
+
+log = logging.getLogger("specdec.nightly")
+
+
+def engine_endpoint(pv) -> Any:
+    """The :class:`~specdec.validation.engine_check.EngineEndpoint` a pair version names, or None."""
+    from specdec.settings import get_settings
+    from specdec.validation.engine_check import EngineEndpoint
+
+    tags = pv.tags or {}
+    url = tags.get(ENGINE_URL_TAG)
+    if not url:
+        return None
+    flags = tags.get(ENGINE_FLAGS_TAG)
+    return EngineEndpoint(url=url, engine=tags.get("engine", "llamacpp"), api_key=get_settings().engine_api_key,
+                          flags=tuple(json.loads(flags)) if flags else None)
+
+
+def run_engine_check(night, target, params) -> NightlyResult | None:
+    """The engine step for one (pair, alias) target; None when its pair version names no engine."""
+    from flows.loading import build_validation_config, cached_drafter, cached_target, load_pair_models
+    from monitoring import engine_checks
+    from specdec.engines.client import EngineRequestError
+    from specdec.validation.api import drafter_parts
+    from specdec.validation.engine_check import EngineCheckRequest, check_engine
+
+    pv = target.pv
+    endpoint = engine_endpoint(pv)
+    if endpoint is None:
+        return None
+    tkey, dkey = load_pair_models(pv, device=params.device, dtype=params.dtype)
+    _, draft_model, _, ref, _ = drafter_parts(cached_drafter(dkey))
+    config = build_validation_config(pv.config, limit=params.limit, seed=params.seed)
+    where = f"{target.pair}@{target.alias} v{target.version} engine check ({endpoint.engine})"
+    try:
+        report = check_engine(EngineCheckRequest(
+            target=cached_target(tkey), draft=draft_model, heldout=night.held, config=config, endpoint=endpoint,
+            concurrency=int((pv.tags or {}).get(ENGINE_CONCURRENCY_TAG, 1)), target_ref=pv.target_uri,
+            drafter_ref=ref))
+    except EngineRequestError as e:
+        log.error("%s: %s", where, e)
+        return NightlyResult(target.pair, target.alias, target.version, "error", message=f"{where}: {e}")
+    run_id = engine_checks.record_engine_check(night.db, report, pair=target.pair, version=target.version,
+                                               alias=target.alias, scheduled_date=night.date)
+    ev = engine_checks.evaluate_engine_check(night.db, run_id, settings=night.settings)
+    transition = engine_checks.alert_engine_check(night.db, ev, settings=night.settings)
+    o = report.overall
+    log.info("%s: %s, engine %.3f vs core %.3f (difference %+.3f [%+.3f, %+.3f])%s", where, ev.verdict,
+             o.engine_acceptance_rate, o.core_acceptance_rate, o.difference, *o.difference_ci,
+             f", alert: {transition}" if transition else "")
+    return NightlyResult(target.pair, f"{target.alias} ({engine_checks.source_of(endpoint.engine)})", target.version,
+                         ev.verdict, history_run_id=run_id, acceptance_rate=o.engine_acceptance_rate,
+                         acceptance_rate_ci=list(o.engine_acceptance_rate_ci), alert_transition=transition,
+                         root_cause_hint=ev.root_cause_hint,
+                         message="; ".join(r.message for r in ev.results if r.firing))

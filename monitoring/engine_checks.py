@@ -1,0 +1,239 @@
+"""Engine checks in the history store, their rules and their incidents: attribution of an acceptance
+drop to the serving stack or to the pair.
+
+Row layout (as production windows, so the nightly's queries never see these rows):
+
+* ``source = engine:<engine>`` (e.g. ``engine:llamacpp``), ``heldout_name = engine:<engine>:<held-out
+  name>``, ``heldout_version`` the held-out version, ``scheduled_date`` the night;
+* the acceptance columns hold **the engine's own counters** (what users get), so the drift rules and
+  the incident lifecycle apply to them unchanged;
+* ``config`` holds what identifies the measurement (engine, URL without credentials, k, tokens,
+  sampling: hashed into ``config_hash``) and, under ``engine_check``, the evidence that is not part
+  of the key: the core's acceptance for the same prompts and tokens, the paired difference and its
+  CI, the audit and the engine fingerprint (build, target/draft files and their hashes, flags).
+
+Rules: the usual health rules on the engine's acceptance (floor, relative drop vs the previous passing
+check) plus the **engine gap** rule: it fires when the engine accepts credibly less than the core for
+the same prompts (the difference CI's upper end below 0). The hint separates the two causes:
+
+* the gap fires: the serving stack differs (build, kernels, quantization, KV-cache type, flags), not
+  the draft; the fingerprint's change since the last passing check is named as the likely cause;
+* the engine fell while the gap is closed: the core falls with it, so the draft no longer fits the
+  target (re-derive or re-train it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from sqlalchemy import select
+
+from monitoring import alerts, history, rules
+from monitoring.db import COMPLETED, FAILED, INCONCLUSIVE, PASSED, Database, ValidationRun, utcnow
+from monitoring.rules import FIRING, INSUFFICIENT, OK, RuleResult
+from monitoring.settings import MonitoringSettings
+from specdec.validation.engine_report import EngineCheckReport
+from specdec.validation.report import GroupMetrics, ValidationReport
+
+__all__ = ["ENGINE_GAP_RULE", "EngineEvaluation", "source_of", "record_engine_check", "evaluate_engine_check",
+           "alert_engine_check", "fingerprint_changes"]
+
+ENGINE_GAP_RULE = "engine_gap"
+#: fingerprint fields whose change is named as a likely cause, in the order they are named
+FINGERPRINT_FIELDS = ("draft_sha256", "model_sha256", "flags", "build_info", "model_ftype", "model_path",
+                      "speculative_types", "n_ctx", "total_slots")
+
+
+def source_of(engine: str) -> str:
+    """``engine:<engine>`` (the row's ``source``; the column holds 20 characters)."""
+    return f"engine:{engine}"[:20]
+
+
+def _metrics(report: EngineCheckReport) -> GroupMetrics:
+    o = report.overall
+    k = int(report.config.get("num_speculative_tokens") or 0)
+    g = GroupMetrics(num_prompts=o.num_prompts, num_speculative_tokens=k, num_draft_tokens=o.engine_draft_tokens,
+                     num_accepted_tokens=o.engine_accepted_tokens, acceptance_rate=o.engine_acceptance_rate,
+                     acceptance_rate_ci=list(o.engine_acceptance_rate_ci))
+    if report.engine_per_position:
+        g.accepted_per_position = list(report.engine_per_position)
+    if report.engine_num_drafts:
+        g.num_drafts = int(report.engine_num_drafts)
+        g.mean_accepted_length = 1 + o.engine_accepted_tokens / g.num_drafts
+    return g
+
+
+def record_engine_check(db: Database, report: EngineCheckReport, *, pair: str, version: str, alias: str,
+                        scheduled_date: dt.date, now: dt.datetime | None = None) -> int:
+    """Insert or update the engine-check row of one pair version on one night; returns its id."""
+    now = now or utcnow()
+    source = source_of(report.engine)
+    identity = {"engine": report.engine, "url": report.url, "heldout": report.heldout_name,
+                **{k: report.config.get(k) for k in ("num_speculative_tokens", "max_new_tokens", "temperature",
+                                                     "top_k", "top_p", "seed", "limit")}}
+    o = report.overall
+    evidence = {"core_acceptance_rate": o.core_acceptance_rate, "core_acceptance_rate_ci": o.core_acceptance_rate_ci,
+                "difference": o.difference, "difference_ci": o.difference_ci, "verdict": report.verdict,
+                "audit": report.audit, "speed": report.speed, "fingerprint": report.fingerprint,
+                "counters_source": report.counters_source, "core_per_position": report.core_per_position}
+    vr = ValidationReport(
+        heldout_name=f"{source}:{report.heldout_name}"[:200], heldout_version=report.heldout_version,
+        target_ref=report.target_ref, drafter_kind="model", drafter_ref=report.drafter_ref,
+        config={**identity, "engine_check": _finite(evidence)}, device=None, dtype=None, code_version="",
+        created_at=now.isoformat(), overall=_metrics(report),
+        categories={c: _metrics_of_group(g, identity) for c, g in report.categories.items()},
+        prompts=[], wall_seconds=report.wall_seconds)
+    values = history._metric_columns(vr)
+    chash = history.config_hash(identity)
+    with db.session() as s:
+        r = ValidationRun
+        row = s.scalars(select(r).where(r.source == source, r.pair_name == pair, r.pair_version == str(version),
+                                        r.heldout_name == vr.heldout_name, r.config_hash == chash,
+                                        r.scheduled_date == scheduled_date).with_for_update()).one_or_none()
+        if row is None:
+            row = ValidationRun(pair_name=pair, pair_version=str(version), heldout_name=vr.heldout_name,
+                                heldout_version=vr.heldout_version, config_hash=chash, scheduled_date=scheduled_date,
+                                source=source, started_at=now, attempts=0, mlflow_logged=False)
+            s.add(row)
+        for key, v in values.items():
+            setattr(row, key, v)
+        row.alias, row.source, row.status, row.error, row.claim_token = alias, source, COMPLETED, None, None
+        row.attempts = (row.attempts or 0) + 1
+        row.finished_at = row.updated_at = now
+        row.rule_results = row.root_cause_hint = row.baseline_run_id = None
+        s.flush()
+        return row.id
+
+
+def _metrics_of_group(g: Any, identity: dict) -> GroupMetrics:
+    return GroupMetrics(num_prompts=g.num_prompts, num_speculative_tokens=int(identity.get("num_speculative_tokens") or 0),
+                        num_draft_tokens=g.engine_draft_tokens, num_accepted_tokens=g.engine_accepted_tokens,
+                        acceptance_rate=g.engine_acceptance_rate, acceptance_rate_ci=list(g.engine_acceptance_rate_ci))
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
+
+
+def engine_gap_rule(evidence: dict[str, Any], engine: str, tolerance: float = 0.0) -> RuleResult:
+    """``engine_gap``: firing when the engine accepts credibly less than the core for the same prompts
+    (the difference CI's upper end below ``-tolerance``)."""
+    diff, ci = evidence.get("difference"), evidence.get("difference_ci") or [None, None]
+    base = dict(rule=ENGINE_GAP_RULE, scope="overall", metric="acceptance_rate (engine - core)", value=diff,
+                ci=tuple(ci) if None not in ci else None, threshold=-tolerance,
+                baseline=evidence.get("core_acceptance_rate"))
+    text = (f"{engine} accepts {_pct(diff)} points vs the core for the same prompts and tokens "
+            f"(95% CI {_pct(ci[0])} to {_pct(ci[1])})")
+    if diff is None or None in ci:
+        return RuleResult(status=INSUFFICIENT, message=f"{engine} vs core: not enough prompts for a CI", **base)
+    if ci[1] < -tolerance:
+        return RuleResult(status=FIRING, severity="critical", message=text, **base)
+    return RuleResult(status=OK, severity="info", message=text, **base)
+
+
+def _pct(x: float | None) -> str:
+    return "?" if x is None else f"{100 * x:+.1f}"
+
+
+def _previous_passing(db: Database, row: ValidationRun) -> ValidationRun | None:
+    with db.session() as s:
+        r = ValidationRun
+        return s.scalars(select(r).where(r.source == row.source, r.pair_name == row.pair_name,
+                                         r.heldout_name == row.heldout_name, r.status == PASSED, r.id != row.id,
+                                         r.scheduled_date <= row.scheduled_date)
+                         .order_by(r.scheduled_date.desc(), r.id.desc()).limit(1)).one_or_none()
+
+
+def fingerprint_changes(before: dict[str, Any] | None, after: dict[str, Any]) -> list[str]:
+    """``field: old -> new`` for each fingerprint field that changed (flags: the differing arguments)."""
+    if not before:
+        return []
+    out = []
+    for key in FINGERPRINT_FIELDS:
+        a, b = before.get(key), after.get(key)
+        if a == b or (a is None and b is None):
+            continue
+        if key == "flags" and a and b:
+            gone, new = [x for x in a if x not in b], [x for x in b if x not in a]
+            out.append(f"flags: {' '.join(gone) or '-'} -> {' '.join(new) or '-'}")
+        elif key.endswith("sha256"):
+            out.append(f"{key.replace('_sha256', ' file')}: sha256 {str(a)[:12]} -> {str(b)[:12]}")
+        else:
+            out.append(f"{key}: {a} -> {b}")
+    return out
+
+
+@dataclass
+class EngineEvaluation:
+    """Rule outcome of one engine check: ``verdict`` (the row status), the results, the hint, the baseline."""
+
+    run_id: int
+    verdict: str
+    results: list[RuleResult]
+    root_cause_hint: str
+    baseline_run_id: int | None = None
+    baseline_label: str | None = None
+
+
+def _hint(engine: str, gap: RuleResult, health: list[RuleResult], changes: list[str], since: str | None) -> str:
+    if gap.firing:
+        what = (f"; changed since {since}: {'; '.join(changes)} (the likely cause)" if changes else
+                "; nothing in the recorded fingerprint changed (build, files, declared flags): look at what it does not "
+                "record (KV-cache type, kernels, runtime settings)")
+        return (f"{gap.message}: the serving stack (build, kernels, quantization, KV-cache type, flags) differs from the "
+                f"validated pair, not the draft{what}")
+    if any(r.firing for r in health):
+        return (f"{engine} and the core fell together ({gap.message}): the draft no longer fits the target; "
+                "re-derive or re-train the draft")
+    return gap.message
+
+
+def evaluate_engine_check(db: Database, run_id: int, *, settings: MonitoringSettings) -> EngineEvaluation:
+    """Health rules (engine counters) + the engine gap rule; stores verdict, results and hint on the row.
+
+    Raises:
+        KeyError: unknown run.
+    """
+    row = history.get_run(db, run_id)
+    if row is None:
+        raise KeyError(f"no validation run {run_id}")
+    engine = row.source.split(":", 1)[-1]
+    evidence = (row.config or {}).get("engine_check") or {}
+    base_row = _previous_passing(db, row)
+    health = rules.evaluate(history.snapshot_of(row), history.snapshot_of(base_row) if base_row else None, settings.rules)
+    gap = engine_gap_rule(evidence, engine, settings.rules.engine_gap_tolerance)
+    before = ((base_row.config or {}).get("engine_check") or {}).get("fingerprint") if base_row else None
+    since = f"{base_row.scheduled_date.isoformat()} (run {base_row.id})" if base_row else None
+    hint = _hint(engine, gap, health, fingerprint_changes(before, evidence.get("fingerprint") or {}), since)
+    results = health + [gap]
+    verdict = rules.verdict(results)
+    history.set_evaluation(db, run_id, status=verdict, rule_results=[r.to_dict() for r in results],
+                           root_cause_hint=hint, baseline_run_id=base_row.id if base_row else None)
+    label = f"{row.pair_name} v{base_row.pair_version} engine check run {base_row.id}" if base_row else None
+    return EngineEvaluation(run_id, verdict, results, hint, base_row.id if base_row else None, label)
+
+
+def alert_engine_check(db: Database, ev: EngineEvaluation, *, settings: MonitoringSettings,
+                       now: dt.datetime | None = None, client: httpx.Client | None = None) -> str | None:
+    """The incident lifecycle of an evaluated engine check (scope ``engine:<engine>``: one alert per
+    incident, one resolve); returns the transition (``fire`` / ``remind-<n>`` / ``resolve`` / None)."""
+    row = history.get_run(db, ev.run_id)
+    fp = ((row.config or {}).get("engine_check") or {}).get("fingerprint") or {}
+    where = f"{row.source} at {(row.config or {}).get('url')} (build {fp.get('build_info', '?')}) on {row.heldout_name.split(':', 2)[-1]}"
+    ctx = alerts.AlertContext(pair_name=row.pair_name, pair_version=row.pair_version, run_id=row.id, scope=row.source,
+                              alias=row.alias, heldout=where, num_speculative_tokens=row.num_speculative_tokens,
+                              baseline=ev.baseline_label, root_cause_hint=ev.root_cause_hint)
+    return alerts.process(db, ctx, ev.results, settings=settings, now=now, client=client).transition
+
+
+EVALUATED = (PASSED, FAILED, INCONCLUSIVE)

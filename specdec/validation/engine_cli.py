@@ -1,0 +1,82 @@
+"""``specdec validate --engine-url URL``: the engine check from the command line (the glue only;
+the check is :func:`specdec.validation.engine_check.check_engine`)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from specdec.validation.engine_report import EngineCheckReport, EngineGroup
+
+ENGINE_REPORT_FILE = "engine_check.json"
+
+
+def run_engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, endpoint: Any, concurrency: int,
+                     target_ref: str, err: Console) -> EngineCheckReport:
+    """The engine check of ``drafter`` (a resolved model drafter) served at ``endpoint``.
+
+    Raises:
+        ValueError: a drafter without a draft model (n-gram, a head): the engine check compares draft models.
+    """
+    from specdec.validation.api import drafter_parts
+    from specdec.validation.engine_check import EngineCheckRequest, check_engine
+
+    _, draft_model, kind, ref, _ = drafter_parts(drafter)
+    if draft_model is None:
+        raise ValueError(f"the engine check needs a draft model (got a {kind} drafter)")
+    with err.status("engine check: sending the held-out prompts to the engine ...") as status:
+        def progress(done: int, total: int) -> None:
+            status.update(f"engine check: {done}/{total} prompts answered by the engine ...")
+
+        return check_engine(EngineCheckRequest(
+            target=tgt, draft=draft_model, heldout=hs, config=config, endpoint=endpoint, concurrency=concurrency,
+            target_ref=target_ref, drafter_ref=ref, progress=progress))
+
+
+def _f(x: float, d: int = 3) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
+
+
+def _ci(ci: list[float]) -> str:
+    return f"[{_f(ci[0])}, {_f(ci[1])}]"
+
+
+def _row(table: Table, name: str, g: EngineGroup) -> None:
+    table.add_row(name, str(g.num_prompts), f"{_f(g.engine_acceptance_rate)} {_ci(g.engine_acceptance_rate_ci)}",
+                  f"{_f(g.core_acceptance_rate)} {_ci(g.core_acceptance_rate_ci)}",
+                  f"{_f(g.difference, 3)} {_ci(g.difference_ci)}")
+
+
+def write_and_print(report: EngineCheckReport, out_dir: Path, out: Console) -> Path:
+    """Write ``engine_check.json`` into ``out_dir`` and print the summary table; returns the path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / ENGINE_REPORT_FILE
+    path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    t = Table(title=f"engine check: {report.engine} at {report.url} vs the core (acceptance = accepted / drafted, "
+                    f"k={report.config.get('num_speculative_tokens')})")
+    for col in ("group", "prompts", "engine [95% CI]", "core, same tokens [95% CI]", "engine - core [95% CI]"):
+        t.add_column(col)
+    _row(t, "overall", report.overall)
+    for name, g in report.categories.items():
+        _row(t, name, g)
+    out.print(t)
+    a, s = report.audit, report.speed
+    out.print(f"verdict: {report.verdict}; counters: {report.counters_source}; engine per position "
+              f"{report.engine_per_position or '-'} vs core {report.core_per_position}", highlight=False)
+    if a.get("checked"):
+        out.print(f"greedy audit vs the core's target-only output: {a['identical']}/{a['checked']} identical, "
+                  f"{a['near_tie']} near-tie flips, {a['divergent']} divergences", highlight=False)
+    speed = f"engine {_f(s.get('speculative_tokens_per_second'), 1)} tokens/s with speculation"
+    if s.get("baseline_tokens_per_second") and not math.isnan(s["baseline_tokens_per_second"]):
+        speed += (f", {_f(s['baseline_tokens_per_second'], 1)} without; speedup {_f(s['speedup'], 2)}x "
+                  f"{_ci(s['speedup_ci'])}")
+    out.print(speed + f"; build {report.fingerprint.get('build_info', '?')}", highlight=False)
+    for note in report.notes:
+        out.print(f"[yellow]note:[/] {note}", highlight=False)
+    out.print(f"engine check report: {path}")
+    return path
