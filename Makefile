@@ -22,8 +22,11 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 venv: $(STAMP)
 
+# .ci/test-deps installs Chromium, Prometheus and PostgreSQL where it can (root + apt-get), else says in
+# one line which tests skip and how to enable them
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -rs
+	@.ci/test-deps
+	$(BIN)/python -m pytest -q
 
 demo: $(STAMP)
 	$(BIN)/python -m flows.demo

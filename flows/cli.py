@@ -50,8 +50,8 @@ def run_cmd(
     try:
         s = get_settings()
     except ValidationError as e:
-        bad = "; ".join(f"{'.'.join(str(x) for x in er['loc'])}: {er['msg']} (got {er.get('input')!r})" for er in e.errors())
-        err.print(f"[red]error:[/] invalid nightly settings (SPECDEC_NIGHTLY_* environment): {bad}")
+        err.print(f"[red]error:[/] invalid nightly settings (SPECDEC_NIGHTLY_* environment): {settings_problems(e)}",
+                  highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
     from registry.promotion import check_alias_name
@@ -62,12 +62,45 @@ def run_cmd(
     except ValueError as e:
         err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    from flows.terminal import ReadableTerminal
+    from flows import stopping
+    from specdec.terminal import ReadableTerminal
 
     home = str(home_dir())
-    with ReadableTerminal(home, "nightly", debug=debug) as term:
-        err.print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
-        _run(s, home, term, pair, alias, heldout, limit, device, batch_size, parallel, dask_address, fail_on_alert)
+    stopping.install()
+    try:
+        with ReadableTerminal(home, "nightly", debug=debug) as term:
+            err.print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
+            _run(s, home, term, pair, alias, heldout, limit, device, batch_size, parallel, dask_address, fail_on_alert)
+    except BaseException as e:
+        if not stopping.requested() or isinstance(e, SystemExit | KeyboardInterrupt):
+            raise
+        # Terminated, or Prefect's TerminationSignal raised by its own handler inside the flow
+        err.print(f"[red]stopped:[/] SIGTERM received; history claims still held are taken over by the next run "
+                  f"(exit {stopping.EXIT_CODE})", highlight=False, soft_wrap=True)
+        raise typer.Exit(stopping.EXIT_CODE) from None
+
+
+def _flow_failed(e: Exception, term) -> None:
+    """One line for the exception that ended the flow run; exit 2 for settings, else 1."""
+    from pydantic import ValidationError
+
+    if isinstance(e, ValidationError):  # settings read inside the flow (rules, channels, policy)
+        err.print(f"[red]error:[/] invalid settings: {settings_problems(e)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    err.print(f"[red]error:[/] {type(e).__name__}: {e}  (details: {term.log_path})", soft_wrap=True)
+    raise typer.Exit(1) from None
+
+
+def settings_problems(e) -> str:
+    """A pydantic ``ValidationError`` of settings as one line: ``NAME: message (got 'value')``; the value
+    is left out where the model hides its input (secrets)."""
+    shown = "input_value=" in str(e)  # pydantic's own text leaves inputs out under hide_input_in_errors
+
+    def one(er) -> str:
+        got = f" (got {er['input']!r})" if shown and "input" in er and not isinstance(er["input"], dict) else ""
+        return f"{'.'.join(str(x) for x in er['loc'])}: {er['msg']}{got}"
+
+    return "; ".join(one(er) for er in e.errors())
 
 
 def _private_prefect_api(home: str, lease):
@@ -91,13 +124,17 @@ def _private_prefect_api(home: str, lease):
 def _print_results(results) -> None:
     from specdec.settings.policy import get_policy
 
-    t = Table("pair", "alias", "version", "status", "acceptance [95% CI]", "alert", "hint")
+    t = Table("pair", "alias", "version", "status", "acceptance [95% CI]", "speedup [95% CI]", "alert")
+    t.add_column("hint", overflow="fold", max_width=100)  # a long message wraps; the table stays readable in a log
     for r in results:
         ci = r.acceptance_rate_ci
         acc = f"{r.acceptance_rate:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if r.acceptance_rate is not None and ci else "-"
-        t.add_row(r.pair, r.alias, r.version or "-", r.status, acc, r.alert_transition or "-",
+        sci = r.speedup_ci
+        speed = (f"{r.speedup:.2f}x" + (f" [{sci[0]:.2f}, {sci[1]:.2f}]" if len(sci) == 2 else "")
+                 if r.speedup is not None else "-")
+        t.add_row(r.pair, r.alias, r.version or "-", r.status, acc, speed, r.alert_transition or "-",
                   r.root_cause_hint or r.message or "")
-    Console().print(t)
+    Console(width=min(Console().width, 200)).print(t)
     Console().print(f"[dim]{get_policy().describe()}[/]")
 
 
@@ -134,8 +171,7 @@ def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, paralle
             logging.getLogger("flows.cli").debug("nightly run failed", exc_info=True)
             if term.debug:
                 err.print_exception()
-            err.print(f"[red]error:[/] {type(e).__name__}: {e}  (details: {term.log_path})", soft_wrap=True)
-            raise typer.Exit(1) from None
+            _flow_failed(e, term)
     finally:
         if api is not None:
             try:  # send buffered run logs while the API is still up (else "Error logging to API")
@@ -146,6 +182,14 @@ def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, paralle
                 pass
             api.stop()
         lease.release()
+    _report(results, fail_on_alert)
+
+
+def _report(results, fail_on_alert: bool) -> None:
+    """The results table and the exit code of ``nightly run`` (1 error, 4 nothing validated, 3 --fail-on-alert)."""
+    from flows.stopping import check
+
+    check()  # a SIGTERM the flow engine dropped after the flow body returned still stops with 143
     _print_results(results)
     unlogged = [r for r in results if r.history_run_id is not None and not r.mlflow_run_id]
     for r in unlogged:  # e.g. MLflow refused the write: the row stays pending, and says so

@@ -37,6 +37,7 @@ from flows.tasks import (
     MlflowLogging, NightlyResult, describe_version, log_to_mlflow, report_dir_for, resolve_pair_version,
     run_logger, scheduled_date_of_run,
 )
+from flows import stopping
 from flows.ungated import check_ungated, report_ungated, version_link
 from specdec.pause_points import pause_at
 
@@ -119,7 +120,22 @@ class MlflowOutcome:
     links: dict[str, str] = field(default_factory=dict)
 
 
-@task(task_run_name="validate {pv.name}@v{pv.version}", retries=1, retry_delay_seconds=30)
+def _worth_retrying(task, task_run, state) -> bool:
+    """A broken model (non-finite logits, :class:`specdec.core.finite.BrokenModel`) fails the same way
+    again: not retried. Anything else (a worker lost its cache, a transient I/O error) is."""
+    from specdec.core.finite import BrokenModel
+
+    try:
+        state.result()
+    except BrokenModel:
+        return False
+    except Exception:  # noqa: BLE001 (any other failure is retried once)
+        return True
+    return True
+
+
+@task(task_run_name="validate {pv.name}@v{pv.version}", retries=1, retry_delay_seconds=30,
+      retry_condition_fn=_worth_retrying)
 def run_validation(pv, heldout: str, limit: int | None, device: str, dtype: str,
                    out_dir: str, seed: int = 0, batch_size: int = 1, method: str = "decode",
                    decode_fraction: float = 0.25):
@@ -143,6 +159,7 @@ def run_validation(pv, heldout: str, limit: int | None, device: str, dtype: str,
         acc = f"acceptance {row.acceptance_rate:.2f}" if row.status == "ok" else f"skipped: {row.skip_reason}"
         log.info("%s v%s: prompt %d/%d (%s) %s", pair, version, done, total, row.category, acc)
         pause_at("validation")
+        stopping.check()
 
     config = build_validation_config(pv.config, limit=limit, seed=seed, batch_size=batch_size)
     if method == "decode":
@@ -154,6 +171,7 @@ def run_validation(pv, heldout: str, limit: int | None, device: str, dtype: str,
         def phase(name: str, done: int, total: int) -> None:
             log.info("%s v%s: %s %d/%d", pair, version, name, done, total)
             pause_at("validation")
+            stopping.check()
 
         [report] = validate_replay(cached_target(tkey), [cached_drafter(dkey)], load_heldout(heldout), config,
                                    method=method, decode_fraction=decode_fraction, target_ref=pv.target_uri,
@@ -288,7 +306,14 @@ def _result(job: Job, report, evaluation, drift, mlflow: MlflowOutcome, outcome)
         root_cause_hint=evaluation.root_cause_hint, report_dir=str(job.report_dir),
         evidently_html=str(drift.html_path) if drift is not None else None,
         message="; ".join(r.message for r in evaluation.firing) if evaluation.firing else "",
+        speedup=_finite_or_none(o.speedup), speedup_ci=[x for x in o.speedup_ci if _finite_or_none(x) is not None],
     )
+
+
+def _finite_or_none(x) -> float | None:
+    import math
+
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
 def _broken(db, pair: str, alias: str, version: str | None, error: BaseException, what: str) -> NightlyResult:
@@ -420,8 +445,13 @@ def claim_target(night: Night, target: Target, params: ValidationParams) -> Job 
 
 def finish_job(night: Night, job: Job) -> NightlyResult:
     """Wait for ``job``'s validation and record it (steps 3-7); a failed validation or recording is
-    marked on the history row and alerted."""
-    from monitoring import history
+    marked on the history row and alerted.
+
+    The claim leaves this process's lease only once the row is recorded or marked ``error``: when the
+    history store itself is down (neither can be written), the lease keeps naming the claim, so the
+    next run sees a dead holder and takes the row over at once instead of waiting out the stale-claim
+    window (issue 32, item 1).
+    """
     from monitoring.history import RunAlreadyClaimed
 
     t = job.target
@@ -429,25 +459,38 @@ def finish_job(night: Night, job: Job) -> NightlyResult:
         report = job.future.result()
     except Exception as e:  # noqa: BLE001 (model loading and decoding raise any type; record it, free the key, alert)
         night.beat.remove(job.claim.run_id)
-        history.mark_error(night.db, job.claim, f"{type(e).__name__}: {e}")
-        night.lease.drop_claim(job.claim.run_id)
+        _free_claim(night, job, f"{type(e).__name__}: {e}")
         return _broken(night.db, t.pair, t.alias, t.version, e, "validation failed")
     night.beat.remove(job.claim.run_id)
     try:
         res = record_night(night, job, report)
     except RunAlreadyClaimed as e:  # taken over while we were slow: the other run records it
+        night.lease.drop_claim(job.claim.run_id)
         _logger().warning("%s@%s v%s: %s", t.pair, t.alias, t.version, e)
         return NightlyResult(t.pair, t.alias, t.version, "already-running", message=str(e))
     except Exception as e:  # noqa: BLE001 (the history store or a channel failed: say so, go on with the other jobs)
-        history.mark_error(night.db, job.claim, f"{type(e).__name__}: {e}")
+        _free_claim(night, job, f"{type(e).__name__}: {e}")
         return _broken(night.db, t.pair, t.alias, t.version, e, "recording the validation failed")
-    finally:
-        night.lease.drop_claim(job.claim.run_id)
+    night.lease.drop_claim(job.claim.run_id)
     _logger().info("%s@%s v%s: %s, per-token acceptance %.3f [%.3f, %.3f], acceptance rate %.3f at k=%s%s", t.pair,
                    t.alias, t.version, res.status, res.per_token_acceptance, *res.per_token_acceptance_ci,
                    res.acceptance_rate, res.num_speculative_tokens,
                    f", alert: {res.alert_transition}" if res.alert_transition else "")
     return res
+
+
+def _free_claim(night: Night, job: Job, message: str) -> None:
+    """Mark the claimed row ``error`` and drop the claim from the lease; where the history store
+    cannot be written either, log it and keep the claim in the lease (taken over by the next run)."""
+    from monitoring import history
+
+    try:
+        history.mark_error(night.db, job.claim, message)
+    except Exception as e:  # noqa: BLE001 (the store is down: SQLAlchemy/driver errors of any type)
+        _logger().error("history run %s could not be marked error (%s: %s); the next run takes it over",
+                        job.claim.run_id, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        return
+    night.lease.drop_claim(job.claim.run_id)
 
 
 def engine_checks(night: Night, targets: list[Target], params: ValidationParams) -> list[NightlyResult]:
@@ -529,6 +572,7 @@ def nightly_validation_flow(
 
     # `dt` named in this body: `flow.serve()` runs the flow in a spawned process with only the globals its
     # body names (cloudpickle), and the annotation `dt.date` must resolve there (tests/flows/test_served_flow.py)
+    stopping.guard()  # a SIGTERM Prefect's handler would lose is remembered (flows.stopping)
     _check_parameters(batch_size, scheduled_date, aliases, date_type=dt.date)
     params = ValidationParams(heldout, limit, device, dtype, seed, batch_size, method, decode_fraction)
     night = open_night(scheduled_date, heldout)
@@ -538,7 +582,10 @@ def nightly_validation_flow(
     claimed = [claim_target(night, t, params) for t in targets]                         # 2. validate (submitted)
     results += [c for c in claimed if isinstance(c, NightlyResult)]
     with night.beat:
-        results += [finish_job(night, job) for job in claimed if isinstance(job, Job)]  # 3-7. record_night
+        for job in claimed:                                                             # 3-7. record_night
+            if isinstance(job, Job):
+                stopping.check()
+                results.append(finish_job(night, job))
         results += engine_checks(night, targets, params)                                # 8. the serving engine
     report_ungated(night.db, ungated, results, revert=revert_ungated)  # after the champion's validation: tonight's verdict
     return finish_run(results, fail_on_failure)                         # summary artifact; fails the run if asked

@@ -128,7 +128,13 @@ class NightlyLease:
         """Remove the lease file (normal exit). A lease that still names claims is kept: the process
         ended without recording or freeing them (e.g. the history DB went down and ``mark_error``
         failed), and the next run must see a dead holder and take them over at once, not wait for
-        the stale-claim window and report "already-running"."""
+        the stale-claim window and report "already-running".
+
+        The claims are read back from the file first: the flow and the CLI each hold a
+        :class:`NightlyLease` of the same process (:meth:`mine`), and only the file is current."""
+        on_disk = self.read(Path(self.path)) if self.path else None
+        if on_disk is not None:
+            self.claims = on_disk.claims
         if self.claims:
             log.warning("nightly pid %d ends holding history claim(s) %s; the next run takes them over",
                         self.pid, ", ".join(str(c[0]) for c in self.claims))

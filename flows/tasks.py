@@ -40,6 +40,8 @@ class NightlyResult:
     report_dir: str | None = None
     evidently_html: str | None = None
     message: str = ""
+    speedup: float | None = None  # measured, x (median of paired per-prompt ratios); None when not measured
+    speedup_ci: list[float] = field(default_factory=list)
     ungated_promotion: str | None = None  # champion only: flows.ungated (the alert's message)
     ungated_alert: str | None = None  # its transition: fire | remind-<n> | resolve
 

@@ -157,13 +157,14 @@ def make_app(watcher: Watcher):
     return Starlette(routes=[Route("/webhook", webhook, methods=["POST"]), Route("/health", health, methods=["GET"])])
 
 
-def deployment_starter(deployment: str = DEFAULT_DEPLOYMENT, *, revert: bool = False) -> Callable[[WatchJob], str | None]:
+def deployment_starter(deployment: str = DEFAULT_DEPLOYMENT, *, revert: bool = False,
+                       limit: int | None = None) -> Callable[[WatchJob], str | None]:
     """``WatchJob -> flow run id``: a run of the nightly deployment for exactly that version.
 
     ``validate`` passes ``versions=[v]`` and no aliases; ``gate-champion`` passes ``aliases=["champion"]``
     (and ``revert_ungated``) after checking that @champion still points at the version (an
-    out-of-order delivery about an older move starts nothing). The deployment's other parameters
-    (held-out set, limit, device) stay as deployed.
+    out-of-order delivery about an older move starts nothing). ``limit`` (``pair watch --limit``) overrides
+    the deployment's subset size; its other parameters (held-out set, device) stay as deployed.
     """
 
     def start(job: WatchJob) -> str | None:
@@ -181,6 +182,8 @@ def deployment_starter(deployment: str = DEFAULT_DEPLOYMENT, *, revert: bool = F
             params = {"pairs": [job.pair], "aliases": [GATED_ALIAS], "versions": [], "revert_ungated": revert}
         else:
             params = {"pairs": [job.pair], "aliases": [], "versions": [job.version]}
+        if limit is not None:
+            params["limit"] = limit
         fr = run_deployment(deployment, parameters=params, timeout=0,
                             flow_run_name=f"watch {job.action} {job.pair} v{job.version}",
                             tags=["specdec", "watch"])
@@ -224,10 +227,10 @@ def check_deployment(deployment: str) -> None:
 
 
 def serve(pairs: Sequence[str], secret: str, *, host: str, port: int, db, deployment: str = DEFAULT_DEPLOYMENT,
-          revert: bool = False, window_s: int = 300) -> None:
-    """Run the receiver until interrupted (blocks)."""
+          revert: bool = False, window_s: int = 300, limit: int | None = None) -> None:
+    """Run the receiver until interrupted (blocks). ``limit``: see :func:`deployment_starter`."""
     import uvicorn
 
-    with Watcher(pairs, secret, db, deployment_starter(deployment, revert=revert), window_s=window_s) as w:
+    with Watcher(pairs, secret, db, deployment_starter(deployment, revert=revert, limit=limit), window_s=window_s) as w:
         uvicorn.Server(uvicorn.Config(make_app(w), host=host, port=port, log_level="warning",
                                       access_log=False)).run()

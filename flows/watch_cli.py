@@ -37,6 +37,10 @@ def watch_cmd(
                                      "champion fails its validation (off by default).")] = False,
     window_s: Annotated[int, typer.Option("--window-s", min=10, help="Accepted timestamp skew (s); older deliveries are replays.")] = 300,
     tracking_uri: Annotated[Optional[str], typer.Option("--tracking-uri", help="MLflow server (http).")] = None,
+    limit: Annotated[Optional[int], typer.Option(
+        "--limit", min=1, help="Prompts per validation (default: the deployment's limit, 192 in prefect.yaml).")] = None,
+    replace: Annotated[bool, typer.Option(
+        "--replace", help="Take over the webhook of another watcher of the same pairs (it then receives nothing).")] = False,
 ) -> None:
     """Subscribe the pairs to MLflow registry webhooks and validate each new version, new @challenger
     or hand-moved @champion within minutes (through the Prefect deployment). The HMAC secret comes
@@ -59,13 +63,20 @@ def watch_cmd(
         _fail(f"webhooks need an MLflow server (http[s]://...); the tracking URI is a local store")
     try:
         check_deployment(deployment)
-        hook = subscribe(pairs, url or f"http://{host}:{port}/webhook", secret, tracking_uri=uri)
+        hook = subscribe(pairs, url or f"http://{host}:{port}/webhook", secret, tracking_uri=uri, replace=replace)
     except (ValueError, RegistryError) as e:
         _fail(str(e))
     import monitoring
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    Console().print(f"watching {', '.join(pairs)} (webhook {hook}) on http://{host}:{port}/webhook; "
-                    f"validations through {deployment}{'; --revert on' if revert else ''}", highlight=False)
-    serve(pairs, secret, host=host, port=port, db=monitoring.connect(), deployment=deployment, revert=revert,
-          window_s=window_s)
+    from specdec.terminal import quiet_command
+
+    with quiet_command("watch") as term:  # our lines on the terminal, every httpx request in the log file
+        if term is None:
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        else:
+            term.refresh()
+            Console(stderr=True).print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
+        Console().print(f"watching {', '.join(pairs)} (webhook {hook}) on http://{host}:{port}/webhook; "
+                        f"validations through {deployment}{'; --revert on' if revert else ''}", highlight=False)
+        serve(pairs, secret, host=host, port=port, db=monitoring.connect(), deployment=deployment, revert=revert,
+              window_s=window_s, limit=limit)

@@ -141,6 +141,20 @@ def _describe(exc: BaseException) -> str:
     return redact_text(f"{type(exc).__name__}: {exc}")[:500]
 
 
+# visible ASCII but "%": kept as is in a header value; anything else is percent-encoded (UTF-8)
+_HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
+
+
+def header_value(text: str) -> str:
+    """``text`` as an HTTP header value: unchanged when it is visible ASCII without ``%``, else
+    percent-encoded UTF-8 (RFC 3986 style). The outbox key holds the channel's name, which may be
+    any Unicode (issue 32, item 3: a non-ASCII name made httpx raise ``UnicodeEncodeError``, and the
+    row stayed pending for ever); the JSON body's ``idempotency_key`` keeps the key as it is."""
+    from urllib.parse import quote
+
+    return quote(text, safe=_HEADER_SAFE)
+
+
 def render_slack(payload: dict[str, Any]) -> dict[str, Any]:
     """Slack incoming-webhook body: ``text`` (fallback/notification) plus Block Kit ``blocks``."""
     event = payload.get("event", "fire")
@@ -190,7 +204,7 @@ def send(
     own = client is None
     try:
         body = render_slack(payload) if channel.type == "slack" else render_webhook(payload, idempotency_key)
-        headers = {"Idempotency-Key": idempotency_key, "User-Agent": "specdec-monitoring"}
+        headers = {"Idempotency-Key": header_value(idempotency_key), "User-Agent": "specdec-monitoring"}
         client = client or httpx.Client(timeout=settings.timeout_s)
         backoff = wait_exponential(multiplier=settings.backoff_initial_s, max=settings.backoff_max_s)
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 import logging
 import re
 
-from specdec.redact import redact_url
+from specdec.redact import MaskUserinfoFilter, MaskUserinfoFormatter, mask_userinfo, redact_url  # noqa: F401 (re-exported)
 
 # "…" ends a match so already-redacted text ("https://host/…)") keeps what follows it
 _URL_RE = re.compile(r"https?://[^\s'\"<>…]+…?")
 
 
 def redact_text(text: str) -> str:
-    """Replace every http(s) URL inside ``text`` with :func:`redact_url` of it."""
-    return _URL_RE.sub(lambda m: redact_url(m.group(0)), str(text))
+    """Replace every http(s) URL inside ``text`` with :func:`redact_url` of it (scheme and host), and
+    mask the user info of a URL of any other scheme."""
+    return mask_userinfo(_URL_RE.sub(lambda m: redact_url(m.group(0)), str(text)))
 
 
 def redact_db_url(url: str) -> str:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, NoReturn, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from specdec.validation.cli_options import ConfidenceThresholdOption, DraftSamplingOption
+from specdec.validation.cli_options import ConfidenceThresholdOption
 
 pair_app = typer.Typer(help="Draft/target pairs in the MLflow registry: register, list, show, promote.",
                        no_args_is_help=True)
@@ -77,7 +77,11 @@ def register_cmd(
     top_k: Annotated[int | None, typer.Option(min=1, help="Top-k filter.")] = None,
     top_p: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Top-p (nucleus) filter.")] = None,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Generation budget per prompt (tokens).")] = 128,
-    draft_sampling: DraftSamplingOption = "sampled",
+    draft_sampling: Annotated[Optional[str], typer.Option(
+        "--draft-sampling", show_default=False,
+        help="Proposal rule of model drafts: argmax (the draft's argmax verified with one-hot q; what vLLM and "
+             "SGLang serve) or sampled (x ~ q; transformers). Same output; acceptance differs at T > 0. Default: the "
+             "engine's rule (vllm, the default engine: argmax; at T > 0 without --engine: sampled, transformers).")] = None,
     assistant_confidence_threshold: ConfidenceThresholdOption = None,
     engine: Annotated[str | None, typer.Option(
         "--engine", help="Serving engine profile: vllm | sglang (argmax proposals) | transformers (sampled). Sets the "
@@ -92,59 +96,75 @@ def register_cmd(
 
     ``--draft`` also accepts ``models:/<draft>/<v>`` of a registered draft, e.g. an old derived
     draft kept after a target-only fine-tune."""
-    from registry.register import register_pair_from_refs
-    from specdec.core.config import SamplingConfig, SpeculativeConfig
-    try:
-        if alias:
-            from registry.promotion import check_alias_name
+    from specdec.terminal import quiet_command
 
-            check_alias_name(alias)  # a typo is refused before any model is loaded
-        sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
-        config = SpeculativeConfig(num_speculative_tokens, sampling, max_new_tokens, draft_sampling,
-                                   assistant_confidence_threshold)
-        from specdec.validation.serving import engine_config
+    with quiet_command("register") as term:  # torch, transformers, MLflow: their noise goes to the log file
+        import mlflow  # noqa: F401 (its log handler exists before the terminal filter is applied)
 
-        engine, config = engine_config(engine, config)  # a bad engine is refused before any model loads
-        card = model_card.read_text() if model_card else None
-        reg = register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
-                                      config=config, revision=revision, model_card=card, tracking_uri=tracking_uri,
-                                      engine=engine)
-    except _user_errors() as e:
-        _fail(str(e))
-    pv, tref, dref, kind = reg.pair, reg.target, reg.draft, reg.drafter_kind
-    if alias:
-        from registry.promotion import promote
+        from registry.register import register_pair_from_refs
+        from specdec.core.config import SamplingConfig, SpeculativeConfig
 
+        if term is not None:
+            term.refresh()
         try:
-            promote(pv.name, pv.version, alias, tracking_uri=tracking_uri)
+            if alias:
+                from registry.promotion import check_alias_name
+
+                check_alias_name(alias)  # a typo is refused before any model is loaded
+            sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+            config = SpeculativeConfig(num_speculative_tokens, sampling, max_new_tokens, draft_sampling or "sampled",
+                                       assistant_confidence_threshold)  # "sampled" = no explicit rule: the engine's
+            from specdec.validation.serving import engine_config
+
+            engine, config = engine_config(engine, config)  # a bad engine is refused before any model loads
+            card = model_card.read_text() if model_card else None
+            reg = register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
+                                          config=config, revision=revision, model_card=card, tracking_uri=tracking_uri,
+                                          engine=engine)
         except _user_errors() as e:
-            _fail(f"registered {pv.uri} but could not set @{alias}: {e}")
-    out = _out()
-    verb = "already registered as" if pv.reused else "registered"
-    out.print(f"[green]{verb}[/] {pv.uri}  (changed: {pv.changed}){f'  @{alias}' if alias else ''}", highlight=False)
-    out.print(f"  target  {tref.uri}{'  (reused)' if tref.reused else ''}  weights {tref.weights_sha256[:12]}", highlight=False)
-    if dref is not None:
-        out.print(f"  draft   {dref.uri}{'  (reused)' if dref.reused else ''}  weights {dref.weights_sha256[:12]}", highlight=False)
-    out.print(f"  drafter {kind}  {config.describe()}", highlight=False)
-    out.print(f"  engine  {engine}", highlight=False)
-    for note in (pv.compatibility or {}).get("notes", []):
-        out.print(f"  [yellow]note:[/] {note}", highlight=False)
+            _fail(str(e))
+        pv, tref, dref, kind = reg.pair, reg.target, reg.draft, reg.drafter_kind
+        if alias:
+            from registry.promotion import promote
+
+            try:
+                promote(pv.name, pv.version, alias, tracking_uri=tracking_uri)
+            except _user_errors() as e:
+                _fail(f"registered {pv.uri} but could not set @{alias}: {e}")
+        out = _out()
+        verb = "already registered as" if pv.reused else "registered"
+        out.print(f"[green]{verb}[/] {pv.uri}  (changed: {pv.changed}){f'  @{alias}' if alias else ''}", highlight=False)
+        out.print(f"  target  {tref.uri}{'  (reused)' if tref.reused else ''}  weights {tref.weights_sha256[:12]}", highlight=False)
+        if dref is not None:
+            out.print(f"  draft   {dref.uri}{'  (reused)' if dref.reused else ''}  weights {dref.weights_sha256[:12]}", highlight=False)
+        out.print(f"  drafter {kind}  {config.describe()}", highlight=False)
+        out.print(f"  engine  {engine}", highlight=False)
+        for note in (pv.compatibility or {}).get("notes", []):
+            out.print(f"  [yellow]note:[/] {note}", highlight=False)
 
 
 @pair_app.command("list")
 def list_cmd(
-    name: Annotated[str | None, typer.Argument(help="Pair registered model (default specdec-pair).")] = None,
+    name: Annotated[str | None, typer.Argument(help="Pair registered model (default: every registered pair).")] = None,
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """List pair versions with aliases, lineage, last validation and the one-line description."""
     _quiet_mlflow()
-    from registry.pairs import list_pair_versions
+    from registry.pairs import list_pair_versions, pair_names
 
     try:
-        versions = list_pair_versions(name, tracking_uri=tracking_uri)
+        names = [name] if name else pair_names(tracking_uri=tracking_uri)
+        if not names:
+            _out().print("no pairs registered yet (specdec pair register --target ... --draft ...)", highlight=False)
+            return
+        for n in names:
+            _print_versions(n, list_pair_versions(n, tracking_uri=tracking_uri))
     except _user_errors() as e:
         _fail(str(e))
-    pair = versions[0].name if versions else (name or "")
+
+
+def _print_versions(name: str, versions) -> None:
+    pair = versions[0].name if versions else name
     table = Table(title=f"{pair} versions", show_lines=False)
     for col in ("version", "aliases", "drafter", "target", "draft", "config", "changed", "validation", "description"):
         table.add_column(col, overflow="fold")

@@ -286,8 +286,24 @@ def _log_pair(client, name: str, doc: dict[str, Any], tags: dict[str, str], desc
             client, name, Path(tmp), select_registration_tags(tags), params, "specdec-pair",
             registration_description(doc),
             run_tags={"specdec.pair": name, "specdec.kind": "pair"},
-            model_description="specdec draft/target pairs: each version is a pair.json referencing exact "
-                              "target/draft model versions and the decoding config")
+            model_description=PAIR_MODEL_DESCRIPTION)
+
+
+PAIR_MODEL_DESCRIPTION = ("specdec draft/target pairs: each version is a pair.json referencing exact "
+                          "target/draft model versions and the decoding config")
+
+
+def pair_names(*, tracking_uri: str | None = None) -> list[str]:
+    """The registered models that hold pairs (their description is :data:`PAIR_MODEL_DESCRIPTION`), sorted."""
+    client = get_client(tracking_uri)
+    with mlflow_errors(client.tracking_uri):
+        names, token = [], None
+        while True:
+            page = client.search_registered_models(max_results=100, page_token=token)
+            names += [m.name for m in page if (m.description or "") == PAIR_MODEL_DESCRIPTION]
+            token = page.token
+            if not token:
+                return sorted(names)
 
 
 def _pair_versions(client, name: str) -> list:

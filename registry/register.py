@@ -68,6 +68,19 @@ def default_model_name(resolved: dict[str, Any], pair: str, role: str) -> str:
     return sanitize_name(ref)
 
 
+def check_budget_fits(config: SpeculativeConfig, target_config) -> None:
+    """Refuse a ``max_new_tokens`` no prompt can fit: at least one prompt token plus the budget must fit
+    the target's context (``max_position_embeddings``), else every held-out prompt would be skipped.
+
+    Raises:
+        ValueError: the budget does not fit (the message names both numbers).
+    """
+    ctx = getattr(target_config, "max_position_embeddings", None)
+    if ctx is not None and config.max_new_tokens >= int(ctx):
+        raise ValueError(f"max_new_tokens {config.max_new_tokens} leaves no room for a prompt in the target's "
+                         f"context of {ctx} tokens (max_new_tokens must be below it)")
+
+
 def register_pair_from_refs(
     target: str,
     draft: str,
@@ -113,6 +126,7 @@ def register_pair_from_refs(
         return register_eagle3_pair(target, spec.removeprefix("eagle3:"), name=name, head_name=draft_name,
                                     config=config, tracking_uri=tracking_uri, engine=engine)
     t = resolve_checkpoint(target, revision, tracking_uri)
+    check_budget_fits(config, t["config"])
     d = None
     dref: ModelVersionRef | None = None
     recipe = None

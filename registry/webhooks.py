@@ -26,6 +26,7 @@ from typing import Mapping
 
 from registry.errors import RegistryError
 from registry.settings import get_client, mlflow_errors
+from specdec.redact import redact_url
 
 #: the registry events the watcher subscribes to
 WATCH_EVENTS = ("model_version.created", "model_version_alias.created", "model_version_alias.deleted",
@@ -137,8 +138,13 @@ def webhook_name(pairs: list[str]) -> str:
     return ("specdec-watch-" + "-".join(sorted(pairs)))[:255]
 
 
-def subscribe(pairs: list[str], url: str, secret: str, *, tracking_uri: str | None = None) -> str:
+def subscribe(pairs: list[str], url: str, secret: str, *, tracking_uri: str | None = None,
+              replace: bool = False) -> str:
     """Create (or update in place) the webhook that sends :data:`WATCH_EVENTS` to ``url``.
+
+    A webhook for the same pairs that sends elsewhere belongs to another watcher: it is only taken
+    over with ``replace=True`` (before, a second ``pair watch`` silently rewrote it and the first
+    watcher received nothing, issue 32). The same URL (a restarted watcher) is updated in place.
 
     Args:
         pairs: the pair registered models the receiver acts on (they need not exist yet: a watcher
@@ -147,8 +153,9 @@ def subscribe(pairs: list[str], url: str, secret: str, *, tracking_uri: str | No
     Returns:
         the webhook id.
     Raises:
-        RegistryError: MLflow refused the URL (e.g. http or a
-        private address without the server switches; the message says which). RegistryUnavailable.
+        RegistryError: MLflow refused the URL (e.g. http or a private address without the server
+        switches; the message says which); another watcher's webhook exists and ``replace`` is False.
+        RegistryUnavailable.
     """
     from mlflow.exceptions import MlflowException
 
@@ -159,6 +166,11 @@ def subscribe(pairs: list[str], url: str, secret: str, *, tracking_uri: str | No
     with mlflow_errors(client.tracking_uri):
         try:
             existing = [w for w in _all_webhooks(client) if w.name == name]
+            if existing and existing[0].url != url and not replace:
+                raise RegistryError(
+                    f"a webhook for {', '.join(pairs)} already sends to {redact_url(existing[0].url)} (another "
+                    f"pair watch, webhook {existing[0].webhook_id}); stop that watcher, or pass --replace to take "
+                    "its events over")
             if existing:
                 hook = client.update_webhook(existing[0].webhook_id, url=url, events=list(WATCH_EVENTS),
                                              secret=secret, status="ACTIVE")

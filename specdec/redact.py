@@ -6,6 +6,8 @@ Used where settings refuse a bad alert channel URL (:mod:`specdec.settings.monit
 
 from __future__ import annotations
 
+import logging
+import re
 from urllib.parse import urlsplit
 
 
@@ -25,3 +27,39 @@ def redact_url(url: str) -> str:
     if not parts.scheme or not host:
         return "<redacted>"
     return f"{parts.scheme}://{host}/…"
+
+
+# the user info of a URL of any scheme (http://user:password@host, postgresql://user:password@host)
+_USERINFO_RE = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^\s/@'\"<>]*@")
+
+
+def mask_userinfo(text: str) -> str:
+    """Mask the user info (``user:password@``) of every URL inside ``text`` as ``***@``; the rest of
+    each URL is kept (a log line still says which host and path was asked)."""
+    return _USERINFO_RE.sub(r"\1***@", str(text))
+
+
+class MaskUserinfoFormatter(logging.Formatter):
+    """A formatter whose whole output (message, traceback, stack) goes through :func:`mask_userinfo`.
+
+    On a handler it covers the records of every logger, any library's included (a filter on a logger
+    covers only that logger's own records): :mod:`specdec.terminal` puts it on the log file (issue 32,
+    item 6: httpx wrote the tracking URI's password with each request URL)."""
+
+    def format(self, record: logging.LogRecord) -> str:  # noqa: A003 (logging API name)
+        return mask_userinfo(super().format(record))
+
+
+class MaskUserinfoFilter(logging.Filter):
+    """The same for a handler whose formatter is not ours (a terminal handler a library configured):
+    the record's message is rewritten before it is formatted."""
+
+    def filter(self, record: logging.LogRecord) -> bool:  # noqa: A003 (logging API name)
+        try:
+            msg = record.getMessage()
+        except (TypeError, ValueError, KeyError):  # msg % args failed (malformed record): leave it to logging
+            return True
+        masked = mask_userinfo(msg)
+        if masked != msg:
+            record.msg, record.args = masked, None
+        return True

@@ -28,3 +28,17 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The skipped tests in one line, grouped by reason (the reasons say how to enable them)."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    counts: dict[str, int] = {}
+    for rep in skipped:
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        counts[reason] = counts.get(reason, 0) + 1
+    terminalreporter.write_line("skipped " + str(len(skipped)) + ": "
+                                + "; ".join(f"{n} x {r}" for r, n in sorted(counts.items(), key=lambda x: -x[1])))

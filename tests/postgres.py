@@ -49,11 +49,23 @@ def postgres_cluster(user: str, prefix: str = "specdec-pg-") -> Iterator[tuple[i
     data, port = root / "pgdata", free_port()
     subprocess.run(_as_pg([initdb, "-D", str(data), "-A", "trust", "-U", user, "--no-sync"]),
                    check=True, capture_output=True, timeout=120)
-    subprocess.run(_as_pg([pg_ctl, "-D", str(data), "-w", "-t", "60", "-l", str(root / "pg.log"), "-o",
-                           f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start"]),
-                   check=True, capture_output=True, timeout=120)
+    start_cluster(root, port)
     try:
         yield port, root
     finally:
         subprocess.run(_as_pg([pg_ctl, "-D", str(data), "-m", "immediate", "stop"]), capture_output=True, timeout=60)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def stop_cluster(root: Path) -> None:
+    """Stop the cluster under ``root`` at once (``-m immediate``: a database outage, connections cut)."""
+    subprocess.run(_as_pg([_pg_bin("pg_ctl"), "-D", str(root / "pgdata"), "-m", "immediate", "-w", "stop"]),
+                   check=True, capture_output=True, timeout=60)
+
+
+def start_cluster(root: Path, port: int) -> None:
+    """Start the cluster under ``root`` again on ``port`` (after :func:`stop_cluster`)."""
+    subprocess.run(_as_pg([_pg_bin("pg_ctl"), "-D", str(root / "pgdata"), "-w", "-t", "60", "-l",
+                           str(root / "pg.log"), "-o",
+                           f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start"]),
+                   check=True, capture_output=True, timeout=120)

@@ -11,8 +11,10 @@ computed exactly by :mod:`monitoring.production.counters`.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +47,45 @@ class Scrape:
     at: dt.datetime
     series: list[dict[str, Any]] = field(default_factory=list)
     process_start_time: float | None = None
+
+
+MAX_BODY_BYTES = 64 << 20  # a /metrics body or query answer larger than this is refused, not read forever
+
+
+@dataclass
+class Fetched:
+    """A whole HTTP answer read within the deadline: status, content type and body text."""
+
+    status_code: int
+    content_type: str
+    text: str
+
+
+def fetch_within(client: httpx.Client, url: str, *, timeout_s: float, **kw) -> Fetched:
+    """GET ``url`` and read the whole body within ``timeout_s`` seconds overall (issue 32, item 5).
+
+    httpx's timeouts apply per connect and per read, so an exporter that sends one byte per second
+    never trips them; here each chunk is checked against one deadline for the whole request, and the
+    per-read timeout is ``timeout_s`` too, so the call returns or raises within ``2 * timeout_s``.
+
+    Raises:
+        httpx.HTTPError: from httpx (unreachable, per-read timeout, protocol errors).
+        TimeoutError: the answer was not complete by the deadline, or exceeded :data:`MAX_BODY_BYTES`.
+    """
+    deadline = time.monotonic() + timeout_s
+    with client.stream("GET", url, timeout=timeout_s, **kw) as resp:
+        chunks, size = [], 0
+        for chunk in resp.iter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the answer was not complete after {timeout_s:g} s (overall deadline; "
+                                   f"{size} bytes read)")
+            if size > MAX_BODY_BYTES:
+                raise TimeoutError(f"the answer exceeds {MAX_BODY_BYTES >> 20} MiB")
+        body = b"".join(chunks)
+        return Fetched(resp.status_code, resp.headers.get("content-type", ""),
+                       body.decode(resp.encoding or "utf-8", errors="replace"))
 
 
 def _key(labels: dict[str, str]) -> tuple:
@@ -94,18 +135,20 @@ def scrape_metrics(url: str, engine: EngineMetrics, *, timeout_s: float = 10.0,
                    client: httpx.Client | None = None, now: dt.datetime | None = None) -> Scrape:
     """GET a ``/metrics`` endpoint and keep the engine's speculative-decoding series.
 
+    ``timeout_s`` bounds the whole request (:func:`fetch_within`), not each read.
+
     Raises:
-        ProductionSourceError: unreachable, non-2xx, or unparsable.
+        ProductionSourceError: unreachable, non-2xx, unparsable, or not complete within the deadline.
     """
     own = client is None
     client = client or httpx.Client(timeout=timeout_s)
     try:
-        resp = client.get(url, timeout=timeout_s, headers={"Accept": "text/plain"})
+        resp = fetch_within(client, url, timeout_s=timeout_s, headers={"Accept": "text/plain"})
         at = now or dt.datetime.now(dt.timezone.utc)
         if resp.status_code >= 400:
             raise ProductionSourceError(f"{redact_url(url)} answered HTTP {resp.status_code}")
         series, start = parse_exposition(resp.text, engine)
-    except httpx.HTTPError as e:
+    except (httpx.HTTPError, TimeoutError) as e:
         raise ProductionSourceError(f"cannot scrape {redact_url(url)}: {type(e).__name__}: "
                                     f"{redact_text(str(e))}") from None
     finally:
@@ -199,9 +242,10 @@ def query_raw_series(
     client = client or httpx.Client(timeout=timeout_s)
     api = url.rstrip("/") + "/api/v1/query"
     try:
-        resp = client.get(api, params={"query": query, "time": f"{end.timestamp():.3f}"}, timeout=timeout_s)
-        body = resp.json() if resp.headers.get("content-type", "").startswith("application/json") else None
-    except (httpx.HTTPError, ValueError) as e:
+        resp = fetch_within(client, api, timeout_s=timeout_s,
+                            params={"query": query, "time": f"{end.timestamp():.3f}"})
+        body = json.loads(resp.text) if resp.content_type.startswith("application/json") else None
+    except (httpx.HTTPError, TimeoutError, ValueError) as e:
         raise ProductionSourceError(f"cannot query Prometheus at {redact_url(url)}: {type(e).__name__}: "
                                     f"{redact_text(str(e))}") from None
     finally:

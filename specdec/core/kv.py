@@ -18,6 +18,8 @@ from typing import TypeVar
 
 import torch
 
+from specdec.core.finite import check_logits
+
 T = TypeVar("T")
 
 
@@ -125,9 +127,13 @@ def forward_tokens_features(model, tokens: list[int], cache, logits_to_keep: int
         ValueError: a layer id outside ``0..num_hidden_layers``.
     """
     ids = torch.tensor([tokens], dtype=torch.long, device=model_device(model))
+    past = cache.get_seq_length() if cache is not None else 0
     out, hidden = _with_features(model, layer_ids, input_ids=ids, **model_kwargs(model, cache, logits_to_keep))
     logits = out.logits[0]
-    return (logits if logits_to_keep is None else logits[-logits_to_keep:]), hidden
+    logits = logits if logits_to_keep is None else logits[-logits_to_keep:]
+    end = past + len(tokens)  # row i predicts position end - n + i + 1
+    check_logits(model, logits, torch.arange(end - logits.shape[0] + 1, end + 1, device=logits.device))
+    return logits, hidden
 
 
 def _with_features(model, layer_ids, **kw):
@@ -205,6 +211,8 @@ class MaskedKV:
                                      position_ids=positions, **model_kwargs(self.model, self.cache, logits_to_keep))
         self.num_valid = self.num_valid + valid.sum(dim=1)
         logits = out.logits if logits_to_keep is None else out.logits[:, -logits_to_keep:]
+        n = logits.shape[1]
+        check_logits(self.model, logits, positions[:, -n:] + 1, valid[:, -n:])
         return logits, hidden
 
     @torch.inference_mode()
@@ -258,8 +266,12 @@ class SingleKV:
         """As :meth:`MaskedKV.forward` for ``ids``/``valid`` ``[1, m]``; returns logits ``[1, n, V]``."""
         if not bool(valid.all()):
             ids = ids[valid][None]
+        past = self.cache.get_seq_length()
         out = self.model(input_ids=ids, **model_kwargs(self.model, self.cache, logits_to_keep))
-        return out.logits if logits_to_keep is None else out.logits[:, -logits_to_keep:]
+        logits = out.logits if logits_to_keep is None else out.logits[:, -logits_to_keep:]
+        end = past + ids.shape[1]
+        check_logits(self.model, logits, torch.arange(end - logits.shape[1] + 1, end + 1, device=logits.device)[None])
+        return logits
 
     def invalidate_tail(self, keep: torch.Tensor, width: int) -> None:
         """Within the last ``width`` positions keep only the first ``keep[0]`` (rollback)."""

@@ -81,7 +81,15 @@ def fetch(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Fetch and convert a model into the local safetensors cache; print its path and hashes."""
-    _print(_describe(ref, revision, load=False), as_json)
+    from specdec.terminal import quiet_command
+
+    with quiet_command("model-fetch") as term:  # torchao load failures, pytree warnings, progress bars: to the log
+        import torch  # noqa: F401 (their log handlers exist before the terminal filter is applied)
+        import transformers  # noqa: F401
+
+        if term is not None:
+            term.refresh()
+        _print(_describe(ref, revision, load=False), as_json)
 
 
 @model_app.command("info")

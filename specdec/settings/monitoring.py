@@ -145,6 +145,35 @@ _DB_URL = re.compile(r"^[A-Za-z][A-Za-z0-9]*(\+[A-Za-z0-9_]+)?://")
 _HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$|^\[[0-9A-Fa-f:.]+\]$")
 
 
+def ascii_host(raw: str) -> str:
+    """``raw`` with an internationalised host name converted to its ASCII (punycode) form with the
+    ``idna`` package (IDNA 2008, UTS #46 mapping): ``https://bücher.example/x`` ->
+    ``https://xn--bcher-kva.example/x``. Path, query, user info and port are kept as they are; a URL
+    whose host is ASCII (or that does not parse) is returned unchanged (:func:`url_problem` judges it).
+
+    Raises:
+        ValueError: the host is not a valid internationalised domain name (the URL is not quoted).
+    """
+    import idna
+
+    try:
+        parts = urlsplit(raw)
+        host = parts.hostname
+    except ValueError:
+        return raw
+    if not host or host.isascii():
+        return raw
+    try:
+        converted = idna.encode(host, uts46=True).decode("ascii")
+    except idna.IDNAError:
+        raise ValueError("alert channel URL cannot be parsed: its host is not a valid internationalised "
+                         "domain name") from None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    port = f":{parts.port}" if parts.port is not None else ""
+    netloc = (f"{userinfo}@" if userinfo else "") + converted + port
+    return parts._replace(netloc=netloc).geturl()
+
+
 def url_problem(raw: str) -> str | None:
     """Why ``raw`` is not a usable http(s) URL, or ``None``. The reason never contains the URL.
 
@@ -199,10 +228,11 @@ class ChannelConfig(BaseModel):
         raw = v.get_secret_value()
         if not raw.startswith(("http://", "https://")):
             raise ValueError(f"alert channel URL must be http(s), got {redact_url(raw)}")
+        raw = ascii_host(raw)
         problem = url_problem(raw)
         if problem:  # refused here, at settings load, not at send time in the middle of a night
             raise ValueError(f"alert channel URL cannot be parsed: {problem}")
-        return v
+        return SecretStr(raw)
 
     @property
     def channel_id(self) -> str:

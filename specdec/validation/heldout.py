@@ -248,23 +248,55 @@ def _open_lines(path: Path) -> list[str]:
         raise HeldoutFormatError(f"{path}: not UTF-8 text ({e})") from e
 
 
+MAX_REPORTED_LINES = 20  # bad lines named in one error (the count says how many there were)
+
+
 def _parse_jsonl(path: Path, default_category: str | None = None) -> list[HeldoutPrompt]:
+    """Every record of a JSONL file as a prompt; every bad line is reported at once (issue 32: one at a
+    time before), in one :class:`HeldoutFormatError`."""
     prompts: list[HeldoutPrompt] = []
+    bad: list[str] = []
     for lineno, line in enumerate(_open_lines(path), start=1):
         if not line.strip():
             continue
-        where = f"{path}:{lineno}"
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise HeldoutFormatError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from e
-        if not isinstance(rec, dict):
-            raise HeldoutFormatError(f"{where}: expected a JSON object, got {type(rec).__name__}")
-        prompts.append(_record_to_prompt(rec, where, default_category))
+            prompts.append(_parse_line(line, f"{path}:{lineno}", default_category))
+        except HeldoutFormatError as e:
+            bad.append(str(e))
+    if bad:
+        more = f" (and {len(bad) - MAX_REPORTED_LINES} more)" if len(bad) > MAX_REPORTED_LINES else ""
+        head = f"{len(bad)} bad lines: " if len(bad) > 1 else ""
+        raise HeldoutFormatError(head + "; ".join(bad[:MAX_REPORTED_LINES]) + more)
     if not prompts:
         raise HeldoutFormatError(f"{path}: no prompts (empty file)")
     _check_unique(prompts, str(path))
     return prompts
+
+
+def _parse_line(line: str, where: str, default_category: str | None) -> HeldoutPrompt:
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise HeldoutFormatError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(rec, dict):
+        raise HeldoutFormatError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+    return _record_to_prompt(rec, where, default_category)
+
+
+_KNOWN_KEYS = ("id", "category", "prompt", "messages", "text", "task_id", "question_id", "turns")
+
+
+def _unknown_keys(rec: dict[str, Any]) -> str:
+    """`` (unknown key 'promt': did you mean 'prompt'?)`` for keys close to a known one, else ``""``."""
+    import difflib
+
+    hints = []
+    for k in rec:
+        if k not in _KNOWN_KEYS:
+            close = difflib.get_close_matches(str(k), _KNOWN_KEYS, n=1, cutoff=0.6)
+            if close:
+                hints.append(f"unknown key {k!r}: did you mean {close[0]!r}?")
+    return f" ({'; '.join(hints)})" if hints else ""
 
 
 def _record_to_prompt(rec: dict[str, Any], where: str, default_category: str | None) -> HeldoutPrompt:
@@ -285,7 +317,7 @@ def _record_to_prompt(rec: dict[str, Any], where: str, default_category: str | N
             source_category=cat if mapped != cat else None,
         )
     if "id" not in rec:
-        raise HeldoutFormatError(f"{where}: missing key 'id'")
+        raise HeldoutFormatError(f"{where}: missing key 'id'{_unknown_keys(rec)}")
     if not isinstance(rec["id"], (str, int)) or isinstance(rec["id"], bool):
         raise HeldoutFormatError(f"{where}: 'id' must be a string or integer")
     cat = rec.get("category", default_category)
@@ -296,7 +328,8 @@ def _record_to_prompt(rec: dict[str, Any], where: str, default_category: str | N
     given = [k for k in ("prompt", "messages", "text") if k in rec]
     if len(given) != 1:
         what = "missing" if not given else f"more than one of {given}"
-        raise HeldoutFormatError(f"{where}: {what}: need exactly one of 'prompt', 'messages', 'text'")
+        raise HeldoutFormatError(f"{where}: {what}: need exactly one of 'prompt', 'messages', 'text'"
+                                 f"{_unknown_keys(rec) if not given else ''}")
     pid = str(rec["id"])
     if "messages" in rec:
         msgs = rec["messages"]

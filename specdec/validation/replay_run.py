@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from specdec.core.decoding import autoregressive_generate, speculative_generate
+from specdec.core.finite import BrokenModel, NonFiniteLogits
 from specdec.core.drafters import ModelDrafter, NgramDrafter, fit_vocab
 from specdec.core.inputs import stop_token_ids
 from specdec.core.kv import model_device, timed
@@ -208,24 +209,34 @@ def replay_prompts(
             chat_template=template, max_new_tokens=config.max_new_tokens, sampling=config.sampling, seed=config.seed,
             stop_token_ids=stop, dtype=next(target.parameters()).dtype, device=device,
         )
-        cached = cache.get(key, vocab_size=vocab)
-        if cached is not None:
-            rp.continuation, rp.produced_by = cached, "cache"
-        else:
-            name, producer = producers.next() if producers is not None else ("target-only", None)
-            rp.continuation, rp.continuation_seconds = timed(lambda: _produce(target, producer, ids, config, eos,
-                                                                                 prompt.id, device), device)
-            rp.produced_by = name
-            if producers is not None:
-                producers.record(name, rp.continuation_seconds, len(rp.continuation))
-            cache.put(key, rp.continuation, rp.produced_by)
-        if replay:
-            rp.drafters, rp.replay_seconds = timed(
-                lambda: _replay_one(target, drafters, ids, rp.continuation, config, stop, vocab, kmax, exact), device)
+        try:
+            _continuation(rp, cache, key, vocab, producers, lambda p: _produce(target, p, ids, config, eos,
+                                                                               prompt.id, device), device)
+            if replay:
+                rp.drafters, rp.replay_seconds = timed(
+                    lambda: _replay_one(target, drafters, ids, rp.continuation, config, stop, vocab, kmax, exact),
+                    device)
+        except NonFiniteLogits as e:  # a broken model: the whole validation stops, naming it (issue 32, item 2)
+            raise BrokenModel.naming(e, target, [prompt.id]) from None
         out.append(rp)
         if progress is not None:
             progress(i + 1, len(subset.prompts), rp)
     return out
+
+
+def _continuation(rp: ReplayedPrompt, cache: ContinuationCache, key, vocab: int, producers, produce,
+                  device) -> None:
+    """The target continuation of ``rp``: from the cache, else produced (``produce(producer)``) and stored."""
+    cached = cache.get(key, vocab_size=vocab)
+    if cached is not None:
+        rp.continuation, rp.produced_by = cached, "cache"
+        return
+    name, producer = producers.next() if producers is not None else ("target-only", None)
+    rp.continuation, rp.continuation_seconds = timed(lambda: produce(producer), device)
+    rp.produced_by = name
+    if producers is not None:
+        producers.record(name, rp.continuation_seconds, len(rp.continuation))
+    cache.put(key, rp.continuation, rp.produced_by)
 
 
 def _produce(target, producer, ids: list[int], config: ValidationConfig, eos: Any, prompt_id: str,

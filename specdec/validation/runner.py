@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from specdec.core.finite import BrokenModel, NonFiniteLogits
+
 from specdec.core.decoding import autoregressive_generate, speculative_generate
 from specdec.core.kv import left_pad as left_pad_with_mask
 from specdec.core.kv import model_device
@@ -120,9 +122,13 @@ def run_prompts(
     def flush() -> Iterator[tuple[int, list[PromptRun]]]:
         # every other group runs its speculative calls before target-only (interleaved timing)
         items = [(p, ids) for _, p, ids in group]
-        runs = run_group(items, target, drafters, config, eos, target_timer, pad, spec_first=flushed[0] % 2 == 1)
-        if under_load(history, group_rates(runs)):  # one side ran while a co-tenant took the cores: once more
-            runs = run_group(items, target, drafters, config, eos, target_timer, pad, spec_first=flushed[0] % 2 == 0)
+        try:
+            runs = run_group(items, target, drafters, config, eos, target_timer, pad, spec_first=flushed[0] % 2 == 1)
+            if under_load(history, group_rates(runs)):  # one side ran while a co-tenant took the cores: once more
+                runs = run_group(items, target, drafters, config, eos, target_timer, pad,
+                                 spec_first=flushed[0] % 2 == 0)
+        except NonFiniteLogits as e:  # a broken model: the whole validation stops, naming it (issue 32, item 2)
+            raise BrokenModel.naming(e, target, [p.id for p, _ in items]) from None
             for per in runs:
                 for r in per:
                     r.remeasured = True

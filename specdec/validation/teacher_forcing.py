@@ -13,6 +13,7 @@ import torch
 
 from specdec.core.config import SamplingConfig
 from specdec.core.drafters import NgramDrafter, fit_vocab
+from specdec.core.finite import check_logits
 from specdec.core.kv import model_device
 from specdec.core.sampling import logits_to_probs
 from specdec.validation.metrics import AgreementSums, agreement_sums, onehot_agreement_sums
@@ -29,7 +30,9 @@ def teacher_forced_logits(model: torch.nn.Module, ids: list[int], num_positions:
         out = model(input_ids=x, use_cache=False, logits_to_keep=num_positions)
     except TypeError:  # models without logits_to_keep
         out = model(input_ids=x, use_cache=False)
-    return out.logits[0, -num_positions:].float().cpu()
+    logits = out.logits[0, -num_positions:]
+    check_logits(model, logits, torch.arange(len(ids) - num_positions + 1, len(ids) + 1, device=logits.device))
+    return logits.float().cpu()
 
 
 def kl_logprobs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:

@@ -36,7 +36,7 @@ def test_bad_heldout_is_one_line_and_the_traceback_goes_to_the_log_file(tmp_path
 
 PROGRESS = r"""
 import logging, sys
-from flows.terminal import ReadableTerminal
+from specdec.terminal import ReadableTerminal
 with ReadableTerminal(sys.argv[1], "nightly") as term:
     import prefect  # noqa: F401 (configures its own loggers, not the root's terminal)
     term.refresh()
@@ -56,3 +56,19 @@ def test_progress_and_our_warnings_reach_the_terminal(tmp_path):
     assert "HTTP Request" not in p.stderr  # third-party INFO stays in the log file
     log = next(tmp_path.glob("logs/nightly-*.log")).read_text()
     assert "HTTP Request" in log and "replay 3/6" in log
+
+
+def test_a_settings_error_inside_the_flow_is_printed_once(tmp_path):
+    """issue 32, minor: a malformed rule setting was printed twice (Prefect's engine logger and ours)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_TRACKING", "SPECDEC_"))}
+    env.update({"SPECDEC_HOME": str(tmp_path / "home"), "SPECDEC_RULES__ABSOLUTE_THRESHOLD": "abc",
+                "COLUMNS": "200", "HF_HUB_OFFLINE": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
+    p = subprocess.run([sys.executable, "-m", "specdec.cli", "nightly", "run", "--pair", "x", "--device", "cpu"],
+                       env=env, capture_output=True, text=True, timeout=400)
+    out = p.stdout + p.stderr
+    assert p.returncode == 2 and out.count("valid number") == 1 and "Traceback" not in out, out[-3000:]
+    assert "(got 'abc')" in out

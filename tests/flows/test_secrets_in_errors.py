@@ -85,3 +85,19 @@ def test_no_secret_anywhere_after_a_malformed_url(tmp_path, mlflow, case):
         if args[0] == "nightly" or (args[0] == "pair") == name.endswith("TRACKING_URI"):
             assert p.returncode != 0, f"{' '.join(args)} exited 0 with a malformed URL:\n{said[-2000:]}"
     assert _files_with_token(home, tmp_path / "prefect", mlflow.directory) == []
+
+
+def test_no_password_of_the_tracking_uri_in_the_nightly_log_file(tmp_path, mlflow):
+    """issue 32, item 6: with ``MLFLOW_TRACKING_URI=http://user:PASSWORD@host:port`` and a reachable
+    server, the nightly's log file held ``INFO httpx: HTTP Request: GET http://user:PASSWORD@.../health``
+    (a library logger writing the request URL). No logger of any library may write it."""
+    home = tmp_path / "home"
+    uri = mlflow.uri.replace("://", f"://specdec:{TOKEN}@", 1)
+    p = _run(["nightly", "run", "--pair", "no-such-pair", "--alias", "champion", "--device", "cpu"], home, mlflow,
+             "MLFLOW_TRACKING_URI", uri)
+    said = p.stdout + p.stderr
+    logs = list((home / "logs").glob("nightly-*.log"))
+    assert logs and "no-such-pair" in said, said[-3000:]
+    assert "HTTP Request" in "".join(q.read_text() for q in logs)  # the library logger did write its lines
+    assert TOKEN not in said, said[-3000:]
+    assert _files_with_token(home, tmp_path / "prefect") == []

@@ -130,3 +130,20 @@ def test_hostile_category_names_are_accepted_by_a_real_mlflow_store(tmp_path):
     client.log_batch(run.info.run_id, metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()])
     got = client.get_run(run.info.run_id).data.metrics
     assert len([k for k in got if k.startswith("acceptance_rate.")]) >= len(cats)
+
+
+@pytest.mark.parametrize("leave_kb", [40, 120, 200, 280])
+def test_full_disk_pair_register_is_one_line(tmpfs, tmp_path, leave_kb):
+    """issue 32, minor: ``pair register`` on a full disk printed two or three tracebacks with raw SQL
+    parameters (MLflow's and SQLAlchemy's loggers) before its good last line."""
+    from tests.support.models import save_tiny_checkpoint
+
+    ckpt = save_tiny_checkpoint(tmp_path / "tiny")
+    home = tmpfs / "home"
+    assert _cli("history", home=home).returncode == 0
+    _fill(tmpfs, leave_kb)  # the disk fills up at different steps of the registration
+    p = _cli("pair", "register", "--target", str(ckpt), "--draft", "ngram", "--name", "full-pair", home=home)
+    if p.returncode == 0:  # enough room after all
+        return
+    _one_clear_line(p, "no space left")
+    assert "[parameters:" not in p.stdout + p.stderr and "INSERT INTO" not in p.stdout + p.stderr

@@ -20,7 +20,7 @@ from sqlalchemy import select
 
 from monitoring import alerts, rules
 from monitoring.alerts import AlertContext
-from monitoring.db import AlertDelivery, connect
+from monitoring.db import DELIVERED, AlertDelivery, connect
 from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings
 from monitoring.receiver import Reply, WebhookReceiver
 from tests.support.net import free_port
@@ -148,3 +148,51 @@ def test_unparseable_channel_url_is_refused_at_settings_load(url, monkeypatch):
     monkeypatch.setenv("SPECDEC_ALERT_CHANNELS", json.dumps([{"type": "webhook", "url": url}]))
     with pytest.raises(ValidationError, match="alert channel URL"):
         MonitoringSettings()
+
+
+def _alerts_test(tmp_path, channels: list[dict], **env) -> subprocess.CompletedProcess:
+    import os
+
+    base = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    return subprocess.run([sys.executable, "-m", "specdec.cli", "alerts", "test"], capture_output=True, text=True,
+                          env={**base, "SPECDEC_HOME": str(tmp_path), "SPECDEC_DELIVERY__TIMEOUT_S": "5",
+                               "SPECDEC_ALERT_CHANNELS": json.dumps(channels), **env}, timeout=120)
+
+
+def test_a_channel_named_in_any_script_delivers(tmp_path):
+    """issue 32, item 3: a non-ASCII channel name went into the Idempotency-Key header, every delivery
+    failed with UnicodeEncodeError, ``alerts test`` showed a traceback and the row stayed pending."""
+    from urllib.parse import unquote
+
+    name = "équipe-опс-運用"
+    with WebhookReceiver() as rx:
+        p = _alerts_test(tmp_path, [{"type": "webhook", "url": rx.url("/hook"), "name": name}])
+        out = p.stdout + p.stderr
+        assert p.returncode == 0 and "Traceback" not in out, out[-3000:]
+        (req,) = rx.requests
+    key = unquote(req.headers["Idempotency-Key"])
+    assert name in key and req.body["idempotency_key"] == key
+    with WebhookReceiver() as rx:  # the outbox: the nightly's fire message is delivered, not left pending
+        s = MonitoringSettings(db_url=f"sqlite:///{tmp_path / 'outbox.db'}", delivery=FAST,
+                               alert_channels=[ChannelConfig(type="webhook", url=rx.url("/hook"), name=name)])
+        db = connect(s)
+        assert alerts.process(db, _ctx(), BAD, settings=s, now=T0).transition == "fire"
+        assert [(r.channel_id, r.status) for r in _rows(db)] == [(name, DELIVERED)]
+        assert _copies(rx) == 1
+
+
+def test_an_internationalised_host_name_is_converted_and_delivered(tmp_path):
+    """A valid IDN host is converted to its ASCII form (before: refused as "no valid host name"). No DNS
+    here resolves it, so the receiver is the HTTP proxy the client is told to use (``HTTP_PROXY``): it
+    receives the request for the converted host."""
+    assert ChannelConfig(type="webhook", url="https://bücher.example:8443/höök?q=ä").url.get_secret_value() == \
+        "https://xn--bcher-kva.example:8443/höök?q=ä"
+    with pytest.raises(ValueError, match="internationalised"):
+        ChannelConfig(type="webhook", url="https://a\u200db.example/x")  # a joiner outside its context
+    with WebhookReceiver() as rx:
+        p = _alerts_test(tmp_path, [{"type": "webhook", "url": "http://bücher.example/hook", "name": "ops"}],
+                         HTTP_PROXY=rx.url("").rstrip("/"), NO_PROXY="")
+        out = p.stdout + p.stderr
+        assert p.returncode == 0 and "Traceback" not in out, out[-3000:]
+        (req,) = rx.requests
+    assert req.path == "http://xn--bcher-kva.example/hook" and req.headers["Host"] == "xn--bcher-kva.example"

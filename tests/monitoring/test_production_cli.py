@@ -75,3 +75,68 @@ def test_ingest_errors_are_clean_and_write_nothing(env):
     db = connect(url=f"sqlite:///{env / 'home' / 'history.db'}")
     assert history.list_runs(db) == []
     db.dispose()
+
+
+class _TrickleServer:
+    """A real HTTP server on 127.0.0.1 whose ``/metrics`` answer arrives one byte per second (a wedged
+    exporter: every read succeeds, the body never completes in useful time)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+        import time
+
+        body = b"# TYPE vllm:spec_decode_num_drafts counter\n" * 100
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server API)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    for b in body:
+                        self.wfile.write(bytes([b]))
+                        self.wfile.flush()
+                        time.sleep(1.0)
+                except OSError:  # the client gave up
+                    pass
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+
+    def __enter__(self) -> "_TrickleServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_wedged_exporter_sending_one_byte_per_second_ends_at_the_deadline(env):
+    """issue 32, item 5: before, ``ingest metrics`` kept reading forever (httpx's timeout is per read)."""
+    import os
+    import subprocess
+    import sys
+
+    child_env = {**os.environ, "SPECDEC_HOME": str(env / "home"), "SPECDEC_PRODUCTION_TIMEOUT_S": "3",
+                 "COLUMNS": "250"}
+    with _TrickleServer() as srv:
+        try:
+            p = subprocess.run([sys.executable, "-m", "specdec.cli", "ingest", "metrics", "--url", srv.url,
+                                "--pair", "pair-a", "--version", "1"], env=child_env, capture_output=True,
+                               text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail("ingest metrics still reading a one-byte-per-second exporter after 120 s")
+    out = p.stdout + p.stderr
+    assert p.returncode == 1 and "cannot scrape http://127.0.0.1" in out and "deadline" in out, out[-2000:]
+    assert "Traceback" not in out, out[-2000:]
+    db = connect(url=f"sqlite:///{env / 'home' / 'history.db'}")
+    assert history.list_runs(db) == []
+    db.dispose()

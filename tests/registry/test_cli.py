@@ -137,3 +137,13 @@ def test_register_records_the_engine(cli, ckpts):
     assert "engine  sglang" in r.output
     shown = json.loads(cli("show", "specdec-pair", "1", "--json").stdout)
     assert shown["tags"]["engine"] == "sglang"
+
+
+def test_pair_list_without_a_name_lists_every_pair(cli, ckpts):
+    """issue 32, first use: ``pair list`` without a name failed on the default pair name (a user's pair
+    has another name) instead of listing."""
+    r = cli("list")
+    assert r.exit_code == 0 and "no pairs registered yet" in r.output, r.output
+    assert cli("register", "--target", ckpts["target"], "--draft", "ngram", "--name", "my-pair").exit_code == 0
+    r = cli("list")
+    assert r.exit_code == 0 and "my-pair versions" in r.output and "specdec-pair" not in r.output, r.output

@@ -82,3 +82,23 @@ def test_home_that_is_a_file_and_a_bad_channel_url_are_one_line(run, tmp_path, m
 
 def test_tracking_uri_flag_with_a_token_where_the_port_goes(run):
     _one_line(*run("pair", "list", "--tracking-uri", f"http://admin:pw@127.0.0.1:{SECRET}/"), "cannot be parsed")
+
+
+def test_a_budget_no_prompt_can_fit_is_refused(run, tmp_path):
+    """issue 32, minor: ``--max-new-tokens 1000000000`` was accepted although no prompt fits the context."""
+    from tests.support.models import save_tiny_checkpoint
+
+    ckpt = save_tiny_checkpoint(tmp_path / "tiny")
+    code, err, out = run("pair", "register", "--target", str(ckpt), "--draft", "ngram", "--max-new-tokens",
+                         "1000000000")
+    _one_line(code, err, out, "max_new_tokens 1000000000", "context of")
+
+
+def test_register_help_names_the_draft_sampling_default_it_records(run):
+    """issue 32, first use: ``--help`` said ``[default: sampled]`` while a plain register records vLLM's argmax."""
+    from typer.testing import CliRunner
+
+    from specdec.cli import app
+
+    out = CliRunner().invoke(app, ["pair", "register", "--help"], env={"COLUMNS": "400"}).output
+    assert "default: sampled" not in out and "vllm, the default engine: argmax" in " ".join(out.split())

@@ -94,3 +94,28 @@ def test_decide_and_record_once(tmp_path):
     assert record_delivery(db, "d3", trigger_key="validate:p:2", **kw).outcome == "new"
     rows = deliveries(db)
     assert [r.delivery_id for r in rows] == ["d1", "d2", "d3"] and rows[0].action.startswith("failed: prefect down")
+
+
+def test_a_second_watcher_does_not_silently_take_the_first_ones_webhook(tmp_path, monkeypatch):
+    """issue 32, minor: a second ``pair watch`` for the same MLflow rewrote the first one's webhook."""
+    from registry import RegistryError
+    from registry.webhooks import _all_webhooks, subscribe
+    from registry.settings import get_client
+    from tests.support.mlflow_server import MlflowServer
+
+    monkeypatch.setenv("MLFLOW_WEBHOOK_ALLOWED_SCHEMES", "http,https")
+    monkeypatch.setenv("MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS", "true")
+    server = MlflowServer(tmp_path / "mlflow").start()
+    try:
+        first = subscribe(["pw"], "http://127.0.0.1:8765/webhook", "s" * 20, tracking_uri=server.uri)
+        assert subscribe(["pw"], "http://127.0.0.1:8765/webhook", "s" * 20, tracking_uri=server.uri) == first
+        with pytest.raises(RegistryError, match="already sends to http://127.0.0.1:8765/.*--replace"):
+            subscribe(["pw"], "http://127.0.0.1:9999/webhook", "s" * 20, tracking_uri=server.uri)
+        [hook] = _all_webhooks(get_client(server.uri))
+        assert hook.url == "http://127.0.0.1:8765/webhook"  # the first watcher still receives its events
+        assert subscribe(["pw"], "http://127.0.0.1:9999/webhook", "s" * 20, tracking_uri=server.uri,
+                         replace=True) == first
+        [hook] = _all_webhooks(get_client(server.uri))
+        assert hook.url == "http://127.0.0.1:9999/webhook"
+    finally:
+        server.stop()

@@ -133,3 +133,17 @@ def test_prompt_tokens_use_chat_template_only_for_messages():
     assert no_template.decode(prompt_token_ids(chat, no_template), skip_special_tokens=True) == "hi"
     assert HeldoutPrompt(id="3", category="c", text="  \n").is_empty
     assert HeldoutPrompt(id="4", category="c", messages=[{"role": "user", "content": ""}]).is_empty
+
+
+def test_every_bad_line_at_once_and_a_misspelt_key_is_named(tmp_path):
+    """issue 32, first use: ``"promt"`` was reported as "missing prompt" without naming the unknown key,
+    one bad line at a time."""
+    lines = ['{"id": "a", "category": "c", "promt": "p"}', '{"id": "b", "category": "c", "prompt": "ok"}',
+             '{"id": "c", "category": "c"', '{"idd": "d", "category": "c", "prompt": "p"}']
+    f = tmp_path / "h.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    with pytest.raises(HeldoutFormatError) as ei:
+        load_heldout(f)
+    msg = str(ei.value)
+    assert msg.startswith("3 bad lines: ") and f"{f}:1:" in msg and f"{f}:3:" in msg and f"{f}:4:" in msg, msg
+    assert "unknown key 'promt': did you mean 'prompt'?" in msg and "unknown key 'idd': did you mean 'id'?" in msg

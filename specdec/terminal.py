@@ -10,6 +10,7 @@ Progress bars of MLflow artifact downloads and Hugging Face loads are switched o
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import os
@@ -18,9 +19,15 @@ import sys
 import warnings
 from pathlib import Path
 
+from specdec.redact import MaskUserinfoFilter, MaskUserinfoFormatter
+
 OURS = ("flows", "monitoring", "registry", "specdec", "prefect.flow_runs", "prefect.task_runs")
 _ENGINE_CHATTER = re.compile(r"^(Finished in state|Beginning |Created |Executing |Submitting |Starting temporary "
                              r"server|Stopping temporary server|Running flow|View at )")
+
+
+# the flow engine's own report of the exception that ended a flow run (the command reports it in one line)
+_ENGINE_FAILURE = re.compile(r"^(Encountered exception during execution|Finished in state Failed)")
 
 
 def quiet_env() -> None:
@@ -43,10 +50,16 @@ class _TerminalFilter(logging.Filter):
         if record.name.startswith("prefect.") and record.levelno < logging.WARNING:
             if _ENGINE_CHATTER.match(str(record.msg)):
                 return False
+        if record.name.startswith(("prefect.flow_runs", "prefect.task_runs")) and _ENGINE_FAILURE.match(str(record.msg)):
+            return False  # the command prints the error itself, once (issue 32: a settings error appeared twice)
         if record.exc_info or record.exc_text or record.stack_info:
             record.exc_info, record.exc_text, record.stack_info = None, None, None
             record.msg = f"{record.getMessage()} (traceback in {self.log_path})"
             record.args = ()
+        if not ours:  # another library's error: its first line (SQL and parameters stay in the log file)
+            first, _, rest = record.getMessage().partition("\n")
+            if rest:
+                record.msg, record.args = f"{first} (details in {self.log_path})", ()
         return True
 
 
@@ -59,7 +72,9 @@ def _terminal_handlers() -> list[logging.Handler]:
             stream = getattr(h, "stream", None)
             if isinstance(h, logging.FileHandler):
                 continue
-            if stream in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__) or "Console" in type(h).__name__:
+            # MLflow's handler writes through its own stream object (MlflowLoggingStream) to sys.stderr
+            if (stream in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__) or "Console" in type(h).__name__
+                    or "LoggingStream" in type(stream).__name__):
                 out.append(h)
     return out
 
@@ -75,13 +90,16 @@ class ReadableTerminal:
         self.file_handler: logging.FileHandler | None = None
         self.console_handler: logging.Handler | None = None
         self.filter = _TerminalFilter(self.log_path)
+        self.redact = MaskUserinfoFilter()
 
     def __enter__(self) -> "ReadableTerminal":
         quiet_env()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.file_handler = logging.FileHandler(self.log_path, encoding="utf-8")
         self.file_handler.setLevel(logging.DEBUG)
-        self.file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        # every line of every library's logger is redacted (issue 32, item 6: httpx wrote the tracking
+        # URI's password with each request URL)
+        self.file_handler.setFormatter(MaskUserinfoFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logging.captureWarnings(True)
         if not self.debug:
             warnings.simplefilter("default")
@@ -106,15 +124,17 @@ class ReadableTerminal:
         for lg in list(logging.Logger.manager.loggerDict.values()):
             if isinstance(lg, logging.Logger) and not lg.propagate and self.file_handler not in lg.handlers:
                 lg.addHandler(self.file_handler)
-        if not self.debug:
-            for h in _terminal_handlers():
-                if self.filter not in h.filters:
-                    h.addFilter(self.filter)
+        for h in _terminal_handlers():
+            if self.redact not in h.filters:  # --debug too: the terminal shows no secret either
+                h.addFilter(self.redact)
+            if not self.debug and self.filter not in h.filters:
+                h.addFilter(self.filter)
 
     def __exit__(self, *exc) -> None:
         self.refresh()
         for h in _terminal_handlers():
             h.removeFilter(self.filter)
+            h.removeFilter(self.redact)
         for lg in [logging.getLogger()] + list(logging.Logger.manager.loggerDict.values()):
             if isinstance(lg, logging.Logger) and self.file_handler in lg.handlers:
                 lg.removeHandler(self.file_handler)
@@ -122,3 +142,28 @@ class ReadableTerminal:
             self.file_handler.close()
         if self.console_handler is not None:
             logging.getLogger().removeHandler(self.console_handler)
+
+
+@contextlib.contextmanager
+def quiet_command(command: str, debug: bool = False):
+    """:class:`ReadableTerminal` for a one-shot command (``model fetch``, ``pair register``,
+    ``pair watch``): library noise (torchao load failures, pytree warnings, progress bars, every httpx
+    request, another library's tracebacks) goes to ``<SPECDEC_HOME>/logs/<command>-*.log``, as with
+    ``nightly run``. Where that file cannot be created (a read-only or full home) the command runs
+    with the terminal as it is. ``SPECDEC_DEBUG=1`` (or ``debug``) leaves the terminal unfiltered.
+
+    Yields the terminal (call ``refresh()`` after heavy imports) or None.
+    """
+    from specdec.settings import home_dir
+
+    quiet_env()
+    try:
+        term = ReadableTerminal(home_dir(), command, debug=debug or os.environ.get("SPECDEC_DEBUG") == "1")
+        term.__enter__()
+    except OSError:
+        yield None
+        return
+    try:
+        yield term
+    finally:
+        term.__exit__(None, None, None)
