@@ -72,7 +72,8 @@ def predicted_speed(target_rows: list[dict], rows: list[dict], calibration: dict
     sums = [0.0, 0.0, 0.0, 0.0]  # ref tokens, ref seconds, ours tokens, predicted ours seconds
     for r in rows:
         t, steps = ref.get((r["prompt_id"], r["repeat"])), r.get("steps")
-        if t is None or not steps or math.isnan(t.get("prefill_seconds") or math.nan):
+        prefill = math.nan if t is None or t.get("prefill_seconds") is None else t["prefill_seconds"]
+        if not steps or math.isnan(prefill):
             continue
         c, v = costs_for(calibration, context_bucket(r["prompt_tokens"]), spec)
         s = predicted_speedup(StepCounters.from_steps(steps[1:]), c, v) if v is not None and len(steps) > 1 else math.nan

@@ -15,7 +15,9 @@ around the loop's own functions (``specdec.core.decoding._verify``, ``crop_cache
 ``propose``/``accept``/``adopt_prefix``); an operator counts in its innermost region, the rest is
 "bookkeeping" (the loop itself). Nothing in the core is changed for the profile.
 
+    PYTHONPATH=/work/main ... python benchmarks/step_profile.py --label before   # the code on main
     PYTHONPATH=. SPECDEC_MODELS_DIR=... python benchmarks/step_profile.py --label after [--threads 1]
+    python benchmarks/step_profile.py --markdown BEFORE.json AFTER.json OUT.md
 
 Writes ``benchmarks/results/<date>-step-profile-<label>-cpu.json``; :func:`markdown` tabulates a
 before/after pair.
@@ -191,13 +193,21 @@ def profile_case(target, drafter, ids: list[int], k: int, new_tokens: int) -> di
 def main() -> int:
     sys.path.append(str(ROOT))  # PYTHONPATH wins: point it at another checkout to profile that one
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--label", required=True, help="before / after (goes into the file name)")
+    ap.add_argument("--label", help="before / after (goes into the file name)")
+    ap.add_argument("--markdown", nargs=3, metavar=("BEFORE", "AFTER", "OUT"), type=Path,
+                    help="only tabulate two result files into OUT (markdown)")
     ap.add_argument("--drafters", default="derived:bf16,ngram")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: least sensitive to co-tenants)")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
     a = ap.parse_args()
+    if a.markdown:
+        before, after, dest = a.markdown
+        dest.write_text(markdown(json.loads(before.read_text()), json.loads(after.read_text())))
+        return 0
+    if not a.label:
+        ap.error("--label is required")
     torch.set_num_threads(a.threads)
     import transformers
 
