@@ -37,7 +37,7 @@ def new_cache(model):
     growing = growing_layer_class()
     if growing is None:
         return cache
-    plain = growing.__mro__[1]
+    plain = growing.__mro__[2]  # GrowingLayer, _GrowingBuffers, DynamicLayer
     cache.layers = [growing() if type(layer) is plain else layer for layer in cache.layers]
     if getattr(cache, "layer_class_to_replicate", None) is plain:
         cache.layer_class_to_replicate = growing
@@ -63,79 +63,85 @@ def growing_layer_class():
 GROW_MIN_SPARE = 256
 
 
+class _GrowingBuffers:
+    """The methods of :func:`growing_layer_class`'s ``GrowingLayer`` (mixed into transformers' ``DynamicLayer``,
+    imported lazily): keys/values in a preallocated buffer ``[B, H, capacity, D]``.
+
+    ``DynamicLayer.update`` concatenates: every pass copies the whole cache (at 1,000 cached positions
+    that is ~50 MB per target pass of SmolLM2-135M), and every crop leaves a view that the next update
+    copies again. Here an update writes the new positions in place (the buffer grows by half, at least
+    :data:`GROW_MIN_SPARE` positions, when full) and a crop only moves the end. ``keys``/``values`` are
+    views ``[B, H, n, D]`` of the buffer: the same values the plain layer holds, and attention over them
+    is bitwise the same (tests/core/test_kv_buffers.py; benchmarks/results/2026-12-02-step-profile-cpu.md).
+    """
+
+    _kbuf = _vbuf = None
+    _n = 0
+
+    def lazy_initialization(self, key_states, value_states) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self._kbuf = self._vbuf = None
+        self._n = 0
+
+    def _reserve(self, key_states, value_states, need: int) -> None:
+        if self._kbuf is not None and need <= self._kbuf.shape[-2] and self._kbuf.shape[:2] == key_states.shape[:2]:
+            return
+        cap = need + max(GROW_MIN_SPARE, need // 2)
+        kb = key_states.new_empty((*key_states.shape[:-2], cap, key_states.shape[-1]))
+        vb = value_states.new_empty((*value_states.shape[:-2], cap, value_states.shape[-1]))
+        if self._n:
+            kb[..., : self._n, :].copy_(self.keys)
+            vb[..., : self._n, :].copy_(self.values)
+        self._kbuf, self._vbuf = kb, vb
+
+    def _view(self, n: int) -> None:
+        self._n = n
+        self.keys = self._kbuf[..., :n, :]
+        self.values = self._vbuf[..., :n, :]
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        """Append ``[B, H, m, D]`` keys/values in place; returns the views of all ``n + m`` positions."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n, m = self._n, key_states.shape[-2]
+        self._reserve(key_states, value_states, n + m)
+        self._kbuf[..., n : n + m, :].copy_(key_states)
+        self._vbuf[..., n : n + m, :].copy_(value_states)
+        self._view(n + m)
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self._n if self.is_initialized else 0
+
+    def reset(self) -> None:
+        super().reset()
+        self._kbuf = self._vbuf = None
+        self._n = 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Drop the last ``-tokens_to_remove`` positions (a negative count, as transformers' layer)."""
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop takes a negative count (tokens to remove), got {tokens_to_remove}")
+        if tokens_to_remove and self.is_initialized and self._kbuf is not None:
+            self._view(max(0, self._n + tokens_to_remove))
+
+    def _rows(self, pick) -> None:
+        if self.is_initialized and self._kbuf is not None:
+            self._kbuf, self._vbuf = pick(self._kbuf), pick(self._vbuf)
+            self._view(self._n)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._rows(lambda t: t.repeat_interleave(repeats, dim=0))
+
+    def batch_select_indices(self, indices) -> None:
+        self._rows(lambda t: t[indices, ...])
+
+    def reorder_cache(self, beam_idx) -> None:
+        self._rows(lambda t: t.index_select(0, beam_idx.to(t.device)))
+
+
 def _growing_layer(base: type) -> type:
-    class GrowingLayer(base):
-        """A ``DynamicLayer`` whose keys/values live in a preallocated buffer ``[B, H, capacity, D]``.
-
-        ``DynamicLayer.update`` concatenates: every pass copies the whole cache (at 1,000 cached
-        positions that is ~50 MB per target pass of SmolLM2-135M), and every crop leaves a view that
-        the next update copies again. Here an update writes the new positions in place (the buffer
-        grows by half, at least :data:`GROW_MIN_SPARE` positions, when full) and a crop only moves
-        the end. ``keys``/``values`` are views ``[B, H, n, D]`` of the buffer: the same values the
-        plain layer holds, and attention over them is bitwise the same (benchmarks/results/
-        2026-12-02-step-profile-cpu.md)."""
-
-        def lazy_initialization(self, key_states, value_states) -> None:
-            super().lazy_initialization(key_states, value_states)
-            self._kbuf = self._vbuf = None
-            self._n = 0
-
-        def _reserve(self, key_states, value_states, need: int) -> None:
-            if self._kbuf is not None and need <= self._kbuf.shape[-2] \
-                    and self._kbuf.shape[:2] == key_states.shape[:2]:
-                return
-            cap = need + max(GROW_MIN_SPARE, need // 2)
-            kb = key_states.new_empty((*key_states.shape[:-2], cap, key_states.shape[-1]))
-            vb = value_states.new_empty((*value_states.shape[:-2], cap, value_states.shape[-1]))
-            if self._n:
-                kb[..., : self._n, :].copy_(self.keys)
-                vb[..., : self._n, :].copy_(self.values)
-            self._kbuf, self._vbuf = kb, vb
-
-        def _view(self, n: int) -> None:
-            self._n = n
-            self.keys = self._kbuf[..., :n, :]
-            self.values = self._vbuf[..., :n, :]
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            n, m = self._n, key_states.shape[-2]
-            self._reserve(key_states, value_states, n + m)
-            self._kbuf[..., n : n + m, :].copy_(key_states)
-            self._vbuf[..., n : n + m, :].copy_(value_states)
-            self._view(n + m)
-            return self.keys, self.values
-
-        def get_seq_length(self) -> int:
-            return self._n if self.is_initialized else 0
-
-        def reset(self) -> None:
-            super().reset()
-            self._kbuf = self._vbuf = None
-            self._n = 0
-
-        def crop(self, tokens_to_remove: int) -> None:
-            if tokens_to_remove > 0:
-                raise ValueError(f"crop takes a negative count (tokens to remove), got {tokens_to_remove}")
-            if tokens_to_remove and self.is_initialized and self._kbuf is not None:
-                self._view(max(0, self._n + tokens_to_remove))
-
-        def _rows(self, pick) -> None:
-            if self.is_initialized and self._kbuf is not None:
-                self._kbuf, self._vbuf = pick(self._kbuf), pick(self._vbuf)
-                self._view(self._n)
-
-        def batch_repeat_interleave(self, repeats: int) -> None:
-            self._rows(lambda t: t.repeat_interleave(repeats, dim=0))
-
-        def batch_select_indices(self, indices) -> None:
-            self._rows(lambda t: t[indices, ...])
-
-        def reorder_cache(self, beam_idx) -> None:
-            self._rows(lambda t: t.index_select(0, beam_idx.to(t.device)))
-
-    return GrowingLayer
+    return type("GrowingLayer", (_GrowingBuffers, base), {"__doc__": _GrowingBuffers.__doc__})
 
 
 def sync(device: torch.device) -> None:
