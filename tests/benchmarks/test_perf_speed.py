@@ -57,3 +57,16 @@ def test_no_prediction_without_prefill_timing_or_costs(perf_speed):
     assert math.isnan(perf_speed.predicted_speed(t, o, CAL, "d")["predicted_speedup"])
     t, o = _rows(40, 0.0)
     assert math.isnan(perf_speed.predicted_speed(t, o, {}, "d")["predicted_speedup"])
+
+
+def test_the_benchmark_has_no_speed_model_of_its_own():
+    import ast
+
+    from tests.validation.test_one_speed_model import _predicts_speedup
+
+    found = []
+    for path in sorted((ROOT / "benchmarks").glob("perf*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if isinstance(fn, ast.FunctionDef) and _predicts_speedup(fn):
+                found.append(f"{path.name}:{fn.name}")
+    assert found == []
