@@ -26,10 +26,14 @@ Definitions (also written into the JSON under ``definitions``):
   count ours == target-only. The median over (prompt, repeat) pairs of ours tok/s / target-only
   tok/s is kept as ``measured_speedup_median_pair``.
 * α̂ = accepted / (accepted + steps that ended in a rejection): validation's estimator
-  (``DecodingStats.alpha_hat``, the MLE under Leviathan's i.i.d. model, censored at the proposal
-  length); α pos0 = accepted_per_position[0] / num_drafts (the old estimator). ĉ = median draft pass / median one-token target pass, each measured in
-  isolation with a warm KV cache. predicted speedup = Leviathan Thm 3.8 (α̂, ĉ, k).
-* P1 = measured speedup / predicted speedup (α̂). P2 = median of ours/HF tok/s over pairs whose
+  (``DecodingStats.alpha_hat``). α pos0 = accepted_per_position[0] / num_drafts (the old estimator).
+* predicted speedup: the product's one speed model, ``specdec.validation.speed.predicted_speedup``, per prompt on
+  the counters our run took there (steps after the prefill step) with c and v(n) calibrated by
+  ``specdec.validation.timing.calibrate`` at a short and a long context (the prompt's own kind), the prefill
+  (which the model leaves out) added on both sides from the target-only run's first pass; pooled like the
+  measured speedup (``perf_speed.predicted_speed``). Leviathan's closed form (Thm 3.8 at α̂, c, k) is reported
+  as ``leviathan_closed_form``: the special case of the same model with i.i.d. counters and v = 1.
+* P1 = measured speedup / predicted speedup (overall, per context, per category). P2 = median of ours/HF tok/s over pairs whose
   outputs are identical. P3 = validation's teacher-forced pass time / speculative decoding time on
   the same prompts. P5 = batch-8 tok/s / batch-1 tok/s of our speculative decoding.
 """
@@ -80,7 +84,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (0 = leave torch's default)")
     ap.add_argument("--batch-sizes", default="1,8", help="batch sizes for P5 ('' to skip)")
     ap.add_argument("--p5-drafters", default="best", help="'best' (the drafter with the highest measured speedup), 'all', or specs")
-    ap.add_argument("--cost-reps", type=int, default=30, help="passes per median in the ĉ measurement")
+    ap.add_argument("--cost-reps", type=int, default=15, help="interleaved rounds per median in the calibration of c and v(n)")
     ap.add_argument("--ignore-eos", action="store_true", help="disable EOS stopping for every method (default: the target's EOS for all)")
     ap.add_argument("--no-hf", action="store_true", help="skip transformers assisted generation (no P2)")
     ap.add_argument("--no-tf", action="store_true", help="skip the teacher-forced timing (no P3)")

@@ -20,6 +20,12 @@ import perf_report as rep
 from specdec import NgramDrafter
 
 
+def _load() -> float:
+    import os
+
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else math.nan
+
+
 def _first_divergence(a: list[int], b: list[int]) -> int | None:
     if a == b:
         return None
@@ -38,7 +44,7 @@ class Bench:
             "tf": [],
             "skipped": [],
             "k_sweep": [],
-            "costs": {},
+            "calibration": {},
             "hf_audit": {},
             "p5": {},
             "profile": None,
@@ -169,11 +175,13 @@ class Bench:
                 outs: dict[tuple[str, str | None], pm.RunOut] = {}
                 for method, s in seq:
                     if method == "target_only":
-                        outs[(method, s)] = pm.run_target_only(self.model, x, a.max_new_tokens, self.eos)
+                        run = lambda: pm.run_target_only(self.model, x, a.max_new_tokens, self.eos)  # noqa: E731
                     elif method == "ours":
-                        outs[(method, s)] = self.ours[s].run(self.model, x, a.k, a.max_new_tokens, self.eos)
+                        run = lambda s=s: self.ours[s].run(self.model, x, a.k, a.max_new_tokens, self.eos)  # noqa: E731
                     else:
-                        outs[(method, s)] = pm.run_hf(self.model, self.drafters[s], x, a.k, a.max_new_tokens, self.eos, self.pad_id)
+                        run = lambda s=s: pm.run_hf(self.model, self.drafters[s], x, a.k, a.max_new_tokens,  # noqa: E731
+                                                    self.eos, self.pad_id)
+                    outs[(method, s)] = pm.with_prefill(self.model, run)
                 ref = outs[("target_only", None)]
                 pos = {key: i for i, key in enumerate(seq)}
                 for (method, s), o in outs.items():
@@ -181,6 +189,7 @@ class Bench:
                            "repeat": r, "order": pos[(method, s)],
                            "method": method, "drafter": s, "k": a.k if s else None, "seconds": o.seconds,
                            "new_tokens": len(o.tokens), "tok_s": o.tok_s, "finish": o.finish,
+                           "prefill_seconds": o.prefill_seconds, "load_avg_1m": _load(),
                            "identical_to_target_only": o.tokens == ref.tokens,
                            "first_divergence_vs_target_only": _first_divergence(o.tokens, ref.tokens)}
                     if method == "hf":
@@ -192,7 +201,7 @@ class Bench:
                         row.update(num_drafts=st.num_drafts, num_draft_tokens=st.num_draft_tokens,
                                    num_accepted_tokens=st.num_accepted_tokens, target_forward_passes=st.target_forward_passes,
                                    draft_forward_passes=st.draft_forward_passes, draft_seconds=st.draft_seconds,
-                                   target_seconds=st.target_seconds)
+                                   target_seconds=st.target_seconds, steps=o.steps)
                         if r == 0:
                             self._pool(s, a.k, st, o.steps)
                     self.raw["main"].append(row)
@@ -241,21 +250,39 @@ class Bench:
             st_steps["rejections"] += sum(1 for n, m in steps if m < n)
 
     def cost_phase(self) -> None:
-        """ĉ and v per drafter, in isolation, on the median-length prompt (+ half the new tokens)."""
+        """The speed model's costs, calibrated as validation calibrates them
+        (:func:`specdec.validation.timing.calibrate`: isolated warm passes, interleaved rounds, medians; v(n)
+        fitted monotone) at one short and one long context: the median prompt of each
+        :func:`perf_speed.context_bucket` plus half the new tokens of target continuation. c of the n-gram
+        drafter = one lookup (``propose``) / the target's one-token pass at that context."""
+        from perf_speed import context_bucket
+        from specdec.validation.timing import calibrate
+
         a = self.args
         t0 = time.perf_counter()
-        lens = sorted(self.prompts, key=lambda p: len(p["ids"]))
-        p = lens[len(lens) // 2]
-        prefix = list(p["ids"])
-        # a context like mid-generation: the prompt plus a few target tokens
-        cont = pm.run_target_only(self.model, self.ids_tensor(prefix), max(1, a.max_new_tokens // 2), None).tokens
-        prefix = prefix + cont
-        for s, d in self.drafters.items():
-            self.raw["costs"][s] = {"prompt_id": p["id"], **pm.cost_ratios(self.model, d, prefix, a.k, a.cost_reps)}
-            c = self.raw["costs"][s]
-            self.log(f"cost {s}: target 1-token pass {c['target_one_token_pass']['median_s'] * 1e3:.2f} ms, "
-                     f"verify ({a.k + 1} tokens) {c['target_verify_pass']['median_s'] * 1e3:.2f} ms, "
-                     f"draft pass {c['draft_pass']['median_s'] * 1e3:.3f} ms -> c={c['c_hat']:.3f}, v={c['verify_cost_ratio']:.2f}")
+        kmax = max([8, a.k, *a.k_values])
+        buckets: dict[str, list] = {}
+        for p in sorted(self.prompts, key=lambda q: len(q["ids"])):
+            buckets.setdefault(context_bucket(len(p["ids"])), []).append(p)
+        specs = list(self.drafters)
+        models = [None if isinstance(self.drafters[s], NgramDrafter) else self.drafters[s] for s in specs]
+        for name, ps in buckets.items():
+            p = ps[len(ps) // 2]
+            cont = pm.run_target_only(self.model, self.ids_tensor(p["ids"]), max(1, a.max_new_tokens // 2), None).tokens
+            prefix = list(p["ids"]) + cont
+            cal = calibrate(self.model, models, prefix, kmax, reps=a.cost_reps)
+            c = {}
+            for s, m, cm in zip(specs, models, cal.cost_ratios):
+                c[s] = cm if m is not None else \
+                    pm.ngram_lookup_seconds(self.drafters[s], prefix, a.k, a.cost_reps)["median_s"] / cal.target_step_s
+            self.raw["calibration"][name] = {
+                "prompt_id": p["id"], "context_tokens": len(prefix), "prompts": [q["id"] for q in ps],
+                "target_one_token_pass_s": cal.target_step_s, "verify_cost": cal.verify_cost.as_list(),
+                "verify_cost_measured": {str(n): v for n, v in cal.raw_verify.items()}, "c": c,
+                "load_avg_1m": _load()}
+            self.log(f"calibration {name} ({len(prefix)} tokens): target 1-token pass {cal.target_step_s * 1e3:.2f} ms, "
+                     f"v(1..{kmax}) {[round(x, 2) for x in cal.verify_cost.as_list()[1:]]}, "
+                     + ", ".join(f"c[{s}]={v:.3f}" for s, v in c.items()))
         self.raw["phase_seconds"]["costs"] = time.perf_counter() - t0
 
     def sweep_phase(self) -> None:
@@ -274,16 +301,17 @@ class Bench:
                 res = []
                 for s, k in seq:
                     if s is None:
-                        ref = pm.run_target_only(self.model, x, a.max_new_tokens, self.eos)
+                        ref = pm.with_prefill(self.model, lambda: pm.run_target_only(self.model, x, a.max_new_tokens, self.eos))
                         res.append((s, k, ref))
                     else:
-                        o = self.ours[s].run(self.model, x, k, a.max_new_tokens, self.eos)
+                        o = pm.with_prefill(self.model, lambda s=s, k=k: self.ours[s].run(self.model, x, k, a.max_new_tokens, self.eos))
                         res.append((s, k, o))
                         if r == 0:
                             self._pool(s, k, o.stats, o.steps, key=f"{s}@k={k}")
                 for s, k, o in res:
                     self.raw["k_sweep"].append({"prompt_id": p["id"], "repeat": r, "drafter": s, "k": k,
-                                                "method": "target_only" if s is None else "ours", "seconds": o.seconds,
+                                                "prompt_tokens": len(p["ids"]), "prefill_seconds": o.prefill_seconds,
+                                                "steps": o.steps, "method": "target_only" if s is None else "ours", "seconds": o.seconds,
                                                 "new_tokens": len(o.tokens), "tok_s": o.tok_s,
                                                 "identical_to_target_only": o.tokens == ref.tokens})
                 self.log(f"k-sweep {pi + 1}/{len(self.sweep_prompts)} r{r}: " + " ".join(

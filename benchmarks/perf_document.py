@@ -67,7 +67,7 @@ def document(args, machine_desc: dict, raw: dict, summary: dict, started_at, com
         "loadavg_by_phase": raw.get("loadavg_by_phase"),
         "errors": raw.get("errors"),
         "runs": {"main": raw["main"], "teacher_forced": raw["tf"], "k_sweep": raw["k_sweep"], "p5": raw.get("p5"),
-                 "costs": raw["costs"], "pooled_stats": raw["stats"], "step_outcomes": raw["steps"]},
+                 "calibration": raw.get("calibration"), "pooled_stats": raw["stats"], "step_outcomes": raw["steps"]},
     }
     doc["derived_verdict"] = derived_verdict(summary["drafters"], cfg.get("device", "cpu"))
     for k in ("p1", "p2", "p3", "p5"):
@@ -142,21 +142,23 @@ def markdown(doc: dict) -> str:
         L += ["", f"Derived drafts: {doc['derived_verdict']}."]
     L += ["", f"Representative drafter (highest measured speedup): `{top.get('representative_drafter')}`. "
           f"P2 pools the identical-output pairs of all drafters ({top.get('p2_pairs')} pairs).", ""]
+    L += _model_section(doc)
     L += ["## Per drafter (k = %d)" % cfg["k"], "",
-          "| drafter | target-only tok/s | ours tok/s | HF tok/s | measured speedup | HF speedup | P2 (pairs) | α̂ | α pos0 | "
-          "acceptance | ĉ | v | predicted (α̂) | P1 | P1 (α pos0) | α_tf | abs(α_tf−α̂) | abs(α_tf−α pos0) | P3 | identical ours/HF vs target, ours=HF |",
-          "|---|" + "---|" * 19]
+          "| drafter | target-only tok/s | ours tok/s | HF tok/s | measured speedup | HF speedup | ours/HF (identical pairs) [95% CI] "
+          "| α̂ | acceptance | c (short) | v(k) (short) | predicted (one model) | P1 | Leviathan closed form | α_tf | P3 "
+          "| identical ours/HF vs target, ours=HF |",
+          "|---|" + "---|" * 16]
     for s, d in doc["drafters"].items():
-        t = d["tok_s"]
-        i = d["identical"]
+        t, i, oh = d["tok_s"], d["identical"], d.get("ours_over_hf") or {}
+        ci = oh.get("ci") or [None, None]
         L.append(f"| `{s}` | {_f(t['target_only'], 1)} | {_f(t['ours'], 1)} | {_f(t['hf'], 1)} | {_x(d['measured_speedup'])} "
-                 f"| {_x(d['hf_speedup'])} | {_f(d['p2'], 2)} ({d['p2_pairs']}) | {_f(d['alpha_hat'])} | {_f(d['alpha_pos0'])} "
-                 f"| {_f(d['acceptance_rate'])} | {_f(d['c_hat'], 4)} | {_f(d['verify_cost_ratio'], 2)} | {_x(d['predicted_speedup'])} "
-                 f"| {_f(d['p1'], 2)} | {_f(d['p1_alpha_pos0'], 2)} | {_f(d.get('alpha_tf'))} | {_f(d.get('abs_alpha_tf_minus_alpha_hat'))} "
-                 f"| {_f(d.get('abs_alpha_tf_minus_alpha_pos0'))} | {_f(d.get('p3'), 3)} | {i['ours_vs_target_only']}, "
-                 f"{i['hf_vs_target_only']}, {i['ours_vs_hf']} |")
-    L += ["", "P1 uses α̂ (validation's estimator, the i.i.d. MLE); `P1 (α pos0)` uses position-0 acceptance. v = (k+1)-token verify pass / 1-token "
-          "target pass (Leviathan's formula assumes v = 1). Measured speedup is the pooled ratio of token rates.", ""]
+                 f"| {_x(d['hf_speedup'])} | {_f(oh.get('ratio'), 3)} [{_f(ci[0], 2)}, {_f(ci[1], 2)}] ({oh.get('pairs')}) "
+                 f"| {_f(d['alpha_hat'])} | {_f(d['acceptance_rate'])} | {_f(d['c_hat'], 4)} | {_f(d['verify_cost_ratio'], 2)} "
+                 f"| {_x(d['predicted_speedup'])} | {_f(d['p1'], 2)} | {_x(d.get('leviathan_closed_form'))} | {_f(d.get('alpha_tf'))} "
+                 f"| {_f(d.get('p3'), 3)} | {i['ours_vs_target_only']}, {i['hf_vs_target_only']}, {i['ours_vs_hf']} |")
+    L += ["", "Predicted = the product's one speed model (specdec.validation.speed.predicted_speedup; see 'Speed model' above). "
+          "The Leviathan closed form (i.i.d. acceptance at α̂, v = 1) is its special case, for reference; no P1 uses it. "
+          "Measured speedup is the pooled ratio of token rates.", ""]
     L += _speed_table(doc)
     audits = {s: d.get("hf_audit") for s, d in doc["drafters"].items() if d.get("hf_audit")}
     if audits:
@@ -176,7 +178,7 @@ def markdown(doc: dict) -> str:
         for s, b in doc["best_k"].items():
             L += [f"`{s}` on {b['prompts']} prompt(s), target-only {_f(b['target_only_tok_s'], 1)} tok/s: best measured k = "
                   f"**{b['best_k_measured']}**, best predicted k in the sweep = {b['best_k_predicted_in_sweep']}, "
-                  f"predicted argmax over 1..16 = {b['best_k_predicted_1_to_16']}", "",
+                  f"predicted best k on i.i.d. counters at α̂ = {b['best_k_predicted_iid']}", "",
                   "| k | tok/s | measured speedup | α̂ | α pos0 | mean accepted length | predicted speedup | identical |",
                   "|---|---|---|---|---|---|---|---|"]
             for k, v in b["by_k"].items():
@@ -248,11 +250,33 @@ def markdown(doc: dict) -> str:
     return "\n".join(L)
 
 
+def _model_section(doc: dict) -> list[str]:
+    """Which counters and costs the predictions used (the calibration points) and P1 by context."""
+    cal = (doc.get("runs") or {}).get("calibration") or {}
+    L = ["## Speed model", "",
+         "Every predicted figure is `specdec.validation.speed.predicted_speedup` (the product's one model): per prompt, "
+         "counters = the steps our run took on it after the prefill step (`StepCounters.from_steps`, recorded by a "
+         "delegating drafter and checked against `DecodingStats`); costs = c and v(n) from "
+         "`specdec.validation.timing.calibrate` at the calibration point of the prompt's context; the prefill (left out "
+         "by the model) is the target-only run's first pass on both sides; pooled over (prompt, repeat) as measured.", "",
+         "| point | context tokens | prompts | target 1-token pass ms | v(1..) fitted | c per drafter | load |",
+         "|---|---|---|---|---|---|---|"]
+    for name, c in cal.items():
+        v = ", ".join(_f(x, 2) for x in (c.get("verify_cost") or [])[1:])
+        cs = ", ".join(f"{s}: {_f(x, 3)}" for s, x in c["c"].items())
+        L.append(f"| {name} | {c['context_tokens']} | {len(c['prompts'])} | {_f(c['target_one_token_pass_s'] * 1e3, 2)} "
+                 f"| {v} | {cs} | {c.get('load_avg_1m')} |")
+    L += ["", "| drafter | context | measured | predicted | P1 |", "|---|---|---|---|---|"]
+    for s, d in doc["drafters"].items():
+        for b, x in (d.get("by_context") or {}).items():
+            L.append(f"| `{s}` | {b} | {_x(x['measured_speedup'])} | {_x(x['predicted_speedup'])} | {_f(x['p1'], 2)} |")
+    return L + [""]
+
+
 def _speed_table(doc: dict) -> list[str]:
-    """Per drafter: measured speedup with its paired bootstrap CI, identical outputs, and per category
-    ours vs transformers' (HF) pooled speedup."""
+    """Per drafter and category: our measured speedup (HF's), ours / HF on identical pairs with its CI, P1."""
     cats = sorted({c for d in doc["drafters"].values() for c in d.get("per_category", {})})
-    L = ["### Measured speedup with its paired bootstrap CI, per category", "",
+    L = ["### Per category: measured speedup (HF's); ours/HF [95% CI]; P1", "",
          "| drafter | overall [95% CI] | identical | " + " | ".join(cats) + " |",
          "|---|---|---|" + "---|" * len(cats)]
     for s, d in doc["drafters"].items():
@@ -260,7 +284,13 @@ def _speed_table(doc: dict) -> list[str]:
         cells = []
         for c in cats:
             pc = d.get("per_category", {}).get(c)
-            cells.append("-" if pc is None else f"{_x(pc['ours']['measured_speedup'])} (HF {_x(pc['hf'])})")
+            if pc is None:
+                cells.append("-")
+                continue
+            oh = pc.get("ours_over_hf") or {}
+            oci = oh.get("ci") or [None, None]
+            cells.append(f"{_x(pc['ours']['measured_speedup'])} (HF {_x(pc['hf'])}); {_f(oh.get('ratio'), 2)} "
+                         f"[{_f(oci[0], 2)}, {_f(oci[1], 2)}]; P1 {_f(pc.get('p1'), 2)}")
         L.append(f"| `{s}` | {_x(d['measured_speedup'])} [{_f(ci[0], 2)}, {_f(ci[1], 2)}] "
                  f"| {d.get('identical_outputs')}/{d.get('compared_outputs')} | " + " | ".join(cells) + " |")
     return L + [""]

@@ -40,7 +40,8 @@ class RunOut:
     seconds: float
     finish: str = "length"
     stats: Any = None  # specdec DecodingStats (ours / target-only)
-    steps: list[tuple[int, int]] | None = None  # (proposed, accepted) per step with proposed > 0
+    steps: list[tuple[int, int]] | None = None  # (proposed, accepted) per step, the prefill step first
+    prefill_seconds: float = math.nan  # the target's first (prefill) pass, from forward hooks
 
     @property
     def tok_s(self) -> float:
@@ -51,8 +52,9 @@ class RunOut:
 
 
 class StepRecorder:
-    """Delegating drafter that records ``(proposed, accepted)`` for every step with a proposal
-    (B = 1 runs; :class:`specdec.core.drafters.Drafter` protocol).
+    """Delegating drafter that records ``(proposed, accepted)`` for every step, ``(0, 0)`` for a step
+    that proposed nothing (B = 1 runs; :class:`specdec.core.drafters.Drafter` protocol). The first
+    entry is the prefill step: the speed model's counters are the later ones.
 
     The decoding core calls ``propose(...)`` and, after verification, ``accept(num_accepted, ...)``.
     Overhead: two Python calls per step (microseconds against millisecond forward passes).
@@ -82,8 +84,7 @@ class StepRecorder:
         return proposal
 
     def accept(self, num_accepted, next_tokens, features=None) -> None:
-        if self._proposed:
-            self.steps.append((self._proposed, int(num_accepted[0])))
+        self.steps.append((self._proposed or 0, int(num_accepted[0]) if self._proposed else 0))
         self._proposed = None
         self.inner.accept(num_accepted, next_tokens, features)
 
@@ -140,10 +141,24 @@ class Ours:
         steps = list(self.recorder.steps) if self.recorder is not None else None
         st = res.stats
         if steps is not None and (
-            sum(1 for _ in steps) != st.num_drafts or sum(a for _, a in steps) != st.num_accepted_tokens
+            sum(1 for n, _ in steps if n) != st.num_drafts or sum(a for _, a in steps) != st.num_accepted_tokens
+            or len(steps) != st.target_forward_passes
         ):
             steps = None  # the recorder disagrees with the core's counters: do not trust it
         return RunOut(list(res.token_ids), s, res.finish_reason, st, steps)
+
+
+def with_prefill(target, run) -> RunOut:
+    """``run()`` (a timed generation with ``target``) with the target's first forward pass timed by
+    forward hooks (:class:`specdec.validation.timing.PassTimer`): the prefill, which the speed model
+    leaves out on both sides. Hooks cost microseconds per pass and are on for every method alike."""
+    from specdec.validation.timing import PassTimer
+
+    with PassTimer(target) as timer:
+        timer.new_generation()
+        out = run()
+    out.prefill_seconds = timer.prefill_seconds
+    return out
 
 
 def configure_hf_assistant(draft_model, k: int) -> dict:

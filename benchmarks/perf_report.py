@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from perf_speed import pooled_speed  # noqa: E402 (benchmarks/ is on sys.path)
+from perf_speed import context_bucket, costs_for, pooled_speed, predicted_speed  # noqa: E402 (benchmarks/ is on sys.path)
 from specdec.validation.machine import cpu_model
 
 GOALS = {"p1": (">=", 0.9), "p2": (">=", 1.2), "p3": ("<=", 0.1), "p5": (">=", 3.0)}
@@ -39,12 +39,19 @@ DEFINITIONS = {
                  "(proposed, accepted) recorded by a delegating drafter wrapper",
     "alpha_pos0": "position-0 acceptance accepted_per_position[0] / num_drafts (validation's alpha_hat until 2026-11-29; "
                   "biased low when acceptances cluster)",
-    "c_hat": "median wall time of one draft pass (1 token, warm KV cache; for ngram one propose() call) / median wall "
-             "time of one 1-token target pass (warm KV cache), measured in isolation on the same device",
-    "verify_cost_ratio": "median (k+1)-token target pass / median 1-token target pass",
-    "predicted_speedup": "Leviathan et al. 2022 Thm 3.8: (1 - a^(k+1)) / ((1 - a)(c k + 1)) with a = alpha_hat, c = c_hat "
-                         "(specdec.validation.speed.predicted_speedup on i.i.d. counters, v = 1)",
-    "p1": "measured_speedup / predicted_speedup(alpha_hat)",
+    "calibration": "the speed model's costs, measured as validation measures them (specdec.validation.timing.calibrate: "
+                   "isolated passes with a warm KV cache, interleaved rounds, medians; v(n) fitted monotone) at two contexts: "
+                   "the median prompt of the short (<= 400 tokens) and of the long prompts, plus half the new tokens",
+    "c_hat": "c at the short-context calibration: draft one-token pass / target one-token pass (n-gram: one propose() call)",
+    "verify_cost_ratio": "v(k) at the short-context calibration: target pass over k+1 tokens / one-token pass",
+    "predicted_speedup": "the product's one speed model (specdec.validation.speed.predicted_speedup) per prompt: the counters "
+                         "our run took on that prompt (StepCounters.from_steps over the steps after the prefill step) with c "
+                         "and v(n) calibrated at that prompt's context (short/long); the prefill, which the model leaves out, "
+                         "is the target-only run's first pass (forward hooks) on both sides; pooled over (prompt, repeat) as "
+                         "measured_speedup is",
+    "leviathan_closed_form": "Leviathan et al. 2022 Thm 3.8 at alpha_hat, c_hat and k: the special case of the one model with "
+                             "i.i.d. counters and v = 1; reference only, not used by P1",
+    "p1": "measured_speedup / predicted_speedup (overall, by_context and per_category)",
     "p2": "median of ours tok/s / HF tok/s over (prompt, repeat) pairs at the same k whose token ids are identical",
     "p3": "validation's teacher-forced time (specdec.validation.teacher_forcing: target_teacher_forcing + draft_agreement: the target's and the drafter's "
           "one forward pass over prompt + the target's continuation, and the agreement sums) / speculative-decoding "
@@ -182,24 +189,62 @@ def _alpha(stats: dict | None, steps: dict | None) -> dict:
     return out
 
 
-def _predict(alpha: float, c: float, k: int, v: float = math.nan) -> dict:
-    """The one speed model (specdec.validation.speed) on i.i.d. counters at alpha: with v = 1 it is Leviathan's
-    Thm 3.8; ``_with_v`` uses the measured v(k) (interpolated to v(0) = 1)."""
+def leviathan_closed_form(alpha: float, c: float, k: int) -> float:
+    """Leviathan et al. 2022 Thm 3.8, ``(1 - a^(k+1)) / ((1 - a)(c k + 1))``: a documented special case of the one
+    speed model (specdec.validation.speed.predicted_speedup on ``StepCounters.iid(a, k)`` with ``VerifyCost.unit()``:
+    i.i.d. acceptance, free verification). Reported for reference only; no P1 uses it."""
     from specdec.validation.speed import StepCounters, VerifyCost, predicted_speedup
 
     if is_nan(alpha) or is_nan(c):
-        return {"predicted_speedup": math.nan, "predicted_speedup_with_v": math.nan}
-    iid = StepCounters.iid(alpha, k)
-    return {"predicted_speedup": predicted_speedup(iid, c, VerifyCost.unit()),
-            "predicted_speedup_with_v": predicted_speedup(iid, c, VerifyCost.fit({k: v})) if not is_nan(v) else math.nan,
-            "expected_tokens_per_step": iid.accepted + 1}
+        return math.nan
+    return predicted_speedup(StepCounters.iid(alpha, k), c, VerifyCost.unit())
 
 
-def recommend_num_speculative_tokens(alpha: float, c: float) -> tuple[int | None, float]:
-    """Best k in 1..16 by the one speed model on i.i.d. counters with v = 1 (Leviathan's assumption)."""
-    from specdec.validation.speed import StepCounters, VerifyCost, best_k
+def recommend_num_speculative_tokens(alpha: float, calibration: dict, spec: str) -> tuple[int | None, float]:
+    """Best k by the one speed model with the short-context calibrated c and v(n), on i.i.d. counters at
+    alpha_hat for k = 1..v's largest measured n (the basis validation labels ``IID_BASIS``)."""
+    from specdec.validation.speed import StepCounters, best_k
 
-    return best_k({k: StepCounters.iid(alpha, k) for k in range(1, 17)}, c, VerifyCost.unit())
+    c, v = costs_for(calibration, "short", spec)
+    if v is None or is_nan(alpha) or is_nan(c):
+        return None, math.nan
+    return best_k({k: StepCounters.iid(alpha, k) for k in range(1, v.n_max + 1)}, c, v)
+
+
+def _prediction(d: dict, target_rows: list[dict], ours_rows: list[dict], calibration: dict, spec: str, k: int) -> None:
+    """Fill the predicted speedup (the product's one speed model, :func:`perf_speed.predicted_speed`), P1 overall,
+    per context and per category, the calibrated costs and the reference closed form."""
+    pr = predicted_speed(target_rows, ours_rows, calibration, spec)
+    d["predicted_speedup"], d["predicted_by_prompt"] = pr["predicted_speedup"], pr["predicted_by_prompt"]
+    d["p1"] = ratio(d["measured_speedup"], d["predicted_speedup"])
+    d["by_context"] = {}
+    for bucket in ("short", "long"):
+        rows = [r for r in ours_rows if context_bucket(r["prompt_tokens"]) == bucket]
+        if rows:
+            m = pooled_speed(target_rows, rows)["measured_speedup"]
+            p = predicted_speed(target_rows, rows, calibration, spec)["predicted_speedup"]
+            c, v = costs_for(calibration, bucket, spec)
+            d["by_context"][bucket] = {"measured_speedup": m, "predicted_speedup": p, "p1": ratio(m, p), "c": c,
+                                       "verify_cost": v.as_list() if v else None, "runs": len(rows)}
+    for cat, pc in d["per_category"].items():
+        rows = [r for r in ours_rows if r.get("category") == cat]
+        pc["predicted_speedup"] = predicted_speed(target_rows, rows, calibration, spec)["predicted_speedup"]
+        pc["p1"] = ratio(pc["ours"]["measured_speedup"], pc["predicted_speedup"])
+    c, v = costs_for(calibration, "short", spec)
+    d["c_hat"], d["verify_cost_ratio"] = c, (v(k) if v is not None else math.nan)
+    d["leviathan_closed_form"] = leviathan_closed_form(d["alpha_hat"], c, k)
+    d["recommended_k_predicted"], d["predicted_speedup_at_recommended_k"] = recommend_num_speculative_tokens(
+        d["alpha_hat"], calibration, spec)
+
+
+def _ours_over_hf(ours_rows: list[dict], hf_rows: list[dict]) -> dict:
+    """Ours / HF assisted generation over the (prompt, repeat) pairs whose outputs are identical: the pooled ratio
+    of token rates with the paired bootstrap CI over prompts (:func:`perf_speed.pooled_speed`, HF as the reference)."""
+    same = [h for h in hf_rows if h.get("identical_to_ours")]
+    keys = {(h["prompt_id"], h["repeat"]) for h in same}
+    out = pooled_speed(same, [o for o in ours_rows if (o["prompt_id"], o["repeat"]) in keys])
+    return {"ratio": out["measured_speedup"], "ci": out["measured_speedup_ci"], "prompts": out["prompts"],
+            "pairs": len(same)}
 
 
 def summarise(raw: dict, args, kinds: dict) -> dict:
@@ -247,21 +292,16 @@ def summarise(raw: dict, args, kinds: dict) -> dict:
             "hf_vs_target_only": f"{sum(r['identical_to_target_only'] for r in hf_rows)}/{len(hf_rows)}",
             "ours_vs_hf": f"{sum(bool(r.get('identical_to_ours')) for r in hf_rows)}/{len(hf_rows)}",
         }
+        d["ours_over_hf"] = _ours_over_hf(ours_rows, hf_rows)
+        for cat, pc in d["per_category"].items():
+            pc["ours_over_hf"] = _ours_over_hf([r for r in ours_rows if r.get("category") == cat],
+                                               [r for r in hf_rows if r.get("category") == cat])
         d["p2"] = med(p2r)
         d["p2_pairs"] = len(p2r)
         d["p2_ratio_all_pairs"] = med(ratio(g[("ours", s)]["tok_s"], g[("hf", s)]["tok_s"]) for g in groups.values()
                                       if ("ours", s) in g and ("hf", s) in g)
         d.update(_alpha(raw["stats"].get(s), raw["steps"].get(s)))
-        cost = raw["costs"].get(s) or {}
-        d["c_hat"], d["verify_cost_ratio"] = cost.get("c_hat", math.nan), cost.get("verify_cost_ratio", math.nan)
-        pr = _predict(d["alpha_hat"], d["c_hat"], k, d["verify_cost_ratio"])
-        d.update(pr)
-        d["predicted_speedup_alpha_pos0"] = _predict(d["alpha_pos0"], d["c_hat"], k)["predicted_speedup"]
-        d["p1"] = ratio(d["measured_speedup"], d["predicted_speedup"])
-        d["p1_alpha_pos0"] = ratio(d["measured_speedup"], d["predicted_speedup_alpha_pos0"])
-        d["p1_with_v"] = ratio(d["measured_speedup"], d["predicted_speedup_with_v"])
-        d["recommended_k_predicted"], d["predicted_speedup_at_recommended_k"] = (
-            recommend_num_speculative_tokens(d["alpha_hat"], d["c_hat"]) if not (is_nan(d["alpha_hat"]) or is_nan(d["c_hat"])) else (None, math.nan))
+        _prediction(d, target_rows, ours_rows, raw.get("calibration") or {}, s, k)
         # P3
         tf = [r for r in raw["tf"] if r["drafter"] == s]
         if tf:
@@ -381,7 +421,8 @@ def _best_k(raw: dict, drafters: dict, args) -> dict:
                 "measured_speedup": med(ratio(r["tok_s"], ref[(r["prompt_id"], r["repeat"])]["tok_s"]) for r in rr
                                         if (r["prompt_id"], r["repeat"]) in ref),
                 "alpha_hat": a["alpha_hat"], "alpha_pos0": a["alpha_pos0"], "mean_accepted_length": a["mean_accepted_length"],
-                "predicted_speedup": _predict(a["alpha_hat"], d.get("c_hat", math.nan), k)["predicted_speedup"],
+                "predicted_speedup": predicted_speed([r for r in ref.values()], [r for r in rr], raw.get("calibration") or {},
+                                                     s)["predicted_speedup"],
                 "identical_to_target_only": f"{sum(r['identical_to_target_only'] for r in rr)}/{len(rr)}",
             }
         if not per_k:
@@ -393,7 +434,7 @@ def _best_k(raw: dict, drafters: dict, args) -> dict:
             "by_k": per_k,
             "best_k_measured": int(best_meas),
             "best_k_predicted_in_sweep": int(max(finite, key=lambda kk: per_k[kk]["predicted_speedup"])) if finite else None,
-            "best_k_predicted_1_to_16": d.get("recommended_k_predicted"),
+            "best_k_predicted_iid": d.get("recommended_k_predicted"),
             "prompts": len({r["prompt_id"] for r in rows}),
         }
     return out

@@ -1,6 +1,8 @@
 """KV-cache and forward-pass helpers shared by the decoding loops and the drafters.
 
-* B = 1: a transformers ``DynamicCache`` cropped back to the verified prefix (:func:`crop_cache`).
+* B = 1: a transformers ``DynamicCache`` cropped back to the verified prefix (:func:`crop_cache`). Its
+  layers are preallocated (:func:`new_cache`): appending a block writes it in place and a crop only
+  moves the end, where transformers' layer copies the whole cache on every pass.
 * B > 1: :class:`MaskedKV`, a cache plus a per-row validity mask over its columns. Rows accept
   different numbers of drafts at each step, so their sequences drift apart. Instead of
   re-padding and recomputing, a rejected draft's column is masked out (a *hole*) rather than cut,
@@ -18,19 +20,129 @@ from typing import TypeVar
 
 import torch
 
+from specdec.core.attention import NATIVE_GQA, wants_native_gqa
 from specdec.core.finite import check_logits
 
 T = TypeVar("T")
 
 
 def new_cache(model):
-    """A fresh transformers ``DynamicCache`` for ``model`` (KV cache that supports ``crop``)."""
+    """A fresh transformers ``DynamicCache`` for ``model`` (KV cache that supports ``crop``), whose
+    full-attention layers are :class:`GrowingLayer`s (preallocated; appending and cropping copy nothing)."""
     from transformers import DynamicCache
 
     try:
-        return DynamicCache(config=model.config)
+        cache = DynamicCache(config=model.config)
     except TypeError:  # older transformers
-        return DynamicCache()
+        cache = DynamicCache()
+    growing = growing_layer_class()
+    if growing is None:
+        return cache
+    plain = growing.__mro__[2]  # GrowingLayer, _GrowingBuffers, DynamicLayer
+    cache.layers = [growing() if type(layer) is plain else layer for layer in cache.layers]
+    if getattr(cache, "layer_class_to_replicate", None) is plain:
+        cache.layer_class_to_replicate = growing
+    return cache
+
+
+_GROWING: list = []
+
+
+def growing_layer_class():
+    """:class:`GrowingLayer` built on this transformers' ``DynamicLayer`` (None where it has none: 4.x)."""
+    if not _GROWING:
+        try:
+            from transformers.cache_utils import DynamicLayer
+        except ImportError:  # transformers 4.x: plain DynamicCache
+            _GROWING.append(None)
+        else:
+            _GROWING.append(_growing_layer(DynamicLayer))
+    return _GROWING[0]
+
+
+#: spare positions a :class:`GrowingLayer` allocates beyond what it holds: at least this many, or half
+GROW_MIN_SPARE = 256
+
+
+class _GrowingBuffers:
+    """The methods of :func:`growing_layer_class`'s ``GrowingLayer`` (mixed into transformers' ``DynamicLayer``,
+    imported lazily): keys/values in a preallocated buffer ``[B, H, capacity, D]``.
+
+    ``DynamicLayer.update`` concatenates: every pass copies the whole cache (at 1,000 cached positions
+    that is ~50 MB per target pass of SmolLM2-135M), and every crop leaves a view that the next update
+    copies again. Here an update writes the new positions in place (the buffer grows by half, at least
+    :data:`GROW_MIN_SPARE` positions, when full) and a crop only moves the end. ``keys``/``values`` are
+    views ``[B, H, n, D]`` of the buffer: the same values the plain layer holds, and attention over them
+    is bitwise the same (tests/core/test_kv_buffers.py; benchmarks/results/2026-12-02-step-profile-cpu.md).
+    """
+
+    _kbuf = _vbuf = None
+    _n = 0
+
+    def lazy_initialization(self, key_states, value_states) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self._kbuf = self._vbuf = None
+        self._n = 0
+
+    def _reserve(self, key_states, value_states, need: int) -> None:
+        if self._kbuf is not None and need <= self._kbuf.shape[-2] and self._kbuf.shape[:2] == key_states.shape[:2]:
+            return
+        cap = need + max(GROW_MIN_SPARE, need // 2)
+        kb = key_states.new_empty((*key_states.shape[:-2], cap, key_states.shape[-1]))
+        vb = value_states.new_empty((*value_states.shape[:-2], cap, value_states.shape[-1]))
+        if self._n:
+            kb[..., : self._n, :].copy_(self.keys)
+            vb[..., : self._n, :].copy_(self.values)
+        self._kbuf, self._vbuf = kb, vb
+
+    def _view(self, n: int) -> None:
+        self._n = n
+        self.keys = self._kbuf[..., :n, :]
+        self.values = self._vbuf[..., :n, :]
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        """Append ``[B, H, m, D]`` keys/values in place; returns the views of all ``n + m`` positions."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n, m = self._n, key_states.shape[-2]
+        self._reserve(key_states, value_states, n + m)
+        self._kbuf[..., n : n + m, :].copy_(key_states)
+        self._vbuf[..., n : n + m, :].copy_(value_states)
+        self._view(n + m)
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self._n if self.is_initialized else 0
+
+    def reset(self) -> None:
+        super().reset()
+        self._kbuf = self._vbuf = None
+        self._n = 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Drop the last ``-tokens_to_remove`` positions (a negative count, as transformers' layer)."""
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop takes a negative count (tokens to remove), got {tokens_to_remove}")
+        if tokens_to_remove and self.is_initialized and self._kbuf is not None:
+            self._view(max(0, self._n + tokens_to_remove))
+
+    def _rows(self, pick) -> None:
+        if self.is_initialized and self._kbuf is not None:
+            self._kbuf, self._vbuf = pick(self._kbuf), pick(self._vbuf)
+            self._view(self._n)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._rows(lambda t: t.repeat_interleave(repeats, dim=0))
+
+    def batch_select_indices(self, indices) -> None:
+        self._rows(lambda t: t[indices, ...])
+
+    def reorder_cache(self, beam_idx) -> None:
+        self._rows(lambda t: t.index_select(0, beam_idx.to(t.device)))
+
+
+def _growing_layer(base: type) -> type:
+    return type("GrowingLayer", (_GrowingBuffers, base), {"__doc__": _GrowingBuffers.__doc__})
 
 
 def sync(device: torch.device) -> None:
@@ -88,10 +200,14 @@ def forward_kwargs(model) -> tuple[str, bool]:
 
 
 def model_kwargs(model, cache, logits_to_keep: int | None) -> dict:
-    """Keyword arguments for ``model(...)``: the cache under its name, and ``logits_to_keep``
-    (only the last ``logits_to_keep`` positions get logits) when the model supports it."""
+    """Keyword arguments for ``model(...)``: the cache under its name, ``logits_to_keep`` (only the
+    last ``logits_to_keep`` positions get logits) when the model supports it, and
+    :data:`specdec.core.attention.NATIVE_GQA` for a grouped-query ``sdpa`` model (masked passes attend
+    without repeating the KV per query head; bitwise the same output)."""
     name, has_keep = forward_kwargs(model)
     kw = {name: cache, "use_cache": True}
+    if wants_native_gqa(model):  # verification passes attend without copying the KV per query head
+        kw[NATIVE_GQA] = True
     if logits_to_keep is not None and has_keep:
         kw["logits_to_keep"] = logits_to_keep
     return kw

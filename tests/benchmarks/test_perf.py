@@ -58,3 +58,7 @@ def test_perf_script_quick_run_on_tiny_models(perf_main, tmp_path):
         assert d["compared_outputs"] >= 1 and d["identical_outputs"] == d["compared_outputs"], name
         assert d["measured_speedup"] > 0 and len(d["measured_speedup_ci"]) == 2, name
         assert d["per_category"] and all("hf" in v for v in d["per_category"].values()), name
+        # issue 33: the prediction is the product's one speed model on calibrated costs, P1 its ratio
+        assert math.isfinite(d["predicted_speedup"]) and d["p1"] == d["measured_speedup"] / d["predicted_speedup"], name
+        assert d["by_context"]["short"]["verify_cost"][0] == 1.0 and "ratio" in d["ours_over_hf"], name
+    assert res["runs"]["calibration"]["short"]["c"].keys() == res["drafters"].keys()
