@@ -47,7 +47,7 @@ __all__ = ["ENGINE_GAP_RULE", "EngineEvaluation", "source_of", "record_engine_ch
 ENGINE_GAP_RULE = "engine_gap"
 #: fingerprint fields whose change is named as a likely cause, in the order they are named
 FINGERPRINT_FIELDS = ("draft_sha256", "model_sha256", "flags", "build_info", "model_ftype", "model_path",
-                      "speculative_types", "n_ctx", "total_slots")
+                      "n_ctx", "total_slots")
 
 
 def source_of(engine: str) -> str:

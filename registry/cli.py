@@ -84,7 +84,7 @@ def register_cmd(
              "engine's rule (vllm, the default engine: argmax; at T > 0 without --engine: sampled, transformers).")] = None,
     assistant_confidence_threshold: ConfidenceThresholdOption = None,
     engine: Annotated[str | None, typer.Option(
-        "--engine", help="Serving engine profile: vllm | sglang (argmax proposals) | transformers (sampled). Sets the "
+        "--engine", help="Serving engine profile: vllm | sglang | llamacpp (argmax proposals) | transformers (sampled). Sets the "
         "proposal rule the nightly measures under and the serving config logged. Default: from --draft-sampling.")] = None,
     revision: Annotated[str | None, typer.Option(help="Hub revision of the target (Hub ids only).")] = None,
     model_card: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Model card (Markdown) for the target.")] = None,

@@ -5,8 +5,8 @@ Registered through the ``specdec.cli`` entry point ``engine = "specdec.engines.c
 
 from __future__ import annotations
 
+import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -34,8 +34,11 @@ def _gguf(ref: str) -> Path:
 
         return smollm2_gguf()
     p = Path(ref).expanduser()
-    if not p.is_file() or p.suffix != ".gguf":
-        _fail(f"{ref} is not a .gguf file (or 'smollm2')")
+    if not p.is_file():
+        _fail(f"{ref}: no such file (give a .gguf file, or 'smollm2')")
+    with open(p, "rb") as f:
+        if p.suffix != ".gguf" or f.read(4) != b"GGUF":
+            _fail(f"{ref} is not a GGUF file (no GGUF header); give a .gguf file, or 'smollm2'")
     return p.resolve()
 
 
@@ -64,10 +67,12 @@ def quantize(
     """Requantize a GGUF with llama-quantize (e.g. a draft: the target in another quantization)."""
     from specdec.engines.llama_server import quantize_gguf
 
+    source, install = _gguf(src), _install()
     try:
-        typer.echo(quantize_gguf(_install().quantize, _gguf(src), dst, ftype))
+        out = quantize_gguf(install.quantize, source, dst, ftype)
     except RuntimeError as e:
         _fail(str(e))
+    typer.echo(out)
 
 
 @engine_app.command("serve")
@@ -78,14 +83,14 @@ def serve(
     port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1.")] = 8080,
     threads: Annotated[int | None, typer.Option("--threads", "-t", help="llama-server -t.")] = None,
 ) -> None:
-    """Run llama-server in the foreground with the flags the core validates (Ctrl-C stops it)."""
+    """Run llama-server in the foreground with the flags the core validates (this process becomes llama-server:
+    Ctrl-C or a kill of its PID stops it)."""
     from specdec.engines.llama_server import LlamaServerFlags
 
     flags = LlamaServerFlags(model=str(_gguf(model)), draft=str(_gguf(draft)) if draft else None,
                              spec_type="draft-simple" if draft else "none", n_max=k, threads=threads)
     cmd = [str(_install().server), *flags.args(), "--host", "127.0.0.1", "--port", str(port), "--metrics"]
     typer.echo(shlex.join(cmd), err=True)
-    try:
-        sys.exit(subprocess.call(cmd))
-    except KeyboardInterrupt:
-        sys.exit(130)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(cmd[0], cmd)  # this process becomes llama-server: a signal to it stops the engine

@@ -119,15 +119,16 @@ def _draft_path(flags: tuple[str, ...] | None) -> str | None:
 
 
 def engine_fingerprint(client: EngineClient, endpoint: EngineEndpoint) -> dict[str, Any]:
-    """What identifies the serving stack: the engine's build, target file and type, context, slots
-    and speculative types (llama.cpp ``/props``), the declared flags, and the sha256 of the target
-    and draft files when they are readable here. Keys with unknown values are left out."""
-    props = client.props()
-    params = (props.get("default_generation_settings") or {}).get("params") or {}
+    """What identifies the serving stack: the engine's build, target file and type, context and slots
+    (llama.cpp ``/props``), the declared flags, and the sha256 of the target file and, when the flags
+    are declared (``specdec pair engine --flags``), of the draft file, where they are readable here.
+    llama-server does not expose its draft file or speculative flags over HTTP. Keys with unknown
+    values are left out."""
+    props = client.props()  # its `speculative.types` is the per-request default ("none"), not the server's: not kept
     out: dict[str, Any] = {"engine": endpoint.engine, "build_info": props.get("build_info"),
                            "model_path": props.get("model_path"), "model_ftype": props.get("model_ftype"),
                            "n_ctx": (props.get("default_generation_settings") or {}).get("n_ctx"),
-                           "total_slots": props.get("total_slots"), "speculative_types": params.get("speculative.types")}
+                           "total_slots": props.get("total_slots")}
     if endpoint.flags:
         out["flags"] = list(endpoint.flags)
     for key, path in (("model_sha256", props.get("model_path")), ("draft_sha256", _draft_path(endpoint.flags))):
