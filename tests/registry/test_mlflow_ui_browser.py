@@ -123,7 +123,7 @@ def test_versions_table_shows_verdict_and_acceptance_untruncated(page, console):
         seen[version] = description.inner_text().strip()
         if version in console["expected"]:
             status, acc, (lo, hi) = console["expected"][version]
-            head = f"{status}: acc {acc:.2f} [{lo:.2f}-{hi:.2f}]"
+            head = f"{status}: α {acc:.2f} [{lo:.2f}-{hi:.2f}]"  # the judged metric: per-token acceptance (policy default)
             assert seen[version].startswith(head), (version, seen[version])
             assert _fully_visible(description.locator("span").first), f"v{version}: description clipped on screen"
             for key, value in (("validation_status", status), ("acceptance_rate", f"{acc:.3f}")):
