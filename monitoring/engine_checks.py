@@ -25,7 +25,6 @@ the same prompts (the difference CI's upper end below 0). The hint separates the
 from __future__ import annotations
 
 import datetime as dt
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,13 +32,13 @@ import httpx
 from sqlalchemy import select
 
 from monitoring import alerts, history, rules
-from monitoring.db import COMPLETED, FAILED, INCONCLUSIVE, PASSED, Database, ValidationRun, utcnow
+from monitoring.db import COMPLETED, PASSED, Database, ValidationRun, utcnow
 from monitoring.rules import FIRING, INSUFFICIENT, OK, RuleResult
 from monitoring.settings import MonitoringSettings
 from specdec.core.stats import per_token_acceptance
 from specdec.validation.engine_report import EngineCheckReport
 from specdec.validation.metrics import bootstrap_ratio_ci
-from specdec.validation.report import GroupMetrics, ValidationReport
+from specdec.validation.report import GroupMetrics, ValidationReport, nan_to_none
 
 __all__ = ["ENGINE_GAP_RULE", "EngineEvaluation", "source_of", "record_engine_check", "evaluate_engine_check",
            "alert_engine_check", "fingerprint_changes"]
@@ -95,7 +94,7 @@ def record_engine_check(db: Database, report: EngineCheckReport, *, pair: str, v
     vr = ValidationReport(
         heldout_name=f"{source}:{report.heldout_name}"[:200], heldout_version=report.heldout_version,
         target_ref=report.target_ref, drafter_kind="model", drafter_ref=report.drafter_ref,
-        config={**identity, "engine_check": _finite(evidence)}, device=None, dtype=None, code_version="",
+        config={**identity, "engine_check": nan_to_none(evidence)}, device=None, dtype=None, code_version="",
         created_at=now.isoformat(), overall=_metrics(report),
         categories={c: _metrics(report, [r for r in report.prompts if r.category == c], g)
                     for c, g in report.categories.items()},
@@ -120,16 +119,6 @@ def record_engine_check(db: Database, report: EngineCheckReport, *, pair: str, v
         row.rule_results = row.root_cause_hint = row.baseline_run_id = None
         s.flush()
         return row.id
-
-
-def _finite(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_finite(v) for v in x]
-    return x
 
 
 def engine_gap_rule(evidence: dict[str, Any], engine: str, tolerance: float = 0.0) -> RuleResult:
@@ -242,5 +231,3 @@ def alert_engine_check(db: Database, ev: EngineEvaluation, *, settings: Monitori
                               baseline=ev.baseline_label, root_cause_hint=ev.root_cause_hint)
     return alerts.process(db, ctx, ev.results, settings=settings, now=now, client=client).transition
 
-
-EVALUATED = (PASSED, FAILED, INCONCLUSIVE)

@@ -127,13 +127,14 @@ def validate(
         _fail("--engine-url checks one pair: give one --draft (the draft the engine serves)")
     tgt, drafters, out_dirs = _load_pair(target, draft, dtype, device, seed, out_dir, out_dirs, overwrite)
     if engine_url is not None:
-        _engine_check(tgt, drafters[0], hs, config, target, out_dirs[0], (engine_url, engine_baseline_url, engine_concurrency))
+        _engine_check(tgt, drafters[0], hs, config, target_ref=target, out_dir=out_dirs[0],
+                      engine=(engine_url, engine_baseline_url, engine_concurrency))
         return
     reports = _run(method, tgt, drafters, hs, config, target, decode_fraction)
     _write_and_print(reports, out_dirs, t_start)
 
 
-def _engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, target: str, out_dir: Path,
+def _engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, target_ref: str, out_dir: Path,
                   engine: tuple[str, str | None, int]) -> None:
     """``--engine-url``: run the engine check, write and print it; one error line when the engine fails."""
     from specdec.engines.client import EngineRequestError
@@ -145,7 +146,7 @@ def _engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, target: str, out
     endpoint = EngineEndpoint(url=url, baseline_url=baseline, api_key=get_settings().engine_api_key)
     try:
         report = run_engine_check(tgt, drafter, hs, config, endpoint=endpoint, concurrency=concurrency,
-                                  target_ref=target, err=_err)
+                                  target_ref=target_ref, err=_err)
     except (EngineRequestError, ValueError) as e:
         _fail(f"engine check: {e}")
     write_and_print(report, out_dir, _out)

@@ -16,7 +16,6 @@ Usage: :func:`check_engine` with an :class:`EngineCheckRequest`; ``specdec valid
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +29,7 @@ from specdec.core.drafters import fit_vocab
 from specdec.core.inputs import stop_token_ids
 from specdec.engines.client import EngineClient, EngineCompletion, safe_url
 from specdec.engines.metrics import ACCEPTED, DRAFT_TOKENS, DRAFTS, PER_POSITION, engine_metrics
+from specdec.models.hashes import file_sha256
 from specdec.validation.config import ValidationConfig
 from specdec.validation.engine_report import (NEAR_TIE_LOGITS, EngineCheckReport, EnginePromptResult, summarize,
                                               verdict_of)
@@ -98,17 +98,6 @@ class _Prompt:
     baseline: EngineCompletion | None = None
 
 
-def _file_sha256(path: str) -> str | None:
-    p = Path(path)
-    if not p.is_file():
-        return None
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _draft_path(flags: tuple[str, ...] | None) -> str | None:
     if not flags:
         return None
@@ -132,7 +121,7 @@ def engine_fingerprint(client: EngineClient, endpoint: EngineEndpoint) -> dict[s
     if endpoint.flags:
         out["flags"] = list(endpoint.flags)
     for key, path in (("model_sha256", props.get("model_path")), ("draft_sha256", _draft_path(endpoint.flags))):
-        digest = _file_sha256(path) if path else None
+        digest = file_sha256(path) if path and Path(path).is_file() else None
         if digest:
             out[key] = digest
     return {k: v for k, v in out.items() if v is not None}

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from specdec.validation.metrics import bootstrap_ratio_ci
+from specdec.validation.report import nan_to_none
 
 __all__ = ["ENGINE_CHECK_SCHEMA", "NEAR_TIE_LOGITS", "EnginePromptResult", "EngineGroup", "EngineCheckReport",
            "summarize", "paired_difference_ci"]
@@ -130,20 +131,10 @@ class EngineCheckReport:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-safe dict (NaN becomes None)."""
-        return _json_safe(asdict(self))
+        return nan_to_none(asdict(self))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
-
-
-def _json_safe(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_json_safe(v) for v in x]
-    return x
 
 
 def paired_difference_ci(a_num: list[float], a_den: list[float], b_num: list[float], b_den: list[float], *,
