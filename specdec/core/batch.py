@@ -146,7 +146,7 @@ def speculative_generate_batch(
     active = list(range(B))
     target_kv = MaskedKV(target, B)
     drafter = _started_drafter(target, drafter, contexts, int(mask.sum(dim=1).max()) + max_new_tokens)
-    layer_ids = getattr(drafter, "target_layer_ids", None)
+    layer_ids = drafter.target_layer_ids
     pending_ids, pending_valid = input_ids.to(device), mask.to(device)  # tokens not yet in the target cache
     target_wall = draft_wall = 0.0
     target_calls, draft_passes_before = 0, drafter.forward_passes
@@ -191,7 +191,7 @@ def _started_drafter(target, drafter, contexts: list[list[int]], max_columns: in
     """
     drafter = as_drafter(drafter)
     drafter.start([list(c) for c in contexts])
-    draft_model = getattr(drafter, "model", None)
+    draft_model = drafter.model
     check_draft_context(draft_model, max_columns)
     check_no_sliding_window([target] + [m for m in [draft_model] if m is not None], True, 0)
     return drafter

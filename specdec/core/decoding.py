@@ -163,14 +163,14 @@ def speculative_generate(
     stop = stop_token_ids(eos_token_id)
     device = model_device(target)
     vocab_size = target.get_output_embeddings().weight.shape[0]
-    layer_ids = getattr(drafter, "target_layer_ids", None)
+    layer_ids = drafter.target_layer_ids
     stats = DecodingStats(num_speculative_tokens=k)
     result = GenerationResult(stats=stats)
     cache = new_cache(target)
     num_cached = 0  # positions of `context` held in the target cache
     draft_passes_before = drafter.forward_passes
     # a draft derived from this target adopts the target's prompt KV after a plain first step
-    adopt = max_new_tokens > 0 and getattr(drafter, "can_adopt_prefix", lambda *a: False)(target, len(context))
+    adopt = max_new_tokens > 0 and drafter.can_adopt_prefix(target, len(context))
 
     while len(result.token_ids) < max_new_tokens:
         budget = min(k, max_new_tokens - len(result.token_ids) - 1)
@@ -212,7 +212,7 @@ def _checked_inputs(target, drafter, input_ids: torch.Tensor, attention_mask: to
     input_ids = strip_padding(input_ids, attention_mask)
     context = check_prompt(target, input_ids, max_new_tokens)
     drafter = as_drafter(drafter)
-    draft_model = getattr(drafter, "model", None)
+    draft_model = drafter.model
     check_draft_context(draft_model, len(context) + max_new_tokens)
     check_no_sliding_window([target] + [m for m in [draft_model] if m is not None],
                             batched=False, max_columns=len(context) + max_new_tokens + k)

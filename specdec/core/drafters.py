@@ -30,7 +30,7 @@ active row. Per call of :func:`~specdec.speculative_generate` / ``_batch``:
 ``forward_passes`` counts the drafter's own model passes (0 for lookup).
 
 **Target features (optional).** A drafter that reads the target's hidden states (an EAGLE-3 head)
-sets ``target_layer_ids: tuple[int, ...]`` (absent or ``None``: it reads none, and the target is
+sets ``target_layer_ids: tuple[int, ...]`` (``None``, :class:`DrafterBase`'s default: it reads none, and the target is
 run without feature hooks: costs nothing). Index semantics are vLLM's (what it feeds EAGLE-3 heads
 and what ``speculators`` trains on; :mod:`specdec.core.features`): ``i`` is the residual stream
 entering decoder layer ``i`` (``hidden_states + residual`` before layer ``i``; 0 = the token
@@ -64,7 +64,7 @@ from specdec.core.config import SamplingConfig
 from specdec.core.kv import copy_cache_prefix, left_pad, new_kv, SingleKV
 from specdec.core.sampling import NO_NEXT_TOKEN, draft_step
 
-__all__ = ["Drafter", "Proposal", "TargetFeatures", "ModelDrafter", "NgramDrafter", "as_drafter", "fit_vocab",
+__all__ = ["Drafter", "DrafterBase", "Proposal", "TargetFeatures", "ModelDrafter", "NgramDrafter", "as_drafter", "fit_vocab",
            "check_draft_embeds", "limit_at_stop"]
 
 
@@ -127,10 +127,15 @@ class TargetFeatures:
 
 @runtime_checkable
 class Drafter(Protocol):
-    """The one drafter protocol (see the module docstring). Optional attribute:
-    ``target_layer_ids: tuple[int, ...] | None`` (target features, :class:`TargetFeatures`)."""
+    """The one drafter protocol (see the module docstring). Every member is real: the loops read them
+    directly. :class:`DrafterBase` gives the ones most drafters leave alone their defaults
+    (``target_layer_ids`` and ``model`` None, no prefix adoption)."""
 
     forward_passes: int
+    #: target layers whose hidden states ``accept`` needs (:class:`TargetFeatures`); None: none
+    target_layer_ids: tuple[int, ...] | None
+    #: the draft causal LM, for the context-length and sliding-window checks; None: no draft LM
+    model: torch.nn.Module | None
 
     def start(self, contexts: list[list[int]]) -> None: ...
 
@@ -140,6 +145,36 @@ class Drafter(Protocol):
     def accept(self, num_accepted: list[int], next_tokens: list[int], features: TargetFeatures | None = None) -> None: ...
 
     def select(self, rows: torch.Tensor) -> None: ...
+
+    def can_adopt_prefix(self, target: torch.nn.Module, prompt_len: int) -> bool: ...
+
+    def adopt_prefix(self, target_cache, positions: int) -> None: ...
+
+
+class DrafterBase:
+    """Defaults of the :class:`Drafter` members a drafter may leave alone; subclass it and write
+    ``start``/``propose``/``accept``/``select``.
+
+    ``target_layer_ids = None`` (reads no target features: the target runs without feature hooks),
+    ``model = None`` (no draft LM to check), ``forward_passes = 0``, :meth:`can_adopt_prefix` False
+    (B = 1 never skips the drafter's own prefill), :meth:`adopt_prefix` refused.
+    """
+
+    forward_passes: int = 0
+    target_layer_ids: tuple[int, ...] | None = None
+    model: torch.nn.Module | None = None
+
+    def can_adopt_prefix(self, target, prompt_len: int) -> bool:
+        """Whether, at B = 1, this drafter takes the target's prompt KV instead of its own prefill: no."""
+        return False
+
+    def adopt_prefix(self, target_cache, positions: int) -> None:
+        """Take the target's prompt KV (only called after :meth:`can_adopt_prefix` said True).
+
+        Raises:
+            NotImplementedError: this drafter cannot.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot adopt the target's prompt KV")
 
 
 def first_true(flags: torch.Tensor) -> torch.Tensor:
@@ -189,7 +224,7 @@ def check_draft_embeds(draft_vocab: int, tokens) -> None:
         )
 
 
-class ModelDrafter:
+class ModelDrafter(DrafterBase):
     """A draft causal LM with its own KV cache.
 
     Per row the cache holds a prefix of the context. ``propose`` first feeds whatever the cache
@@ -217,9 +252,6 @@ class ModelDrafter:
 
     #: prompts at least this long are prefilled once, by the target, for both models
     ADOPT_PREFIX_MIN_TOKENS = 1
-    #: target features read (none: a draft model sees only tokens)
-    target_layer_ids = None
-
     def __init__(self, model) -> None:
         self.model = model
         self.embed_rows = model.get_input_embeddings().weight.shape[0]
@@ -313,7 +345,7 @@ class ModelDrafter:
         self.last = None
 
 
-class NgramDrafter:
+class NgramDrafter(DrafterBase):
     """Prompt-lookup drafter: copy the continuation of an earlier occurrence of the context's suffix.
 
     For n from ``max_ngram`` down to ``min_ngram``, find the most recent earlier occurrence of the
@@ -430,4 +462,7 @@ def as_drafter(drafter) -> Drafter:
     if hasattr(drafter, "rollback"):
         raise TypeError(f"{type(drafter).__name__} follows the old reset/propose/rollback drafter protocol; "
                         "implement start/propose/accept/select (specdec.core.drafters.Drafter)")
+    if all(hasattr(drafter, m) for m in ("start", "propose", "accept", "select")):
+        raise TypeError(f"{type(drafter).__name__} lacks members of the drafter protocol (target_layer_ids, model, "
+                        "can_adopt_prefix, adopt_prefix): subclass specdec.core.drafters.DrafterBase for their defaults")
     raise TypeError(f"drafter must be a transformers causal LM or a Drafter (e.g. NgramDrafter), got {type(drafter).__name__}")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.core.drafters import Proposal, TargetFeatures
+from specdec.core.drafters import DrafterBase, Proposal, TargetFeatures
 from specdec.core.sampling import draft_step
 
 __all__ = ["Eagle3Drafter"]
@@ -46,7 +46,7 @@ class _Row:
         return 0 if self.features is None else self.features.shape[0]
 
 
-class Eagle3Drafter:
+class Eagle3Drafter(DrafterBase):
     """The drafter protocol (:mod:`specdec.core.drafters`) for an EAGLE-3 head, reading target features.
 
     Rows are drafted one after the other, each with its own head cache (a batch costs one head
@@ -92,7 +92,7 @@ class Eagle3Drafter:
         target has not run over all but its last context token (the prefill step) drafts nothing.
         Returns a :class:`Proposal` (``q`` None under greedy; ``forward_passes`` = the most head
         passes one row took, what a batched head would take)."""
-        props = [self._row_propose(row, ctx, lim, sampling, vocab_size, generator, stop_token_ids)
+        props = [self._row_propose(row, ctx, lim, sampling, vocab_size, generator=generator, stop=stop_token_ids)
                  for row, ctx, lim in zip(self.rows, contexts, limits)]
         k = max((len(t) for t, _ in props), default=0)
         B = len(props)
@@ -107,7 +107,7 @@ class Eagle3Drafter:
         n = torch.tensor([len(t) for t, _ in props], dtype=torch.long)
         return Proposal(tokens, q, n, forward_passes=max((len(t) for t, _ in props), default=0))
 
-    def _row_propose(self, row: _Row, context, k, sampling, vocab_size, generator, stop) -> tuple[list[int], list]:
+    def _row_propose(self, row: _Row, context, k, sampling, vocab_size, *, generator, stop) -> tuple[list[int], list]:
         """One row: a catch-up pass over the new target-fed entries, then one pass per further draft."""
         n = len(context)
         if k <= 0 or n < 2 or row.num_features < n - 1:

@@ -140,12 +140,14 @@ class DerivedDraftRecipe:
 
     @classmethod
     def from_spec(cls, spec: str) -> "DerivedDraftRecipe":
-        """Parse ``"derived:<kind>"`` (or just ``"<kind>"``) for a kind in :data:`KINDS`.
+        """Parse ``"derived:<kind>"`` (or just ``"<kind>"``) for a precision in :data:`KINDS`. The label's
+        form (which prefix names the derived drafter kind) is :mod:`specdec.kinds.derived`'s; this reads
+        the precision after the last ``:``.
 
         Raises:
             ValueError: not a derived-draft spec.
         """
-        kind = spec.split(":", 1)[1] if spec.startswith("derived:") else spec
+        kind = spec.rpartition(":")[2]
         if kind not in KINDS:
             raise ValueError(f"not a derived draft spec: {spec!r} (use one of "
                              f"{', '.join('derived:' + k for k in KINDS)})")
@@ -165,11 +167,6 @@ class DerivedDraftRecipe:
         if self.kind == "int8":
             return Int8WeightOnlyConfig(set_inductor_config=False)
         return IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(self.group_size))
-
-
-def is_derived_spec(spec: str) -> bool:
-    """True for ``"derived:int8"`` / ``"derived:bf16"``-style draft specs."""
-    return isinstance(spec, str) and spec.startswith("derived:")
 
 
 def recipe_support(recipe: DerivedDraftRecipe, device: torch.device | str) -> str | None:

@@ -28,8 +28,6 @@ from typing import Any
 
 import torch
 
-from specdec.core.drafters import ModelDrafter, NgramDrafter
-from specdec.core.head_drafter import Eagle3Drafter
 from specdec.core.kv import model_device
 from specdec.validation.aggregate import aggregate
 from specdec.validation.config import ValidationConfig
@@ -48,25 +46,15 @@ CALIBRATED_KMAX = 8
 
 
 def drafter_parts(drafter: Any) -> tuple[Any, torch.nn.Module | None, str, str | None, dict | None]:
-    """(object for speculative_generate, draft model or None, kind, ref, recipe).
+    """(object for speculative_generate, draft model or None, kind label, ref, recipe): the kinds
+    registry's :func:`specdec.kinds.drafter_parts`.
 
     Raises:
-        TypeError: not a causal LM, ModelDrafter, NgramDrafter or ResolvedDrafter.
+        TypeError: not a causal LM, ModelDrafter, NgramDrafter, Eagle3Drafter or ResolvedDrafter.
     """
-    kind = getattr(drafter, "kind", None)
-    if kind is not None and hasattr(drafter, "drafter"):  # a ResolvedDrafter
-        obj, ref, recipe = drafter.drafter, drafter.ref, getattr(drafter, "recipe", None)
-    else:
-        obj, ref, recipe = drafter, None, None
-    if isinstance(obj, NgramDrafter):
-        return obj, None, kind or "ngram", ref, recipe
-    if isinstance(obj, Eagle3Drafter):
-        return obj, None, kind or "eagle3", ref, recipe
-    if isinstance(obj, ModelDrafter):
-        return obj, obj.model, kind or "model", ref, recipe
-    if isinstance(obj, torch.nn.Module):
-        return obj, obj, kind or "model", ref, recipe
-    raise TypeError(f"drafter must be a causal LM, an NgramDrafter or a ResolvedDrafter, got {type(obj).__name__}")
+    from specdec.kinds import drafter_parts as parts
+
+    return parts(drafter)
 
 
 def validate_pair(

@@ -27,7 +27,6 @@ with the derivation recipe: the engine loads the target as the draft and casts/q
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 __all__ = ["ENGINES", "DEFAULT_ENGINE", "serving_config"]
@@ -46,7 +45,8 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
 
     Args:
         engine: ``vllm``, ``sglang``, ``transformers`` or ``llamacpp``.
-        drafter_kind: ``model``, ``ngram``, ``derived:<kind>`` or ``eagle3``.
+        drafter_kind: a stored label (``model``, ``ngram``, ``derived:<kind>``, ``eagle3``): its kind
+            (:func:`specdec.kinds.kind_of`) builds the engine's settings (:meth:`~specdec.kinds.DrafterKind.serving`).
         num_speculative_tokens: the validated k (>= 1).
         draft: the draft model reference the engine loads (path or Hub id; llama.cpp: a GGUF file);
             ignored for ``ngram``.
@@ -63,60 +63,23 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
         ValueError: unknown engine, k < 1, a model drafter without ``draft``, an EAGLE-3 head on transformers,
             llama.cpp without GGUF files or with a drafter kind it cannot serve as validated.
     """
-    ngram = drafter_kind == "ngram"
+    from specdec.kinds import ServingRequest, kind_of
+
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
     k = int(num_speculative_tokens)
     if k < 1:
         raise ValueError(f"num_speculative_tokens must be >= 1, got {k}")
-    if not ngram and not draft:
-        raise ValueError(f"a {drafter_kind} drafter needs its draft model reference")
-    eagle = drafter_kind == "eagle3"
-    if eagle and engine == "transformers":
-        raise ValueError("transformers' assisted generation has no EAGLE-3 drafter: serve this pair with vllm or sglang")
+    kind = kind_of(drafter_kind)
     out: dict[str, Any] = {"engine": engine, "num_speculative_tokens": k, "drafter_kind": drafter_kind,
                            "draft_sampling": DRAFT_SAMPLING_BY_ENGINE[engine]}
     tau = assistant_confidence_threshold
-    if tau is not None and (engine != "transformers" or ngram):
+    if tau is not None and not kind.tau_applies(engine):
         out["not_applied"] = {"assistant_confidence_threshold": tau}
-    if engine == "llamacpp":
-        return {**out, **_llamacpp(drafter_kind, k, draft, target)}
-    if engine == "vllm":
-        spec = ({"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": prompt_lookup_max,
-                 "prompt_lookup_min": prompt_lookup_min} if ngram
-                else {"method": "eagle3" if eagle else "draft_model", "model": draft, "num_speculative_tokens": k})
-        out.update(speculative_config=spec, args=["--speculative-config", json.dumps(spec, separators=(",", ":"))])
-    elif engine == "sglang":
-        args = ["--speculative-algorithm", "NGRAM" if ngram else ("EAGLE3" if eagle else "STANDALONE")]
-        if not ngram:
-            args += ["--speculative-draft-model-path", str(draft)]
-        args += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
-                 "--speculative-num-draft-tokens", str(k + 1)]
-        out["args"] = args
-    else:
-        out["generate_kwargs"] = ({"prompt_lookup_num_tokens": k, "max_matching_ngram_size": prompt_lookup_max}
-                                  if ngram else {"assistant_model": draft, "num_assistant_tokens": k,
-                                                 "num_assistant_tokens_schedule": "constant"})
-        if tau is not None and not ngram:
-            out["generate_kwargs"]["assistant_confidence_threshold"] = tau
-    return out
-
-
-def _llamacpp(drafter_kind: str, k: int, draft: str | None, target: str | None) -> dict[str, Any]:
-    """``args`` / ``command`` of ``llama-server`` for a model drafter of GGUF files."""
-    import shlex
-
-    from specdec.engines.llama_server import LlamaServerFlags
-
-    if drafter_kind != "model":
-        raise ValueError(f"llama.cpp serves a {drafter_kind} drafter differently from how the core validated it: register "
-                         "the draft as a GGUF model (a derived copy: `llama-quantize` the target GGUF, e.g. Q8_0 for "
-                         "int8, Q4_0 for int4) and validate that pair")
-    for what, ref in (("target", target), ("draft", draft)):
-        if not ref or not str(ref).endswith(".gguf"):
-            raise ValueError(f"llama.cpp serves GGUF files: the {what} reference is {ref!r}, not a .gguf file")
-    args = LlamaServerFlags(model=str(target), draft=str(draft), n_max=k).args()
-    return {"args": args, "command": shlex.join(["llama-server", *args])}
+    req = ServingRequest(engine=engine, label=drafter_kind, k=k, draft=None if kind.model_free else draft, target=target,
+                         prompt_lookup_max=prompt_lookup_max, prompt_lookup_min=prompt_lookup_min,
+                         tau=tau if kind.tau_applies(engine) else None)
+    return {**out, **kind.serving(req)}
 
 
 def engine_config(engine: str | None, config: SpeculativeConfig) -> tuple[str, SpeculativeConfig]:
@@ -157,9 +120,11 @@ def report_serving_config(report: Any) -> dict[str, Any] | None:
     """
     cfg = SpeculativeConfig.from_dict(report.config or {})
     engine, cfg = engine_config(None, cfg)
+    from specdec.kinds import kind_of
+
     kind = report.drafter_kind
-    if kind == "eagle3" and engine == "transformers":
-        engine = "vllm"  # transformers has no EAGLE-3 drafter; vLLM's rule differs only at T > 0 (said in the file)
+    if not kind_of(kind).serves_on(engine) and engine == "transformers":
+        engine = "vllm"  # e.g. transformers has no EAGLE-3 drafter; vLLM's rule differs only at T > 0 (said in the file)
     try:
         return serving_config(engine, kind, cfg.num_speculative_tokens, draft=report.drafter_ref,
                               assistant_confidence_threshold=cfg.assistant_confidence_threshold)

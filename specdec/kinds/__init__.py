@@ -1,0 +1,149 @@
+"""The registry of drafter kinds: one class per kind behind one interface (vLLM's ``v1/spec_decode`` proposers).
+
+A drafter kind is what a drafter *is* (a draft model, prompt lookup, a lower-precision copy of the
+target, an EAGLE-3 head); everything the product does differently per kind is a method or a fact of
+its :class:`~specdec.kinds.base.DrafterKind` object, and nothing outside this package compares a
+kind string (``tests/test_drafter_kinds.py`` fails if anything does).
+
+Kinds (registration order; the first whose :meth:`~DrafterKind.owns` matches a text wins, ``model`` is
+the default for a spec no other kind owns):
+
+========== ================================= ========================= =====================================
+kind       specs                             stored labels             module
+========== ================================= ========================= =====================================
+ngram      ``ngram``, ``ngram:N``, ``ngram:N:M`` ``ngram``              :mod:`specdec.kinds.ngram`
+derived    ``derived:<int8|int4|bf16|fp8>``  ``derived:<precision>``   :mod:`specdec.kinds.derived`
+eagle3     ``eagle3:<dir or hub id>``        ``eagle3``                :mod:`specdec.kinds.eagle3`
+model      ``model:<ref>`` or ``<ref>``      ``model``                 :mod:`specdec.kinds.model`
+========== ================================= ========================= =====================================
+
+The stored labels are those in MLflow tags (``drafter_kind``) and history databases; they never change.
+
+The interface (:class:`~specdec.kinds.base.DrafterKind`; defaults are a draft model's):
+
+- facts: ``name``; ``needs_draft_weights`` (a checkpoint/head of its own), ``model_free`` (no model
+  pass, no draft version in a pair), ``derives_from_target`` (the target + a recipe),
+  ``reads_target_features`` (target hidden states), ``retrainable`` (warm-start re-training,
+  :mod:`flows.realign`); serving facts ``vllm_method``, ``sglang_algorithm``, ``llamacpp_serves``,
+  ``transformers_serves``.
+- specs and labels: ``owns(text)``, ``check(spec)`` (syntax only; :class:`DrafterSpecError`, one
+  line), ``label(spec)`` (the stored label), ``labels()`` (all it stores), ``ref(spec)``,
+  ``slug(spec)``, ``reuse_spec(spec, version_uri)``.
+- loading: ``resolve(spec, target, dtype=, device=)`` -> :class:`ResolvedDrafter` (from a spec);
+  ``load(registered, target, loader, dtype=, device=)`` (from a registered pair version, artifacts
+  through a :class:`~specdec.kinds.base.DraftLoader` the registry side implements);
+  ``cache_key(registered, loader)`` (the worker-cache key: content hashes, device, dtype);
+  ``identity(label, weights, tokenizer)`` (the draft side of a pair, :mod:`registry.changes`);
+  ``registered_draft_problem(...)``, ``same_as_target(label, dtype)``.
+- serving: ``serves_on(engine)``, ``serving(ServingRequest)`` (the engine's speculative settings,
+  :func:`specdec.validation.serving.serving_config`), ``serving_note(label)``, ``tau_applies(engine)``.
+- description: ``describe(label, ref)`` (one line), ``finding(group)`` (a note on a validated group).
+- decoding objects: ``claims(obj)`` (is this drafter object of the kind), ``draft_model(obj)``.
+
+Lookup: :func:`kind_of` (a spec, a stored label or a :class:`ResolvedDrafter`; a plain reference is
+a ``model``), :func:`kind_of_label` (a stored label or None), :func:`stored_labels`,
+:func:`drafter_parts` (what validation needs of a drafter object).
+
+Adding a kind (MTP, DFlash, an engine's own n-gram): one class in a new module here, subclassing
+:class:`DrafterKind` and overriding what differs, and one :func:`register` line below; see
+``docs/drafters.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specdec.kinds.base import (
+    DraftLoader,
+    DrafterKind,
+    DrafterSpecError,
+    RegisteredDrafter,
+    ResolvedDrafter,
+    ServingRequest,
+)
+from specdec.kinds.derived import DerivedKind
+from specdec.kinds.eagle3 import Eagle3Kind
+from specdec.kinds.model import ModelKind
+from specdec.kinds.ngram import NgramKind
+
+__all__ = ["DrafterKind", "DrafterSpecError", "ResolvedDrafter", "RegisteredDrafter", "DraftLoader", "ServingRequest",
+           "register", "kinds", "kind_of", "kind_of_label", "stored_labels", "drafter_parts", "draft_identity",
+           "MODEL", "NGRAM", "DERIVED", "EAGLE3", "SPEC_FORMS"]
+
+_KINDS: list[DrafterKind] = []
+_DEFAULT: list[DrafterKind] = []  # the kind of a spec no other kind owns (one)
+#: the spec forms, for error messages and help texts
+SPEC_FORMS = "ngram, derived:int8, derived:int4, derived:bf16, derived:fp8, eagle3:<dir> or model:<ref>"
+
+
+def register(kind: DrafterKind, *, default: bool = False) -> DrafterKind:
+    """Add ``kind`` to the registry and return it (``default``: it owns every spec no other kind owns).
+
+    Raises:
+        ValueError: a kind of that name is registered already, or a second default.
+    """
+    if any(k.name == kind.name for k in kinds()):
+        raise ValueError(f"drafter kind {kind.name!r} is registered already")
+    if default and _DEFAULT:
+        raise ValueError(f"drafter kind {_DEFAULT[0].name!r} is the default already")
+    (_DEFAULT if default else _KINDS).append(kind)
+    return kind
+
+
+def kinds() -> tuple[DrafterKind, ...]:
+    """Every registered kind, in lookup order (the default last)."""
+    return (*_KINDS, *_DEFAULT)
+
+
+def kind_of(label_or_spec: str | ResolvedDrafter) -> DrafterKind:
+    """The kind of a spec (``ngram:4``, ``derived:int8``, ``eagle3:./head``, ``./draft``), a stored label
+    (``derived:bf16``) or a :class:`ResolvedDrafter` (its ``kind``).
+
+    Raises:
+        DrafterSpecError: empty spec.
+    """
+    text = (label_or_spec.kind if isinstance(label_or_spec, ResolvedDrafter) else label_or_spec or "").strip()
+    if not text:
+        raise DrafterSpecError(f"empty drafter spec: use {SPEC_FORMS}")
+    return next((k for k in _KINDS if k.owns(text)), None) or _DEFAULT[0]
+
+
+def kind_of_label(label: str | None) -> DrafterKind | None:
+    """The kind of a stored label (``derived:int8``; a tag value, maybe missing), None when it is none of them."""
+    return next((k for k in kinds() if label in k.labels()), None)
+
+
+def stored_labels() -> tuple[str, ...]:
+    """Every stored label of every kind (what a pair version's ``drafter_kind`` may be)."""
+    return tuple(lab for k in kinds() for lab in k.labels())
+
+
+def draft_identity(label: str | None, weights_sha256: str | None, tokenizer_sha256: str | None) -> tuple[str, str, str]:
+    """What identifies the draft side of a pair version's tags (:meth:`DrafterKind.identity`; an unknown or
+    missing label counts as a drafter with weights)."""
+    return (kind_of_label(label) or MODEL).identity(label or "", weights_sha256, tokenizer_sha256)
+
+
+def drafter_parts(drafter: Any) -> tuple[Any, Any, str, str | None, dict | None]:
+    """``(object for speculative_generate, draft model or None, label, ref, recipe)`` of a drafter: a
+    :class:`ResolvedDrafter` (its label, ref and recipe) or a bare drafter object / causal LM (the label
+    of the kind that :meth:`~DrafterKind.claims` it).
+
+    Raises:
+        TypeError: no kind claims the object.
+    """
+    if isinstance(drafter, ResolvedDrafter):
+        obj, label, ref, recipe = drafter.drafter, drafter.kind, drafter.ref, drafter.recipe
+    else:
+        obj, label, ref, recipe = drafter, None, None, None
+    kind = next((k for k in kinds() if k.claims(obj)), None)
+    if kind is None:
+        raise TypeError(f"drafter must be a causal LM, an NgramDrafter, an Eagle3Drafter or a ResolvedDrafter, "
+                        f"got {type(obj).__name__}")
+    return obj, kind.draft_model(obj), label or kind.name, ref, recipe
+
+
+NGRAM = register(NgramKind())
+DERIVED = register(DerivedKind())
+EAGLE3 = register(Eagle3Kind())
+MODEL = register(ModelKind(), default=True)

@@ -1,0 +1,89 @@
+"""The ``ngram`` kind: prompt lookup (Saxena 2023), vLLM's ``ngram`` method; no model, no weights.
+
+Specs: ``ngram`` / ``ngram:N`` / ``ngram:N:M`` (``max_ngram=N``, default 3; ``min_ngram=M``, default 1),
+run as :class:`specdec.core.drafters.NgramDrafter`. The stored label is ``ngram`` whatever the sizes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from specdec.kinds.base import DrafterKind, DrafterSpecError, RegisteredDrafter, ResolvedDrafter, ServingRequest, sglang_chain
+
+__all__ = ["NgramKind"]
+
+_FORMS = "use ngram, ngram:MAX or ngram:MAX:MIN"
+
+
+class NgramKind(DrafterKind):
+    """Copy the continuation of an earlier occurrence of the context's suffix."""
+
+    name = "ngram"
+    model_free = True
+    vllm_method = "ngram"
+    sglang_algorithm = "NGRAM"
+
+    def sizes(self, spec: str) -> tuple[int, int]:
+        """``(max_ngram, min_ngram)`` of a spec.
+
+        Raises:
+            DrafterSpecError: not integers, more than two, or out of range.
+        """
+        parts = spec.strip().split(":")[1:]
+        try:
+            sizes = [int(x) for x in parts]
+        except ValueError:
+            raise DrafterSpecError(f"bad n-gram spec {spec!r}: {_FORMS}") from None
+        if len(sizes) > 2:
+            raise DrafterSpecError(f"bad n-gram spec {spec!r}: {_FORMS}")
+        max_n = sizes[0] if sizes else 3
+        min_n = sizes[1] if len(sizes) > 1 else 1
+        if min_n < 1 or max_n < min_n:
+            raise DrafterSpecError(f"bad n-gram spec {spec!r}: need 1 <= min_ngram <= max_ngram, got {min_n}, {max_n}")
+        return max_n, min_n
+
+    def check(self, spec: str) -> str:
+        self.sizes(spec)
+        return spec.strip()
+
+    def resolve(self, spec: str, target: Any = None, *, dtype=None, device=None) -> ResolvedDrafter:
+        from specdec.core.drafters import NgramDrafter
+
+        max_n, min_n = self.sizes(spec)
+        return ResolvedDrafter(drafter=NgramDrafter(max_ngram=max_n, min_ngram=min_n), kind=self.name,
+                               ref=f"max_ngram={max_n},min_ngram={min_n}")
+
+    def load(self, reg: RegisteredDrafter, target: Any, loader, *, dtype=None, device=None) -> ResolvedDrafter:
+        from specdec.core.drafters import NgramDrafter
+
+        return ResolvedDrafter(drafter=NgramDrafter(), kind=self.name, ref=self.name)
+
+    def cache_key(self, reg: RegisteredDrafter, loader) -> tuple:
+        return (self.name,)  # no weights: one per worker
+
+    def serving(self, req: ServingRequest) -> dict[str, Any]:
+        if req.engine == "llamacpp":
+            return self._llamacpp(req)
+        if req.engine == "vllm":
+            spec = {"method": self.vllm_method, "num_speculative_tokens": req.k,
+                    "prompt_lookup_max": req.prompt_lookup_max, "prompt_lookup_min": req.prompt_lookup_min}
+            return {"speculative_config": spec, "args": ["--speculative-config", json.dumps(spec, separators=(",", ":"))]}
+        if req.engine == "sglang":
+            return {"args": ["--speculative-algorithm", self.sglang_algorithm, *sglang_chain(req.k)]}
+        return {"generate_kwargs": {"prompt_lookup_num_tokens": req.k, "max_matching_ngram_size": req.prompt_lookup_max}}
+
+    def claims(self, obj: Any) -> bool:
+        from specdec.core.drafters import NgramDrafter
+
+        return isinstance(obj, NgramDrafter)
+
+    def describe(self, label: str, ref: str | None = None) -> str:
+        return "n-gram drafter (prompt lookup, no model)" + (f" {ref}" if ref and ref != self.name else "")
+
+    def finding(self, group: Any) -> str | None:
+        g = group
+        return ("n-gram drafter: alpha_tf/top-1/TV are over the positions where the lookup proposes "
+                f"(coverage {g.tf_coverage:.0%}); KL is undefined for a one-hot q; the predicted speedup "
+                f"counts the steps as they ran: {g.draft_tokens_per_step:.2f} of k={g.num_speculative_tokens} "
+                "tokens proposed per draft step on average, misses as plain target steps")
