@@ -117,12 +117,12 @@ def _story_draft(rec, con) -> str:
     """The draft the story runs with: the recommendation when it is a derived draft; otherwise the
     best-ranked derived draft (the story is a draft going stale when only the target changes, and an
     n-gram drafter has no weights to go stale), saying so."""
-    from specdec.models.derived import is_derived_spec
+    from specdec.kinds import kind_of
 
-    derived = [c for c in rec.candidates if is_derived_spec(c.spec) and c.available
+    derived = [c for c in rec.candidates if kind_of(c.spec).derives_from_target and c.available
                and c.measured_speedup == c.measured_speedup]
     paying = [c for c in derived if c.pays]
-    if rec.best is not None and is_derived_spec(rec.best):
+    if rec.best is not None and kind_of(rec.best).derives_from_target:
         return rec.best
     if paying:
         spec = max(paying, key=lambda c: (c.speedup_ci[0], c.measured_speedup)).spec
@@ -289,16 +289,18 @@ class _Demo:
 def _story(home: Path, log_path: Path) -> int:
     """The six acts of the module docstring, in order; 0 when the story played out as expected."""
     from flows import demo_eagle3
+    from specdec.kinds import kind_of, kind_of_label
 
     demo = _Demo(home, log_path)
-    eagle = os.environ.get("SPECDEC_DEMO_DRAFT") == "eagle3"  # the EAGLE-3 variant (flows.demo_eagle3)
+    variant = kind_of_label(os.environ.get("SPECDEC_DEMO_DRAFT"))  # eagle3: the EAGLE-3 variant (flows.demo_eagle3)
+    eagle = variant is not None and variant.retrainable
     target_dir, heldout, held = _act_model(demo)                                   # 1
     if eagle:
         draft, k, rec = demo_eagle3.act_choose_head(demo, target_dir)              # 2
         draft_name = demo_eagle3.HEAD_NAME
     else:
         draft, k, rec = _act_choose_draft(demo, target_dir, held)                  # 2
-        draft_name = "smollm2-135m-instruct-" + draft.replace("derived:", "").replace(":", "-")
+        draft_name = "smollm2-135m-instruct-" + kind_of(draft).slug(draft)
     common = dict(name=demo.pair, target_name="smollm2-135m-instruct", draft_name=draft_name,
                   num_speculative_tokens=k, temperature=0.0, max_new_tokens=demo.max_new)
     today = dt.datetime.now(dt.timezone.utc).date()
@@ -401,6 +403,7 @@ def _act_finetune(demo: _Demo, target_dir: Path, draft: str, draft_name: str, co
     """4. target-only fine-tune, pair v2 with the old draft, night 2: (FinetuneResult, v2, night results)."""
     from flows.finetune import DEMO_RECIPE, finetune_target
     from flows.register import register_pair_flow
+    from specdec.kinds import kind_of
 
     demo.step(f"4. target-only fine-tune on Tiny Shakespeare ({DEMO_RECIPE['steps']} AdamW steps, "
               f"lr {DEMO_RECIPE['lr']:g}); draft unchanged")
@@ -409,7 +412,7 @@ def _act_finetune(demo: _Demo, target_dir: Path, draft: str, draft_name: str, co
     demo.lap("finetune", t0)
     demo.con.print(f"fine-tuned target: {ft.path}  loss {ft.losses[0]:.2f} -> {ft.final_loss:.2f}  ({ft.seconds:.0f}s)")
     v1_draft = f"models:/{draft_name}/1"  # the registered draft / head of v1, unchanged
-    old_draft = {"derived": v1_draft, "eagle3": f"eagle3:{v1_draft}"}.get(draft.split(":")[0], draft)
+    old_draft = kind_of(draft).reuse_spec(draft, v1_draft)
     v2 = register_pair_flow(str(ft.path), old_draft, **common)
     demo.con.print(f"registered {demo.pair} v{v2['version']}: new target, old draft (changed: {v2['changed']}), "
                    "now @challenger")
@@ -482,8 +485,9 @@ def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, ft, held) -> di
     """What ``demo_summary.json`` records: per night acceptance and speed, the alerts, the timings."""
     from flows.finetune import DEMO_RECIPE
     from registry import resolve_alias
+    from specdec.kinds import kind_of
 
-    fix = "re-trained head" if draft.startswith("eagle3:") else "re-derived"
+    fix = "re-trained head" if kind_of(draft).retrainable else "re-derived"
     label = {"nightly_1": "v1 (night 1)", "nightly_2": "v2 stale draft (night 2)", "nightly_3": f"v3 {fix} (night 3)"}
     ch = {v: n["challenger"] for v, (_, n) in nights.items()}
     accepted = demo.receiver.accepted

@@ -1,5 +1,8 @@
 """Turn a registered pair version into loaded models, cached on the worker.
 
+The drafter is loaded by its kind (:meth:`specdec.kinds.DrafterKind.load`, artifacts through
+:class:`_RegistryLoader`) under its kind's cache key (:meth:`~specdec.kinds.DrafterKind.cache_key`):
+
 * target: the target model version's checkpoint, downloaded once per worker and loaded with
   :func:`specdec.load_causal_lm`;
 * ``model`` drafter: the draft checkpoint, loaded the same way;
@@ -42,8 +45,34 @@ def _load_checkpoint(uri: str, device: str, dtype) -> Any:
     return load_causal_lm(str(path), dtype=dtype, device=device)
 
 
+class _RegistryLoader:
+    """:class:`specdec.kinds.DraftLoader` over the registry and this worker's model cache (``dev``, ``dt``)."""
+
+    def __init__(self, dev: str, dt) -> None:
+        self.dev, self.dt = dev, dt
+
+    def weights_sha256(self, uri: str) -> str:
+        from registry import get_model_version
+
+        return get_model_version(uri).weights_sha256
+
+    def checkpoint(self, uri: str, *, shared: bool = False):
+        """The checkpoint ``uri`` loaded (``shared``: cached under the target key, so a draft derived from the
+        pair's target shares the target's load)."""
+        if not shared:
+            return _load_checkpoint(uri, self.dev, self.dt)
+        key = ("target", uri, self.weights_sha256(uri), self.dev, str(self.dt))
+        return model_cache.cached(key, lambda: _load_checkpoint(uri, self.dev, self.dt))
+
+    def directory(self, uri: str):
+        from registry import download_model_version, get_model_version
+
+        return download_model_version(get_model_version(uri))
+
+
 def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto"):
-    """Load (or reuse from the worker cache) the target and drafter of a pair version.
+    """Load (or reuse from the worker cache) the target and drafter of a pair version; the drafter is
+    loaded by its kind (:meth:`specdec.kinds.DrafterKind.load`, keyed by its ``cache_key``).
 
     Args:
         pv: the :class:`registry.PairVersion` (as read by the flow; no artifacts needed).
@@ -53,69 +82,19 @@ def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto"):
     Raises:
         registry.ModelNotFound / RegistryUnavailable; specdec's IncompatiblePairError.
     """
+    from specdec.kinds import RegisteredDrafter, kind_of
+
     dev, dt = _resolve_device_dtype(device, dtype)
     target_key = ("target", pv.target_uri, pv.target_weights_sha256, dev, str(dt))
     target = model_cache.cached(target_key, lambda: _load_checkpoint(pv.target_uri, dev, dt))
-
-    kind = pv.drafter_kind
-    if kind == "ngram":
-        drafter_key = ("ngram",)
-        model_cache.cached(drafter_key, lambda: _ngram())
-    elif kind.startswith("derived:"):
-        base_uri = (pv.draft_source or {}).get("derived_from") or pv.target_uri
-        from registry import get_model_version
-
-        base_ref = get_model_version(base_uri)
-        base_key = ("target", base_uri, base_ref.weights_sha256, dev, str(dt))
-        recipe = pv.recipe or (pv.draft_source or {}).get("recipe")
-        drafter_key = ("derived", base_uri, base_ref.weights_sha256, kind, repr(sorted((recipe or {}).items())), dev, str(dt))
-
-        def _derive():
-            from specdec.models.derived import DerivedDraftRecipe, derive_draft
-
-            base = model_cache.cached(base_key, lambda: _load_checkpoint(base_uri, dev, dt))
-            r = DerivedDraftRecipe.from_dict(recipe) if recipe else DerivedDraftRecipe.from_spec(kind)
-            from specdec.models.drafter_spec import ResolvedDrafter
-
-            return ResolvedDrafter(drafter=derive_draft(base.model, r), kind=kind, ref=base_uri, recipe=r.to_dict())
-
-        model_cache.cached(drafter_key, _derive)
-    elif kind == "eagle3":
-        drafter_key = ("eagle3", pv.draft_uri, pv.draft_weights_sha256, target_key, dev, str(dt))
-        model_cache.cached(drafter_key, lambda: _load_head(pv.draft_uri, target, dt, dev))
-    else:
-        drafter_key = ("model", pv.draft_uri, pv.draft_weights_sha256, dev, str(dt))
-
-        def _load_draft():
-            from specdec.models import check_loaded_pair
-
-            from specdec.models.drafter_spec import ResolvedDrafter
-
-            draft = _load_checkpoint(pv.draft_uri, dev, dt)
-            compat = check_loaded_pair(target, draft)
-            return ResolvedDrafter(drafter=draft.model, kind="model", ref=pv.draft_uri, loaded=draft,
-                                   compatibility=compat.to_dict())
-
-        model_cache.cached(drafter_key, _load_draft)
+    source = pv.draft_source or {}
+    reg = RegisteredDrafter(label=pv.drafter_kind, uri=pv.draft_uri, weights_sha256=pv.draft_weights_sha256,
+                            base_uri=source.get("derived_from") or pv.target_uri, recipe=pv.recipe or source.get("recipe"),
+                            target_key=target_key, device=dev, dtype=str(dt))
+    kind, loader = kind_of(pv.drafter_kind), _RegistryLoader(dev, dt)
+    drafter_key = kind.cache_key(reg, loader)
+    model_cache.cached(drafter_key, lambda: kind.load(reg, target, loader, dtype=dt, device=dev))
     return target_key, drafter_key
-
-
-def _load_head(uri: str, target: Any, dtype, device: str):
-    """The registered EAGLE-3 head ``uri`` as a ResolvedDrafter for the loaded ``target`` (ref = ``uri``)."""
-    from dataclasses import replace
-
-    from registry import download_model_version, get_model_version
-    from specdec.models.drafter_spec import resolve_drafter
-
-    path = download_model_version(get_model_version(uri))
-    return replace(resolve_drafter(f"eagle3:{path}", target, dtype=dtype, device=device), ref=uri)
-
-
-def _ngram():
-    from specdec import NgramDrafter
-    from specdec.models.drafter_spec import ResolvedDrafter
-
-    return ResolvedDrafter(drafter=NgramDrafter(), kind="ngram", ref="ngram")
 
 
 def cached_target(key: tuple):

@@ -26,10 +26,11 @@ def locate_task(pair: str, alias: str, target: str | None) -> dict:
     """
     from registry.heads import head_directory
     from registry.service import get_pair_version
+    from specdec.kinds import kind_of
     from registry.register import resolve_checkpoint
 
     pv = get_pair_version(pair, alias, download=False)
-    if pv.drafter_kind != "eagle3":
+    if not kind_of(pv.drafter_kind).retrainable:
         raise ValueError(f"{pair}@{alias} (v{pv.version}) is a {pv.drafter_kind} pair: only EAGLE-3 heads are re-trained")
     target_ref = target or pv.target_uri
     return {"pair_version": pv.version, "target_ref": target_ref, "head_uri": pv.draft_uri, "config": pv.config.to_dict(),
@@ -105,11 +106,12 @@ def remediate_drift(results: list, **kw) -> list[dict]:
     """Run :func:`realign_eagle3_flow` for each nightly result (``flows.tasks.NightlyResult``) whose drift
     alert fired on an eagle3 pair; ``kw`` go to the flow. Returns the flows' results."""
     from registry.service import get_pair_version
+    from specdec.kinds import kind_of
 
     done = []
     for r in results:
         if r.status != "failed" or r.alert_transition != "fire" or r.version is None:
             continue
-        if get_pair_version(r.pair, r.version, download=False).drafter_kind == "eagle3":
+        if kind_of(get_pair_version(r.pair, r.version, download=False).drafter_kind).retrainable:
             done.append(realign_eagle3_flow(pair=r.pair, alias=r.alias, **kw))
     return done

@@ -419,6 +419,8 @@ def root_cause_hint(current, baseline, *, drafter_kind: str | None = None, draft
     For an EAGLE-3 head (``drafter_kind="eagle3"``, ``drafter_ref`` its version) whose target changed
     under it, the remedy named is a warm-start re-training from that head (``flows.realign``).
     """
+    from specdec.kinds import kind_of
+
     if baseline is None:
         return "no passing baseline run to compare with: the cause cannot be narrowed down"
 
@@ -432,7 +434,7 @@ def root_cause_hint(current, baseline, *, drafter_kind: str | None = None, draft
     if t and d:
         hint = "both target and draft changed since the last passing run: re-validate the new pair, " \
                "re-derive or retrain the draft from the new target"
-    elif t and drafter_kind == "eagle3":
+    elif t and drafter_kind and kind_of(drafter_kind).retrainable:
         hint = f"target changed since the head was trained: re-train from {_head_label(drafter_ref)}"
     elif t:
         hint = "target changed since the last passing run, draft unchanged: re-derive or retrain the draft"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from specdec.core.config import SpeculativeConfig
+from specdec.kinds import draft_identity
 
 __all__ = ["compute_changed", "same_config", "config_of"]
 
@@ -28,7 +29,7 @@ def same_config(a: dict[str, str], b: dict[str, str]) -> bool:
 
 
 def _draft_identity(kind: str, weights: str | None, tok: str | None) -> tuple[str, str, str]:
-    return (kind if kind == "ngram" else "model-or-derived", weights or "", tok or "")
+    return draft_identity(kind, weights, tok)  # the kind's (specdec.kinds.DrafterKind.identity)
 
 
 def compute_changed(prev_tags: dict[str, str] | None, new_tags: dict[str, str]) -> tuple[str, bool]:

@@ -124,12 +124,13 @@ def head_directory(ref: str, *, tracking_uri: str | None = None) -> Path:
         return Path(ref)
     from registry.models import parse_model_uri
     from registry.service import download_model_version, get_model_version, get_pair_version
+    from specdec.kinds import kind_of
 
     name, version, alias = parse_model_uri(ref)
     mref = get_model_version(ref, tracking_uri=tracking_uri)
     if mref.artifact == "pair" or mref.tags.get("drafter_kind"):
         pv = get_pair_version(name, alias or version, download=False, tracking_uri=tracking_uri)
-        if pv.drafter_kind != "eagle3":
+        if not kind_of(pv.drafter_kind).retrainable:
             raise ValueError(f"{ref} is a {pv.drafter_kind} pair, not an EAGLE-3 head")
         mref = get_model_version(pv.draft_uri, tracking_uri=tracking_uri)
     return download_model_version(mref, tracking_uri=tracking_uri)

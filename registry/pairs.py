@@ -39,9 +39,10 @@ from registry.settings import get_client, get_settings, mlflow_errors
 from specdec.core.config import SpeculativeConfig
 from specdec.models.resolve import SMOLLM2_GGUF_SHA256
 from specdec.validation.serving import engine_config
+from specdec.kinds import kind_of_label, stored_labels
 
 PAIR_SCHEMA_VERSION = 1
-DRAFTER_KINDS = ("model", "ngram", "derived:int8", "derived:int4", "derived:bf16", "derived:fp8", "eagle3")
+DRAFTER_KINDS = stored_labels()  # the kinds registry's stored labels (specdec.kinds)
 CHANGED_VALUES = ("initial", "target", "draft", "both", "config", "none")
 
 
@@ -183,9 +184,10 @@ def register_pair(
         raise ValueError(f"unknown drafter kind {drafter_kind!r}; use one of {', '.join(DRAFTER_KINDS)}")
     if not isinstance(config, SpeculativeConfig):
         raise TypeError(f"config must be a specdec.SpeculativeConfig, got {type(config).__name__}")
-    if drafter_kind == "ngram" and draft is not None:
-        raise ValueError("an ngram pair has no draft model: pass draft=None")
-    if drafter_kind != "ngram" and draft is None:
+    kind = kind_of_label(drafter_kind)
+    if kind.model_free and draft is not None:
+        raise ValueError(f"an {drafter_kind} pair has no draft model: pass draft=None")
+    if not kind.model_free and draft is None:
         raise ValueError(f"drafter kind {drafter_kind!r} needs a draft model version")
     name = validate_name(name or get_settings().pair_name)
     client = get_client(tracking_uri)
@@ -193,15 +195,9 @@ def register_pair(
     with mlflow_errors(uri):
         t = _resolve_model(client, target)
         draft_ref = _resolve_model(client, draft) if draft is not None else None
-        if draft_ref is not None:
-            is_derived = draft_ref.artifact == "derived-recipe"
-            if drafter_kind.startswith("derived:"):
-                want = drafter_kind.split(":", 1)[1]
-                if not is_derived or (draft_ref.recipe or {}).get("kind") != want:
-                    raise ValueError(f"drafter kind {drafter_kind} needs a draft registered with register_derived_draft(kind={want!r}); "
-                                     f"{draft_ref.uri} is a {draft_ref.artifact} ({(draft_ref.recipe or {}).get('kind', 'no recipe')})")
-            elif is_derived:
-                raise ValueError(f"{draft_ref.uri} is a derived-recipe draft: use drafter kind derived:{(draft_ref.recipe or {}).get('kind')}")
+        problem = draft_ref and kind.registered_draft_problem(drafter_kind, draft_ref.uri, draft_ref.artifact, draft_ref.recipe)
+        if problem:
+            raise ValueError(problem)
         compat = compatibility_to_dict(compatibility)
         if compat.get("compatible") is False:
             raise ValueError("refusing to register an incompatible pair: " + "; ".join(map(str, compat.get("problems") or ["compatible=False"])))
@@ -220,7 +216,7 @@ def register_pair(
             tags.update(serve_tags("draft", draft_ref.source))
         if draft_ref is not None and draft_ref.derived_from:
             tags["draft.derived_from"] = draft_ref.derived_from
-        if draft_ref is not None and drafter_kind == "eagle3":  # the head's lineage (registry.heads)
+        if draft_ref is not None and kind.retrainable:  # the head's lineage (registry.heads)
             tags.update({f"draft.{k}": v for k, v in draft_ref.tags.items() if k.startswith("eagle3.")})
         existing = _pair_versions(client, name)
         for mv in existing:
@@ -283,8 +279,8 @@ def _log_pair(client, name: str, doc: dict[str, Any], tags: dict[str, str], desc
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / PAIR_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True))
         return log_and_register(
-            client, name, Path(tmp), select_registration_tags(tags), params, "specdec-pair",
-            registration_description(doc),
+            client, name, Path(tmp), select_registration_tags(tags), params, model_type="specdec-pair",
+            description=registration_description(doc),
             run_tags={"specdec.pair": name, "specdec.kind": "pair"},
             model_description=PAIR_MODEL_DESCRIPTION)
 

@@ -12,6 +12,7 @@ from typing import Any
 from registry.models import ModelVersionRef
 from registry.pairs import PairVersion
 from specdec.core.config import SpeculativeConfig
+from specdec.kinds import DERIVED, MODEL, kind_of, kind_of_label
 
 
 @dataclass
@@ -122,34 +123,34 @@ def register_pair_from_refs(
         if n:
             validate_name(n)
     spec = draft.strip()
-    if spec.startswith("eagle3:"):  # an EAGLE-3 head, with its lineage tags (registry.heads)
-        return register_eagle3_pair(target, spec.removeprefix("eagle3:"), name=name, head_name=draft_name,
+    dkind = kind_of(spec)
+    if dkind.retrainable:  # an EAGLE-3 head, with its lineage tags (registry.heads)
+        return register_eagle3_pair(target, dkind.ref(spec), name=name, head_name=draft_name,
                                     config=config, tracking_uri=tracking_uri, engine=engine)
     t = resolve_checkpoint(target, revision, tracking_uri)
     check_budget_fits(config, t["config"])
     d = None
     dref: ModelVersionRef | None = None
     recipe = None
-    if spec == "ngram":
-        kind = "ngram"
-        compat: dict[str, Any] = {"compatible": True,
-                                  "notes": ["n-gram drafter: proposes target-tokenizer ids copied from the context"]}
-    elif spec.startswith("derived:"):
-        from specdec.models.derived import DerivedDraftRecipe
-
-        recipe = DerivedDraftRecipe.from_spec(spec)
-        kind = f"derived:{recipe.kind}"
+    if dkind.model_free:
+        kind = dkind.label(spec)
+        if spec != kind:
+            raise ValueError(f"a registered {kind} pair loads the drafter's defaults: register it as {kind}, not {spec}")
+        compat: dict[str, Any] = {"compatible": True, "notes": dkind.compatibility_notes(kind)}
+    elif dkind.derives_from_target:
+        recipe = DERIVED.recipe(spec)
+        kind = dkind.label(spec)
         compat = compatibility_to_dict(check_pair_compatible(t["tokenizer"], t["tokenizer"], t["config"], t["config"]))
         compat.setdefault("notes", []).append(f"{kind} draft is re-derived from the target at load time")
     elif spec.startswith("models:/") and get_model_version(spec, tracking_uri=tracking_uri).artifact == "derived-recipe":
         dref = get_model_version(spec, tracking_uri=tracking_uri)
-        kind = f"derived:{(dref.recipe or {}).get('kind') or dref.tags.get('derived.kind', 'int8')}"
+        kind = DERIVED.label_of((dref.recipe or {}).get('kind') or dref.tags.get('derived.kind', 'int8'))
         base = resolve_checkpoint(str(dref.derived_from), None, tracking_uri)
         compat = compatibility_to_dict(check_pair_compatible(t["tokenizer"], base["tokenizer"], t["config"], base["config"]))
         compat.setdefault("notes", []).append(f"{kind} draft derived from {dref.derived_from}")
     else:
-        kind = "model"
-        d = resolve_checkpoint(spec.removeprefix("model:"), None, tracking_uri)
+        kind = MODEL.label(spec)
+        d = resolve_checkpoint(MODEL.ref(spec), None, tracking_uri)
         compat = compatibility_to_dict(check_pair_compatible(t["tokenizer"], d["tokenizer"], t["config"], d["config"]))
     from registry.settings import get_settings
 
@@ -157,11 +158,9 @@ def register_pair_from_refs(
     tref = t["registered"] or register_model_version(target_name or default_model_name(t, pair, "target"), t["path"],
                                                      source=t["source"], model_card=model_card,
                                                      tracking_uri=tracking_uri)
-    if kind.startswith("derived:") and dref is None:
-        assert recipe is not None
+    if recipe is not None and dref is None:
         dref = register_derived_draft(tref, recipe.to_dict(), name=draft_name, tracking_uri=tracking_uri)
-    elif kind == "model":
-        assert d is not None
+    elif d is not None:
         dref = d["registered"] or register_model_version(draft_name or default_model_name(d, pair, "draft"), d["path"],
                                                          source=d["source"], tracking_uri=tracking_uri)
     pv = register_pair(tref, dref, drafter_kind=kind, config=config, compatibility=compat, name=name,
@@ -195,7 +194,8 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
     href = None
     if head.startswith("models:/"):
         href = get_model_version(head, tracking_uri=tracking_uri)
-        if href.tags.get("specdec.draft_kind") != "eagle3":
+        hkind = kind_of_label(href.tags.get("specdec.draft_kind"))
+        if hkind is None or not hkind.retrainable:
             raise ValueError(f"{head} is not a registered EAGLE-3 head")
         head_dir = download_model_version(href, tracking_uri=tracking_uri)
     else:

@@ -271,14 +271,16 @@ def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -
     Model references are what the engine loads (``<side>.serve_ref``: a Hub id, a checkpoint
     directory or a GGUF file). A registered draft without one is named by the directory the
     ``download`` command writes (never an MLflow URI); a derived draft is the target's checkpoint."""
+    from specdec.kinds import kind_of
     from specdec.validation.serving import DEFAULT_ENGINE, serving_config
 
     k = (report.config or {}).get("num_speculative_tokens")
     kind = pair_tags.get("drafter_kind", report.drafter_kind)
+    dkind = kind_of(kind)
     target, download = _loadable(pair_tags, "target")
-    if kind == "ngram":
+    if dkind.model_free:
         draft = None
-    elif kind.startswith("derived:"):
+    elif dkind.derives_from_target:
         draft = target  # the engine loads the target's checkpoint and casts/quantizes it (recipe)
     else:
         draft, d_dl = _loadable(pair_tags, "draft")
@@ -291,8 +293,9 @@ def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -
         return None
     if download:
         out["download"] = download
-    if kind.startswith("derived:"):
-        out["derived"] = _derived_note(kind)
+    note = dkind.serving_note(kind)
+    if note:
+        out["derived"] = note
     return out
 
 
@@ -305,16 +308,6 @@ def _loadable(tags: Mapping[str, str], side: str) -> tuple[str | None, list[str]
         return None, []
     local = "./" + uri.removeprefix("models:/").replace("/", "-v")
     return local, [f"mlflow artifacts download --artifact-uri {uri} --dst-path {local}"]
-
-
-def _derived_note(kind: str) -> str:
-    """How an engine serves a derived draft (the target's checkpoint + the recipe)."""
-    how = kind.split(":", 1)[1]
-    if how == "bf16":
-        return ("derived:bf16 is the target cast to bf16: an engine that already runs the target in bf16 would draft "
-                "with the target itself (cost ratio c = 1), which cannot pay; there, validate another draft")
-    return (f"derived:{how} is the target with {how} weights: load the target checkpoint as the draft with the engine's "
-            f"{how} weight-only quantization, or save the quantized copy and point `model` at it")
 
 
 def log_validation(
@@ -379,7 +372,7 @@ def log_validation(
             history = client_validation_history(client, pair, experiment)
         eid = get_or_create_experiment(client, experiment)
         earlier = _end_crashed_runs(client, eid, run_key) if run_key else []
-        tags = _run_tags(pair, version, report, ptags, verdict, mismatch, run_key, gate)
+        tags = _run_tags(pair, version, report, ptags, verdict, mismatch, run_key=run_key, gate=gate)
         night = str(report.created_at or datetime.now(timezone.utc).isoformat())[:10]
         name = run_name or f"{pair} v{version} night {night}"
         run_id = client.create_run(eid, run_name=name, tags=tags).info.run_id
@@ -432,7 +425,7 @@ def _end_crashed_runs(client, experiment_id: str, run_key: str) -> list:
 
 
 def _run_tags(pair: str, version: str, report: ValidationReport, ptags: Mapping[str, str], verdict: GateResult,
-              mismatch: list[str], run_key: str | None, gate: GateConfig) -> dict[str, str]:
+              mismatch: list[str], *, run_key: str | None, gate: GateConfig) -> dict[str, str]:
     tags = {"specdec.pair": pair, "specdec.pair_version": version, "specdec.pair_uri": f"models:/{pair}/{version}",
             "specdec.target": ptags.get("target", "unknown"), "specdec.draft": ptags.get("draft", "unknown"),
             "specdec.drafter_kind": ptags.get("drafter_kind", report.drafter_kind),
@@ -479,7 +472,7 @@ def _fill_run(client, run_id: str, report: ValidationReport, rdir: Path, metrics
         serving = serving_config_for(ptags, report)
         if serving is not None:
             client.log_dict(run_id, serving, SERVING_FILE)
-        _log_evidence(client, run_id, report, rdir, metrics, trend, extra_artifacts)
+        _log_evidence(client, run_id, report, rdir, metrics, trend=trend, extra_artifacts=extra_artifacts)
         client.set_terminated(run_id, "FINISHED")
     except BaseException:  # noqa: BLE001 (any failure, even KeyboardInterrupt, must not leave the run RUNNING; re-raised)
         try:
@@ -489,7 +482,7 @@ def _fill_run(client, run_id: str, report: ValidationReport, rdir: Path, metrics
         raise
 
 
-def _log_evidence(client, run_id: str, report: ValidationReport, rdir: Path, metrics: Mapping[str, float],
+def _log_evidence(client, run_id: str, report: ValidationReport, rdir: Path, metrics: Mapping[str, float], *,
                   trend: _Trend, extra_artifacts: Sequence[str | Path]) -> None:
     """Plots and extra artifacts: evidence, not the result, so a failure is logged and the run goes on
     (except a missing extra artifact, a caller's mistake: FileNotFoundError)."""

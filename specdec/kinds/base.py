@@ -202,6 +202,10 @@ class DrafterKind:
             return f"{uri} is a derived-recipe draft: use drafter kind derived:{(recipe or {}).get('kind')}"
         return None
 
+    def compatibility_notes(self, label: str) -> list[str]:
+        """Notes recorded in a pair's compatibility result for a kind that has no draft model to check."""
+        return []
+
     def same_as_target(self, label: str, target_dtype: Any) -> str | None:
         """Why this drafter would be the target itself for a target of ``target_dtype`` (None: it is not)."""
         return None

@@ -62,6 +62,9 @@ class NgramKind(DrafterKind):
     def cache_key(self, reg: RegisteredDrafter, loader) -> tuple:
         return (self.name,)  # no weights: one per worker
 
+    def compatibility_notes(self, label: str) -> list[str]:
+        return ["n-gram drafter: proposes target-tokenizer ids copied from the context"]
+
     def serving(self, req: ServingRequest) -> dict[str, Any]:
         if req.engine == "llamacpp":
             return self._llamacpp(req)

@@ -101,10 +101,11 @@ def resolve_candidates(target: Any, specs: Sequence[str]) -> tuple[list[Candidat
     """One :class:`CandidateResult` per spec (unavailable ones say why) and ``{spec: resolved drafter}``
     for the available ones (:func:`specdec.models.drafter_spec.resolve_drafter`)."""
     from specdec.models.derived import UnsupportedRecipeError
+    from specdec.kinds import kind_of
     from specdec.models.drafter_spec import DrafterSpecError, resolve_drafter
 
     results, drafters = [], {}
-    bf16_target = next(target.model.parameters()).dtype == torch.bfloat16
+    target_dtype = next(target.model.parameters()).dtype
     for spec in specs:
         try:
             r = resolve_drafter(spec, target)
@@ -112,8 +113,9 @@ def resolve_candidates(target: Any, specs: Sequence[str]) -> tuple[list[Candidat
             results.append(CandidateResult(spec=spec, available=False, reason=str(e)))
             continue
         res = CandidateResult(spec=spec, kind=r.kind)
-        if r.kind == "derived:bf16" and bf16_target:
-            res.available, res.reason = False, "the target already runs in bf16: its bf16 copy is the target"
+        same = kind_of(r).same_as_target(r.kind, target_dtype)
+        if same:
+            res.available, res.reason = False, same
         else:
             drafters[spec] = r
         results.append(res)

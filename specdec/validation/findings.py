@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from specdec.kinds import kind_of
 from specdec.validation.report import ValidationReport
 from specdec.validation.speed import PAYS_ABOVE
 
@@ -79,13 +80,9 @@ def findings(r: ValidationReport) -> list[str]:
             f"{format_ci(g.alpha_tf_ci)} disagree beyond their 95% CIs: acceptance is not i.i.d. along the "
             "sequence (expected for n-gram copy runs, see docs/metrics.md) or the pair/decoding is off"
         )
-    if r.drafter_kind == "ngram":
-        notes.append(
-            "n-gram drafter: alpha_tf/top-1/TV are over the positions where the lookup proposes "
-            f"(coverage {g.tf_coverage:.0%}); KL is undefined for a one-hot q; the predicted speedup "
-            f"counts the steps as they ran: {g.draft_tokens_per_step:.2f} of k={g.num_speculative_tokens} "
-            "tokens proposed per draft step on average, misses as plain target steps"
-        )
+    kind_note = kind_of(r.drafter_kind).finding(g)
+    if kind_note:
+        notes.append(kind_note)
     if g.exactness_mismatches:
         bad = [p for p in r.prompts if p.exact_match is False]
         margins = [p.divergence_logit_margin for p in bad if p.divergence_logit_margin is not None]
@@ -102,12 +99,13 @@ def candidate_finding(c: Any) -> str | None:
     lo, m = c.speedup_ci_low, c.measured_speedup
     if c.identical_outputs != c.compared_outputs:
         return f"{c.compared_outputs - c.identical_outputs} greedy output(s) differ from target-only (numeric near-ties?)"
-    if c.kind != "ngram" and not math.isnan(c.cost_ratio) and c.cost_ratio >= NOT_CHEAPER:
+    model_free = kind_of(c.kind or c.spec).model_free
+    if not model_free and not math.isnan(c.cost_ratio) and c.cost_ratio >= NOT_CHEAPER:
         return f"not cheaper than the target here (c = {c.cost_ratio:.2f} of a target pass)"
     if not math.isnan(m) and m > PAYS_ABOVE and not math.isnan(lo) and lo <= PAYS_ABOVE:
         return f"faster on average but not credibly (95% CI {lo:.2f}-{c.speedup_ci[1]:.2f}x includes 1.0x)"
     if not math.isnan(m) and m <= PAYS_ABOVE:
-        if c.kind == "ngram":
+        if model_free:
             return "too few of its lookups hit on these prompts to pay for the wider verification passes"
         return f"acceptance too low for its cost (acceptance {c.alpha:.2f} at k={c.k}, c {c.cost_ratio:.2f})"
     return None
@@ -125,7 +123,7 @@ def recommendation_summary(best: str | None, paying: list[Any], measured: list[A
     why = []
     if any(c.timing_suspect for c in measured):
         why.append("timings suspect (measured far from predicted: a busy machine?); re-run on an idle machine")
-    derived = [c for c in measured if c.kind.startswith("derived:")]
+    derived = [c for c in measured if kind_of(c.kind or c.spec).derives_from_target]
     if derived and all(c.cost_ratio >= NOT_CHEAPER for c in derived if not math.isnan(c.cost_ratio)):
         why.append("no derived draft is cheaper than the target on this " + ("GPU" if "cuda" in device else "CPU"))
     if "cuda" not in device and not nb.get("native"):
