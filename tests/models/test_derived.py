@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.models.derived import DerivedDraftRecipe, derive_draft, is_derived_spec
+from specdec.kinds import kind_of
+from specdec.models.derived import DerivedDraftRecipe, derive_draft
 from tests.support.models import tiny_llama
 
 
@@ -43,7 +44,7 @@ def test_recipe_round_trip_and_spec():
     assert DerivedDraftRecipe.from_dict({**r.to_dict(), "future_field": 1}) == r
     r8 = DerivedDraftRecipe.from_spec("int8")
     assert r8.group_size is None and "Int8WeightOnlyConfig" in r8.method
-    assert is_derived_spec("derived:int8") and not is_derived_spec("ngram")
+    assert kind_of("derived:int8").derives_from_target and not kind_of("ngram").derives_from_target
     for bad in ("derived:int3", "ngram"):
         with pytest.raises(ValueError, match="derived"):
             DerivedDraftRecipe.from_spec(bad)
