@@ -24,9 +24,9 @@ def locate_task(pair: str, alias: str, target: str | None) -> dict:
     Raises:
         ValueError: the pair's drafter is not an EAGLE-3 head.
     """
+    from specdec.kinds import kind_of
     from registry.heads import head_directory
     from registry.service import get_pair_version
-    from specdec.kinds import kind_of
     from registry.register import resolve_checkpoint
 
     pv = get_pair_version(pair, alias, download=False)
@@ -106,8 +106,8 @@ def remediate_drift(results: list, **kw) -> list[dict]:
     """Run :func:`realign_eagle3_flow` for each nightly result (``flows.tasks.NightlyResult``) whose drift
     alert fired on an eagle3 pair; ``kw`` go to the flow. Returns the flows' results."""
     from registry.service import get_pair_version
-    from specdec.kinds import kind_of
 
+    from specdec.kinds import kind_of
     done = []
     for r in results:
         if r.status != "failed" or r.alert_transition != "fire" or r.version is None:

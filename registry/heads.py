@@ -120,11 +120,12 @@ def head_directory(ref: str, *, tracking_uri: str | None = None) -> Path:
     Raises:
         ValueError: the reference is a pair whose drafter is not an EAGLE-3 head; registry errors.
     """
+    from specdec.kinds import kind_of
+
     if not ref.startswith("models:/"):
         return Path(ref)
     from registry.models import parse_model_uri
     from registry.service import download_model_version, get_model_version, get_pair_version
-    from specdec.kinds import kind_of
 
     name, version, alias = parse_model_uri(ref)
     mref = get_model_version(ref, tracking_uri=tracking_uri)
