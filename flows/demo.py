@@ -305,18 +305,18 @@ def _story(home: Path, log_path: Path) -> int:
                   num_speculative_tokens=k, temperature=0.0, max_new_tokens=demo.max_new)
     today = dt.datetime.now(dt.timezone.utc).date()
     nights = [today - dt.timedelta(days=2), today - dt.timedelta(days=1), today]
-    first = _act_first_pair(demo, target_dir, draft, k, common, heldout, nights[0])  # 3
+    first = _act_first_pair(demo, target_dir, draft, k, common, heldout=heldout, night=nights[0])  # 3
     if first is None:
         return 1
     v1, n1 = first
-    ft, v2, n2 = _act_finetune(demo, target_dir, draft, draft_name, common, heldout, nights[1])  # 4
+    ft, v2, n2 = _act_finetune(demo, target_dir, draft, draft_name, common, heldout=heldout, night=nights[1])  # 4
     if eagle:
         v3, n3, promoted = demo_eagle3.act_realign(demo, heldout, nights[2])    # 5
     else:
         v3, n3, promoted = _act_rederive(demo, v2, draft, common, heldout, nights[2])  # 5
     demo.receiver.stop()
     nights_out = {"v1": (v1, n1), "v2": (v2, n2), "v3": (v3, n3)}                   # 6
-    _act_where_to_look(demo, draft, k, rec, nights_out, ft, held)
+    _act_where_to_look(demo, draft, k, rec, nights_out, ft=ft, held=held)
     ok = (n2["challenger"].status == "failed" and n2["challenger"].alert_transition == "fire"
           and n3["challenger"].alert_transition == "resolve" and promoted)
     if not ok:
@@ -372,7 +372,7 @@ def _act_choose_draft(demo: _Demo, target_dir: Path, held) -> tuple[str, int, ob
     return draft, k, rec
 
 
-def _act_first_pair(demo: _Demo, target_dir: Path, draft: str, k: int, common: dict, heldout: Path,
+def _act_first_pair(demo: _Demo, target_dir: Path, draft: str, k: int, common: dict, *, heldout: Path,
                     night: dt.date) -> tuple[dict, dict] | None:
     """3. pair v1, night 1, promotion to champion: (v1, night results), or None when v1 cannot go on."""
     from flows.promote import promote_flow
@@ -398,7 +398,7 @@ def _act_first_pair(demo: _Demo, target_dir: Path, draft: str, k: int, common: d
     return v1, n1
 
 
-def _act_finetune(demo: _Demo, target_dir: Path, draft: str, draft_name: str, common: dict, heldout: Path,
+def _act_finetune(demo: _Demo, target_dir: Path, draft: str, draft_name: str, common: dict, *, heldout: Path,
                   night: dt.date):
     """4. target-only fine-tune, pair v2 with the old draft, night 2: (FinetuneResult, v2, night results)."""
     from flows.finetune import DEMO_RECIPE, finetune_target
@@ -435,7 +435,7 @@ def _act_rederive(demo: _Demo, v2: dict, draft: str, common: dict, heldout: Path
     return v3, n3, promoted
 
 
-def _act_where_to_look(demo: _Demo, draft: str, k: int, rec, nights: dict, ft, held) -> dict:
+def _act_where_to_look(demo: _Demo, draft: str, k: int, rec, nights: dict, *, ft, held) -> dict:
     """6. ``demo_summary.json`` and the panel of where to look; returns the summary."""
     from rich.panel import Panel
 
@@ -443,7 +443,7 @@ def _act_where_to_look(demo: _Demo, draft: str, k: int, rec, nights: dict, ft, h
 
     demo.step("6. where to look")
     uri = resolve_tracking_uri()
-    summary = _summary(demo, draft, k, rec, nights, ft, held)
+    summary = _summary(demo, draft, k, rec, nights, ft=ft, held=held)
     home, n2 = demo.home, nights["v2"][1]
     (home / "demo_summary.json").write_text(json.dumps(summary, indent=2, default=str))
     demo.con.print(Panel.fit(
@@ -481,7 +481,7 @@ def _ci_check(rec, draft: str, night1: dict) -> dict | None:
             "night_1_inside_recommend_ci": bool(r_ci[0] <= n1 <= r_ci[1])}
 
 
-def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, ft, held) -> dict:
+def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, *, ft, held) -> dict:
     """What ``demo_summary.json`` records: per night acceptance and speed, the alerts, the timings."""
     from flows.finetune import DEMO_RECIPE
     from registry import resolve_alias

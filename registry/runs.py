@@ -378,7 +378,7 @@ def log_validation(
         run_id = client.create_run(eid, run_name=name, tags=tags).info.run_id
         pause_at("mlflow")
         _fill_run(client, run_id, report, rdir, metrics, ptags,
-                  _Trend(pair, version, list(history), gate, night_of(name)), extra_artifacts)
+                  trend=_Trend(pair, version, list(history), gate, night_of(name)), extra_artifacts=extra_artifacts)
         _set_version_tags(client, pair, version, validation_tags(
             status=verdict.status, run_id=run_id, metrics=metrics,
             heldout=f"{report.heldout_name}@{report.heldout_version}", reasons=verdict.reasons, gate=gate))
@@ -454,7 +454,7 @@ class _Trend:
 
 
 def _fill_run(client, run_id: str, report: ValidationReport, rdir: Path, metrics: dict[str, float],
-              ptags: Mapping[str, str], trend: _Trend, extra_artifacts: Sequence[str | Path]) -> None:
+              ptags: Mapping[str, str], *, trend: _Trend, extra_artifacts: Sequence[str | Path]) -> None:
     """Metrics, params, report files, serving config (``serving_config.json``, read back by ``specdec pair
     show``), plots and extra artifacts of a created run, then FINISHED; FAILED (and the error re-raised)
     if any of it fails."""
