@@ -298,3 +298,32 @@ def test_ngram_finding_reads_its_group():
     g = SimpleNamespace(tf_coverage=0.5, draft_tokens_per_step=1.25, num_speculative_tokens=4)
     assert "coverage 50%" in NGRAM.finding(g) and MODEL.finding(g) is None
     assert not math.isnan(g.tf_coverage)
+
+
+class _MtpKind(DrafterKind):
+    """A fifth kind as its author would write it: one class (the model kind's defaults do the rest)."""
+
+    name = "mtp"
+    needs_draft_weights = True
+    vllm_method = "mtp"
+    sglang_algorithm = "NEXTN"
+
+    def check(self, spec):
+        if not self.ref(spec.strip()) or spec.strip() == self.name:
+            raise DrafterSpecError("mtp: needs the target's MTP module, e.g. mtp:./mtp-head")
+        return spec.strip()
+
+
+def test_a_fifth_kind_is_one_class_and_one_registration(monkeypatch):
+    import specdec.kinds as registry
+    from specdec.validation.serving import serving_config
+
+    monkeypatch.setattr(registry, "_KINDS", list(registry._KINDS))  # the registration is undone after the test
+    mtp = register(_MtpKind())
+    assert kind_of("mtp:./head") is mtp and kind_of_label("mtp") is mtp and "mtp" in stored_labels()
+    assert kind_of("mtp:./head").label("mtp:./head") == "mtp" and kind_of("./other") is MODEL
+    with pytest.raises(DrafterSpecError, match="needs the target's MTP module"):
+        kind_of("mtp").check("mtp")
+    assert serving_config("vllm", "mtp", 2, draft="./head")["speculative_config"]["method"] == "mtp"
+    assert serving_config("sglang", "mtp", 2, draft="./head")["args"][:2] == ["--speculative-algorithm", "NEXTN"]
+    assert draft_identity("mtp", "w", "t") == ("model-or-derived", "w", "t")
