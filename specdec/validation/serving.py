@@ -32,6 +32,7 @@ from typing import Any
 __all__ = ["ENGINES", "DEFAULT_ENGINE", "serving_config"]
 
 from specdec.core.config import DRAFT_SAMPLING_BY_ENGINE, SpeculativeConfig
+from specdec.kinds import ServingRequest, kind_of
 
 #: the engine profiles (the names :data:`specdec.core.config.DRAFT_SAMPLING_BY_ENGINE` uses for each engine's proposal rule)
 ENGINES = tuple(DRAFT_SAMPLING_BY_ENGINE)
@@ -63,8 +64,6 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
         ValueError: unknown engine, k < 1, a model drafter without ``draft``, an EAGLE-3 head on transformers,
             llama.cpp without GGUF files or with a drafter kind it cannot serve as validated.
     """
-    from specdec.kinds import ServingRequest, kind_of
-
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
     k = int(num_speculative_tokens)
@@ -120,8 +119,6 @@ def report_serving_config(report: Any) -> dict[str, Any] | None:
     """
     cfg = SpeculativeConfig.from_dict(report.config or {})
     engine, cfg = engine_config(None, cfg)
-    from specdec.kinds import kind_of
-
     kind = report.drafter_kind
     if not kind_of(kind).serves_on(engine) and engine == "transformers":
         engine = "vllm"  # e.g. transformers has no EAGLE-3 drafter; vLLM's rule differs only at T > 0 (said in the file)
