@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from specdec.core.stats import DecodingStats
+from specdec.validation.replay import pooled, replay_grid
 from specdec.validation.metrics import bootstrap_ratio_ci
 from specdec.validation.speed import StepCounters, VerifyCost, best_k, predicted_speedup
 
@@ -27,13 +28,6 @@ __all__ = ["acceptance_by_k", "recommend_from_curve", "best_k_tau", "TAU_GRID", 
 #: calibrated on the benchmark (benchmarks/results/*-replay-cpu.json: largest bf16 flip margin seen).
 NUMERICS_MARGIN = {"fp32": 0.01, "int8": 0.05, "int4": 0.05, "fp16": 0.5, "bf16": 2.0, "fp8": 4.0}
 NEAR_TIE, BEYOND_NUMERICS, UNSEEN_STOP = "near-tie (numerics)", "beyond numerics", "draft stop after a rejection"
-
-
-def _pool(stats: list[DecodingStats], k: int) -> DecodingStats:
-    out = DecodingStats(num_speculative_tokens=k)
-    for s in stats:
-        out = out.merge(s)
-    return out
 
 
 def acceptance_by_k(curves: list[dict[int, DecodingStats]], ks: range | list[int], c: float, v: VerifyCost | None, *,
@@ -52,7 +46,7 @@ def acceptance_by_k(curves: list[dict[int, DecodingStats]], ks: range | list[int
     rows = []
     for k in ks:
         per = [cv[k] for cv in curves]
-        s = _pool(per, k)
+        s = pooled(per, k)
         counters = StepCounters.from_stats(s)
         rows.append({
             "k": k, "num_drafts": s.num_drafts, "num_draft_tokens": s.num_draft_tokens,
@@ -120,13 +114,11 @@ def best_k_tau(traces: list[Any], continuations: list[list[int]], ks: range | li
         "best_k_tau": {"num_speculative_tokens", "assistant_confidence_threshold", "predicted_speedup"}}``
         (k None and speedup nan without c / v; ties keep the fixed k, then the smaller k and tau).
     """
-    from specdec.validation.replay import replay_grid
-
     if v is None or c is None or math.isnan(c) or not traces:
         return {"best_fixed_k": {"num_speculative_tokens": None, "predicted_speedup": math.nan},
                 "best_k_tau": {"num_speculative_tokens": None, "assistant_confidence_threshold": None,
                                "predicted_speedup": math.nan}}
-    if any(getattr(t, "chains", None) is not None for t in traces):
+    if not all(t.thresholds for t in traces):
         taus = ()  # a head's trace has no per-draft confidence: fixed k only
     grid = replay_grid(traces, continuations, ks, [None, *taus], max_new_tokens=max_new_tokens,
                        stop_token_ids=stop_token_ids)

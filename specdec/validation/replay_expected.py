@@ -1,66 +1,27 @@
 """Sampling replay: EXPECTED speculative-decoding counters for every k from teacher-forced p and q.
 
-Under sampling a replay cannot reproduce one run's random coins, so it reports expected values.
-Along the target's own (sampled) continuation ``y``, position t has the per-token acceptance
-probability of Leviathan et al. (2022), Sec. 3.1:
-
-    alpha_t = sum_x min(p_t(x), q_t(x)) = 1 - TV(p_t, q_t)
-
-with ``p_t`` / ``q_t`` the target / draft distributions after ``prompt + y[:t]`` (both through
-:func:`specdec.core.sampling.logits_to_probs`, so temperature / top-k / top-p match decoding).
-Under the argmax proposal rule (``draft_sampling="argmax"``, vLLM's and SGLang's: the draft's
-argmax verified with q one-hot, :func:`specdec.core.sampling.draft_step`) the per-token
-acceptance probability is instead
-
-    alpha_t = p_t(argmax q_t)
-
-(the sum of these along the continuation is the expected number of accepted drafts when every
-position is drafted), and everything below is unchanged.
-A block starting after ``m`` emitted tokens with budget ``b = min(k, max_new_tokens - m - 1)``
-accepts ``n`` drafts with probability ``prod_{i<n} alpha_{m+i} * (1 - alpha_{m+n})`` (``n < b``)
-or ``prod_{i<b} alpha_{m+i}`` (``n = b``), then emits one recovered / bonus token. A forward
-recursion over ``m`` gives the expected ``num_drafts``, ``num_draft_tokens``,
-``num_accepted_tokens``, ``num_rejected_steps`` and ``accepted_per_position``. The approximation
-(labelled "expected" everywhere it is reported): each alpha is taken on the target's continuation,
-i.e. the accepted/recovered tokens are assumed to follow ``y``'s distribution path. Positions past
-the continuation's end have alpha 0. CIs: percentile bootstrap over prompts of the pooled ratio.
+A replay cannot reproduce one run's random coins, so under the sampled proposal rule it reports
+expectations. Along the target's own continuation ``y``, position t has the per-token acceptance
+probability ``alpha_t = sum_x min(p_t(x), q_t(x))`` (Leviathan et al. 2022, Sec. 3.1), or
+``p_t(argmax q_t)`` under the argmax rule, with p, q through :func:`specdec.core.sampling.logits_to_probs`.
+A block after ``m`` emitted tokens with budget ``b = min(k, max_new_tokens - m - 1)`` accepts ``n``
+drafts with probability ``prod_{i<n} alpha_{m+i} * (1 - alpha_{m+n})`` (``n < b``) or
+``prod_{i<b} alpha_{m+i}`` (``n = b``); a forward recursion over ``m`` gives the expected counters.
+The approximation (labelled "expected" wherever reported): the accepted / recovered tokens follow
+``y``'s path; positions past its end have alpha 0. See docs/metrics.md "Replay".
 """
 
 from __future__ import annotations
-
-import math
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from specdec.core.config import SamplingConfig
 from specdec.core.sampling import logits_to_probs
+from specdec.core.stats import DecodingStats
 from specdec.validation.metrics import bootstrap_ratio_ci
 
-__all__ = ["ExpectedCounters", "position_alphas", "expected_counters", "expected_curve"]
-
-
-@dataclass
-class ExpectedCounters:
-    """Expected counters of one prompt (or a pool) at one k (floats: expectations, not counts)."""
-
-    num_speculative_tokens: int
-    num_drafts: float = 0.0
-    num_draft_tokens: float = 0.0
-    num_accepted_tokens: float = 0.0
-    num_rejected_steps: float = 0.0
-    accepted_per_position: list[float] = field(default_factory=list)
-
-    @property
-    def acceptance_rate(self) -> float:
-        """Expected accepted / expected drafted (a ratio of expectations), nan without drafts."""
-        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else math.nan
-
-    @property
-    def mean_accepted_length(self) -> float:
-        """1 + expected accepted / expected steps, nan without steps."""
-        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else math.nan
+__all__ = ["position_alphas", "expected_counters", "expected_curve"]
 
 
 def position_alphas(z_p: torch.Tensor, z_q: torch.Tensor, sampling: SamplingConfig,
@@ -87,7 +48,7 @@ def position_alphas(z_p: torch.Tensor, z_q: torch.Tensor, sampling: SamplingConf
 
 
 def expected_counters(alphas: list[float], *, num_speculative_tokens: int, max_new_tokens: int,
-                      adopts_prefix: bool = False) -> ExpectedCounters:
+                      adopts_prefix: bool = False) -> DecodingStats:
     """Expected counters of speculative decoding with k along one continuation (module docstring).
 
     Args:
@@ -96,7 +57,9 @@ def expected_counters(alphas: list[float], *, num_speculative_tokens: int, max_n
         max_new_tokens: the decoding budget (blocks near it are clipped, as in the core).
         adopts_prefix: the draft adopts the target's prompt KV (one plain first step).
     Returns:
-        :class:`ExpectedCounters`.
+        the core's :class:`DecodingStats` holding expectations (floats, not counts) in ``num_drafts``,
+        ``num_draft_tokens``, ``num_accepted_tokens``, ``num_rejected_steps``, ``accepted_per_position``;
+        its ``acceptance_rate`` / ``mean_accepted_length`` are then ratios of expectations.
     Raises:
         ValueError: k < 1.
     """
@@ -106,7 +69,8 @@ def expected_counters(alphas: list[float], *, num_speculative_tokens: int, max_n
     N = len(alphas)
     a = np.zeros(N + k + 1)
     a[:N] = np.asarray(alphas, dtype=np.float64)
-    out = ExpectedCounters(k, accepted_per_position=[0.0] * k)
+    out = DecodingStats(num_speculative_tokens=k, num_drafts=0.0, num_draft_tokens=0.0, num_accepted_tokens=0.0,
+                        num_rejected_steps=0.0, accepted_per_position=[0.0] * k)
     per_pos = np.zeros(k)
     w = np.zeros(N + k + 2)  # w[m]: probability that a step starts after m emitted tokens
     w[1 if adopts_prefix and N else 0] = 1.0
@@ -143,23 +107,23 @@ def expected_curve(per_prompt_alphas: list[list[float]], ks: range | list[int], 
         "expected_num_accepted_tokens"}}`` (all labelled expected; CIs 95% percentile bootstrap
         over prompts).
     """
+    from specdec.validation.replay import pooled
+
     out: dict[int, dict] = {}
+    ci = dict(seed=seed, n_resamples=n_resamples)
     for k in ks:
         per = [expected_counters(a, num_speculative_tokens=k, max_new_tokens=max_new_tokens,
                                  adopts_prefix=adopts_prefix) for a in per_prompt_alphas]
-        acc = [c.num_accepted_tokens for c in per]
-        drafted = [c.num_draft_tokens for c in per]
-        steps = [c.num_drafts for c in per]
-        ci = dict(seed=seed, n_resamples=n_resamples)
-        sa, sd, ss = sum(acc), sum(drafted), sum(steps)
+        acc, steps = [c.num_accepted_tokens for c in per], [c.num_drafts for c in per]
+        pool = pooled(per, k)  # the core's pooled sums and ratios (of expectations)
         lo, hi = bootstrap_ratio_ci(acc, steps, **ci)
         out[k] = {
-            "expected_acceptance_rate": sa / sd if sd else math.nan,
-            "expected_acceptance_rate_ci": bootstrap_ratio_ci(acc, drafted, **ci),
-            "expected_mean_accepted_length": 1.0 + sa / ss if ss else math.nan,
+            "expected_acceptance_rate": pool.acceptance_rate,
+            "expected_acceptance_rate_ci": bootstrap_ratio_ci(acc, [c.num_draft_tokens for c in per], **ci),
+            "expected_mean_accepted_length": pool.mean_accepted_length,
             "expected_mean_accepted_length_ci": [1.0 + lo, 1.0 + hi],
-            "expected_num_drafts": ss,
-            "expected_num_draft_tokens": sd,
-            "expected_num_accepted_tokens": sa,
+            "expected_num_drafts": pool.num_drafts,
+            "expected_num_draft_tokens": pool.num_draft_tokens,
+            "expected_num_accepted_tokens": pool.num_accepted_tokens,
         }
     return out
