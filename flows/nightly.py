@@ -136,10 +136,9 @@ def _worth_retrying(task, task_run, state) -> bool:
 
 @task(task_run_name="validate {pv.name}@v{pv.version}", retries=1, retry_delay_seconds=30,
       retry_condition_fn=_worth_retrying)
-def run_validation(pv, heldout: str, limit: int | None, device: str, dtype: str,
-                   out_dir: str, seed: int = 0, batch_size: int = 1, method: str = "decode",
-                   decode_fraction: float = 0.25):
-    """Load the pair's models (worker cache) and validate them on the held-out set.
+def run_validation(pv, params: ValidationParams, out_dir: str):
+    """Load the pair's models (worker cache) and validate them on the held-out set with tonight's ``params``
+    (one :func:`specdec.validation.validate` call, whatever the method).
 
     ``pv`` is the :class:`registry.PairVersion` the flow already read (its models and its
     :class:`specdec.SpeculativeConfig`); nothing is fetched again.
@@ -148,34 +147,27 @@ def run_validation(pv, heldout: str, limit: int | None, device: str, dtype: str,
         :class:`specdec.validation.report.ValidationReport`, also written to ``out_dir``.
     """
     from flows.loading import build_validation_config, cached_drafter, cached_target, load_pair_models
-    from specdec.validation import validate_pair
+    from specdec.validation import ValidationRequest, validate
     from specdec.validation.heldout import load_heldout
 
     log = _logger()
     pair, version = pv.name, pv.version
-    tkey, dkey = load_pair_models(pv, device=device, dtype=dtype)
+    tkey, dkey = load_pair_models(pv, device=params.device, dtype=params.dtype)
 
-    def progress(done: int, total: int, row) -> None:
-        acc = f"acceptance {row.acceptance_rate:.2f}" if row.status == "ok" else f"skipped: {row.skip_reason}"
-        log.info("%s v%s: prompt %d/%d (%s) %s", pair, version, done, total, row.category, acc)
+    def progress(p) -> None:
+        if p.rows:  # a decoded prompt
+            row = p.rows[0]
+            acc = f"acceptance {row.acceptance_rate:.2f}" if row.status == "ok" else f"skipped: {row.skip_reason}"
+            log.info("%s v%s: prompt %d/%d (%s) %s", pair, version, p.done, p.total, row.category, acc)
+        else:
+            log.info("%s v%s: %s %d/%d", pair, version, p.phase, p.done, p.total)
         pause_at("validation")
         stopping.check()
 
-    config = build_validation_config(pv.config, limit=limit, seed=seed, batch_size=batch_size)
-    if method == "decode":
-        report = validate_pair(cached_target(tkey), cached_drafter(dkey), load_heldout(heldout), config,
-                               target_ref=pv.target_uri, progress=progress)
-    else:  # replay every prompt (cached target continuations), decode a stratified subsample
-        from specdec.validation.replay_report import validate_replay
-
-        def phase(name: str, done: int, total: int) -> None:
-            log.info("%s v%s: %s %d/%d", pair, version, name, done, total)
-            pause_at("validation")
-            stopping.check()
-
-        [report] = validate_replay(cached_target(tkey), [cached_drafter(dkey)], load_heldout(heldout), config,
-                                   method=method, decode_fraction=decode_fraction, target_ref=pv.target_uri,
-                                   progress=phase)
+    config = build_validation_config(pv.config, limit=params.limit, seed=params.seed, batch_size=params.batch_size)
+    [report] = validate(ValidationRequest(cached_target(tkey), [cached_drafter(dkey)], load_heldout(params.heldout),
+                                          config, method=params.method, decode_fraction=params.decode_fraction,
+                                          target_ref=pv.target_uri, progress=progress))
     report.write(out_dir)
     return report
 
@@ -437,8 +429,7 @@ def claim_target(night: Night, target: Target, params: ValidationParams) -> Job 
     forget_claim(night.home, claim.run_id)
     night.beat.add(claim)
     out = report_dir_for(night.home, key)
-    args = (target.pv, params.heldout, params.limit, params.device, params.dtype, str(out), params.seed,
-            params.batch_size, params.method, params.decode_fraction)
+    args = (target.pv, params, str(out))
     fut = _Inline.run(run_validation, args) if _serial() else run_validation.submit(*args)
     return Job(target, key, claim, out, fut)
 
@@ -548,7 +539,7 @@ def nightly_validation_flow(
             48-prompt decode-only nightly decoded).
         method: ``both`` (default: replay every prompt from the cached target continuation, decode a
             stratified ``decode_fraction`` subsample, compare them), ``replay`` or ``decode``
-            (:func:`specdec.validation.replay_report.validate_replay`; docs/metrics.md "Replay").
+            (:func:`specdec.validation.validate`; docs/metrics.md "Replay").
         decode_fraction: share of the prompts decoded with ``method="both"`` (at least 2 per category).
         versions: pair versions to validate as well, by number (``specdec pair watch`` validates exactly
             the version a registry event named; recorded under the alias ``challenger``).

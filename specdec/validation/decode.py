@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from specdec.validation import speed
 from specdec.validation.aggregate import aggregate
 from specdec.validation.api import ValidationRun, calibrate_on
 from specdec.validation.config import ValidationConfig
@@ -27,7 +28,6 @@ from specdec.validation.prompt_run import PromptRun
 from specdec.validation.replay import RecordingDrafter
 from specdec.validation.report import GroupMetrics
 from specdec.validation.runner import DecodeSetup, band_outliers, retime_prompts, run_prompts, warmup
-from specdec.validation.speed import TIMING_BAND
 from specdec.validation.timing import Calibration, PassTimer
 
 __all__ = ["DecodeMeasurement", "DecodedDrafter", "measure_decode"]
@@ -140,7 +140,7 @@ def _retime_band_outliers(subset: HeldoutSet, subset_runs: list, setup: DecodeSe
         return before
     ids: set[str] = set()
     for j, dd in enumerate(first):
-        out = band_outliers(dd.runs, dd.overall.predicted_speedup, TIMING_BAND) if dd.overall.timing_suspect else []
+        out = band_outliers(dd.runs, dd.overall.predicted_speedup, speed.TIMING_BAND) if dd.overall.timing_suspect else []
         if out:
             ids.update(out)
             before[j] = dd.overall.speedup

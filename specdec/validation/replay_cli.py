@@ -1,4 +1,4 @@
-"""Terminal side of ``specdec validate --method replay|both``: progress and the replay tables."""
+"""Terminal side of ``specdec validate --method replay|both``: the replay tables."""
 
 from __future__ import annotations
 
@@ -9,34 +9,11 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["run_replay", "print_replay"]
+__all__ = ["print_replay"]
 
 
 def _f(x: Any, digits: int = 3) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
-
-
-def run_replay(tgt: Any, drafters: list[Any], hs: Any, config: Any, target_ref: str, method: str,
-               decode_fraction: float, err: Console) -> list[Any]:
-    """:func:`specdec.validation.replay_report.validate_replay` with a progress bar per phase
-    (and one plain line per prompt when stderr is not a terminal)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from specdec.validation.replay_report import validate_replay
-
-    with Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=False) as prog:
-        tasks: dict[str, Any] = {}
-
-        def tick(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = prog.add_task(phase, total=total)
-            prog.update(tasks[phase], completed=done, total=total)
-            if not err.is_terminal:
-                err.print(f"[{phase} {done}/{total}]", highlight=False, markup=False)
-
-        return validate_replay(tgt, drafters, hs, config, method=method, decode_fraction=decode_fraction,
-                               target_ref=target_ref, progress=tick)
 
 
 def print_replay(report: Any, out: Console) -> None:

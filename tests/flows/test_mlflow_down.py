@@ -18,7 +18,8 @@ pytestmark = pytest.mark.server
 def test_history_kept_and_mlflow_logging_retried(tmp_path, monkeypatch, prefect_harness):
     import monitoring
     from flows import model_cache
-    from flows.nightly import Job, Night, Target, log_to_mlflow, record_night, retry_pending_mlflow_logging, run_validation
+    from flows.nightly import (Job, Night, Target, ValidationParams, log_to_mlflow, record_night,
+                               retry_pending_mlflow_logging, run_validation)
     from flows.register import register_pair_flow
     from flows.tasks import report_dir_for
     from monitoring import history
@@ -42,7 +43,9 @@ def test_history_kept_and_mlflow_logging_retried(tmp_path, monkeypatch, prefect_
         db = monitoring.connect()
         claim = history.claim_run(db, key, alias="challenger")
         out = report_dir_for(monitoring.get_settings().home, key)
-        report = run_validation.fn(pvo, str(tmp_path / "h.jsonl"), None, "cpu", "float32", str(out))
+        params = ValidationParams(str(tmp_path / "h.jsonl"), None, "cpu", "float32", seed=0, batch_size=1,
+                                  method="decode", decode_fraction=0.25)
+        report = run_validation.fn(pvo, params, str(out))
         server.stop()  # MLflow goes down before the run is logged
         night = Night(key.scheduled_date, monitoring.get_settings(), db, None, held, lease=None, beat=None,
                       holder_dead=None)
