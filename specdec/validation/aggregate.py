@@ -20,7 +20,7 @@ from specdec.validation.speed import (
     timing_band,
 )
 
-__all__ = ["aggregate", "ratio", "predict", "IID_BASIS", "REPLAY_BASIS"]
+__all__ = ["aggregate", "groups", "ratio", "predict", "IID_BASIS", "REPLAY_BASIS"]
 
 IID_BASIS = "i.i.d. acceptance at alpha_hat"
 REPLAY_BASIS = "replayed counters"
@@ -64,6 +64,16 @@ def aggregate(runs: list[PromptRun], k: int, *, seed: int = 0, n_resamples: int 
     g.exactness_checked = len(audited)
     g.exactness_mismatches = sum(not r.row.exact_match for r in audited)
     return g
+
+
+def groups(runs: list[PromptRun], k: int, *, acceptance: list[PromptRun] | None = None,
+           **agg) -> tuple[GroupMetrics, dict[str, GroupMetrics]]:
+    """:func:`aggregate` overall and per category (sorted; the categories of ``acceptance`` when given)."""
+    cats = sorted({r.row.category for r in (runs if acceptance is None else acceptance)})
+    return aggregate(runs, k, acceptance=acceptance, **agg), {
+        c: aggregate([r for r in runs if r.row.category == c], k, **agg,
+                     acceptance=None if acceptance is None else [r for r in acceptance if r.row.category == c])
+        for c in cats}
 
 
 def _merged(runs: list[PromptRun], k: int) -> DecodingStats:

@@ -13,7 +13,7 @@ Two measurements, each with a typed result:
 
 ``method`` picks what runs: ``"decode"``, ``"replay"``, or ``"both"`` (replay every prompt, decode a
 stratified subsample, :func:`decode_subsample`, and compare the two). Each report is built from the
-measurement that gates (:func:`specdec.validation.replay_report.gate_method`: with fp32 on both sides the
+measurement that gates (:func:`gate_method`: with fp32 on both sides the
 replay, on every prompt; with a reduced-precision side, bf16 / fp16 / fp8, or counters a replay cannot count
 exactly, decoding); speed, c, v and exactness always come from decoding when it ran. Counters are pooled per
 category and overall (never averaging per-prompt ratios), with 95% bootstrap CIs over prompts and the one
@@ -42,13 +42,15 @@ from specdec.validation.provenance import ALPHA_HAT_ESTIMATOR, code_version, env
 from specdec.validation.report import PromptResult, ValidationReport
 from specdec.validation.timing import Calibration, PassTimer, calibrate
 
-__all__ = ["validate", "ValidationRequest", "ValidationProgress", "METHODS", "decode_subsample", "drafter_parts",
-           "report_common", "calibrate_on"]
+__all__ = ["validate", "ValidationRequest", "ValidationProgress", "METHODS", "decode_subsample", "gate_method",
+           "precision_of", "drafter_parts", "report_common", "calibrate_on"]
 
 #: the v(n) curve is measured for n up to at least this (the recommended k is chosen among 1..it)
 CALIBRATED_KMAX = 8
 #: what a validation measures: speculative decoding, replay, or replay with a decoded subsample
 METHODS = ("decode", "replay", "both")
+#: activations computed in these precisions make replay and decoding two measurements (decoding gates)
+REDUCED_PRECISIONS = ("bf16", "fp16", "fp8")
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,30 @@ def decode_subsample(subset: HeldoutSet, fraction: float, seed: int) -> HeldoutS
     if not 0 < fraction <= 1:
         raise ValueError(f"decode_fraction must be in (0, 1], got {fraction}")
     return subset.subset(max(math.ceil(fraction * len(subset)), 2 * len(subset.categories)), seed=seed)
+
+
+def gate_method(method: str, precision: str, counted: bool) -> str:
+    """Which measurement a report is built from: ``"replay"`` alone, ``"decode"`` alone, and with ``"both"``
+    the replay when it is the same computation as decoding (fp32 activations on both sides; int8/int4 copies
+    quantize weights only) and counts exactly, else decoding, which is what serving runs."""
+    if method != "both":
+        return method
+    return "decode" if precision in REDUCED_PRECISIONS or not counted else "replay"
+
+
+def precision_of(target: torch.nn.Module, draft: torch.nn.Module | None, recipe: dict | None) -> str:
+    """The lowest precision either side computes in: ``fp8``, ``bf16``, ``fp16``, ``int4``, ``int8`` or ``fp32``."""
+    dtypes = {p.dtype for m in (target, draft) if m is not None for p in m.parameters() if p.is_floating_point()}
+    names = {str(d).removeprefix("torch.") for d in dtypes}
+    if any(n.startswith("float8") for n in names) or (recipe or {}).get("kind") == "fp8":
+        return "fp8"
+    if "bfloat16" in names:
+        return "bf16"
+    if "float16" in names:
+        return "fp16"
+    if (recipe or {}).get("kind") in ("int8", "int4"):
+        return str(recipe["kind"])
+    return "fp32"
 
 
 def _prepare(request: ValidationRequest) -> ValidationRun:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specdec.validation import speed
-from specdec.validation.aggregate import aggregate
+from specdec.validation.aggregate import groups
 from specdec.validation.api import ValidationRun, calibrate_on
 from specdec.validation.config import ValidationConfig
 from specdec.validation.heldout import HeldoutSet, prompt_token_ids
@@ -57,12 +57,9 @@ class DecodedDrafter:
         which gates) pooled again with the acceptance fields from those runs and the rest from decoding."""
         if acceptance is None:
             return self.overall, self.categories
-        k = config.num_speculative_tokens
-        overall = aggregate(self.runs, k, **self.agg, acceptance=acceptance)
+        overall, categories = groups(self.runs, config.num_speculative_tokens, acceptance=acceptance, **self.agg)
         overall.speedup_before_retime = self.overall.speedup_before_retime
-        cats = sorted({r.row.category for r in acceptance})
-        return overall, {c: aggregate([r for r in self.runs if r.row.category == c], k, **self.agg,
-                                      acceptance=[r for r in acceptance if r.row.category == c]) for c in cats}
+        return overall, categories
 
 
 @dataclass
@@ -123,10 +120,7 @@ def _pooled(subset_runs: list, n: int, config: ValidationConfig, calibration: Ca
             agg.update(verify_cost=calibration.verify_cost, cost_ratio=calibration.cost_ratios[j],
                        prefill=(calibration.target_prefill, calibration.draft_prefill[j]
                                 if j < len(calibration.draft_prefill) else math.nan))
-        k = config.num_speculative_tokens
-        cats = sorted({r.row.category for r in runs})
-        out.append(DecodedDrafter(runs, aggregate(runs, k, **agg),
-                                  {c: aggregate([r for r in runs if r.row.category == c], k, **agg) for c in cats}, agg))
+        out.append(DecodedDrafter(runs, *groups(runs, config.num_speculative_tokens, **agg), agg))
     return out
 
 

@@ -1,19 +1,13 @@
 """Greedy replay: the counters speculative decoding would produce, for every k, from one draft pass.
 
-Under greedy decoding the target's continuation ``y`` does not depend on the drafter or on k, and
-while a block's drafts match ``y`` they are the draft's argmax on the teacher-forced sequence
-``prompt + y``; so ONE teacher-forced pass (:func:`draft_trace`) gives every block of every k. Each
-block is verified with the core's :func:`specdec.core.sampling.verify_greedy` and counted with the
-core's :meth:`specdec.core.stats.DecodingStats.record_step` (:func:`replay_counters`), with the
-bookkeeping of :func:`specdec.core.decoding.speculative_generate` (block budget
-``min(k, max_new_tokens - emitted - 1)``, drafts after a drafted stop token dropped, an accepted stop
-token ends generation, a draft that adopts the target's prompt KV starts with one plain target step).
-
-One trace class per drafter kind (:class:`ModelTrace`, :class:`NgramTrace`, :class:`HeadTrace`), each
-rebuilding its own blocks. A teacher-forced pass cannot see a draft model's tokens after a rejected
-draft in the same block: they never change acceptance, but a stop token among them would shorten the
-proposal, so a fast trace bounds ``num_draft_tokens``; ``exact=True`` runs the draft after every
-rejection and is exact in every counter. The n-gram replay is always exact. See docs/metrics.md "Replay".
+Under greedy decoding the target's continuation ``y`` depends on neither the drafter nor k, and while a
+block's drafts match ``y`` they are the draft's argmax on the teacher-forced ``prompt + y``: ONE pass
+(:func:`draft_trace`; one trace class per drafter kind, each rebuilding its blocks) gives every block of
+every k, verified with the core's :func:`~specdec.core.sampling.verify_greedy` and counted with the core's
+:meth:`~specdec.core.stats.DecodingStats.record_step` under the bookkeeping of
+:func:`specdec.speculative_generate` (:func:`replay_counters`). A fast trace cannot see a draft model's
+tokens after a rejected draft (they never change acceptance; it bounds ``num_draft_tokens``);
+``exact=True`` runs the draft there. See docs/metrics.md "Replay".
 """
 
 from __future__ import annotations
@@ -32,9 +26,8 @@ from specdec.core.sampling import NO_NEXT_TOKEN, verify_greedy
 from specdec.core.stats import DecodingStats
 from specdec.validation.teacher_forcing import teacher_forced_logits
 
-__all__ = ["DraftTrace", "ModelTrace", "NgramTrace", "HeadTrace", "draft_trace", "head_trace", "replay_counters",
-           "replay_curve", "replay_grid", "pooled", "RecordingDrafter", "first_flip", "target_divergence",
-           "counters_equal", "COMPARED_COUNTERS", "UNSEEN"]
+__all__ = ["DraftTrace", "ModelTrace", "NgramTrace", "HeadTrace", "draft_trace", "head_trace", "replay_counters", "replay_grid",
+           "pooled", "RecordingDrafter", "first_flip", "target_divergence", "counters_equal", "COMPARED_COUNTERS", "UNSEEN"]
 
 #: greedy proposals that record every token's confidence and never stop for it (threshold 0)
 _RECORD_CONFIDENCE = ProposalSampling(assistant_confidence_threshold=0.0)
@@ -47,14 +40,10 @@ COMPARED_COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "n
 
 @dataclass
 class DraftTrace:
-    """What one teacher-forced pass of a drafter says about a continuation ``y`` of length N.
-
-    Attributes:
-        margin: ``N`` floats, the draft's logit margin (top-1 minus top-2) at each position (empty for a lookup).
-        adopts_prefix: decoding starts with one plain target step (a draft that adopts the target's
-            prompt KV, or a head: no target features before the prefill).
-        exact: every counter is exact (n-gram, or the draft's own proposals after rejections recorded).
-    """
+    """What one teacher-forced pass of a drafter says about a continuation ``y`` of length N: ``margin``, the
+    draft's logit margin (top-1 minus top-2) at each position (empty for a lookup); ``adopts_prefix``, decoding
+    starts with one plain target step (a draft adopting the target's prompt KV, or a head); ``exact``, every
+    counter is exact."""
 
     margin: list[float] = field(default_factory=list)
     adopts_prefix: bool = False
@@ -64,23 +53,20 @@ class DraftTrace:
 
     def block(self, y: list[int], m: int, budget: int, stop: frozenset[int], tau: float | None = None,
               past_stop: bool = False) -> list[int]:
-        """The drafts decoding proposes at a block after ``m`` emitted tokens, at most ``budget`` (tau:
-        drafting stops right after a draft whose confidence < tau; ``past_stop``: a drafted stop token
-        does not end the block, as in llama.cpp; drafts past the end of ``y`` are :data:`UNSEEN`)."""
+        """The drafts (at most ``budget``) decoding proposes at a block after ``m`` emitted tokens; tau and
+        ``past_stop`` as :func:`replay_counters`' threshold and ``drafts_past_stop``; unseen ones :data:`UNSEEN`."""
         raise NotImplementedError
 
-    def replayed(self, m: int, i: int) -> int:
-        """The replayed draft ``i`` of the block after ``m`` emitted tokens, on the teacher-forced chain."""
+    def replayed(self, m: int, i: int) -> int:  # draft i of the block after m emitted tokens, on the chain
         raise NotImplementedError
 
 
 @dataclass
 class ModelTrace(DraftTrace):
-    """A draft model's trace. ``argmax[t]``: its greedy token after ``prompt + y[:t]``; ``confidence[t]``:
-    its top-1 probability there (softmax of its logits fitted to the target vocabulary, T = 1, as
-    :func:`specdec.core.sampling.draft_step`'s greedy confidence). Exact mode: ``free_runs[t]``, its own
-    greedy proposal (up to ``kmax - 1`` ids, cut after a stop token) after ``prompt + y[:t] + [argmax[t]]``
-    where ``argmax[t] != y[t]``, and ``free_run_confidence[t]`` their confidences."""
+    """A draft model's trace: ``argmax[t]``, its greedy token after ``prompt + y[:t]``, and ``confidence[t]``, its
+    top-1 probability there (T = 1, :func:`~specdec.core.sampling.draft_step`'s greedy confidence); exact mode:
+    ``free_runs[t]`` (confidences ``free_run_confidence[t]``), its own proposal after ``prompt + y[:t] +
+    [argmax[t]]`` where that leaves ``y``."""
 
     argmax: list[int] = field(default_factory=list)
     confidence: list[float] = field(default_factory=list)
@@ -114,8 +100,7 @@ class ModelTrace(DraftTrace):
 
 @dataclass
 class NgramTrace(DraftTrace):
-    """An n-gram drafter's trace: ``proposals[t]``, its lookup proposal (up to ``kmax`` ids, cut after a
-    stop token / at an id the target lacks) after ``prompt + y[:t]``; a lookup ignores a threshold."""
+    """An n-gram drafter's trace: ``proposals[t]``, its lookup proposal after ``prompt + y[:t]`` (ignores tau)."""
 
     proposals: list[list[int]] = field(default_factory=list)
 
@@ -123,23 +108,20 @@ class NgramTrace(DraftTrace):
         return self.proposals[m][:budget] if budget > 0 else []
 
     def replayed(self, m, i):
-        return self.proposals[m][i] if i < len(self.proposals[m]) else UNSEEN
+        return (self.proposals[m] + [UNSEEN] * (i + 1))[i]
 
 
 @dataclass
 class HeadTrace(DraftTrace):
-    """An EAGLE-3 head's trace: ``chains[m]``, its proposal (target ids) at a block after ``m`` emitted
-    tokens, up to and including the first token off ``y`` (exact mode: the drafter's whole proposal);
-    ``argmax[m]`` its first draft there. A head drafts from its own states beyond the target's features,
-    so its d-th draft depends on where the block starts. It keeps no per-draft confidence."""
+    """An EAGLE-3 head's trace: ``chains[m]``, its proposal at a block after ``m`` emitted tokens (it drafts from
+    its own states, so it depends on where the block starts) up to the first token off ``y`` (exact mode: the
+    whole proposal); ``argmax[m]``, its first draft. No per-draft confidence (no tau)."""
 
     chains: list[list[int]] = field(default_factory=list)
     argmax: list[int] = field(default_factory=list)
     thresholds: ClassVar[bool] = False
 
     def block(self, y, m, budget, stop, tau=None, past_stop=False):
-        """The chain cut after a stop token; a fast trace's drafts after its first token off ``y`` are
-        :data:`UNSEEN` (counted, which is exact unless one of them would have been a stop token)."""
         drafts: list[int] = []
         for x in self.chains[m][:max(budget, 0)]:
             drafts.append(x)
@@ -148,29 +130,19 @@ class HeadTrace(DraftTrace):
         return drafts + [UNSEEN] * (budget - len(drafts))
 
     def replayed(self, m, i):
-        return self.chains[m][i] if i < len(self.chains[m]) else UNSEEN
+        return (self.chains[m] + [UNSEEN] * (i + 1))[i]
 
 
 @torch.inference_mode()
 def draft_trace(drafter: Any, prompt_ids: list[int], continuation: list[int], vocab_size: int, *, kmax: int = 16,
                 stop_token_ids: frozenset[int] = frozenset(), exact: bool = False, adopts_prefix: bool = False,
                 target: Any = None) -> DraftTrace:
-    """One teacher-forced pass of ``drafter`` over ``prompt_ids + continuation[:-1]``.
+    """One teacher-forced pass of ``drafter`` (a draft causal LM, :class:`ModelDrafter`, :class:`NgramDrafter` or
+    :class:`Eagle3Drafter`, which needs ``target``) over ``prompt_ids + continuation[:-1]`` (``vocab_size``: the
+    target's; ``exact``: plus the draft's own proposal wherever it leaves ``y``, up to ``kmax``).
 
-    Args:
-        drafter: a draft causal LM, a :class:`ModelDrafter`, an :class:`NgramDrafter` or an :class:`Eagle3Drafter`.
-        prompt_ids: the prompt (>= 1 id). continuation: the target's greedy continuation ``y``.
-        vocab_size: the target's vocabulary (draft logits are fitted to it as in decoding).
-        kmax: the largest k replayed. stop_token_ids: ids that end generation.
-        exact: also run the draft's own proposal after every rejected draft token.
-        adopts_prefix: decoding adopts the target's prompt KV (:class:`DraftTrace`).
-        target: the target model, for an EAGLE-3 head (:func:`head_trace`).
-    Returns:
-        :class:`NgramTrace`, :class:`HeadTrace` or :class:`ModelTrace`: one full draft pass (``exact``:
-        plus one short greedy proposal per position where the draft leaves ``y``).
-    Raises:
-        ValueError: empty prompt; a head without ``target``.
-    """
+    Returns :class:`NgramTrace`, :class:`HeadTrace` or :class:`ModelTrace`. Raises ValueError: empty prompt; a
+    head without ``target``."""
     if not prompt_ids:
         raise ValueError("draft_trace needs a non-empty prompt")
     if isinstance(drafter, NgramDrafter):
@@ -193,8 +165,7 @@ def draft_trace(drafter: Any, prompt_ids: list[int], continuation: list[int], vo
     runner = ModelDrafter(model) if exact and kmax > 1 else None
     for t, (d, y) in enumerate(zip(trace.argmax, continuation)):
         if runner is not None and d != y and d not in stop_token_ids:
-            context = prompt_ids + continuation[:t] + [d]
-            runner.start([context])
+            runner.start([context := prompt_ids + continuation[:t] + [d]])
             proposal = runner.propose([context], [kmax - 1], _RECORD_CONFIDENCE, vocab_size, None, stop_token_ids)
             trace.free_runs[t] = proposal.row(0)
             trace.free_run_confidence[t] = proposal.confidence[0, : len(trace.free_runs[t])].tolist()
@@ -204,13 +175,10 @@ def draft_trace(drafter: Any, prompt_ids: list[int], continuation: list[int], vo
 @torch.inference_mode()
 def head_trace(drafter: Eagle3Drafter, target: Any, prompt_ids: list[int], continuation: list[int], vocab_size: int,
                *, kmax: int = 16, stop_token_ids: frozenset[int] = frozenset(), exact: bool = False) -> HeadTrace:
-    """:func:`draft_trace` of an EAGLE-3 head: one teacher-forced target pass (its aux features) and
-    ``kmax`` teacher-forced head passes (one per draft depth, every position at once).
-
-    The block after ``m`` emitted tokens drafts from the target features of positions
-    ``< len(prompt) + m - 1``, so its chain starts at head entry ``len(prompt) + m - 2``. ``exact``
-    re-runs the drafter itself for every block whose chain leaves ``y`` before ``kmax`` drafts.
-    """
+    """:func:`draft_trace` of an EAGLE-3 head: one teacher-forced target pass (its aux features) and ``kmax``
+    head passes (one per draft depth). The block after ``m`` emitted tokens drafts from the features of
+    positions ``< len(prompt) + m - 1`` (head entry ``len(prompt) + m - 2``); ``exact`` re-runs the drafter
+    where the chain leaves ``y`` before ``kmax`` drafts."""
     from specdec.core.features import target_features
 
     P, N = len(prompt_ids), len(continuation)
@@ -248,20 +216,14 @@ def replay_counters(trace: DraftTrace, continuation: list[int], *, num_speculati
     """The counters :func:`specdec.speculative_generate` (greedy, B = 1) produces with this k and threshold.
 
     Args:
-        trace: :func:`draft_trace` of the continuation.
-        continuation: the target's greedy continuation ``y``: ``max_new_tokens`` ids, or fewer ending
-            with a stop token.
-        num_speculative_tokens: k >= 1. max_new_tokens: the budget ``y`` was produced with.
-        stop_token_ids: ids that end generation.
-        assistant_confidence_threshold: tau (None = off), as ``speculative_generate``'s; exact with an
-            exact trace, a fast trace bounds ``num_draft_tokens`` as without tau. A lookup ignores it.
+        trace: :func:`draft_trace` of ``continuation``, the target's greedy ``y`` (``max_new_tokens`` ids, or
+            fewer ending with a stop token). num_speculative_tokens: k >= 1.
+        assistant_confidence_threshold: tau (None = off), as ``speculative_generate``'s.
         drafts_past_stop: llama.cpp's drafting (``draft-simple``): a drafted stop token does not end the
             block; drafts past the end of ``y`` count as drafted and never accepted.
     Returns:
-        :class:`DecodingStats` with the step counters, ``num_emitted_tokens`` and ``target_forward_passes``
-        (one per step); seconds and draft passes stay 0.
-    Raises:
-        ValueError: k < 1; a threshold on a :class:`HeadTrace`; ``y`` inconsistent with the budget / stops.
+        :class:`DecodingStats`: step counters, ``num_emitted_tokens``, ``target_forward_passes``.
+    Raises ValueError: k < 1; a threshold on a :class:`HeadTrace`; ``y`` inconsistent with the budget / stops.
     """
     k, y, stop = num_speculative_tokens, continuation, stop_token_ids
     if k < 1:
@@ -296,25 +258,11 @@ def pooled(stats: list[DecodingStats], k: int) -> DecodingStats:
     return functools.reduce(DecodingStats.merge, stats, DecodingStats(num_speculative_tokens=k))
 
 
-def replay_curve(trace: DraftTrace, continuation: list[int], ks: range | list[int], *, max_new_tokens: int,
-                 stop_token_ids: frozenset[int] = frozenset(),
-                 assistant_confidence_threshold: float | None = None) -> dict[int, DecodingStats]:
-    """:func:`replay_counters` for every k in ``ks`` from the same trace: ``{k: DecodingStats}``."""
-    return {k: replay_counters(trace, continuation, num_speculative_tokens=k, max_new_tokens=max_new_tokens,
-                               stop_token_ids=stop_token_ids, assistant_confidence_threshold=assistant_confidence_threshold)
-            for k in ks}
-
-
 def replay_grid(traces: list[DraftTrace], continuations: list[list[int]], ks: range | list[int],
                 taus: list[float | None], *, max_new_tokens: int,
                 stop_token_ids: frozenset[int] = frozenset()) -> dict[tuple[int, float | None], DecodingStats]:
-    """Pooled replayed counters ``{(k, tau): DecodingStats}`` for every (k, tau) of a grid (``tau=None``:
-    the fixed-k policy), from one trace and greedy continuation per prompt; for the speed model to pick
-    the best (k, tau).
-
-    Raises:
-        ValueError: as :func:`replay_counters`; traces and continuations of different lengths.
-    """
+    """Pooled replayed counters ``{(k, tau): DecodingStats}`` for every (k, tau) of a grid (``tau=None``: fixed
+    k), one trace and greedy continuation per prompt. Raises ValueError: as :func:`replay_counters`, or lengths."""
     if len(traces) != len(continuations):
         raise ValueError(f"{len(traces)} traces for {len(continuations)} continuations")
     return {(k, tau): pooled([replay_counters(t, y, num_speculative_tokens=k, max_new_tokens=max_new_tokens,
@@ -324,17 +272,15 @@ def replay_grid(traces: list[DraftTrace], continuations: list[list[int]], ks: ra
 
 
 def counters_equal(a: DecodingStats, b: DecodingStats, exact: bool = True) -> bool:
-    """True when ``a`` and ``b`` agree on :data:`COMPARED_COUNTERS` (``exact=False``: all but the
-    proposal counts ``num_draft_tokens`` / ``drafted_per_position``, which a fast replay bounds)."""
+    """``a`` and ``b`` agree on :data:`COMPARED_COUNTERS` (``exact=False``: but the proposal counts a fast replay bounds)."""
     names = COMPARED_COUNTERS if exact else tuple(n for n in COMPARED_COUNTERS if "draft" not in n or n == "num_drafts")
     return all(getattr(a, n) == getattr(b, n) for n in names)
 
 
 class RecordingDrafter:
-    """Any drafter (or a causal LM, wrapped as :func:`specdec.core.drafters.as_drafter` does) that records
-    ``(len(context), tokens)`` of every proposal in ``blocks`` and each context in ``contexts`` (cleared
-    by ``start``), so a decoded run can be compared block by block with its replay (:func:`first_flip`).
-    Decoding is unchanged: every other member is the wrapped drafter's. Meant for B = 1 runs."""
+    """Any drafter (a causal LM as :func:`~specdec.core.drafters.as_drafter` wraps it) recording, for B = 1 runs,
+    ``(len(context), tokens)`` of each proposal in ``blocks`` and its context in ``contexts`` (cleared by
+    ``start``), to compare a decoded run with its replay (:func:`first_flip`); decoding is unchanged."""
 
     def __init__(self, drafter: Any) -> None:
         self.inner = as_drafter(drafter)
@@ -368,12 +314,8 @@ class RecordingDrafter:
 
 def first_flip(blocks: list[tuple[int, list[int]]], prompt_len: int, trace: DraftTrace,
                continuation: list[int]) -> tuple[int, float] | None:
-    """The first continuation position where a decoded draft token differs from the replayed one.
-
-    Only tokens on the teacher-forced chain are compared (up to and including the first decoded token
-    that differs from ``continuation``). Returns ``(position, draft logit margin there)`` (``nan``
-    without a margin, n-gram), or None when every compared token agrees.
-    """
+    """The first continuation position where a decoded draft token on the teacher-forced chain (up to the first
+    one off ``continuation``) differs from the replayed one: ``(position, draft logit margin there)``, or None."""
     for ctx_len, tokens in blocks:
         m = ctx_len - prompt_len
         for i, x in enumerate(tokens):
@@ -388,9 +330,8 @@ def first_flip(blocks: list[tuple[int, list[int]]], prompt_len: int, trace: Draf
 
 
 def target_divergence(contexts: list[list[int]], prompt_len: int, continuation: list[int]) -> int | None:
-    """The first continuation position where a decoded run's own emitted tokens (seen in the contexts
-    its drafter was given) left ``continuation``: a target-side difference, which the exactness audit
-    explains. None when every context follows ``continuation``."""
+    """The first continuation position where a decoded run's emitted tokens (in its drafter's contexts) left
+    ``continuation`` (a target-side difference, which the exactness audit explains), or None."""
     for ctx in contexts:
         emitted = ctx[prompt_len:]
         if emitted != continuation[: len(emitted)]:

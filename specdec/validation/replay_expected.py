@@ -1,14 +1,10 @@
 """Sampling replay: EXPECTED speculative-decoding counters for every k from teacher-forced p and q.
 
-A replay cannot reproduce one run's random coins, so under the sampled proposal rule it reports
-expectations. Along the target's own continuation ``y``, position t has the per-token acceptance
-probability ``alpha_t = sum_x min(p_t(x), q_t(x))`` (Leviathan et al. 2022, Sec. 3.1), or
-``p_t(argmax q_t)`` under the argmax rule, with p, q through :func:`specdec.core.sampling.logits_to_probs`.
-A block after ``m`` emitted tokens with budget ``b = min(k, max_new_tokens - m - 1)`` accepts ``n``
-drafts with probability ``prod_{i<n} alpha_{m+i} * (1 - alpha_{m+n})`` (``n < b``) or
-``prod_{i<b} alpha_{m+i}`` (``n = b``); a forward recursion over ``m`` gives the expected counters.
-The approximation (labelled "expected" wherever reported): the accepted / recovered tokens follow
-``y``'s path; positions past its end have alpha 0. See docs/metrics.md "Replay".
+Along the target's continuation ``y``, position t accepts with ``alpha_t = sum_x min(p_t(x), q_t(x))``
+(Leviathan et al. 2022, Sec. 3.1; ``p_t(argmax q_t)`` under the argmax rule). A block after ``m`` emitted
+tokens with budget ``b`` accepts ``n`` drafts with probability ``prod_{i<n} alpha_{m+i} (1 - alpha_{m+n})``
+(``n < b``) or ``prod_{i<b} alpha_{m+i}``; a forward recursion over ``m`` gives the expected counters,
+assuming the accepted / recovered tokens follow ``y``'s path (docs/metrics.md "Replay").
 """
 
 from __future__ import annotations
@@ -26,15 +22,10 @@ __all__ = ["position_alphas", "expected_counters", "expected_curve"]
 
 def position_alphas(z_p: torch.Tensor, z_q: torch.Tensor, sampling: SamplingConfig,
                     draft_sampling: str = "sampled") -> list[float]:
-    """Per-position acceptance probability: ``sum_x min(p_t(x), q_t(x))`` (``"sampled"``) or
-    ``p_t(argmax q_t)`` (``"argmax"``; the argmax of the raw draft logits, as the core proposes).
+    """``T`` per-position acceptance probabilities in [0, 1] from the target's and the draft's float logits
+    ``[T, V]`` (draft fitted to V): ``sum_x min(p_t(x), q_t(x))`` under the ``"sampled"`` rule, ``p_t(argmax
+    q_t)`` (the raw draft logits' argmax, as the core proposes) under ``"argmax"``.
 
-    Args:
-        z_p, z_q: float logits ``[T, V]`` of the target and the draft (draft already fitted to V).
-        sampling: the decoding's :class:`SamplingConfig`.
-        draft_sampling: the proposal rule (:data:`specdec.core.config.DRAFT_SAMPLING_RULES`).
-    Returns:
-        ``T`` floats in [0, 1].
     Raises:
         ValueError: an unknown rule.
     """
@@ -49,17 +40,12 @@ def position_alphas(z_p: torch.Tensor, z_q: torch.Tensor, sampling: SamplingConf
 
 def expected_counters(alphas: list[float], *, num_speculative_tokens: int, max_new_tokens: int,
                       adopts_prefix: bool = False) -> DecodingStats:
-    """Expected counters of speculative decoding with k along one continuation (module docstring).
+    """Expected counters of speculative decoding with k >= 1 along one continuation's ``alphas`` (length
+    N <= ``max_new_tokens``; blocks clipped as in the core; ``adopts_prefix``: one plain first step).
 
-    Args:
-        alphas: per-position acceptance probabilities of the continuation (length N <= max_new_tokens).
-        num_speculative_tokens: k >= 1.
-        max_new_tokens: the decoding budget (blocks near it are clipped, as in the core).
-        adopts_prefix: the draft adopts the target's prompt KV (one plain first step).
     Returns:
-        the core's :class:`DecodingStats` holding expectations (floats, not counts) in ``num_drafts``,
-        ``num_draft_tokens``, ``num_accepted_tokens``, ``num_rejected_steps``, ``accepted_per_position``;
-        its ``acceptance_rate`` / ``mean_accepted_length`` are then ratios of expectations.
+        the core's :class:`DecodingStats` holding expectations (floats) in ``num_drafts``, ``num_draft_tokens``,
+        ``num_accepted_tokens``, ``num_rejected_steps`` and ``accepted_per_position``.
     Raises:
         ValueError: k < 1.
     """
@@ -99,14 +85,9 @@ def expected_counters(alphas: list[float], *, num_speculative_tokens: int, max_n
 
 def expected_curve(per_prompt_alphas: list[list[float]], ks: range | list[int], *, max_new_tokens: int,
                    adopts_prefix: bool = False, seed: int = 0, n_resamples: int = 2000) -> dict[int, dict]:
-    """Pooled expected counters for every k over prompts, with bootstrap CIs.
-
-    Returns:
-        ``{k: {"expected_acceptance_rate", "expected_acceptance_rate_ci", "expected_mean_accepted_length",
-        "expected_mean_accepted_length_ci", "expected_num_drafts", "expected_num_draft_tokens",
-        "expected_num_accepted_tokens"}}`` (all labelled expected; CIs 95% percentile bootstrap
-        over prompts).
-    """
+    """Pooled expected counters for every k over prompts: ``{k: {"expected_acceptance_rate", "..._ci",
+    "expected_mean_accepted_length", "..._ci", "expected_num_drafts", "expected_num_draft_tokens",
+    "expected_num_accepted_tokens"}}`` (95% percentile-bootstrap CIs over prompts)."""
     from specdec.validation.replay import pooled
 
     out: dict[int, dict] = {}

@@ -1,12 +1,9 @@
-"""The replay measurement (``method = replay | both``) and its part of the report.
+"""The replay measurement (``method = replay | both``, entered through :func:`specdec.validation.validate`).
 
-:func:`measure_replay` replays every prompt of the run's subset (:mod:`specdec.validation.replay_run`):
-exact counters for every k under greedy decoding and, at temperature > 0, under the argmax rule and for
-n-gram drafts; expected counters under the sampled rule. :func:`replay_result` turns one drafter's replay
-into its report part: the ``replay`` section (acceptance by k, the recommended k from the replayed curve
-with the measured c and v, and with a decoded subsample the per-method counters and
-``replay_decode_agreement`` with each disagreement named and classified) and, where the replay gates
-(:func:`gate_method`), the acceptance the report is built from. Entered through :func:`specdec.validation.validate`.
+:func:`measure_replay` replays every prompt (:mod:`specdec.validation.replay_run`); :func:`replay_result`
+gives one drafter's part of the report: the ``replay`` section (acceptance by k, the k recommended from the
+replayed curve with the measured c and v; next to a decoded subsample, both counters and
+``replay_decode_agreement`` with each disagreement classified) and, where the replay gates, the acceptance.
 """
 
 from __future__ import annotations
@@ -17,48 +14,34 @@ from typing import Any
 
 from specdec.core.drafters import NgramDrafter
 from specdec.core.inputs import stop_token_ids
-from specdec.validation.aggregate import REPLAY_BASIS, aggregate
+from specdec.validation.aggregate import REPLAY_BASIS, aggregate, groups
+from specdec.validation.api import calibrate_on, gate_method, precision_of
 from specdec.validation.continuation_cache import ContinuationCache, model_weights_hash
 from specdec.validation.prompt_run import PromptRun, record_counters
 from specdec.validation.replay import first_flip, target_divergence
 from specdec.validation.replay_curve import (acceptance_by_k, best_k_tau, classify, decoded_stop_after_rejection,
-                                             precision_of, recommend_from_curve)
+                                             recommend_from_curve)
 from specdec.validation.replay_expected import expected_curve
 from specdec.validation.replay_run import ReplayedPrompt, replay_prompts, replays_exactly
 from specdec.validation.report import GroupMetrics, PromptResult
 
-__all__ = ["ReplayMeasurement", "ReplayResult", "measure_replay", "replay_result", "gate_method", "REDUCED_PRECISIONS"]
+__all__ = ["ReplayMeasurement", "ReplayResult", "measure_replay", "replay_result"]
 
-#: activations computed in these precisions make replay and decoding two measurements (decoding gates)
-REDUCED_PRECISIONS = ("bf16", "fp16", "fp8")
 _COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
-
-
-def gate_method(method: str, precision: str, counted: bool) -> str:
-    """Which measurement a report is built from: ``"replay"`` alone, ``"decode"`` alone, and with ``"both"``
-    the replay when it is the same computation as decoding (fp32 activations on both sides; int8/int4 copies
-    quantize weights only) and counts exactly, else decoding, which is what serving runs."""
-    if method != "both":
-        return method
-    return "decode" if precision in REDUCED_PRECISIONS or not counted else "replay"
 
 
 @dataclass
 class ReplayMeasurement:
-    """Every prompt replayed for every drafter: the :class:`ReplayedPrompt` s, the largest k replayed, whether
-    proposals after rejections were run (``exact``) and the calibration measured for the run (or None)."""
+    """Every prompt replayed for every drafter, the largest k replayed, the run's calibration (or None)."""
 
     prompts: list[ReplayedPrompt]
     kmax: int
-    exact: bool
     calibration: Any  # specdec.validation.timing.Calibration | None
 
 
 def measure_replay(run: Any) -> ReplayMeasurement:
     """Replay the subset of ``run`` (a :class:`specdec.validation.api.ValidationRun`); the pass costs are
     measured first when the request has none, ``config.warmup`` and B = 1 (v(n) up to ``kmax``)."""
-    from specdec.validation.api import calibrate_on
-
     req, config = run.request, run.config
     kmax = max(req.kmax if config.sampling.is_greedy else min(req.kmax, 8), config.num_speculative_tokens)
     cache = req.cache or ContinuationCache()
@@ -71,13 +54,13 @@ def measure_replay(run: Any) -> ReplayMeasurement:
                              eos=run.eos, ctx_limit=run.ctx_limit, cache=cache,
                              target_weights=model_weights_hash(run.model, path, cache.weights_memo), kmax=kmax,
                              exact=req.exact, progress=lambda done, total, _rp: run.progress("replay", done, total))
-    return ReplayMeasurement(prompts, kmax, req.exact, calibration)
+    return ReplayMeasurement(prompts, kmax, calibration)
 
 
 @dataclass
 class ReplayResult:
-    """One drafter's replay in report form: the ``replay`` section, which measurement gates, the replayed
-    runs at the run's k (exact counters; empty for expected values) and their pooled groups."""
+    """One drafter's replay in report form: its section, which measurement gates, the replayed runs at the run's
+    k (empty for expected values) and their pooled groups."""
 
     section: dict[str, Any]
     gate: str
@@ -86,13 +69,11 @@ class ReplayResult:
     categories: dict[str, GroupMetrics]
 
     @property
-    def seconds(self) -> float:
-        """Wall seconds of the replay: continuations produced plus teacher-forced passes."""
+    def seconds(self) -> float:  # wall seconds: continuations produced plus teacher-forced passes
         return self.section["seconds"]["continuation"] + self.section["seconds"]["replay"]
 
     def describe(self, g: GroupMetrics) -> None:
-        """The report's overall ``g`` carries the replay's health (agreement with decoding, when compared)
-        and the k recommended from the replayed curve (one speed model, one set of costs)."""
+        """The report's overall ``g`` carries the replay's health and the k from the replayed curve."""
         if "replay_decode_agreement" in self.section:
             g.replay_decode_agreement = self.section["replay_decode_agreement"]
             g.replay_beyond_numerics = self.section["beyond_numerics"]
@@ -102,29 +83,24 @@ class ReplayResult:
 
 
 def replay_result(run: Any, j: int, measured: ReplayMeasurement, decoded: Any = None) -> ReplayResult:
-    """Drafter ``j``'s :class:`ReplayResult`; ``decoded``: its :class:`specdec.validation.decode.DecodedDrafter`
-    on the decoded subsample (``method="both"``), compared with the replay."""
+    """Drafter ``j``'s :class:`ReplayResult`, compared with ``decoded`` (its ``DecodedDrafter``) when given."""
     d, config = run.drafters[j], run.config
     precision, counted = precision_of(run.model, d.model, d.recipe), replays_exactly(d.obj, config)
     cal = measured.calibration
-    c = cal.cost_ratios[j] if cal is not None else math.nan
+    c, v = (cal.cost_ratios[j], cal.verify_cost) if cal is not None else (math.nan, None)
     c = decoded.overall.cost_ratio if math.isnan(c) and decoded is not None else c
-    v = cal.verify_cost if cal is not None else None
     ok = [rp for rp in measured.prompts if rp.status == "ok"]
-    section = _section(ok, config.sampling.is_greedy, counted, measured.exact or isinstance(d.obj, NgramDrafter),
+    section = _section(ok, config.sampling.is_greedy, counted, run.request.exact or isinstance(d.obj, NgramDrafter),
                        precision)
-    ks, agg = range(1, measured.kmax + 1), dict(seed=config.seed, n_resamples=config.bootstrap_resamples)
-    k = config.num_speculative_tokens
+    ks, k, agg = range(1, measured.kmax + 1), config.num_speculative_tokens, dict(seed=config.seed,
+                                                                                  n_resamples=config.bootstrap_resamples)
     if counted:
-        section["acceptance_by_k"] = acceptance_by_k([rp.drafters[j].curve for rp in ok], ks, c, v, **agg)
+        section["acceptance_by_k"] = acceptance_by_k([rp.drafters[j].curve for rp in ok], ks, **agg)
         if config.sampling.is_greedy:  # the trace's confidences are the greedy ones (T = 1)
             section.update(best_k_tau([rp.drafters[j].trace for rp in ok], [rp.continuation for rp in ok], ks, c, v,
                                       max_new_tokens=config.max_new_tokens, stop_token_ids=stop_token_ids(run.eos)))
         runs = _replay_runs(measured.prompts, j, k)
-        cats = sorted({r.row.category for r in runs})
-        overall, categories = aggregate(runs, k, **agg, verify_cost=v, cost_ratio=c), {
-            cat: aggregate([r for r in runs if r.row.category == cat], k, **agg, verify_cost=v, cost_ratio=c)
-            for cat in cats}
+        overall, categories = groups(runs, k, **agg, verify_cost=v, cost_ratio=c)
     else:
         runs, categories, overall = [], {}, _expected(section, [rp.drafters[j] for rp in ok], config, ks, agg)
     section.update(recommend_from_curve(section["acceptance_by_k"], c, v))
@@ -140,7 +116,7 @@ def replay_result(run: Any, j: int, measured: ReplayMeasurement, decoded: Any = 
 
 
 def _section(ok: list, greedy: bool, counted: bool, exact: bool, precision: str) -> dict[str, Any]:
-    """The replay section's header: what the numbers are, where the continuations came from, the seconds spent."""
+    """The section's header: what the numbers are, where the continuations came from, the seconds spent."""
     kind = ("exact counters (greedy replay)" if greedy else
             "exact counters (deterministic proposals along sampled target continuations)" if counted else
             "expected values (sampling: teacher-forced p, q)")
@@ -154,7 +130,7 @@ def _section(ok: list, greedy: bool, counted: bool, exact: bool, precision: str)
 
 
 def _expected(section: dict[str, Any], replays: list, config: Any, ks: range, agg: dict) -> GroupMetrics:
-    """Sampled rule: the expected acceptance-by-k table into ``section``; the expected group at the run's k."""
+    """Sampled rule: the expected acceptance-by-k table into ``section``; the group at the run's k."""
     k = config.num_speculative_tokens
     curve = expected_curve([r.alphas for r in replays], ks, max_new_tokens=config.max_new_tokens,
                            adopts_prefix=any(r.adopts_prefix for r in replays), **agg)
@@ -166,7 +142,7 @@ def _expected(section: dict[str, Any], replays: list, config: Any, ks: range, ag
 
 
 def _replay_runs(replayed: list[ReplayedPrompt], j: int, k: int) -> list[PromptRun]:
-    """One :class:`PromptRun` per prompt with drafter ``j``'s replayed counters at k (what :func:`aggregate` pools)."""
+    """One :class:`PromptRun` per prompt with drafter ``j``'s replayed counters at k."""
     runs = []
     for rp in replayed:
         run = PromptRun(row=PromptResult(rp.prompt.id, rp.prompt.category, status=rp.status,
@@ -180,7 +156,7 @@ def _replay_runs(replayed: list[ReplayedPrompt], j: int, k: int) -> list[PromptR
 
 
 def _compare(rep: ReplayResult, measured: ReplayMeasurement, j: int, decoded: Any, run: Any) -> None:
-    """The decoded subsample next to the replay in ``rep.section``: both counters and (greedy) the agreement."""
+    """The decoded subsample next to the replay: both counters and (greedy) the agreement."""
     section, k, agg = rep.section, run.config.num_speculative_tokens, decoded.agg
     section["num_prompts_decoded"] = decoded.overall.num_prompts
     section["counters"] = {"decode": _counters(decoded.overall)}
@@ -197,8 +173,7 @@ def _compare(rep: ReplayResult, measured: ReplayMeasurement, j: int, decoded: An
 
 def _agreement(replayed: list[ReplayedPrompt], j: int, decoded: Any, k: int,
                pair: tuple[str, frozenset[int]]) -> dict[str, Any]:
-    """``replay_decode_agreement`` and the named disagreements of drafter ``j`` (greedy); ``pair``: its
-    precision and the stop ids."""
+    """``replay_decode_agreement`` and the disagreements of drafter ``j``; ``pair``: (precision, stop ids)."""
     precision, stop = pair
     by_id = {rp.prompt.id: rp for rp in replayed if rp.status == "ok"}
     compared, agreeing, disagreements = 0, 0, []

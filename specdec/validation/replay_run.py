@@ -1,20 +1,9 @@
-"""The replay engine: continuations (cached or produced by the core) and per-prompt replays.
+"""The replay engine: per prompt the target's continuation (cached, or produced by the core) and each drafter's replay.
 
-For every prompt of the subset that can run (:func:`specdec.validation.prompt_run.skip_reason`):
-
-1. the target's continuation from the :class:`~specdec.validation.continuation_cache.ContinuationCache`,
-   or produced by the core and stored: greedy, by :func:`specdec.speculative_generate` (token-identical
-   to target-only) with the faster producer measured here (:class:`ProducerChoice`); sampling, by
-   :func:`specdec.autoregressive_generate` with the decoding validation's per-prompt generator;
-2. per drafter, one teacher-forced pass: the counters of every k in ``1..kmax``
-   (:mod:`specdec.validation.replay`) wherever they are exact (:func:`replays_exactly`), else the
-   per-position alphas (one teacher-forced target pass shared by the drafters) for the expected
-   counters (:mod:`specdec.validation.replay_expected`).
-
-Why the argmax rule replays exactly at temperature > 0: its draft ``x = argmax q`` is a function of the
-prefix, accepted with probability ``p(x)``, and a rejection draws from ``p`` without ``x``; so a run that
-emits ``y`` has the counters of greedy replay along ``y``, and replayed along target samples they are
-distributed as the decoded counters (docs/metrics.md, "Proposal rule").
+Greedy continuations come from :func:`specdec.speculative_generate` with the producer measured faster here
+(:class:`ProducerChoice`), sampled ones from target-only decoding with the per-prompt generator. Each drafter
+gets exact counters for every k where they are exact (:func:`replays_exactly`; why the argmax rule is: docs/metrics.md
+"Proposal rule"), else per-position alphas for expected counters (:mod:`specdec.validation.replay_expected`).
 """
 
 from __future__ import annotations
@@ -35,7 +24,7 @@ from specdec.validation.config import ValidationConfig
 from specdec.validation.continuation_cache import ContinuationCache, ContinuationKey, chat_template_hash
 from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, prompt_token_ids
 from specdec.validation.prompt_run import prompt_seed, seeded_generator, skip_reason
-from specdec.validation.replay import DraftTrace, draft_trace, replay_curve
+from specdec.validation.replay import DraftTrace, draft_trace, replay_counters
 from specdec.validation.replay_expected import position_alphas
 from specdec.validation.teacher_forcing import teacher_forced_logits
 
@@ -43,10 +32,8 @@ __all__ = ["ReplayedPrompt", "DrafterReplay", "replay_prompts", "adopts_prefix",
 
 
 def replays_exactly(drafter: Any, config: ValidationConfig) -> bool:
-    """Whether replay gives ``drafter``'s exact counters under ``config``: greedy decoding; the n-gram
-    drafter (a lookup: q one-hot, no confidence threshold applies); or, at temperature > 0, a model
-    drafter under the argmax rule without a confidence threshold (whose confidence there is the draft's
-    warped probability, which the trace does not record)."""
+    """Whether replay gives ``drafter``'s exact counters under ``config``: greedy; the n-gram drafter; or at
+    T > 0 a model drafter under the argmax rule without a threshold (its confidence is not in the trace)."""
     if config.sampling.is_greedy or isinstance(drafter, NgramDrafter):
         return True
     spec = config.speculative
@@ -55,9 +42,7 @@ def replays_exactly(drafter: Any, config: ValidationConfig) -> bool:
 
 @dataclass
 class DrafterReplay:
-    """One drafter's replay of one prompt: ``curve`` (exact counters, ``{k: DecodingStats}``) and
-    its trace, or ``alphas`` (the sampled rule, per continuation position)."""
-
+    """One drafter's replay of one prompt: ``curve`` (``{k: DecodingStats}``) and its trace, or ``alphas``."""
     curve: dict[int, DecodingStats] = field(default_factory=dict)
     alphas: list[float] = field(default_factory=list)
     trace: DraftTrace | None = None
@@ -66,12 +51,8 @@ class DrafterReplay:
 
 @dataclass
 class ReplayedPrompt:
-    """One prompt: its ids, the target's continuation, where it came from, and each drafter's replay.
-
-    ``status`` is ``"ok"`` or ``"skipped"`` (``skip_reason`` says why); ``produced_by`` is ``"cache"``,
-    ``"speculative"`` (the model drafter under test), ``"ngram"`` or ``"target-only"``; wall seconds.
-    """
-
+    """One prompt: its ids, ``status`` (``"ok"`` / ``"skipped"``), the target's continuation, who produced it
+    (``"cache"``, ``"speculative"``, ``"ngram"``, ``"target-only"``), wall seconds and each drafter's replay."""
     prompt: HeldoutPrompt
     ids: list[int]
     status: str = "ok"
@@ -84,14 +65,9 @@ class ReplayedPrompt:
 
 
 class ProducerChoice:
-    """Which drafter produces the greedy continuations: the faster one, measured here.
+    """Which ``(name, drafter)`` option produces the greedy continuations (every option is exact): each in
+    turn for ``trials`` continuations, then the one with the fewest seconds per new token.
 
-    Every option is exact (greedy speculative decoding emits the target's own continuation), so the
-    choice only changes cost: each option produces the first ``trials`` continuations in turn, then the
-    one with the fewest seconds per new token (pooled over its trials) produces the rest.
-
-    Args:
-        options: ``(name, drafter)`` pairs, at least one. trials: timed continuations per option (>= 1).
     Raises:
         ValueError: no options, or ``trials < 1``.
     """
@@ -100,41 +76,33 @@ class ProducerChoice:
         if not options or trials < 1:
             raise ValueError("ProducerChoice needs at least one option and trials >= 1")
         self.options, self.trials = list(options), trials
-        self._seconds = {name: 0.0 for name, _ in options}
-        self._tokens = {name: 0 for name, _ in options}
-        self._runs = {name: 0 for name, _ in options}
+        self._seconds, self._tokens, self._runs = ({name: 0 for name, _ in options} for _ in range(3))
 
     def next(self) -> tuple[str, Any]:
-        """The option that produces the next continuation: ``(name, drafter)``."""
         pending = [o for o in self.options if self._runs[o[0]] < self.trials]
         if pending:
             return min(pending, key=lambda o: self._runs[o[0]])
         return min(self.options, key=lambda o: self.seconds_per_token(o[0]))
 
     def record(self, name: str, seconds: float, new_tokens: int) -> None:
-        """One produced continuation: wall ``seconds`` for ``new_tokens`` tokens."""
         self._runs[name] += 1
         self._seconds[name] += seconds
         self._tokens[name] += max(new_tokens, 1)
 
-    def seconds_per_token(self, name: str) -> float:
-        """Pooled seconds per new token of ``name`` (inf before its first run)."""
+    def seconds_per_token(self, name: str) -> float:  # pooled; inf before its first run
         return self._seconds[name] / self._tokens[name] if self._tokens[name] else float("inf")
 
-    def summary(self) -> dict[str, float]:
-        """``{name: seconds per new token}`` of the options tried (for reports)."""
+    def summary(self) -> dict[str, float]:  # seconds per new token of the options tried
         return {n: self.seconds_per_token(n) for n, _ in self.options if self._runs[n]}
 
 
 def adopts_prefix(drafter: Any, target: torch.nn.Module, prompt_len: int) -> bool:
-    """Whether decoding lets this drafter adopt the target's prompt KV (one plain first step), asked as
-    :func:`specdec.speculative_generate` asks it."""
+    """Whether decoding lets this drafter adopt the target's prompt KV, asked as the core asks it."""
     return bool(getattr(as_drafter(drafter), "can_adopt_prefix", lambda *a: False)(target, prompt_len))
 
 
 @dataclass
-class _Replay:
-    """What replaying one prompt needs (built once per :func:`replay_prompts` call)."""
+class _Replay:  # what replaying one prompt needs
 
     target: torch.nn.Module
     drafters: list[Any]
@@ -145,14 +113,8 @@ class _Replay:
     exact: bool
     cache: ContinuationCache
     producers: ProducerChoice | None
-
-    @property
-    def device(self) -> torch.device:
-        return model_device(self.target)
-
-    @property
-    def vocab(self) -> int:
-        return self.target.get_output_embeddings().weight.shape[0]
+    device: torch.device
+    vocab: int
 
 
 def replay_prompts(subset: HeldoutSet, target: torch.nn.Module, tokenizer: Any, drafters: list[Any],
@@ -160,20 +122,10 @@ def replay_prompts(subset: HeldoutSet, target: torch.nn.Module, tokenizer: Any, 
                    target_weights: str, kmax: int = 16, exact: bool = False,
                    progress: Callable[[int, int, ReplayedPrompt], None] | None = None,
                    replay: bool = True) -> list[ReplayedPrompt]:
-    """Replay every prompt of ``subset`` for every drafter (see the module docstring).
+    """One :class:`ReplayedPrompt` per prompt of ``subset`` (its ``source_version`` keys the cache), in order:
+    every drafter (the objects decoding uses) replayed against ``target`` (eval mode) for every k in ``1..kmax``
+    (``exact`` as :func:`draft_trace`; ``replay=False``: only the continuations); ``progress(done, total, rp)``.
 
-    Args:
-        subset: the prompts (its ``source_version`` keys the cache).
-        target: the target causal LM (eval mode). tokenizer: its tokenizer (chat template applied).
-        drafters: per drafter, the object decoding uses (causal LM, ModelDrafter, NgramDrafter, Eagle3Drafter).
-        config: the validation settings (k is irrelevant: every k in ``1..kmax`` is replayed).
-        eos: EOS id(s). ctx_limit: the models' smallest context (tokens) or None.
-        cache: where continuations are read and stored. target_weights: the target's weights hash.
-        kmax: largest k replayed. exact: greedy model drafters also run after each rejected token.
-        progress: ``progress(done, total, replayed)`` after each prompt.
-        replay: False: only the continuations (read or produced), no drafter replay.
-    Returns:
-        one :class:`ReplayedPrompt` per prompt, in order.
     Raises:
         specdec.core.finite.BrokenModel: a model produced non-finite logits.
     """
@@ -181,7 +133,8 @@ def replay_prompts(subset: HeldoutSet, target: torch.nn.Module, tokenizer: Any, 
     if config.sampling.is_greedy:
         model = next((d for d in drafters if not isinstance(d, NgramDrafter)), None)
         producers = ProducerChoice(([("speculative", model)] if model is not None else []) + [("ngram", NgramDrafter())])
-    run = _Replay(target, drafters, config, stop_token_ids(eos), eos, kmax, exact, cache, producers)
+    run = _Replay(target, drafters, config, stop_token_ids(eos), eos, kmax, exact, cache, producers,
+                  model_device(target), target.get_output_embeddings().weight.shape[0])
     key = dict(target_weights=target_weights, heldout_version=subset.source_version,
                chat_template=chat_template_hash(tokenizer), max_new_tokens=config.max_new_tokens,
                sampling=config.sampling, seed=config.seed, stop_token_ids=run.stop,
@@ -206,8 +159,7 @@ def replay_prompts(subset: HeldoutSet, target: torch.nn.Module, tokenizer: Any, 
     return out
 
 
-def _continuation(run: _Replay, rp: ReplayedPrompt, key: ContinuationKey) -> None:
-    """The target continuation of ``rp``: from the cache, else produced and stored."""
+def _continuation(run: _Replay, rp: ReplayedPrompt, key: ContinuationKey) -> None:  # cached, else produced and stored
     cached = run.cache.get(key, vocab_size=run.vocab)
     if cached is not None:
         rp.continuation, rp.produced_by = cached, "cache"
@@ -220,9 +172,7 @@ def _continuation(run: _Replay, rp: ReplayedPrompt, key: ContinuationKey) -> Non
     run.cache.put(key, rp.continuation, rp.produced_by)
 
 
-def _produce(run: _Replay, producer: Any, rp: ReplayedPrompt) -> list[int]:
-    """Greedy: the pair's output, which is the target's own greedy continuation; sampling: target-only
-    with the decoding validation's per-prompt generator."""
+def _produce(run: _Replay, producer: Any, rp: ReplayedPrompt) -> list[int]:  # greedy: the pair's; else target-only
     x = torch.tensor([rp.ids], dtype=torch.long, device=run.device)
     decode = dict(max_new_tokens=run.config.max_new_tokens, sampling=run.config.sampling, eos_token_id=run.eos)
     if producer is not None:
@@ -241,9 +191,10 @@ def _replay_one(run: _Replay, ids: list[int], y: list[int]) -> list[DrafterRepla
         if replays_exactly(d, config):
             trace = draft_trace(d, ids, y, run.vocab, kmax=run.kmax, stop_token_ids=run.stop, exact=run.exact,
                                 adopts_prefix=adopt, target=run.target)
-            curve = replay_curve(trace, y, range(1, run.kmax + 1), max_new_tokens=config.max_new_tokens,
-                                 stop_token_ids=run.stop,
-                                 assistant_confidence_threshold=config.speculative.assistant_confidence_threshold)
+            curve = {k: replay_counters(trace, y, num_speculative_tokens=k, max_new_tokens=config.max_new_tokens,
+                                        stop_token_ids=run.stop,
+                                        assistant_confidence_threshold=config.speculative.assistant_confidence_threshold)
+                     for k in range(1, run.kmax + 1)}
             res.append(DrafterReplay(curve=curve, trace=trace, adopts_prefix=adopt))
         elif not y:
             res.append(DrafterReplay(adopts_prefix=adopt))
