@@ -21,7 +21,7 @@ from typing import Any
 
 from specdec.validation import speed
 from specdec.validation.aggregate import groups
-from specdec.validation.api import ValidationRun, calibrate_on
+from specdec.validation.request import ValidationRun, calibrate_on
 from specdec.validation.config import ValidationConfig
 from specdec.validation.heldout import HeldoutSet, prompt_token_ids
 from specdec.validation.prompt_run import PromptRun

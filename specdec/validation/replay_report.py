@@ -15,7 +15,7 @@ from typing import Any
 from specdec.core.drafters import NgramDrafter
 from specdec.core.inputs import stop_token_ids
 from specdec.validation.aggregate import REPLAY_BASIS, aggregate, groups
-from specdec.validation.api import calibrate_on, gate_method, precision_of
+from specdec.validation.request import ValidationRun, calibrate_on, gate_method, precision_of
 from specdec.validation.continuation_cache import ContinuationCache, model_weights_hash
 from specdec.validation.prompt_run import PromptRun, record_counters
 from specdec.validation.replay import first_flip, target_divergence
@@ -39,8 +39,8 @@ class ReplayMeasurement:
     calibration: Any  # specdec.validation.timing.Calibration | None
 
 
-def measure_replay(run: Any) -> ReplayMeasurement:
-    """Replay the subset of ``run`` (a :class:`specdec.validation.api.ValidationRun`); the pass costs are
+def measure_replay(run: ValidationRun) -> ReplayMeasurement:
+    """Replay the subset of ``run`` (a :class:`specdec.validation.request.ValidationRun`); the pass costs are
     measured first when the request has none, ``config.warmup`` and B = 1 (v(n) up to ``kmax``)."""
     req, config = run.request, run.config
     kmax = max(req.kmax if config.sampling.is_greedy else min(req.kmax, 8), config.num_speculative_tokens)
@@ -82,7 +82,7 @@ class ReplayResult:
         g.recommended_k_basis = REPLAY_BASIS if g.recommended_num_speculative_tokens is not None else g.recommended_k_basis
 
 
-def replay_result(run: Any, j: int, measured: ReplayMeasurement, decoded: Any = None) -> ReplayResult:
+def replay_result(run: ValidationRun, j: int, measured: ReplayMeasurement, decoded: Any = None) -> ReplayResult:
     """Drafter ``j``'s :class:`ReplayResult`, compared with ``decoded`` (its ``DecodedDrafter``) when given."""
     d, config = run.drafters[j], run.config
     precision, counted = precision_of(run.model, d.model, d.recipe), replays_exactly(d.obj, config)
@@ -155,7 +155,7 @@ def _replay_runs(replayed: list[ReplayedPrompt], j: int, k: int) -> list[PromptR
     return runs
 
 
-def _compare(rep: ReplayResult, measured: ReplayMeasurement, j: int, decoded: Any, run: Any) -> None:
+def _compare(rep: ReplayResult, measured: ReplayMeasurement, j: int, decoded: Any, run: ValidationRun) -> None:
     """The decoded subsample next to the replay: both counters and (greedy) the agreement."""
     section, k, agg = rep.section, run.config.num_speculative_tokens, decoded.agg
     section["num_prompts_decoded"] = decoded.overall.num_prompts
