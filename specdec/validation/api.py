@@ -37,8 +37,8 @@ from specdec.validation.findings import findings
 from specdec.validation.heldout import HeldoutSet
 from specdec.validation.prompt_run import DrafterUnderTest, context_limit
 from specdec.validation.provenance import ALPHA_HAT_ESTIMATOR, code_version, environment, eos_token_ids
-from specdec.validation.decode import measure_decode
-from specdec.validation.replay_report import measure_replay, replay_result
+from specdec.validation.decode import DecodeMeasurement, measure_decode
+from specdec.validation.replay_report import ReplayMeasurement, measure_replay, replay_result
 from specdec.validation.report import ValidationReport
 from specdec.validation.request import (CALIBRATED_KMAX, METHODS, REDUCED_PRECISIONS, ValidationProgress,
                                         ValidationRequest, ValidationRun, calibrate_on, gate_method, precision_of)
@@ -47,6 +47,7 @@ from specdec.validation.timing import PassTimer
 __all__ = ["validate", "ValidationRequest", "ValidationProgress", "ValidationRun", "METHODS", "decode_subsample",
            "gate_method", "precision_of", "REDUCED_PRECISIONS", "drafter_parts", "report_common", "calibrate_on",
            "CALIBRATED_KMAX"]
+
 
 def validate(request: ValidationRequest) -> list[ValidationReport]:
     """Validate each drafter of ``request`` against its target on the held-out set (module docstring).
@@ -137,12 +138,12 @@ def _drafters_under_test(drafters: list[Any], model: torch.nn.Module) -> list[Dr
     return ctxs
 
 
-def _report(run: ValidationRun, j: int, decoded: Any, replayed: Any) -> ValidationReport:
+def _report(run: ValidationRun, j: int, decoded: DecodeMeasurement | None,
+            replayed: ReplayMeasurement | None) -> ValidationReport:
     """Drafter ``j``'s report, built from the measurement that gates (decoding alone; the replay alone; with
     both, the replay's acceptance on every prompt and decoding's speed, or decoding's all).
 
-    ``decoded`` / ``replayed``: the :class:`~specdec.validation.decode.DecodeMeasurement` and
-    :class:`~specdec.validation.replay_report.ReplayMeasurement` (None: not run)."""
+    ``decoded`` / ``replayed``: None where that measurement did not run."""
     d = run.drafters[j]
     dd = decoded.drafters[j] if decoded is not None else None
     rep = replay_result(run, j, replayed, dd) if replayed is not None else None
