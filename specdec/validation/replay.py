@@ -412,7 +412,8 @@ def recording(drafter: Any) -> Any:
         TypeError: another drafter type.
     """
     if isinstance(drafter, NgramDrafter):
-        return RecordingNgramDrafter(drafter.max_ngram, drafter.min_ngram, drafter.match_tokens, drafter.first_occurrence)
+        return RecordingNgramDrafter(drafter.max_ngram, drafter.min_ngram, drafter.match_tokens, drafter.first_occurrence,
+                                     drafter.distinct_single)
     if isinstance(drafter, ModelDrafter):
         return RecordingModelDrafter(drafter.model)
     if isinstance(drafter, Eagle3Drafter):
