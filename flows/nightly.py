@@ -39,7 +39,7 @@ from flows.tasks import (
 )
 from flows import stopping
 from flows.ungated import check_ungated, report_ungated, version_link
-from specdec.pause_points import pause_at
+from specdec import events
 
 
 def _logger():
@@ -158,7 +158,7 @@ def run_validation(pv, heldout: str, limit: int | None, device: str, dtype: str,
     def progress(done: int, total: int, row) -> None:
         acc = f"acceptance {row.acceptance_rate:.2f}" if row.status == "ok" else f"skipped: {row.skip_reason}"
         log.info("%s v%s: prompt %d/%d (%s) %s", pair, version, done, total, row.category, acc)
-        pause_at("validation")
+        events.announce("validation", pair=pair, version=str(version), done=done, total=total)
         stopping.check()
 
     config = build_validation_config(pv.config, limit=limit, seed=seed, batch_size=batch_size)
@@ -170,7 +170,7 @@ def run_validation(pv, heldout: str, limit: int | None, device: str, dtype: str,
 
         def phase(name: str, done: int, total: int) -> None:
             log.info("%s v%s: %s %d/%d", pair, version, name, done, total)
-            pause_at("validation")
+            events.announce("validation", pair=pair, version=str(version), done=done, total=total)
             stopping.check()
 
         [report] = validate_replay(cached_target(tkey), [cached_drafter(dkey)], load_heldout(heldout), config,
@@ -236,11 +236,12 @@ def _mlflow_link(run_id: str) -> str:
     return f"runs:/{run_id} (mlflow ui --backend-store-uri {uri})"
 
 
-def log_night_to_mlflow(night: Night, job: Job, history_run_id: int, drift, log_task=log_to_mlflow) -> MlflowOutcome:
-    """Step 5, best-effort: log the MLflow run and mark the history row logged.
+def log_night_to_mlflow(night: Night, job: Job, history_run_id: int, drift) -> MlflowOutcome:
+    """Step 5, best-effort: log the MLflow run (task :func:`flows.tasks.log_to_mlflow`) and mark the
+    history row logged.
 
     A failure is logged and leaves the row pending (the next night logs it first); the alert still
-    goes out. ``log_task``: the Prefect task to call (a test passes one without retries).
+    goes out.
     """
     from monitoring import history
 
@@ -250,7 +251,7 @@ def log_night_to_mlflow(night: Night, job: Job, history_run_id: int, drift, log_
                                 job.key.scheduled_date.isoformat(),
                                 history.trend_points(night.db, t.pair, exclude_run=history_run_id))
     try:
-        run_id = log_task(logging_job)
+        run_id = log_to_mlflow(logging_job)
     except Exception as e:  # noqa: BLE001 (MLflow, its HTTP client, the artifact store and matplotlib raise many types; none may stop the alert)
         _logger().error("MLflow logging failed (%s: %s): history run %s kept, logged on the next run",
                         type(e).__name__, e, history_run_id)
@@ -259,8 +260,10 @@ def log_night_to_mlflow(night: Night, job: Job, history_run_id: int, drift, log_
     return MlflowOutcome(run_id, {"MLflow run": _mlflow_link(run_id), "Pair version": version_link(t.pair, t.version)})
 
 
-def record_night(night: Night, job: Job, report, log_task=log_to_mlflow) -> NightlyResult:
-    """Steps 3-7 for one validated pair version, top to bottom: history, rules, MLflow, alert, description.
+def record_night(night: Night, job: Job, report) -> NightlyResult:
+    """Steps 3-7 for one validated pair version: history, rules, evidence, MLflow, alert
+    (:func:`monitoring.pipeline.record_and_evaluate`, with the MLflow run as its ``before_alert`` step),
+    then the description.
 
     The history row, the rules and the alert always happen; the Evidently report, the MLflow run and
     the description are best-effort (logged, and the alert still goes out).
@@ -268,22 +271,25 @@ def record_night(night: Night, job: Job, report, log_task=log_to_mlflow) -> Nigh
     Raises:
         RunAlreadyClaimed: another run took the key over while this one was validating.
     """
-    from monitoring import history, pipeline
+    from monitoring import pipeline
     from monitoring.history import Lineage
 
     t = job.target
-    pause_at("history")
+    events.announce("history", pair=t.pair, version=t.version)
     lineage = Lineage.from_report(report, target_hash=t.pv.target_weights_sha256, draft_hash=t.pv.draft_weights_sha256)
-    run_id = history.record_run(night.db, report, job.key, lineage, claim=job.claim, alias=t.alias)       # 3
-    evaluation = pipeline.evaluate_run(night.db, run_id, champion_version=t.champion_version,               # 4
-                                       settings=night.settings)
-    drift = pipeline.drift_evidence(night.db, evaluation, out_dir=job.report_dir / "evidently", settings=night.settings)
-    mlflow = log_night_to_mlflow(night, job, run_id, drift, log_task)                                       # 5
-    links = {**({"Evidently report": str(drift.html_path)} if drift is not None else {}), **mlflow.links}
-    outcome = pipeline.alert(night.db, evaluation, links=links, settings=night.settings)                    # 6
+    logged = []
+
+    def log_run(history_run_id: int, evaluation, drift) -> dict[str, str]:                             # 5
+        logged.append(log_night_to_mlflow(night, job, history_run_id, drift))
+        return logged[0].links
+
+    out = pipeline.record_and_evaluate(night.db, report, job.key, lineage, claim=job.claim, alias=t.alias,  # 3, 4, 6
+                                       champion_version=t.champion_version, settings=night.settings,
+                                       evidently_dir=job.report_dir / "evidently", before_alert=log_run)
+    mlflow = logged[0]
     if mlflow.run_id is not None:                                                                           # 7
         _describe(t, mlflow.run_id)
-    return _result(job, report, evaluation, drift, mlflow, outcome)
+    return _result(job, report, out.evaluation, out.drift, mlflow, out.alert)
 
 
 def _describe(t: Target, mlflow_run_id: str) -> None:

@@ -47,7 +47,7 @@ from registry.pairs import get_pair_model_version
 from registry.plots import ACCEPTANCE_KEYS, SPEED_KEYS, night_of, write_run_plots
 from registry.gate import GateConfig, GateResult, evaluate_gate
 from registry.settings import VALIDATION_EXPERIMENT, get_client, get_or_create_experiment, mlflow_errors
-from specdec.pause_points import pause_at
+from specdec import events
 from specdec.settings.policy import get_policy
 from specdec.validation.report import PROMPTS_FILE, REPORT_FILE, ValidationReport
 
@@ -351,8 +351,8 @@ def log_validation(
             ``specdec.run_key``. Runs of the same key that a crashed process left ``RUNNING`` are
             ended ``FAILED`` and deleted before the new run starts, and older runs of the key are
             deleted once the new one finished: one finished MLflow run per key, however often it
-            is retried. The crash tests stop the process right after the run exists
-            (:func:`specdec.pause_points.pause_at` ``"mlflow"``).
+            is retried. The step event ``mlflow`` (:mod:`specdec.events`) is announced
+            right after the run exists.
         describe: also write the one-line descriptions (:func:`describe_validation`); the nightly
             does that as its own last step.
         Artifacts that are evidence, not results (plots, ``extra_artifacts``) are best-effort: a
@@ -383,7 +383,7 @@ def log_validation(
         night = str(report.created_at or datetime.now(timezone.utc).isoformat())[:10]
         name = run_name or f"{pair} v{version} night {night}"
         run_id = client.create_run(eid, run_name=name, tags=tags).info.run_id
-        pause_at("mlflow")
+        events.announce("mlflow", pair=pair, version=version, run_id=run_id)
         _fill_run(client, run_id, report, rdir, metrics, ptags,
                   _Trend(pair, version, list(history), gate, night_of(name)), extra_artifacts)
         _set_version_tags(client, pair, version, validation_tags(
