@@ -25,7 +25,7 @@ def locate_task(pair: str, alias: str, target: str | None) -> dict:
         ValueError: the pair's drafter is not an EAGLE-3 head.
     """
     from registry.heads import head_directory
-    from registry.service import get_pair_version
+    from registry.pairs import get_pair_version
     from registry.register import resolve_checkpoint
 
     pv = get_pair_version(pair, alias, download=False)
@@ -104,7 +104,7 @@ def realign_eagle3_flow(pair: str = "specdec-pair", alias: str = "champion", tar
 def remediate_drift(results: list, **kw) -> list[dict]:
     """Run :func:`realign_eagle3_flow` for each nightly result (``flows.tasks.NightlyResult``) whose drift
     alert fired on an eagle3 pair; ``kw`` go to the flow. Returns the flows' results."""
-    from registry.service import get_pair_version
+    from registry.pairs import get_pair_version
 
     done = []
     for r in results:

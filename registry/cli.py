@@ -191,7 +191,8 @@ def show_cmd(
 ) -> None:
     """Show one pair version: exact target/draft, config, compatibility, lineage, validation, promotion."""
     _quiet_mlflow()
-    from registry.service import get_pair_version, latest_validation_run
+    from registry.pairs import get_pair_version
+    from registry.runs import latest_validation_run
 
     try:
         pv = get_pair_version(name, version, download=False, tracking_uri=tracking_uri)
@@ -284,11 +285,11 @@ def engine_cmd(
     import shlex
 
     _quiet_mlflow()
-    from registry.service import Registry
+    from registry.pairs import set_engine
 
     try:
-        Registry(tracking_uri).set_engine(name, version, url=url, flags=shlex.split(flags) if flags else None,
-                                          concurrency=concurrency)
+        set_engine(name, version, url=url, flags=shlex.split(flags) if flags else None, concurrency=concurrency,
+                   tracking_uri=tracking_uri)
     except _user_errors() as e:
         _fail(str(e))
     _out().print(f"{name} v{version}: engine check against {url} each night", highlight=False)

@@ -46,7 +46,8 @@ from registry.pairfile import full_tags
 from registry.pairs import get_pair_model_version
 from registry.plots import ACCEPTANCE_KEYS, SPEED_KEYS, night_of, write_run_plots
 from registry.gate import GateConfig, GateResult, evaluate_gate
-from registry.settings import VALIDATION_EXPERIMENT, get_client, get_or_create_experiment, mlflow_errors
+from registry.service import Registry, get_or_create_experiment, mlflow_errors, open_registry
+from registry.settings import VALIDATION_EXPERIMENT
 from specdec import events
 from specdec.settings.policy import get_policy
 from specdec.validation.report import PROMPTS_FILE, REPORT_FILE, ValidationReport
@@ -207,7 +208,7 @@ def client_validation_history(client, pair: str, experiment: str = VALIDATION_EX
 
 def set_validation_tags(pair: str, version: str | int, *, status: str, run_id: str | None,
                         metrics: Mapping[str, float], heldout: str | None = None, reasons: Sequence[str] = (),
-                        gate: GateConfig | None = None, tracking_uri: str | None = None) -> None:
+                        gate: GateConfig | None = None, tracking_uri: str | None = None, registry: Registry | None = None) -> None:
     """Tag a pair version with its latest validation, so the MLflow UI's version list shows it.
 
     Tags (:func:`registry.describe.validation_version_tags`): ``validation_status``
@@ -218,7 +219,7 @@ def set_validation_tags(pair: str, version: str | int, *, status: str, run_id: s
         ValueError: ``status`` not passed/failed; PairNotFound: no such pair version.
     """
     tags = validation_tags(status=status, run_id=run_id, metrics=metrics, heldout=heldout, reasons=reasons, gate=gate)
-    client = get_client(tracking_uri)
+    client = open_registry(registry, tracking_uri).client
     with mlflow_errors(client.tracking_uri):
         _set_version_tags(client, pair, str(version), tags)
 
@@ -328,7 +329,7 @@ def log_validation(
     gate: GateConfig | None = None,
     experiment: str = VALIDATION_EXPERIMENT,
     run_name: str | None = None,
-    tracking_uri: str | None = None,
+    tracking_uri: str | None = None, registry: Registry | None = None,
     run_key: str | None = None,
     describe: bool = True,
 ) -> str:
@@ -365,7 +366,7 @@ def log_validation(
         marked FAILED (the gate ignores it) and the pair version is not tagged.
     """
     version, gate = str(version), gate or GateConfig()
-    client = get_client(tracking_uri)
+    client = open_registry(registry, tracking_uri).client
     rdir = Path(report_dir)
     if not (rdir / REPORT_FILE).exists():
         report.write(rdir)
@@ -397,14 +398,14 @@ def log_validation(
     return run_id
 
 
-def describe_validation(pair: str, version: str | int, run_id: str, *, tracking_uri: str | None = None) -> None:
+def describe_validation(pair: str, version: str | int, run_id: str, *, tracking_uri: str | None = None, registry: Registry | None = None) -> None:
     """Write the pair version's one-line description and the run's (the line plus links) from what is
     recorded now (:mod:`registry.describe`): what a person reads in the MLflow UI.
 
     Raises:
         RegistryUnavailable: server unreachable; mlflow's errors for an unknown run or version.
     """
-    client = get_client(tracking_uri)
+    client = open_registry(registry, tracking_uri).client
     with mlflow_errors(client.tracking_uri):
         describe_run(client, run_id, pair, str(version),
                      refresh_description(client, pair, str(version), client.get_run(run_id)))
@@ -512,3 +513,20 @@ def _log_evidence(client, run_id: str, report: ValidationReport, rdir: Path, met
 def _runs_of_key(client, experiment_id: str, run_key: str) -> list:
     """Active (not deleted) runs tagged ``specdec.run_key = run_key``, any status."""
     return list(client.search_runs([experiment_id], f"tags.`specdec.run_key` = '{run_key}'", max_results=100))
+
+
+def latest_validation_run(pair: str, version: str | int, *, experiment: str = VALIDATION_EXPERIMENT,
+                          tracking_uri: str | None = None, registry: Registry | None = None):
+    """The most recent FINISHED validation run (``mlflow.entities.Run``) of ``pair`` v``version``, or None."""
+    reg = open_registry(registry, tracking_uri)
+    with reg.errors():
+        return client_latest_validation_run(reg.client, pair, version, experiment)
+
+
+def validation_history(pair: str, *, experiment: str = VALIDATION_EXPERIMENT, max_results: int = 200,
+                       tracking_uri: str | None = None, registry: Registry | None = None) -> list[dict]:
+    """Past finished validation runs of ``pair`` read back from MLflow, oldest first
+    (:func:`client_validation_history`)."""
+    reg = open_registry(registry, tracking_uri)
+    with reg.errors():
+        return client_validation_history(reg.client, pair, experiment, max_results)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from registry.errors import RegistryError
-from registry.settings import get_client, mlflow_errors
+from registry.service import Registry, mlflow_errors, open_registry
 from specdec.redact import redact_url
 
 #: the registry events the watcher subscribes to
@@ -138,7 +138,7 @@ def webhook_name(pairs: list[str]) -> str:
     return ("specdec-watch-" + "-".join(sorted(pairs)))[:255]
 
 
-def subscribe(pairs: list[str], url: str, secret: str, *, tracking_uri: str | None = None,
+def subscribe(pairs: list[str], url: str, secret: str, *, tracking_uri: str | None = None, registry: Registry | None = None,
               replace: bool = False) -> str:
     """Create (or update in place) the webhook that sends :data:`WATCH_EVENTS` to ``url``.
 
@@ -161,7 +161,7 @@ def subscribe(pairs: list[str], url: str, secret: str, *, tracking_uri: str | No
 
     if not secret:
         raise RegistryError("a webhook secret is required (SPECDEC_WATCH_SECRET)")
-    client = get_client(tracking_uri)
+    client = open_registry(registry, tracking_uri).client
     name = webhook_name(pairs)
     with mlflow_errors(client.tracking_uri):
         try:
