@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from monitoring.production.settings import ProductionSettings
@@ -81,13 +81,22 @@ class PrefectSettings(BaseSettings):
     home: Path | None = None
 
 
+class WatchSettings(BaseSettings):
+    """``specdec pair watch``: ``SPECDEC_WATCH_SECRET``, the webhook's HMAC secret (never a flag, never logged)."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECDEC_WATCH_", env_file=".env", extra="ignore",
+                                      hide_input_in_errors=True)
+
+    secret: SecretStr | None = None
+
+
 class Settings(BaseModel):
     """The whole tree, read once by :func:`load_settings`.
 
     Attributes:
         home: absolute data directory (``SPECDEC_HOME``).
         core / policy / registry / monitoring / production / nightly: the sections (module docstring).
-        prefect: what the CLI reads of Prefect's environment.
+        prefect: what the CLI reads of Prefect's environment. watch: ``specdec pair watch``'s secret.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -100,6 +109,7 @@ class Settings(BaseModel):
     production: ProductionSettings
     nightly: NightlySettings
     prefect: PrefectSettings = Field(default_factory=PrefectSettings)
+    watch: WatchSettings = Field(default_factory=WatchSettings)
 
 
 def load_settings(home: Path | None = None) -> Settings:
@@ -112,7 +122,8 @@ def load_settings(home: Path | None = None) -> Settings:
     home = Path(home).expanduser().resolve() if home is not None else home_dir()
     return Settings(home=home, core=CoreSettings(home=home), policy=PolicySettings(),
                     registry=RegistrySettings(home=home), monitoring=MonitoringSettings(home=home),
-                    production=ProductionSettings(), nightly=NightlySettings(), prefect=PrefectSettings())
+                    production=ProductionSettings(), nightly=NightlySettings(), prefect=PrefectSettings(),
+                    watch=WatchSettings())
 
 
 _given: ContextVar[Settings | None] = ContextVar("specdec_settings", default=None)
