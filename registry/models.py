@@ -217,7 +217,8 @@ def register_model_version(
     *,
     source: dict[str, Any] | None = None,
     model_card: str | None = None,
-    tracking_uri: str | None = None, registry: Registry | None = None,
+    tracking_uri: str | None = None,
+    registry: Registry | None = None,
     extra_tags: dict[str, str] | None = None,
 ) -> ModelVersionRef:
     """Register a local checkpoint directory as a new version of registered model ``name``.
@@ -279,7 +280,8 @@ def register_derived_draft(
     recipe: dict[str, Any],
     *,
     name: str | None = None,
-    tracking_uri: str | None = None, registry: Registry | None = None,
+    tracking_uri: str | None = None,
+    registry: Registry | None = None,
 ) -> ModelVersionRef:
     """Register a derived (quantized) draft: its artifact is ``recipe.json``; the weights are re-derived
     from the target at load time with ``specdec.models.derived.derive_draft(target_model, recipe)``.

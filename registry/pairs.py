@@ -150,7 +150,8 @@ def register_pair(
     compatibility: Any = None,
     name: str | None = None,
     description: str | None = None,
-    tracking_uri: str | None = None, registry: Registry | None = None,
+    tracking_uri: str | None = None,
+    registry: Registry | None = None,
     engine: str | None = None,
 ) -> PairVersion:
     """Register a pair version referencing exact target/draft model versions.

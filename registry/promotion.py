@@ -109,7 +109,8 @@ def promote(
     actor: str | None = None,
     gate: GateConfig | None = None,
     experiment: str = VALIDATION_EXPERIMENT,
-    tracking_uri: str | None = None, registry: Registry | None = None,
+    tracking_uri: str | None = None,
+    registry: Registry | None = None,
 ) -> PromotionResult:
     """Point ``alias`` of ``pair`` at ``version`` if the latest validation of that exact version passes.
 
@@ -132,7 +133,7 @@ def promote(
         RegistryUnavailable: server unreachable.
     """
     version = str(version)
-    check_alias_name(alias)
+    check_alias_name(alias, registry.settings.aliases if registry is not None else None)
     if force and not (reason and reason.strip()):
         raise ValueError("a forced promotion needs a reason (--reason)")
     actor = actor or _user()

@@ -329,7 +329,8 @@ def log_validation(
     gate: GateConfig | None = None,
     experiment: str = VALIDATION_EXPERIMENT,
     run_name: str | None = None,
-    tracking_uri: str | None = None, registry: Registry | None = None,
+    tracking_uri: str | None = None,
+    registry: Registry | None = None,
     run_key: str | None = None,
     describe: bool = True,
 ) -> str:
