@@ -90,6 +90,26 @@ class WatchSettings(BaseSettings):
     secret: SecretStr | None = None
 
 
+class DemoSettings(BaseSettings):
+    """``make demo``'s overrides (env prefix ``SPECDEC_DEMO_``; all optional).
+
+    Attributes:
+        dir: the demo's state directory (``SPECDEC_DEMO_DIR``, default ``<repo>/.specdec/demo``).
+        draft / k: skip the measurement and use this drafter spec and k (``derived:bf16``; ``eagle3``
+            tells the story with an EAGLE-3 head). head: the EAGLE-3 head directory to start from.
+        per_category / max_new_tokens: the held-out size (default: chosen from the measured one-token pass).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SPECDEC_DEMO_", extra="ignore", env_ignore_empty=True)
+
+    dir: Path | None = None
+    draft: str | None = None
+    k: int | None = None
+    head: str | None = None
+    per_category: int | None = None
+    max_new_tokens: int | None = None
+
+
 class Settings(BaseModel):
     """The whole tree, read once by :func:`load_settings`.
 
