@@ -65,6 +65,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 @pair_app.command("register")
 def register_cmd(
+    *,
     target: Annotated[str, typer.Option("--target", help="Target: Hub id, local dir, .gguf, smollm2, or models:/<name>/<v>.")],
     draft: Annotated[str, typer.Option("--draft", help="Draft: a model ref (as --target, optionally 'model:<ref>'), ngram, derived:int8, derived:int4, derived:bf16, derived:fp8 (CUDA), or eagle3:<head dir or models:/...> (an EAGLE-3 head).")],
     name: Annotated[str | None, typer.Option("--name", help="Pair registered model (default specdec-pair).")] = None,
@@ -297,6 +298,7 @@ def engine_cmd(
 
 @pair_app.command("promote")
 def promote_cmd(
+    *,
     name: Annotated[str, typer.Argument(help="Pair registered model.")],
     version: Annotated[str, typer.Argument(help="Pair version to promote.")],
     alias: Annotated[str, typer.Option(help="Alias to move (champion is gated; challenger is not).")] = "champion",

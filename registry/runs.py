@@ -381,13 +381,13 @@ def log_validation(
             history = client_validation_history(client, pair, experiment)
         eid = get_or_create_experiment(client, experiment)
         earlier = _end_crashed_runs(client, eid, run_key) if run_key else []
-        tags = _run_tags(pair, version, report, ptags, verdict, mismatch, run_key, gate)
+        tags = _run_tags(pair, version, report, ptags, verdict=verdict, mismatch=mismatch, run_key=run_key, gate=gate)
         night = str(report.created_at or datetime.now(timezone.utc).isoformat())[:10]
         name = run_name or f"{pair} v{version} night {night}"
         run_id = client.create_run(eid, run_name=name, tags=tags).info.run_id
         events.announce("mlflow", pair=pair, version=version, run_id=run_id)
-        _fill_run(client, run_id, report, rdir, metrics, ptags,
-                  _Trend(pair, version, list(history), gate, night_of(name)), extra_artifacts)
+        _fill_run(client, run_id, report, rdir, metrics=metrics, ptags=ptags,
+                  trend=_Trend(pair, version, list(history), gate, night_of(name)), extra_artifacts=extra_artifacts)
         _set_version_tags(client, pair, version, validation_tags(
             status=verdict.status, run_id=run_id, metrics=metrics,
             heldout=f"{report.heldout_name}@{report.heldout_version}", reasons=verdict.reasons, gate=gate))
@@ -433,7 +433,7 @@ def _end_crashed_runs(client, experiment_id: str, run_key: str) -> list:
     return earlier
 
 
-def _run_tags(pair: str, version: str, report: ValidationReport, ptags: Mapping[str, str], verdict: GateResult,
+def _run_tags(pair: str, version: str, report: ValidationReport, ptags: Mapping[str, str], *, verdict: GateResult,
               mismatch: list[str], run_key: str | None, gate: GateConfig) -> dict[str, str]:
     tags = {"specdec.pair": pair, "specdec.pair_version": version, "specdec.pair_uri": f"models:/{pair}/{version}",
             "specdec.target": ptags.get("target", "unknown"), "specdec.draft": ptags.get("draft", "unknown"),
@@ -462,7 +462,7 @@ class _Trend:
     night: str | None
 
 
-def _fill_run(client, run_id: str, report: ValidationReport, rdir: Path, metrics: dict[str, float],
+def _fill_run(client, run_id: str, report: ValidationReport, rdir: Path, *, metrics: dict[str, float],
               ptags: Mapping[str, str], trend: _Trend, extra_artifacts: Sequence[str | Path]) -> None:
     """Metrics, params, report files, serving config (``serving_config.json``, read back by ``specdec pair
     show``), plots and extra artifacts of a created run, then FINISHED; FAILED (and the error re-raised)
@@ -481,7 +481,7 @@ def _fill_run(client, run_id: str, report: ValidationReport, rdir: Path, metrics
         serving = serving_config_for(ptags, report)
         if serving is not None:
             client.log_dict(run_id, serving, SERVING_FILE)
-        _log_evidence(client, run_id, report, rdir, metrics, trend, extra_artifacts)
+        _log_evidence(client, run_id, report, rdir, metrics=metrics, trend=trend, extra_artifacts=extra_artifacts)
         client.set_terminated(run_id, "FINISHED")
     except BaseException:  # noqa: BLE001 (any failure, even KeyboardInterrupt, must not leave the run RUNNING; re-raised)
         try:
@@ -491,13 +491,14 @@ def _fill_run(client, run_id: str, report: ValidationReport, rdir: Path, metrics
         raise
 
 
-def _log_evidence(client, run_id: str, report: ValidationReport, rdir: Path, metrics: Mapping[str, float],
+def _log_evidence(client, run_id: str, report: ValidationReport, rdir: Path, *, metrics: Mapping[str, float],
                   trend: _Trend, extra_artifacts: Sequence[str | Path]) -> None:
     """Plots and extra artifacts: evidence, not the result, so a failure is logged and the run goes on
     (except a missing extra artifact, a caller's mistake: FileNotFoundError)."""
     try:
-        plots = write_run_plots(report, rdir / "plots", trend.history, run_id, trend.version, metrics,
-                                trend.gate.min_acceptance_rate, trend.pair, night=trend.night)
+        plots = write_run_plots(report, rdir / "plots", history=trend.history, run_id=run_id, version=trend.version,
+                                metrics=metrics, threshold=trend.gate.min_acceptance_rate, pair=trend.pair,
+                                night=trend.night)
         client.log_artifacts(run_id, str(plots), artifact_path="plots")
     except Exception as e:  # noqa: BLE001 (matplotlib and the artifact store raise many types; plots never block the run)
         _log.error("plots for MLflow run %s failed (%s: %s); the run is logged without them",
