@@ -171,8 +171,8 @@ def ensure_registered_model(client, name: str, description: str) -> None:
                 raise
 
 
-def log_and_register(client, name: str, local_dir: Path, tags: dict[str, str], params: dict[str, str],
-                      model_type: str, description: str | None, extra_dir: Path | None = None, *,
+def log_and_register(client, name: str, local_dir: Path, tags: dict[str, str], params: dict[str, str], *,
+                      model_type: str, description: str | None, extra_dir: Path | None = None,
                       run_tags: dict[str, str] | None = None, model_description: str | None = None):
     """Registration run -> logged model (artifacts = ``local_dir``) -> model version. Marks the run and
     the logged model FAILED if anything goes wrong, then re-raises. Used for models and pairs alike."""
@@ -269,9 +269,10 @@ def register_model_version(
             if model_card:
                 extra = Path(tmp)
                 (extra / "MODEL_CARD.md").write_text(model_card)
-            mv = log_and_register(client, name, ckpt, tags, params, "checkpoint",
-                                   model_card.strip().splitlines()[0][:500] if model_card and model_card.strip() else None,
-                                   extra_dir=extra)
+            mv = log_and_register(client, name, ckpt, tags, params, model_type="checkpoint",
+                                  description=(model_card.strip().splitlines()[0][:500]
+                                               if model_card and model_card.strip() else None),
+                                  extra_dir=extra)
         return _ref_from_mv(mv)
 
 
@@ -325,8 +326,8 @@ def register_derived_draft(
         params = {"derived_from": tref.uri, "derived.kind": kind, "recipe_sha256": recipe_sha}
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / RECIPE_FILE).write_text(json.dumps({"recipe": recipe, "derived_from": tref.uri}, indent=2))
-            mv = log_and_register(client, name, Path(tmp), tags, params, "derived-recipe",
-                                   f"{kind} draft derived from {tref.uri}")
+            mv = log_and_register(client, name, Path(tmp), tags, params, model_type="derived-recipe",
+                                  description=f"{kind} draft derived from {tref.uri}")
         return _ref_from_mv(mv)
 
 

@@ -285,8 +285,8 @@ def _log_pair(client, name: str, doc: dict[str, Any], tags: dict[str, str], desc
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / PAIR_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True))
         return log_and_register(
-            client, name, Path(tmp), select_registration_tags(tags), params, "specdec-pair",
-            registration_description(doc),
+            client, name, Path(tmp), select_registration_tags(tags), params, model_type="specdec-pair",
+            description=registration_description(doc),
             run_tags={"specdec.pair": name, "specdec.kind": "pair"},
             model_description=PAIR_MODEL_DESCRIPTION)
 
