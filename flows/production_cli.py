@@ -142,7 +142,7 @@ def _run(req: IngestRequest, ps) -> None:
     if req.plot is not None:
         from flows.production_lib import write_trend_plots
 
-        for p, path in write_trend_plots(sorted({o.pair for o in outcomes if o.pair}), req.plot, ms.db_url).items():
+        for p, path in write_trend_plots(sorted({o.pair for o in outcomes if o.pair}), req.plot, ms).items():
             out.print(f"trend of {p}: {path}")
     db.dispose()
     if refused:

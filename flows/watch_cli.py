@@ -73,7 +73,7 @@ def watch_cmd(
 
     from specdec.terminal import quiet_command
 
-    with quiet_command("watch") as term:  # our lines on the terminal, every httpx request in the log file
+    with quiet_command("watch", settings=tree.core) as term:  # our lines on the terminal, every httpx request in the log file
         if term is None:
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         else:
