@@ -152,14 +152,16 @@ def list_cmd(
     """List pair versions with aliases, lineage, last validation and the one-line description."""
     _quiet_mlflow()
     from registry.pairs import list_pair_versions, pair_names
+    from registry.service import Registry
 
     try:
-        names = [name] if name else pair_names(tracking_uri=tracking_uri)
+        registry = Registry(tracking_uri=tracking_uri)  # this command's one MLflow service
+        names = [name] if name else pair_names(registry=registry)
         if not names:
             _out().print("no pairs registered yet (specdec pair register --target ... --draft ...)", highlight=False)
             return
         for n in names:
-            _print_versions(n, list_pair_versions(n, tracking_uri=tracking_uri))
+            _print_versions(n, list_pair_versions(n, registry=registry))
     except _user_errors() as e:
         _fail(str(e))
 
@@ -194,10 +196,12 @@ def show_cmd(
     _quiet_mlflow()
     from registry.pairs import get_pair_version
     from registry.runs import latest_validation_run
+    from registry.service import Registry
 
     try:
-        pv = get_pair_version(name, version, download=False, tracking_uri=tracking_uri)
-        run = latest_validation_run(name, pv.version, tracking_uri=tracking_uri)
+        registry = Registry(tracking_uri=tracking_uri)  # this command's one MLflow service
+        pv = get_pair_version(name, version, download=False, registry=registry)
+        run = latest_validation_run(name, pv.version, registry=registry)
     except _user_errors() as e:
         _fail(str(e))
     d = pv.to_dict()
