@@ -248,7 +248,8 @@ def register_model_version(
     source = dict(source) if source else {"kind": "local", "path": str(ckpt)}
     source_kind = str(source.get("kind", "local"))
     weights, tok = _hashes(ckpt)
-    client = open_registry(registry, tracking_uri).client
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         existing = _find_existing(client, name, weights, source_kind)
         if existing is not None:
@@ -302,7 +303,8 @@ def register_derived_draft(
     kind = str(recipe.get("kind", ""))
     if not kind:
         raise ValueError("derived-draft recipe needs a 'kind' (int8, int4, bf16 or fp8)")
-    client = open_registry(registry, tracking_uri).client
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         tref = target if isinstance(target, ModelVersionRef) else client_get_model_version(client, target)
         name = validate_name(name or sanitize_name(f"{tref.name}-derived-{kind}"))

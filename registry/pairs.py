@@ -190,7 +190,8 @@ def register_pair(
     if drafter_kind != "ngram" and draft is None:
         raise ValueError(f"drafter kind {drafter_kind!r} needs a draft model version")
     name = validate_name(name or get_settings().pair_name)
-    client = open_registry(registry, tracking_uri).client
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     uri = client.tracking_uri
     with mlflow_errors(uri):
         t = _resolve_model(client, target)
@@ -297,7 +298,8 @@ PAIR_MODEL_DESCRIPTION = ("specdec draft/target pairs: each version is a pair.js
 
 def pair_names(*, tracking_uri: str | None = None, registry: Registry | None = None) -> list[str]:
     """The registered models that hold pairs (their description is :data:`PAIR_MODEL_DESCRIPTION`), sorted."""
-    client = open_registry(registry, tracking_uri).client
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         names, token = [], None
         while True:
@@ -435,7 +437,8 @@ def list_pair_versions(pair: str | None = None, *, tracking_uri: str | None = No
         PairNotFound: no registered model ``pair``.
     """
     pair = pair or get_settings().pair_name
-    client = open_registry(registry, tracking_uri).client
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         aliases = pair_aliases(client, pair)
         out = []

@@ -137,7 +137,8 @@ def promote(
     if force and not (reason and reason.strip()):
         raise ValueError("a forced promotion needs a reason (--reason)")
     actor = actor or _user()
-    client = open_registry(registry, tracking_uri).client
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     uri = client.tracking_uri
     with mlflow_errors(uri):
         get_pair_model_version(client, pair, version)
@@ -167,7 +168,8 @@ def demote(pair: str, alias: str, *, tracking_uri: str | None = None, registry: 
     Raises:
         PairNotFound / AliasNotFound: nothing to remove.
     """
-    client = open_registry(registry, tracking_uri).client
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         version = client_resolve_alias(client, pair, alias)
         client.delete_registered_model_alias(pair, alias)

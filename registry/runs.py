@@ -219,7 +219,8 @@ def set_validation_tags(pair: str, version: str | int, *, status: str, run_id: s
         ValueError: ``status`` not passed/failed; PairNotFound: no such pair version.
     """
     tags = validation_tags(status=status, run_id=run_id, metrics=metrics, heldout=heldout, reasons=reasons, gate=gate)
-    client = open_registry(registry, tracking_uri).client
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         _set_version_tags(client, pair, str(version), tags)
 
@@ -367,7 +368,8 @@ def log_validation(
         marked FAILED (the gate ignores it) and the pair version is not tagged.
     """
     version, gate = str(version), gate or GateConfig()
-    client = open_registry(registry, tracking_uri).client
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     rdir = Path(report_dir)
     if not (rdir / REPORT_FILE).exists():
         report.write(rdir)
@@ -406,7 +408,8 @@ def describe_validation(pair: str, version: str | int, run_id: str, *, tracking_
     Raises:
         RegistryUnavailable: server unreachable; mlflow's errors for an unknown run or version.
     """
-    client = open_registry(registry, tracking_uri).client
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         describe_run(client, run_id, pair, str(version),
                      refresh_description(client, pair, str(version), client.get_run(run_id)))

@@ -85,7 +85,8 @@ def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig | None =
     from registry.runs import client_latest_validation_run
 
     gate = gate or GateConfig()
-    client = open_registry(registry, tracking_uri).client
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         aliases = pair_aliases(client, pair)
         version = aliases.get(alias)
@@ -125,7 +126,8 @@ def last_passing_version(pair: str, alias: str = "champion", *, exclude: str | N
     from registry.runs import client_latest_validation_run
 
     gate = gate or GateConfig()
-    client = open_registry(registry, tracking_uri).client
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         recorded = (client.get_registered_model(pair).tags or {}).get(ALIAS_RECORD_PREFIX + alias)
         versions = sorted({mv.version for mv in client.search_model_versions(f"name = '{pair}'")}, key=int, reverse=True)
@@ -137,7 +139,8 @@ def last_passing_version(pair: str, alias: str = "champion", *, exclude: str | N
 
 
 def revert_alias(pair: str, alias: str, from_version: str, *, actor: str = "specdec pair watch --revert",
-                 gate: GateConfig | None = None, tracking_uri: str | None = None, registry: Registry | None = None) -> str | None:
+                 gate: GateConfig | None = None, tracking_uri: str | None = None,
+                 registry: Registry | None = None) -> str | None:
     """Move ``pair@alias`` from the ungated ``from_version`` back to :func:`last_passing_version`.
 
     Only while the alias still points at ``from_version`` (a later move is left alone). The reverted
@@ -149,15 +152,16 @@ def revert_alias(pair: str, alias: str, from_version: str, *, actor: str = "spec
     from registry.promotion import promote
     from registry.runs import refresh_version
 
-    client = open_registry(registry, tracking_uri).client
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         if pair_aliases(client, pair).get(alias) != str(from_version):
             return None
-    to = last_passing_version(pair, alias, exclude=str(from_version), gate=gate, tracking_uri=tracking_uri)
+    to = last_passing_version(pair, alias, exclude=str(from_version), gate=gate, registry=reg)
     if to is None:
         return None
     promote(pair, to, alias, actor=actor, reason=f"v{from_version} was made @{alias} outside specdec and failed the gate",
-            gate=gate, tracking_uri=tracking_uri)
+            gate=gate, registry=reg)
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     with mlflow_errors(client.tracking_uri):
         client.set_model_version_tag(pair, str(from_version), PROMOTION_TAG_KEY,

@@ -138,8 +138,8 @@ def webhook_name(pairs: list[str]) -> str:
     return ("specdec-watch-" + "-".join(sorted(pairs)))[:255]
 
 
-def subscribe(pairs: list[str], url: str, secret: str, *, tracking_uri: str | None = None, registry: Registry | None = None,
-              replace: bool = False) -> str:
+def subscribe(pairs: list[str], url: str, secret: str, *, tracking_uri: str | None = None,
+              registry: Registry | None = None, replace: bool = False) -> str:
     """Create (or update in place) the webhook that sends :data:`WATCH_EVENTS` to ``url``.
 
     A webhook for the same pairs that sends elsewhere belongs to another watcher: it is only taken
@@ -161,7 +161,8 @@ def subscribe(pairs: list[str], url: str, secret: str, *, tracking_uri: str | No
 
     if not secret:
         raise RegistryError("a webhook secret is required (SPECDEC_WATCH_SECRET)")
-    client = open_registry(registry, tracking_uri).client
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     name = webhook_name(pairs)
     with mlflow_errors(client.tracking_uri):
         try:
