@@ -121,7 +121,7 @@ def _private_prefect_api(tree, lease):
     from flows.prefect_api import PrefectAPI
     from flows.recovery import process_create_time
 
-    prefect_home = tree.prefect.home or tree.home / "prefect"
+    prefect_home = (tree.prefect.home or tree.home / "prefect").expanduser()
     # Prefect's own settings, configured at this edge before Prefect reads them (it reads the environment)
     os.environ["PREFECT_HOME"] = str(prefect_home)
     prefect_home.mkdir(parents=True, exist_ok=True)
