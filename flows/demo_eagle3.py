@@ -81,8 +81,9 @@ def act_choose_head(demo, target_dir: Path) -> tuple[str, int, None]:
     # The floor is the acceptance policy's threshold, which the registry's gate and plots read per call from
     # the environment (through its older name, so SPECDEC_POLICY__THRESHOLD still wins): set there, and
     # the demo's settings tree read again (demo.rules).
-    floor = os.environ.setdefault("SPECDEC_RULES__ABSOLUTE_THRESHOLD", str(HEAD_FLOOR))
+    os.environ.setdefault("SPECDEC_RULES__ABSOLUTE_THRESHOLD", str(HEAD_FLOOR))
     demo.rules(speed_enabled=False)
+    floor = demo.settings.monitoring.rules.absolute_threshold
     demo.con.print(f"[dim]in this variant the speed rule is off (the story is acceptance; speedups are still measured "
                    f"and shown) and the acceptance floor is {floor} instead of 0.40: a head trained in 30 minutes on "
                    "this CPU accepts far less than a served head, so the rules that compare the pair with its own "

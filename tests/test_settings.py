@@ -83,3 +83,44 @@ def test_specdec_home_is_resolved_in_one_module():
                for p in (root / pkg).rglob("*.py")
                if 'environ.get("SPECDEC_HOME"' in p.read_text() or "getenv(\"SPECDEC_HOME\"" in p.read_text()]
     assert readers == []
+
+
+_PRODUCT = ("specdec", "registry", "monitoring", "flows")
+
+
+def _product_lines():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for pkg in _PRODUCT:
+        for p in (root / pkg).rglob("*.py"):
+            rel = p.relative_to(root).as_posix()
+            for i, line in enumerate(p.read_text().splitlines(), 1):
+                yield rel, i, line
+
+
+def test_mlflow_clients_are_built_only_by_the_registry_service():
+    import re
+
+    built = [f"{f}:{i}" for f, i, line in _product_lines()
+             if re.search(r"MlflowClient\(|mlflow\.set_tracking_uri|mlflow\.tracking", line)]
+    assert [b.split(":")[0] for b in built] == ["registry/service.py"], built
+
+
+#: modules that read the environment for a reason other than settings (each with the reason)
+ENV_READS_ALLOWED = {
+    "flows/prefect_api.py": "the private Prefect server's child process gets this process's environment, and the "
+                            "PREFECT_API_URL it sets for Prefect is restored on stop",
+}
+
+
+def test_the_environment_is_read_only_in_the_settings_modules():
+    """Settings modules read the environment; elsewhere only write-only configuration of third-party
+    libraries at an entry point (``os.environ.setdefault(...)``, ``os.environ[...] = ...``, ``.pop``)."""
+    import re
+
+    write = re.compile(r"^\s*os\.environ(\.setdefault\(|\[[^\]]+\]\s*=[^=]|\.pop\()")
+    reads = [f"{f}:{i}: {line.strip()}" for f, i, line in _product_lines()
+             if re.search(r"os\.environ|getenv", line) and not write.match(line)
+             and not (f.startswith("specdec/settings/") or f.endswith("/settings.py")) and f not in ENV_READS_ALLOWED]
+    assert reads == []
