@@ -16,6 +16,11 @@ The steps, in the order :func:`nightly_validation_flow` and :func:`record_night`
 6. alert (one per incident, a reminder at most daily, one resolve message);
 7. describe the version (its one-line description in MLflow) and return a :class:`NightlyResult`.
 
+Steps 3-6 are :func:`monitoring.pipeline.record_and_evaluate` (the composition the monitoring tests
+test), with the MLflow run as its ``before_alert`` step. The flow builds its settings tree once
+(:func:`flows.settings.for_this_run`) and carries one :class:`NightlyJob` through its steps; the steps
+announce themselves as step events (:mod:`specdec.events`).
+
 The rules come before the MLflow run (not after, as the issue's list reads) because the run attaches
 the Evidently report, which needs the rules' baseline; the history row still comes first, so a crash
 or an MLflow outage loses nothing: the row keeps ``mlflow_logged = false`` and the next run logs it
