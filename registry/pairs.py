@@ -190,8 +190,7 @@ def register_pair(
     if drafter_kind != "ngram" and draft is None:
         raise ValueError(f"drafter kind {drafter_kind!r} needs a draft model version")
     name = validate_name(name or get_settings().pair_name)
-    reg = open_registry(registry, tracking_uri)
-    client = reg.client
+    client = open_registry(registry, tracking_uri).client
     uri = client.tracking_uri
     with mlflow_errors(uri):
         t = _resolve_model(client, target)
