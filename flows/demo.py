@@ -354,8 +354,28 @@ def _story(home: Path, log_path: Path, opts) -> int:
     ok = (n2["challenger"].status == "failed" and n2["challenger"].alert_transition == "fire"
           and n3["challenger"].alert_transition == "resolve" and promoted)
     if not ok:
-        demo.con.print("[yellow]the demo story did not play out as expected; see the tables above[/]")
+        gaps = "; ".join(_story_gaps(demo, n2["challenger"], n3["challenger"], promoted))
+        demo.con.print(f"[yellow]the demo story did not play out as expected: {gaps}; see the tables above[/]")
     return 0 if ok else 1
+
+
+def _story_gaps(demo: _Demo, night2, night3, promoted: bool) -> list[str]:
+    """What of the story did not happen, each with its night's own reason (a speed verdict taken on an
+    overloaded machine is inconclusive: it neither fires nor resolves)."""
+    gaps = []
+    for name, res, want in (("night 2", night2, "fire"), ("night 3", night3, "resolve")):
+        if res.alert_transition == want and (want != "fire" or res.status == "failed"):
+            continue
+        sp = _night_speed(res, demo.settings.monitoring)
+        why = f"status {res.status}"
+        if sp["speed_rule"] == "inconclusive":
+            why += f", speed inconclusive ({sp['speed_reason'] or 'see the speed rule'})"
+            if sp["speed_reason"] == "machine overloaded":
+                why += ": rerun on an idle machine"
+        gaps.append(f"{name} did not {want} ({why})")
+    if not promoted:
+        gaps.append("the re-derived pair was not promoted")
+    return gaps or ["unknown"]
 
 
 def _act_model(demo: _Demo) -> tuple[Path, Path, object]:
