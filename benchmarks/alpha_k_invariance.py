@@ -59,8 +59,8 @@ def _replay(target, drafter, held, args, cache):
     obj, dmodel, *_ = drafter_parts(drafter)
     config = ValidationConfig(SpeculativeConfig(max(args.ks), SamplingConfig(), args.max_new_tokens))
     eos = eos_token_ids(target.tokenizer, target.model)
-    return replay_prompts(held, target.model.eval(), target.tokenizer, [obj], config, eos,
-                          context_limit(target.model, dmodel), cache=cache, target_weights=str(id(target)),
+    return replay_prompts(held, target.model.eval(), target.tokenizer, [obj], config, eos=eos,
+                          ctx_limit=context_limit(target.model, dmodel), cache=cache, target_weights=str(id(target)),
                           kmax=max(args.ks), exact=True)
 
 

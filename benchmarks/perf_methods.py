@@ -374,7 +374,7 @@ def cost_ratios(target, draft_obj, prefix: list[int], k: int, reps: int) -> dict
 def teacher_forced_seconds(target, draft_obj, prompt_ids: list[int], continuation: list[int]) -> dict:
     """Time validation's teacher-forced pass: target pass, then the drafter's pass + agreement sums.
 
-    Uses :mod:`specdec.validation.teacher_forcing`'s ``target_teacher_forcing`` / ``draft_agreement`` (the code ``validate_pair``
+    Uses :mod:`specdec.validation.teacher_forcing`'s ``target_teacher_forcing`` / ``draft_agreement`` (the code ``validate``
     runs), so the timing and α_tf are exactly the validation's.
     """
     from specdec.validation.teacher_forcing import draft_agreement, target_teacher_forcing

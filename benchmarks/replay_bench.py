@@ -49,8 +49,8 @@ def _load() -> list[float]:
 def bench_drafter(tgt, spec: str, heldout, config, cache_root: Path) -> dict:
     """Cold both (fraction 1) + warm replay for one drafter; returns the measurements."""
     from specdec.models.drafter_spec import resolve_drafter
+    from specdec.validation.api import ValidationRequest, validate
     from specdec.validation.continuation_cache import ContinuationCache
-    from specdec.validation.replay_report import validate_replay
 
     drafter = resolve_drafter(spec, tgt)
     cache_dir = cache_root / spec.replace(":", "_")
@@ -58,22 +58,22 @@ def bench_drafter(tgt, spec: str, heldout, config, cache_root: Path) -> dict:
     t0 = time.perf_counter()
     phase_t: dict[str, float] = {}
 
-    def tick(phase: str, done: int, total: int) -> None:
-        phase_t.setdefault(phase + "_start", time.perf_counter())
-        phase_t[phase + "_end"] = time.perf_counter()
-        print(f"  {spec} {phase} {done}/{total}", file=sys.stderr, flush=True)
+    def tick(p) -> None:
+        phase_t.setdefault(p.phase + "_start", time.perf_counter())
+        phase_t[p.phase + "_end"] = time.perf_counter()
+        print(f"  {spec} {p.phase} {p.done}/{p.total}", file=sys.stderr, flush=True)
 
-    [both] = validate_replay(tgt, [drafter], heldout, config, method="both", decode_fraction=1.0,
-                             cache=ContinuationCache(cache_dir), target_ref="smollm2", progress=tick)
+    [both] = validate(ValidationRequest(tgt, [drafter], heldout, config, method="both", decode_fraction=1.0,
+                                        cache=ContinuationCache(cache_dir), target_ref="smollm2", progress=tick))
     t_both = time.perf_counter() - t0
     cold = phase_t["replay_end"] - t0  # hash, continuations and the replay of every prompt (before decoding starts)
-    decode = both.wall_seconds  # validate_pairs' own wall (warm-up included)
+    decode = both.wall_seconds  # the decode measurement's own wall (warm-up included)
     load1 = _load()
     warm_runs = []
     for _ in range(2):  # two re-run nights; the faster one is less disturbed by other load on the machine
         t1 = time.perf_counter()
-        [warm] = validate_replay(tgt, [drafter], heldout, config, method="replay", cache=ContinuationCache(cache_dir),
-                                 target_ref="smollm2")
+        [warm] = validate(ValidationRequest(tgt, [drafter], heldout, config, method="replay",
+                                            cache=ContinuationCache(cache_dir), target_ref="smollm2"))
         warm_runs.append(time.perf_counter() - t1)
     t_warm = min(warm_runs)
     load2 = _load()
@@ -100,19 +100,19 @@ def night(tgt, spec: str, config, cache_root: Path, limit: int | None) -> dict:
     """The re-run night: every prompt's continuation produced (untimed), then a timed warm replay."""
     from specdec.models.drafter_spec import resolve_drafter
     from specdec.validation.continuation_cache import ContinuationCache
+    from specdec.validation.api import ValidationRequest, validate
     from specdec.validation.heldout import load_heldout
-    from specdec.validation.replay_report import validate_replay
 
     hs = load_heldout("spec_bench")
     cfg = type(config)(config.speculative, seed=config.seed, limit=limit, bootstrap_resamples=config.bootstrap_resamples)
     drafter = resolve_drafter(spec, tgt)
     cache = ContinuationCache(cache_root / "night")
     t0 = time.perf_counter()
-    validate_replay(tgt, [drafter], hs, cfg, method="replay", cache=cache, target_ref="smollm2")
+    validate(ValidationRequest(tgt, [drafter], hs, cfg, method="replay", cache=cache, target_ref="smollm2"))
     cold = time.perf_counter() - t0
     load0 = _load()
     t1 = time.perf_counter()
-    [warm] = validate_replay(tgt, [drafter], hs, cfg, method="replay", cache=cache, target_ref="smollm2")
+    [warm] = validate(ValidationRequest(tgt, [drafter], hs, cfg, method="replay", cache=cache, target_ref="smollm2"))
     return nan_to_none({"drafter": spec, "num_prompts": warm.replay["num_prompts_replayed"], "cold_seconds": cold,
                    "warm_seconds": time.perf_counter() - t1, "load_avg_before": load0, "load_avg_after": _load(),
                    "acceptance_k4": warm.overall.acceptance_rate})

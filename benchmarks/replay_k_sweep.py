@@ -1,6 +1,6 @@
 """Replay vs decoding on the real pair for every k (issue 13): replayed counters == decoded counters?
 
-For each k in ``--ks`` (default 1..8), ``validate_replay(method="both", decode_fraction=1)`` on the
+For each k in ``--ks`` (default 1..8), ``validate(ValidationRequest(method="both", decode_fraction=1))`` on the
 same stratified Spec-Bench prompts (continuations cached after the first k): every prompt is
 decoded by the shared core and replayed, and ``replay_decode_agreement`` is the share whose
 counters (and every proposed draft token) agree; each disagreement is listed with its logit margin
@@ -41,7 +41,7 @@ def main() -> None:
     from specdec.validation.config import ValidationConfig
     from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.heldout import load_heldout
-    from specdec.validation.replay_report import validate_replay
+    from specdec.validation.api import ValidationRequest, validate
 
     torch.set_num_threads(os.cpu_count() or 1)
     tgt = load_causal_lm(args.target, dtype="float32", device="cpu")
@@ -54,8 +54,8 @@ def main() -> None:
             t0 = time.perf_counter()
             config = ValidationConfig(SpeculativeConfig(k, SamplingConfig(), args.max_new_tokens), limit=args.limit,
                                       bootstrap_resamples=200)
-            [r] = validate_replay(tgt, [drafter], heldout, config, method="both", decode_fraction=1.0, cache=cache,
-                                  target_ref=args.target)
+            [r] = validate(ValidationRequest(tgt, [drafter], heldout, config, method="both", decode_fraction=1.0,
+                                             cache=cache, target_ref=args.target))
             rep = r.replay
             rows.append({"k": k, "num_prompts_decoded": rep["num_prompts_decoded"],
                          "replay_decode_agreement": rep["replay_decode_agreement"],

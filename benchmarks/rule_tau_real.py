@@ -1,7 +1,7 @@
 """Issue 21 on the real pair: the argmax proposal rule and the greedy (k, tau) draft-length policy.
 
 1. Argmax proposals (vLLM's rule) at temperature 0.7, top-p 0.9: for each seed,
-   ``validate_replay(method="both", decode_fraction=1)`` with ``draft_sampling="argmax"`` gives
+   ``validate(ValidationRequest(method="both", decode_fraction=1))`` with ``draft_sampling="argmax"`` gives
    the REPLAYED acceptance (exact counters along the target's sampled continuation: accepted iff
    the sampled token is the draft's argmax, :mod:`specdec.validation.replay_run`) and the DECODED
    acceptance of :func:`specdec.speculative_generate`. Both are pooled per prompt over the seeds
@@ -10,7 +10,7 @@
    (``sum min(p, q)``, replay only) is reported for contrast.
 2. Greedy draft-length policy: ``replay_prompts`` + ``replay_grid`` / ``best_k_tau`` over k = 1..8
    and tau in {0.3, 0.5, 0.8} with the costs measured once (``calibrate_on``), then both the best
-   fixed k and the best thresholded (k, tau) are MEASURED with ``validate_pairs`` (same
+   fixed k and the best thresholded (k, tau) are MEASURED with ``validate`` (same
    calibration); the report's exactness audit must show every greedy output equal to target-only.
 
 Writes ``benchmarks/results/<date>-rule-tau-cpu.json`` and ``.md``.
@@ -46,7 +46,7 @@ def argmax_check(tgt, drafter, subset, args, cache, calibration) -> dict:
     from specdec.core.config import SamplingConfig, SpeculativeConfig
     from specdec.validation.config import ValidationConfig
     from specdec.validation.metrics import bootstrap_ratio_ci
-    from specdec.validation.replay_report import validate_replay
+    from specdec.validation.api import ValidationRequest, validate
 
     sampling = SamplingConfig(temperature=0.7, top_p=0.9)
     pooled = {"decoded": ({}, {}), "replayed": ({}, {})}  # per prompt: accepted, drafted
@@ -62,9 +62,9 @@ def argmax_check(tgt, drafter, subset, args, cache, calibration) -> dict:
             spec = SpeculativeConfig(args.k, sampling, args.max_new_tokens, draft_sampling=rule)
             config = ValidationConfig(spec, seed=seed, limit=None, bootstrap_resamples=args.resamples)
             t0 = time.perf_counter()
-            [r] = validate_replay(tgt, [drafter], subset, config, method="both" if rule == "argmax" else "replay",
-                                  decode_fraction=1.0, kmax=args.k, cache=cache, target_ref=args.target,
-                                  calibration=calibration)
+            [r] = validate(ValidationRequest(tgt, [drafter], subset, config,
+                                             method="both" if rule == "argmax" else "replay", decode_fraction=1.0,
+                                             kmax=args.k, cache=cache, target_ref=args.target, calibration=calibration))
             entry = {"seed": seed, "rule": rule, "kind": r.replay["kind"], "seconds": time.perf_counter() - t0}
             if rule == "argmax":
                 entry.update(replayed=r.replay["counters"]["replay"], decoded=r.replay["counters"]["decode"],
@@ -115,7 +115,8 @@ def greedy_grid(tgt, drafter, subset, args, cache, calibration) -> tuple[dict, l
     config = ValidationConfig(SpeculativeConfig(4, SamplingConfig(), args.max_new_tokens), limit=None)
     eos = eos_token_ids(tok, model)
     model.eval()
-    replayed = replay_prompts(subset, model, tok, [obj], config, eos, context_limit(model, draft_model), cache=cache,
+    replayed = replay_prompts(subset, model, tok, [obj], config, eos=eos, ctx_limit=context_limit(model, draft_model),
+                              cache=cache,
                               target_weights=model_weights_hash(model, getattr(tgt, "path", None), cache.weights_memo),
                               kmax=8)
     ok = [rp for rp in replayed if rp.status == "ok"]
@@ -133,15 +134,15 @@ def greedy_grid(tgt, drafter, subset, args, cache, calibration) -> tuple[dict, l
 
 
 def measure(tgt, drafter, subset, args, calibration, k: int, tau: float | None) -> dict:
-    """validate_pairs at (k, tau), greedy: measured speedup with CI, predicted, exactness audit."""
+    """validate at (k, tau), greedy: measured speedup with CI, predicted, exactness audit."""
     from specdec.core.config import SamplingConfig, SpeculativeConfig
-    from specdec.validation.api import validate_pairs
+    from specdec.validation.api import ValidationRequest, validate
     from specdec.validation.config import ValidationConfig
 
     spec = SpeculativeConfig(k, SamplingConfig(), args.max_new_tokens, assistant_confidence_threshold=tau)
     config = ValidationConfig(spec, seed=0, limit=None, bootstrap_resamples=args.resamples)
     t0 = time.perf_counter()
-    [r] = validate_pairs(tgt, [drafter], subset, config, target_ref=args.target, calibration=calibration)
+    [r] = validate(ValidationRequest(tgt, [drafter], subset, config, target_ref=args.target, calibration=calibration))
     g = r.overall
     out = {"k": k, "tau": tau, "speedup": g.speedup, "speedup_ci": list(g.speedup_ci),
            "predicted_speedup_from_decoded_counters": g.predicted_speedup, "acceptance_rate": g.acceptance_rate,
@@ -255,7 +256,7 @@ def main() -> None:
     drafter = resolve_drafter(args.draft, tgt)
     subset = load_heldout("spec_bench").subset(args.limit, seed=0)
     log(f"loaded; {len(subset)} prompts; calibrating")
-    calibration = calibrate_on(tgt.model, [drafter_parts(drafter)[1]], subset, tgt.tokenizer, 8, 8)
+    calibration = calibrate_on(tgt.model, [drafter_parts(drafter)[1]], subset, tgt.tokenizer, 8, kmax=8)
     path = ROOT / "benchmarks" / "results" / f"{dt.date.today().isoformat()}-rule-tau-cpu.json"
     out = json.loads(path.read_text()) if path.exists() else {}  # a re-run of one check keeps the other's results
     out |= {"created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "config": vars(args),

@@ -5,7 +5,7 @@ For ngram, derived:bf16 and derived:int8 on one short Spec-Bench prompt per cate
 1. one calibration (c per draft model, the target's v(n) for n = 1..8; specdec.validation.timing.calibrate);
 2. one greedy replay for every k in 1..8 -> the predicted speedup at every k from the replayed counters
    (specdec.validation.speed.predicted_speedup) and the best fixed k;
-3. decoding through the validation driver (specdec.validation.api.validate_pairs: warm-up, target-only and
+3. decoding through the validation driver (specdec.validation.validate, method "decode": warm-up, target-only and
    speculative runs back to back per prompt, alternating order, paired per-prompt ratios, median, bootstrap CI,
    groups under load re-timed) at the best k (and ``--also-k``) -> measured speedup, the prediction from the decoded
    counters, their ratio P1 = measured / predicted, exactness (every greedy output identical);
@@ -40,12 +40,13 @@ def _load() -> float:
 
 
 def _decode(target, drafter, held, k: int, cal, j: int, max_new: int) -> dict:
-    from specdec.validation.api import validate_pairs
+    from specdec.validation.api import ValidationRequest, validate
     from specdec.validation.config import ValidationConfig
 
     t0 = time.perf_counter()
     cfg = ValidationConfig(num_speculative_tokens=k, max_new_tokens=max_new, seed=0, bootstrap_resamples=2000)
-    rep = validate_pairs(target, [drafter], held, cfg, calibration=replace(cal, cost_ratios=[cal.cost_ratios[j]]))[0]
+    rep = validate(ValidationRequest(target, [drafter], held, cfg,
+                                     calibration=replace(cal, cost_ratios=[cal.cost_ratios[j]])))[0]
     g = rep.overall
     ok = [p for p in rep.prompts if p.status == "ok"]
     per_tok = [p.target_only_seconds / p.target_only_tokens for p in ok if p.target_only_tokens]
@@ -71,11 +72,10 @@ def main() -> int:
 
     from specdec.models import load_causal_lm
     from specdec.models.drafter_spec import resolve_drafter
-    from specdec.validation.api import calibrate_on, drafter_parts
+    from specdec.validation.api import ValidationRequest, calibrate_on, drafter_parts, validate
     from specdec.validation.config import ValidationConfig
     from specdec.validation.heldout import load_heldout
     from specdec.validation.replay_curve import recommend_from_curve
-    from specdec.validation.replay_report import validate_replay
     from specdec.validation.report import nan_to_none
     from specdec.validation.short_prompts import short_prompts
 
@@ -92,10 +92,10 @@ def main() -> int:
     held = short_prompts(load_heldout("spec_bench"), target.tokenizer, per_category=args.per_category,
                          max_prompt_tokens=192, seed=0)
     drafters = [resolve_drafter(s, target) for s in DRAFTERS]
-    cal = calibrate_on(target.model, [drafter_parts(d)[1] for d in drafters], held, target.tokenizer, max(KS), max(KS))
+    cal = calibrate_on(target.model, [drafter_parts(d)[1] for d in drafters], held, target.tokenizer, max(KS), kmax=max(KS))
     loads.append(_load())
     cfg = ValidationConfig(num_speculative_tokens=4, max_new_tokens=args.max_new_tokens, seed=0)
-    replays = validate_replay(target, drafters, held, cfg, method="replay", kmax=max(KS), calibration=cal)
+    replays = validate(ValidationRequest(target, drafters, held, cfg, method="replay", kmax=max(KS), calibration=cal))
     loads.append(_load())
     out = {"cpu": cpu_model(), "num_cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
            "prompts": [p.id for p in held.prompts], "max_new_tokens": args.max_new_tokens,

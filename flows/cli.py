@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Annotated, Optional
 
 import typer
@@ -24,6 +25,7 @@ def register(app: typer.Typer) -> None:
 
 @nightly_app.command("run")
 def run_cmd(
+    *,
     pair: Annotated[Optional[list[str]], typer.Option("--pair", help="Pair name (repeatable).")] = None,
     alias: Annotated[Optional[list[str]], typer.Option("--alias", help="Alias to validate (repeatable).")] = None,
     heldout: Annotated[Optional[str], typer.Option(help="Held-out set name or JSONL path.")] = None,
@@ -43,34 +45,41 @@ def run_cmd(
     """Run the nightly validation once, now (no schedule needed; Prefect ephemeral mode is fine)."""
     from pydantic import ValidationError
 
-    from flows.settings import get_settings
-    from specdec.settings import home_dir
+    from flows.settings import NightlySettings, load_settings
 
-    # settings are read (and a malformed SPECDEC_NIGHTLY_* rejected) before Prefect is imported
+    # the settings tree is read once (and a malformed value rejected) before Prefect is imported
     try:
-        s = get_settings()
+        NightlySettings()
     except ValidationError as e:
         err.print(f"[red]error:[/] invalid nightly settings (SPECDEC_NIGHTLY_* environment): {settings_problems(e)}",
                   highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
-
+    try:
+        tree = load_settings()
+    except ValidationError as e:
+        err.print(f"[red]error:[/] invalid settings: {settings_problems(e)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    s = tree.nightly
     from registry.promotion import check_alias_name
 
     try:
         for a in alias or s.aliases:
-            check_alias_name(a)
+            check_alias_name(a, tree.registry.aliases)
     except ValueError as e:
         err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     from flows import stopping
     from specdec.terminal import ReadableTerminal
 
-    home = str(home_dir())
+    run = NightlyRun(pairs=list(pair or s.pairs), aliases=tuple(alias or s.aliases), heldout=heldout or s.heldout,
+                     limit=limit if limit is not None else s.limit, device=device or s.device, dtype=s.dtype,
+                     batch_size=batch_size if batch_size is not None else s.batch_size,
+                     parallel=parallel or bool(dask_address), dask_workers=s.dask_workers, dask_address=dask_address)
     stopping.install()
     try:
-        with ReadableTerminal(home, "nightly", debug=debug) as term:
+        with ReadableTerminal(str(tree.home), "nightly", debug=debug) as term:
             err.print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
-            _run(s, home, term, pair, alias, heldout, limit, device, batch_size, parallel, dask_address, fail_on_alert)
+            _run(tree, run, term, fail_on_alert=fail_on_alert)
     except BaseException as e:
         if not stopping.requested() or isinstance(e, SystemExit | KeyboardInterrupt):
             raise
@@ -103,27 +112,28 @@ def settings_problems(e) -> str:
     return "; ".join(one(er) for er in e.errors())
 
 
-def _private_prefect_api(home: str, lease):
-    """A private Prefect API that dies with this process, state kept under ``<home>/prefect``; its
-    UI is off, run logs go to our log file. Recorded in ``lease`` so a killed run's server is reaped."""
+def _private_prefect_api(tree, lease):
+    """A private Prefect API that dies with this process, state kept under ``<home>/prefect`` (unless
+    ``PREFECT_HOME`` says otherwise); its UI is off, run logs go to our log file. Recorded in ``lease``
+    so a killed run's server is reaped."""
     import os
 
     from flows.prefect_api import PrefectAPI
     from flows.recovery import process_create_time
 
-    os.environ.setdefault("PREFECT_HOME", os.path.join(home, "prefect"))
-    os.makedirs(os.environ["PREFECT_HOME"], exist_ok=True)
+    prefect_home = (tree.prefect.home or tree.home / "prefect").expanduser()
+    # Prefect's own settings, configured at this edge before Prefect reads them (it reads the environment)
+    os.environ["PREFECT_HOME"] = str(prefect_home)
+    prefect_home.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
-    api = PrefectAPI(os.path.join(home, "logs", "prefect-server.log")).start()
+    api = PrefectAPI(tree.home / "logs" / "prefect-server.log", prefect_home=prefect_home).start()
     lease.server_pid = api.proc.pid
     lease.server_create_time = process_create_time(api.proc.pid)
     lease.save()
     return api
 
 
-def _print_results(results) -> None:
-    from specdec.settings.policy import get_policy
-
+def _print_results(results, policy) -> None:
     t = Table("pair", "alias", "version", "status", "acceptance [95% CI]", "speedup [95% CI]", "alert")
     t.add_column("hint", overflow="fold", max_width=100)  # a long message wraps; the table stays readable in a log
     for r in results:
@@ -135,20 +145,44 @@ def _print_results(results) -> None:
         t.add_row(r.pair, r.alias, r.version or "-", r.status, acc, speed, r.alert_transition or "-",
                   r.root_cause_hint or r.message or "")
     Console(width=min(Console().width, 200)).print(t)
-    Console().print(f"[dim]{get_policy().describe()}[/]")
+    Console().print(f"[dim]{policy.describe()}[/]")
 
 
-def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, parallel, dask_address, fail_on_alert) -> None:
-    import os
+@dataclass(frozen=True)
+class NightlyRun:
+    """What ``specdec nightly run`` runs: the flow's parameters and its task runner (options over the
+    ``SPECDEC_NIGHTLY_*`` defaults)."""
 
+    pairs: list[str]
+    aliases: tuple[str, ...]
+    heldout: str
+    limit: int | None
+    device: str
+    dtype: str
+    batch_size: int
+    parallel: bool = False
+    dask_workers: int = 2
+    dask_address: str | None = None
+
+    def parameters(self) -> dict:
+        """The flow's parameters."""
+        return dict(pairs=self.pairs, aliases=self.aliases, heldout=self.heldout, limit=self.limit,
+                    device=self.device, dtype=self.dtype, batch_size=self.batch_size)
+
+
+def _run(tree, run: NightlyRun, term, *, fail_on_alert: bool) -> None:
+    """The nightly flow run of ``run`` with the settings ``tree``, on a private Prefect API unless
+    ``PREFECT_API_URL`` names one; then the results table and the exit code."""
     from flows.recovery import NightlyLease, crash_dead_flow_runs, reap_dead_leases
+    from flows.settings import using
 
+    home = tree.home
     lease = NightlyLease.mine(home)
     dead = reap_dead_leases(home)  # servers left by a killed nightly (where the kernel did not stop them)
     api = None
     try:
-        if not os.environ.get("PREFECT_API_URL"):
-            api = _private_prefect_api(home, lease)
+        if not tree.prefect.api_url:
+            api = _private_prefect_api(tree, lease)
         from flows.nightly import nightly_flow_for
 
         import torch  # noqa: F401 (its log handlers exist before the terminal filter is applied)
@@ -161,12 +195,10 @@ def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, paralle
         term.refresh()
         if dead:
             crash_dead_flow_runs(home, dead)
-        flow = nightly_flow_for(parallel=parallel or bool(dask_address), dask_workers=s.dask_workers,
-                                dask_address=dask_address)
+        flow = nightly_flow_for(parallel=run.parallel, dask_workers=run.dask_workers, dask_address=run.dask_address)
         try:
-            results = flow(pairs=pair or s.pairs, aliases=tuple(alias or s.aliases), heldout=heldout or s.heldout,
-                           limit=limit if limit is not None else s.limit, device=device or s.device, dtype=s.dtype,
-                           batch_size=batch_size if batch_size is not None else s.batch_size)
+            with using(tree):  # the flow runs with this command's settings, read once
+                results = flow(**run.parameters())
         except Exception as e:  # noqa: BLE001 (the command's last resort: one line, details in the log file; registry/monitoring errors carry clear messages)
             logging.getLogger("flows.cli").debug("nightly run failed", exc_info=True)
             if term.debug:
@@ -182,15 +214,15 @@ def _run(s, home, term, pair, alias, heldout, limit, device, batch_size, paralle
                 pass
             api.stop()
         lease.release()
-    _report(results, fail_on_alert)
+    _report(results, tree.policy.policy(), fail_on_alert)
 
 
-def _report(results, fail_on_alert: bool) -> None:
+def _report(results, policy, fail_on_alert: bool) -> None:
     """The results table and the exit code of ``nightly run`` (1 error, 4 nothing validated, 3 --fail-on-alert)."""
     from flows.stopping import check
 
     check()  # a SIGTERM the flow engine dropped after the flow body returned still stops with 143
-    _print_results(results)
+    _print_results(results, policy)
     unlogged = [r for r in results if r.history_run_id is not None and not r.mlflow_run_id]
     for r in unlogged:  # e.g. MLflow refused the write: the row stays pending, and says so
         err.print(f"[red]error:[/] {r.pair}@{r.alias} v{r.version}: recorded in the history (run {r.history_run_id}) "

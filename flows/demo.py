@@ -49,11 +49,15 @@ DEMO_MAX_PROMPT_TOKENS = 300
 NO_SPEED_K = 4
 
 
-def _env_defaults() -> Path:
+def _env_defaults(opts) -> Path:
+    """The demo's home (``SPECDEC_DEMO_DIR``, read in ``opts``), and the environment of the libraries it
+    drives, configured here once: third-party switches (telemetry, offline Hub, Prefect's home), and the
+    decoding core's own section (``SPECDEC_HOME``, ``SPECDEC_MODELS_DIR``), which ``specdec.models``
+    reads itself. The nightly's settings (alert channels, rules) are a settings tree (:meth:`_Demo.tree`)."""
     for k, v in {"HF_HUB_OFFLINE": "1", "DO_NOT_TRACK": "true", "MLFLOW_DISABLE_TELEMETRY": "true",
                  "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "TOKENIZERS_PARALLELISM": "false"}.items():
         os.environ.setdefault(k, v)
-    base = Path(os.environ.get("SPECDEC_DEMO_DIR", REPO / ".specdec" / "demo")).resolve()
+    base = Path(opts.dir or REPO / ".specdec" / "demo").resolve()
     os.environ.setdefault("SPECDEC_MODELS_DIR", str(REPO / ".specdec" / "models"))
     os.environ["SPECDEC_HOME"] = str(base)
     # Prefect runs in ephemeral mode (a temporary local API) with its state under the demo dir;
@@ -82,11 +86,12 @@ def demo_heldout(home: Path, tokenizer, per_category: int) -> tuple[Path, object
     return path, held
 
 
-def _choose_draft(con, target_dir: Path, held, max_new: int):
+def _choose_draft(demo: "_Demo", target_dir: Path, held):
     """(drafter spec, k, Recommendation or None): measured here unless SPECDEC_DEMO_DRAFT is set."""
-    forced = os.environ.get("SPECDEC_DEMO_DRAFT")
+    con, max_new = demo.con, demo.max_new
+    forced = demo.opts.draft
     if forced:
-        k = int(os.environ.get("SPECDEC_DEMO_K", "4"))
+        k = demo.opts.k if demo.opts.k is not None else 4
         con.print(f"draft given by SPECDEC_DEMO_DRAFT: {forced} (k={k}); not measured")
         return forced, k, None
     from specdec.validation.heldout import HeldoutSet
@@ -105,7 +110,7 @@ def _choose_draft(con, target_dir: Path, held, max_new: int):
                           k_values=tuple(range(1, 7)), cost_reps=10, target_ref="smollm2 (fp32)", speed_heldout=held,
                           progress=lambda line: con.print(f"  {line}", highlight=False))
     print_recommendation(rec, con)
-    spec = _story_draft(rec, con)
+    spec = _story_draft(rec, demo)
     cand = next(c for c in rec.candidates if c.spec == spec)
     del target
     if not cand.pays:
@@ -113,12 +118,13 @@ def _choose_draft(con, target_dir: Path, held, max_new: int):
     return spec, int(cand.k or NO_SPEED_K), rec
 
 
-def _story_draft(rec, con) -> str:
+def _story_draft(rec, demo: "_Demo") -> str:
     """The draft the story runs with: the recommendation when it is a derived draft; otherwise the
     best-ranked derived draft (the story is a draft going stale when only the target changes, and an
     n-gram drafter has no weights to go stale), saying so."""
     from specdec.kinds import kind_of
 
+    con = demo.con
     derived = [c for c in rec.candidates if kind_of(c.spec).derives_from_target and c.available
                and c.measured_speedup == c.measured_speedup]
     paying = [c for c in derived if c.pays]
@@ -134,7 +140,7 @@ def _story_draft(rec, con) -> str:
     # Every night would fail on speed alone, and the story (a draft going stale when only the target
     # changes) is about acceptance: switch the speed rule off for this demo and say so. Speedups are
     # still measured, shown and recorded.
-    os.environ["SPECDEC_RULES__SPEED_ENABLED"] = "false"
+    demo.rules(speed_enabled=False)
     con.print(f"[yellow]no derived draft pays on this machine ({why}).[/]\n"
               f"[yellow]The demo goes on with {spec} at k={NO_SPEED_K} to show the acceptance story; the "
               "speed rule is off for the demo (SPECDEC_RULES__SPEED_ENABLED=false) because speculation with "
@@ -143,8 +149,9 @@ def _story_draft(rec, con) -> str:
     return spec
 
 
-def _night_speed(res) -> dict:
-    """Speed facts of a nightly result: from its report (speedup, CI, load) and history row (rule)."""
+def _night_speed(res, monitoring_settings) -> dict:
+    """Speed facts of a nightly result: from its report (speedup, CI, load) and history row (rule, in the
+    history store of ``monitoring_settings``)."""
     out = {"speedup": None, "speedup_ci": None, "load_avg_1m": None, "num_cpus": None, "speed_rule": None,
            "speed_reason": None, "predicted_speedup": None, "acceptance_rate": None, "per_token_acceptance": None,
            "per_token_acceptance_ci": None, "num_speculative_tokens": None}
@@ -160,7 +167,7 @@ def _night_speed(res) -> dict:
         import monitoring
         from monitoring import history
 
-        row = history.get_run(monitoring.connect(), res.history_run_id)
+        row = history.get_run(monitoring.connect(monitoring_settings), res.history_run_id)
         rr = next((r for r in (row.rule_results or []) if r.get("rule") == "speed"), None)
         out["speed_rule"] = rr.get("status") if rr else None
         msg = (rr or {}).get("message") or ""
@@ -170,7 +177,10 @@ def _night_speed(res) -> dict:
 
 
 def main() -> int:
-    home = _env_defaults()
+    from flows.settings import DemoSettings
+
+    opts = DemoSettings()
+    home = _env_defaults(opts)
     if home.exists():
         shutil.rmtree(home)
     home.mkdir(parents=True)
@@ -179,7 +189,7 @@ def main() -> int:
     log_path = home / "demo.log"
     with ThirdPartyToLog(log_path):
         try:
-            return _story(home, log_path)
+            return _story(home, log_path, opts)
         except KeyboardInterrupt:
             from rich.console import Console
 
@@ -197,18 +207,18 @@ class _Demo:
 
     pair = "specdec-pair"
 
-    def __init__(self, home: Path, log_path: Path) -> None:
+    def __init__(self, home: Path, log_path: Path, opts) -> None:
         import torch
         from rich.console import Console
         from rich.panel import Panel
 
         from monitoring.receiver import WebhookReceiver
 
-        self.home, self.log_path = home, log_path
+        self.home, self.log_path, self.opts = home, log_path, opts
         self.con = Console(width=max(Console().width, 110))  # tables stay readable when stdout is a file
         # the held-out size: set from the measured one-token pass (flows.demo_budget) unless given
-        self.per_cat = int(os.environ["SPECDEC_DEMO_PER_CATEGORY"]) if os.environ.get("SPECDEC_DEMO_PER_CATEGORY") else None
-        self.max_new = int(os.environ["SPECDEC_DEMO_MAX_NEW_TOKENS"]) if os.environ.get("SPECDEC_DEMO_MAX_NEW_TOKENS") else None
+        self.per_cat = opts.per_category
+        self.max_new = opts.max_new_tokens
         self.budget: dict | None = None
         self.t_start = time.perf_counter()
         self.timings: dict[str, float] = {}
@@ -217,10 +227,36 @@ class _Demo:
         self.realign: dict | None = None  # the EAGLE-3 variant's re-training (flows.demo_eagle3.act_realign)
         torch.set_num_threads(max(1, os.cpu_count() or 1))
         self.receiver = WebhookReceiver().start()
-        os.environ["SPECDEC_ALERT_CHANNELS"] = json.dumps(
-            [{"type": "webhook", "url": self.receiver.url("/specdec-alerts"), "name": "demo-receiver"}])
+        self._rules: dict = {}  # the demo's rule overrides (the speed rule off where no draft pays)
+        self.settings = self.tree()
         self.con.print(Panel.fit(f"specdec demo — state in {home}\nalerts go to a local webhook receiver on 127.0.0.1\n"
                                  f"third-party logs: {log_path}", title="speculative-decoding pair health"))
+
+    def tree(self):
+        """The settings tree every flow of the demo runs with (:func:`flows.settings.using`): read once from
+        the environment (the demo's home, SQLite stores under it), alerts to the local receiver, the
+        demo's rule overrides. Read again only where the demo changes the acceptance policy (the
+        EAGLE-3 variant's floor, :func:`flows.demo_eagle3.act_choose_head`)."""
+        from flows.settings import load_settings
+        from monitoring.settings import ChannelConfig
+
+        tree = load_settings()
+        channel = ChannelConfig(type="webhook", url=self.receiver.url("/specdec-alerts"), name="demo-receiver")
+        rules = tree.monitoring.rules.model_copy(update=self._rules)
+        return tree.model_copy(update={"monitoring": tree.monitoring.model_copy(
+            update={"alert_channels": [channel], "rules": rules})})
+
+    def rules(self, **overrides) -> None:
+        """Override drift-rule settings for the rest of the demo (e.g. ``speed_enabled=False``)."""
+        self._rules.update(overrides)
+        self.settings = self.tree()
+
+    def run(self, flow_fn, *args, **kwargs):
+        """Call the Prefect flow ``flow_fn`` with the demo's settings tree."""
+        from flows.settings import using
+
+        with using(self.settings):
+            return flow_fn(*args, **kwargs)
 
     def step(self, title: str) -> None:
         self.con.rule(f"[bold cyan]{title}")
@@ -233,8 +269,8 @@ class _Demo:
         from flows.nightly import nightly_validation_flow
 
         t0 = time.perf_counter()
-        res = nightly_validation_flow(pairs=[self.pair], aliases=aliases, heldout=str(heldout), limit=None,
-                                      device="cpu", dtype="float32", scheduled_date=night, method="decode")
+        res = self.run(nightly_validation_flow, pairs=[self.pair], aliases=aliases, heldout=str(heldout), limit=None,
+                       device="cpu", dtype="float32", scheduled_date=night, method="decode")
         self.lap(label, t0)
         self._print_night(res, night, label)
         return {r.alias: r for r in res}
@@ -247,7 +283,7 @@ class _Demo:
         n3 = self.nightly(heldout, night, "nightly_3", aliases=("challenger",))
         promoted = n3["challenger"].status == "passed"
         if promoted:
-            promote_flow(self.pair, version)
+            self.run(promote_flow, self.pair, version)
             self.con.print(f"[green]promoted[/] {self.pair} v{version} -> @champion")
         self.show_alerts()
         return n3, promoted
@@ -262,7 +298,7 @@ class _Demo:
             ci = r.per_token_acceptance_ci
             acc = (f"{r.per_token_acceptance:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] ({r.acceptance_rate:.2f} at "
                    f"k={r.num_speculative_tokens})" if r.per_token_acceptance is not None and len(ci) == 2 else "-")
-            sp = _night_speed(r)
+            sp = _night_speed(r, self.settings.monitoring)
             if r.alias == "challenger" or len(res) == 1:
                 self.speeds[label] = sp
             spd = (f"{sp['speedup']:.2f}x [{sp['speedup_ci'][0]:.2f}, {sp['speedup_ci'][1]:.2f}]"
@@ -286,13 +322,13 @@ class _Demo:
         self.seen_alerts = len(self.receiver.accepted)
 
 
-def _story(home: Path, log_path: Path) -> int:
+def _story(home: Path, log_path: Path, opts) -> int:
     """The six acts of the module docstring, in order; 0 when the story played out as expected."""
     from flows import demo_eagle3
     from specdec.kinds import kind_of, kind_of_label
 
-    demo = _Demo(home, log_path)
-    variant = kind_of_label(os.environ.get("SPECDEC_DEMO_DRAFT"))  # eagle3: the EAGLE-3 variant (flows.demo_eagle3)
+    demo = _Demo(home, log_path, opts)
+    variant = kind_of_label(opts.draft)  # eagle3: the EAGLE-3 variant (flows.demo_eagle3)
     eagle = variant is not None and variant.retrainable
     target_dir, heldout, held = _act_model(demo)                                   # 1
     if eagle:
@@ -305,11 +341,11 @@ def _story(home: Path, log_path: Path) -> int:
                   num_speculative_tokens=k, temperature=0.0, max_new_tokens=demo.max_new)
     today = dt.datetime.now(dt.timezone.utc).date()
     nights = [today - dt.timedelta(days=2), today - dt.timedelta(days=1), today]
-    first = _act_first_pair(demo, target_dir, draft, k, common, heldout=heldout, night=nights[0])  # 3
+    first = _act_first_pair(demo, target_dir, draft, k, common, heldout, night=nights[0])  # 3
     if first is None:
         return 1
     v1, n1 = first
-    ft, v2, n2 = _act_finetune(demo, target_dir, draft, draft_name, common, heldout=heldout, night=nights[1])  # 4
+    ft, v2, n2 = _act_finetune(demo, target_dir, draft, draft_name, common, heldout, night=nights[1])  # 4
     if eagle:
         v3, n3, promoted = demo_eagle3.act_realign(demo, heldout, nights[2])    # 5
     else:
@@ -320,8 +356,28 @@ def _story(home: Path, log_path: Path) -> int:
     ok = (n2["challenger"].status == "failed" and n2["challenger"].alert_transition == "fire"
           and n3["challenger"].alert_transition == "resolve" and promoted)
     if not ok:
-        demo.con.print("[yellow]the demo story did not play out as expected; see the tables above[/]")
+        gaps = "; ".join(_story_gaps(demo, n2["challenger"], n3["challenger"], promoted))
+        demo.con.print(f"[yellow]the demo story did not play out as expected: {gaps}; see the tables above[/]")
     return 0 if ok else 1
+
+
+def _story_gaps(demo: _Demo, night2, night3, promoted: bool) -> list[str]:
+    """What of the story did not happen, each with its night's own reason (a speed verdict taken on an
+    overloaded machine is inconclusive: it neither fires nor resolves)."""
+    gaps = []
+    for name, res, want in (("night 2", night2, "fire"), ("night 3", night3, "resolve")):
+        if res.alert_transition == want and (want != "fire" or res.status == "failed"):
+            continue
+        sp = _night_speed(res, demo.settings.monitoring)
+        why = f"status {res.status}"
+        if sp["speed_rule"] == "inconclusive":
+            why += f", speed inconclusive ({sp['speed_reason'] or 'see the speed rule'})"
+            if sp["speed_reason"] == "machine overloaded":
+                why += ": rerun on an idle machine"
+        gaps.append(f"{name} did not {want} ({why})")
+    if not promoted:
+        gaps.append("the re-derived pair was not promoted")
+    return gaps or ["unknown"]
 
 
 def _act_model(demo: _Demo) -> tuple[Path, Path, object]:
@@ -366,13 +422,13 @@ def _act_choose_draft(demo: _Demo, target_dir: Path, held) -> tuple[str, int, ob
     """2. which draft pays here: (drafter spec, k, Recommendation or None)."""
     demo.step("2. which draft pays on this machine? (specdec draft recommend)")
     t0 = time.perf_counter()
-    draft, k, rec = _choose_draft(demo.con, target_dir, held, demo.max_new)
+    draft, k, rec = _choose_draft(demo, target_dir, held)
     demo.lap("recommend", t0)
     demo.con.print(f"chosen: [bold]{draft}[/] with k={k}  ({demo.timings['recommend']:.0f}s)")
     return draft, k, rec
 
 
-def _act_first_pair(demo: _Demo, target_dir: Path, draft: str, k: int, common: dict, *, heldout: Path,
+def _act_first_pair(demo: _Demo, target_dir: Path, draft: str, k: int, common: dict, heldout: Path, *,
                     night: dt.date) -> tuple[dict, dict] | None:
     """3. pair v1, night 1, promotion to champion: (v1, night results), or None when v1 cannot go on."""
     from flows.promote import promote_flow
@@ -381,7 +437,7 @@ def _act_first_pair(demo: _Demo, target_dir: Path, draft: str, k: int, common: d
 
     demo.step(f"3. pair v1 = fp32 target + {draft} draft (k={k}); night 1; promote to champion")
     t0 = time.perf_counter()
-    v1 = register_pair_flow(str(target_dir), draft, **common)
+    v1 = demo.run(register_pair_flow, str(target_dir), draft, **common)
     demo.lap("register_v1", t0)
     demo.con.print(f"registered {demo.pair} v{v1['version']} ({v1['drafter_kind']}), now @challenger")
     n1 = demo.nightly(heldout, night, "nightly_1")
@@ -389,7 +445,7 @@ def _act_first_pair(demo: _Demo, target_dir: Path, draft: str, k: int, common: d
         demo.con.print("[red]v1 did not pass its validation; the demo cannot continue[/]")
         return None
     try:
-        promote_flow(demo.pair, v1["version"])
+        demo.run(promote_flow, demo.pair, v1["version"])
     except PromotionRefused as e:
         demo.con.print(f"[red]v1 cannot become champion: {e}; the demo cannot continue[/]")
         return None
@@ -398,7 +454,7 @@ def _act_first_pair(demo: _Demo, target_dir: Path, draft: str, k: int, common: d
     return v1, n1
 
 
-def _act_finetune(demo: _Demo, target_dir: Path, draft: str, draft_name: str, common: dict, *, heldout: Path,
+def _act_finetune(demo: _Demo, target_dir: Path, draft: str, draft_name: str, common: dict, heldout: Path, *,
                   night: dt.date):
     """4. target-only fine-tune, pair v2 with the old draft, night 2: (FinetuneResult, v2, night results)."""
     from flows.finetune import DEMO_RECIPE, finetune_target
@@ -413,7 +469,7 @@ def _act_finetune(demo: _Demo, target_dir: Path, draft: str, draft_name: str, co
     demo.con.print(f"fine-tuned target: {ft.path}  loss {ft.losses[0]:.2f} -> {ft.final_loss:.2f}  ({ft.seconds:.0f}s)")
     v1_draft = f"models:/{draft_name}/1"  # the registered draft / head of v1, unchanged
     old_draft = kind_of(draft).reuse_spec(draft, v1_draft)
-    v2 = register_pair_flow(str(ft.path), old_draft, **common)
+    v2 = demo.run(register_pair_flow, str(ft.path), old_draft, **common)
     demo.con.print(f"registered {demo.pair} v{v2['version']}: new target, old draft (changed: {v2['changed']}), "
                    "now @challenger")
     demo.con.print("[dim]The deployment validates @champion and @challenger every night; to stay within 10 minutes "
@@ -429,7 +485,7 @@ def _act_rederive(demo: _Demo, v2: dict, draft: str, common: dict, heldout: Path
     from flows.register import register_pair_flow
 
     demo.step(f"5. re-derive the {draft} draft from the fine-tuned target; pair v3; night 3; promote")
-    v3 = register_pair_flow(v2["target_uri"], draft, **common)
+    v3 = demo.run(register_pair_flow, v2["target_uri"], draft, **common)
     demo.con.print(f"registered {demo.pair} v{v3['version']} (changed: {v3['changed']}), now @challenger")
     n3, promoted = demo.last_night(heldout, night, v3["version"])
     return v3, n3, promoted
@@ -439,10 +495,8 @@ def _act_where_to_look(demo: _Demo, draft: str, k: int, rec, nights: dict, *, ft
     """6. ``demo_summary.json`` and the panel of where to look; returns the summary."""
     from rich.panel import Panel
 
-    from registry.settings import resolve_tracking_uri
-
     demo.step("6. where to look")
-    uri = resolve_tracking_uri()
+    uri = demo.settings.registry.tracking_uri
     summary = _summary(demo, draft, k, rec, nights, ft=ft, held=held)
     home, n2 = demo.home, nights["v2"][1]
     (home / "demo_summary.json").write_text(json.dumps(summary, indent=2, default=str))
@@ -459,11 +513,9 @@ def _act_where_to_look(demo: _Demo, draft: str, k: int, rec, nights: dict, *, ft
     return summary
 
 
-def _floor() -> dict:
-    """The acceptance floor the nights were judged by: metric, estimator, threshold, CI sides."""
-    from specdec.settings.policy import get_policy
-
-    p = get_policy()
+def _floor(policy) -> dict:
+    """The acceptance floor the nights were judged by (``policy``): metric, estimator, threshold, CI sides."""
+    p = policy
     return {"metric": p.metric, "name": p.metric_label, "estimator": p.estimator, "threshold": p.threshold,
             "alert_side": p.alert_side, "gate_side": p.gate_side}
 
@@ -493,7 +545,7 @@ def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, *, ft, held) ->
     accepted = demo.receiver.accepted
     return {
         "draft": draft, "num_speculative_tokens": k,
-        "speed_rule_enabled": os.environ.get("SPECDEC_RULES__SPEED_ENABLED", "true").lower() != "false",
+        "speed_rule_enabled": demo.settings.monitoring.rules.speed_enabled,
         "recommendation": None if rec is None else {"best": rec.best, "summary": rec.summary,
                                                     "native_bf16": rec.native_bf16,
                                                     "candidates": rec.to_dict()["candidates"]},
@@ -502,14 +554,14 @@ def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, *, ft, held) ->
         "acceptance_ci": {v: r.acceptance_rate_ci for v, r in ch.items()},
         "per_token_acceptance": {label[f"nightly_{i}"]: ch[f"v{i}"].per_token_acceptance for i in (1, 2, 3)},
         "per_token_acceptance_ci": {v: r.per_token_acceptance_ci for v, r in ch.items()},
-        "floor": _floor(),
+        "floor": _floor(demo.settings.policy.policy()),
         **{key: {label[n]: demo.speeds.get(n, {}).get(key) for n in label}
            for key in ("speedup", "speedup_ci", "predicted_speedup", "speed_rule",
                        "speed_reason", "load_avg_1m")},
         "recommend_vs_night_1": _ci_check(rec, draft, demo.speeds.get("nightly_1", {})),
         "alerts_received": [m.body.get("event") if isinstance(m.body, dict) else None for m in accepted],
         "alert_texts": [m.body.get("text") if isinstance(m.body, dict) else None for m in accepted],
-        "champion": resolve_alias(demo.pair, "champion"),
+        "champion": resolve_alias(demo.pair, "champion", tracking_uri=demo.settings.registry.tracking_uri),
         "realign": demo.realign,
         "finetune": {**DEMO_RECIPE, "loss_first": ft.losses[0], "loss_final": ft.final_loss, "seconds": ft.seconds},
         "prompts": len(held), "categories": held.category_counts(), "max_new_tokens": demo.max_new,

@@ -201,7 +201,8 @@ def finetune_target(
 
     from specdec.models import ModelNotFoundError, weights_sha256
 
-    warmup = _checked_warmup(steps, lr, batch_size, seq_len, num_threads, grad_clip, warmup_steps)
+    warmup = _checked_warmup(steps=steps, lr=lr, batch_size=batch_size, seq_len=seq_len, num_threads=num_threads,
+                             grad_clip=grad_clip, warmup_steps=warmup_steps)
     corpus, out_dir = Path(corpus), Path(out_dir)
     if not corpus.is_file():
         raise FileNotFoundError(f"corpus not found: {corpus}")
@@ -232,7 +233,7 @@ def finetune_target(
         torch.set_num_threads(prev_threads)
 
 
-def _checked_warmup(steps: int, lr: float, batch_size: int, seq_len: int, num_threads: int,
+def _checked_warmup(*, steps: int, lr: float, batch_size: int, seq_len: int, num_threads: int,
                     grad_clip: float | None, warmup_steps: int | None) -> int:
     """The warm-up length in steps, after checking every hyper-parameter (ValueError naming the bad one)."""
     if steps < 1:

@@ -103,7 +103,7 @@ def cached_target(key: tuple):
 
 
 def cached_drafter(key: tuple):
-    """The :class:`specdec.models.drafter_spec.ResolvedDrafter` for :func:`specdec.validation.validate_pair`."""
+    """The :class:`specdec.models.drafter_spec.ResolvedDrafter` for :func:`specdec.validation.validate`."""
     obj = model_cache.cached(key, lambda: (_ for _ in ()).throw(KeyError(f"drafter not loaded: {key}")))
     return obj
 

@@ -16,6 +16,11 @@ The steps, in the order :func:`nightly_validation_flow` and :func:`record_night`
 6. alert (one per incident, a reminder at most daily, one resolve message);
 7. describe the version (its one-line description in MLflow) and return a :class:`NightlyResult`.
 
+Steps 3-6 are :func:`monitoring.pipeline.record_and_evaluate` (the composition the monitoring tests
+test), with the MLflow run as its ``before_alert`` step. The flow builds its settings tree once
+(:func:`flows.settings.for_this_run`) and carries one :class:`NightlyJob` through its steps; the steps
+announce themselves as step events (:mod:`specdec.events`).
+
 The rules come before the MLflow run (not after, as the issue's list reads) because the run attaches
 the Evidently report, which needs the rules' baseline; the history row still comes first, so a crash
 or an MLflow outage loses nothing: the row keeps ``mlflow_logged = false`` and the next run logs it
@@ -31,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.tasks import (
@@ -39,7 +45,7 @@ from flows.tasks import (
 )
 from flows import stopping
 from flows.ungated import check_ungated, report_ungated, version_link
-from specdec.pause_points import pause_at
+from specdec import events
 
 
 def _logger():
@@ -69,6 +75,44 @@ class ValidationParams:
         return cfg
 
 
+@dataclass(frozen=True)
+class NightlyJob:
+    """One nightly run's parameters, checked once (:meth:`check`) and carried through its steps.
+
+    Attributes:
+        pairs / aliases: what to validate; versions: pair versions validated as well (as ``challenger``).
+        validation: how (:class:`ValidationParams`, the validation task's argument).
+        scheduled_date: the night (None: the flow run's scheduled date).
+        revert_ungated / fail_on_failure: see :func:`nightly_validation_flow`.
+    """
+
+    pairs: tuple[str, ...]
+    aliases: tuple[str, ...]
+    validation: ValidationParams
+    versions: tuple[str, ...] = ()
+    scheduled_date: dt.date | None = None
+    revert_ungated: bool = False
+    fail_on_failure: bool = False
+
+    def check(self, *, date_type: type = dt.date, allowed_aliases: list[str] | None = None) -> "NightlyJob":
+        """``self``, once its values are valid (``allowed_aliases``: the registry section's ``SPECDEC_ALIASES``).
+
+        Raises:
+            ValueError: ``batch_size`` < 1, a ``scheduled_date`` that is not a date, an alias not in
+            ``SPECDEC_ALIASES``.
+        """
+        from registry.promotion import check_alias_name
+
+        batch_size = self.validation.batch_size
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        if self.scheduled_date is not None and not isinstance(self.scheduled_date, date_type):
+            raise ValueError(f"scheduled_date must be a date, got {self.scheduled_date!r}")
+        for a in self.aliases:  # a typo in a deployment's parameters fails the run instead of validating nothing
+            check_alias_name(a, allowed_aliases)
+        return self
+
+
 @dataclass
 class Night:
     """What one nightly run holds open: settings, the history store, the registry, its lease and heartbeat."""
@@ -76,7 +120,7 @@ class Night:
     date: dt.date
     settings: Any  # monitoring.settings.MonitoringSettings
     db: Any  # monitoring.db.Database
-    registry: Any  # registry.Registry: one MLflow client for the night
+    registry: Any  # registry.service.Registry: the one MLflow service of the night
     held: Any  # specdec.validation.heldout.HeldoutSet
     lease: Any  # flows.recovery.NightlyLease
     beat: Any  # flows.recovery.Heartbeat
@@ -136,63 +180,53 @@ def _worth_retrying(task, task_run, state) -> bool:
 
 @task(task_run_name="validate {pv.name}@v{pv.version}", retries=1, retry_delay_seconds=30,
       retry_condition_fn=_worth_retrying)
-def run_validation(pv, heldout: str, limit: int | None, device: str, dtype: str,
-                   out_dir: str, seed: int = 0, batch_size: int = 1, method: str = "decode",
-                   decode_fraction: float = 0.25):
-    """Load the pair's models (worker cache) and validate them on the held-out set.
+def run_validation(pv, params: ValidationParams, out_dir: str):
+    """Load the pair's models (worker cache) and validate them on the held-out set with tonight's ``params``
+    (one :func:`specdec.validation.validate` call, whatever the method).
 
     ``pv`` is the :class:`registry.PairVersion` the flow already read (its models and its
-    :class:`specdec.SpeculativeConfig`); nothing is fetched again.
+    :class:`specdec.SpeculativeConfig`); nothing is fetched again. ``params``: how tonight validates.
 
     Returns:
         :class:`specdec.validation.report.ValidationReport`, also written to ``out_dir``.
     """
     from flows.loading import build_validation_config, cached_drafter, cached_target, load_pair_models
-    from specdec.validation import validate_pair
+    from specdec.validation import ValidationRequest, validate
     from specdec.validation.heldout import load_heldout
 
     log = _logger()
     pair, version = pv.name, pv.version
-    tkey, dkey = load_pair_models(pv, device=device, dtype=dtype)
+    tkey, dkey = load_pair_models(pv, device=params.device, dtype=params.dtype)
 
-    def progress(done: int, total: int, row) -> None:
-        acc = f"acceptance {row.acceptance_rate:.2f}" if row.status == "ok" else f"skipped: {row.skip_reason}"
-        log.info("%s v%s: prompt %d/%d (%s) %s", pair, version, done, total, row.category, acc)
-        pause_at("validation")
+    def progress(p) -> None:
+        if p.rows:  # a decoded prompt
+            row = p.rows[0]
+            acc = f"acceptance {row.acceptance_rate:.2f}" if row.status == "ok" else f"skipped: {row.skip_reason}"
+            log.info("%s v%s: prompt %d/%d (%s) %s", pair, version, p.done, p.total, row.category, acc)
+        else:
+            log.info("%s v%s: %s %d/%d", pair, version, p.phase, p.done, p.total)
+        events.announce("validation", pair=pair, version=str(version), done=p.done, total=p.total)
         stopping.check()
 
-    config = build_validation_config(pv.config, limit=limit, seed=seed, batch_size=batch_size)
-    if method == "decode":
-        report = validate_pair(cached_target(tkey), cached_drafter(dkey), load_heldout(heldout), config,
-                               target_ref=pv.target_uri, progress=progress)
-    else:  # replay every prompt (cached target continuations), decode a stratified subsample
-        from specdec.validation.replay_report import validate_replay
-
-        def phase(name: str, done: int, total: int) -> None:
-            log.info("%s v%s: %s %d/%d", pair, version, name, done, total)
-            pause_at("validation")
-            stopping.check()
-
-        [report] = validate_replay(cached_target(tkey), [cached_drafter(dkey)], load_heldout(heldout), config,
-                                   method=method, decode_fraction=decode_fraction, target_ref=pv.target_uri,
-                                   progress=phase)
+    config = build_validation_config(pv.config, limit=params.limit, seed=params.seed, batch_size=params.batch_size)
+    [report] = validate(ValidationRequest(cached_target(tkey), [cached_drafter(dkey)], load_heldout(params.heldout),
+                                          config, method=params.method, decode_fraction=params.decode_fraction,
+                                          target_ref=pv.target_uri, progress=progress))
     report.write(out_dir)
     return report
 
 
-@task(retries=2, retry_delay_seconds=[5, 20])
-def retry_pending_mlflow_logging() -> list[str]:
-    """Log to MLflow the history rows whose logging failed on an earlier night (oldest first).
+@task(retries=2, retry_delay_seconds=[5, 20], cache_policy=NO_CACHE)
+def retry_pending_mlflow_logging(db, home: Path, registry) -> list[str]:
+    """Log to MLflow the history rows whose logging failed on an earlier night (oldest first), through the
+    night's history store ``db`` and MLflow service ``registry``; reports are under ``home``.
 
     Returns the MLflow run ids logged now. Rows whose report directory is gone are reported and left.
     """
-    import monitoring
     from monitoring import history
     from registry import RegistryError, RegistryUnavailable
 
     log = _logger()
-    db = monitoring.connect()
-    home = monitoring.get_settings().home
     done = []
     for row in history.runs_pending_mlflow(db):
         key = history.RunKey(row.pair_name, row.pair_version, row.heldout_name, row.heldout_version,
@@ -205,7 +239,7 @@ def retry_pending_mlflow_logging() -> list[str]:
                             [p for p in (row.evidently_html, row.evidently_json) if p], key.key_id(),
                             key.scheduled_date.isoformat(), history.trend_points(db, row.pair_name, exclude_run=row.id))
         try:
-            run_id = log_to_mlflow.fn(job)
+            run_id = log_to_mlflow.fn(job, registry)
         except RegistryUnavailable as e:
             log.warning("MLflow still unreachable (%s); %s run(s) stay pending", e, "these")
             break
@@ -219,14 +253,12 @@ def retry_pending_mlflow_logging() -> list[str]:
     return done
 
 
-def _mlflow_link(run_id: str) -> str:
+def _mlflow_link(registry, run_id: str) -> str:
     from mlflow.exceptions import MlflowException
 
-    from registry.settings import get_client, resolve_tracking_uri
-
-    uri = resolve_tracking_uri()
+    uri = registry.uri
     try:
-        exp = get_client(uri, check=False).get_run(run_id).info.experiment_id
+        exp = registry.client.get_run(run_id).info.experiment_id
     except (MlflowException, OSError):  # the link is a convenience: experiment 0 still opens the UI
         exp = "0"
     if uri.startswith("http"):
@@ -236,11 +268,12 @@ def _mlflow_link(run_id: str) -> str:
     return f"runs:/{run_id} (mlflow ui --backend-store-uri {uri})"
 
 
-def log_night_to_mlflow(night: Night, job: Job, history_run_id: int, drift, log_task=log_to_mlflow) -> MlflowOutcome:
-    """Step 5, best-effort: log the MLflow run and mark the history row logged.
+def log_night_to_mlflow(night: Night, job: Job, history_run_id: int, drift) -> MlflowOutcome:
+    """Step 5, best-effort: log the MLflow run (task :func:`flows.tasks.log_to_mlflow`) and mark the
+    history row logged.
 
     A failure is logged and leaves the row pending (the next night logs it first); the alert still
-    goes out. ``log_task``: the Prefect task to call (a test passes one without retries).
+    goes out.
     """
     from monitoring import history
 
@@ -250,17 +283,20 @@ def log_night_to_mlflow(night: Night, job: Job, history_run_id: int, drift, log_
                                 job.key.scheduled_date.isoformat(),
                                 history.trend_points(night.db, t.pair, exclude_run=history_run_id))
     try:
-        run_id = log_task(logging_job)
+        run_id = log_to_mlflow(logging_job, night.registry)
     except Exception as e:  # noqa: BLE001 (MLflow, its HTTP client, the artifact store and matplotlib raise many types; none may stop the alert)
         _logger().error("MLflow logging failed (%s: %s): history run %s kept, logged on the next run",
                         type(e).__name__, e, history_run_id)
         return MlflowOutcome(links={"Report (file on the worker)": str(job.report_dir / "report.json")})
     history.mark_mlflow_logged(night.db, history_run_id, run_id)
-    return MlflowOutcome(run_id, {"MLflow run": _mlflow_link(run_id), "Pair version": version_link(t.pair, t.version)})
+    return MlflowOutcome(run_id, {"MLflow run": _mlflow_link(night.registry, run_id),
+                                  "Pair version": version_link(t.pair, t.version, night.registry.uri)})
 
 
-def record_night(night: Night, job: Job, report, log_task=log_to_mlflow) -> NightlyResult:
-    """Steps 3-7 for one validated pair version, top to bottom: history, rules, MLflow, alert, description.
+def record_night(night: Night, job: Job, report) -> NightlyResult:
+    """Steps 3-7 for one validated pair version: history, rules, evidence, MLflow, alert
+    (:func:`monitoring.pipeline.record_and_evaluate`, with the MLflow run as its ``before_alert`` step),
+    then the description.
 
     The history row, the rules and the alert always happen; the Evidently report, the MLflow run and
     the description are best-effort (logged, and the alert still goes out).
@@ -268,29 +304,32 @@ def record_night(night: Night, job: Job, report, log_task=log_to_mlflow) -> Nigh
     Raises:
         RunAlreadyClaimed: another run took the key over while this one was validating.
     """
-    from monitoring import history, pipeline
+    from monitoring import pipeline
     from monitoring.history import Lineage
 
     t = job.target
-    pause_at("history")
+    events.announce("history", pair=t.pair, version=t.version)
     lineage = Lineage.from_report(report, target_hash=t.pv.target_weights_sha256, draft_hash=t.pv.draft_weights_sha256)
-    run_id = history.record_run(night.db, report, job.key, lineage, claim=job.claim, alias=t.alias)       # 3
-    evaluation = pipeline.evaluate_run(night.db, run_id, champion_version=t.champion_version,               # 4
-                                       settings=night.settings)
-    drift = pipeline.drift_evidence(night.db, evaluation, out_dir=job.report_dir / "evidently", settings=night.settings)
-    mlflow = log_night_to_mlflow(night, job, run_id, drift, log_task)                                       # 5
-    links = {**({"Evidently report": str(drift.html_path)} if drift is not None else {}), **mlflow.links}
-    outcome = pipeline.alert(night.db, evaluation, links=links, settings=night.settings)                    # 6
+    logged = []
+
+    def log_run(history_run_id: int, evaluation, drift) -> dict[str, str]:                             # 5
+        logged.append(log_night_to_mlflow(night, job, history_run_id, drift))
+        return logged[0].links
+
+    out = pipeline.record_and_evaluate(night.db, report, job.key, lineage, claim=job.claim, alias=t.alias,  # 3, 4, 6
+                                       champion_version=t.champion_version, settings=night.settings,
+                                       evidently_dir=job.report_dir / "evidently", before_alert=log_run)
+    mlflow = logged[0]
     if mlflow.run_id is not None:                                                                           # 7
-        _describe(t, mlflow.run_id)
-    return _result(job, report, evaluation, drift, mlflow, outcome)
+        _describe(night, t, mlflow.run_id)
+    return _result(job, report, out.evaluation, out.drift, mlflow, out.alert)
 
 
-def _describe(t: Target, mlflow_run_id: str) -> None:
+def _describe(night: Night, t: Target, mlflow_run_id: str) -> None:
     from registry import RegistryError
 
     try:  # what a person reads in the UI; the verdict is already recorded
-        describe_version.fn(t.pair, t.version, mlflow_run_id)
+        describe_version.fn(t.pair, t.version, mlflow_run_id, night.registry)
     except RegistryError as e:
         _logger().error("description of %s v%s not updated: %s: %s", t.pair, t.version, type(e).__name__, e)
 
@@ -330,14 +369,15 @@ def _broken(db, pair: str, alias: str, version: str | None, error: BaseException
     return NightlyResult(pair, alias, version, "error", message=msg, alert_transition=transition)
 
 
-def open_night(scheduled_date: dt.date | None, heldout: str) -> Night:
-    """The night's date, settings, history store, lease (with this flow run's id) and heartbeat."""
+def open_night(job: NightlyJob, tree) -> Night:
+    """The night's date, settings (the monitoring section of ``tree``, a :class:`flows.settings.Settings`),
+    history store, MLflow service, lease (with this flow run's id) and heartbeat."""
     import monitoring
     from flows.recovery import Heartbeat, NightlyLease, holder_dead
-    from registry import Registry
+    from registry.service import Registry
     from specdec.validation.heldout import load_heldout
 
-    settings = monitoring.get_settings()
+    settings = tree.monitoring
     db = monitoring.connect(settings)
     lease = NightlyLease.mine(settings.home)
     try:
@@ -347,21 +387,22 @@ def open_night(scheduled_date: dt.date | None, heldout: str) -> Night:
         lease.save()
     except Exception:  # noqa: BLE001 (outside a flow run prefect.runtime raises its own types; the lease works without the id)
         pass
-    registry = Registry(check=False)  # no probe here: resolving the aliases retries a server that is briefly down
-    return Night(scheduled_date or scheduled_date_of_run(), settings, db, registry, load_heldout(heldout), lease,
-                 Heartbeat(db, settings.claim_stale_after_s / 10), holder_dead(settings.home))
+    registry = Registry(tree.registry, check=False)  # no probe: resolving the aliases retries a server briefly down
+    return Night(job.scheduled_date or scheduled_date_of_run(), settings, db, registry,
+                 load_heldout(job.validation.heldout), lease, Heartbeat(db, settings.claim_stale_after_s / 10),
+                 holder_dead(settings.home))
 
 
-def check_ungated_pairs(pairs: list[str], aliases: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+def check_ungated_pairs(night: Night, job: NightlyJob) -> dict[str, dict[str, Any]]:
     """Before validating: was ``@champion`` of each pair moved outside specdec (:mod:`flows.ungated`)?"""
     from mlflow.exceptions import MlflowException
 
     from registry import RegistryError, RegistryUnavailable
 
     ungated = {}
-    for pair in pairs:
+    for pair in job.pairs:
         try:
-            ungated[pair] = check_ungated(pair, aliases)
+            ungated[pair] = check_ungated(pair, job.aliases, night.registry)
         except RegistryUnavailable:
             raise
         except (RegistryError, MlflowException) as e:  # a broken alias is reported per alias by resolve_targets
@@ -369,8 +410,7 @@ def check_ungated_pairs(pairs: list[str], aliases: tuple[str, ...]) -> dict[str,
     return ungated
 
 
-def resolve_targets(night: Night, pairs: list[str], aliases: tuple[str, ...],
-                    versions: list[str] | None) -> tuple[list[Target], list[NightlyResult]]:
+def resolve_targets(night: Night, job: NightlyJob) -> tuple[list[Target], list[NightlyResult]]:
     """Step 1: every (pair, alias), and each explicitly named version (as ``challenger``), resolved to
     a pair version; a version behind two aliases once. Broken references are alerted and reported.
 
@@ -380,13 +420,15 @@ def resolve_targets(night: Night, pairs: list[str], aliases: tuple[str, ...],
     from mlflow.exceptions import MlflowException
 
     from registry import RegistryError, RegistryUnavailable
+    from registry.pairs import get_pair_version
 
     targets: list[Target] = []
     results: list[NightlyResult] = []
     seen: dict[tuple[str, str], str] = {}
-    for pair in pairs:
+    aliases = job.aliases
+    for pair in job.pairs:
         try:
-            champion = resolve_pair_version(pair, "champion")
+            champion = resolve_pair_version(pair, "champion", night.registry)
         except RegistryUnavailable:
             raise
         except (RegistryError, MlflowException) as e:  # a broken champion must not hide the challenger
@@ -394,10 +436,10 @@ def resolve_targets(night: Night, pairs: list[str], aliases: tuple[str, ...],
             champion, wanted = None, [a for a in aliases if a != "champion"]
         else:
             wanted = list(aliases)
-        for alias, fixed in [(a, None) for a in wanted] + [("challenger", str(v)) for v in versions or []]:
+        for alias, fixed in [(a, None) for a in wanted] + [("challenger", str(v)) for v in job.versions]:
             version = None
             try:
-                version = fixed or (champion if alias == "champion" else resolve_pair_version(pair, alias))
+                version = fixed or (champion if alias == "champion" else resolve_pair_version(pair, alias, night.registry))
                 if version is None:
                     results.append(NightlyResult(pair, alias, None, "skipped", message=f"no @{alias}"))
                     continue
@@ -405,7 +447,7 @@ def resolve_targets(night: Night, pairs: list[str], aliases: tuple[str, ...],
                     results.append(NightlyResult(pair, alias, version, "skipped",
                                                  message=f"same version as @{seen[(pair, version)]}"))
                     continue
-                pv = night.registry.get_pair_version(pair, version, download=False)
+                pv = get_pair_version(pair, version, download=False, registry=night.registry)
             except RegistryUnavailable:
                 raise
             except (RegistryError, MlflowException, OSError, KeyError, ValueError) as e:  # one bad alias or pair.json: the rest go on
@@ -437,8 +479,7 @@ def claim_target(night: Night, target: Target, params: ValidationParams) -> Job 
     forget_claim(night.home, claim.run_id)
     night.beat.add(claim)
     out = report_dir_for(night.home, key)
-    args = (target.pv, params.heldout, params.limit, params.device, params.dtype, str(out), params.seed,
-            params.batch_size, params.method, params.decode_fraction)
+    args = (target.pv, params, str(out))
     fut = _Inline.run(run_validation, args) if _serial() else run_validation.submit(*args)
     return Job(target, key, claim, out, fut)
 
@@ -509,19 +550,9 @@ def engine_checks(night: Night, targets: list[Target], params: ValidationParams)
     return out
 
 
-def _check_parameters(batch_size: int, scheduled_date, aliases: tuple[str, ...], date_type: type) -> None:
-    from registry.promotion import check_alias_name
-
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if scheduled_date is not None and not isinstance(scheduled_date, date_type):
-        raise ValueError(f"scheduled_date must be a date, got {scheduled_date!r}")
-    for a in aliases:  # a typo in a deployment's parameters fails the run instead of validating nothing
-        check_alias_name(a)
-
-
 @flow(name="nightly-validation", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=1))
 def nightly_validation_flow(
+    *,
     pairs: list[str] = ["specdec-pair"],  # noqa: B006 (Prefect parameters must be JSON defaults)
     aliases: tuple[str, ...] = ("champion", "challenger"),
     heldout: str = "spec_bench",
@@ -548,7 +579,7 @@ def nightly_validation_flow(
             48-prompt decode-only nightly decoded).
         method: ``both`` (default: replay every prompt from the cached target continuation, decode a
             stratified ``decode_fraction`` subsample, compare them), ``replay`` or ``decode``
-            (:func:`specdec.validation.replay_report.validate_replay`; docs/metrics.md "Replay").
+            (:func:`specdec.validation.validate`; docs/metrics.md "Replay").
         decode_fraction: share of the prompts decoded with ``method="both"`` (at least 2 per category).
         versions: pair versions to validate as well, by number (``specdec pair watch`` validates exactly
             the version a registry event named; recorded under the alias ``challenger``).
@@ -568,27 +599,39 @@ def nightly_validation_flow(
     Raises:
         ValueError: ``batch_size`` < 1, or an alias not in ``SPECDEC_ALIASES``.
     """
-    from flows.summary import finish_run
+    from flows.settings import for_this_run
 
     # `dt` named in this body: `flow.serve()` runs the flow in a spawned process with only the globals its
     # body names (cloudpickle), and the annotation `dt.date` must resolve there (tests/flows/test_served_flow.py)
     stopping.guard()  # a SIGTERM Prefect's handler would lose is remembered (flows.stopping)
-    _check_parameters(batch_size, scheduled_date, aliases, date_type=dt.date)
-    params = ValidationParams(heldout, limit, device, dtype, seed, batch_size, method, decode_fraction)
-    night = open_night(scheduled_date, heldout)
-    retry_pending_mlflow_logging()
-    ungated = check_ungated_pairs(pairs, aliases)
-    targets, results = resolve_targets(night, pairs, aliases, versions)                 # 1. resolve aliases
+    tree = for_this_run()  # the flow is an entry point: its settings tree, read once
+    job = NightlyJob(pairs=tuple(pairs), aliases=tuple(aliases), versions=tuple(str(v) for v in versions or ()),
+                     validation=ValidationParams(heldout, limit, device, dtype, seed, batch_size, method, decode_fraction),
+                     scheduled_date=scheduled_date, revert_ungated=revert_ungated,
+                     fail_on_failure=fail_on_failure).check(date_type=dt.date, allowed_aliases=tree.registry.aliases)
+    return run_night(job, tree)
+
+
+def run_night(job: NightlyJob, tree) -> list[NightlyResult]:
+    """The nightly's steps for ``job`` with the settings ``tree`` (:class:`flows.settings.Settings`), in the
+    flow run of :func:`nightly_validation_flow`. See the module docstring."""
+    from flows.summary import finish_run
+
+    params = job.validation
+    night = open_night(job, tree)
+    retry_pending_mlflow_logging(night.db, night.home, night.registry)
+    ungated = check_ungated_pairs(night, job)
+    targets, results = resolve_targets(night, job)                                      # 1. resolve aliases
     claimed = [claim_target(night, t, params) for t in targets]                         # 2. validate (submitted)
     results += [c for c in claimed if isinstance(c, NightlyResult)]
     with night.beat:
-        for job in claimed:                                                             # 3-7. record_night
-            if isinstance(job, Job):
+        for submitted in claimed:                                                       # 3-7. record_night
+            if isinstance(submitted, Job):
                 stopping.check()
-                results.append(finish_job(night, job))
+                results.append(finish_job(night, submitted))
         results += engine_checks(night, targets, params)                                # 8. the serving engine
-    report_ungated(night.db, ungated, results, revert=revert_ungated)  # after the champion's validation: tonight's verdict
-    return finish_run(results, fail_on_failure)                         # summary artifact; fails the run if asked
+    report_ungated(night.db, ungated, results, registry=night.registry, revert=job.revert_ungated)  # tonight's verdict
+    return finish_run(results, job.fail_on_failure)                     # summary artifact; fails the run if asked
 
 
 def _serial() -> bool:

@@ -37,13 +37,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _setup_lock(timeout_s: float):
+def _setup_lock(timeout_s: float, prefect_home: Path | None):
     """An acquired :class:`filelock.FileLock` in the Prefect home (``PREFECT_HOME``, default
     ``~/.prefect``), held while a server starts, so concurrent first starts do not both create
     Prefect's SQLite database (one crashed in Prefect's own migrations)."""
     from filelock import FileLock
 
-    home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
+    home = Path(prefect_home or Path.home() / ".prefect").expanduser()
     home.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(home / ".specdec-server-setup.lock"))
     lock.acquire(timeout=timeout_s)
@@ -56,12 +56,14 @@ class PrefectAPI:
     Args:
         log_path: the server's stdout/stderr (kept off the terminal).
         startup_timeout_s: seconds to wait for ``/api/health``.
+        prefect_home: Prefect's home (``PREFECT_HOME`` as the caller's settings read it; None: ``~/.prefect``).
     Raises:
         RuntimeError: the server did not come up in time (its log path is in the message).
     """
 
-    def __init__(self, log_path: Path, startup_timeout_s: float = 180.0) -> None:
+    def __init__(self, log_path: Path, startup_timeout_s: float = 180.0, *, prefect_home: Path | None = None) -> None:
         self.log_path = Path(log_path)
+        self.prefect_home = prefect_home
         self.startup_timeout_s = startup_timeout_s
         self.proc: subprocess.Popen | None = None
         self.url: str | None = None
@@ -77,7 +79,7 @@ class PrefectAPI:
                "PREFECT__SERVER_FINAL": "1"}
         env.pop("PREFECT_API_URL", None)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        setup = _setup_lock(self.startup_timeout_s)  # two first servers on one empty Prefect home race in its DB setup
+        setup = _setup_lock(self.startup_timeout_s, self.prefect_home)  # two first servers on one empty Prefect home race in its DB setup
         try:
             self._spawn(prefect_dir, port, env)
         finally:

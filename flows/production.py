@@ -18,6 +18,8 @@ import datetime as dt
 from dataclasses import asdict
 
 from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+from prefect.utilities.annotations import quote
 
 from flows.production_lib import resolve_version, window_end_of_run, write_trend_plots
 from flows.tasks import retry_when, run_logger
@@ -30,16 +32,15 @@ def _logger():
 
 
 @task(retries=2, retry_delay_seconds=[10, 30], retry_condition_fn=retry_when(ProductionSourceError),
-      task_run_name="ingest {source_name}")
-def ingest_source(source_name: str, start: dt.datetime, end: dt.datetime) -> list[dict]:
-    """Ingest one window of one configured source; returns the outcomes as dicts."""
+      task_run_name="ingest {source_name}", cache_policy=NO_CACHE)
+def ingest_source(source_name: str, start: dt.datetime, end: dt.datetime, tree) -> list[dict]:
+    """Ingest one window of one configured source (sections of the flow run's settings ``tree``); returns
+    the outcomes as dicts."""
     import monitoring
     from monitoring.production.ingest import ingest_window
-    from monitoring.production.settings import get_production_settings
 
-    ps = get_production_settings()
+    ps, ms = tree.production, tree.monitoring
     src = next(s for s in ps.sources if s.name == source_name)
-    ms = monitoring.get_settings()
     db = monitoring.connect(ms)
     try:
         out = ingest_window(db, src, start, end, settings=ps, monitoring_settings=ms,
@@ -67,11 +68,11 @@ def production_acceptance_flow(
     Raises:
         ValueError: an unknown name in ``sources``.
     """
-    import monitoring
-    from monitoring.production.settings import get_production_settings
+    from flows.settings import for_this_run
 
     log = _logger()
-    ps = get_production_settings()
+    tree = for_this_run()  # the flow is an entry point: its settings tree, read once
+    ps = tree.production
     names = [s.name for s in ps.sources]
     if not names:
         log.warning("no production source configured (SPECDEC_PRODUCTION_SOURCES): nothing to ingest")
@@ -84,7 +85,7 @@ def production_acceptance_flow(
     results: list[dict] = []
     for name in sources or names:
         try:
-            out = ingest_source(name, start, end)
+            out = ingest_source(name, start, end, quote(tree))
         except Exception as e:  # noqa: BLE001 (a source's HTTP, parsing, store or alert errors: one broken source must not stop the others)
             log.error("production source %s: %s: %s", name, type(e).__name__, e)
             results.append({"source": name, "status": "error", "message": f"{type(e).__name__}: {e}"})
@@ -98,5 +99,5 @@ def production_acceptance_flow(
     if plot:
         pairs = sorted({r["pair"] for r in results if r.get("pair")})
         if pairs:
-            write_trend_plots(pairs, monitoring.get_settings().reports_dir / "production")
+            write_trend_plots(pairs, tree.monitoring.reports_dir / "production", tree.monitoring)
     return results

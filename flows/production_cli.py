@@ -12,6 +12,7 @@ Sources and mappings can also come from ``SPECDEC_PRODUCTION_SOURCES`` / ``..._M
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -43,34 +44,73 @@ def register(app: typer.Typer) -> None:
     app.add_typer(ingest_app, name="ingest")
 
 
-def _settings(kind: str, url: str, engine: str, source: str | None, selector: str, pair: str | None, alias: str,
-              version: str | None, model: str, k: int | None):
+@dataclass(frozen=True)
+class IngestRequest:
+    """One ``specdec ingest`` call: the source (``kind`` ``prometheus`` | ``metrics``, ``url``, ``engine``,
+    ``source`` name, PromQL ``selector``), the mapping it adds (``pair``, ``alias``, ``version``,
+    ``model``, ``k``), the store (``db_url``), ``no_alert``, ``plot`` and the window (``start``, ``end``;
+    None for a ``metrics`` scrape: since the previous one)."""
+
+    kind: str
+    url: str
+    engine: str
+    source: str | None = None
+    selector: str = ""
+    pair: str | None = None
+    alias: str = "champion"
+    version: str | None = None
+    model: str = "*"
+    k: int | None = None
+    db_url: str | None = None
+    no_alert: bool = False
+    plot: Path | None = None
+    start: dt.datetime | None = None
+    end: dt.datetime | None = None
+
+
+def _settings(req: IngestRequest, ps):
+    """The production section ``ps`` (read by the command) with this call's source and mapping added."""
     from pydantic import ValidationError
 
-    from monitoring.production.settings import ProductionMapping, ProductionSource, get_production_settings
+    from monitoring.production.settings import ProductionMapping, ProductionSource
 
     try:
-        ps = get_production_settings()
-        name = source or engine
-        src = ProductionSource(name=name, kind=kind, url=url, engine=engine, selector=selector)
+        ps = ps.model_copy(deep=True)
+        name = req.source or req.engine
+        src = ProductionSource(name=name, kind=req.kind, url=req.url, engine=req.engine, selector=req.selector)
         ps.sources = [s for s in ps.sources if s.name != name] + [src]
-        if pair:
-            ps.mappings = [ProductionMapping(source=name, model=model, pair=pair, alias=alias, version=version,
-                                             num_speculative_tokens=k)] + list(ps.mappings)
+        if req.pair:
+            ps.mappings = [ProductionMapping(source=name, model=req.model, pair=req.pair, alias=req.alias,
+                                             version=req.version, num_speculative_tokens=req.k)] + list(ps.mappings)
     except ValidationError as e:
-        from specdec.settings.home import settings_error_line
-
-        err.print(f"[red]error:[/] invalid production settings: {settings_error_line(e)}")
-        raise typer.Exit(2) from None
+        _invalid(e)
     if not ps.mappings:
         err.print("[yellow]warning:[/] no (source, model) -> pair mapping: pass --pair, or set "
                   "SPECDEC_PRODUCTION_MAPPINGS; models are reported but not recorded")
     return ps, src
 
 
-def _run(kind: str, url: str, engine: str, source: str | None, selector: str, pair: str | None, alias: str,
-         version: str | None, model: str, k: int | None, db_url: str | None, no_alert: bool, plot: Path | None,
-         start: dt.datetime | None = None, end: dt.datetime | None = None) -> None:
+def _invalid(e) -> None:
+    from specdec.settings.home import settings_error_line
+
+    err.print(f"[red]error:[/] invalid production settings: {settings_error_line(e)}")
+    raise typer.Exit(2) from None
+
+
+def _production_settings():
+    """The production section, read once by the command (a malformed one: one line, exit 2)."""
+    from pydantic import ValidationError
+
+    from monitoring.production.settings import get_production_settings
+
+    try:
+        return get_production_settings()
+    except ValidationError as e:
+        _invalid(e)
+
+
+def _run(req: IngestRequest, ps) -> None:
+    """Ingest the window of ``req`` with the production section ``ps``; print it; exit 1 when refused."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from flows.production_lib import resolve_version
@@ -79,11 +119,11 @@ def _run(kind: str, url: str, engine: str, source: str | None, selector: str, pa
     from monitoring.production.ingest import ingest_window
     from monitoring.production.sources import ProductionSourceError
 
-    ps, src = _settings(kind, url, engine, source, selector, pair, alias, version, model, k)
-    ms, db = open_store(db_url, upgrade=True)
+    ps, src = _settings(req, ps)
+    ms, db = open_store(req.db_url, upgrade=True)
     try:
-        outcomes = ingest_window(db, src, start, end, settings=ps, monitoring_settings=ms,
-                                 resolve_version=resolve_version, alert=not no_alert, code_version=code_version())
+        outcomes = ingest_window(db, src, req.start, req.end, settings=ps, monitoring_settings=ms,
+                                 resolve_version=resolve_version, alert=not req.no_alert, code_version=code_version())
     except ProductionSourceError as e:
         err.print(f"[red]error:[/] {e}")
         raise typer.Exit(1) from None
@@ -94,15 +134,15 @@ def _run(kind: str, url: str, engine: str, source: str | None, selector: str, pa
         err.print(f"[red]error:[/] history store: {type(e).__name__}")
         raise typer.Exit(1) from None
     if not outcomes:
-        err.print(f"[red]error:[/] no {engine} speculative-decoding series found in this window "
+        err.print(f"[red]error:[/] no {req.engine} speculative-decoding series found in this window "
                   f"(check --engine, --url and the selector)")
         raise typer.Exit(1)
     _print(outcomes)
     refused = any(o.status == "refused" for o in outcomes)
-    if plot is not None:
+    if req.plot is not None:
         from flows.production_lib import write_trend_plots
 
-        for p, path in write_trend_plots(sorted({o.pair for o in outcomes if o.pair}), plot, ms.db_url).items():
+        for p, path in write_trend_plots(sorted({o.pair for o in outcomes if o.pair}), req.plot, ms).items():
             out.print(f"trend of {p}: {path}")
     db.dispose()
     if refused:
@@ -149,6 +189,7 @@ def _parse_end(end: str | None, settle: float) -> dt.datetime:
 
 @ingest_app.command("prometheus")
 def prometheus_cmd(
+    *,
     url: Url, engine: Engine = "vllm", source: Source = None,
     selector: Annotated[str, typer.Option("--selector", help='Extra PromQL label matchers, e.g. job="vllm".')] = "",
     window: Annotated[Optional[float], typer.Option("--window", min=0.01, help="Window length in minutes "
@@ -160,23 +201,24 @@ def prometheus_cmd(
     db_url: DbUrl = None, no_alert: NoAlert = False, plot: Plot = None,
 ) -> None:
     """Ingest one window from a Prometheus server's HTTP query API (reset-aware counter deltas)."""
-    from monitoring.production.settings import get_production_settings
-
+    ps = _production_settings()
     t_end = _parse_end(end, settle)
-    minutes = window if window is not None else get_production_settings().window_minutes
-    _run("prometheus", url, engine, source, selector, pair, alias, version, model, k, db_url, no_alert, plot,
-         t_end - dt.timedelta(minutes=minutes), t_end)
+    minutes = window if window is not None else ps.window_minutes
+    _run(IngestRequest("prometheus", url, engine, source, selector, pair, alias, version, model, k, db_url, no_alert,
+                       plot, t_end - dt.timedelta(minutes=minutes), t_end), ps)
 
 
 @ingest_app.command("metrics")
 def metrics_cmd(
+    *,
     url: Url, engine: Engine = "vllm", source: Source = None,
     pair: Pair = None, alias: Alias = "champion", version: Version = None, model: Model = "*", k: K = None,
     db_url: DbUrl = None, no_alert: NoAlert = False, plot: Plot = None,
 ) -> None:
     """Scrape the engine's /metrics now; the window runs from the previous scrape of this source
     (the first scrape only stores the baseline)."""
-    _run("metrics", url, engine, source, "", pair, alias, version, model, k, db_url, no_alert, plot)
+    _run(IngestRequest("metrics", url, engine, source, "", pair, alias, version, model, k, db_url, no_alert, plot),
+         _production_settings())
 
 
 @ingest_app.command("serve")

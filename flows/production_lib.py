@@ -36,21 +36,21 @@ def window_end_of_run(settle_seconds: float = 60.0, now: dt.datetime | None = No
     return t.replace(second=0, microsecond=0) - dt.timedelta(seconds=settle_seconds)
 
 
-def write_trend_plots(pairs: list[str], out_dir: Path, db_url: str | None = None) -> dict[str, str]:
+def write_trend_plots(pairs: list[str], out_dir: Path, settings) -> dict[str, str]:
     """``<out_dir>/<pair>/acceptance_trend.png`` (nightly and production) for each pair; pair -> path.
-    ``db_url``: the history store (default ``SPECDEC_DB_URL``)."""
+    ``settings``: the monitoring section (the history store, the threshold line)."""
     import monitoring
     from monitoring.history import trend_points
     from registry import plots
 
-    db = monitoring.connect(url=db_url)
+    db = monitoring.connect(settings)
     paths = {}
     try:
         for pair in pairs:
             d = out_dir / pair.replace("/", "_")
             d.mkdir(parents=True, exist_ok=True)
             p = plots.plot_trend(trend_points(db, pair), d / "acceptance_trend.png",
-                                 threshold=monitoring.get_settings().rules.absolute_threshold,
+                                 threshold=settings.rules.absolute_threshold,
                                  title=f"{pair}: acceptance rate, nightly held-out vs production traffic")
             paths[pair] = str(p)
     finally:

@@ -3,44 +3,61 @@ the alias (``champion`` by default). ``force`` moves it anyway and records who a
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
 
 
-@task(retries=2, retry_delay_seconds=[5, 20], task_run_name="gate {pair}@v{version}")
-def check_promotion_gate(pair: str, version: str) -> dict:
-    """The gate verdict of the latest validation run of ``models:/<pair>/<version>``.
+@dataclass(frozen=True)
+class AliasMove:
+    """Which alias goes where, and (with ``force``) who moved it past a failed gate and why."""
+
+    pair: str
+    version: str
+    alias: str = "champion"
+    force: bool = False
+    reason: str | None = None
+    actor: str | None = None
+
+
+@task(retries=2, retry_delay_seconds=[5, 20], task_run_name="gate {pair}@v{version}", cache_policy=NO_CACHE)
+def check_promotion_gate(pair: str, version: str, registry) -> dict:
+    """The gate verdict of the latest validation run of ``models:/<pair>/<version>`` (``registry``: the flow
+    run's :class:`registry.service.Registry`).
 
     Returns ``GateResult`` as a dict (``passed``, ``reasons``, ``run_id``, ...).
     """
-    from dataclasses import asdict
-
     from registry import check_gate
 
-    return asdict(check_gate(pair, version))
+    return asdict(check_gate(pair, version, registry=registry))
 
 
-@task(task_run_name="move @{alias} -> {pair}@v{version}")
-def move_alias(pair: str, version: str, alias: str, force: bool, reason: str | None, actor: str | None) -> dict:
-    """Move ``alias`` through :func:`registry.promote` (which re-checks the gate).
+@task(task_run_name="move @{move.alias} -> {move.pair}@v{move.version}", cache_policy=NO_CACHE)
+def move_alias(move: AliasMove, registry) -> dict:
+    """Move the alias through :func:`registry.promote` (which re-checks the gate).
 
     Raises:
         registry.PromotionRefused: the gate failed (or the version was never validated) without force.
     """
-    from dataclasses import asdict
-
     from registry import promote
 
-    return asdict(promote(pair, version, alias, force=force, reason=reason, actor=actor))
+    return asdict(promote(move.pair, move.version, move.alias, force=move.force, reason=move.reason, actor=move.actor,
+                          registry=registry))
 
 
 @flow(name="promote-pair", log_prints=True)
-def promote_flow(pair: str = "specdec-pair", version: str = "1", alias: str = "champion",
+def promote_flow(pair: str = "specdec-pair", version: str = "1", alias: str = "champion", *,
                  force: bool = False, reason: str | None = None, actor: str | None = None) -> dict:
     """Gate, then promote. Returns the promotion result as a dict.
 
     Raises:
         registry.PromotionRefused: with the gate's reasons, when it fails and ``force`` is False.
     """
-    gate = check_promotion_gate(pair, str(version))
+    from flows.settings import for_this_run
+    from registry.service import Registry
+
+    registry = Registry(for_this_run().registry)  # this flow run's one MLflow service
+    gate = check_promotion_gate(pair, str(version), registry)
     get_run_logger().info("gate for %s v%s: %s", pair, version, "pass" if gate.get("passed") else gate.get("reasons"))
-    return move_alias(pair, str(version), alias, force, reason, actor)
+    return move_alias(AliasMove(pair, str(version), alias, force, reason, actor), registry)

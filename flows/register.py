@@ -2,37 +2,54 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
 
 from specdec.core.config import SamplingConfig, SpeculativeConfig
 
 
-@task(retries=2, retry_delay_seconds=[5, 20], task_run_name="register {target} + {draft}")
-def register_task(target: str, draft: str, name: str | None, target_name: str | None, draft_name: str | None,
-                  config: SpeculativeConfig) -> dict:
-    """Compatibility check, then register (or reuse) target, draft and pair version.
+@dataclass(frozen=True)
+class PairRequest:
+    """What to register: target and draft references, the registered names, the decoding config."""
+
+    target: str
+    draft: str
+    name: str | None
+    target_name: str | None
+    draft_name: str | None
+    config: SpeculativeConfig
+
+
+@task(retries=2, retry_delay_seconds=[5, 20], task_run_name="register {request.target} + {request.draft}",
+      cache_policy=NO_CACHE)
+def register_task(request: PairRequest, registry) -> dict:
+    """Compatibility check, then register (or reuse) target, draft and pair version in ``registry`` (the
+    flow run's :class:`registry.service.Registry`).
 
     Returns the pair version as a dict (:meth:`registry.PairVersion.to_dict`) plus ``target_uri``/``draft_uri``.
     """
     from registry.register import register_pair_from_refs
 
-    reg = register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
-                                  config=config)
+    reg = register_pair_from_refs(request.target, request.draft, name=request.name, target_name=request.target_name,
+                                  draft_name=request.draft_name, config=request.config, tracking_uri=registry.uri)
     return reg.pair.to_dict()
 
 
-@task(task_run_name="set @{alias} -> {pair}@v{version}")
-def set_alias_task(pair: str, version: str, alias: str) -> None:
+@task(task_run_name="set @{alias} -> {pair}@v{version}", cache_policy=NO_CACHE)
+def set_alias_task(pair: str, version: str, alias: str, registry) -> None:
     """Point an ungated alias (e.g. ``challenger``) at a version."""
     from registry import promote
 
-    promote(pair, version, alias)
+    promote(pair, version, alias, registry=registry)
 
 
 @flow(name="register-pair", log_prints=True)
 def register_pair_flow(
     target: str,
     draft: str,
+    *,
     name: str = "specdec-pair",
     target_name: str | None = None,
     draft_name: str | None = None,
@@ -52,11 +69,15 @@ def register_pair_flow(
     Returns:
         the pair version as a dict (``name``, ``version``, ``changed``, ``target_uri``, ...).
     """
+    from flows.settings import for_this_run
+    from registry.service import Registry
+
+    registry = Registry(for_this_run().registry)  # this flow run's one MLflow service
     cfg = SpeculativeConfig(num_speculative_tokens, SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p),
                             max_new_tokens)
-    pv = register_task(target, draft, name, target_name, draft_name, cfg)
+    pv = register_task(PairRequest(target, draft, name, target_name, draft_name, cfg), registry)
     if alias:
-        set_alias_task(pv["name"], pv["version"], alias)
+        set_alias_task(pv["name"], pv["version"], alias, registry)
     get_run_logger().info("pair %s v%s (%s changed)%s", pv["name"], pv["version"], pv["changed"],
                           f" is @{alias}" if alias else "")
     return pv

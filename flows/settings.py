@@ -1,12 +1,170 @@
-"""The nightly deployment's section of the settings tree (:mod:`specdec.settings.nightly`, ``SPECDEC_NIGHTLY_*``)."""
+"""The settings tree of the whole product, composed where the packages meet, and the nightly's section.
+
+``flows -> registry, monitoring -> specdec``: each package keeps its own section (:mod:`specdec.settings`:
+``core``, ``policy`` and ``SPECDEC_HOME``; :mod:`registry.settings`; :mod:`monitoring.settings`;
+:mod:`monitoring.production.settings`), and this module, which imports them all, composes them into one
+:class:`Settings` with :func:`load_settings`. An entry point (each CLI command, each Prefect flow, the
+demo) builds the tree once and hands each function the section it needs; nothing below an entry point
+reads the environment.
+
+A flow called in-process gets the caller's tree through :func:`using` (the CLI's ``nightly run``, the
+demo); a flow started by a deployment reads its own (:func:`for_this_run`). The tree is not a flow
+parameter: Prefect stores parameters in its database, and the tree holds secrets (alert channel URLs,
+the history store's password).
+
+Environment variable names, per section: ``SPECDEC_HOME``, ``SPECDEC_MODELS_DIR``, ``SPECDEC_DEVICE``,
+``SPECDEC_DTYPE`` (core); ``SPECDEC_POLICY__*`` (policy); ``SPECDEC_TRACKING_URI`` / ``MLFLOW_TRACKING_URI``,
+``SPECDEC_ARTIFACTS_DIR``, ``SPECDEC_PAIR_NAME``, ... (registry); ``SPECDEC_DB_URL``,
+``SPECDEC_ALERT_CHANNELS``, ``SPECDEC_RULES__*``, ``SPECDEC_DELIVERY__*``, ... (monitoring);
+``SPECDEC_PRODUCTION_*`` (production); ``SPECDEC_NIGHTLY_*`` (nightly); ``PREFECT_API_URL`` (read
+here for the CLI's choice of a private Prefect API). Older names
+(:data:`specdec.settings.aliases.OLD_NAMES`) still work, with one warning.
+"""
 
 from __future__ import annotations
 
-from specdec.settings.nightly import NightlySettings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
 
-__all__ = ["NightlySettings", "get_settings"]
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from monitoring.production.settings import ProductionSettings
+from monitoring.settings import MonitoringSettings
+from registry.settings import RegistrySettings
+from specdec.settings import CoreSettings, PolicySettings, home_dir
+
+class NightlySettings(BaseSettings):
+    """Defaults of the nightly validation deployment.
+
+    Env examples: ``SPECDEC_NIGHTLY_CRON="30 1 * * *"``, ``SPECDEC_NIGHTLY_PAIRS='["specdec-pair"]'``,
+    ``SPECDEC_NIGHTLY_LIMIT=192``, ``SPECDEC_NIGHTLY_METHOD=decode``, ``SPECDEC_NIGHTLY_WORK_POOL=gpu-pool``, ``SPECDEC_NIGHTLY_BATCH_SIZE=8``.
+
+    ``batch_size``: prompts decoded together by the validation (>= 1, default 1; see
+    :class:`specdec.validation.ValidationConfig`). Larger batches raise throughput on a GPU worker;
+    on a small CPU batch > 1 mostly adds padding cost. Speed metrics are measured at this batch size.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SPECDEC_NIGHTLY_", env_file=".env", extra="ignore")
+
+    cron: str = "0 2 * * *"
+    timezone: str = "UTC"
+    pairs: list[str] = Field(default_factory=lambda: ["specdec-pair"])
+    aliases: list[str] = Field(default_factory=lambda: ["champion", "challenger"])
+    heldout: str = "spec_bench"
+    limit: int | None = 192
+    method: str = "both"
+    decode_fraction: float = Field(default=0.25, gt=0, le=1)
+    device: str = "auto"
+    dtype: str = "auto"
+    batch_size: int = Field(default=1, ge=1)
+    work_pool: str = "cpu-pool"
+    deployment_name: str = "nightly-validation"
+    parallel: bool = False
+    dask_workers: int = 2
+
+
+class PrefectSettings(BaseSettings):
+    """What the CLI reads of Prefect's own environment (Prefect reads the rest itself).
+
+    Attributes:
+        api_url: ``PREFECT_API_URL``: a Prefect server to report to; unset, ``specdec nightly run`` starts
+            a private one (:mod:`flows.prefect_api`).
+        home: ``PREFECT_HOME`` (Prefect's default ``~/.prefect`` when unset).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="PREFECT_", extra="ignore")
+
+    api_url: str | None = None
+    home: Path | None = None
+
+
+class WatchSettings(BaseSettings):
+    """``specdec pair watch``: ``SPECDEC_WATCH_SECRET``, the webhook's HMAC secret (never a flag, never logged)."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECDEC_WATCH_", env_file=".env", extra="ignore",
+                                      hide_input_in_errors=True)
+
+    secret: SecretStr | None = None
+
+
+class DemoSettings(BaseSettings):
+    """``make demo``'s overrides (env prefix ``SPECDEC_DEMO_``; all optional).
+
+    Attributes:
+        dir: the demo's state directory (``SPECDEC_DEMO_DIR``, default ``<repo>/.specdec/demo``).
+        draft / k: skip the measurement and use this drafter spec and k (``derived:bf16``; ``eagle3``
+            tells the story with an EAGLE-3 head). head: the EAGLE-3 head directory to start from.
+        per_category / max_new_tokens: the held-out size (default: chosen from the measured one-token pass).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SPECDEC_DEMO_", extra="ignore", env_ignore_empty=True)
+
+    dir: Path | None = None
+    draft: str | None = None
+    k: int | None = None
+    head: str | None = None
+    per_category: int | None = None
+    max_new_tokens: int | None = None
+
+
+class Settings(BaseModel):
+    """The whole tree, read once by :func:`load_settings`.
+
+    Attributes:
+        home: absolute data directory (``SPECDEC_HOME``).
+        core / policy / registry / monitoring / production / nightly: the sections (module docstring).
+        prefect: what the CLI reads of Prefect's environment. watch: ``specdec pair watch``'s secret.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    home: Path
+    core: CoreSettings
+    policy: PolicySettings
+    registry: RegistrySettings
+    monitoring: MonitoringSettings
+    production: ProductionSettings
+    nightly: NightlySettings
+    prefect: PrefectSettings = Field(default_factory=PrefectSettings)
+    watch: WatchSettings = Field(default_factory=WatchSettings)
+
+
+def load_settings(home: Path | None = None) -> Settings:
+    """Read every section from the environment once; ``SPECDEC_HOME`` (or ``home``) is read once and
+    handed to the sections that keep files under it.
+
+    Raises:
+        pydantic.ValidationError: a malformed value (the error names the field; secrets are not echoed).
+    """
+    home = Path(home).expanduser().resolve() if home is not None else home_dir()
+    return Settings(home=home, core=CoreSettings(home=home), policy=PolicySettings(),
+                    registry=RegistrySettings(home=home), monitoring=MonitoringSettings(home=home),
+                    production=ProductionSettings(), nightly=NightlySettings(), prefect=PrefectSettings(),
+                    watch=WatchSettings())
+
+
+_given: ContextVar[Settings | None] = ContextVar("specdec_settings", default=None)
+
+
+@contextmanager
+def using(settings: Settings) -> Iterator[Settings]:
+    """Flows called inside this block (same thread) run with ``settings`` instead of reading their own."""
+    token = _given.set(settings)
+    try:
+        yield settings
+    finally:
+        _given.reset(token)
+
+
+def for_this_run() -> Settings:
+    """The tree a flow run works with: its in-process caller's (:func:`using`), else read now (a
+    deployment's run is its own entry point)."""
+    return _given.get() or load_settings()
 
 
 def get_settings() -> NightlySettings:
-    """The nightly section, read afresh from the environment."""
+    """The nightly section read from the environment (the deployment's defaults)."""
     return NightlySettings()

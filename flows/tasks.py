@@ -2,7 +2,9 @@
 specdec, with retries declared where a failure is transient (a server that is briefly down).
 
 Plain data crosses task boundaries (PairVersion, ValidationReport, ids, paths), never models: the
-models stay in the worker's :mod:`flows.model_cache`.
+models stay in the worker's :mod:`flows.model_cache`. The tasks that talk to MLflow take the night's
+registry service (:class:`registry.service.Registry`; ``None``: one opened for the call) and are never
+cached (``NO_CACHE``: they read or write the registry, and a service is no cache key).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 
 from registry.errors import RegistryUnavailable
 
@@ -87,8 +90,8 @@ retry_if_transient = retry_when(RegistryUnavailable)
 
 
 @task(retries=3, retry_delay_seconds=[5, 15, 45], retry_condition_fn=retry_if_transient,
-      task_run_name="resolve {pair}@{alias}")
-def resolve_pair_version(pair: str, alias: str) -> str | None:
+      task_run_name="resolve {pair}@{alias}", cache_policy=NO_CACHE)
+def resolve_pair_version(pair: str, alias: str, registry=None) -> str | None:
     """The pair version ``alias`` points at now (read from MLflow, so UI promotions count).
 
     Returns None when the pair has no such alias (e.g. no challenger tonight).
@@ -98,7 +101,7 @@ def resolve_pair_version(pair: str, alias: str) -> str | None:
     from registry import AliasNotFound, resolve_alias
 
     try:
-        return resolve_alias(pair, alias)
+        return resolve_alias(pair, alias, registry=registry)
     except AliasNotFound as e:
         log.warning("%s", e)
         return None
@@ -128,8 +131,8 @@ class MlflowLogging:
     trend: list[dict]
 
 
-@task(retries=3, retry_delay_seconds=[5, 15, 45], retry_condition_fn=retry_if_transient)
-def log_to_mlflow(job: MlflowLogging) -> str:
+@task(retries=3, retry_delay_seconds=[5, 15, 45], retry_condition_fn=retry_if_transient, cache_policy=NO_CACHE)
+def log_to_mlflow(job: MlflowLogging, registry=None) -> str:
     """Log the validation run (metrics, report, plots, Evidently files) and tag the pair version; the
     descriptions are the nightly's last step (:func:`describe_version`).
 
@@ -142,15 +145,16 @@ def log_to_mlflow(job: MlflowLogging) -> str:
     report = ValidationReport.read(job.report_dir)
     return log_validation(job.pair, job.version, report, job.report_dir,
                           extra_artifacts=[p for p in job.extra if Path(p).exists()], history=job.trend,
-                          run_key=job.run_key, run_name=f"{job.pair} v{job.version} night {job.night}", describe=False)
+                          run_key=job.run_key, run_name=f"{job.pair} v{job.version} night {job.night}", describe=False,
+                          registry=registry)
 
 
-@task(retries=2, retry_delay_seconds=[5, 20], retry_condition_fn=retry_if_transient)
-def describe_version(pair: str, version: str, mlflow_run_id: str) -> None:
+@task(retries=2, retry_delay_seconds=[5, 20], retry_condition_fn=retry_if_transient, cache_policy=NO_CACHE)
+def describe_version(pair: str, version: str, mlflow_run_id: str, registry=None) -> None:
     """The pair version's and the run's one-line descriptions in MLflow (:func:`registry.runs.describe_validation`)."""
     from registry.runs import describe_validation
 
-    describe_validation(pair, version, mlflow_run_id)
+    describe_validation(pair, version, mlflow_run_id, registry=registry)
 
 
 def scheduled_date_of_run() -> dt.date:

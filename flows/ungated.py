@@ -16,8 +16,9 @@ log = logging.getLogger("flows.nightly")
 GATED_ALIAS = "champion"
 
 
-def check_ungated(pair: str, aliases: Sequence[str]) -> dict[str, Any]:
-    """Check ``pair@champion`` (only when the nightly validates ``champion``).
+def check_ungated(pair: str, aliases: Sequence[str], registry=None) -> dict[str, Any]:
+    """Check ``pair@champion`` (only when the nightly validates ``champion``); ``registry``: the night's
+    MLflow service (:class:`registry.service.Registry`).
 
     Returns:
         ``{"checked": bool, "finding": registry.ungated.UngatedPromotion | None}``; an MLflow error
@@ -28,7 +29,7 @@ def check_ungated(pair: str, aliases: Sequence[str]) -> dict[str, Any]:
     from registry.ungated import check_alias
 
     try:
-        finding = check_alias(pair, GATED_ALIAS)
+        finding = check_alias(pair, GATED_ALIAS, registry=registry)
     except Exception as e:  # noqa: BLE001 (the validation itself must still run)
         log.error("%s@%s: ungated-promotion check failed: %s: %s", pair, GATED_ALIAS, type(e).__name__, e)
         return {"checked": False, "finding": None}
@@ -47,23 +48,23 @@ def _tonight(result) -> str:
     return f"tonight's validation: {result.status}" + (f" ({result.message})" if result.message else "")
 
 
-def _recheck(pair: str, f):
+def _recheck(pair: str, f, registry):
     """After tonight's validation of the ungated version: None when it now passes the gate (adopted)."""
     from registry.ungated import check_alias
 
     try:
-        return check_alias(pair, GATED_ALIAS)
+        return check_alias(pair, GATED_ALIAS, registry=registry)
     except Exception as e:  # noqa: BLE001 (keep the finding made before validating)
         log.error("%s@%s: re-check after validation failed: %s: %s", pair, GATED_ALIAS, type(e).__name__, e)
         return f
 
 
-def _revert(pair: str, version: str) -> str:
+def _revert(pair: str, version: str, registry) -> str:
     """Move @champion back (``revert=True``); the sentence the alert adds."""
     from registry.ungated import revert_alias
 
     try:
-        to = revert_alias(pair, GATED_ALIAS, version)
+        to = revert_alias(pair, GATED_ALIAS, version, registry=registry)
     except Exception as e:  # noqa: BLE001 (the alert still goes out)
         log.error("%s@%s: revert failed: %s: %s", pair, GATED_ALIAS, type(e).__name__, e)
         return f" Not moved back: {type(e).__name__}: {e}."
@@ -73,7 +74,7 @@ def _revert(pair: str, version: str) -> str:
     return f" Moved @{GATED_ALIAS} back to v{to}, the last version that passed the gate (specdec pair watch --revert)."
 
 
-def report_ungated(db, checks: dict[str, dict[str, Any]], results: list, *, revert: bool = False) -> None:
+def report_ungated(db, checks: dict[str, dict[str, Any]], results: list, *, registry, revert: bool = False) -> None:
     """Raise (or resolve) the ungated-promotion alert of each checked pair, after validation.
 
     The message names the version, when it was noticed, the gate's reasons and tonight's verdict;
@@ -93,13 +94,13 @@ def report_ungated(db, checks: dict[str, dict[str, Any]], results: list, *, reve
         if f is not None and champ is not None and champ.status == "skipped" and champ.version == f.version:
             validated = next((r for r in results if r.pair == pair and r.version == f.version and r is not champ), champ)
         if f is not None and validated is not None and validated.status in ("passed", "inconclusive"):
-            f = _recheck(pair, f)
+            f = _recheck(pair, f, registry)
         message = f"{f.message()} {_tonight(validated).capitalize()}." if f is not None else f"{pair}@{GATED_ALIAS} is gated again"
         if f is not None and revert:
-            message += _revert(pair, f.version)
+            message += _revert(pair, f.version, registry)
         try:
             out = alert_ungated_promotion(db, pair, GATED_ALIAS, version=f.version if f else (champ.version if champ else None),
-                                          message=message, firing=f is not None, links=_links(pair, f))
+                                          message=message, firing=f is not None, links=_links(pair, f, registry.uri))
         except Exception as e:  # noqa: BLE001 (the store or a channel failing must not stop the other pairs' alerts)
             log.error("%s: ungated-promotion alert not queued: %s: %s", pair, type(e).__name__, e)
             continue
@@ -109,19 +110,16 @@ def report_ungated(db, checks: dict[str, dict[str, Any]], results: list, *, reve
             champ.ungated_alert = out.transition
 
 
-def version_link(pair: str, version: str) -> str:
-    """The pair version in the MLflow UI (an http server), else its ``models:/`` URI (for alerts)."""
-    from registry.settings import resolve_tracking_uri
-
-    uri = resolve_tracking_uri()
+def version_link(pair: str, version: str, uri: str) -> str:
+    """The pair version in the MLflow UI (an http server at tracking ``uri``), else its ``models:/`` URI (for alerts)."""
     return f"{uri.rstrip('/')}/#/models/{pair}/versions/{version}" if uri.startswith("http") else f"models:/{pair}/{version}"
 
 
-def _links(pair: str, f) -> dict[str, str]:
+def _links(pair: str, f, uri: str) -> dict[str, str]:
     """The ungated version's link (:func:`version_link`)."""
     if f is None:
         return {}
     try:
-        return {"MLflow version": version_link(pair, f.version)}
+        return {"MLflow version": version_link(pair, f.version, uri)}
     except Exception:  # noqa: BLE001 (a link is a convenience)
         return {"MLflow version": f"models:/{pair}/{f.version}"}

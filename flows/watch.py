@@ -157,7 +157,7 @@ def make_app(watcher: Watcher):
     return Starlette(routes=[Route("/webhook", webhook, methods=["POST"]), Route("/health", health, methods=["GET"])])
 
 
-def deployment_starter(deployment: str = DEFAULT_DEPLOYMENT, *, revert: bool = False,
+def deployment_starter(deployment: str = DEFAULT_DEPLOYMENT, *, registry, db, revert: bool = False,
                        limit: int | None = None) -> Callable[[WatchJob], str | None]:
     """``WatchJob -> flow run id``: a run of the nightly deployment for exactly that version.
 
@@ -165,6 +165,7 @@ def deployment_starter(deployment: str = DEFAULT_DEPLOYMENT, *, revert: bool = F
     (and ``revert_ungated``) after checking that @champion still points at the version (an
     out-of-order delivery about an older move starts nothing). ``limit`` (``pair watch --limit``) overrides
     the deployment's subset size; its other parameters (held-out set, device) stay as deployed.
+    ``registry`` / ``db``: the watcher's MLflow service and history store.
     """
 
     def start(job: WatchJob) -> str | None:
@@ -173,11 +174,11 @@ def deployment_starter(deployment: str = DEFAULT_DEPLOYMENT, *, revert: bool = F
         from registry import resolve_alias
 
         if job.action == "gate-champion":
-            now = resolve_alias(job.pair, GATED_ALIAS)
+            now = resolve_alias(job.pair, GATED_ALIAS, registry=registry)
             if now != job.version:
                 log.info("%s@%s is v%s now, not v%s: that move has its own delivery", job.pair, GATED_ALIAS, now, job.version)
                 return None
-            if not _ungated(job.pair):
+            if not _ungated(job.pair, registry, db):
                 return None
             params = {"pairs": [job.pair], "aliases": [GATED_ALIAS], "versions": [], "revert_ungated": revert}
         else:
@@ -193,28 +194,26 @@ def deployment_starter(deployment: str = DEFAULT_DEPLOYMENT, *, revert: bool = F
     return start
 
 
-def _ungated(pair: str) -> bool:
+def _ungated(pair: str, registry, db) -> bool:
     """Is ``pair@champion`` ungated now? If not (moved by specdec, or to a version whose latest
     validation passes the gate), an open ungated-promotion incident is resolved here and nothing runs."""
-    import monitoring
     from flows.ungated import check_ungated, report_ungated
 
-    check = check_ungated(pair, [GATED_ALIAS])
+    check = check_ungated(pair, [GATED_ALIAS], registry)
     if check["finding"] is not None or not check["checked"]:
         return True
     log.info("%s@%s is gated (moved by specdec or passes the gate): nothing to validate", pair, GATED_ALIAS)
-    report_ungated(monitoring.connect(), {pair: check}, [])
+    report_ungated(db, {pair: check}, [], registry=registry)
     return False
 
 
-def check_deployment(deployment: str) -> None:
-    """Raise ``ValueError`` (one line) when the Prefect API or the deployment is missing."""
-    import os
-
+def check_deployment(deployment: str, api_url: str | None) -> None:
+    """Raise ``ValueError`` (one line) when the Prefect API (``api_url``, ``PREFECT_API_URL``) or the
+    deployment is missing."""
     from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
 
-    if not os.environ.get("PREFECT_API_URL"):
+    if not api_url:
         raise ValueError("PREFECT_API_URL is not set: the watcher starts validations on a Prefect server "
                          "(`prefect server start`, then deploy prefect.yaml)")
     with get_client(sync_client=True) as c:
@@ -223,14 +222,17 @@ def check_deployment(deployment: str) -> None:
         except ObjectNotFound:
             raise ValueError(f"Prefect deployment {deployment!r} not found (deploy prefect.yaml: `prefect deploy --all`)") from None
         except Exception as e:  # noqa: BLE001 (unreachable server: one line)
-            raise ValueError(f"Prefect API at {os.environ['PREFECT_API_URL']} is unreachable: {type(e).__name__}") from None
+            raise ValueError(f"Prefect API at {api_url} is unreachable: {type(e).__name__}") from None
 
 
-def serve(pairs: Sequence[str], secret: str, *, host: str, port: int, db, deployment: str = DEFAULT_DEPLOYMENT,
-          revert: bool = False, window_s: int = 300, limit: int | None = None) -> None:
-    """Run the receiver until interrupted (blocks). ``limit``: see :func:`deployment_starter`."""
+def serve(pairs: Sequence[str], secret: str, *, host: str, port: int, db, registry,
+          deployment: str = DEFAULT_DEPLOYMENT, revert: bool = False, window_s: int = 300,
+          limit: int | None = None) -> None:
+    """Run the receiver until interrupted (blocks). ``registry``: the watcher's MLflow service;
+    ``limit``: see :func:`deployment_starter`."""
     import uvicorn
 
-    with Watcher(pairs, secret, db, deployment_starter(deployment, revert=revert, limit=limit), window_s=window_s) as w:
+    starter = deployment_starter(deployment, registry=registry, db=db, revert=revert, limit=limit)
+    with Watcher(pairs, secret, db, starter, window_s=window_s) as w:
         uvicorn.Server(uvicorn.Config(make_app(w), host=host, port=port, log_level="warning",
                                       access_log=False)).run()

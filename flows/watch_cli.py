@@ -3,7 +3,6 @@ flows (it starts Prefect deployments: flows -> registry), added by :func:`flows.
 
 from __future__ import annotations
 
-import os
 from typing import Annotated, Optional
 
 import typer
@@ -26,6 +25,7 @@ def _listen(text: str) -> tuple[str, int]:
 
 
 def watch_cmd(
+    *,
     pairs: Annotated[Optional[list[str]], typer.Argument(help="Pair registered models to watch (default specdec-pair).")] = None,
     listen: Annotated[str, typer.Option("--listen", help="HOST:PORT the receiver binds.")] = "127.0.0.1:8765",
     url: Annotated[Optional[str], typer.Option(
@@ -47,30 +47,33 @@ def watch_cmd(
     from SPECDEC_WATCH_SECRET (never a flag, never logged)."""
     import logging
 
+    from flows.settings import load_settings
     from flows.watch import check_deployment, serve
 
-    secret = os.environ.get(SECRET_ENV, "")
+    tree = load_settings()  # this command's settings, read once
+    secret = tree.watch.secret.get_secret_value() if tree.watch.secret else ""
     if len(secret) < 16:
         _fail(f"{SECRET_ENV} must hold the webhook secret (at least 16 characters)")
     host, port = _listen(listen)
     from registry.errors import RegistryError
-    from registry.settings import get_settings, resolve_tracking_uri
+    from registry.service import Registry
     from registry.webhooks import subscribe
 
-    pairs = list(pairs or [get_settings().pair_name])
-    uri = resolve_tracking_uri(tracking_uri)
+    pairs = list(pairs or [tree.registry.pair_name])
+    uri = tracking_uri or tree.registry.tracking_uri
     if not uri.startswith(("http://", "https://")):
         _fail(f"webhooks need an MLflow server (http[s]://...); the tracking URI is a local store")
     try:
-        check_deployment(deployment)
-        hook = subscribe(pairs, url or f"http://{host}:{port}/webhook", secret, tracking_uri=uri, replace=replace)
+        check_deployment(deployment, tree.prefect.api_url)
+        registry = Registry(tree.registry, tracking_uri=uri)
+        hook = subscribe(pairs, url or f"http://{host}:{port}/webhook", secret, registry=registry, replace=replace)
     except (ValueError, RegistryError) as e:
         _fail(str(e))
     import monitoring
 
     from specdec.terminal import quiet_command
 
-    with quiet_command("watch") as term:  # our lines on the terminal, every httpx request in the log file
+    with quiet_command("watch", settings=tree.core) as term:  # our lines on the terminal, every httpx request in the log file
         if term is None:
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         else:
@@ -78,5 +81,5 @@ def watch_cmd(
             Console(stderr=True).print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
         Console().print(f"watching {', '.join(pairs)} (webhook {hook}) on http://{host}:{port}/webhook; "
                         f"validations through {deployment}{'; --revert on' if revert else ''}", highlight=False)
-        serve(pairs, secret, host=host, port=port, db=monitoring.connect(), deployment=deployment, revert=revert,
-              window_s=window_s, limit=limit)
+        serve(pairs, secret, host=host, port=port, db=monitoring.connect(tree.monitoring), registry=registry,
+              deployment=deployment, revert=revert, window_s=window_s, limit=limit)

@@ -1,7 +1,7 @@
 """The monitoring steps of a validation, composed from history, rules, the Evidently report and alerts.
 
-Step by step (the nightly flow calls them in this order and logs its MLflow run between the evidence
-and the alert; nothing here calls back into the flow)::
+Step by step (what :func:`record_and_evaluate` composes; the nightly flow calls that composition and
+logs its MLflow run in its ``before_alert`` step, between the evidence and the alert)::
 
     db = monitoring.connect()                                    # migrates to head
     claim = history.claim_run(db, key, alias="champion")         # RunAlreadyClaimed -> exit
@@ -12,8 +12,7 @@ and the alert; nothing here calls back into the flow)::
     ... log the MLflow run; history.mark_mlflow_logged(db, run_id, mlflow_run_id) ...
     outcome = alert(db, ev, links={"Evidently report": drift.html_path, "MLflow run": url})
 
-or, without MLflow, all at once with :func:`record_and_evaluate`. Everything crossing this boundary
-is plain data.
+or all at once with :func:`record_and_evaluate`. Everything crossing this boundary is plain data.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import httpx
 
@@ -202,6 +202,7 @@ def record_and_evaluate(
     scope: str | None = None, evidently: bool = True, settings: MonitoringSettings | None = None,
     now: dt.datetime | None = None, client: httpx.Client | None = None,
     evidently_dir: str | Path | None = None,
+    before_alert: Callable[[int, Evaluation, object | None], dict[str, str]] | None = None,
 ) -> MonitoringOutcome:
     """Record ``report`` (upsert on ``key``), evaluate the rules, build the Evidently report, alert.
 
@@ -210,6 +211,9 @@ def record_and_evaluate(
 
     Args:
         evidently_dir: where the Evidently files go (default: see :func:`drift_report`).
+        before_alert: a step between the evidence and the alert, called with ``(run_id, evaluation,
+            drift)``; the links it returns are added to the alert's (the nightly logs its MLflow run
+            there). It must not raise for the alert to go out.
     Returns:
         :class:`MonitoringOutcome`. The Evidently report path is added to ``links``.
     Raises:
@@ -226,6 +230,8 @@ def record_and_evaluate(
             links.setdefault("Evidently report", str(drift.html_path))
     elif ev.baseline_run_id is not None:
         log.info("run %s: Evidently report skipped (disabled)", run_id)
+    if before_alert is not None:
+        links.update(before_alert(run_id, ev, drift))
     outcome = alert(db, ev, links=links, scope=scope, settings=settings, now=now, client=client)
     return MonitoringOutcome(run_id, ev, drift, outcome, links)
 

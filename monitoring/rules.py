@@ -121,7 +121,7 @@ def _judged(g: GroupMetrics, estimator: str) -> tuple[str, str, float | None, tu
     return policy.metric, label, value, ci, beside
 
 
-def _below(rule: str, scope: str, g: GroupMetrics, limit: float, min_tokens: int, *,
+def _below(rule: str, scope: str, g: GroupMetrics, *, limit: float, min_tokens: int,
            baseline: float | None, what: str, policy: AcceptancePolicy = AcceptancePolicy()) -> RuleResult:
     """Shared logic: does the judged acceptance (``policy.estimator``) of ``g`` lie credibly below ``limit``
     (``policy.alert_side`` of its CI)?"""
@@ -152,11 +152,12 @@ def absolute_rules(current: GroupMetrics, categories: Mapping[str, GroupMetrics]
                    settings: RuleSettings) -> list[RuleResult]:
     """The absolute-threshold rule overall and for each category of the current run."""
     policy = AcceptancePolicy(estimator=settings.estimator, alert_side=settings.alert_side)
-    out = [_below("absolute", OVERALL, current, settings.threshold_for(None),
-                  settings.min_draft_tokens, baseline=None, what="threshold", policy=policy)]
+    out = [_below("absolute", OVERALL, current, limit=settings.threshold_for(None),
+                  min_tokens=settings.min_draft_tokens, baseline=None, what="threshold", policy=policy)]
     for name in sorted(categories):
-        out.append(_below("absolute", name, categories[name], settings.threshold_for(name),
-                          settings.min_category_draft_tokens, baseline=None, what="threshold", policy=policy))
+        out.append(_below("absolute", name, categories[name], limit=settings.threshold_for(name),
+                          min_tokens=settings.min_category_draft_tokens, baseline=None, what="threshold",
+                          policy=policy))
     return out
 
 
@@ -181,8 +182,8 @@ def relative_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings
         return RuleResult("relative", OVERALL, NOT_APPLICABLE, metric, value=value, baseline=base_value, message=reason)
     limit = base_value * (1.0 - settings.relative_drop)
     what = f"{1 - settings.relative_drop:.0%} of baseline {base_value:.3f} ="
-    return _below("relative", OVERALL, current, limit, settings.min_draft_tokens, baseline=base_value, what=what,
-                  policy=AcceptancePolicy(estimator=settings.estimator, alert_side="upper"))
+    return _below("relative", OVERALL, current, limit=limit, min_tokens=settings.min_draft_tokens,
+                  baseline=base_value, what=what, policy=AcceptancePolicy(estimator=settings.estimator, alert_side="upper"))
 
 
 def collapse_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: RuleSettings) -> RuleResult:

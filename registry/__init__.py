@@ -1,6 +1,7 @@
 """MLflow registry for speculative-decoding draft/target pairs.
 
-Public API (thin wrappers over ``mlflow.MlflowClient``; every function takes ``tracking_uri=None``,
+Public API (operations over one MLflow service, :class:`registry.service.Registry`: every function
+takes ``registry=`` (the job's service, opened once) or, for a single call, ``tracking_uri=None``,
 meaning ``SPECDEC_TRACKING_URI`` / ``MLFLOW_TRACKING_URI`` / ``sqlite:///<SPECDEC_HOME>/mlflow.db``)::
 
     from registry import (register_model_version, register_derived_draft, get_model_version,
@@ -10,7 +11,7 @@ meaning ``SPECDEC_TRACKING_URI`` / ``MLFLOW_TRACKING_URI`` / ``sqlite:///<SPECDE
                           ModelVersionRef, RegistryError, RegistryUnavailable, PairNotFound,
                           AliasNotFound, ModelNotFound, PromotionRefused)
 
-Submodules: ``settings`` (settings + client factory), ``models`` (target/draft models), ``pairs``
+Submodules: ``settings`` (the registry's settings section), ``service`` (the MLflow service), ``models`` (target/draft models), ``pairs``
 (pair versions + lineage), ``runs`` (validation runs + plots), ``gate`` and ``promotion`` (aliases),
 ``cli`` (``specdec pair ...``). ``registry`` never imports ``monitoring``.
 """
@@ -27,27 +28,28 @@ _LAZY = {
     "ModelVersionRef": "registry.models",
     "register_model_version": "registry.models",
     "register_derived_draft": "registry.models",
-    "get_model_version": "registry.service",
-    "download_model_version": "registry.service",
+    "get_model_version": "registry.models",
+    "download_model_version": "registry.models",
     "SpeculativeConfig": "specdec.core.config",
     "PairVersion": "registry.pairs",
     "register_pair": "registry.pairs",
-    "get_pair_version": "registry.service",
+    "get_pair_version": "registry.pairs",
     "list_pair_versions": "registry.pairs",
-    "resolve_alias": "registry.service",
+    "resolve_alias": "registry.pairs",
     "log_validation": "registry.runs",
     "set_validation_tags": "registry.runs",
-    "latest_validation_run": "registry.service",
-    "validation_history": "registry.service",
+    "latest_validation_run": "registry.runs",
+    "validation_history": "registry.runs",
     "GateConfig": "registry.gate",
     "GateResult": "registry.gate",
     "evaluate_gate": "registry.gate",
     "promote": "registry.promotion",
-    "check_gate": "registry.service",
+    "check_gate": "registry.promotion",
     "demote": "registry.promotion",
     "PromotionResult": "registry.promotion",
     "Registry": "registry.service",
-    "get_client": "registry.settings",
+    "open_registry": "registry.service",
+    "set_engine": "registry.pairs",
     "get_settings": "registry.settings",
 }
 

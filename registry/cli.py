@@ -65,6 +65,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 @pair_app.command("register")
 def register_cmd(
+    *,
     target: Annotated[str, typer.Option("--target", help="Target: Hub id, local dir, .gguf, smollm2, or models:/<name>/<v>.")],
     draft: Annotated[str, typer.Option("--draft", help="Draft: a model ref (as --target, optionally 'model:<ref>'), ngram, derived:int8, derived:int4, derived:bf16, derived:fp8 (CUDA), or eagle3:<head dir or models:/...> (an EAGLE-3 head).")],
     name: Annotated[str | None, typer.Option("--name", help="Pair registered model (default specdec-pair).")] = None,
@@ -151,14 +152,16 @@ def list_cmd(
     """List pair versions with aliases, lineage, last validation and the one-line description."""
     _quiet_mlflow()
     from registry.pairs import list_pair_versions, pair_names
+    from registry.service import Registry
 
     try:
-        names = [name] if name else pair_names(tracking_uri=tracking_uri)
+        registry = Registry(tracking_uri=tracking_uri)  # this command's one MLflow service
+        names = [name] if name else pair_names(registry=registry)
         if not names:
             _out().print("no pairs registered yet (specdec pair register --target ... --draft ...)", highlight=False)
             return
         for n in names:
-            _print_versions(n, list_pair_versions(n, tracking_uri=tracking_uri))
+            _print_versions(n, list_pair_versions(n, registry=registry))
     except _user_errors() as e:
         _fail(str(e))
 
@@ -191,11 +194,14 @@ def show_cmd(
 ) -> None:
     """Show one pair version: exact target/draft, config, compatibility, lineage, validation, promotion."""
     _quiet_mlflow()
-    from registry.service import get_pair_version, latest_validation_run
+    from registry.pairs import get_pair_version
+    from registry.runs import latest_validation_run
+    from registry.service import Registry
 
     try:
-        pv = get_pair_version(name, version, download=False, tracking_uri=tracking_uri)
-        run = latest_validation_run(name, pv.version, tracking_uri=tracking_uri)
+        registry = Registry(tracking_uri=tracking_uri)  # this command's one MLflow service
+        pv = get_pair_version(name, version, download=False, registry=registry)
+        run = latest_validation_run(name, pv.version, registry=registry)
     except _user_errors() as e:
         _fail(str(e))
     d = pv.to_dict()
@@ -284,11 +290,11 @@ def engine_cmd(
     import shlex
 
     _quiet_mlflow()
-    from registry.service import Registry
+    from registry.pairs import set_engine
 
     try:
-        Registry(tracking_uri).set_engine(name, version, url=url, flags=shlex.split(flags) if flags else None,
-                                          concurrency=concurrency)
+        set_engine(name, version, url=url, flags=shlex.split(flags) if flags else None, concurrency=concurrency,
+                   tracking_uri=tracking_uri)
     except _user_errors() as e:
         _fail(str(e))
     _out().print(f"{name} v{version}: engine check against {url} each night", highlight=False)
@@ -296,6 +302,7 @@ def engine_cmd(
 
 @pair_app.command("promote")
 def promote_cmd(
+    *,
     name: Annotated[str, typer.Argument(help="Pair registered model.")],
     version: Annotated[str, typer.Argument(help="Pair version to promote.")],
     alias: Annotated[str, typer.Option(help="Alias to move (champion is gated; challenger is not).")] = "champion",

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from registry.models import ModelVersionRef
+from registry.service import Registry, open_registry
 
 LINEAGE_PREFIX = "eagle3."
 
@@ -73,7 +74,7 @@ def head_lineage_tags(head_dir: str | Path, target: ModelVersionRef, client) -> 
 
 
 def register_eagle3_head(head_dir: str | Path, target: ModelVersionRef, *, name: str | None = None,
-                         tracking_uri: str | None = None) -> ModelVersionRef:
+                         tracking_uri: str | None = None, registry: Registry | None = None) -> ModelVersionRef:
     """Register the head in ``head_dir`` as a version of ``name`` (default ``<target name>-eagle3``) with lineage.
 
     Returns:
@@ -83,15 +84,15 @@ def register_eagle3_head(head_dir: str | Path, target: ModelVersionRef, *, name:
         RegistryUnavailable: the MLflow server cannot be reached.
     """
     from registry.models import register_model_version, validate_name
-    from registry.settings import get_client
 
     head_dir = Path(head_dir)
     if not (head_dir / "config.json").is_file():
         raise FileNotFoundError(f"no EAGLE-3 head at {head_dir}: config.json not found")
     name = validate_name(name or f"{target.name}-eagle3")
-    tags = head_lineage_tags(head_dir, target, get_client(tracking_uri))
+    reg = open_registry(registry, tracking_uri)
+    tags = head_lineage_tags(head_dir, target, reg.client)
     return register_model_version(name, head_dir, source={"kind": "eagle3-head", "path": str(head_dir.resolve())},
-                                  tracking_uri=tracking_uri, extra_tags=tags)
+                                  registry=reg, extra_tags=tags)
 
 
 def head_compatibility(head_dir: Path, target_config: Any) -> dict[str, Any]:
@@ -113,7 +114,7 @@ def head_compatibility(head_dir: Path, target_config: Any) -> dict[str, Any]:
             "notes": [f"EAGLE-3 head, draft vocabulary {cfg.get('draft_vocab_size')}"]}
 
 
-def head_directory(ref: str, *, tracking_uri: str | None = None) -> Path:
+def head_directory(ref: str, *, tracking_uri: str | None = None, registry: Registry | None = None) -> Path:
     """A local directory of the head ``ref``: ``models:/<name>/<v>`` (downloaded to the cache), the draft of
     a pair version (``models:/<pair>@<alias>`` or ``models:/<pair>/<v>`` of an ``eagle3`` pair), or a path.
 
@@ -124,14 +125,15 @@ def head_directory(ref: str, *, tracking_uri: str | None = None) -> Path:
 
     if not ref.startswith("models:/"):
         return Path(ref)
-    from registry.models import parse_model_uri
-    from registry.service import download_model_version, get_model_version, get_pair_version
+    from registry.models import download_model_version, get_model_version, parse_model_uri
+    from registry.pairs import get_pair_version
 
+    reg = open_registry(registry, tracking_uri)
     name, version, alias = parse_model_uri(ref)
-    mref = get_model_version(ref, tracking_uri=tracking_uri)
+    mref = get_model_version(ref, registry=reg)
     if mref.artifact == "pair" or mref.tags.get("drafter_kind"):
-        pv = get_pair_version(name, alias or version, download=False, tracking_uri=tracking_uri)
+        pv = get_pair_version(name, alias or version, download=False, registry=reg)
         if not kind_of(pv.drafter_kind).retrainable:
             raise ValueError(f"{ref} is a {pv.drafter_kind} pair, not an EAGLE-3 head")
-        mref = get_model_version(pv.draft_uri, tracking_uri=tracking_uri)
-    return download_model_version(mref, tracking_uri=tracking_uri)
+        mref = get_model_version(pv.draft_uri, registry=reg)
+    return download_model_version(mref, registry=reg)

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from registry.errors import ModelNotFound, RegistryError, WeightsMismatch
-from registry.settings import REGISTRY_EXPERIMENT, get_client, get_or_create_experiment, get_settings, mlflow_errors
+from registry.service import Registry, get_or_create_experiment, mlflow_errors, open_registry
+from registry.settings import REGISTRY_EXPERIMENT, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +218,7 @@ def register_model_version(
     source: dict[str, Any] | None = None,
     model_card: str | None = None,
     tracking_uri: str | None = None,
+    registry: Registry | None = None,
     extra_tags: dict[str, str] | None = None,
 ) -> ModelVersionRef:
     """Register a local checkpoint directory as a new version of registered model ``name``.
@@ -246,7 +248,8 @@ def register_model_version(
     source = dict(source) if source else {"kind": "local", "path": str(ckpt)}
     source_kind = str(source.get("kind", "local"))
     weights, tok = _hashes(ckpt)
-    client = get_client(tracking_uri)
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         existing = _find_existing(client, name, weights, source_kind)
         if existing is not None:
@@ -268,8 +271,9 @@ def register_model_version(
                 extra = Path(tmp)
                 (extra / "MODEL_CARD.md").write_text(model_card)
             mv = log_and_register(client, name, ckpt, tags, params, model_type="checkpoint",
-                                   description=model_card.strip().splitlines()[0][:500]
-                                   if model_card and model_card.strip() else None, extra_dir=extra)
+                                  description=(model_card.strip().splitlines()[0][:500]
+                                               if model_card and model_card.strip() else None),
+                                  extra_dir=extra)
         return _ref_from_mv(mv)
 
 
@@ -279,6 +283,7 @@ def register_derived_draft(
     *,
     name: str | None = None,
     tracking_uri: str | None = None,
+    registry: Registry | None = None,
 ) -> ModelVersionRef:
     """Register a derived (quantized) draft: its artifact is ``recipe.json``; the weights are re-derived
     from the target at load time with ``specdec.models.derived.derive_draft(target_model, recipe)``.
@@ -298,7 +303,8 @@ def register_derived_draft(
     kind = str(recipe.get("kind", ""))
     if not kind:
         raise ValueError("derived-draft recipe needs a 'kind' (int8, int4, bf16 or fp8)")
-    client = get_client(tracking_uri)
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         tref = target if isinstance(target, ModelVersionRef) else client_get_model_version(client, target)
         name = validate_name(name or sanitize_name(f"{tref.name}-derived-{kind}"))
@@ -323,7 +329,7 @@ def register_derived_draft(
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / RECIPE_FILE).write_text(json.dumps({"recipe": recipe, "derived_from": tref.uri}, indent=2))
             mv = log_and_register(client, name, Path(tmp), tags, params, model_type="derived-recipe",
-                                   description=f"{kind} draft derived from {tref.uri}")
+                                  description=f"{kind} draft derived from {tref.uri}")
         return _ref_from_mv(mv)
 
 
@@ -430,3 +436,20 @@ def download_version_artifacts(client, name: str, version: str, dst: str | Path,
         uri = f"{location}/{path}" if path else location
         return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst),
                                                         tracking_uri=client.tracking_uri))
+
+
+def get_model_version(uri_or_name: str, version: str | int | None = None, *, tracking_uri: str | None = None,
+                      registry: Registry | None = None) -> ModelVersionRef:
+    """A registered model version (``models:/<name>/<v>``, ``models:/<name>@<alias>``, or a name and
+    ``version``). Raises ModelNotFound; ValueError for a malformed URI."""
+    reg = open_registry(registry, tracking_uri)
+    with reg.errors():
+        return client_get_model_version(reg.client, uri_or_name, version)
+
+
+def download_model_version(ref: ModelVersionRef, *, dst: str | Path | None = None, tracking_uri: str | None = None,
+                           registry: Registry | None = None) -> Path:
+    """The local directory of a model version's artifacts (cached; :func:`client_download_model_version`)."""
+    reg = open_registry(registry, tracking_uri)
+    with reg.errors():
+        return client_download_model_version(reg.client, ref, dst)

@@ -35,7 +35,8 @@ from registry.models import (
     validate_name,
 )
 from registry.pairfile import PAIR_FILE, full_tags, read_pair_doc
-from registry.settings import get_client, get_settings, mlflow_errors
+from registry.service import Registry, mlflow_errors, open_registry
+from registry.settings import get_settings
 from specdec.core.config import SpeculativeConfig
 from specdec.models.resolve import SMOLLM2_GGUF_SHA256
 from specdec.validation.serving import engine_config
@@ -151,6 +152,7 @@ def register_pair(
     name: str | None = None,
     description: str | None = None,
     tracking_uri: str | None = None,
+    registry: Registry | None = None,
     engine: str | None = None,
 ) -> PairVersion:
     """Register a pair version referencing exact target/draft model versions.
@@ -190,7 +192,7 @@ def register_pair(
     if not kind.model_free and draft is None:
         raise ValueError(f"drafter kind {drafter_kind!r} needs a draft model version")
     name = validate_name(name or get_settings().pair_name)
-    client = get_client(tracking_uri)
+    client = open_registry(registry, tracking_uri).client
     uri = client.tracking_uri
     with mlflow_errors(uri):
         t = _resolve_model(client, target)
@@ -289,9 +291,10 @@ PAIR_MODEL_DESCRIPTION = ("specdec draft/target pairs: each version is a pair.js
                           "target/draft model versions and the decoding config")
 
 
-def pair_names(*, tracking_uri: str | None = None) -> list[str]:
+def pair_names(*, tracking_uri: str | None = None, registry: Registry | None = None) -> list[str]:
     """The registered models that hold pairs (their description is :data:`PAIR_MODEL_DESCRIPTION`), sorted."""
-    client = get_client(tracking_uri)
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         names, token = [], None
         while True:
@@ -421,7 +424,7 @@ def client_get_pair_version(client, pair: str, version: str | int, *, download: 
     return pv
 
 
-def list_pair_versions(pair: str | None = None, *, tracking_uri: str | None = None) -> list[PairVersion]:
+def list_pair_versions(pair: str | None = None, *, tracking_uri: str | None = None, registry: Registry | None = None) -> list[PairVersion]:
     """All versions of ``pair`` (default pair name), newest first, from their tags and ``pair.json``
     (one small download per version; model artifacts are not downloaded).
 
@@ -429,10 +432,42 @@ def list_pair_versions(pair: str | None = None, *, tracking_uri: str | None = No
         PairNotFound: no registered model ``pair``.
     """
     pair = pair or get_settings().pair_name
-    client = get_client(tracking_uri)
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         aliases = pair_aliases(client, pair)
         out = []
         for mv in sorted(_pair_versions(client, pair), key=lambda m: -int(m.version)):
             out.append(_from_mv(client, mv, aliases=sorted(a for a, v in aliases.items() if v == str(mv.version))))
     return out
+
+
+def resolve_alias(pair: str, alias: str, *, tracking_uri: str | None = None, registry: Registry | None = None) -> str:
+    """The version ``alias`` points at now (read on every call, so UI promotions are seen).
+    Raises PairNotFound, AliasNotFound."""
+    reg = open_registry(registry, tracking_uri)
+    with reg.errors():
+        return client_resolve_alias(reg.client, pair, alias)
+
+
+def get_pair_version(pair: str, version: str | int, *, download: bool = True, tracking_uri: str | None = None,
+                     registry: Registry | None = None) -> PairVersion:
+    """One pair version (``pair.json``, tags, aliases; with ``download`` its models in the local cache).
+    ``version``: a number or an alias. Raises PairNotFound, AliasNotFound."""
+    reg = open_registry(registry, tracking_uri)
+    with reg.errors():
+        return client_get_pair_version(reg.client, pair, version, download=download)
+
+
+def set_engine(pair: str, version: str | int, *, url: str, flags: list[str] | None = None, concurrency: int = 1,
+               tracking_uri: str | None = None, registry: Registry | None = None) -> None:
+    """Name the engine endpoint serving a pair version (tags ``engine_url``, ``engine_flags`` as a JSON list,
+    ``engine_concurrency``): the nightly's engine step checks it (:mod:`flows.engine_check`)."""
+    tags = {"engine_url": url, "engine_concurrency": str(int(concurrency))}
+    if flags is not None:
+        tags["engine_flags"] = json.dumps(list(flags))
+    reg = open_registry(registry, tracking_uri)
+    with reg.errors():
+        client_get_pair_version(reg.client, pair, version, download=False)  # unknown version: a clear error
+        for k, v in tags.items():
+            reg.client.set_model_version_tag(pair, str(version), k, v)

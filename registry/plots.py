@@ -187,7 +187,7 @@ def night_of(run_name: str | None) -> str | None:
     return run_name.rsplit(" night ", 1)[1] if run_name and " night " in run_name else None
 
 
-def write_run_plots(report: ValidationReport, out: Path, history: list, run_id: str, version: str,
+def write_run_plots(report: ValidationReport, out: Path, *, history: list, run_id: str, version: str,
                     metrics: dict[str, float], threshold: float, pair: str, night: str | None = None) -> Path:
     """The plots of one validation run into ``out``: per-position and per-category acceptance, and
     the trend of ``history`` (earlier runs, :func:`registry.runs.validation_history`) plus this run."""

@@ -22,7 +22,8 @@ from registry.errors import PromotionRefused
 from registry.gate import GateConfig, GateResult, evaluate_gate
 from registry.pairs import client_resolve_alias, get_pair_model_version, pair_aliases
 from registry.runs import client_latest_validation_run, refresh_version
-from registry.settings import VALIDATION_EXPERIMENT, get_client, mlflow_errors
+from registry.service import Registry, mlflow_errors, open_registry
+from registry.settings import VALIDATION_EXPERIMENT
 
 ALIASES = ("champion", "challenger")
 
@@ -109,6 +110,7 @@ def promote(
     gate: GateConfig | None = None,
     experiment: str = VALIDATION_EXPERIMENT,
     tracking_uri: str | None = None,
+    registry: Registry | None = None,
 ) -> PromotionResult:
     """Point ``alias`` of ``pair`` at ``version`` if the latest validation of that exact version passes.
 
@@ -131,11 +133,12 @@ def promote(
         RegistryUnavailable: server unreachable.
     """
     version = str(version)
-    check_alias_name(alias)
+    check_alias_name(alias, registry.settings.aliases if registry is not None else None)
     if force and not (reason and reason.strip()):
         raise ValueError("a forced promotion needs a reason (--reason)")
     actor = actor or _user()
-    client = get_client(tracking_uri)
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     uri = client.tracking_uri
     with mlflow_errors(uri):
         get_pair_model_version(client, pair, version)
@@ -159,14 +162,25 @@ def promote(
                            reasons_overridden=list(verdict.reasons) if forced else [])
 
 
-def demote(pair: str, alias: str, *, tracking_uri: str | None = None) -> None:
+def demote(pair: str, alias: str, *, tracking_uri: str | None = None, registry: Registry | None = None) -> None:
     """Remove ``alias`` from ``pair`` (e.g. retire a challenger).
 
     Raises:
         PairNotFound / AliasNotFound: nothing to remove.
     """
-    client = get_client(tracking_uri)
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         version = client_resolve_alias(client, pair, alias)
         client.delete_registered_model_alias(pair, alias)
         refresh_version(client, pair, version)
+
+
+def check_gate(pair: str, version: str | int, *, gate: GateConfig | None = None,
+               experiment: str = VALIDATION_EXPERIMENT, tracking_uri: str | None = None,
+               registry: Registry | None = None) -> GateResult:
+    """The gate's verdict on the latest finished validation run of ``pair`` v``version``
+    (``passed=False``, "never validated", when there is none)."""
+    reg = open_registry(registry, tracking_uri)
+    with reg.errors():
+        return client_check_gate(reg.client, pair, version, gate or GateConfig(), experiment)

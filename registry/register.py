@@ -38,7 +38,7 @@ def resolve_checkpoint(ref: str, revision: str | None = None, tracking_uri: str 
     from transformers import AutoConfig, AutoTokenizer
 
     if ref.startswith("models:/"):
-        from registry.service import download_model_version, get_model_version
+        from registry.models import download_model_version, get_model_version
 
         mref = get_model_version(ref, tracking_uri=tracking_uri)
         if mref.artifact != "checkpoint":
@@ -116,7 +116,7 @@ def register_pair_from_refs(
     """
     from registry.models import register_derived_draft, register_model_version, validate_name
     from registry.pairs import compatibility_to_dict, register_pair
-    from registry.service import get_model_version
+    from registry.models import get_model_version
     from specdec.models import check_pair_compatible
 
     for n in (name, target_name, draft_name):
@@ -189,7 +189,7 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
     from registry.heads import head_compatibility, register_eagle3_head
     from registry.models import register_model_version
     from registry.pairs import register_pair
-    from registry.service import download_model_version, get_model_version
+    from registry.models import download_model_version, get_model_version
 
     href = None
     if head.startswith("models:/"):

@@ -46,8 +46,9 @@ from registry.pairfile import full_tags
 from registry.pairs import get_pair_model_version
 from registry.plots import ACCEPTANCE_KEYS, SPEED_KEYS, night_of, write_run_plots
 from registry.gate import GateConfig, GateResult, evaluate_gate
-from registry.settings import VALIDATION_EXPERIMENT, get_client, get_or_create_experiment, mlflow_errors
-from specdec.pause_points import pause_at
+from registry.service import Registry, get_or_create_experiment, mlflow_errors, open_registry
+from registry.settings import VALIDATION_EXPERIMENT
+from specdec import events
 from specdec.settings.policy import get_policy
 from specdec.validation.report import PROMPTS_FILE, REPORT_FILE, ValidationReport
 
@@ -207,7 +208,7 @@ def client_validation_history(client, pair: str, experiment: str = VALIDATION_EX
 
 def set_validation_tags(pair: str, version: str | int, *, status: str, run_id: str | None,
                         metrics: Mapping[str, float], heldout: str | None = None, reasons: Sequence[str] = (),
-                        gate: GateConfig | None = None, tracking_uri: str | None = None) -> None:
+                        gate: GateConfig | None = None, tracking_uri: str | None = None, registry: Registry | None = None) -> None:
     """Tag a pair version with its latest validation, so the MLflow UI's version list shows it.
 
     Tags (:func:`registry.describe.validation_version_tags`): ``validation_status``
@@ -218,7 +219,8 @@ def set_validation_tags(pair: str, version: str | int, *, status: str, run_id: s
         ValueError: ``status`` not passed/failed; PairNotFound: no such pair version.
     """
     tags = validation_tags(status=status, run_id=run_id, metrics=metrics, heldout=heldout, reasons=reasons, gate=gate)
-    client = get_client(tracking_uri)
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         _set_version_tags(client, pair, str(version), tags)
 
@@ -322,6 +324,7 @@ def log_validation(
     experiment: str = VALIDATION_EXPERIMENT,
     run_name: str | None = None,
     tracking_uri: str | None = None,
+    registry: Registry | None = None,
     run_key: str | None = None,
     describe: bool = True,
 ) -> str:
@@ -344,8 +347,8 @@ def log_validation(
             ``specdec.run_key``. Runs of the same key that a crashed process left ``RUNNING`` are
             ended ``FAILED`` and deleted before the new run starts, and older runs of the key are
             deleted once the new one finished: one finished MLflow run per key, however often it
-            is retried. The crash tests stop the process right after the run exists
-            (:func:`specdec.pause_points.pause_at` ``"mlflow"``).
+            is retried. The step event ``mlflow`` (:mod:`specdec.events`) is announced
+            right after the run exists.
         describe: also write the one-line descriptions (:func:`describe_validation`); the nightly
             does that as its own last step.
         Artifacts that are evidence, not results (plots, ``extra_artifacts``) are best-effort: a
@@ -358,7 +361,8 @@ def log_validation(
         marked FAILED (the gate ignores it) and the pair version is not tagged.
     """
     version, gate = str(version), gate or GateConfig()
-    client = get_client(tracking_uri)
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     rdir = Path(report_dir)
     if not (rdir / REPORT_FILE).exists():
         report.write(rdir)
@@ -372,12 +376,12 @@ def log_validation(
             history = client_validation_history(client, pair, experiment)
         eid = get_or_create_experiment(client, experiment)
         earlier = _end_crashed_runs(client, eid, run_key) if run_key else []
-        tags = _run_tags(pair, version, report, ptags, verdict, mismatch, run_key=run_key, gate=gate)
+        tags = _run_tags(pair, version, report, ptags, verdict=verdict, mismatch=mismatch, run_key=run_key, gate=gate)
         night = str(report.created_at or datetime.now(timezone.utc).isoformat())[:10]
         name = run_name or f"{pair} v{version} night {night}"
         run_id = client.create_run(eid, run_name=name, tags=tags).info.run_id
-        pause_at("mlflow")
-        _fill_run(client, run_id, report, rdir, metrics, ptags,
+        events.announce("mlflow", pair=pair, version=version, run_id=run_id)
+        _fill_run(client, run_id, report, rdir, metrics=metrics, ptags=ptags,
                   trend=_Trend(pair, version, list(history), gate, night_of(name)), extra_artifacts=extra_artifacts)
         _set_version_tags(client, pair, version, validation_tags(
             status=verdict.status, run_id=run_id, metrics=metrics,
@@ -390,14 +394,15 @@ def log_validation(
     return run_id
 
 
-def describe_validation(pair: str, version: str | int, run_id: str, *, tracking_uri: str | None = None) -> None:
+def describe_validation(pair: str, version: str | int, run_id: str, *, tracking_uri: str | None = None, registry: Registry | None = None) -> None:
     """Write the pair version's one-line description and the run's (the line plus links) from what is
     recorded now (:mod:`registry.describe`): what a person reads in the MLflow UI.
 
     Raises:
         RegistryUnavailable: server unreachable; mlflow's errors for an unknown run or version.
     """
-    client = get_client(tracking_uri)
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         describe_run(client, run_id, pair, str(version),
                      refresh_description(client, pair, str(version), client.get_run(run_id)))
@@ -424,8 +429,8 @@ def _end_crashed_runs(client, experiment_id: str, run_key: str) -> list:
     return earlier
 
 
-def _run_tags(pair: str, version: str, report: ValidationReport, ptags: Mapping[str, str], verdict: GateResult,
-              mismatch: list[str], *, run_key: str | None, gate: GateConfig) -> dict[str, str]:
+def _run_tags(pair: str, version: str, report: ValidationReport, ptags: Mapping[str, str], *, verdict: GateResult,
+              mismatch: list[str], run_key: str | None, gate: GateConfig) -> dict[str, str]:
     tags = {"specdec.pair": pair, "specdec.pair_version": version, "specdec.pair_uri": f"models:/{pair}/{version}",
             "specdec.target": ptags.get("target", "unknown"), "specdec.draft": ptags.get("draft", "unknown"),
             "specdec.drafter_kind": ptags.get("drafter_kind", report.drafter_kind),
@@ -453,8 +458,8 @@ class _Trend:
     night: str | None
 
 
-def _fill_run(client, run_id: str, report: ValidationReport, rdir: Path, metrics: dict[str, float],
-              ptags: Mapping[str, str], *, trend: _Trend, extra_artifacts: Sequence[str | Path]) -> None:
+def _fill_run(client, run_id: str, report: ValidationReport, rdir: Path, *, metrics: dict[str, float],
+              ptags: Mapping[str, str], trend: _Trend, extra_artifacts: Sequence[str | Path]) -> None:
     """Metrics, params, report files, serving config (``serving_config.json``, read back by ``specdec pair
     show``), plots and extra artifacts of a created run, then FINISHED; FAILED (and the error re-raised)
     if any of it fails."""
@@ -472,7 +477,7 @@ def _fill_run(client, run_id: str, report: ValidationReport, rdir: Path, metrics
         serving = serving_config_for(ptags, report)
         if serving is not None:
             client.log_dict(run_id, serving, SERVING_FILE)
-        _log_evidence(client, run_id, report, rdir, metrics, trend=trend, extra_artifacts=extra_artifacts)
+        _log_evidence(client, run_id, report, rdir, metrics=metrics, trend=trend, extra_artifacts=extra_artifacts)
         client.set_terminated(run_id, "FINISHED")
     except BaseException:  # noqa: BLE001 (any failure, even KeyboardInterrupt, must not leave the run RUNNING; re-raised)
         try:
@@ -482,13 +487,14 @@ def _fill_run(client, run_id: str, report: ValidationReport, rdir: Path, metrics
         raise
 
 
-def _log_evidence(client, run_id: str, report: ValidationReport, rdir: Path, metrics: Mapping[str, float], *,
+def _log_evidence(client, run_id: str, report: ValidationReport, rdir: Path, *, metrics: Mapping[str, float],
                   trend: _Trend, extra_artifacts: Sequence[str | Path]) -> None:
     """Plots and extra artifacts: evidence, not the result, so a failure is logged and the run goes on
     (except a missing extra artifact, a caller's mistake: FileNotFoundError)."""
     try:
-        plots = write_run_plots(report, rdir / "plots", trend.history, run_id, trend.version, metrics,
-                                trend.gate.min_acceptance_rate, trend.pair, night=trend.night)
+        plots = write_run_plots(report, rdir / "plots", history=trend.history, run_id=run_id, version=trend.version,
+                                metrics=metrics, threshold=trend.gate.min_acceptance_rate, pair=trend.pair,
+                                night=trend.night)
         client.log_artifacts(run_id, str(plots), artifact_path="plots")
     except Exception as e:  # noqa: BLE001 (matplotlib and the artifact store raise many types; plots never block the run)
         _log.error("plots for MLflow run %s failed (%s: %s); the run is logged without them",
@@ -505,3 +511,20 @@ def _log_evidence(client, run_id: str, report: ValidationReport, rdir: Path, met
 def _runs_of_key(client, experiment_id: str, run_key: str) -> list:
     """Active (not deleted) runs tagged ``specdec.run_key = run_key``, any status."""
     return list(client.search_runs([experiment_id], f"tags.`specdec.run_key` = '{run_key}'", max_results=100))
+
+
+def latest_validation_run(pair: str, version: str | int, *, experiment: str = VALIDATION_EXPERIMENT,
+                          tracking_uri: str | None = None, registry: Registry | None = None):
+    """The most recent FINISHED validation run (``mlflow.entities.Run``) of ``pair`` v``version``, or None."""
+    reg = open_registry(registry, tracking_uri)
+    with reg.errors():
+        return client_latest_validation_run(reg.client, pair, version, experiment)
+
+
+def validation_history(pair: str, *, experiment: str = VALIDATION_EXPERIMENT, max_results: int = 200,
+                       tracking_uri: str | None = None, registry: Registry | None = None) -> list[dict]:
+    """Past finished validation runs of ``pair`` read back from MLflow, oldest first
+    (:func:`client_validation_history`)."""
+    reg = open_registry(registry, tracking_uri)
+    with reg.errors():
+        return client_validation_history(reg.client, pair, experiment, max_results)

@@ -1,137 +1,173 @@
-"""The registry service: one MLflow client and its tracking URI, resolved once, and every read of the
-registry as a method.
+"""The registry service: one MLflow client, its tracking URI and the registry's settings, opened once per
+job and handed to every registry operation.
 
-:class:`Registry` is what a caller holds for a whole job (the nightly flow holds one per night):
-``get_client`` (settings, URI scheme check, ``/health`` probe of a server) runs once, and every
-method turns MLflow's connection errors into :class:`registry.errors.RegistryUnavailable`. The
-module-level functions (``registry.resolve_alias(pair, alias, tracking_uri=...)``, ...) are the same
-operations for a single call: ``Registry(tracking_uri).<operation>(...)``. The implementations take
-the client and live with their concept (:mod:`registry.models`, :mod:`registry.pairs`,
-:mod:`registry.runs`, :mod:`registry.promotion`).
+:class:`Registry` is what a job holds (the nightly holds one per night, a CLI command one per command):
+the URI scheme check, the ``/health`` probe of a server and MLflow's HTTP timeouts happen once, when it
+is opened. This is the one place an ``mlflow.MlflowClient`` is built. Every operation of the registry
+package (:mod:`registry.models`, :mod:`registry.pairs`, :mod:`registry.runs`, :mod:`registry.promotion`,
+:mod:`registry.ungated`, :mod:`registry.webhooks`, :mod:`registry.heads`) takes ``registry=`` (the job's
+service) or, for a single call, ``tracking_uri=`` (:func:`open_registry` opens one for it); MLflow's
+connection errors become :class:`registry.errors.RegistryUnavailable` (:meth:`Registry.errors`).
 """
 
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
-from registry.gate import GateConfig, GateResult
-from registry.models import ModelVersionRef, client_download_model_version, client_get_model_version
-from registry.pairs import PairVersion, client_get_pair_version, client_resolve_alias
-from registry.promotion import client_check_gate
-from registry.runs import client_latest_validation_run, client_validation_history
-from registry.settings import VALIDATION_EXPERIMENT, get_client, mlflow_errors
+from registry.errors import RegistryError, RegistryUnavailable
+from registry.settings import RegistrySettings, get_settings, is_local_store, local_artifacts_root, redact_uri
 
 
 class Registry:
-    """The MLflow registry specdec reads and writes.
+    """The MLflow registry specdec reads and writes, opened once.
 
     Args:
-        tracking_uri: MLflow URI (default: the settings' ``SPECDEC_TRACKING_URI`` / ``MLFLOW_TRACKING_URI`` /
-            ``sqlite:///<home>/mlflow.db``).
+        settings: the registry section (default: read from the environment, for a single call).
+        tracking_uri: MLflow URI overriding the section's (``--tracking-uri``).
         check: probe ``<uri>/health`` of a server now (fail fast).
     Attributes:
-        client: the ``mlflow.MlflowClient`` (tracking and registry on ``uri``). uri: the resolved URI.
+        settings: the section, with ``tracking_uri`` resolved. uri: the tracking and registry URI.
+        client: the ``mlflow.MlflowClient`` (tracking and registry on ``uri``).
     Raises:
-        RegistryUnavailable: the server did not answer; RegistryError: an unsupported URI.
+        RegistryUnavailable: the server did not answer; RegistryError: an unparseable or unsupported URI.
     """
 
-    def __init__(self, tracking_uri: str | None = None, *, check: bool = True) -> None:
-        self.client = get_client(tracking_uri, check=check)
-        self.uri: str = self.client.tracking_uri
+    def __init__(self, settings: RegistrySettings | None = None, *, tracking_uri: str | None = None,
+                 check: bool = True) -> None:
+        settings = settings or get_settings()
+        if tracking_uri and tracking_uri != settings.tracking_uri:
+            settings = settings.model_copy(update={"tracking_uri": tracking_uri})
+        self.settings = settings
+        self.uri: str = settings.tracking_uri  # type: ignore[assignment]
+        self.client = _open_client(settings, check=check)
 
-    def get_model_version(self, uri_or_name: str, version: str | int | None = None) -> ModelVersionRef:
-        """A registered model version (``models:/<name>/<v>``, ``models:/<name>@<alias>``, or a name and
-        ``version``). Raises ModelNotFound; ValueError for a malformed URI."""
-        with mlflow_errors(self.uri):
-            return client_get_model_version(self.client, uri_or_name, version)
+    def errors(self):
+        """Context manager: MLflow's connection failures inside become :class:`RegistryUnavailable`."""
+        return mlflow_errors(self.uri)
 
-    def download_model_version(self, ref: ModelVersionRef, dst: str | Path | None = None) -> Path:
-        """The local directory of a model version's artifacts (cached; see :func:`registry.models.client_download_model_version`)."""
-        with mlflow_errors(self.uri):
-            return client_download_model_version(self.client, ref, dst)
-
-    def resolve_alias(self, pair: str, alias: str) -> str:
-        """The version ``alias`` points at now (read on every call, so UI promotions are seen).
-        Raises PairNotFound, AliasNotFound."""
-        with mlflow_errors(self.uri):
-            return client_resolve_alias(self.client, pair, alias)
-
-    def get_pair_version(self, pair: str, version: str | int, *, download: bool = True) -> PairVersion:
-        """One pair version (``pair.json``, tags, aliases; with ``download`` its models in the local cache).
-        ``version``: a number or an alias. Raises PairNotFound, AliasNotFound."""
-        with mlflow_errors(self.uri):
-            return client_get_pair_version(self.client, pair, version, download=download)
-
-    def latest_validation_run(self, pair: str, version: str | int, experiment: str = VALIDATION_EXPERIMENT):
-        """The most recent FINISHED validation run (``mlflow.entities.Run``) of ``pair`` v``version``, or None."""
-        with mlflow_errors(self.uri):
-            return client_latest_validation_run(self.client, pair, version, experiment)
-
-    def validation_history(self, pair: str, experiment: str = VALIDATION_EXPERIMENT,
-                           max_results: int = 200) -> list[dict]:
-        """Past finished validation runs of ``pair`` read back from MLflow, oldest first
-        (:func:`registry.runs.client_validation_history`)."""
-        with mlflow_errors(self.uri):
-            return client_validation_history(self.client, pair, experiment, max_results)
-
-    def set_engine(self, pair: str, version: str | int, *, url: str, flags: list[str] | None = None,
-                   concurrency: int = 1) -> None:
-        """Name the engine endpoint serving a pair version (tags ``engine_url``, ``engine_flags`` as a JSON list,
-        ``engine_concurrency``): the nightly's engine step checks it (:mod:`flows.engine_check`)."""
-        import json
-
-        tags = {"engine_url": url, "engine_concurrency": str(int(concurrency))}
-        if flags is not None:
-            tags["engine_flags"] = json.dumps(list(flags))
-        with mlflow_errors(self.uri):
-            client_get_pair_version(self.client, pair, version, download=False)  # unknown version: a clear error
-            for k, v in tags.items():
-                self.client.set_model_version_tag(pair, str(version), k, v)
-
-    def check_gate(self, pair: str, version: str | int, gate: GateConfig | None = None,
-                   experiment: str = VALIDATION_EXPERIMENT) -> GateResult:
-        """The gate's verdict on the latest finished validation run of ``pair`` v``version``
-        (``passed=False``, "never validated", when there is none)."""
-        with mlflow_errors(self.uri):
-            return client_check_gate(self.client, pair, version, gate or GateConfig(), experiment)
+    def experiment(self, name: str) -> str:
+        """The id of experiment ``name`` (:func:`get_or_create_experiment`)."""
+        return get_or_create_experiment(self.client, name, self.settings)
 
 
-def get_model_version(uri_or_name: str, version: str | int | None = None, *,
-                      tracking_uri: str | None = None) -> ModelVersionRef:
-    """:meth:`Registry.get_model_version` for one call."""
-    return Registry(tracking_uri).get_model_version(uri_or_name, version)
+def open_registry(registry: Registry | None = None, tracking_uri: str | None = None, *,
+                  check: bool = True) -> Registry:
+    """``registry`` (the job's service) when given, else one opened for ``tracking_uri`` (a single call)."""
+    if registry is not None:
+        return registry
+    return Registry(tracking_uri=tracking_uri, check=check)
 
 
-def download_model_version(ref: ModelVersionRef, *, dst: str | Path | None = None,
-                           tracking_uri: str | None = None) -> Path:
-    """:meth:`Registry.download_model_version` for one call."""
-    return Registry(tracking_uri).download_model_version(ref, dst)
+_SCHEMES = {"sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks", "file"}
 
 
-def resolve_alias(pair: str, alias: str, *, tracking_uri: str | None = None) -> str:
-    """:meth:`Registry.resolve_alias` for one call."""
-    return Registry(tracking_uri).resolve_alias(pair, alias)
+def _open_client(settings: RegistrySettings, *, check: bool):
+    """Build the ``MlflowClient`` for ``settings.tracking_uri`` (tracking and registry on the same URI).
+
+    For an ``http(s)://`` server, sets short ``MLFLOW_HTTP_REQUEST_TIMEOUT`` /
+    ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` defaults (only if unset: MLflow reads them from the environment)
+    and, when ``check``, probes ``<uri>/health`` so an unreachable server fails fast. For a SQLite URI,
+    creates the parent directory.
+
+    Raises:
+        RegistryUnavailable: the server did not answer ``/health`` with 200. RegistryError: a bad URI.
+    """
+    from mlflow import MlflowClient
+
+    uri = settings.tracking_uri
+    assert uri is not None
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
+    if redact_uri(uri) == "<unparseable uri>":  # e.g. a token where the port goes: never quote it
+        raise RegistryError("the MLflow tracking URI (--tracking-uri / SPECDEC_TRACKING_URI) cannot be parsed: "
+                            "invalid host or port")
+    if scheme not in _SCHEMES:
+        raise RegistryError(f"unsupported MLflow tracking URI {redact_uri(uri)!r}: use sqlite:///path, "
+                            "http(s)://host:port, or a database URI (postgresql://, mysql://)")
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    if uri.startswith(("http://", "https://")):
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(settings.http_timeout))
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(settings.http_max_retries))
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+        if check:
+            check_server(uri, timeout=float(settings.http_timeout))
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
-def get_pair_version(pair: str, version: str | int, *, download: bool = True,
-                     tracking_uri: str | None = None) -> PairVersion:
-    """:meth:`Registry.get_pair_version` for one call."""
-    return Registry(tracking_uri).get_pair_version(pair, version, download=download)
+def _scrub(text: str, uri: str) -> str:
+    """``text`` with ``uri`` (and its URL-decoded form) replaced by :func:`redact_uri` of it."""
+    from urllib.parse import unquote
+
+    for form in (uri, unquote(uri), uri.rstrip("/") + "/health"):
+        text = text.replace(form, redact_uri(form))
+    return text
 
 
-def latest_validation_run(pair: str, version: str | int, *, experiment: str = VALIDATION_EXPERIMENT,
-                          tracking_uri: str | None = None):
-    """:meth:`Registry.latest_validation_run` for one call."""
-    return Registry(tracking_uri).latest_validation_run(pair, version, experiment)
+def check_server(uri: str, timeout: float = 10.0) -> None:
+    """GET ``<uri>/health``; raise :class:`RegistryUnavailable` unless it answers 200.
+
+    Args:
+        uri: ``http(s)://host:port[/prefix]`` of an MLflow server.
+        timeout: seconds for connect + read.
+    """
+    import httpx
+
+    url = uri.rstrip("/") + "/health"
+    try:
+        resp = httpx.get(url, timeout=timeout)
+    except httpx.HTTPError as e:
+        raise RegistryUnavailable(
+            f"MLflow server at {redact_uri(uri)} is unreachable ({type(e).__name__}: {_scrub(str(e), uri)}). "
+            "Start it, or point SPECDEC_TRACKING_URI / MLFLOW_TRACKING_URI elsewhere."
+        ) from e
+    if resp.status_code != 200:
+        raise RegistryUnavailable(f"MLflow server at {redact_uri(uri)} answered /health with HTTP {resp.status_code}")
 
 
-def validation_history(pair: str, *, experiment: str = VALIDATION_EXPERIMENT, max_results: int = 200,
-                       tracking_uri: str | None = None) -> list[dict]:
-    """:meth:`Registry.validation_history` for one call."""
-    return Registry(tracking_uri).validation_history(pair, experiment, max_results)
+
+@contextmanager
+def mlflow_errors(tracking_uri: str):
+    """Turn MLflow's "API request ... failed" (connection refused, timeouts, retries exhausted) into
+    :class:`RegistryUnavailable`; other exceptions pass through unchanged."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        yield
+    except MlflowException as e:
+        msg = str(e)
+        if "API request to" in msg and ("failed with exception" in msg or "Max retries" in msg):
+            msg = msg.replace(tracking_uri, redact_uri(tracking_uri))
+            raise RegistryUnavailable(f"MLflow server at {redact_uri(tracking_uri)} is unreachable: {msg[:300]}") from e
+        raise
 
 
-def check_gate(pair: str, version: str | int, *, gate: GateConfig | None = None,
-               experiment: str = VALIDATION_EXPERIMENT, tracking_uri: str | None = None) -> GateResult:
-    """:meth:`Registry.check_gate` for one call."""
-    return Registry(tracking_uri).check_gate(pair, version, gate, experiment)
+#: experiment tag read by the MLflow 3 UI to pick an experiment's default view: without it, an
+#: experiment opens on the GenAI overview (traces, tokens, cost: all "No data") instead of its runs
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+
+
+def get_or_create_experiment(client, name: str, settings: RegistrySettings | None = None) -> str:
+    """The id of experiment ``name``, created if missing and tagged to open on its runs table in the
+    MLflow UI. On a local store its artifacts go under ``<artifacts_dir>/<name>`` (not ``./mlruns``
+    of whatever the working directory is; ``settings``: the registry section naming that root)."""
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        if (exp.tags or {}).get(EXPERIMENT_KIND_TAG) is None:  # experiments made before the tag
+            client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        return exp.experiment_id
+    location = None
+    if is_local_store(client.tracking_uri):
+        d = local_artifacts_root(client.tracking_uri, settings) / name
+        d.mkdir(parents=True, exist_ok=True)
+        location = d.as_uri()
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+    except MlflowException:  # created concurrently by another process
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id

@@ -1,27 +1,84 @@
-"""The registry's section of the settings tree and the MLflow client factory.
+"""The registry's section of the settings tree: where the MLflow store lives and how long to wait for a server.
 
-The section itself (:class:`specdec.settings.registry.RegistrySettings`: ``SPECDEC_TRACKING_URI`` /
-``MLFLOW_TRACKING_URI``, ``SPECDEC_ARTIFACTS_DIR``, ``SPECDEC_PAIR_NAME``, ``SPECDEC_HTTP_TIMEOUT``, ...)
-lives with the rest of the tree in :mod:`specdec.settings`; the default store is
-``sqlite:///<home>/mlflow.db``.
+Environment (all optional):
+
+- ``SPECDEC_TRACKING_URI``, else ``MLFLOW_TRACKING_URI``: the MLflow tracking and registry URI.
+  Default ``sqlite:///<home>/mlflow.db`` (an embedded store, no server needed).
+- ``SPECDEC_ARTIFACTS_DIR``: artifact root for experiments created on a local (SQLite) store
+  (default: ``mlartifacts/`` next to the SQLite file, i.e. ``<home>/mlartifacts`` for the default
+  store). With an ``http(s)://`` server, the server decides.
+- ``SPECDEC_CACHE_DIR``: where downloaded model versions go (``<home>/registry-cache``).
+- ``SPECDEC_PAIR_NAME``: default pair registered model (``specdec-pair``).
+- ``SPECDEC_ALIASES``: the allowed aliases (JSON list, default ``["champion", "challenger"]``).
+- ``SPECDEC_HTTP_TIMEOUT`` / ``SPECDEC_HTTP_MAX_RETRIES``: defaults for MLflow's
+  ``MLFLOW_HTTP_REQUEST_TIMEOUT`` (seconds) / ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` when those are unset,
+  so an unreachable server fails in seconds instead of minutes.
+
+The section lives here, with the package that uses it; the whole tree is composed where the packages
+meet (:func:`flows.settings.load_settings`). The MLflow client is built by the registry service
+(:class:`registry.service.Registry`) from this section.
 """
 
 from __future__ import annotations
 
-import os
-from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from registry.errors import RegistryUnavailable
-from specdec.settings.registry import RegistrySettings
+from pydantic import AliasChoices, Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from specdec.settings.home import HomeSection
 
 REGISTRY_EXPERIMENT = "specdec-registry"
 VALIDATION_EXPERIMENT = "specdec-validation"
 
 
+class RegistrySettings(HomeSection):
+    """Where the registry lives.
+
+    Attributes:
+        home: absolute data directory.
+        tracking_uri: MLflow tracking + registry URI (``sqlite:///...``, ``http://host:port``, ...).
+        artifacts_dir: absolute artifact root used for experiments created on a local store (None:
+            next to a SQLite file, else ``<home>/mlartifacts``).
+        cache_dir: where :func:`registry.pairs.get_pair_version` downloads model artifacts.
+        pair_name: default pair registered model name.
+        aliases: the aliases specdec moves and validates (``SPECDEC_ALIASES='["champion", "challenger",
+            "canary"]'``); anything else is refused as a typo.
+        http_timeout: seconds per HTTP request to an MLflow server.
+        http_max_retries: retries per HTTP request to an MLflow server.
+    """
+
+    model_config = SettingsConfigDict(populate_by_name=True, hide_input_in_errors=True)  # a URI may hold a password
+
+    tracking_uri: str | None = Field(
+        default=None, validation_alias=AliasChoices("SPECDEC_TRACKING_URI", "MLFLOW_TRACKING_URI")
+    )
+    artifacts_dir: Path | None = None
+    cache_dir: Path | None = None
+    pair_name: str = "specdec-pair"
+    aliases: list[str] = Field(default_factory=lambda: ["champion", "challenger"])
+    http_timeout: int = 10
+    http_max_retries: int = 2
+
+    @model_validator(mode="after")
+    def _resolve(self) -> "RegistrySettings":
+        if self.artifacts_dir:
+            self.artifacts_dir = Path(self.artifacts_dir).expanduser().resolve()
+        self.cache_dir = Path(self.cache_dir).expanduser().resolve() if self.cache_dir else self.home / "registry-cache"
+        if not self.tracking_uri:
+            self.tracking_uri = f"sqlite:///{self.home / 'mlflow.db'}"
+        try:
+            _ = urlsplit(self.tracking_uri).port  # ValueError quoting the text (a token where the port goes)
+        except ValueError:
+            raise ValueError("the MLflow tracking URI (SPECDEC_TRACKING_URI / MLFLOW_TRACKING_URI) cannot be "
+                             "parsed: invalid host or port") from None
+        return self
+
+
 def get_settings() -> RegistrySettings:
-    """The registry section of the settings tree (:mod:`specdec.settings`), read afresh from the environment."""
+    """The registry section read from the environment (an entry point's or a single call's own read; jobs
+    are handed theirs by :func:`flows.settings.load_settings`)."""
     return RegistrySettings()
 
 
@@ -49,130 +106,12 @@ def redact_uri(uri: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-_SCHEMES = {"sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks", "file"}
-
-
-def get_client(tracking_uri: str | None = None, *, check: bool = True):
-    """Build an ``MlflowClient`` for ``tracking_uri`` (tracking and registry on the same URI).
-
-    For an ``http(s)://`` server, sets short ``MLFLOW_HTTP_REQUEST_TIMEOUT`` /
-    ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` defaults (only if unset) and, when ``check``, probes
-    ``<uri>/health`` so an unreachable server fails fast. For a SQLite URI, creates the parent directory.
-
-    Returns:
-        mlflow.MlflowClient; ``client.tracking_uri`` is the resolved URI.
-    Raises:
-        RegistryUnavailable: the server did not answer ``/health`` with 200.
-    """
-    from mlflow import MlflowClient
-
-    settings = get_settings()
-    uri = tracking_uri or settings.tracking_uri
-    assert uri is not None
-    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
-    if redact_uri(uri) == "<unparseable uri>":  # e.g. a token where the port goes: never quote it
-        from registry.errors import RegistryError
-
-        raise RegistryError("the MLflow tracking URI (--tracking-uri / SPECDEC_TRACKING_URI) cannot be parsed: "
-                            "invalid host or port")
-    if scheme not in _SCHEMES:
-        from registry.errors import RegistryError
-
-        raise RegistryError(f"unsupported MLflow tracking URI {redact_uri(uri)!r}: use sqlite:///path, "
-                            "http(s)://host:port, or a database URI (postgresql://, mysql://)")
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    if uri.startswith(("http://", "https://")):
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(settings.http_timeout))
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(settings.http_max_retries))
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-        if check:
-            check_server(uri, timeout=float(settings.http_timeout))
-    return MlflowClient(tracking_uri=uri, registry_uri=uri)
-
-
-def _scrub(text: str, uri: str) -> str:
-    """``text`` with ``uri`` (and its URL-decoded form) replaced by :func:`redact_uri` of it."""
-    from urllib.parse import unquote
-
-    for form in (uri, unquote(uri), uri.rstrip("/") + "/health"):
-        text = text.replace(form, redact_uri(form))
-    return text
-
-
-def check_server(uri: str, timeout: float = 10.0) -> None:
-    """GET ``<uri>/health``; raise :class:`RegistryUnavailable` unless it answers 200.
-
-    Args:
-        uri: ``http(s)://host:port[/prefix]`` of an MLflow server.
-        timeout: seconds for connect + read.
-    """
-    import httpx
-
-    url = uri.rstrip("/") + "/health"
-    try:
-        resp = httpx.get(url, timeout=timeout)
-    except httpx.HTTPError as e:
-        raise RegistryUnavailable(
-            f"MLflow server at {redact_uri(uri)} is unreachable ({type(e).__name__}: {_scrub(str(e), uri)}). "
-            "Start it, or point SPECDEC_TRACKING_URI / MLFLOW_TRACKING_URI elsewhere."
-        ) from e
-    if resp.status_code != 200:
-        raise RegistryUnavailable(f"MLflow server at {redact_uri(uri)} answered /health with HTTP {resp.status_code}")
-
-
-def local_artifacts_root(tracking_uri: str) -> Path:
+def local_artifacts_root(tracking_uri: str, settings: RegistrySettings | None = None) -> Path:
     """Artifact root for experiments on a local store: ``SPECDEC_ARTIFACTS_DIR`` if set, else
     ``mlartifacts/`` next to the SQLite file, else ``<home>/mlartifacts``."""
-    s = get_settings()
+    s = settings or get_settings()
     if s.artifacts_dir:
         return s.artifacts_dir
     if tracking_uri.startswith("sqlite:///") and tracking_uri != "sqlite:///:memory:":
         return Path(tracking_uri[len("sqlite:///"):]).expanduser().resolve().parent / "mlartifacts"
     return s.home / "mlartifacts"
-
-
-@contextmanager
-def mlflow_errors(tracking_uri: str):
-    """Turn MLflow's "API request ... failed" (connection refused, timeouts, retries exhausted) into
-    :class:`RegistryUnavailable`; other exceptions pass through unchanged."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        yield
-    except MlflowException as e:
-        msg = str(e)
-        if "API request to" in msg and ("failed with exception" in msg or "Max retries" in msg):
-            msg = msg.replace(tracking_uri, redact_uri(tracking_uri))
-            raise RegistryUnavailable(f"MLflow server at {redact_uri(tracking_uri)} is unreachable: {msg[:300]}") from e
-        raise
-
-
-#: experiment tag read by the MLflow 3 UI to pick an experiment's default view: without it, an
-#: experiment opens on the GenAI overview (traces, tokens, cost: all "No data") instead of its runs
-EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
-
-
-def get_or_create_experiment(client, name: str) -> str:
-    """The id of experiment ``name``, created if missing and tagged to open on its runs table in the
-    MLflow UI. On a local store its artifacts go under ``<artifacts_dir>/<name>`` (not ``./mlruns``
-    of whatever the working directory is)."""
-    exp = client.get_experiment_by_name(name)
-    if exp is not None:
-        if (exp.tags or {}).get(EXPERIMENT_KIND_TAG) is None:  # experiments made before the tag
-            client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
-        return exp.experiment_id
-    location = None
-    if is_local_store(client.tracking_uri):
-        d = local_artifacts_root(client.tracking_uri) / name
-        d.mkdir(parents=True, exist_ok=True)
-        location = d.as_uri()
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return client.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
-    except MlflowException:  # created concurrently by another process
-        exp = client.get_experiment_by_name(name)
-        if exp is None:
-            raise
-        return exp.experiment_id

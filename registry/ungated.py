@@ -24,7 +24,8 @@ from datetime import datetime, timezone
 
 from registry.describe import ALIAS_RECORD_PREFIX, PROMOTION_TAG_KEY, refresh_description
 from registry.gate import GateConfig
-from registry.settings import VALIDATION_EXPERIMENT, get_client, mlflow_errors
+from registry.service import Registry, mlflow_errors, open_registry
+from registry.settings import VALIDATION_EXPERIMENT
 
 _NOTICED = " outside specdec, noticed "
 
@@ -65,7 +66,7 @@ def _noticed_at(label: str | None, alias: str) -> str | None:
 
 def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig | None = None,
                 experiment: str = VALIDATION_EXPERIMENT, now: datetime | None = None,
-                tracking_uri: str | None = None) -> UngatedPromotion | None:
+                tracking_uri: str | None = None, registry: Registry | None = None) -> UngatedPromotion | None:
     """Is ``pair@alias`` an ungated promotion? (See the module docstring for the rules.)
 
     Args:
@@ -84,7 +85,8 @@ def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig | None =
     from registry.runs import client_latest_validation_run
 
     gate = gate or GateConfig()
-    client = get_client(tracking_uri)
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         aliases = pair_aliases(client, pair)
         version = aliases.get(alias)
@@ -116,7 +118,7 @@ def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig | None =
 
 def last_passing_version(pair: str, alias: str = "champion", *, exclude: str | None = None,
                          gate: GateConfig | None = None, experiment: str = VALIDATION_EXPERIMENT,
-                         tracking_uri: str | None = None) -> str | None:
+                         tracking_uri: str | None = None, registry: Registry | None = None) -> str | None:
     """The version to move ``alias`` back to: the one specdec last set it to, if its latest
     validation passes the gate, else the newest version whose latest validation passes (never
     ``exclude``). None when no version passes."""
@@ -124,7 +126,8 @@ def last_passing_version(pair: str, alias: str = "champion", *, exclude: str | N
     from registry.runs import client_latest_validation_run
 
     gate = gate or GateConfig()
-    client = get_client(tracking_uri)
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         recorded = (client.get_registered_model(pair).tags or {}).get(ALIAS_RECORD_PREFIX + alias)
         versions = sorted({mv.version for mv in client.search_model_versions(f"name = '{pair}'")}, key=int, reverse=True)
@@ -136,7 +139,8 @@ def last_passing_version(pair: str, alias: str = "champion", *, exclude: str | N
 
 
 def revert_alias(pair: str, alias: str, from_version: str, *, actor: str = "specdec pair watch --revert",
-                 gate: GateConfig | None = None, tracking_uri: str | None = None) -> str | None:
+                 gate: GateConfig | None = None, tracking_uri: str | None = None,
+                 registry: Registry | None = None) -> str | None:
     """Move ``pair@alias`` from the ungated ``from_version`` back to :func:`last_passing_version`.
 
     Only while the alias still points at ``from_version`` (a later move is left alone). The reverted
@@ -148,15 +152,16 @@ def revert_alias(pair: str, alias: str, from_version: str, *, actor: str = "spec
     from registry.promotion import promote
     from registry.runs import refresh_version
 
-    client = get_client(tracking_uri)
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     with mlflow_errors(client.tracking_uri):
         if pair_aliases(client, pair).get(alias) != str(from_version):
             return None
-    to = last_passing_version(pair, alias, exclude=str(from_version), gate=gate, tracking_uri=tracking_uri)
+    to = last_passing_version(pair, alias, exclude=str(from_version), gate=gate, registry=reg)
     if to is None:
         return None
     promote(pair, to, alias, actor=actor, reason=f"v{from_version} was made @{alias} outside specdec and failed the gate",
-            gate=gate, tracking_uri=tracking_uri)
+            gate=gate, registry=reg)
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     with mlflow_errors(client.tracking_uri):
         client.set_model_version_tag(pair, str(from_version), PROMOTION_TAG_KEY,

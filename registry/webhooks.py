@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from registry.errors import RegistryError
-from registry.settings import get_client, mlflow_errors
+from registry.service import Registry, mlflow_errors, open_registry
 from specdec.redact import redact_url
 
 #: the registry events the watcher subscribes to
@@ -139,7 +139,7 @@ def webhook_name(pairs: list[str]) -> str:
 
 
 def subscribe(pairs: list[str], url: str, secret: str, *, tracking_uri: str | None = None,
-              replace: bool = False) -> str:
+              registry: Registry | None = None, replace: bool = False) -> str:
     """Create (or update in place) the webhook that sends :data:`WATCH_EVENTS` to ``url``.
 
     A webhook for the same pairs that sends elsewhere belongs to another watcher: it is only taken
@@ -161,7 +161,8 @@ def subscribe(pairs: list[str], url: str, secret: str, *, tracking_uri: str | No
 
     if not secret:
         raise RegistryError("a webhook secret is required (SPECDEC_WATCH_SECRET)")
-    client = get_client(tracking_uri)
+    reg = open_registry(registry, tracking_uri)
+    client = reg.client
     name = webhook_name(pairs)
     with mlflow_errors(client.tracking_uri):
         try:

@@ -33,8 +33,8 @@ def _wide_without_terminal() -> None:
     import os
     import sys
 
-    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
-        os.environ["COLUMNS"] = "250"
+    if not sys.stdout.isatty():  # Rich's own setting, configured here at the edge (a set COLUMNS wins)
+        os.environ.setdefault("COLUMNS", "250")
 
 
 def _load_plugins() -> None:

@@ -1,6 +1,6 @@
 """Secrets out of messages: a webhook URL shown as its scheme and host only.
 
-Used where settings refuse a bad alert channel URL (:mod:`specdec.settings.monitoring`) and by
+Used where settings refuse a bad alert channel URL (:mod:`monitoring.settings`) and by
 :mod:`monitoring.redact`, which also masks database URLs and filters log records.
 """
 

@@ -145,20 +145,22 @@ class ReadableTerminal:
 
 
 @contextlib.contextmanager
-def quiet_command(command: str, debug: bool = False):
+def quiet_command(command: str, debug: bool = False, *, settings=None):
     """:class:`ReadableTerminal` for a one-shot command (``model fetch``, ``pair register``,
     ``pair watch``): library noise (torchao load failures, pytree warnings, progress bars, every httpx
     request, another library's tracebacks) goes to ``<SPECDEC_HOME>/logs/<command>-*.log``, as with
     ``nightly run``. Where that file cannot be created (a read-only or full home) the command runs
     with the terminal as it is. ``SPECDEC_DEBUG=1`` (or ``debug``) leaves the terminal unfiltered.
+    ``settings``: the command's :class:`specdec.settings.CoreSettings` (home, debug; read here when not given).
 
     Yields the terminal (call ``refresh()`` after heavy imports) or None.
     """
-    from specdec.settings import home_dir
+    from specdec.settings import CoreSettings
 
+    s = settings if settings is not None else CoreSettings()
     quiet_env()
     try:
-        term = ReadableTerminal(home_dir(), command, debug=debug or os.environ.get("SPECDEC_DEBUG") == "1")
+        term = ReadableTerminal(s.home, command, debug=debug or s.debug)
         term.__enter__()
     except OSError:
         yield None

@@ -1,13 +1,122 @@
-"""Production ingestion's section of the settings tree (:mod:`specdec.settings.production`,
-``SPECDEC_PRODUCTION_*``); the classes live with the rest of the tree in :mod:`specdec.settings`."""
+"""Production ingestion's section of the settings tree: where production acceptance counters are ingested
+from (pydantic-settings, env prefix ``SPECDEC_PRODUCTION_``; composed into the tree by
+:func:`flows.settings.load_settings`).
+
+Example (JSON in env, or the same keys in ``.env``)::
+
+    SPECDEC_PRODUCTION_SOURCES='[{"name": "vllm-prod", "kind": "prometheus",
+                                  "url": "http://prometheus:9090", "engine": "vllm",
+                                  "selector": "job=\\"vllm\\""}]'
+    SPECDEC_PRODUCTION_MAPPINGS='[{"source": "vllm-prod", "model": "meta-llama/Llama-3.1-8B-Instruct",
+                                   "pair": "specdec-pair", "alias": "champion"}]'
+    SPECDEC_PRODUCTION_WINDOW_MINUTES=15
+    SPECDEC_PRODUCTION_CRON="*/15 * * * *"
+
+A mapping says which registered pair (and alias) serves a model label of a source: rows are written
+for that pair with ``source = production``. ``source`` / ``model`` may be ``"*"``; the most specific
+mapping wins. Series of models without a mapping are skipped (logged).
+"""
 
 from __future__ import annotations
 
-from specdec.settings.production import (
-    ProductionMapping, ProductionSettings, ProductionSource, find_mapping,
-)
+from typing import Literal
 
-__all__ = ["ProductionMapping", "ProductionSettings", "ProductionSource", "find_mapping", "get_production_settings"]
+from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# the serving engines whose metrics monitoring.production.engines knows (a test keeps the two equal)
+ENGINE_NAMES = ("llamacpp", "sglang", "vllm")
+
+
+class ProductionSource(BaseModel):
+    """One place production counters come from.
+
+    Attributes:
+        name: short id (letters, digits, ``._-``), part of the history rows and incident scope.
+        kind: ``prometheus`` (a Prometheus server's HTTP query API) or ``metrics`` (scrape the
+            engine's ``/metrics`` directly; the previous scrape is kept in the history store).
+        url: Prometheus base URL or the ``/metrics`` URL.
+        engine: ``vllm`` | ``sglang`` | ``llamacpp`` (which metric names to read).
+        selector: extra PromQL label matchers for ``prometheus`` sources (``job="vllm"``).
+    """
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")
+    kind: Literal["prometheus", "metrics"] = "prometheus"
+    url: str
+    engine: str = "vllm"
+    selector: str = ""
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("source URL must be http(s)")
+        return v
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, v: str) -> str:
+        if v not in ENGINE_NAMES:
+            raise ValueError(f"unknown engine {v!r}; known: {', '.join(sorted(ENGINE_NAMES))}")
+        return v
+
+
+class ProductionMapping(BaseModel):
+    """(source, model label) -> registered pair and alias.
+
+    Attributes:
+        source / model: source name and model label value (``"*"`` matches any).
+        pair: the pair's registered-model name. alias: the alias production serves (``champion``).
+        version: pin the pair version instead of resolving ``alias`` at ingestion time.
+        num_speculative_tokens: k, when the engine does not reveal it (SGLang; vLLM and llama.cpp
+            export one per-position counter per draft position).
+    """
+
+    source: str = "*"
+    model: str = "*"
+    pair: str
+    alias: str = "champion"
+    version: str | None = None
+    num_speculative_tokens: int | None = Field(None, ge=1)
+
+
+class ProductionSettings(BaseSettings):
+    """Sources, mappings, window length and the flow's schedule. Read afresh (never cached)."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECDEC_PRODUCTION_", env_file=".env", extra="ignore",
+                                      hide_input_in_errors=True)
+
+    sources: list[ProductionSource] = Field(default_factory=list)
+    mappings: list[ProductionMapping] = Field(default_factory=list)
+    window_minutes: float = Field(15.0, gt=0)
+    lookback_minutes: float = Field(5.0, ge=0)
+    timeout_s: float = Field(30.0, gt=0)
+    cron: str = "*/15 * * * *"
+    timezone: str = "UTC"
+    deployment_name: str = "production-acceptance"
+    work_pool: str = "cpu-pool"
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "ProductionSettings":
+        names = [s.name for s in self.sources]
+        if len(names) != len(set(names)):
+            raise ValueError("production sources must have distinct names")
+        return self
+
+    def mapping_for(self, source: str, model: str) -> ProductionMapping | None:
+        """The most specific mapping of ``(source, model)``: exact both, exact source, exact model,
+        then ``("*", "*")``; ``None`` when nothing matches."""
+        return find_mapping(self.mappings, source, model)
+
+
+def find_mapping(mappings: list[ProductionMapping], source: str, model: str) -> ProductionMapping | None:
+    """See :meth:`ProductionSettings.mapping_for`."""
+    for want_s, want_m in ((source, model), (source, "*"), ("*", model), ("*", "*")):
+        for m in mappings:
+            if m.source == want_s and m.model == want_m:
+                return m
+    return None
+
 
 
 def get_production_settings(**overrides) -> ProductionSettings:

@@ -355,9 +355,12 @@ class NgramDrafter(DrafterBase):
 
     A short match is weak evidence, and every rejected draft token still widens the target's
     verification pass, so the proposal length depends on the match length n:
-    ``min(k, match_tokens[n - 1])`` tokens (``k`` for n beyond the tuple). The defaults (one
-    token after a 1-token match, k after a match of 2 or more) were chosen by measurement against
-    transformers' prompt lookup on Spec-Bench (benchmarks/results/ngram_defaults.md).
+    ``min(k, match_tokens[n - 1])`` tokens (``k`` for n beyond the tuple). A 1-token match on a
+    *distinctive* token, one that occurs exactly once earlier in the context (a name or a number
+    copied from the source text), is evidence like a 2-token match's (``distinct_single``). The
+    defaults (one token after a 1-token match on a common token, k otherwise) were chosen by
+    measurement against transformers' prompt lookup on Spec-Bench (benchmarks/results/ngram_defaults.md,
+    benchmarks/results/2026-12-02-ngram-policy-cpu.md).
     ``q`` is one-hot on each proposed token, so acceptance is ``p(x)`` and the residual is ``p``
     with ``x`` removed: sampling stays exactly the target's.
 
@@ -368,6 +371,7 @@ class NgramDrafter(DrafterBase):
             proposes k after any match (the classic prompt lookup).
         first_occurrence: continue the earliest occurrence of the suffix instead of the most
             recent one (transformers' prompt lookup takes the earliest).
+        distinct_single: budget a 1-token match on a token seen exactly once before as a 2-token match.
     Raises:
         ValueError: on invalid sizes.
     """
@@ -375,7 +379,7 @@ class NgramDrafter(DrafterBase):
     DEFAULT_MATCH_TOKENS: tuple[int, ...] = (1,)
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, match_tokens: tuple[int, ...] | None = None,
-                 first_occurrence: bool = False) -> None:
+                 first_occurrence: bool = False, distinct_single: bool = True) -> None:
         if min_ngram < 1 or max_ngram < min_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         match_tokens = self.DEFAULT_MATCH_TOKENS if match_tokens is None else tuple(match_tokens)
@@ -388,6 +392,7 @@ class NgramDrafter(DrafterBase):
         self.match_tokens = match_tokens
         self.forward_passes = 0
         self.first_occurrence = first_occurrence
+        self.distinct_single = distinct_single
         self._index = IndexPool(max_ngram, min_ngram, first=first_occurrence)
 
     def reset(self) -> None:
@@ -414,11 +419,14 @@ class NgramDrafter(DrafterBase):
         match (:meth:`budget`); empty on a miss."""
         if k <= 0 or len(context) < 2:
             return []
-        m = self._index.match(context)
+        index = self._index.index(context)
+        m = index.match(context)
         if m is None:
             return []
         n, start = m
-        return list(context[start + n : start + n + self.budget(n, k)])
+        if n == 1 and self.distinct_single and index.counts[int(context[-1])] == 2:
+            n = 2  # the suffix token and its one earlier occurrence: a distinctive token
+        return list(context[start + m[0] : start + m[0] + self.budget(n, k)])
 
     def proposal(self, context: list[int], k: int, vocab_size: int, stop_token_ids=frozenset()) -> list[int]:
         """One row's proposal: :meth:`lookup`, cut before an id the target lacks (>= ``vocab_size``)

@@ -24,7 +24,7 @@ class DrafterSpecError(ValueError):
 
 @dataclass
 class ResolvedDrafter:
-    """A drafter ready for :func:`specdec.speculative_generate` / :func:`specdec.validation.validate_pair`.
+    """A drafter ready for :func:`specdec.speculative_generate` / :func:`specdec.validation.validate`.
 
     Attributes:
         drafter: a transformers causal LM (``model``, ``derived:*``), an ``NgramDrafter`` or an

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from specdec.settings.home import HomeSection
 
@@ -28,6 +28,8 @@ class CoreSettings(HomeSection):
             never printed).
         device: ``auto`` or a torch device string.
         dtype: ``auto`` or a dtype name (``float32``, ``bfloat16``, ``float16``).
+        debug: ``SPECDEC_DEBUG=1``: commands leave the terminal unfiltered (third-party logs and
+            tracebacks shown; any other value means off).
     """
 
     models_dir: Path | None = None
@@ -36,6 +38,12 @@ class CoreSettings(HomeSection):
     engine_api_key: str | None = Field(default=None, repr=False)
     device: str = "auto"
     dtype: str = "auto"
+    debug: bool = False
+
+    @field_validator("debug", mode="before")
+    @classmethod
+    def _one_is_on(cls, v):
+        return v if isinstance(v, bool) else str(v).strip() == "1"
 
     @model_validator(mode="after")
     def _resolve(self) -> "CoreSettings":

@@ -1,8 +1,9 @@
 """Validation: held-out sets, the validation runner, aggregation and the report.
 
 Modules: :mod:`~specdec.validation.heldout` (held-out sets), :mod:`~specdec.validation.config`
-(:class:`ValidationConfig`), :mod:`~specdec.validation.api` (:func:`validate_pair`,
-:func:`validate_pairs`), :mod:`~specdec.validation.runner` (groups of prompts, B = 1 included),
+(:class:`ValidationConfig`), :mod:`~specdec.validation.api` (the one entry: :func:`validate` of a
+:class:`ValidationRequest`), its two measurements :mod:`~specdec.validation.decode` and
+:mod:`~specdec.validation.replay_report`, :mod:`~specdec.validation.runner` (groups of prompts, B = 1 included),
 :mod:`~specdec.validation.prompt_run`, :mod:`~specdec.validation.teacher_forcing`,
 :mod:`~specdec.validation.timing`, :mod:`~specdec.validation.aggregate`,
 :mod:`~specdec.validation.metrics` (estimators), :mod:`~specdec.validation.findings`,
@@ -16,8 +17,9 @@ from specdec.lazy import lazy_exports
 
 _EXPORTS = {
     "ValidationConfig": "specdec.validation.config",
-    "validate_pair": "specdec.validation.api",
-    "validate_pairs": "specdec.validation.api",
+    "validate": "specdec.validation.api",
+    "ValidationRequest": "specdec.validation.api",
+    "ValidationProgress": "specdec.validation.api",
     "ValidationReport": "specdec.validation.report",
     "GroupMetrics": "specdec.validation.report",
     "PromptResult": "specdec.validation.report",

@@ -20,7 +20,7 @@ from specdec.validation.speed import (
     timing_band,
 )
 
-__all__ = ["aggregate", "ratio", "predict", "IID_BASIS", "REPLAY_BASIS"]
+__all__ = ["aggregate", "groups", "ratio", "predict", "IID_BASIS", "REPLAY_BASIS"]
 
 IID_BASIS = "i.i.d. acceptance at alpha_hat"
 REPLAY_BASIS = "replayed counters"
@@ -34,23 +34,29 @@ def ratio(num: float, den: float) -> float:
 
 def aggregate(runs: list[PromptRun], k: int, *, seed: int = 0, n_resamples: int = 2000,
               verify_cost: VerifyCost | None = None, cost_ratio: float = math.nan,
-              prefill: tuple[float, float] = (math.nan, math.nan)) -> GroupMetrics:
+              prefill: tuple[float, float] = (math.nan, math.nan),
+              acceptance: list[PromptRun] | None = None) -> GroupMetrics:
     """Pool per-prompt outcomes into one :class:`GroupMetrics` (sums first, then ratios).
 
     Bootstrap CIs resample the prompts that ran (status ``ok``). ``verify_cost``, ``cost_ratio`` and
     ``prefill`` (target's and draft's prefill per prompt token, in one-token target passes) are the
     driver's calibrated costs (:func:`specdec.validation.timing.calibrate`); without them the in-run c
     and the one in-run point v(k) are used and prompts are left out of the prediction (:func:`predict`).
+    ``acceptance``: the runs of the measurement that gates acceptance when it is not ``runs`` (a replay on
+    every prompt next to a decoded subsample): ``num_prompts``, ``num_skipped`` and the acceptance counters,
+    rates and CIs come from them; agreement, speed, the prediction and the exactness audit from ``runs``.
     """
-    g = GroupMetrics(num_prompts=sum(r.ok for r in runs), num_speculative_tokens=k, num_skipped=sum(not r.ok for r in runs))
+    gating = runs if acceptance is None else acceptance
+    g = GroupMetrics(num_prompts=sum(r.ok for r in gating), num_speculative_tokens=k,
+                     num_skipped=sum(not r.ok for r in gating))
+    ci = dict(seed=seed, n_resamples=n_resamples)
+    counted = [r for r in gating if r.ok and r.stats is not None]
+    if counted:
+        _pool_acceptance(g, _merged(counted, k), counted, ci)
     ok = [r for r in runs if r.ok and r.stats is not None]
     if not ok:
         return g
-    st = DecodingStats(num_speculative_tokens=k)
-    for r in ok:
-        st = st.merge(r.stats)
-    ci = dict(seed=seed, n_resamples=n_resamples)
-    _pool_acceptance(g, st, ok, ci)
+    st = _merged(ok, k)
     _pool_agreement(g, ok, ci)
     _pool_timing(g, st, ok, ci)
     predict(g, with_prompts(StepCounters.from_stats(st), ok, prefill), verify_cost, cost_ratio)
@@ -58,6 +64,24 @@ def aggregate(runs: list[PromptRun], k: int, *, seed: int = 0, n_resamples: int 
     g.exactness_checked = len(audited)
     g.exactness_mismatches = sum(not r.row.exact_match for r in audited)
     return g
+
+
+def groups(runs: list[PromptRun], k: int, *, acceptance: list[PromptRun] | None = None,
+           **agg) -> tuple[GroupMetrics, dict[str, GroupMetrics]]:
+    """:func:`aggregate` overall and per category (sorted; the categories of ``acceptance`` when given)."""
+    cats = sorted({r.row.category for r in (runs if acceptance is None else acceptance)})
+    return aggregate(runs, k, acceptance=acceptance, **agg), {
+        c: aggregate([r for r in runs if r.row.category == c], k, **agg,
+                     acceptance=None if acceptance is None else [r for r in acceptance if r.row.category == c])
+        for c in cats}
+
+
+def _merged(runs: list[PromptRun], k: int) -> DecodingStats:
+    """The pooled :class:`DecodingStats` of ``runs`` (:meth:`DecodingStats.merge`)."""
+    st = DecodingStats(num_speculative_tokens=k)
+    for r in runs:
+        st = st.merge(r.stats)
+    return st
 
 
 def _pool_acceptance(g: GroupMetrics, st: DecodingStats, ok: list[PromptRun], ci: dict) -> None:

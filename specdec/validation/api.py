@@ -1,220 +1,110 @@
-"""Validate a (target, drafter) pair on a held-out set, with the same core that serves it.
+"""The one validation entry: :func:`validate` of a :class:`ValidationRequest`, with the core that serves the pair.
 
-For every group of prompts (:mod:`specdec.validation.runner`; B = 1 by default):
+Two measurements, each with a typed result:
 
-1. target-only decoding (:func:`specdec.autoregressive_generate`): the reference tokens, the
-   target's own continuation for teacher forcing, and the target-only time;
-2. speculative decoding (:func:`specdec.speculative_generate`) on the same prompts and settings:
-   the pooled counters and the speculative time;
-3. per prompt, one teacher-forced forward pass of each model over prompt + the target's
-   continuation (:mod:`specdec.validation.teacher_forcing`);
-4. greedy only: the exactness audit (speculative tokens == target-only tokens).
+- **decode** (:func:`specdec.validation.decode.measure_decode` -> :class:`~specdec.validation.decode.DecodeMeasurement`):
+  per group of prompts (:mod:`specdec.validation.runner`; B = 1 by default) target-only decoding, speculative
+  decoding of each drafter on the same prompts and settings, one teacher-forced pass of each model over
+  prompt + the target's continuation (:mod:`specdec.validation.teacher_forcing`) and, greedy only, the
+  exactness audit; the speed protocol (warm-up, calibrated c and v(n), interleaved timings, re-timing).
+- **replay** (:func:`specdec.validation.replay_report.measure_replay` ->
+  :class:`~specdec.validation.replay_report.ReplayMeasurement`): the target's (cached) continuation of every
+  prompt and one teacher-forced pass per drafter: counters for every k (docs/metrics.md "Replay").
 
-Then it pools counters per category and overall (never averaging per-prompt ratios), bootstraps
-95% CIs over prompts, and fits Leviathan's speedup model (:mod:`specdec.validation.aggregate`).
-Definitions: ``docs/metrics.md``.
+``method`` picks what runs: ``"decode"``, ``"replay"``, or ``"both"`` (replay every prompt, decode a
+stratified subsample, :func:`decode_subsample`, and compare the two). Each report is built from the
+measurement that gates (:func:`gate_method`: with fp32 on both sides the
+replay, on every prompt; with a reduced-precision side, bf16 / fp16 / fp8, or counters a replay cannot count
+exactly, decoding); speed, c, v and exactness always come from decoding when it ran. Counters are pooled per
+category and overall (never averaging per-prompt ratios), with 95% bootstrap CIs over prompts and the one
+speed model (:mod:`specdec.validation.aggregate`). Definitions: ``docs/metrics.md``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
 import copy
 import datetime as _dt
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
+import math
 from typing import Any
 
 import torch
 
 from specdec.core.kv import model_device
-from specdec.validation.aggregate import aggregate
 from specdec.validation.config import ValidationConfig
 from specdec.validation.findings import findings
 from specdec.validation.heldout import HeldoutSet
-from specdec.validation.prompt_run import DrafterUnderTest, PromptRun, context_limit
+from specdec.validation.prompt_run import DrafterUnderTest, context_limit
 from specdec.validation.provenance import ALPHA_HAT_ESTIMATOR, code_version, environment, eos_token_ids
-from specdec.validation.report import PromptResult, ValidationReport
-from specdec.validation.runner import run_prompts, warmup
-from specdec.validation.timing import Calibration, PassTimer, calibrate
+from specdec.validation.decode import DecodeMeasurement, measure_decode
+from specdec.validation.replay_report import ReplayMeasurement, measure_replay, replay_result
+from specdec.validation.report import ValidationReport
+from specdec.validation.request import (CALIBRATED_KMAX, METHODS, REDUCED_PRECISIONS, ValidationProgress,
+                                        ValidationRequest, ValidationRun, calibrate_on, gate_method, precision_of)
+from specdec.validation.timing import PassTimer
 
-__all__ = ["validate_pair", "validate_pairs", "drafter_parts", "report_common", "calibrate_on"]
-
-#: the v(n) curve is measured for n up to at least this (the recommended k is chosen among 1..it)
-CALIBRATED_KMAX = 8
-
-
-def drafter_parts(drafter: Any) -> tuple[Any, torch.nn.Module | None, str, str | None, dict | None]:
-    """(object for speculative_generate, draft model or None, kind label, ref, recipe): the kinds
-    registry's :func:`specdec.kinds.drafter_parts`.
-
-    Raises:
-        TypeError: not a causal LM, ModelDrafter, NgramDrafter, Eagle3Drafter or ResolvedDrafter.
-    """
-    from specdec.kinds import drafter_parts as parts
-
-    return parts(drafter)
+__all__ = ["validate", "ValidationRequest", "ValidationProgress", "ValidationRun", "METHODS", "decode_subsample",
+           "gate_method", "precision_of", "REDUCED_PRECISIONS", "drafter_parts", "report_common", "calibrate_on",
+           "CALIBRATED_KMAX"]
 
 
-def validate_pair(
-    target: Any,
-    drafter: Any,
-    heldout: HeldoutSet,
-    config: ValidationConfig | None = None,
-    *,
-    tokenizer: Any = None,
-    target_ref: str | None = None,
-    progress: Callable[[int, int, PromptResult], None] | None = None,
-) -> ValidationReport:
-    """Measure how well ``drafter`` serves ``target`` on a held-out set.
+def validate(request: ValidationRequest) -> list[ValidationReport]:
+    """Validate each drafter of ``request`` against its target on the held-out set (module docstring).
 
-    Args:
-        target: a :class:`specdec.models.LoadedModel` (model + tokenizer), or a bare transformers
-            causal LM together with ``tokenizer=``.
-        drafter: a draft causal LM (``kind="model"``), an :class:`~specdec.NgramDrafter`
-            (``"ngram"``), or a :class:`specdec.models.drafter_spec.ResolvedDrafter` (which carries its
-            kind, ref and derivation recipe).
-        heldout: the prompts; ``config.limit`` takes a stratified subset (seeded by ``config.seed``).
-        config: :class:`ValidationConfig` (defaults: k=4, 64 new tokens, greedy).
-        tokenizer: required when ``target`` is a bare model.
-        target_ref: name recorded in the report (default: the LoadedModel's source ref or path).
-        progress: called after each prompt as ``progress(done, total, row)`` (with
-            ``config.batch_size`` > 1: once per prompt after its group is done).
     Returns:
-        :class:`~specdec.validation.report.ValidationReport` with ``overall`` and per-category
-        :class:`~specdec.validation.report.GroupMetrics` and one :class:`~specdec.validation.report.PromptResult` per
-        prompt (skipped prompts carry ``status="skipped"`` and the reason). Rates are in [0, 1],
-        lengths in tokens, times in seconds, KL in nats.
+        one :class:`~specdec.validation.report.ValidationReport` per drafter, in order, with ``overall`` and
+        per-category :class:`~specdec.validation.report.GroupMetrics`, one
+        :class:`~specdec.validation.report.PromptResult` per prompt (skipped prompts carry ``status="skipped"``
+        and the reason; with ``"both"`` the decoded subsample's), ``method``, and for a replay its ``replay``
+        section. Rates in [0, 1], lengths in tokens, times in seconds, KL in nats.
     Raises:
-        ValueError: bad config, or no tokenizer for a bare model.
-        TypeError: unsupported drafter type.
-    """
-    cb = None if progress is None else (lambda done, total, rows: progress(done, total, rows[0]))
-    return validate_pairs(target, [drafter], heldout, config, tokenizer=tokenizer, target_ref=target_ref, progress=cb)[0]
-
-
-def validate_pairs(
-    target: Any,
-    drafters: list[Any],
-    heldout: HeldoutSet,
-    config: ValidationConfig | None = None,
-    *,
-    tokenizer: Any = None,
-    target_ref: str | None = None,
-    progress: Callable[[int, int, list[PromptResult]], None] | None = None,
-    calibration: Calibration | None = None,
-) -> list[ValidationReport]:
-    """:func:`validate_pair` for several drafters of one target, sharing the target's work.
-
-    Per prompt, target-only decoding and the target's teacher-forced pass run once; each
-    drafter's speculative run follows right after, so all speed ratios compare runs made under
-    the same machine conditions. Prompts run in groups of ``config.batch_size`` (B = 1 is a group
-    of one; see :mod:`specdec.validation.runner`). Returns one report per drafter, in order;
-    ``prompts`` keep the held-out order. ``progress`` gets the list of per-drafter rows of each
-    prompt when it is done (skipped prompts as they are found).
-
-    The timing protocol (the one every validation, the nightly and ``recommend`` use): warm-up,
-    then the pass costs (c, v(n)) measured once (:func:`specdec.validation.timing.calibrate`; pass
-    ``calibration`` to reuse one), then per prompt target-only and speculative runs back to back,
-    alternating which goes first, the load sampled after each, a group that ran under load re-timed
-    once (:func:`specdec.validation.runner.under_load`); the speedup is the median of the paired
-    per-prompt ratios (:func:`specdec.validation.speed.paired_speedup`).
-
-    Raises:
-        ValueError: no drafter, no tokenizer for a bare model.
+        ValueError: unknown method, bad ``decode_fraction``, bad config, no drafter, no tokenizer for a bare model.
         TypeError: unsupported drafter type; ``config`` not a ValidationConfig; ``heldout`` not a HeldoutSet.
+        specdec.core.finite.BrokenModel: a model produced non-finite logits.
     """
-    config = _checked_inputs(drafters, heldout, config)
-    t_wall = time.perf_counter()
-    model, tok, target_ref = _target_parts(target, tokenizer, target_ref)
-    ctxs = _drafters_under_test(drafters, model)
-    subset = heldout.subset(config.limit, seed=config.seed)
-    eos = eos_token_ids(tok, model)
-    ctx_limit = context_limit(model, *[c.model for c in ctxs])
-    was_training = model.training
-    model.eval()
-
-    if config.warmup:
-        warmup(model, [c.obj for c in ctxs], subset, tok, config, eos, ctx_limit)
-        if calibration is None and config.batch_size == 1:  # batched runs: the in-run (batched) c and v
-            calibration = calibrate_on(model, [c.model for c in ctxs], subset, tok, config.num_speculative_tokens)
-
-    subset_runs: list[list[PromptRun] | None] = [None] * len(subset.prompts)
-    with contextlib.ExitStack() as timers:
-        target_timer = timers.enter_context(PassTimer(model))
-        for c in ctxs:
-            timers.enter_context(c.timer)
-        try:
-            for done, (i, runs) in enumerate(run_prompts(subset.prompts, model, tok, ctxs, config, eos, ctx_limit, target_timer), 1):
-                subset_runs[i] = runs
-                if progress is not None:
-                    progress(done, len(subset.prompts), [r.row for r in runs])
-            common = report_common(subset, target_ref, config, model)
-            before = _retime_band_outliers(subset, subset_runs, _Run(model, tok, ctxs, config, eos, target_timer),
-                                           calibration, common)
-        finally:
-            model.train(was_training)
-    per_drafter = [[runs[j] for runs in subset_runs if runs is not None] for j in range(len(ctxs))]
-    reports = _reports(ctxs, per_drafter, config, common, calibration, time.perf_counter() - t_wall)
-    for report, first in zip(reports, before):
-        report.overall.speedup_before_retime = first
-    return reports
+    run = _prepare(request)
+    method = request.method
+    sub = decode_subsample(run.subset, request.decode_fraction, run.config.seed) if method == "both" else run.subset
+    was_training = run.model.training
+    run.model.eval()
+    try:
+        replayed = measure_replay(run) if method != "decode" else None
+        decoded = None
+        if method != "replay":
+            calibration = request.calibration if replayed is None else replayed.calibration
+            decoded = measure_decode(run, sub, calibration, record=method == "both" and run.config.batch_size == 1)
+    finally:
+        run.model.train(was_training)
+    return [_report(run, j, decoded, replayed) for j in range(len(run.drafters))]
 
 
-@dataclass(frozen=True)
-class _Run:
-    """What re-timing a prompt needs: the target, its tokenizer, the drafters, config, EOS, target timer."""
+def decode_subsample(subset: HeldoutSet, fraction: float, seed: int) -> HeldoutSet:
+    """The stratified subsample decoded next to the replay: ``ceil(fraction * n)`` prompts, at least
+    2 per category (all of a category with fewer), chosen by :meth:`HeldoutSet.subset`.
 
-    model: torch.nn.Module
-    tok: Any
-    ctxs: list[DrafterUnderTest]
-    config: ValidationConfig
-    eos: Any
-    target_timer: PassTimer
-
-
-def _retime_band_outliers(subset: HeldoutSet, subset_runs: list, run: _Run, calibration: Calibration | None,
-                          common: dict[str, Any]) -> list[float]:
-    """A drafter whose measured speedup disagrees with the speed model beyond
-    :data:`specdec.validation.speed.TIMING_BAND` has its slow (or fast) prompts timed once more
-    (:func:`specdec.validation.runner.band_outliers`, B = 1 only); returns per drafter the median
-    speedup before (NaN where nothing was re-timed). The verdict then uses the re-timed measurement."""
-    import math
-
-    from specdec.validation.heldout import prompt_token_ids
-    from specdec.validation.runner import band_outliers, pad_token_id, retime_prompts
-    from specdec.validation.speed import TIMING_BAND
-
-    before = [math.nan] * len(run.ctxs)
-    if run.config.batch_size != 1:
-        return before
-    per_drafter = [[runs[j] for runs in subset_runs if runs is not None] for j in range(len(run.ctxs))]
-    first = _reports(run.ctxs, per_drafter, run.config, common, calibration, 0.0)
-    ids: set[str] = set()
-    for j, rep in enumerate(first):
-        if rep.overall.timing_suspect:
-            out = band_outliers(per_drafter[j], rep.overall.predicted_speedup, TIMING_BAND)
-            if out:
-                ids.update(out)
-                before[j] = rep.overall.speedup
-    todo = [(i, p, prompt_token_ids(p, run.tok)) for i, p in enumerate(subset.prompts) if p.id in ids]
-    for i, runs in retime_prompts(todo, run.model, run.ctxs, run.config, run.eos, run.target_timer,
-                                  pad_token_id(run.tok)):
-        subset_runs[i] = runs
-    return before
+    Raises:
+        ValueError: ``fraction`` outside (0, 1].
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"decode_fraction must be in (0, 1], got {fraction}")
+    return subset.subset(max(math.ceil(fraction * len(subset)), 2 * len(subset.categories)), seed=seed)
 
 
-def _checked_inputs(drafters: list[Any], heldout: HeldoutSet, config: ValidationConfig | None) -> ValidationConfig:
-    """``config`` (the default when None), after checking the argument types and that there is a drafter."""
-    config = ValidationConfig() if config is None else config
+def _prepare(request: ValidationRequest) -> ValidationRun:
+    """The :class:`ValidationRun` of ``request``, after checking its types and values."""
+    config = ValidationConfig() if request.config is None else request.config
+    if request.method not in METHODS:
+        raise ValueError(f"unknown method {request.method!r}; use one of {', '.join(METHODS)}")
     if not isinstance(config, ValidationConfig):
         raise TypeError(f"config must be a ValidationConfig, got {type(config).__name__}")
-    if not isinstance(heldout, HeldoutSet):
-        raise TypeError(f"heldout must be a HeldoutSet (see specdec.validation.heldout.load_heldout), got {type(heldout).__name__}")
-    if not drafters:
-        raise ValueError("validate_pairs needs at least one drafter")
-    return config
+    if not isinstance(request.heldout, HeldoutSet):
+        raise TypeError("heldout must be a HeldoutSet (see specdec.validation.heldout.load_heldout), got "
+                        f"{type(request.heldout).__name__}")
+    if not request.drafters:
+        raise ValueError("validate needs at least one drafter")
+    model, tok, target_ref = _target_parts(request.target, request.tokenizer, request.target_ref)
+    drafters = _drafters_under_test(list(request.drafters), model)
+    return ValidationRun(request, config, model, tok, target_ref, request.heldout.subset(config.limit, seed=config.seed),
+                         eos_token_ids(tok, model), context_limit(model, *[d.model for d in drafters]), drafters)
 
 
 def _target_parts(target: Any, tokenizer: Any, target_ref: str | None) -> tuple[torch.nn.Module, Any, str]:
@@ -223,7 +113,7 @@ def _target_parts(target: Any, tokenizer: Any, target_ref: str | None) -> tuple[
     model = target if bare else target.model
     tok = tokenizer if tokenizer is not None else (None if bare else getattr(target, "tokenizer", None))
     if tok is None:
-        raise ValueError("validate_pair needs a tokenizer: pass a LoadedModel or tokenizer=")
+        raise ValueError("validate needs a tokenizer: pass a LoadedModel or tokenizer=")
     if target_ref is None:
         source = getattr(target, "source", None) or {}
         target_ref = str(source.get("ref") or getattr(target, "path", None) or type(model).__name__)
@@ -246,44 +136,41 @@ def _drafters_under_test(drafters: list[Any], model: torch.nn.Module) -> list[Dr
     return ctxs
 
 
-def _reports(ctxs: list[DrafterUnderTest], per_drafter: list[list[PromptRun]], config: ValidationConfig,
-             common: dict[str, Any], calibration: Calibration | None, wall: float) -> list[ValidationReport]:
-    """One report per drafter: overall and per-category metrics (with the calibrated c, v(n) when given), findings."""
-    k = config.num_speculative_tokens
-    agg = dict(seed=config.seed, n_resamples=config.bootstrap_resamples)
-    reports = []
-    for j, (c, runs) in enumerate(zip(ctxs, per_drafter)):
-        cats = sorted({r.row.category for r in runs})
-        if calibration is not None:
-            agg = dict(agg, verify_cost=calibration.verify_cost, cost_ratio=calibration.cost_ratios[j],
-                       prefill=(calibration.target_prefill,
-                                calibration.draft_prefill[j] if j < len(calibration.draft_prefill) else math.nan))
-        report = ValidationReport(
-            **common,
-            drafter_kind=c.kind,
-            drafter_ref=c.ref,
-            drafter_recipe=c.recipe,
-            overall=aggregate(runs, k, **agg),
-            categories={cat: aggregate([r for r in runs if r.row.category == cat], k, **agg) for cat in cats},
-            prompts=[r.row for r in runs],
-        )
-        report.notes = findings(report)
-        report.wall_seconds = wall
-        reports.append(report)
-    return reports
+def _report(run: ValidationRun, j: int, decoded: DecodeMeasurement | None,
+            replayed: ReplayMeasurement | None) -> ValidationReport:
+    """Drafter ``j``'s report, built from the measurement that gates (decoding alone; the replay alone; with
+    both, the replay's acceptance on every prompt and decoding's speed, or decoding's all).
+
+    ``decoded`` / ``replayed``: None where that measurement did not run."""
+    d = run.drafters[j]
+    dd = decoded.drafters[j] if decoded is not None else None
+    rep = replay_result(run, j, replayed, dd) if replayed is not None else None
+    if rep is not None and rep.gate == "replay" and dd is None:
+        overall, categories, rows = rep.overall, rep.categories, [r.row for r in rep.runs]
+    else:
+        overall, categories = dd.groups(run.config, acceptance=rep.runs if rep is not None and rep.gate == "replay"
+                                        else None)
+        rows = [r.row for r in dd.runs]
+    if rep is not None:
+        rep.describe(overall)
+    report = ValidationReport(**report_common(run.subset, run.target_ref, run.config, run.model), drafter_kind=d.kind,
+                              drafter_ref=d.ref, drafter_recipe=d.recipe, overall=overall, categories=categories,
+                              prompts=rows, method=run.request.method, replay=rep.section if rep is not None else None)
+    report.notes = findings(report) if dd is not None else []
+    report.wall_seconds = decoded.wall_seconds if decoded is not None else rep.seconds
+    return report
 
 
-def calibrate_on(model: torch.nn.Module, draft_models: list[torch.nn.Module | None], subset: HeldoutSet, tok: Any,
-                 k: int, kmax: int = CALIBRATED_KMAX, reps: int = 7) -> Calibration | None:
-    """:func:`specdec.validation.timing.calibrate` on the shortest usable prompt of ``subset``
-    (v(n) for n up to ``max(k, kmax)``); None when no prompt has tokens."""
-    from specdec.validation.heldout import prompt_token_ids
+def drafter_parts(drafter: Any) -> tuple[Any, torch.nn.Module | None, str, str | None, dict | None]:
+    """(object for speculative_generate, draft model or None, kind label, ref, recipe): the kinds
+    registry's :func:`specdec.kinds.drafter_parts`.
 
-    ids = [prompt_token_ids(p, tok) for p in subset.prompts[:16] if not p.is_empty]
-    ids = [x for x in ids if x]
-    if not ids:
-        return None
-    return calibrate(model, draft_models, min(ids, key=len), max(k, kmax), reps)
+    Raises:
+        TypeError: not a causal LM, ModelDrafter, NgramDrafter, Eagle3Drafter or ResolvedDrafter.
+    """
+    from specdec.kinds import drafter_parts as parts
+
+    return parts(drafter)
 
 
 def report_common(subset: HeldoutSet, target_ref: str | None, config: ValidationConfig, model: torch.nn.Module) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -45,6 +46,7 @@ def _fail(msg: str) -> None:
 
 
 def validate(
+    *,
     target: Annotated[str, typer.Option("--target", help="Target model: local dir, Hub id, .gguf file, or 'smollm2'.")],
     draft: Annotated[
         list[str],
@@ -114,24 +116,51 @@ def validate(
     """Validate a draft/target pair: acceptance, agreement, speedup and exactness, per category.
 
     With --engine-url: the engine check of the pair where it is served (the core is the exact reference)."""
+    opts = _Options(**locals())  # the options as one typed object (nothing else is defined yet)
     t_start = time.perf_counter()
     _quiet_libraries()
-    speculative, hs = _check_run_arguments(
-        num_speculative_tokens, temperature, top_k, top_p, max_new_tokens, draft_sampling,
-        assistant_confidence_threshold, method, decode_fraction, heldout, device,
-    )
+    speculative, hs = _check_run_arguments(opts)
     out_dir = out or _default_out(hs.name, "+".join(draft))
     out_dirs = _check_out_dirs(draft, out_dir, overwrite)
-    config = _check_drafters_and_config(draft, speculative, seed, limit, bootstrap_resamples, batch_size)
+    config = _check_drafters_and_config(opts, speculative)
     if engine_url is not None and len(draft) != 1:
         _fail("--engine-url checks one pair: give one --draft (the draft the engine serves)")
-    tgt, drafters, out_dirs = _load_pair(target, draft, dtype, device, seed, out_dir, out_dirs, overwrite)
+    tgt, drafters, out_dirs = _load_pair(opts, out_dir, out_dirs)
     if engine_url is not None:
         _engine_check(tgt, drafters[0], hs, config, target_ref=target, out_dir=out_dirs[0],
                       engine=(engine_url, engine_baseline_url, engine_concurrency))
         return
-    reports = _run(method, tgt, drafters, hs, config, target, decode_fraction)
+    reports = _run(opts, tgt, drafters, hs, config)
     _write_and_print(reports, out_dirs, t_start)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """The ``validate`` command's options (their help is on the command)."""
+
+    target: str
+    draft: list[str]
+    heldout: str
+    limit: int | None
+    max_new_tokens: int
+    num_speculative_tokens: int
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    seed: int
+    draft_sampling: str
+    assistant_confidence_threshold: float | None
+    device: str
+    dtype: str
+    out: Path | None
+    overwrite: bool
+    bootstrap_resamples: int
+    batch_size: int
+    method: str
+    decode_fraction: float
+    engine_url: str | None
+    engine_baseline_url: str | None
+    engine_concurrency: int
 
 
 def _engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, target_ref: str, out_dir: Path,
@@ -152,30 +181,28 @@ def _engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, target_ref: s
     write_and_print(report, out_dir, _out)
 
 
-def _check_run_arguments(
-    num_speculative_tokens: int, temperature: float, top_k: int | None, top_p: float | None, max_new_tokens: int,
-    draft_sampling: str, assistant_confidence_threshold: float | None, method: str, decode_fraction: float,
-    heldout: str, device: str,
-) -> tuple[Any, Any]:
+def _check_run_arguments(opts: _Options) -> tuple[Any, Any]:
     """The speculative config and the held-out set, or one error line (``typer.Exit(1)``) before any model loads."""
     from specdec.core.config import SamplingConfig, SpeculativeConfig
+    from specdec.validation.api import METHODS
     from specdec.validation.heldout import HeldoutFormatError, load_heldout
 
     try:
         speculative = SpeculativeConfig(
-            num_speculative_tokens, SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p), max_new_tokens,
-            draft_sampling, assistant_confidence_threshold,
+            opts.num_speculative_tokens, SamplingConfig(temperature=opts.temperature, top_k=opts.top_k, top_p=opts.top_p),
+            opts.max_new_tokens, opts.draft_sampling, opts.assistant_confidence_threshold,
         )
     except (TypeError, ValueError) as e:
         _fail(str(e))
-    if method not in ("decode", "replay", "both"):
-        _fail(f"unknown --method {method!r}: use decode, replay or both")
-    if not 0 < decode_fraction <= 1:
-        _fail(f"--decode-fraction must be in (0, 1], got {decode_fraction}")
+    if opts.method not in METHODS:
+        _fail(f"unknown --method {opts.method!r}: use decode, replay or both")
+    if not 0 < opts.decode_fraction <= 1:
+        _fail(f"--decode-fraction must be in (0, 1], got {opts.decode_fraction}")
     try:
-        hs = load_heldout(heldout)
+        hs = load_heldout(opts.heldout)
     except (FileNotFoundError, HeldoutFormatError) as e:
         _fail(str(e))
+    device = opts.device
     if device not in ("auto", "cpu") and not device.startswith("cuda"):
         _fail(f"unknown device {device!r}: use auto, cpu or cuda[:N]")
     import torch
@@ -203,43 +230,38 @@ def _refuse_existing_report(od: Path, overwrite: bool) -> None:
         _fail(f"{od / 'report.json'} already exists; pass --overwrite or choose another --out")
 
 
-def _check_drafters_and_config(
-    draft: list[str], speculative: Any, seed: int, limit: int | None, bootstrap_resamples: int, batch_size: int,
-) -> Any:
+def _check_drafters_and_config(opts: _Options, speculative: Any) -> Any:
     """Refuses a malformed ``--draft`` before the target loads; returns the ``ValidationConfig``."""
     from specdec.models.drafter_spec import DrafterSpecError, check_drafter_spec
     from specdec.validation import ValidationConfig
 
-    for spec in draft:
+    for spec in opts.draft:
         try:
             check_drafter_spec(spec)
         except DrafterSpecError as e:
             _fail(f"--draft {spec}: {e}")
     try:
-        return ValidationConfig(
-            speculative, seed=seed, limit=limit, bootstrap_resamples=bootstrap_resamples, batch_size=batch_size,
-        )
+        return ValidationConfig(speculative, seed=opts.seed, limit=opts.limit,
+                                bootstrap_resamples=opts.bootstrap_resamples, batch_size=opts.batch_size)
     except (TypeError, ValueError) as e:
         _fail(str(e))
 
 
-def _load_pair(
-    target: str, draft: list[str], dtype: str, device: str, seed: int, out_dir: Path, out_dirs: list[Path],
-    overwrite: bool,
-) -> tuple[Any, list[Any], list[Path]]:
+def _load_pair(opts: _Options, out_dir: Path, out_dirs: list[Path]) -> tuple[Any, list[Any], list[Path]]:
     """Loads the target, resolves ``--draft auto`` (which may change the output directories) and prepares every
     drafter; returns ``(target model, drafters, output directories)``."""
     from specdec.models import load_causal_lm
     from specdec.models.drafter_spec import resolve_drafter
 
+    target, draft = opts.target, opts.draft
     _step(f"loading target {target} ...")
     with _err.status(f"loading target {target} ..."):
         try:
-            tgt = load_causal_lm(target, dtype=dtype, device=device)
+            tgt = load_causal_lm(target, dtype=opts.dtype, device=opts.device)
         except (FileNotFoundError, ValueError) as e:
             _fail(f"target: {e}")
     if "auto" in draft:
-        draft, out_dirs = _resolve_auto(tgt, draft, seed, target, out_dir, out_dirs, overwrite)
+        draft, out_dirs = _resolve_auto(tgt, opts, out_dir, out_dirs)
     drafters = []
     for spec in draft:
         _step(f"preparing drafter {spec} ...")
@@ -253,39 +275,64 @@ def _load_pair(
     return tgt, drafters, out_dirs
 
 
-def _resolve_auto(
-    tgt: Any, draft: list[str], seed: int, target: str, out_dir: Path, out_dirs: list[Path], overwrite: bool,
-) -> tuple[list[str], list[Path]]:
+def _resolve_auto(tgt: Any, opts: _Options, out_dir: Path, out_dirs: list[Path]) -> tuple[list[str], list[Path]]:
     """``--draft auto``: measures the candidates here and validates the one that pays (or the fastest)."""
     from specdec.validation.recommend_cli import print_recommendation, run_recommend
 
-    rec = run_recommend(tgt, seed=seed, target_ref=target)
+    rec = run_recommend(tgt, seed=opts.seed, target_ref=opts.target)
     print_recommendation(rec)
     choice = rec.best or rec.fallback
     if choice is None:
         _fail("--draft auto: no candidate drafter could run here")
     if rec.best is None:
         _err.print(f"[yellow]--draft auto:[/] nothing pays here; validating the fastest candidate, {choice}")
-    draft = [choice if d == "auto" else d for d in draft]
+    draft = [choice if d == "auto" else d for d in opts.draft]
     if len(set(draft)) != len(draft):
         _fail(f"--draft auto chose {choice}, which is also given explicitly")
     if len(draft) > 1:
         out_dirs = [out_dir / _safe(d) for d in draft]
         for od in out_dirs:
-            _refuse_existing_report(od, overwrite)
+            _refuse_existing_report(od, opts.overwrite)
     return draft, out_dirs
 
 
-def _run(method: str, tgt: Any, drafters: list[Any], hs: Any, config: Any, target: str,
-         decode_fraction: float) -> list[Any]:
-    """One report per drafter: speculative decoding (``decode``) or replay (``replay``, ``both``)."""
-    if method == "decode":
-        from specdec.validation import validate_pairs
+def _run(opts: _Options, tgt: Any, drafters: list[Any], hs: Any, config: Any) -> list[Any]:
+    """One report per drafter from :func:`specdec.validation.validate`, with a progress bar per phase (and one
+    plain line per prompt when stderr is not a terminal)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-        return _run_with_progress(validate_pairs, tgt, drafters, hs, config, target)
-    from specdec.validation.replay_cli import run_replay
+    from specdec.validation import ValidationRequest, validate
 
-    return run_replay(tgt, drafters, hs, config, target, method, decode_fraction, _err)
+    n = min(config.limit or len(hs), len(hs))
+    replaying = "replay every prompt (cached continuations), " if opts.method != "decode" else ""
+    decoding = f"{n} prompts: " if opts.method == "decode" else "then a decoded subsample: " if opts.method == "both" else ""
+    if opts.method != "replay":
+        decoding += "target-only and speculative decoding of each, interleaved"
+    _step(f"warming up and timing one pass of each model (c, v(n)); {replaying}{decoding}")
+    cols = (TextColumn("[bold]{task.fields[phase]}[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TimeRemainingColumn(), TextColumn("{task.description}"))
+    with Progress(*cols, console=_err, transient=False) as prog:
+        tasks: dict[str, Any] = {}
+
+        def tick(p: Any) -> None:
+            if p.phase not in tasks:
+                tasks[p.phase] = prog.add_task("", total=p.total, phase=p.phase)
+            desc = _prompt_line(p.rows) if p.rows else ""
+            prog.update(tasks[p.phase], completed=p.done, total=p.total, description=desc)
+            if not _err.is_terminal:  # logs (CI, Prefect workers): one plain line per prompt
+                count = f"{p.done}/{p.total}" if p.phase == "decode" else f"{p.phase} {p.done}/{p.total}"
+                _err.print(f"[{count}] {desc}".rstrip(), highlight=False)
+
+        return validate(ValidationRequest(tgt, drafters, hs, config, method=opts.method,
+                                          decode_fraction=opts.decode_fraction, target_ref=opts.target, progress=tick))
+
+
+def _prompt_line(rows: Any) -> str:
+    """One decoded prompt's line: its category, id and each drafter's acceptance (or why it was skipped)."""
+    row = rows[0]
+    if row.status != "ok":
+        return f"{row.category} #{row.prompt_id}: skipped ({row.skip_reason})"
+    return f"{row.category} #{row.prompt_id}: acceptance {', '.join(_f(r.acceptance_rate) for r in rows)}"
 
 
 def _write_and_print(reports: list[Any], out_dirs: list[Path], t_start: float) -> None:
@@ -294,9 +341,7 @@ def _write_and_print(reports: list[Any], out_dirs: list[Path], t_start: float) -
         path = report.write(od)
         _print_summary(report)
         if report.replay is not None:
-            from specdec.validation.replay_cli import print_replay
-
-            print_replay(report, _out)
+            _print_replay(report, _out)
         _out.print(f"report: {path}\nper-prompt rows: {od / 'prompts.csv'}")
         _write_serving_config(report, od)
     _out.print(f"wall time {time.perf_counter() - t_start:.1f} s (validation {reports[0].wall_seconds:.1f} s)")
@@ -333,37 +378,6 @@ def _default_out(heldout_name: str, draft: str) -> Path:
 
     stamp = time.strftime("%Y%m%dT%H%M%S")
     return get_settings().home / "validations" / f"{heldout_name}-{_safe(draft)}-{stamp}"
-
-
-def _run_with_progress(validate_pairs: Any, tgt: Any, drafters: list[Any], hs: Any, config: Any, target_ref: str) -> Any:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    n = min(config.limit or len(hs), len(hs))
-    cols = (
-        TextColumn("[bold]validate[/]"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        TextColumn("{task.description}"),
-    )
-    _step(f"warming up and timing one pass of each model (c, v(n)), then {n} prompts: target-only and "
-          "speculative decoding of each, interleaved")
-    with Progress(*cols, console=_err, transient=False) as prog:
-        task = prog.add_task("", total=n)
-
-        def tick(done: int, total: int, rows: list[Any]) -> None:
-            row = rows[0]
-            if row.status == "ok":
-                rates = ", ".join(_f(r.acceptance_rate) for r in rows)
-                desc = f"{row.category} #{row.prompt_id}: acceptance {rates}"
-            else:
-                desc = f"{row.category} #{row.prompt_id}: skipped ({row.skip_reason})"
-            prog.update(task, completed=done, total=total, description=desc)
-            if not _err.is_terminal:  # logs (CI, Prefect workers): one plain line per prompt
-                _err.print(f"[{done}/{total}] {desc}", highlight=False)
-
-        return validate_pairs(tgt, drafters, hs, config, target_ref=target_ref, progress=tick)
 
 
 def _step(msg: str) -> None:
@@ -453,3 +467,50 @@ def _print_summary(report: Any) -> None:
     )
     for note in report.notes:
         _out.print(f"[bold yellow]note:[/] {note}", highlight=False)
+
+
+def _print_replay(report: Any, out: Console) -> None:
+    """The replay section: the acceptance-by-k table, the per-method counters, agreement and the recommended k."""
+    from rich import box
+
+    r = report.replay
+    k0 = report.config.get("num_speculative_tokens")
+    t = Table(title=f"replay ({r['kind']}; precision {r['precision']}; gate: {r['gate_method']})", title_justify="left",
+              box=box.SIMPLE_HEAD)
+    for name in ("k", "acceptance [95% CI]", "mean acc. len", "pred. speedup (c, v measured)"):
+        t.add_column(name, justify="right")
+    for row in r["acceptance_by_k"]:
+        acc = row.get("acceptance_rate", row.get("expected_acceptance_rate"))
+        ci = row.get("acceptance_rate_ci", row.get("expected_acceptance_rate_ci")) or [None, None]
+        mal = row.get("mean_accepted_length", row.get("expected_mean_accepted_length"))
+        mark = " *" if row["k"] == k0 else ""
+        t.add_row(f"{row['k']}{mark}", f"{_f(acc)} [{_f(ci[0], 2)}, {_f(ci[1], 2)}]", _f(mal, 2),
+                  _f(row.get("predicted_speedup"), 2))
+    out.print(t)
+    cont = r["continuations"]
+    out.print(f"replayed {r['num_prompts_replayed']} prompts (continuations: {cont['cache']} cached, "
+              f"{sum(v for w, v in cont.items() if w != 'cache')} produced); seconds: continuation "
+              f"{_f(r['seconds']['continuation'], 1)}, replay {_f(r['seconds']['replay'], 1)}", highlight=False)
+    if r.get("recommended_num_speculative_tokens") is not None:
+        out.print(f"recommended k from the replayed curve: {r['recommended_num_speculative_tokens']} "
+                  f"(predicted {_f(r['predicted_speedup_at_recommended'], 2)}x with c = {_f(r['cost_ratio'])}, "
+                  f"v(n) = {', '.join(_f(x, 2) for x in (r.get('verify_cost_by_n') or [])[:9])}, ...)", highlight=False)
+    kt = r.get("best_k_tau") or {}
+    if kt.get("num_speculative_tokens") is not None:
+        fixed = r["best_fixed_k"]
+        tau = kt["assistant_confidence_threshold"]
+        out.print(f"best (k, tau): k = {kt['num_speculative_tokens']}, assistant_confidence_threshold = "
+                  f"{'none' if tau is None else _f(tau, 1)} (predicted {_f(kt['predicted_speedup'], 2)}x) next to the best "
+                  f"fixed k = {fixed['num_speculative_tokens']} ({_f(fixed['predicted_speedup'], 2)}x)", highlight=False)
+    if "counters" in r:
+        for name, c in r["counters"].items():
+            ci = c.get("acceptance_rate_ci") or [None, None]
+            out.print(f"{name:>17}: {c['num_prompts']} prompts, acceptance {_f(c['acceptance_rate'])} "
+                      f"[{_f(ci[0], 2)}, {_f(ci[1], 2)}], drafts {c['num_drafts']}, proposed {c['num_draft_tokens']}, "
+                      f"accepted {c['num_accepted_tokens']}", highlight=False)
+    if "replay_decode_agreement" in r:
+        out.print(f"replay_decode_agreement: {_f(r['replay_decode_agreement'])} of {r['num_compared']} decoded prompts; "
+                  f"{r['beyond_numerics']} disagreement(s) beyond numerics", highlight=False)
+        for d in r["disagreements"][:10]:
+            out.print(f"  {d['category']} #{d['prompt_id']}: position {d['position']}, logit margin "
+                      f"{_f(d['logit_margin'])}: {d['class']}", highlight=False)

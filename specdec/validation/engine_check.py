@@ -219,8 +219,8 @@ def _core_continuations(req: EngineCheckRequest, subset: HeldoutSet, model, tok,
     from specdec.validation.replay_run import replay_prompts
 
     cache = req.cache or ContinuationCache()
-    replayed = replay_prompts(subset, model, tok, [req.draft], req.config, eos, context_limit(model, req.draft),
-                              cache=cache, target_weights=model_weights_hash(model), kmax=1, replay=False)
+    replayed = replay_prompts(subset, model, tok, [req.draft], req.config, eos=eos,
+                              ctx_limit=context_limit(model, req.draft), cache=cache, target_weights=model_weights_hash(model), kmax=1, replay=False)
     return {rp.prompt.id: rp.continuation for rp in replayed if rp.status == "ok"}
 
 

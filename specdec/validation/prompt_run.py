@@ -83,31 +83,36 @@ def skip_reason(prompt: HeldoutPrompt, ids: list[int], config: ValidationConfig,
     return None
 
 
-def fill_run(
-    run: PromptRun,
-    spec_tokens: list[int],
-    s: DecodingStats,
-    ref_tokens: list[int],
-    t_ref: float,
-    t_spec: float,
-    tf: TargetTeacherForcing | None,
-    d: DrafterUnderTest,
-    config: ValidationConfig,
-) -> None:
-    """Fill ``run`` and its row from one prompt's speculative outcome (tokens, own counters ``s``),
-    its target-only tokens, the seconds charged to it, the drafter's teacher-forced agreement and,
-    greedy only, the exactness audit against ``ref_tokens``."""
-    row = run.row
-    run.stats = s
-    run.target_only_seconds, run.speculative_seconds = t_ref, t_spec
+@dataclass
+class Outcome:
+    """One prompt's two timed generations: the speculative tokens and their counters, the target-only
+    tokens, and the wall seconds charged to each (its token share of a batched call)."""
+
+    spec_tokens: list[int]
+    stats: DecodingStats
+    ref_tokens: list[int]
+    target_only_seconds: float
+    speculative_seconds: float
+
+
+def record_counters(row: PromptResult, s: DecodingStats) -> None:
+    """A prompt row's counters and rates from its :class:`DecodingStats` (decoded or replayed)."""
+    row.num_drafts, row.num_draft_tokens, row.num_accepted_tokens = s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens
+    row.acceptance_rate, row.mean_accepted_length = s.acceptance_rate, s.mean_accepted_length
+    row.alpha_hat, row.per_token_acceptance = s.alpha_hat, s.per_token_acceptance
+
+
+def fill_run(run: PromptRun, out: Outcome, tf: TargetTeacherForcing | None, d: DrafterUnderTest,
+             config: ValidationConfig) -> None:
+    """Fill ``run`` and its row from one prompt's :class:`Outcome`, the drafter's teacher-forced
+    agreement and, greedy only, the exactness audit against the target-only tokens."""
+    row, spec_tokens, ref_tokens = run.row, out.spec_tokens, out.ref_tokens
+    run.stats = out.stats
+    run.target_only_seconds, run.speculative_seconds = out.target_only_seconds, out.speculative_seconds
     run.target_only_tokens, run.speculative_tokens = len(ref_tokens), len(spec_tokens)
     row.new_tokens, row.target_only_tokens = len(spec_tokens), len(ref_tokens)
-    row.num_drafts, row.num_draft_tokens, row.num_accepted_tokens = s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens
-    row.acceptance_rate = s.acceptance_rate
-    row.mean_accepted_length = s.mean_accepted_length
-    row.alpha_hat = s.alpha_hat
-    row.per_token_acceptance = s.per_token_acceptance
-    row.target_only_seconds, row.speculative_seconds = t_ref, t_spec
+    record_counters(row, out.stats)
+    row.target_only_seconds, row.speculative_seconds = out.target_only_seconds, out.speculative_seconds
 
     if tf is not None:
         run.agree = draft_agreement(tf, d.model, d.obj if d.model is None else None, config.sampling)

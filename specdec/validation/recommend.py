@@ -2,9 +2,9 @@
 
 :func:`recommend_draft`: (1) c of each draft model and the target's v(n), measured once
 (:func:`specdec.validation.timing.calibrate`); (2) one greedy replay of every candidate, exact counters
-at every k (:func:`specdec.validation.replay_report.validate_replay`); (3) each candidate's k, the one
+at every k (:func:`specdec.validation.validate`, ``method="replay"``); (3) each candidate's k, the one
 speed model's best over its replayed counters (:func:`specdec.validation.replay_curve.recommend_from_curve`);
-(4) the speed check, :func:`specdec.validation.api.validate_pairs` at that k (the nightly's protocol:
+(4) the speed check, :func:`specdec.validation.validate` at that k (the nightly's protocol:
 warm, interleaved per prompt, paired median with a bootstrap CI, loaded rounds re-timed, exactness).
 Ranked by the lower end of the speedup CI; a "timing suspect" candidate (measured/predicted outside
 :data:`specdec.validation.speed.TIMING_BAND`) never pays.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specdec.validation.candidates import (CandidateResult, Recommendation, default_candidates,
@@ -38,10 +38,9 @@ def recommend_draft(target: Any, heldout: Any, *, candidates: Sequence[str] | No
     gives recommend's figure the width night 1's has, and each lies in the other's CI; on a smaller set
     the CI is wider (about sqrt(nightly / recommend prompts) times) and the figure is a different
     prompts' median. Raises ValueError: no usable prompt, bad ``k_values``."""
-    from specdec.validation.api import calibrate_on, drafter_parts, validate_pairs
+    from specdec.validation.api import ValidationRequest, calibrate_on, drafter_parts, validate
     from specdec.validation.config import ValidationConfig
-    from specdec.validation.machine import LoadSampler, native_bf16, usable_cpus
-    from specdec.validation.replay_report import validate_replay
+    from specdec.validation.machine import LoadSampler
 
     if not k_values or min(k_values) < 1:
         raise ValueError("k_values must be >= 1")
@@ -54,13 +53,13 @@ def recommend_draft(target: Any, heldout: Any, *, candidates: Sequence[str] | No
                            bootstrap_resamples=bootstrap_resamples)
     load.sample()
     say("phase 1/4: pass costs (c, v(n))")
-    cal = calibrate_on(model, [drafter_parts(drafters[s])[1] for s in specs], heldout, target.tokenizer, ks[-1], ks[-1],
-                       cost_reps)
+    cal = calibrate_on(model, [drafter_parts(drafters[s])[1] for s in specs], heldout, target.tokenizer, ks[-1],
+                       kmax=ks[-1], reps=cost_reps)
     if cal is None:
         raise ValueError("no usable prompt (all empty)")
     say("phase 2/4: acceptance at every k (replay)")
-    replays = validate_replay(target, [drafters[s] for s in specs], heldout, cfg, method="replay", kmax=ks[-1],
-                              calibration=cal, target_ref=target_ref) if specs else []
+    replays = validate(ValidationRequest(target, [drafters[s] for s in specs], heldout, cfg, method="replay",
+                                         kmax=ks[-1], calibration=cal, target_ref=target_ref)) if specs else []
     say("phase 3/4: best k")
     for j, (s, rep) in enumerate(zip(specs, replays)):
         _choose_k(by_spec[s], rep, cal.cost_ratios[j], cal.verify_cost, ks)
@@ -69,13 +68,12 @@ def recommend_draft(target: Any, heldout: Any, *, candidates: Sequence[str] | No
         c = by_spec[s]
         say(f"phase 4/4: speed check {s} at k={c.k} on {len(speed_set.prompts)} prompts")
         kcfg = replace(cfg, speculative=replace(cfg.speculative, num_speculative_tokens=c.k))
-        rep = validate_pairs(target, [drafters[s]], speed_set, kcfg, target_ref=target_ref,
-                             calibration=replace(cal, cost_ratios=[cal.cost_ratios[j]],
-                                                 draft_prefill=cal.draft_prefill[j:j + 1]))[0]
+        one = replace(cal, cost_ratios=[cal.cost_ratios[j]], draft_prefill=cal.draft_prefill[j:j + 1])
+        [rep] = validate(ValidationRequest(target, [drafters[s]], speed_set, kcfg, target_ref=target_ref,
+                                           calibration=one))
         _fill(c, rep)
         load.sample()
-    return _recommendation(target, target_ref, results, speed_set, max_new_tokens, cal, ks, load, usable_cpus(),
-                           native_bf16(str(device)), time.perf_counter() - t0)
+    return _recommendation(target, target_ref, results, _Measured(speed_set, max_new_tokens, cal, ks, load, t0))
 
 
 def _choose_k(c: CandidateResult, replay: Any, cost_ratio: float, verify_cost: Any, ks: list[int]) -> None:
@@ -112,18 +110,33 @@ def _rank(c: CandidateResult) -> tuple[bool, float, float]:
     return (not c.timing_suspect, c.measured_speedup if math.isnan(lo) else lo, c.measured_speedup)
 
 
-def _recommendation(target, target_ref, results, heldout, max_new_tokens, cal, ks, load, cpus, nb,
-                    seconds) -> Recommendation:
+@dataclass(frozen=True)
+class _Measured:
+    """What the recommendation records next to its candidates: the speed check's prompts, the budget, the
+    calibration, the k considered, the load samples and when the measurement started (perf_counter)."""
+
+    heldout: Any
+    max_new_tokens: int
+    cal: Any
+    ks: list[int]
+    load: Any
+    t0: float
+
+
+def _recommendation(target: Any, target_ref: str | None, results: list[CandidateResult], m: _Measured) -> Recommendation:
+    from specdec.validation.machine import native_bf16, usable_cpus
+
     measured = [c for c in results if c.available and not math.isnan(c.measured_speedup)]
     paying = sorted((c for c in measured if c.pays), key=_rank, reverse=True)
     fastest = max(measured, key=_rank, default=None)
     best = paying[0].spec if paying else None
     device = str(next(target.model.parameters()).device)
+    nb = native_bf16(device)
     return Recommendation(
         target_ref=target_ref or str((getattr(target, "source", None) or {}).get("ref") or "target"),
         device=device, dtype=str(next(target.model.parameters()).dtype).removeprefix("torch."), native_bf16=nb,
         candidates=results, best=best, fallback=fastest.spec if fastest else None,
-        summary=recommendation_summary(best, paying, measured, nb, device), num_prompts=len(heldout.prompts),
-        categories=sorted({p.category for p in heldout.prompts}), max_new_tokens=max_new_tokens,
-        target_step_ms=cal.target_step_s * 1e3, verify_cost_by_k={k: cal.verify_cost(k) for k in ks},
-        load_avg_1m=list(load.samples), num_cpus=cpus, seconds=seconds)
+        summary=recommendation_summary(best, paying, measured, nb, device), num_prompts=len(m.heldout.prompts),
+        categories=sorted({p.category for p in m.heldout.prompts}), max_new_tokens=m.max_new_tokens,
+        target_step_ms=m.cal.target_step_s * 1e3, verify_cost_by_k={k: m.cal.verify_cost(k) for k in m.ks},
+        load_avg_1m=list(m.load.samples), num_cpus=usable_cpus(), seconds=time.perf_counter() - m.t0)

@@ -110,6 +110,7 @@ def run_recommend(target: Any, *, heldout: str = "spec_bench", candidates: list[
 
 @draft_app.command("recommend")
 def recommend(
+    *,
     target: Annotated[str, typer.Option("--target", help="Target model: local dir, Hub id, .gguf file, or 'smollm2'.")],
     candidate: Annotated[list[str] | None, typer.Option(
         "--candidate", help="Drafter spec to measure (repeatable). Default: derived:bf16, derived:int8, derived:int4, "

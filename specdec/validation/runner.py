@@ -19,6 +19,7 @@ the pooled per-pass means are those of the (batched) passes. Definitions: ``docs
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,6 +34,7 @@ from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, prompt_token_i
 from specdec.validation.machine import load_average
 from specdec.validation.prompt_run import (
     DrafterUnderTest,
+    Outcome,
     PromptRun,
     fill_run,
     prompt_seed,
@@ -44,7 +46,23 @@ from specdec.validation.teacher_forcing import target_teacher_forcing
 from specdec.core.kv import timed
 from specdec.validation.timing import PassTimer
 
-__all__ = ["run_prompts", "run_group", "warmup", "left_pad", "token_shares", "pad_token_id"]
+__all__ = ["DecodeSetup", "run_prompts", "run_group", "retime_prompts", "warmup", "left_pad", "token_shares",
+           "pad_token_id"]
+
+
+@dataclass(frozen=True)
+class DecodeSetup:
+    """What decoding prompts needs: the target causal LM (eval mode, hooked by ``target_timer``), its
+    tokenizer (chat template applied by :func:`prompt_token_ids`), the drafters under validation (each
+    with its own pass timer), the settings, the EOS id(s) and the models' smallest context (or None)."""
+
+    target: torch.nn.Module
+    tokenizer: Any
+    drafters: list[DrafterUnderTest]
+    config: ValidationConfig
+    eos: Any
+    ctx_limit: int | None
+    target_timer: PassTimer | None = None  # entered by the caller; None only for :func:`warmup`
 
 
 def pad_token_id(tokenizer: Any) -> int:
@@ -88,32 +106,17 @@ def generation_rows(result: Any) -> list[Any]:
     return list(rows) if rows is not None else [result]
 
 
-def run_prompts(
-    prompts: list[HeldoutPrompt],
-    target: torch.nn.Module,
-    tokenizer: Any,
-    drafters: list[DrafterUnderTest],
-    config: ValidationConfig,
-    eos: Any,
-    ctx_limit: int | None,
-    target_timer: PassTimer,
-) -> Iterator[tuple[int, list[PromptRun]]]:
-    """Validate ``prompts`` in groups of ``config.batch_size`` (see the module docstring).
+def run_prompts(prompts: list[HeldoutPrompt], setup: DecodeSetup) -> Iterator[tuple[int, list[PromptRun]]]:
+    """Validate ``prompts`` (the held-out subset, in order) in groups of ``config.batch_size`` (see the
+    module docstring), with ``setup``'s timers entered.
 
-    Args:
-        prompts: the held-out subset, in order.
-        target: the target causal LM (eval mode), hooked by ``target_timer``.
-        tokenizer: the target's tokenizer (chat template applied by :func:`prompt_token_ids`).
-        drafters: the drafters under validation, each with its own pass timer (entered).
-        config: the validation settings.
-        eos: EOS id(s) that end generation.
-        ctx_limit: the smallest context of the models (tokens), or None.
-        target_timer: the target's pass timer (entered).
     Yields:
         ``(index in prompts, one PromptRun per drafter)``: a skipped prompt as soon as it is found,
         the others when their group is done (so with B = 1 in held-out order).
+    Raises:
+        specdec.core.finite.BrokenModel: a model produced non-finite logits.
     """
-    pad = pad_token_id(tokenizer)
+    config = setup.config
     group: list[tuple[int, HeldoutPrompt, list[int]]] = []
 
     flushed = [0]
@@ -123,26 +126,24 @@ def run_prompts(
         # every other group runs its speculative calls before target-only (interleaved timing)
         items = [(p, ids) for _, p, ids in group]
         try:
-            runs = run_group(items, target, drafters, config, eos, target_timer, pad, spec_first=flushed[0] % 2 == 1)
+            runs = run_group(items, setup, spec_first=flushed[0] % 2 == 1)
             if under_load(history, group_rates(runs)):  # one side ran while a co-tenant took the cores: once more
-                runs = run_group(items, target, drafters, config, eos, target_timer, pad,
-                                 spec_first=flushed[0] % 2 == 0)
-        except NonFiniteLogits as e:  # a broken model: the whole validation stops, naming it (issue 32, item 2)
-            raise BrokenModel.naming(e, target, [p.id for p, _ in items]) from None
-            for per in runs:
-                for r in per:
+                runs = run_group(items, setup, spec_first=flushed[0] % 2 == 0)
+                for r in (r for per in runs for r in per):
                     r.remeasured = True
+        except NonFiniteLogits as e:  # a broken model: the whole validation stops, naming it
+            raise BrokenModel.naming(e, setup.target, [p.id for p, _ in items]) from None
         history.append(group_rates(runs))
         flushed[0] += 1
         yield from zip([i for i, _, _ in group], runs)
         group.clear()
 
     for i, prompt in enumerate(prompts):
-        ids = [] if prompt.is_empty else prompt_token_ids(prompt, tokenizer)
-        reason = skip_reason(prompt, ids, config, ctx_limit)
+        ids = [] if prompt.is_empty else prompt_token_ids(prompt, setup.tokenizer)
+        reason = skip_reason(prompt, ids, config, setup.ctx_limit)
         if reason is not None:
             row = dict(status="skipped", skip_reason=reason, prompt_tokens=len(ids))
-            yield i, [PromptRun(row=PromptResult(prompt.id, prompt.category, **row)) for _ in drafters]
+            yield i, [PromptRun(row=PromptResult(prompt.id, prompt.category, **row)) for _ in setup.drafters]
             continue
         group.append((i, prompt, ids))
         if len(group) == config.batch_size:
@@ -194,14 +195,13 @@ def band_outliers(runs: list[PromptRun], predicted: float, band: tuple[float, fl
     return []
 
 
-def retime_prompts(prompts: list[tuple[int, HeldoutPrompt, list[int]]], target: torch.nn.Module,
-                   drafters: list[DrafterUnderTest], config: ValidationConfig, eos: Any, target_timer: PassTimer,
-                   pad: int) -> Iterator[tuple[int, list[PromptRun]]]:
+def retime_prompts(prompts: list[tuple[int, HeldoutPrompt, list[int]]],
+                   setup: DecodeSetup) -> Iterator[tuple[int, list[PromptRun]]]:
     """Time ``(index, prompt, ids)`` once more, one prompt a group, target-only and speculative
     interleaved as the first time (alternating which goes first); the new runs are marked
     ``remeasured`` and replace the old ones (the caller's choice)."""
     for n, (i, prompt, ids) in enumerate(prompts):
-        runs = run_group([(prompt, ids)], target, drafters, config, eos, target_timer, pad, spec_first=n % 2 == 0)[0]
+        runs = run_group([(prompt, ids)], setup, spec_first=n % 2 == 0)[0]
         for r in runs:
             r.remeasured = True
         yield i, runs
@@ -214,16 +214,8 @@ def proposal_rule(config: ValidationConfig) -> dict[str, Any]:
     return {"draft_sampling": spec.draft_sampling, "assistant_confidence_threshold": spec.assistant_confidence_threshold}
 
 
-def run_group(
-    group: list[tuple[HeldoutPrompt, list[int]]],
-    target: torch.nn.Module,
-    drafters: list[DrafterUnderTest],
-    config: ValidationConfig,
-    eos: Any,
-    target_timer: PassTimer,
-    pad: int,
-    spec_first: bool = False,
-) -> list[list[PromptRun]]:
+def run_group(group: list[tuple[HeldoutPrompt, list[int]]], setup: DecodeSetup,
+              spec_first: bool = False) -> list[list[PromptRun]]:
     """One group of prompts (B >= 1): target-only and each drafter's speculative run back to back
     (target-only first, or last with ``spec_first``: the caller alternates, so neither side always
     runs on the warmer machine), the 1-minute load average right after, then per prompt the
@@ -232,16 +224,16 @@ def run_group(
     Returns:
         per prompt of the group, one :class:`PromptRun` per drafter.
     """
+    target, config, target_timer = setup.target, setup.config, setup.target_timer
     device = model_device(target)
-    input_ids, mask = left_pad([ids for _, ids in group], pad, device)
+    inputs = left_pad([ids for _, ids in group], pad_token_id(setup.tokenizer), device)
     group_seed = prompt_seed(config.seed, group[0][0].id)  # one generator per group (see ValidationConfig)
-    decode = dict(max_new_tokens=config.max_new_tokens, sampling=config.sampling, eos_token_id=eos)
+    decode = dict(max_new_tokens=config.max_new_tokens, sampling=config.sampling, eos_token_id=setup.eos)
 
     def target_only():
         start = target_timer.start_generation()
         reference, reference_seconds = timed(
-            lambda: autoregressive_generate(target, input_ids, mask, generator=seeded_generator(group_seed, device),
-                                            **decode),
+            lambda: autoregressive_generate(target, *inputs, generator=seeded_generator(group_seed, device), **decode),
             device,
         )
         return (reference, reference_seconds, *target_timer.since(start))
@@ -250,8 +242,8 @@ def run_group(
         reference, reference_seconds, step_seconds, steps = target_only()
     per_drafter: list[list[PromptRun]] = []
     speculative: list[tuple[list[Any], list[float], float]] = []  # per drafter: rows, shares, wall seconds
-    for d in drafters:
-        runs, timed_rows = _speculative_run(group, target, d, input_ids, mask, config, decode, group_seed, target_timer)
+    for d in setup.drafters:
+        runs, timed_rows = _speculative_run(group, setup, d, inputs, group_seed)
         per_drafter.append(runs)
         speculative.append(timed_rows)
 
@@ -268,9 +260,9 @@ def run_group(
     for b, (_, ids) in enumerate(group):
         ref = reference_tokens[b]
         forced = target_teacher_forcing(target, ids, ref, config.sampling) if ref else None
-        for d, runs, (rows, shares, wall) in zip(drafters, per_drafter, speculative):
-            fill_run(runs[b], rows[b].token_ids, rows[b].stats, ref, reference_seconds * reference_shares[b],
-                     wall * shares[b], forced, d, config)
+        for d, runs, (rows, shares, wall) in zip(setup.drafters, per_drafter, speculative):
+            out = Outcome(rows[b].token_ids, rows[b].stats, ref, reference_seconds * reference_shares[b], wall * shares[b])
+            fill_run(runs[b], out, forced, d, config)
     return [[runs[b] for runs in per_drafter] for b in range(len(group))]
 
 
@@ -285,23 +277,23 @@ def draft_prefill_tokens(d: DrafterUnderTest, target: torch.nn.Module, prompt_le
     return 0 if adopt is not None and adopt(target, prompt_len) else prompt_len
 
 
-def _speculative_run(
-    group: list[tuple[HeldoutPrompt, list[int]]], target: torch.nn.Module, d: DrafterUnderTest,
-    input_ids: torch.Tensor, mask: torch.Tensor, config: ValidationConfig, decode: dict[str, Any], group_seed: int,
-    target_timer: PassTimer,
-) -> tuple[list[PromptRun], tuple[list[Any], list[float], float]]:
-    """One drafter's timed speculative run of the group.
+def _speculative_run(group: list[tuple[HeldoutPrompt, list[int]]], setup: DecodeSetup, d: DrafterUnderTest,
+                     inputs: tuple[torch.Tensor, torch.Tensor],
+                     group_seed: int) -> tuple[list[PromptRun], tuple[list[Any], list[float], float]]:
+    """One drafter's timed speculative run of the group (``inputs``: left-padded ids and mask).
 
     Returns:
         ``(runs, (rows, shares, wall seconds))``: one :class:`PromptRun` per prompt with its share (by emitted
         tokens) of the batch's verify and draft pass seconds; the generation rows, the shares and the wall time.
     """
+    target, config, target_timer = setup.target, setup.config, setup.target_timer
     device = model_device(target)
     target_start, draft_start = target_timer.start_generation(), d.timer.start_generation()
     out, wall = timed(
         lambda: speculative_generate(
-            target, d.obj, input_ids, mask, num_speculative_tokens=config.num_speculative_tokens,
-            generator=seeded_generator(group_seed + 1, device), **decode, **proposal_rule(config),
+            target, d.obj, *inputs, num_speculative_tokens=config.num_speculative_tokens,
+            max_new_tokens=config.max_new_tokens, sampling=config.sampling, eos_token_id=setup.eos,
+            generator=seeded_generator(group_seed + 1, device), **proposal_rule(config),
         ),
         device,
     )
@@ -325,28 +317,24 @@ def _speculative_run(
     return runs, (rows, shares, wall)
 
 
-def warmup(
-    target: torch.nn.Module, drafters: list[Any], subset: HeldoutSet, tokenizer: Any, config: ValidationConfig,
-    eos: Any, ctx_limit: int | None,
-) -> None:
+def warmup(setup: DecodeSetup, subset: HeldoutSet) -> None:
     """One short untimed generation of each kind on a group like the run's (not recorded).
 
     Uses up to ``config.batch_size`` of the shortest prompts among the first
     ``max(8, batch_size)`` (lazy init, allocator, the batched kernels and masks).
     """
+    config, target = setup.config, setup.target
     cands = []
     for p in subset.prompts[: max(8, config.batch_size)]:
-        ids = [] if p.is_empty else prompt_token_ids(p, tokenizer)
-        if ids and (ctx_limit is None or len(ids) + 4 <= ctx_limit):
+        ids = [] if p.is_empty else prompt_token_ids(p, setup.tokenizer)
+        if ids and (setup.ctx_limit is None or len(ids) + 4 <= setup.ctx_limit):
             cands.append(ids)
     pick = sorted(cands, key=len)[: config.batch_size]
     if not pick:
         return
-    x, mask = left_pad(pick, pad_token_id(tokenizer), model_device(target))
-    n = min(4, config.max_new_tokens)
-    autoregressive_generate(target, x, mask, max_new_tokens=n, sampling=config.sampling, eos_token_id=eos)
-    for d in drafters:
-        speculative_generate(
-            target, d, x, mask, num_speculative_tokens=config.num_speculative_tokens, max_new_tokens=n,
-            sampling=config.sampling, eos_token_id=eos, **proposal_rule(config),
-        )
+    x, mask = left_pad(pick, pad_token_id(setup.tokenizer), model_device(target))
+    decode = dict(max_new_tokens=min(4, config.max_new_tokens), sampling=config.sampling, eos_token_id=setup.eos)
+    autoregressive_generate(target, x, mask, **decode)
+    for d in setup.drafters:
+        speculative_generate(target, d.obj, x, mask, num_speculative_tokens=config.num_speculative_tokens, **decode,
+                             **proposal_rule(config))

@@ -98,7 +98,7 @@ def test_already_running_with_nothing_validated_is_not_exit_0(tmp_path):
             while not (home / "paused-validation").exists():
                 assert first.poll() is None and time.monotonic() < deadline
                 time.sleep(0.2)
-            second = subprocess.run(_nightly_cmd(setup), env=_env(home, rx), capture_output=True, text=True, timeout=600)
+            second = subprocess.run(_nightly_cmd(setup, "specdec.cli"), env=_env(home, rx), capture_output=True, text=True, timeout=600)
         finally:
             first.send_signal(signal.SIGKILL)
             first.wait(30)

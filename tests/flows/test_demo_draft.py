@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console
 
-from flows.demo import NO_SPEED_K, _story_draft
-from monitoring.settings import MonitoringSettings
+from flows.demo import NO_SPEED_K, _Demo, _story_draft
+from flows.settings import DemoSettings
 from specdec.validation.recommend import CandidateResult, Recommendation
 
 
@@ -24,29 +24,38 @@ def _cand(spec: str, speedup: float, c: float = 0.5, k: int = 3) -> CandidateRes
                            reason=None if speedup > 1 else f"not cheaper than the target here (c = {c:.2f} of a target pass)")
 
 
-def _console() -> tuple[Console, io.StringIO]:
+class _Receiver:
+    def url(self, path: str) -> str:
+        return "http://127.0.0.1:9" + path
+
+
+def _demo(tmp_path, monkeypatch) -> tuple[_Demo, io.StringIO]:
+    """The demo's console (to a buffer) and settings tree (under ``tmp_path``), without models or servers."""
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
     out = io.StringIO()
-    return Console(file=out, width=200), out
+    demo = _Demo.__new__(_Demo)
+    demo.con, demo.receiver, demo.opts, demo._rules = Console(file=out, width=200), _Receiver(), DemoSettings(), {}
+    demo.settings = demo.tree()
+    return demo, out
 
 
-def test_a_paying_derived_draft_is_taken_even_when_ngram_ranks_first(monkeypatch):
-    monkeypatch.setenv("SPECDEC_RULES__SPEED_ENABLED", "true")  # undone after the test, whatever the demo sets
-    con, out = _console()
+def test_a_paying_derived_draft_is_taken_even_when_ngram_ranks_first(tmp_path, monkeypatch):
+    demo, out = _demo(tmp_path, monkeypatch)
     rec = _rec(_cand("derived:bf16", 1.2), _cand("derived:int8", 0.7, c=1.3), _cand("ngram", 1.3, c=float("nan")),
                best="ngram")
-    assert _story_draft(rec, con) == "derived:bf16"
+    assert _story_draft(rec, demo) == "derived:bf16"
     assert "going on with derived:bf16" in out.getvalue()
-    assert MonitoringSettings().rules.speed_enabled  # the speed rule stays on
+    assert demo.settings.monitoring.rules.speed_enabled  # the speed rule stays on for the demo's nights
 
 
-def test_where_no_derived_draft_pays_the_demo_says_why_and_turns_the_speed_rule_off(monkeypatch):
-    monkeypatch.setenv("SPECDEC_RULES__SPEED_ENABLED", "true")  # undone after the test, whatever the demo sets
-    con, out = _console()
+def test_where_no_derived_draft_pays_the_demo_says_why_and_turns_the_speed_rule_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_RULES__SPEED_ENABLED", "true")
+    demo, out = _demo(tmp_path, monkeypatch)
     rec = _rec(_cand("derived:bf16", 0.82, c=0.96), _cand("derived:int8", 0.73, c=1.37),
                _cand("ngram", 1.16, c=float("nan")), best="ngram")
-    assert _story_draft(rec, con) == "derived:bf16"  # the fastest derived draft
+    assert _story_draft(rec, demo) == "derived:bf16"  # the fastest derived draft
     text = " ".join(out.getvalue().split())
     assert "no derived draft pays on this machine" in text
     assert "c = 0.96" in text and "c = 1.37" in text  # the why
     assert f"k={NO_SPEED_K}" in text and "SPECDEC_RULES__SPEED_ENABLED=false" in text
-    assert MonitoringSettings().rules.speed_enabled is False
+    assert demo.settings.monitoring.rules.speed_enabled is False  # in the tree the demo's nights run with

@@ -18,11 +18,14 @@ pytestmark = pytest.mark.server
 def test_history_kept_and_mlflow_logging_retried(tmp_path, monkeypatch, prefect_harness):
     import monitoring
     from flows import model_cache
-    from flows.nightly import Job, Night, Target, log_to_mlflow, record_night, retry_pending_mlflow_logging, run_validation
+    from flows.nightly import (
+        Job, Night, Target, ValidationParams, log_to_mlflow, record_night, retry_pending_mlflow_logging, run_validation,
+    )
     from flows.register import register_pair_flow
     from flows.tasks import report_dir_for
     from monitoring import history
     from registry import get_pair_version, latest_validation_run
+    from registry.service import Registry
     from specdec.validation.heldout import load_heldout
 
     monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
@@ -42,12 +45,14 @@ def test_history_kept_and_mlflow_logging_retried(tmp_path, monkeypatch, prefect_
         db = monitoring.connect()
         claim = history.claim_run(db, key, alias="challenger")
         out = report_dir_for(monitoring.get_settings().home, key)
-        report = run_validation.fn(pvo, str(tmp_path / "h.jsonl"), None, "cpu", "float32", str(out))
+        params = ValidationParams(str(tmp_path / "h.jsonl"), None, "cpu", "float32", 0, 1, "decode", 0.25)
+        report = run_validation.fn(pvo, params, str(out))
+        night = Night(key.scheduled_date, monitoring.get_settings(), db, Registry(check=False), held, lease=None,
+                      beat=None, holder_dead=None)
         server.stop()  # MLflow goes down before the run is logged
-        night = Night(key.scheduled_date, monitoring.get_settings(), db, None, held, lease=None, beat=None,
-                      holder_dead=None)
         job = Job(Target("down-pair", "challenger", pvo, None), key, claim, out, future=None)
-        res = record_night(night, job, report, log_task=log_to_mlflow.with_options(retries=0))
+        monkeypatch.setattr("flows.nightly.log_to_mlflow", log_to_mlflow.with_options(retries=0))  # fail now, not in 65 s
+        res = record_night(night, job, report)
         assert res.mlflow_run_id is None and res.history_run_id is not None
         pending = history.runs_pending_mlflow(db)
         assert [r.id for r in pending] == [res.history_run_id]
@@ -57,11 +62,12 @@ def test_history_kept_and_mlflow_logging_retried(tmp_path, monkeypatch, prefect_
 
     back = MlflowServer(tmp_path / "mlflow", port=server.port, keep_existing=True).start()
     try:
-        logged = retry_pending_mlflow_logging.fn()
+        registry = Registry()
+        logged = retry_pending_mlflow_logging.fn(db, night.home, registry)
         assert len(logged) == 1
         assert history.runs_pending_mlflow(db) == []
         assert history.get_run(db, res.history_run_id).mlflow_run_id == logged[0]
         assert latest_validation_run("down-pair", pv["version"]).info.run_id == logged[0]
-        assert retry_pending_mlflow_logging.fn() == []  # never logged twice
+        assert retry_pending_mlflow_logging.fn(db, night.home, registry) == []  # never logged twice
     finally:
         back.stop()

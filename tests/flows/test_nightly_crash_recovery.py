@@ -6,9 +6,10 @@
 - exactly one finished MLflow run for the night, none left RUNNING;
 - the alert reaches the receiver at most twice (one duplicate per transition at worst).
 
-The process stops itself at a step through ``SPECDEC_TEST_PAUSE_AT`` (:func:`flows.recovery.
-checkpoint`), except for alerting, where a real receiver holds the POST open; the test then sends
-SIGKILL from outside.
+The process stops itself at a step through ``SPECDEC_TEST_PAUSE_AT``, read by the test-only subscriber
+to the nightly's step events (:mod:`tests.support.held_nightly`, the real CLI with that subscriber),
+except for alerting, where a real receiver holds the POST open; the test then sends SIGKILL from outside.
+The re-run is the plain ``specdec`` CLI.
 """
 
 from __future__ import annotations
@@ -69,8 +70,9 @@ def _register(setup, home: Path) -> None:
     subprocess.run([sys.executable, "-c", code], check=True, env={**env, "SPECDEC_HOME": str(home)}, timeout=300)
 
 
-def _nightly_cmd(setup) -> list[str]:
-    return [sys.executable, "-m", "specdec.cli", "nightly", "run", "--pair", PAIR, "--alias", "challenger",
+def _nightly_cmd(setup, entry: str = "tests.support.held_nightly") -> list[str]:
+    """The nightly command line; ``entry``: the test edge with the step-event subscriber, or ``specdec.cli``."""
+    return [sys.executable, "-m", entry, "nightly", "run", "--pair", PAIR, "--alias", "challenger",
             "--heldout", setup["heldout"], "--limit", "6", "--device", "cpu"]
 
 
@@ -106,7 +108,8 @@ def _kill_at(setup, home: Path, receiver: WebhookReceiver, step: str) -> list[ps
 
 
 def _rerun(setup, home: Path, receiver: WebhookReceiver) -> subprocess.CompletedProcess:
-    return subprocess.run(_nightly_cmd(setup), env=_env(home, receiver), capture_output=True, text=True, timeout=900)
+    return subprocess.run(_nightly_cmd(setup, "specdec.cli"), env=_env(home, receiver), capture_output=True, text=True,
+                          timeout=900)
 
 
 def _mlflow_runs(home: Path) -> list:

@@ -10,7 +10,6 @@ whole stale-claim window, because the claim had been dropped from the lease).
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 
 import pytest
@@ -36,7 +35,7 @@ def test_postgres_down_during_validation_does_not_block_the_rerun(setup, tmp_pat
     _register(setup, home)
     with postgres_cluster("specdec") as (port, root), WebhookReceiver() as rx:
         env = _env(home, rx, SPECDEC_DB_URL=f"postgresql+psycopg://specdec@127.0.0.1:{port}/postgres")
-        cmd = [sys.executable, "-m", "tests.support.held_nightly", *_nightly_cmd(setup)[3:]]
+        cmd = _nightly_cmd(setup)  # the real CLI with the test-only step subscriber
         first = subprocess.Popen(cmd, env={**env, "SPECDEC_TEST_HOLD_AT": "validation"}, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, text=True)
         try:
@@ -49,7 +48,7 @@ def test_postgres_down_during_validation_does_not_block_the_rerun(setup, tmp_pat
                 first.kill()
         assert first.returncode != 0, out1[-3000:]
         start_cluster(root, port)
-        second = subprocess.run(_nightly_cmd(setup), env=env, capture_output=True, text=True, timeout=900)
+        second = subprocess.run(_nightly_cmd(setup, "specdec.cli"), env=env, capture_output=True, text=True, timeout=900)
         out = second.stdout + second.stderr
         assert "already-running" not in out and second.returncode == 0, out1[-2000:] + "\n----\n" + out[-3000:]
         assert "failed" in out  # validated and recorded (threshold 1.0 fails it)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -34,7 +33,7 @@ def test_sigterm_stops_the_night_with_143_and_the_rerun_takes_over(setup, tmp_pa
     control, marker = {"hold": ("SPECDEC_TEST_HOLD_AT", "held-validation"),
                        "finalizer": ("SPECDEC_TEST_FINALIZER_AT", "in-finalizer-validation")}[landing]
     with WebhookReceiver() as rx:
-        cmd = [sys.executable, "-m", "tests.support.held_nightly", *_nightly_cmd(setup)[3:]]
+        cmd = _nightly_cmd(setup)  # the real CLI with the test-only step subscriber
         p = subprocess.Popen(cmd, env={**_env(home, rx), control: "validation"}, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
         try:
@@ -58,7 +57,7 @@ def test_sigterm_stops_the_night_with_143_and_the_rerun_takes_over(setup, tmp_pa
         assert waited < 60, waited  # the watchdog's grace is 15 s; "promptly", not a timing measurement
         assert "SIGTERM" in out and "Traceback" not in out, out[-3000:]
 
-        again = subprocess.run(_nightly_cmd(setup), env=_env(home, rx), capture_output=True, text=True, timeout=900)
+        again = subprocess.run(_nightly_cmd(setup, "specdec.cli"), env=_env(home, rx), capture_output=True, text=True, timeout=900)
         out2 = again.stdout + again.stderr
         assert again.returncode == 0 and "already-running" not in out2, out2[-3000:]
         assert "failed" in out2  # validated and recorded (threshold 1.0 fails it)

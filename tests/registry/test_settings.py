@@ -40,28 +40,30 @@ def test_tracking_uri_precedence(clean_env, monkeypatch):
 
 
 def test_local_store_experiments_get_artifacts_under_home(clean_env):
-    from registry.settings import get_client, get_or_create_experiment
+    from registry.service import Registry
     from tests.support.mlflow_server import sqlite_store
 
     uri = sqlite_store(clean_env / "store")
-    client = get_client(uri)
-    eid = get_or_create_experiment(client, "specdec-validation")
-    assert get_or_create_experiment(client, "specdec-validation") == eid
+    registry = Registry(tracking_uri=uri)
+    client = registry.client
+    eid = registry.experiment("specdec-validation")
+    assert registry.experiment("specdec-validation") == eid
     assert client.get_experiment(eid).artifact_location == (clean_env / "store" / "mlartifacts" / "specdec-validation").as_uri()
 
 
 def test_dead_server_is_registry_unavailable_quickly(clean_env):
     from registry.errors import RegistryUnavailable
-    from registry.settings import get_client, mlflow_errors, redact_uri
+    from registry.service import Registry, mlflow_errors
+    from registry.settings import redact_uri
     from tests.support.net import free_port
 
     dead = f"http://user:pw@127.0.0.1:{free_port()}"
     t0 = time.monotonic()
     with pytest.raises(RegistryUnavailable) as e:
-        get_client(dead)
+        Registry(tracking_uri=dead)
     assert "pw" not in str(e.value) and "127.0.0.1" in str(e.value)
     # a server that dies after the client was built: MLflow's retry error becomes RegistryUnavailable too
-    client = get_client(dead, check=False)
+    client = Registry(tracking_uri=dead, check=False).client
     with pytest.raises(RegistryUnavailable, match="unreachable"):
         with mlflow_errors(client.tracking_uri):
             client.get_registered_model("specdec-pair")

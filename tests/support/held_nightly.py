@@ -1,13 +1,17 @@
-"""``python -m tests.support.held_nightly <specdec args>``: the real ``specdec`` CLI with its pause
-points (:func:`specdec.pause_points.pause_at`) replaced by test controls, for fault tests that must act
-on a live nightly at an exact step. Test code only: the product's pause points are untouched.
+"""``python -m tests.support.held_nightly <specdec args>``: the real ``specdec`` CLI with one test-only
+subscriber to its step events (:mod:`specdec.events`), for fault tests that must act on a live nightly
+at an exact step. Test code only: the product announces its steps and never names this module.
 
-- ``SPECDEC_TEST_HOLD_AT=<step>``: at the first ``pause_at(<step>)`` write ``<home>/held-<step>`` and
-  wait until ``<home>/resume-<step>`` exists, then go on (a test stops Postgres in between).
-- ``SPECDEC_TEST_FINALIZER_AT=<step>``: at the first ``pause_at(<step>)`` run a finalizer
-  (``__del__``) that writes ``<home>/in-finalizer-<step>`` and sleeps up to 60 s: a SIGTERM that lands
-  there is raised inside a finalizer, where Python prints "Exception ignored" and carries on (the
-  swallowed SIGTERM of issue 32, item 4).
+The test's environment says what the subscriber does (nothing when none is set):
+
+- ``SPECDEC_TEST_PAUSE_AT=<step>``: at ``<step>`` write ``<home>/paused-<step>`` (this pid) and sleep
+  until killed (the crash tests send ``kill -9`` from outside).
+- ``SPECDEC_TEST_HOLD_AT=<step>``: at the first ``<step>`` write ``<home>/held-<step>`` and wait until
+  ``<home>/resume-<step>`` exists, then go on (a test stops Postgres in between).
+- ``SPECDEC_TEST_FINALIZER_AT=<step>``: at the first ``<step>`` run a finalizer (``__del__``) that
+  writes ``<home>/in-finalizer-<step>`` and sleeps up to 60 s: a SIGTERM that lands there is raised
+  inside a finalizer, where Python prints "Exception ignored" and carries on (the swallowed SIGTERM
+  of issue 32, item 4).
 """
 
 from __future__ import annotations
@@ -17,13 +21,15 @@ import sys
 import time
 from pathlib import Path
 
-import specdec.pause_points as pause_points
+from specdec import events
 
 _done: set[str] = set()
 
 
 def _home() -> Path:
-    return Path(os.environ["SPECDEC_HOME"])
+    home = Path(os.environ["SPECDEC_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    return home
 
 
 class _SleepInFinalizer:
@@ -37,7 +43,13 @@ class _SleepInFinalizer:
             time.sleep(0.1)
 
 
-def _pause_at(step: str, home=None) -> None:
+def on_step(event: events.StepEvent) -> None:
+    """The subscriber: pause, hold or run a finalizer at the step the environment names."""
+    step = event.name
+    if os.environ.get("SPECDEC_TEST_PAUSE_AT") == step:
+        (_home() / f"paused-{step}").write_text(str(os.getpid()))
+        while True:  # ended by the test's kill -9
+            time.sleep(3600)
     if step in _done:
         return
     if os.environ.get("SPECDEC_TEST_HOLD_AT") == step:
@@ -51,9 +63,8 @@ def _pause_at(step: str, home=None) -> None:
         del obj  # refcount zero: __del__ runs here, in the main thread
 
 
-pause_points.pause_at = _pause_at
-
 if __name__ == "__main__":
+    events.subscribe(on_step)
     sys.argv[0] = "specdec"
     from specdec.cli import main
 

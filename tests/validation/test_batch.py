@@ -20,9 +20,9 @@ from specdec import NgramDrafter, SamplingConfig, SpeculativeConfig
 from specdec.validation.report import ValidationReport
 from tests.validation.heldouts import toy_heldout
 from tests.support.models import perturbed_copy, save_tiny_checkpoint, tiny_llama, tiny_tokenizer
-from specdec.validation import ValidationConfig, validate_pairs
+from specdec.validation import ValidationConfig, ValidationRequest, validate
 from specdec.validation.prompt_run import DrafterUnderTest
-from specdec.validation.runner import left_pad, run_prompts, token_shares
+from specdec.validation.runner import DecodeSetup, left_pad, run_prompts, token_shares
 from specdec.validation.timing import PassTimer
 
 K, NEW_TOKENS, B = 3, 20, 3
@@ -48,7 +48,8 @@ def reports(target):
     out = {}
     for b in (1, B):
         cfg = ValidationConfig(num_speculative_tokens=K, max_new_tokens=NEW_TOKENS, batch_size=b, bootstrap_resamples=200)
-        out[b] = validate_pairs(target, drafters, toy_heldout(7, "ab", (3, 60), empty_at=2), cfg, tokenizer=tiny_tokenizer(), target_ref="tiny")
+        out[b] = validate(ValidationRequest(target, drafters, toy_heldout(7, "ab", (3, 60), empty_at=2), cfg,
+                                            tokenizer=tiny_tokenizer(), target_ref="tiny"))
     return out
 
 
@@ -101,7 +102,8 @@ def test_pass_timers_exclude_the_batched_prefill(target):
     prompts = [p for p in toy_heldout(7, "ab", (3, 60), empty_at=2).prompts if p.id.startswith("p")][:4]
     target_timer, d = PassTimer(target), DrafterUnderTest(draft, draft, "model", None, None, PassTimer(draft))
     with target_timer, d.timer:
-        runs = [r[0] for _, r in run_prompts(prompts, target, tok, [d], cfg, 2, 512, target_timer)]
+        setup = DecodeSetup(target, tok, [d], cfg, eos=2, ctx_limit=512, target_timer=target_timer)
+        runs = [r[0] for _, r in run_prompts(prompts, setup)]
     # one batched pass per emitted token of the longest row; the first is the prefill
     assert sum(r.target_steps for r in runs) == pytest.approx(max(r.target_only_tokens for r in runs) - 1)
     # the row that finishes last took part in every batched pass
@@ -119,7 +121,8 @@ def test_sampling_batched_is_reproducible(target):
         bootstrap_resamples=50, warmup=False,
     )  # fmt: skip
     draft = perturbed_copy(target, scale=0.03)
-    a, b = (validate_pairs(target, [draft], toy_heldout(7, "ab", (3, 60), empty_at=2), cfg, tokenizer=tiny_tokenizer())[0] for _ in range(2))
+    a, b = (validate(ValidationRequest(target, [draft], toy_heldout(7, "ab", (3, 60), empty_at=2), cfg,
+                                       tokenizer=tiny_tokenizer()))[0] for _ in range(2))
     key = ("new_tokens", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "alpha_tf")
     assert [[getattr(p, f) for f in key] for p in a.prompts] == [[getattr(p, f) for f in key] for p in b.prompts]
     assert a.overall.num_prompts == 7 and a.overall.exactness_checked == 0  # audit is greedy only

@@ -13,7 +13,7 @@ from specdec import SamplingConfig
 from specdec.validation import ValidationConfig
 from specdec.validation.continuation_cache import ContinuationCache, ContinuationKey
 from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, content_version
-from specdec.validation.replay_report import validate_replay
+from specdec.validation.api import ValidationRequest, validate
 from tests.support.models import perturbed_copy, tiny_llama, tiny_tokenizer
 
 VOCAB = 103
@@ -76,7 +76,7 @@ def test_a_replay_with_a_tampered_entry_gives_the_clean_number(tmp_path):
     cache = ContinuationCache(tmp_path)
 
     def run():
-        [r] = validate_replay(target, [draft], held, cfg, method="replay", tokenizer=tok, cache=cache, kmax=4)
+        [r] = validate(ValidationRequest(target, [draft], held, cfg, method="replay", tokenizer=tok, cache=cache, kmax=4))
         return r
 
     clean = run()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from specdec.validation.engine_report import EnginePromptResult, paired_difference_ci, summarize, verdict_of
-from specdec.validation.replay import DraftTrace, replay_counters
+from specdec.validation.replay import ModelTrace, replay_counters
 
 EOS = 2
 
@@ -14,7 +14,7 @@ def test_llamacpp_drafts_past_a_drafted_stop_token():
     """The core cuts a block after a drafted stop token; llama.cpp drafts n_max tokens anyway, and its drafts
     past the end of the output are drafted, never accepted."""
     y = [5, 6, EOS]  # the output: 5 from the prefill, then one block that ends on EOS
-    trace = DraftTrace(argmax=[5, 6, EOS], margin=[1.0] * 3, confidence=[0.9] * 3, adopts_prefix=True)
+    trace = ModelTrace(argmax=[5, 6, EOS], margin=[1.0] * 3, confidence=[0.9] * 3, adopts_prefix=True)
     core = replay_counters(trace, y, num_speculative_tokens=4, max_new_tokens=8, stop_token_ids=frozenset({EOS}))
     lcpp = replay_counters(trace, y, num_speculative_tokens=4, max_new_tokens=8, stop_token_ids=frozenset({EOS}),
                            drafts_past_stop=True)
@@ -23,7 +23,7 @@ def test_llamacpp_drafts_past_a_drafted_stop_token():
     assert core.num_emitted_tokens == lcpp.num_emitted_tokens == 3
     # no stop token inside the output: the two rules count the same
     y2 = [5, 6, 7, 8, 9, 1, 3, 4]
-    t2 = DraftTrace(argmax=[5, 6, 7, 0, 9, 1, 0, 4], margin=[1.0] * 8, confidence=[0.9] * 8, adopts_prefix=True)
+    t2 = ModelTrace(argmax=[5, 6, 7, 0, 9, 1, 0, 4], margin=[1.0] * 8, confidence=[0.9] * 8, adopts_prefix=True)
     a = replay_counters(t2, y2, num_speculative_tokens=3, max_new_tokens=8, stop_token_ids=frozenset({EOS}))
     b = replay_counters(t2, y2, num_speculative_tokens=3, max_new_tokens=8, stop_token_ids=frozenset({EOS}),
                         drafts_past_stop=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from specdec.core.head_drafter import Eagle3Drafter
 from specdec.validation import ValidationConfig
 from specdec.validation.prompt_run import DrafterUnderTest
-from specdec.validation.runner import run_prompts
+from specdec.validation.runner import DecodeSetup, run_prompts
 from specdec.validation.timing import PassTimer
 from tests.support.eagle3 import EOS, cached_pair
 from tests.support.models import tiny_tokenizer
@@ -27,7 +27,8 @@ def test_head_draft_passes_are_head_passes_without_the_prompt_catch_up():
     prompts = [p for p in toy_heldout(3, "ab", (3, 40)).prompts if p.id.startswith("p")]
     target_timer, d = PassTimer(target), DrafterUnderTest(drafter, None, "eagle3", None, None, PassTimer(head))
     with target_timer, d.timer:
-        runs = [r[0] for _, r in run_prompts(prompts, target, tiny_tokenizer(), [d], cfg, EOS, 512, target_timer)]
+        setup = DecodeSetup(target, tiny_tokenizer(), [d], cfg, eos=EOS, ctx_limit=512, target_timer=target_timer)
+        runs = [r[0] for _, r in run_prompts(prompts, setup)]
     assert len(runs) == 3
     for r in runs:
         assert r.stats.draft_forward_passes >= 2  # the prompt catch-up and at least one drafting pass
@@ -39,7 +40,7 @@ def test_head_draft_passes_are_head_passes_without_the_prompt_catch_up():
 
 
 def test_validate_times_the_heads_own_module():
-    """``validate_pairs`` hooks the head (not nothing, as for an n-gram drafter), so the run above applies."""
+    """``validate`` hooks the head (not nothing, as for an n-gram drafter), so the run above applies."""
     from specdec import NgramDrafter
     from specdec.validation.api import _drafters_under_test
 

@@ -8,7 +8,7 @@ import json
 import math
 
 from tests.support.models import perturbed_copy, tiny_llama, tiny_tokenizer
-from specdec.validation import ValidationConfig, validate_pair
+from specdec.validation import ValidationConfig, ValidationRequest, validate
 from specdec.validation.cli import _ci
 from specdec.validation.heldout import load_heldout
 from specdec.validation.metrics import bootstrap_ratio_ci
@@ -40,7 +40,7 @@ def test_a_one_prompt_category_reports_its_ci_as_not_estimable(tmp_path):
     target = tiny_llama(seed=0)
     heldout = load_heldout(_write(tmp_path / "bom.jsonl", bom=True))
     cfg = ValidationConfig(num_speculative_tokens=3, max_new_tokens=8, bootstrap_resamples=200)
-    rep = validate_pair(target, perturbed_copy(target, scale=0.03), heldout, cfg, tokenizer=tiny_tokenizer())
+    [rep] = validate(ValidationRequest(target, [perturbed_copy(target, scale=0.03)], heldout, cfg, tokenizer=tiny_tokenizer()))
     solo, chat = rep.categories["solo"], rep.categories["chat"]
     assert solo.num_prompts == 1 and not math.isnan(solo.acceptance_rate)
     assert all(math.isnan(x) for x in solo.acceptance_rate_ci), solo.acceptance_rate_ci

@@ -1,5 +1,5 @@
 """One speed model: exactly one function in the product predicts a speedup, and every consumer
-(report groups, the replayed curve, recommend, the nightly's validate_replay) picks the same k from
+(report groups, the replayed curve, recommend, the nightly's validate) picks the same k from
 the same counters and costs."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from specdec.validation.continuation_cache import ContinuationCache
 from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, content_version
 from specdec.validation.recommend import CandidateResult, _choose_k
 from specdec.validation.replay_curve import recommend_from_curve, row_counters
-from specdec.validation.replay_report import validate_replay
+from specdec.validation.api import ValidationRequest, validate
 from specdec.validation.report import GroupMetrics
 from specdec.validation.speed import StepCounters, VerifyCost, best_k, predicted_speedup
 from specdec.validation.timing import Calibration
@@ -76,9 +76,9 @@ def test_report_replay_curve_recommend_and_nightly_pick_the_same_k(tmp_path, c, 
     v = VerifyCost.fit(v_points)
     cal = Calibration(v, [c], 0.01)
     cfg = ValidationConfig(num_speculative_tokens=2, max_new_tokens=24)
-    # the nightly's driver (validate_replay, here replay only) with the run's costs
-    rep = validate_replay(target, [draft], _heldout(), cfg, method="replay", kmax=8, tokenizer=tok,
-                          cache=ContinuationCache(tmp_path), calibration=cal)[0]
+    # the nightly's entry (validate, here replay only) with the run's costs
+    rep = validate(ValidationRequest(target, [draft], _heldout(), cfg, method="replay", kmax=8, tokenizer=tok,
+                                     cache=ContinuationCache(tmp_path), calibration=cal))[0]
     rows = rep.replay["acceptance_by_k"]
     by_k = {r["k"]: row_counters(r) for r in rows}
     k_model, s_model = best_k(by_k, c, v)  # the one function, directly

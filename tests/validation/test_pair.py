@@ -1,4 +1,4 @@
-"""validate_pair on tiny seeded models: exact identities, estimator agreement, skips, exactness audit.
+"""validate on tiny seeded models: exact identities, estimator agreement, skips, exactness audit.
 
 Sizes: 12 prompts x 32 new tokens (384 teacher-forced positions, ~100-150 verification steps for
 the perturbed draft). With alpha ~0.6 the 95% CIs are about +-0.05 (alpha_tf) and +-0.1 (alpha_hat),
@@ -16,7 +16,7 @@ import pytest
 from specdec import NgramDrafter, SamplingConfig
 from tests.validation.heldouts import toy_heldout
 from tests.support.models import perturbed_copy, tiny_llama, tiny_tokenizer
-from specdec.validation import ValidationConfig, validate_pair, validate_pairs
+from specdec.validation import ValidationConfig, ValidationRequest, validate
 
 N_PROMPTS, NEW_TOKENS, K = 12, 32, 4
 PERTURB = 0.03
@@ -36,7 +36,8 @@ def greedy_reports(target):
     """Three drafters on one shared target-only run: exact copy, perturbed copy, n-gram."""
     drafters = [copy.deepcopy(target), perturbed_copy(target, scale=PERTURB), NgramDrafter()]
     cfg = ValidationConfig(num_speculative_tokens=K, max_new_tokens=NEW_TOKENS, bootstrap_resamples=1000)
-    return validate_pairs(target, drafters, toy_heldout(N_PROMPTS, "abc", (5, 30)), cfg, tokenizer=tiny_tokenizer(), target_ref="tiny")
+    return validate(ValidationRequest(target, drafters, toy_heldout(N_PROMPTS, "abc", (5, 30)), cfg, tokenizer=tiny_tokenizer(),
+                                      target_ref="tiny"))
 
 
 def test_draft_equal_to_target_gives_exact_ones(greedy_reports):
@@ -99,7 +100,8 @@ def test_sampling_estimators_agree(target):
     cfg = ValidationConfig(
         num_speculative_tokens=K, max_new_tokens=NEW_TOKENS, sampling=SamplingConfig(temperature=1.0), bootstrap_resamples=1000
     )
-    r = validate_pair(target, perturbed_copy(target, scale=PERTURB), toy_heldout(N_PROMPTS, "abc", (5, 30)), cfg, tokenizer=tiny_tokenizer())
+    [r] = validate(ValidationRequest(target, [perturbed_copy(target, scale=PERTURB)], toy_heldout(N_PROMPTS, "abc", (5, 30)), cfg,
+                                    tokenizer=tiny_tokenizer()))
     g = r.overall
     assert 0.3 < g.alpha_tf < 0.95
     assert _overlap(g.alpha_hat_ci, g.alpha_tf_ci), (g.alpha_hat_ci, g.alpha_tf_ci)
@@ -111,8 +113,8 @@ def test_sampling_estimators_agree(target):
 
 def test_bad_inputs(target):
     with pytest.raises(ValueError, match="tokenizer"):
-        validate_pair(target, NgramDrafter(), toy_heldout(N_PROMPTS, "abc", (5, 30)))
+        validate(ValidationRequest(target, [NgramDrafter()], toy_heldout(N_PROMPTS, "abc", (5, 30))))
     with pytest.raises(TypeError):
-        validate_pair(target, "not a drafter", toy_heldout(N_PROMPTS, "abc", (5, 30)), tokenizer=tiny_tokenizer())
+        validate(ValidationRequest(target, ["not a drafter"], toy_heldout(N_PROMPTS, "abc", (5, 30)), tokenizer=tiny_tokenizer()))
     with pytest.raises(ValueError):
         ValidationConfig(num_speculative_tokens=0)

@@ -17,8 +17,8 @@ from specdec.validation.replay import (
     COMPARED_COUNTERS,
     counters_equal,
     draft_trace,
+    RecordingDrafter,
     first_flip,
-    recording,
     replay_counters,
 )
 
@@ -56,7 +56,7 @@ def _cases(target):
 
 
 def _decode(target, drafter, ids, k, max_new, stop):
-    rec = recording(drafter)
+    rec = RecordingDrafter(drafter)
     out = speculative_generate(target, rec, torch.tensor([ids]), num_speculative_tokens=k, max_new_tokens=max_new,
                                sampling=GREEDY, eos_token_id=sorted(stop) or None)
     return out, rec

@@ -75,20 +75,20 @@ def test_which_drafts_replay_exactly(drafters):
 
 
 def test_report_counts_argmax_replay_exactly_and_lets_it_gate(tmp_path):
-    """``validate_replay`` at T = 0.7 under the argmax rule: the replay section holds exact counters
+    """``validate`` at T = 0.7 under the argmax rule: the replay section holds exact counters
     (every k), replay gates with fp32 on both sides, and the sampled rule keeps expected values."""
     from tests.support.models import perturbed_copy, tiny_llama, tiny_tokenizer
     from tests.validation.test_replay_method import _heldout
     from specdec.validation.continuation_cache import ContinuationCache
-    from specdec.validation.replay_report import validate_replay
+    from specdec.validation.api import ValidationRequest, validate
 
     target, tok = tiny_llama(103, seed=0), tiny_tokenizer()
     draft = perturbed_copy(target, scale=0.3, seed=3)
 
     def run(rule: str):
         cfg = ValidationConfig(SpeculativeConfig(3, SAMPLING, 12, draft_sampling=rule), bootstrap_resamples=100)
-        [r] = validate_replay(target, [draft], _heldout(6), cfg, method="both", decode_fraction=0.5, tokenizer=tok,
-                              cache=ContinuationCache(tmp_path / rule), kmax=6)
+        [r] = validate(ValidationRequest(target, [draft], _heldout(6), cfg, method="both", decode_fraction=0.5,
+                                         tokenizer=tok, cache=ContinuationCache(tmp_path / rule), kmax=6))
         return r
 
     argmax, sampled = run("argmax"), run("sampled")

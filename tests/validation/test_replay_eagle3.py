@@ -13,7 +13,7 @@ import torch
 
 from specdec import SamplingConfig, autoregressive_generate, speculative_generate
 from specdec.core.head_drafter import Eagle3Drafter
-from specdec.validation.replay import COMPARED_COUNTERS, DraftTrace, counters_equal, draft_trace, replay_counters
+from specdec.validation.replay import COMPARED_COUNTERS, ModelTrace, counters_equal, draft_trace, replay_counters
 from tests.support.eagle3 import PROMPTS, cached_pair
 
 GREEDY = SamplingConfig()
@@ -77,7 +77,7 @@ def test_a_replay_that_reads_depth_zero_everywhere_is_caught(pair):
 
     def wrong(ids, ref, stop):
         right = draft_trace(drafter, ids, ref, 103, kmax=8, stop_token_ids=stop, exact=True, target=target)
-        return DraftTrace(argmax=[UNSEEN_IF_EMPTY(c) for c in right.chains], adopts_prefix=True, exact=False)
+        return ModelTrace(argmax=[UNSEEN_IF_EMPTY(c) for c in right.chains], adopts_prefix=True, exact=False)
 
     bad, _ = _mismatches(target, drafter, wrong)
     assert bad

@@ -18,7 +18,7 @@ from specdec.validation.continuation_cache import ContinuationCache, Continuatio
 from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, content_version
 from specdec.validation.replay import draft_trace, replay_counters
 from specdec.validation.replay_expected import expected_counters, position_alphas
-from specdec.validation.replay_report import validate_replay
+from specdec.validation.api import ValidationRequest, validate
 from specdec.validation.replay_run import ProducerChoice, replay_prompts
 from specdec.validation.report import ValidationReport
 from specdec.validation.teacher_forcing import teacher_forced_logits
@@ -74,7 +74,8 @@ def test_cache_reused_when_only_the_draft_changed_and_never_otherwise(tmp_path):
 
     def run(tgt=target, draft_seed=3, heldout=None, config=cfg, tokenizer=tok):
         d = perturbed_copy(target, scale=0.05, seed=draft_seed)
-        [r] = validate_replay(tgt, [d], heldout or _heldout(), config, method="replay", tokenizer=tokenizer, cache=cache, kmax=4)
+        [r] = validate(ValidationRequest(tgt, [d], heldout or _heldout(), config, method="replay", tokenizer=tokenizer,
+                                         cache=cache, kmax=4))
         return r.replay["continuations"]
 
     first = run()  # the model drafter and the n-gram drafter each produce 2, the faster the rest
@@ -98,7 +99,7 @@ def test_every_producer_emits_the_targets_greedy_continuation(tmp_path):
     target, tok = tiny_llama(103, seed=0), tiny_tokenizer()
     draft = perturbed_copy(target, scale=0.05, seed=3)
     cfg = ValidationConfig(max_new_tokens=12, bootstrap_resamples=50)
-    out = replay_prompts(_heldout(8), target, tok, [draft], cfg, None, None, cache=ContinuationCache(tmp_path),
+    out = replay_prompts(_heldout(8), target, tok, [draft], cfg, eos=None, ctx_limit=None, cache=ContinuationCache(tmp_path),
                          target_weights="w", kmax=4)
     assert {rp.produced_by for rp in out} == {"speculative", "ngram"}
     for rp in out:
@@ -183,8 +184,8 @@ def test_reduced_precision_draft_reports_both_and_gates_on_decoding(tmp_path):
     target, tok = tiny_llama(103, seed=0), tiny_tokenizer()
     draft = perturbed_copy(target, scale=0.02, seed=3).to(torch.bfloat16)
     cfg = ValidationConfig(max_new_tokens=12, bootstrap_resamples=100)
-    [r] = validate_replay(target, [draft], _heldout(9), cfg, method="both", decode_fraction=0.1, tokenizer=tok,
-                          cache=ContinuationCache(tmp_path), kmax=6)
+    [r] = validate(ValidationRequest(target, [draft], _heldout(9), cfg, method="both", decode_fraction=0.1, tokenizer=tok,
+                                     cache=ContinuationCache(tmp_path), kmax=6))
     sec = r.replay
     assert sec["precision"] == "bf16" and sec["gate_method"] == "decode"
     assert sec["num_prompts_replayed"] == 9 and sec["num_prompts_decoded"] == 6  # 10% of 9, raised to 2 per category

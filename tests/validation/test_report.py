@@ -1,4 +1,4 @@
-"""ValidationReport JSON + prompts.csv round-trip, on a report that validate_pair really produced."""
+"""ValidationReport JSON + prompts.csv round-trip, on a report that validate really produced."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from specdec import NgramDrafter
 from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, content_version
 from specdec.validation.report import SCHEMA_VERSION, GroupMetrics, ValidationReport
 from tests.support.models import tiny_llama, tiny_tokenizer
-from specdec.validation import ValidationConfig, validate_pair
+from specdec.validation import ValidationConfig, ValidationRequest, validate
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def report():
     prompts.append(HeldoutPrompt(id="blank", category="x", text=""))
     hs = HeldoutSet("rt", content_version(prompts), prompts)
     cfg = ValidationConfig(num_speculative_tokens=3, max_new_tokens=10, bootstrap_resamples=200)
-    return validate_pair(tiny_llama(seed=0), NgramDrafter(), hs, cfg, tokenizer=tiny_tokenizer(), target_ref="tiny")
+    return validate(ValidationRequest(tiny_llama(seed=0), [NgramDrafter()], hs, cfg, tokenizer=tiny_tokenizer(), target_ref="tiny"))[0]
 
 
 def test_json_and_csv_round_trip(report, tmp_path):

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from specdec.validation import ValidationConfig, validate_pair
+from specdec.validation import ValidationConfig, ValidationRequest, validate
 from specdec.validation.prompt_run import PromptRun
 from specdec.validation.report import PromptResult
 from specdec.validation.runner import band_outliers
@@ -38,8 +38,9 @@ def test_a_run_outside_the_band_is_retimed_once(monkeypatch, band, retimed):
     monkeypatch.setattr(aggregate, "timing_band", lambda m, p: speed.timing_band(m, p, band))
     target = tiny_llama(seed=0)
     cfg = ValidationConfig(num_speculative_tokens=3, max_new_tokens=16, bootstrap_resamples=200)
-    g = validate_pair(target, perturbed_copy(target, scale=0.03), toy_heldout(6, "ab", (5, 20)), cfg,
-                      tokenizer=tiny_tokenizer()).overall
+    [r] = validate(ValidationRequest(target, [perturbed_copy(target, scale=0.03)], toy_heldout(6, "ab", (5, 20)), cfg,
+                                     tokenizer=tiny_tokenizer()))
+    g = r.overall
     if retimed:
         assert g.num_remeasured == g.num_prompts == 6 and not math.isnan(g.speedup_before_retime)
     else:  # (a group that ran under a co-tenant's load may still be re-timed by the runner: not counted here)

@@ -1,0 +1,24 @@
+"""When the demo's story does not play out, its last line names what did not happen and why."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from flows import demo
+from flows.tasks import NightlyResult
+
+
+def _night(status: str, transition: str | None) -> NightlyResult:
+    return NightlyResult("p", "challenger", "2", status, alert_transition=transition)
+
+
+def test_an_overloaded_night_3_is_named_with_its_reason(monkeypatch):
+    speeds = {"inconclusive": {"speed_rule": "inconclusive", "speed_reason": "machine overloaded"}}
+    monkeypatch.setattr(demo, "_night_speed", lambda res, _s: speeds.get(res.status, {"speed_rule": "ok",
+                                                                                        "speed_reason": None}))
+    fake = SimpleNamespace(settings=SimpleNamespace(monitoring=None))
+    gaps = demo._story_gaps(fake, _night("failed", "fire"), _night("inconclusive", None), promoted=True)
+    assert gaps == ["night 3 did not resolve (status inconclusive, speed inconclusive (machine overloaded): "
+                    "rerun on an idle machine)"]
+    gaps = demo._story_gaps(fake, _night("passed", None), _night("passed", "resolve"), promoted=False)
+    assert gaps == ["night 2 did not fire (status passed)", "the re-derived pair was not promoted"]
