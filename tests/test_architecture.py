@@ -194,3 +194,39 @@ def test_no_test_helpers_in_the_product():
     bad = [f"{MODULES[m].relative_to(ROOT)}:{line} imports {target}" for m in MODULES if m.split(".")[0] != "benchmarks"
            for target, _, line in _imports(m) if target.split(".")[0] == "tests"]
     assert bad == []
+
+
+MAX_POSITIONAL = 6  # a product function takes at most this many positional parameters (self/cls not counted)
+#: the exceptions, each with its reason (at most 5)
+POSITIONAL_EXCEPTIONS: dict[str, str] = {}
+
+
+def _positional(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Parameters a caller may pass by position (before ``*`` / ``*args``), ``self`` and ``cls`` not counted."""
+    names = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    return len([n for n in names if n not in ("self", "cls")])
+
+
+def _many_positional() -> dict[str, int]:
+    out = {}
+    for module, path in MODULES.items():
+        if module.split(".")[0] not in PRODUCT:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _positional(node) > MAX_POSITIONAL:
+                out[f"{module}.{node.name}"] = _positional(node)
+    return out
+
+
+def test_positional_parameters_are_counted():
+    tree = ast.parse("def f(self, a, b, /, c, *args, d, e=1): pass\ndef g(a, b, *, c): pass\n")
+    assert [_positional(fn) for fn in tree.body] == [3, 2]
+
+
+def test_helpers_take_few_positional_parameters():
+    """A helper with more than 6 positional parameters passes its caller's locals by position: pass a typed object,
+    or make the options keyword-only (CLI commands and flows are called by keyword anyway)."""
+    assert len(POSITIONAL_EXCEPTIONS) <= 5 and all(POSITIONAL_EXCEPTIONS.values())
+    found = _many_positional()
+    assert {k: n for k, n in found.items() if k not in POSITIONAL_EXCEPTIONS} == {}
+    assert sorted(set(POSITIONAL_EXCEPTIONS) - set(found)) == []  # no stale exception

@@ -48,7 +48,7 @@ def wants_native_gqa(model) -> bool:
 
 
 def sdpa_native_gqa(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                    attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                    attention_mask: torch.Tensor | None, *, dropout: float = 0.0, scaling: float | None = None,
                     **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' ``sdpa`` attention (query ``[B, H_q, m, D]``, key/value ``[B, H_kv, n, D]``,
     mask ``[B, 1, m, n]``; returns ``([B, m, H_q, D], None)``), except that with :data:`NATIVE_GQA`

@@ -156,8 +156,8 @@ def speculative_generate_batch(
         proposal = drafter.propose([contexts[b] for b in active], limits, proposal_sampling, vocab_size, generator, stop)
         drafts, num_drafts = proposal.tokens.to(device), proposal.num_drafts.to(device)
         t1 = now(device)
-        out, features = _verify_rows(target_kv, pending_ids, pending_valid, proposal, drafts, num_drafts, sampling,
-                                     generator, stop, layer_ids)
+        out, features = _verify_rows(target_kv, pending_ids, pending_valid, proposal, drafts, num_drafts,
+                                     sampling=sampling, generator=generator, stop=stop, layer_ids=layer_ids)
         num_accepted, next_tokens = out.num_accepted.tolist(), out.next_token.tolist()
         drafter.accept(num_accepted, next_tokens, features)
         t2 = now(device)
@@ -166,7 +166,8 @@ def speculative_generate_batch(
         draft_wall += t1 - t0
 
         keep = _record_rows(rows, contexts, active, proposal.forward_passes, drafts.tolist(), num_drafts.tolist(),
-                            (num_accepted, next_tokens, out.rejected.tolist()), t1 - t0, t2 - t1, stop, max_new_tokens)
+                            verified=(num_accepted, next_tokens, out.rejected.tolist()), draft_seconds=t1 - t0,
+                            target_seconds=t2 - t1, stop=stop, max_new_tokens=max_new_tokens)
         if len(keep) < len(active):
             selected = torch.tensor(keep, dtype=torch.long, device=device)
             target_kv.select(selected)
@@ -198,7 +199,7 @@ def _started_drafter(target, drafter, contexts: list[list[int]], max_columns: in
 
 
 def _record_rows(rows: list[GenerationResult], contexts: list[list[int]], active: list[int], draft_passes: int,
-                 draft_rows: list[list[int]], drafted: list[int], verified: tuple[list[int], list[int], list[bool]],
+                 draft_rows: list[list[int]], drafted: list[int], *, verified: tuple[list[int], list[int], list[bool]],
                  draft_seconds: float, target_seconds: float, stop: frozenset[int], max_new_tokens: int) -> list[int]:
     """One step's per-row bookkeeping: each active row's stats (passes, seconds, vLLM counters), its
     accepted drafts plus the recovered/bonus token appended to its result and context, and whether it
@@ -228,7 +229,7 @@ def _record_rows(rows: list[GenerationResult], contexts: list[list[int]], active
 
 
 def _verify_rows(target_kv: MaskedKV, pending_ids, pending_valid, proposal: Proposal, drafts, num_drafts,
-                 sampling: SamplingConfig, generator, stop: frozenset[int], layer_ids):
+                 *, sampling: SamplingConfig, generator, stop: frozenset[int], layer_ids):
     """One target pass over every row's block (pending tokens ``[B, m]`` left-padded, then the
     drafts ``[B, w]``, slots at or beyond ``num_drafts[b]`` invalid), :func:`verify_batch` per row
     (``q`` one-hot on the drafts when the proposal's ``q`` is None), and the rollback of the

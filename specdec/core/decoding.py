@@ -184,12 +184,14 @@ def speculative_generate(
         stats.draft_seconds += t1 - t0
 
         fed = context[num_cached:] + drafts
-        outcome, hidden = _verify(target, fed, cache, proposal, sampling, vocab_size, generator, stop, layer_ids)
+        outcome, hidden = _verify(target, fed, cache, proposal, sampling, vocab_size, generator=generator, stop=stop,
+                                  layer_ids=layer_ids)
         stats.target_seconds += now(device) - t1
         stats.target_forward_passes += 1
         stats.record_step(len(drafts), outcome.num_accepted, rejected=outcome.rejected)
 
-        emitted, num_cached = _advance(context, result, cache, drafter, drafts, outcome, hidden, len(fed), adopt)
+        emitted, num_cached = _advance(context, result, cache, drafter, drafts, outcome, hidden=hidden,
+                                       num_fed=len(fed), adopt=adopt)
         adopt = False
         if emitted and emitted[-1] in stop:
             result.finish_reason = "eos"
@@ -220,7 +222,8 @@ def _checked_inputs(target, drafter, input_ids: torch.Tensor, attention_mask: to
 
 
 def _advance(context: list[int], result: GenerationResult, cache, drafter: Drafter, drafts: list[int],
-             outcome: VerifyOutcome, hidden: torch.Tensor | None, num_fed: int, adopt: bool) -> tuple[list[int], int]:
+             outcome: VerifyOutcome, *, hidden: torch.Tensor | None, num_fed: int,
+             adopt: bool) -> tuple[list[int], int]:
     """One step's bookkeeping after verification: the accepted drafts plus the recovered/bonus token (if any)
     join ``context`` and ``result``; the target cache is cropped to the verified prefix (the rejected drafts
     leave, the recovered/bonus token stays pending for the next step); the drafter learns the outcome (with the
@@ -244,7 +247,7 @@ def _advance(context: list[int], result: GenerationResult, cache, drafter: Draft
 
 
 def _verify(target, fed: list[int], cache, proposal: Proposal, sampling: SamplingConfig, vocab_size: int,
-            generator, stop: frozenset[int], layer_ids) -> tuple[VerifyOutcome, torch.Tensor | None]:
+            *, generator, stop: frozenset[int], layer_ids) -> tuple[VerifyOutcome, torch.Tensor | None]:
     """One target pass over ``fed`` (the tokens the cache lacks, then the drafts) and the
     verification of row 0 of ``proposal`` (:func:`verify_greedy` on ids when ``q`` is None, else
     :func:`verify_block`). Returns the outcome and the target features ``[1, len(fed), D]``

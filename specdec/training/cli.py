@@ -73,6 +73,7 @@ def _check_args(out: Path, init_from: str | None, corpus: Path | None, register:
 
 @train_app.command("eagle3")
 def eagle3(
+    *,
     target: Annotated[str, typer.Option("--target", help="Target: local dir, Hub id, .gguf, 'smollm2' or models:/<name>/<v>.")],
     out: Annotated[Path, typer.Option("--out", help="Output directory (speculators format + training.json); "
                                                     "a checkpoint left there by a killed run is resumed.")],
@@ -122,7 +123,7 @@ def eagle3(
     if device.startswith("cuda") and not torch.cuda.is_available():
         _fail("--device cuda requested but CUDA is not available")
     result = _train(_local(target, "target"), out, _local(init_from, "head") if init_from else None, cfg, corpus,
-                    layer_ids, device, quiet)
+                    layer_ids, device=device, quiet=quiet)
     m = result.metrics
     cut = (", stopped at the --max-minutes budget (learning rate decayed on it; a larger --max-minutes continues)"
            if m["stopped_early"] else "")
@@ -150,7 +151,7 @@ def _parse_ids(text: str | None) -> list[int] | None:
 
 
 def _train(target_ref: str, out: Path, init_from: str | None, cfg: Any, corpus: Path | None,
-           layer_ids: list[int] | None, device: str, quiet: bool) -> Any:
+           layer_ids: list[int] | None, *, device: str, quiet: bool) -> Any:
     """Load the target, train; one-line errors for bad data, short memory, foreign checkpoints."""
     from specdec.models import ModelNotFoundError, load_causal_lm
     from specdec.training import (CheckpointMismatchError, TrainingDataError, TrainingMemoryError,

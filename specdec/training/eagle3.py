@@ -206,7 +206,7 @@ def _run_key(config: Eagle3TrainConfig, target_sha: str, parent: dict | None) ->
 
 
 def _prepare_data(target: Any, config: Eagle3TrainConfig, corpus, layer_ids: list[int], vocab: tuple | None,
-                  progress: bool, out: Path, run_key: str) -> dict:
+                  progress: bool, *, out: Path, run_key: str) -> dict:
     """Sequences -> draft vocabulary (unless ``vocab`` = the parent's ``(d2t, t2d)``) -> target features.
 
     The sequences and the features computed so far are checkpointed (about once a minute), so a killed
@@ -376,14 +376,14 @@ def train_eagle3_head(target: Any, *, out_dir: str | Path, config: Eagle3TrainCo
     data = ckpt.load_data(out, run_key)
     if data is None:
         vocab = (parent["d2t"], parent["t2d"]) if parent else None
-        data = _prepare_data(target, config, corpus, layer_ids, vocab, progress, out, run_key)
+        data = _prepare_data(target, config, corpus, layer_ids, vocab, progress, out=out, run_key=run_key)
         ckpt.save_data(out, run_key, data)
     head = parent["head"] if parent else new_head(target, layer_ids, data["d2t"], data["t2d"], seed=config.seed,
                                                   ttt_steps=config.ttt_steps)
     head = head.to(dev).float().train()
     w_draft = _target_lm_head(target)[draft_token_ids(data["d2t"].cpu())].to(dev, torch.float32)
     spent = data["data_minutes"] + data["feature_minutes"]  # max_minutes covers data, features and training
-    metrics = _fit(head, data["features"], w_draft, config, out, run_key, dev, progress, spent)
+    metrics = _fit(head, data["features"], w_draft, config, out, run_key, dev=dev, progress=progress, spent_minutes=spent)
     lineage = {"target_weights_sha256": target_sha, "target_source": getattr(target, "source", {}) or {},
                "training_data_sha256": data["data_sha256"], "parent": str(init_from) if init_from else None,
                "parent_weights_sha256": parent["weights_sha256"] if parent else None,
@@ -407,7 +407,7 @@ def _default_layer_ids(target: Any) -> list[int]:
 
 
 def _fit(head, feats: list[SequenceFeatures], w_draft: torch.Tensor, config: Eagle3TrainConfig, out: Path,
-         run_key: str, dev: str, progress: bool, spent_minutes: float = 0.0) -> dict[str, Any]:
+         run_key: str, *, dev: str, progress: bool, spent_minutes: float = 0.0) -> dict[str, Any]:
     """The optimisation loop (resumes from ``out/checkpoint``); returns the training metrics.
 
     ``spent_minutes``: wall time already spent on data and features; training gets the rest of
@@ -441,7 +441,7 @@ def _fit(head, feats: list[SequenceFeatures], w_draft: torch.Tensor, config: Eag
         bar.set_postfix(loss=f"{float(res.loss.detach()):.3f}", acc0=f"{_rate(sums, 0):.2f}", refresh=False)
         stopped = budget is not None and elapsed >= budget and step < total
         if step % config.checkpoint_every == 0 or step == total or stopped:
-            ckpt.save_state(out, run_key, step, head, opt, sched, {"train_minutes": elapsed, "sums": sums})
+            ckpt.save_state(out, run_key, step, head, opt, sched, extra={"train_minutes": elapsed, "sums": sums})
         if stopped:
             break
     bar.close()

@@ -67,7 +67,7 @@ def load_data(out: Path, run_key: str) -> dict | None:
 
 
 def save_state(out: Path, run_key: str, step: int, head: torch.nn.Module, optimizer, scheduler,
-               extra: dict | None = None) -> None:
+               *, extra: dict | None = None) -> None:
     """Write the training state after ``step`` optimizer steps (trainable head weights only)."""
     weights = {k: v.detach().cpu() for k, v in head.named_parameters() if v.requires_grad}
     _save({"run_key": run_key, "step": step, "weights": weights, "optimizer": optimizer.state_dict(),

@@ -90,7 +90,7 @@ def _suffix_mask(batch: int, length: int, start: int, step: int, device=None) ->
 
 
 def ttt_unroll(head, input_ids: torch.Tensor, aux: torch.Tensor, target_logits: torch.Tensor,
-               loss_mask: torch.Tensor, steps: int = 3, decay: float = 1.0,
+               loss_mask: torch.Tensor, steps: int = 3, *, decay: float = 1.0,
                target_in_draft: torch.Tensor | None = None) -> TTTResult:
     """Run the TTT unroll and its KL loss against the target's distributions over the draft vocabulary.
 
@@ -113,13 +113,13 @@ def ttt_unroll(head, input_ids: torch.Tensor, aux: torch.Tensor, target_logits: 
     first = loss_mask.float().argmax(dim=1)[loss_mask.any(dim=1)]
     start = int(first.min()) - steps if first.numel() else 0
     for s, normed in ttt_states(head, input_ids, aux, steps, start=start):
-        total = total + (decay ** s) * _step_metrics(res, s, head.lm_head, normed, target_logits, loss_mask, chain,
-                                                     target_in_draft)
+        total = total + (decay ** s) * _step_metrics(res, s, head.lm_head, normed, target_logits, loss_mask, chain=chain,
+                                                     in_draft=target_in_draft)
     res.loss = total
     return res
 
 
-def _step_metrics(res: TTTResult, s: int, lm_head, normed, target_logits, loss_mask, chain,
+def _step_metrics(res: TTTResult, s: int, lm_head, normed, target_logits, loss_mask, *, chain,
                   in_draft=None) -> torch.Tensor:
     """Mean KL of step ``s`` (position ``i`` predicts the target's distribution at ``i + 1 + s``); the
     LM head runs on the valid positions only. Appends the step's numbers to ``res``; updates ``chain``."""
