@@ -39,8 +39,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 #: candidates the demo measures (int4 is left out: it is the slowest and costs the most time)
-#: int8/int4 copies dequantize on every call on a CPU and never pay there (benchmarks/results/2026-12-01-speed-cpu.json:
-#: derived:int8 0.96x); timing them cost the demo's recommend a third of its time, so the demo leaves them out
+#: int8/int4 copies dequantize on every call on a CPU and never pay there (benchmarks/results/2026-12-01-speed-cpu.json);
+#: timing them cost the demo's recommend a third of its time, so the demo leaves them out
 DEMO_CANDIDATES = ("derived:bf16", "ngram")
 #: prompts are drawn among the ones at most this long in each category (RAG's shortest are ~650)
 DEMO_MAX_PROMPT_TOKENS = 300
@@ -522,7 +522,7 @@ def _floor(policy) -> dict:
 
 def _ci_check(rec, draft: str, night1: dict) -> dict | None:
     """recommend's measured speedup of the chosen draft and night 1's, with both CIs and whether each
-    figure lies inside the other's CI (issue 30)."""
+    figure lies inside the other's CI."""
     cand = next((c for c in (rec.candidates if rec is not None else []) if c.spec == draft), None)
     n1, n1_ci = night1.get("speedup"), night1.get("speedup_ci")
     if cand is None or n1 is None or not n1_ci:

@@ -1,4 +1,4 @@
-"""How many prompts and new tokens ``make demo`` can afford on this CPU (issue 30).
+"""How many prompts and new tokens ``make demo`` can afford on this CPU.
 
 The demo must finish within :data:`BUDGET_S` (10 minutes) on the slowest CPU the project runs on.
 Almost all of its time is decoding, which scales with the target's one-token pass time ``t1``; so the
@@ -11,13 +11,8 @@ Cost model (:func:`predicted_seconds`), in seconds::
     FIXED_S + t1 * (FINETUNE_T1 + T1_PER_PROMPT_TOKEN * prompt_runs * max_new_tokens)
 
 ``prompt_runs`` counts prompt validations: recommend's replay on one prompt per category, its speed
-check of each candidate on the nightly's prompts, and three nights. Constants from the idle 2-core
-EPYC runs (``t1`` = 56 ms, the issue's measurement on that CPU; ``benchmarks/results/demo_summary.json``,
-commit c7acc90: recommend 125 s for 6 replayed + 2 x 6 timed prompt runs, nights 81 / 104 / 87 s for 12
-prompts, fine-tune 66-70 s, 48 new tokens): 397 s of decoding over 54 prompt runs x 48 tokens is 2.75
-``t1`` per prompt-token; the fine-tune is about 1200 ``t1``; the rest (model conversion cache hit,
-registrations, Prefect and MLflow) about 35 s. Not yet checked on an idle machine after the change
-that times recommend's candidates on the nightly's prompts (issue 30).
+check of each candidate on the nightly's prompts, and three nights. The constants are fitted to idle
+demo runs; their derivation and the runs that check them: ``benchmarks/results/demo.md``.
 Night 2's stale pair costs a quarter more than a healthy night (short blocks), and a timing-suspect
 night re-times its slow prompts once: :data:`MARGIN` keeps room for both.
 """

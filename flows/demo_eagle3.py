@@ -1,4 +1,4 @@
-"""``SPECDEC_DEMO_DRAFT=eagle3 make demo``: the demo's story with an EAGLE-3 head (issue 23).
+"""``SPECDEC_DEMO_DRAFT=eagle3 make demo``: the demo's story with an EAGLE-3 head.
 
 The acts of :mod:`flows.demo` with two changes:
 

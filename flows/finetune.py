@@ -36,9 +36,9 @@ from typing import Any, Callable
 DEFAULT_CORPUS = Path(__file__).resolve().parent / "data" / "tinyshakespeare" / "input.txt"
 #: Metadata file written next to the fine-tuned weights.
 FINETUNE_FILE = "finetune.json"
-#: The demo's fine-tune of SmolLM2-135M-Instruct (``finetune_target(base, out, **DEMO_RECIPE)``):
-#: about 90 s on 2 CPU cores; greedy acceptance (k=4) of the old int8 draft falls from 0.92 to 0.23
-#: while a re-derived int8 draft is at 0.96. Measurements: benchmarks/results/finetune_drift.md.
+#: The demo's fine-tune of SmolLM2-135M-Instruct (``finetune_target(base, out, **DEMO_RECIPE)``): the old
+#: draft's acceptance falls well below its baseline while a re-derived draft is back at its level
+#: (benchmarks/results/finetune_drift.md, 2026-12-02-stale-floor-cpu.md).
 DEMO_RECIPE: dict[str, Any] = {"steps": 40, "lr": 5e-4, "batch_size": 4, "seq_len": 64, "seed": 0}
 
 

@@ -491,7 +491,7 @@ def finish_job(night: Night, job: Job) -> NightlyResult:
     The claim leaves this process's lease only once the row is recorded or marked ``error``: when the
     history store itself is down (neither can be written), the lease keeps naming the claim, so the
     next run sees a dead holder and takes the row over at once instead of waiting out the stale-claim
-    window (issue 32, item 1).
+    window.
     """
     from monitoring.history import RunAlreadyClaimed
 
@@ -638,8 +638,8 @@ def _serial() -> bool:
     """True when the flow runs with its default one-worker thread pool: validations then run in the
     flow's own thread (the main thread of ``specdec nightly run``), since the speed it measures
     depends on it. bf16 matmuls (oneDNN) run about 2x slower from a worker thread's OpenMP team
-    than from the main thread (measured on this machine: 114 vs 59 us per 1x576x1536 linear), which
-    would make a bf16 draft look far costlier than it serves."""
+    than from the main thread (docs/metrics.md, "Speed"), which would make a bf16 draft look far
+    costlier than it serves."""
     try:
         from prefect.context import get_run_context
 

@@ -1,5 +1,5 @@
 """Crash recovery of the nightly job: a process killed at any step leaves nothing that blocks,
-duplicates or misreports the next run (issue 12, item 1).
+duplicates or misreports the next run.
 
 What a ``kill -9`` can leave behind, and who cleans it up:
 

@@ -1,4 +1,4 @@
-"""SIGTERM stops ``specdec nightly run`` promptly, every time, with exit 143 (issue 32, item 4).
+"""SIGTERM stops ``specdec nightly run`` promptly, every time, with exit 143.
 
 Orchestrators stop jobs with SIGTERM (Kubernetes, Prefect workers, systemd). Prefect's flow engine
 turns it into a ``TerminationSignal`` raised wherever the main thread is; raised inside a finalizer

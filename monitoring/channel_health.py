@@ -1,4 +1,4 @@
-"""The alert about an alert channel that refuses messages for good (issue 25, item 1).
+"""The alert about an alert channel that refuses messages for good.
 
 When the receiver of one channel refuses an outbox row for good (a permanent 4xx, a redirect that
 cannot be followed), every other configured channel gets one ``channel-health`` message naming the

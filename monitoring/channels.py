@@ -148,7 +148,7 @@ _HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
 def header_value(text: str) -> str:
     """``text`` as an HTTP header value: unchanged when it is visible ASCII without ``%``, else
     percent-encoded UTF-8 (RFC 3986 style). The outbox key holds the channel's name, which may be
-    any Unicode (issue 32, item 3: a non-ASCII name made httpx raise ``UnicodeEncodeError``, and the
+    any Unicode (a non-ASCII name made httpx raise ``UnicodeEncodeError``, and the
     row stayed pending for ever); the JSON body's ``idempotency_key`` keeps the key as it is."""
     from urllib.parse import quote
 

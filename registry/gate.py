@@ -16,7 +16,7 @@ from specdec.settings.policy import get_policy
 
 @dataclass(frozen=True)
 class GateConfig:
-    """Promotion criteria (issue 4, section 2).
+    """Promotion criteria.
 
     Defaults come from the acceptance policy (:class:`specdec.policy.AcceptancePolicy`,
     ``SPECDEC_POLICY__*``), the same one the drift rules, plots and Evidently report read.

@@ -1,4 +1,4 @@
-"""Registration runs left RUNNING by a killed ``pair register`` are marked FAILED (issue 25, item 6).
+"""Registration runs left RUNNING by a killed ``pair register`` are marked FAILED.
 
 :func:`registry.models.log_and_register` marks its run FAILED on any exception, but ``kill -9``
 (or a lost machine) skips that. Every registration run therefore carries the process that owns it

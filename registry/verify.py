@@ -1,4 +1,4 @@
-"""Verify a downloaded checkpoint against the ``weights_sha256`` its model version recorded (issue 25, item 2).
+"""Verify a downloaded checkpoint against the ``weights_sha256`` its model version recorded.
 
 Every number the nightly records depends on the weights; a flipped byte in ``model.safetensors``
 (in the artifact store or in the local registry cache) must give a clear error, not an acceptance

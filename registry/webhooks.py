@@ -144,7 +144,7 @@ def subscribe(pairs: list[str], url: str, secret: str, *, tracking_uri: str | No
 
     A webhook for the same pairs that sends elsewhere belongs to another watcher: it is only taken
     over with ``replace=True`` (before, a second ``pair watch`` silently rewrote it and the first
-    watcher received nothing, issue 32). The same URL (a restarted watcher) is updated in place.
+    watcher received nothing). The same URL (a restarted watcher) is updated in place.
 
     Args:
         pairs: the pair registered models the receiver acts on (they need not exist yet: a watcher

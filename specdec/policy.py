@@ -1,5 +1,5 @@
 """The acceptance policy: one definition of "healthy" read by the drift rules, the promotion gate,
-the plots and the Evidently report, and recorded with every run (issue 12, item 5).
+the plots and the Evidently report, and recorded with every run.
 
 This module is the value type only; the environment (``SPECDEC_POLICY__*``) is read by the settings
 tree, :mod:`specdec.settings.policy` (``get_policy()``).

@@ -43,8 +43,8 @@ class MaskUserinfoFormatter(logging.Formatter):
     """A formatter whose whole output (message, traceback, stack) goes through :func:`mask_userinfo`.
 
     On a handler it covers the records of every logger, any library's included (a filter on a logger
-    covers only that logger's own records): :mod:`specdec.terminal` puts it on the log file (issue 32,
-    item 6: httpx wrote the tracking URI's password with each request URL)."""
+    covers only that logger's own records): :mod:`specdec.terminal` puts it on the log file (httpx
+    wrote the tracking URI's password with each request URL)."""
 
     def format(self, record: logging.LogRecord) -> str:  # noqa: A003 (logging API name)
         return mask_userinfo(super().format(record))

@@ -1,4 +1,4 @@
-"""Storage faults at the command line: one clear line and exit 1, no traceback, no log flood (issue 25, item 5).
+"""Storage faults at the command line: one clear line and exit 1, no traceback, no log flood.
 
 A full disk, a read-only or unwritable ``SPECDEC_HOME`` or a file-size limit surfaces deep inside
 SQLite, Prefect's API server, MLflow or the log handler, usually wrapped in another exception.

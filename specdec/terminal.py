@@ -1,4 +1,4 @@
-"""A readable terminal for long-running commands (issue 12, item 7).
+"""A readable terminal for long-running commands.
 
 Everything is logged to a file (``<SPECDEC_HOME>/logs/<command>-<UTC time>.log``, DEBUG, tracebacks
 included). The terminal shows our messages: records of ``flows``, ``monitoring``, ``registry``,
@@ -51,7 +51,7 @@ class _TerminalFilter(logging.Filter):
             if _ENGINE_CHATTER.match(str(record.msg)):
                 return False
         if record.name.startswith(("prefect.flow_runs", "prefect.task_runs")) and _ENGINE_FAILURE.match(str(record.msg)):
-            return False  # the command prints the error itself, once (issue 32: a settings error appeared twice)
+            return False  # the command prints the error itself, once (a settings error appeared twice)
         if record.exc_info or record.exc_text or record.stack_info:
             record.exc_info, record.exc_text, record.stack_info = None, None, None
             record.msg = f"{record.getMessage()} (traceback in {self.log_path})"
@@ -97,7 +97,7 @@ class ReadableTerminal:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.file_handler = logging.FileHandler(self.log_path, encoding="utf-8")
         self.file_handler.setLevel(logging.DEBUG)
-        # every line of every library's logger is redacted (issue 32, item 6: httpx wrote the tracking
+        # every line of every library's logger is redacted (httpx wrote the tracking
         # URI's password with each request URL)
         self.file_handler.setFormatter(MaskUserinfoFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logging.captureWarnings(True)

@@ -1,4 +1,4 @@
-"""The counters' invariants, checked per scrape before anything is recorded (issue 25, item 3).
+"""The counters' invariants, checked per scrape before anything is recorded.
 
 vLLM's speculative-decoding counters (``monitoring.production.engines``) obey, at every scrape and
 for every model: each value is finite and >= 0; accepted tokens <= drafted tokens; accepted tokens

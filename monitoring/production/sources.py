@@ -62,7 +62,7 @@ class Fetched:
 
 
 def fetch_within(client: httpx.Client, url: str, *, timeout_s: float, **kw) -> Fetched:
-    """GET ``url`` and read the whole body within ``timeout_s`` seconds overall (issue 32, item 5).
+    """GET ``url`` and read the whole body within ``timeout_s`` seconds overall.
 
     httpx's timeouts apply per connect and per read, so an exporter that sends one byte per second
     never trips them; here each chunk is checked against one deadline for the whole request, and the

@@ -239,9 +239,9 @@ class ModelDrafter(DrafterBase):
     prefill: the loop runs the target's prefill as a plain step and the drafter adopts the
     target's prompt KV cast to its own dtype (:meth:`can_adopt_prefix`, :meth:`adopt_prefix`).
     The output stays exactly the target's (the target verifies every token); only the draft's
-    view of the prompt comes from the target. Measured on SmolLM2 (2 CPU cores, 12 Spec-Bench
-    prompts): it pays at every prompt length (one plain target step costs less than a draft
-    prefill plus the drafts it would enable), most on long prompts (RAG: 0.65x -> 1.0x).
+    view of the prompt comes from the target. It pays at every prompt length (one plain target step
+    costs less than a draft prefill plus the drafts it would enable), most on long prompts
+    (docs/metrics.md, "Speed").
     int8/int4 copies (monitoring recipes) and stale drafts keep their own prefill, so their
     acceptance is what the draft alone proposes.
 

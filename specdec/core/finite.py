@@ -1,4 +1,4 @@
-"""Non-finite logits are a broken model, never an acceptance figure (issue 32, item 2).
+"""Non-finite logits are a broken model, never an acceptance figure.
 
 A model whose logits hold NaN (or +inf, or a row that is all -inf) gives garbage under greedy
 (``argmax`` of NaN picks an arbitrary id: the other side then "rejects" everything and acceptance reads

@@ -5,20 +5,10 @@ matrix-*vector* product (one query row: the draft's decode step) oneDNN is the s
 ATen's own bf16 GEMV is faster. For two or more rows oneDNN wins by a wide margin (its blocked GEMM),
 so the switch is per call, decided by the number of query rows.
 
-Measured on the 2-core AMD EPYC (Zen 4, AVX512-BF16) this project runs on, torch 2.13.0+cpu,
-SmolLM2-135M-Instruct, 2 threads, warm KV cache of 100 tokens (``benchmarks/results/bf16_kernels.md``):
-
-=====================================  ===============  ================
-one decode pass                        oneDNN on        oneDNN off (GEMV)
-=====================================  ===============  ================
-fp32 target                            57-70 ms         57-70 ms (same)
-bf16 copy of the target (the draft)    37-56 ms         21-30 ms
-LM head alone (49152 x 576, 1 row)     4.3-5.3 ms       2.2-2.3 ms
-the same with 8 rows                   4.7 ms           12.1 ms
-=====================================  ===============  ================
-
-so the bf16 draft's cost ratio c falls from 0.6-0.8 to 0.3-0.45. Only *which kernel runs* changes;
-the weights and the model are the same, and exactness never depends on it (the target verifies).
+Measured per CPU (one decode pass of the fp32 target, of its bf16 copy and of the LM head, with oneDNN on
+and off, one and eight rows): ``benchmarks/results/bf16_kernels.md`` (AMD EPYC) and ``bf16_kernels-xeon.md``;
+docs/metrics.md, "Speed". Only *which kernel runs* changes; the weights and the model are the same,
+and exactness never depends on it (the target verifies).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Training data for EAGLE-3 heads: sequences of the three recipes.
 
-Recipes (issue 23, chosen by ``benchmarks/eagle3_recipes.py``):
+Recipes (chosen by ``benchmarks/eagle3_recipes.py``):
 
 - ``"fixed"``: the target's own distributions over fixed text. Each sequence is a chat prompt made
   from a training document ("Continue this text: <opening>") followed by the document's next tokens

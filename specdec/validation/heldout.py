@@ -252,7 +252,7 @@ MAX_REPORTED_LINES = 20  # bad lines named in one error (the count says how many
 
 
 def _parse_jsonl(path: Path, default_category: str | None = None) -> list[HeldoutPrompt]:
-    """Every record of a JSONL file as a prompt; every bad line is reported at once (issue 32: one at a
+    """Every record of a JSONL file as a prompt; every bad line is reported at once (one at a
     time before), in one :class:`HeldoutFormatError`."""
     prompts: list[HeldoutPrompt] = []
     bad: list[str] = []
