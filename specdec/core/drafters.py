@@ -157,12 +157,18 @@ class DrafterBase:
 
     ``target_layer_ids = None`` (reads no target features: the target runs without feature hooks),
     ``model = None`` (no draft LM to check), ``forward_passes = 0``, :meth:`can_adopt_prefix` False
-    (B = 1 never skips the drafter's own prefill), :meth:`adopt_prefix` refused.
+    (B = 1 never skips the drafter's own prefill), :meth:`adopt_prefix` refused, :attr:`timed_module`
+    the draft LM (None: a drafter without a network, whose proposals cost no forward pass).
     """
 
     forward_passes: int = 0
     target_layer_ids: tuple[int, ...] | None = None
     model: torch.nn.Module | None = None
+
+    @property
+    def timed_module(self) -> torch.nn.Module | None:
+        """The module whose forward passes are this drafter's cost (validation times its passes)."""
+        return self.model
 
     def can_adopt_prefix(self, target, prompt_len: int) -> bool:
         """Whether, at B = 1, this drafter takes the target's prompt KV instead of its own prefill: no."""

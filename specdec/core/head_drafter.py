@@ -65,6 +65,11 @@ class Eagle3Drafter(DrafterBase):
         self.forward_passes = 0
         self.rows: list[_Row] = []
 
+    @property
+    def timed_module(self):
+        """The head: its passes are the drafter's cost."""
+        return self.head
+
     def start(self, contexts: list[list[int]]) -> None:
         """New batch: empty head caches, no target features yet."""
         self.rows = [_Row(self.head.new_cache(1)) for _ in contexts]

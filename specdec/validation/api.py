@@ -131,7 +131,7 @@ def _drafters_under_test(drafters: list[Any], model: torch.nn.Module) -> list[Dr
             obj = draft_model
         if draft_model is not None:
             draft_model.eval()
-        timed = draft_model if draft_model is not None else getattr(obj, "head", None)  # a head: its passes
+        timed = draft_model if draft_model is not None else obj.timed_module  # a head: its passes
         ctxs.append(DrafterUnderTest(obj, draft_model, kind, dref, recipe, PassTimer(timed)))
     return ctxs
 

@@ -14,6 +14,7 @@ import torch
 from specdec.core.config import SamplingConfig
 from specdec.core.drafters import NgramDrafter, fit_vocab
 from specdec.core.finite import check_logits
+from specdec.core.head_drafter import Eagle3Drafter
 from specdec.core.kv import model_device
 from specdec.core.sampling import logits_to_probs
 from specdec.validation.metrics import AgreementSums, agreement_sums, onehot_agreement_sums
@@ -66,7 +67,7 @@ def target_teacher_forcing(target: torch.nn.Module, prompt_ids: list[int], conti
 def draft_agreement(tf: TargetTeacherForcing, draft_model: torch.nn.Module | None, ngram: NgramDrafter | None, sampling: SamplingConfig) -> AgreementSums:
     """Agreement of the drafter's q with the target's p at every continuation position."""
     T, vocab = tf.z_p.shape
-    if hasattr(ngram, "head"):  # an EAGLE-3 head (Eagle3Drafter)
+    if isinstance(ngram, Eagle3Drafter):  # an EAGLE-3 head
         return _head_agreement(tf, ngram, sampling)
     if draft_model is not None:
         z_q = fit_vocab(teacher_forced_logits(draft_model, tf.seq, T), vocab)
