@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from specdec.models.eagle3.head import ttt_attention_mask
+
 
 def ttt_mask(batch: int, length: int, step: int, device=None) -> torch.Tensor:
     """Bool ``[batch, length, (step + 1) * length]`` (True = attend) for the queries of TTT step ``step``.
@@ -27,9 +29,7 @@ def ttt_mask(batch: int, length: int, step: int, device=None) -> torch.Tensor:
     Columns ``[0, length)`` are the step-0 keys (causal); block ``j`` (``1..step``) holds step ``j``'s keys,
     of which query ``i`` sees only column ``i`` (its own position's earlier drafts).
     """
-    i = torch.arange(length, device=device)
-    blocks = [i[None, :] <= i[:, None]] + [torch.eye(length, dtype=torch.bool, device=device)] * step
-    return torch.cat(blocks, dim=1)[None].expand(batch, -1, -1)
+    return ttt_attention_mask(length, step, device=device)[None].expand(batch, -1, -1)
 
 
 @dataclass
@@ -73,8 +73,7 @@ def ttt_states(head, input_ids: torch.Tensor, aux: torch.Tensor, steps: int, sta
         h = hidden if s != 1 else hidden[:, lo:]
         rope = head.rotary_emb(h, pos[:, lo:] + s)
         mask = ttt_mask(b, t, s, dev) if lo == 0 else _suffix_mask(b, t, lo, s, dev)
-        for i, layer in enumerate(head.layers):
-            h = layer(h, embeds, rope, cache, i, mask)
+        h = head.run_layers(h, embeds, rope, cache, mask)
         normed = head.norm(h)
         hidden = normed if head.config.norm_output else h
         yield s, normed if lo == 0 else torch.cat([normed.new_zeros(b, lo, normed.shape[-1]), normed], dim=1)
@@ -83,10 +82,7 @@ def ttt_states(head, input_ids: torch.Tensor, aux: torch.Tensor, steps: int, sta
 def _suffix_mask(batch: int, length: int, start: int, step: int, device=None) -> torch.Tensor:
     """:func:`ttt_mask` for the queries at positions ``>= start`` when steps ``1..step`` hold only those
     positions: ``[batch, length - start, length + step * (length - start)]``."""
-    i = torch.arange(length, device=device)
-    n = length - start
-    blocks = [i[None, :] <= i[start:, None]] + [torch.eye(n, dtype=torch.bool, device=device)] * step
-    return torch.cat(blocks, dim=1)[None].expand(batch, -1, -1)
+    return ttt_attention_mask(length, step, start, device=device)[None].expand(batch, -1, -1)
 
 
 def ttt_unroll(head, input_ids: torch.Tensor, aux: torch.Tensor, target_logits: torch.Tensor,

@@ -36,7 +36,7 @@ from torch.nn import functional as F
 
 from specdec.models.eagle3.config import Eagle3Config
 
-__all__ = ["Eagle3Head", "HeadCache"]
+__all__ = ["Eagle3Head", "HeadCache", "ttt_attention_mask"]
 
 
 class RMSNorm(nn.Module):
@@ -52,6 +52,21 @@ class RMSNorm(nn.Module):
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)
+
+
+def ttt_attention_mask(length: int, step: int, start: int = 0, device=None) -> torch.Tensor:
+    """speculators' TTT attention pattern: bool ``[length - start, length + step * (length - start)]``
+    (True = attend) for the step-``step`` queries at positions ``start..length-1``.
+
+    Columns ``[0, length)`` are the step-0 keys (causal: query ``i`` sees keys ``<= i``); block ``j``
+    (``1..step``) holds step ``j``'s keys of positions ``start..``, of which query ``i`` sees only its
+    own position's (its earlier drafts). Drafting's chains (:meth:`Eagle3Head.chain_logits`) and TTT
+    training (:mod:`specdec.training.eagle3_ttt`) both use it.
+    """
+    i = torch.arange(length, device=device)
+    n = length - start
+    blocks = [i[None, :] <= i[start:, None]] + [torch.eye(n, dtype=torch.bool, device=device)] * step
+    return torch.cat(blocks, dim=1)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -238,12 +253,18 @@ class Eagle3Head(nn.Module):
             mask = mask | (cols == rows)[None]  # a padding slot attends to itself: no empty softmax row
         h = hidden.to(self.fc.weight.dtype)
         embeds = self.embed_tokens(input_ids).to(h.dtype)
-        rope = self.rotary_emb(h, positions)
-        for i, layer in enumerate(self.layers):
-            h = layer(h, embeds, rope, cache, i, mask)
+        h = self.run_layers(h, embeds, self.rotary_emb(h, positions), cache, mask)
         normed = self.norm(h)
         logits = self.lm_head(normed).float()
         return (normed if self.config.norm_output else h), logits
+
+    def run_layers(self, h, embeds, rope, cache: HeadCache, mask: torch.Tensor) -> torch.Tensor:
+        """The decoder layers over one block (``h`` ``[B, T, hidden]``, ``embeds`` its token embeddings,
+        ``rope`` its (cos, sin), ``mask`` bool ``[B, T, cached + T]``): the pre-norm state ``[B, T, hidden]``.
+        Drafting (:meth:`forward`) and TTT training (:mod:`specdec.training.eagle3_ttt`) both run it."""
+        for i, layer in enumerate(self.layers):
+            h = layer(h, embeds, rope, cache, i, mask)
+        return h
 
     @torch.inference_mode()
     def chain_logits(self, input_ids: torch.Tensor, features: torch.Tensor, depth: int) -> list[torch.Tensor]:
@@ -268,10 +289,8 @@ class Eagle3Head(nn.Module):
         t = torch.arange(T, device=dev)
         state, logits = self(input_ids[:, :T], self.combine(features), t[None], cache)
         out = [logits[0]]
-        causal = t[:, None] >= t[None, :]
-        diag = t[:, None] == t[None, :]
         for d in range(1, depth):
-            mask = torch.cat([causal] + [diag] * d, dim=1)[None]
+            mask = ttt_attention_mask(T, d, device=dev)[None]
             ids = input_ids[:, d : d + T]
             state, logits = self(ids, state, (t + d)[None], cache, mask=mask)
             out.append(logits[0])
