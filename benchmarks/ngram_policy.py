@@ -27,9 +27,6 @@ import os
 import statistics
 from pathlib import Path
 
-POLICIES = ("weak1", "classic", "distinct1")
-
-
 def drafters() -> dict:
     """The policies as the product's :class:`specdec.core.drafters.NgramDrafter` (max_ngram 3, min_ngram 1)."""
     from specdec.core.drafters import NgramDrafter
@@ -90,6 +87,7 @@ def main() -> None:
         v = [float(x) for x in args.v.split(",")]
     else:
         v = calibrate(model, [None], ids0[:120], max(args.k, 8), 7).verify_cost.as_list()[1:]  # v(1..kmax)
+    policies = drafters()  # each simulate() resets its drafter's index
     rows = []
     for p in subset.prompts:
         ids = prompt_token_ids(p, tok)
@@ -100,17 +98,17 @@ def main() -> None:
         cont = list(out.token_ids)
         base = max(len(cont) - 1, 0)
         row = {"prompt_id": p.id, "category": p.category, "prompt_tokens": len(ids), "new_tokens": len(cont)}
-        for pol, drafter in drafters().items():
+        for pol, drafter in policies.items():
             w = simulate(drafter, ids, cont, args.k)
             row[pol] = {"steps": len(w), "drafted": sum(w), "time": predicted_time(w, v),
                         "speedup": base / predicted_time(w, v) if w else 1.0}
         rows.append(row)
-        print(p.category, p.id, {pol: round(row[pol]["speedup"], 3) for pol in POLICIES}, flush=True)
+        print(p.category, p.id, {pol: round(row[pol]["speedup"], 3) for pol in policies}, flush=True)
     summary = {}
     for cat in sorted({r["category"] for r in rows}) + ["overall"]:
         sel = [r for r in rows if cat in ("overall", r["category"])]
         base = sum(max(r["new_tokens"] - 1, 0) for r in sel)
-        summary[cat] = {pol: base / sum(r[pol]["time"] for r in sel) for pol in POLICIES}
+        summary[cat] = {pol: base / sum(r[pol]["time"] for r in sel) for pol in policies}
     print(json.dumps(summary, indent=1))
     args.out.write_text(json.dumps({
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "cpu": cpu_model(),

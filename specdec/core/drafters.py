@@ -430,9 +430,9 @@ class NgramDrafter(DrafterBase):
         if m is None:
             return []
         n, start = m
-        if n == 1 and self.distinct_single and index.counts[int(context[-1])] == 2:
-            n = 2  # the suffix token and its one earlier occurrence: a distinctive token
-        return list(context[start + m[0] : start + m[0] + self.budget(n, k)])
+        # a distinctive token (the suffix and its one earlier occurrence) is evidence like a 2-token match
+        evidence = 2 if n == 1 and self.distinct_single and index.counts[int(context[-1])] == 2 else n
+        return list(context[start + n : start + n + self.budget(evidence, k)])
 
     def proposal(self, context: list[int], k: int, vocab_size: int, stop_token_ids=frozenset()) -> list[int]:
         """One row's proposal: :meth:`lookup`, cut before an id the target lacks (>= ``vocab_size``)
