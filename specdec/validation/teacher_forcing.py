@@ -64,10 +64,14 @@ def target_teacher_forcing(target: torch.nn.Module, prompt_ids: list[int], conti
                                 kl_logprobs(z_p, sampling), target)
 
 
-def draft_agreement(tf: TargetTeacherForcing, draft_model: torch.nn.Module | None, ngram: NgramDrafter | None, sampling: SamplingConfig) -> AgreementSums:
-    """Agreement of the drafter's q with the target's p at every continuation position."""
+def draft_agreement(tf: TargetTeacherForcing, draft_model: torch.nn.Module | None, ngram: NgramDrafter | Eagle3Drafter | None,
+                    sampling: SamplingConfig) -> AgreementSums:
+    """Agreement of the drafter's q with the target's p at every continuation position: the draft LM's
+    (``draft_model``), else the drafter's (``ngram``: an n-gram's lookup, or a drafter reading target
+    features, an EAGLE-3 head; asked through the drafter protocol so a wrapper such as
+    :class:`~specdec.validation.replay.RecordingDrafter` passes through)."""
     T, vocab = tf.z_p.shape
-    if isinstance(ngram, Eagle3Drafter):  # an EAGLE-3 head
+    if ngram is not None and ngram.target_layer_ids is not None:  # an EAGLE-3 head
         return _head_agreement(tf, ngram, sampling)
     if draft_model is not None:
         z_q = fit_vocab(teacher_forced_logits(draft_model, tf.seq, T), vocab)

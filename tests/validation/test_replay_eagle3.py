@@ -109,3 +109,7 @@ def test_teacher_forced_agreement_of_a_head_is_its_first_draft(pair):
     trace = draft_trace(drafter, ids, ref, 103, kmax=1, target=target)
     assert agree.positions == len(ref) - 1
     assert agree.top1 == sum(trace.argmax[t] == ref[t] for t in range(1, len(ref))) > 0
+    # the decode path wraps the drafter to record its proposals (validate's method "both"): same answer
+    from specdec.validation.replay import RecordingDrafter
+    wrapped = draft_agreement(target_teacher_forcing(target, ids, ref, GREEDY), None, RecordingDrafter(drafter), GREEDY)
+    assert (wrapped.positions, wrapped.top1) == (agree.positions, agree.top1)
