@@ -10,10 +10,12 @@ speed model (:func:`specdec.validation.speed.predicted_speedup`) does for an n-g
 
 Policies (k = ``--k``):
 
-- ``weak1`` (the default before): k tokens after a match of >= 2 tokens, 1 token after a 1-token match;
-- ``classic``: k tokens after any match (transformers' prompt lookup);
-- ``distinct1`` (the default since this measurement): as ``weak1``, but k tokens after a 1-token match on a token that occurs exactly once earlier in the
-  context (a distinctive token, such as a name or a number copied from the source text);
+- ``weak1`` (the default until 2026-12-02): k tokens after a match of >= 2 tokens, 1 token after a 1-token match;
+- ``classic``: k tokens after any match, down to 1 token (transformers' prompt lookup);
+- ``min2`` (the default since): k tokens after a match of >= 2 tokens, none after a 1-token match (vLLM's
+  ``prompt_lookup_min = 2``);
+- ``min3``: a 3-token match needed; ``min2_max4``: as ``min2`` with suffixes up to 4 tokens; ``min2_first``: as
+  ``min2``, continuing the earliest occurrence (transformers' choice) instead of the most recent.
 
     PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/ngram_policy.py --per-category 8 --out benchmarks/results/...json
 """
@@ -28,11 +30,12 @@ import statistics
 from pathlib import Path
 
 def drafters() -> dict:
-    """The policies as the product's :class:`specdec.core.drafters.NgramDrafter` (max_ngram 3, min_ngram 1)."""
+    """The policies as the product's :class:`specdec.core.drafters.NgramDrafter` (max_ngram 3 unless named)."""
     from specdec.core.drafters import NgramDrafter
 
-    return {"weak1": NgramDrafter(distinct_single=False), "classic": NgramDrafter(match_tokens=()),
-            "distinct1": NgramDrafter()}
+    return {"weak1": NgramDrafter(min_ngram=1, match_tokens=(1,)), "classic": NgramDrafter(min_ngram=1, match_tokens=()),
+            "min2": NgramDrafter(), "min3": NgramDrafter(min_ngram=3), "min2_max4": NgramDrafter(max_ngram=4),
+            "min2_first": NgramDrafter(first_occurrence=True)}
 
 
 def simulate(drafter, prompt: list[int], continuation: list[int], k: int) -> list[int]:
@@ -66,6 +69,8 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=6)
     ap.add_argument("--v", type=str, default="", help="v(1..k) as comma-separated numbers (from an idle calibration; "
                     "default: calibrate here)")
+    ap.add_argument("--continuations", type=Path, default=None,
+                    help="JSON cache of the target's greedy continuations (read when present, else written)")
     ap.add_argument("--out", type=Path, default=Path(f"benchmarks/results/{dt.date.today()}-ngram-policy-cpu.json"))
     args = ap.parse_args()
 
@@ -89,13 +94,15 @@ def main() -> None:
         v = calibrate(model, [None], ids0[:120], max(args.k, 8), 7).verify_cost.as_list()[1:]  # v(1..kmax)
     policies = drafters()  # each simulate() resets its drafter's index
     rows = []
+    cached = json.loads(args.continuations.read_text()) if args.continuations and args.continuations.exists() else {}
     for p in subset.prompts:
         ids = prompt_token_ids(p, tok)
         if not ids or len(ids) > 1500:
             continue
-        out = autoregressive_generate(model, torch.tensor([ids]), max_new_tokens=args.max_new_tokens,
-                                      sampling=SamplingConfig(), eos_token_id=tok.eos_token_id)
-        cont = list(out.token_ids)
+        if p.id not in cached:
+            cached[p.id] = list(autoregressive_generate(model, torch.tensor([ids]), max_new_tokens=args.max_new_tokens,
+                                                        sampling=SamplingConfig(), eos_token_id=tok.eos_token_id).token_ids)
+        cont = cached[p.id]
         base = max(len(cont) - 1, 0)
         row = {"prompt_id": p.id, "category": p.category, "prompt_tokens": len(ids), "new_tokens": len(cont)}
         for pol, drafter in policies.items():
@@ -104,6 +111,8 @@ def main() -> None:
                         "speedup": base / predicted_time(w, v) if w else 1.0}
         rows.append(row)
         print(p.category, p.id, {pol: round(row[pol]["speedup"], 3) for pol in policies}, flush=True)
+    if args.continuations:
+        args.continuations.write_text(json.dumps(cached))
     summary = {}
     for cat in sorted({r["category"] for r in rows}) + ["overall"]:
         sel = [r for r in rows if cat in ("overall", r["category"])]

@@ -360,37 +360,40 @@ class NgramDrafter(DrafterBase):
     index (:mod:`specdec.core.ngram_index`), so a miss costs a few dict reads, not a scan.
 
     A short match is weak evidence, and every rejected draft token still widens the target's
-    verification pass, so the proposal length depends on the match length n:
-    ``min(k, match_tokens[n - 1])`` tokens (``k`` for n beyond the tuple). A 1-token match on a
-    *distinctive* token, one that occurs exactly once earlier in the context (a name or a number
-    copied from the source text), is evidence like a 2-token match's (``distinct_single``). The
-    defaults (one token after a 1-token match on a common token, k otherwise) were chosen by
-    measurement against transformers' prompt lookup on Spec-Bench (benchmarks/results/ngram_defaults.md,
-    benchmarks/results/2026-12-02-ngram-policy-cpu.md).
+    verification pass, so by default a match must be 2 tokens long (vLLM's ``prompt_lookup_min = 2``):
+    on a CPU, verifying even one drafted token costs about 1.6 one-token passes, more than a 1-token
+    match is accepted. Chosen by exact replay on 48 Spec-Bench prompts priced with the measured v(n):
+    predicted 1.185x against 1.054x for transformers' prompt lookup (any match, k tokens) and 1.063x
+    for the earlier default (one token after a 1-token match), ahead in every category
+    (benchmarks/results/2026-12-02-ngram-policy-cpu.md). Where verification is nearly free (a GPU,
+    v(1) close to 1), ``min_ngram=1`` proposes more for the same cost. With ``min_ngram=1``, the
+    proposal length after a match of n tokens is ``min(k, match_tokens[n - 1])`` (``k`` for n beyond
+    the tuple).
     ``q`` is one-hot on each proposed token, so acceptance is ``p(x)`` and the residual is ``p``
     with ``x`` removed: sampling stays exactly the target's.
 
     Args:
-        max_ngram: longest suffix to match (tokens), >= min_ngram.
-        min_ngram: shortest suffix to match (tokens), >= 1.
-        match_tokens: most tokens proposed after a match of 1, 2, ... tokens (each >= 1); ``()``
-            proposes k after any match (the classic prompt lookup).
+        max_ngram: longest suffix to match (tokens), >= min_ngram (vLLM's ``prompt_lookup_max``).
+        min_ngram: shortest suffix to match (tokens), >= 1 (vLLM's ``prompt_lookup_min``).
+        match_tokens: most tokens proposed after a match of 1, 2, ... tokens (each >= 0; 0: such a
+            match is treated as a miss); ``()`` proposes k after any match (the classic prompt lookup).
         first_occurrence: continue the earliest occurrence of the suffix instead of the most
             recent one (transformers' prompt lookup takes the earliest).
-        distinct_single: budget a 1-token match on a token seen exactly once before as a 2-token match.
     Raises:
         ValueError: on invalid sizes.
     """
 
     DEFAULT_MATCH_TOKENS: tuple[int, ...] = (1,)
+    DEFAULT_MAX_NGRAM: int = 3
+    DEFAULT_MIN_NGRAM: int = 2
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, match_tokens: tuple[int, ...] | None = None,
-                 first_occurrence: bool = False, distinct_single: bool = True) -> None:
+    def __init__(self, max_ngram: int = DEFAULT_MAX_NGRAM, min_ngram: int = DEFAULT_MIN_NGRAM,
+                 match_tokens: tuple[int, ...] | None = None, first_occurrence: bool = False) -> None:
         if min_ngram < 1 or max_ngram < min_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         match_tokens = self.DEFAULT_MATCH_TOKENS if match_tokens is None else tuple(match_tokens)
-        if any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in match_tokens):
-            raise ValueError(f"match_tokens must be ints >= 1, got {match_tokens!r}")
+        if any(isinstance(m, bool) or not isinstance(m, int) or m < 0 for m in match_tokens):
+            raise ValueError(f"match_tokens must be ints >= 0, got {match_tokens!r}")
         from specdec.core.ngram_index import IndexPool
 
         self.max_ngram = max_ngram
@@ -398,7 +401,6 @@ class NgramDrafter(DrafterBase):
         self.match_tokens = match_tokens
         self.forward_passes = 0
         self.first_occurrence = first_occurrence
-        self.distinct_single = distinct_single
         self._index = IndexPool(max_ngram, min_ngram, first=first_occurrence)
 
     def reset(self) -> None:
@@ -425,14 +427,11 @@ class NgramDrafter(DrafterBase):
         match (:meth:`budget`); empty on a miss."""
         if k <= 0 or len(context) < 2:
             return []
-        index = self._index.index(context)
-        m = index.match(context)
+        m = self._index.match(context)
         if m is None:
             return []
         n, start = m
-        # a distinctive token (the suffix and its one earlier occurrence) is evidence like a 2-token match
-        evidence = 2 if n == 1 and self.distinct_single and index.counts[int(context[-1])] == 2 else n
-        return list(context[start + n : start + n + self.budget(evidence, k)])
+        return list(context[start + n : start + n + self.budget(n, k)])
 
     def proposal(self, context: list[int], k: int, vocab_size: int, stop_token_ids=frozenset()) -> list[int]:
         """One row's proposal: :meth:`lookup`, cut before an id the target lacks (>= ``vocab_size``)

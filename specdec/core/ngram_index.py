@@ -15,7 +15,7 @@ whose continuation starts inside the context.
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Sequence
 
 __all__ = ["NgramIndex", "IndexPool", "brute_force_match"]
@@ -47,7 +47,6 @@ class NgramIndex:
         self.max_n, self.min_n, self.first = max_n, min_n, first
         self.tokens: list[int] = []
         self.maps: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(min_n, max_n + 1)}
-        self.counts: Counter[int] = Counter()
 
     def _is_extension(self, context: Sequence[int]) -> bool:
         m = len(self.tokens)
@@ -58,11 +57,9 @@ class NgramIndex:
         if not self._is_extension(context):
             self.tokens = []
             self.maps = {n: {} for n in self.maps}
-            self.counts = Counter()
         toks = self.tokens
         for t in context[len(toks):]:
             toks.append(int(t))
-            self.counts[toks[-1]] += 1
             # the n-grams ending just before the new last token now have a continuation
             end = len(toks) - 1
             for n, mp in self.maps.items():

@@ -1,6 +1,6 @@
 """The ``ngram`` kind: prompt lookup (Saxena 2023), vLLM's ``ngram`` method; no model, no weights.
 
-Specs: ``ngram`` / ``ngram:N`` / ``ngram:N:M`` (``max_ngram=N``, default 3; ``min_ngram=M``, default 1),
+Specs: ``ngram`` / ``ngram:N`` / ``ngram:N:M`` (``max_ngram=N``, default 3; ``min_ngram=M``, default 2, at most N),
 run as :class:`specdec.core.drafters.NgramDrafter`. The stored label is ``ngram`` whatever the sizes.
 """
 
@@ -37,8 +37,10 @@ class NgramKind(DrafterKind):
             raise DrafterSpecError(f"bad n-gram spec {spec!r}: {_FORMS}") from None
         if len(sizes) > 2:
             raise DrafterSpecError(f"bad n-gram spec {spec!r}: {_FORMS}")
-        max_n = sizes[0] if sizes else 3
-        min_n = sizes[1] if len(sizes) > 1 else 1
+        from specdec.core.drafters import NgramDrafter
+
+        max_n = sizes[0] if sizes else NgramDrafter.DEFAULT_MAX_NGRAM
+        min_n = sizes[1] if len(sizes) > 1 else min(NgramDrafter.DEFAULT_MIN_NGRAM, max_n)
         if min_n < 1 or max_n < min_n:
             raise DrafterSpecError(f"bad n-gram spec {spec!r}: need 1 <= min_ngram <= max_ngram, got {min_n}, {max_n}")
         return max_n, min_n
@@ -74,7 +76,11 @@ class NgramKind(DrafterKind):
             return {"speculative_config": spec, "args": ["--speculative-config", json.dumps(spec, separators=(",", ":"))]}
         if req.engine == "sglang":
             return {"args": ["--speculative-algorithm", self.sglang_algorithm, *sglang_chain(req.k)]}
-        return {"generate_kwargs": {"prompt_lookup_num_tokens": req.k, "max_matching_ngram_size": req.prompt_lookup_max}}
+        out: dict[str, Any] = {"generate_kwargs": {"prompt_lookup_num_tokens": req.k,
+                                                   "max_matching_ngram_size": req.prompt_lookup_max}}
+        if req.prompt_lookup_min > 1:  # transformers' prompt lookup matches down to 1 token: it proposes more
+            out["not_applied"] = {"prompt_lookup_min": req.prompt_lookup_min}
+        return out
 
     def claims(self, obj: Any) -> bool:
         from specdec.core.drafters import NgramDrafter

@@ -34,12 +34,12 @@ def ratio(num: float, den: float) -> float:
 
 def aggregate(runs: list[PromptRun], k: int, *, seed: int = 0, n_resamples: int = 2000,
               verify_cost: VerifyCost | None = None, cost_ratio: float = math.nan,
-              prefill: tuple[float, float] = (math.nan, math.nan),
+              prefill: tuple = (None, None),
               acceptance: list[PromptRun] | None = None) -> GroupMetrics:
     """Pool per-prompt outcomes into one :class:`GroupMetrics` (sums first, then ratios).
 
     Bootstrap CIs resample the prompts that ran (status ``ok``). ``verify_cost``, ``cost_ratio`` and
-    ``prefill`` (target's and draft's prefill per prompt token, in one-token target passes) are the
+    ``prefill`` (target's and draft's :class:`~specdec.validation.timing.PrefillCost`, by prompt length) are the
     driver's calibrated costs (:func:`specdec.validation.timing.calibrate`); without them the in-run c
     and the one in-run point v(k) are used and prompts are left out of the prediction (:func:`predict`).
     ``acceptance``: the runs of the measurement that gates acceptance when it is not ``runs`` (a replay on
@@ -149,17 +149,18 @@ def _pool_timing(g: GroupMetrics, st: DecodingStats, ok: list[PromptRun], ci: di
         )
 
 
-def with_prompts(counters: StepCounters, ok: list[PromptRun], prefill: tuple[float, float]) -> StepCounters:
+def with_prompts(counters: StepCounters, ok: list[PromptRun], prefill: tuple) -> StepCounters:
     """``counters`` plus the prompts' costs (:class:`StepCounters` ``prompt_cost`` /
-    ``draft_prompt_cost``) from the calibrated prefill costs per prompt token ``(target, draft)``;
-    unchanged when those were not measured."""
+    ``draft_prompt_cost``) from the calibrated prefill costs ``(target, draft)``
+    (:class:`~specdec.validation.timing.PrefillCost` by prompt length); unchanged when the target's
+    was not measured (None)."""
     from dataclasses import replace
 
     target_pre, draft_pre = prefill
-    if math.isnan(target_pre):
+    if target_pre is None:
         return counters
-    both = sum(max(target_pre * r.row.prompt_tokens - 1.0, 0.0) for r in ok)
-    spec = 0.0 if math.isnan(draft_pre) else sum(draft_pre * r.draft_prefill_tokens for r in ok)
+    both = sum(max(target_pre(r.row.prompt_tokens) - 1.0, 0.0) for r in ok)
+    spec = 0.0 if draft_pre is None else sum(draft_pre(r.draft_prefill_tokens) for r in ok)
     return replace(counters, prompt_cost=both, draft_prompt_cost=spec)
 
 
@@ -188,5 +189,7 @@ def predict(g: GroupMetrics, counters: StepCounters, verify_cost: VerifyCost | N
         g.recommended_k_basis = REPLAY_BASIS
     if counters_by_k:
         g.recommended_num_speculative_tokens, g.predicted_speedup_at_recommended = best_k(counters_by_k, c, v)
-    g.measured_over_predicted = ratio(g.speedup, g.predicted_speedup) if not math.isnan(g.speedup) else math.nan
-    g.timing_suspect = timing_band(g.speedup, g.predicted_speedup)
+    # like with like: the model predicts pooled token rates (Σ tokens / Σ cost over the prompts), so it is
+    # checked against the pooled measured speedup; the verdict's median paired ratio is shown beside it
+    g.measured_over_predicted = ratio(g.speedup_pooled, g.predicted_speedup) if not math.isnan(g.speedup_pooled) else math.nan
+    g.timing_suspect = timing_band(g.speedup_pooled, g.predicted_speedup)

@@ -119,7 +119,7 @@ def _pooled(subset_runs: list, n: int, config: ValidationConfig, calibration: Ca
         if calibration is not None:
             agg.update(verify_cost=calibration.verify_cost, cost_ratio=calibration.cost_ratios[j],
                        prefill=(calibration.target_prefill, calibration.draft_prefill[j]
-                                if j < len(calibration.draft_prefill) else math.nan))
+                                if j < len(calibration.draft_prefill) else None))
         out.append(DecodedDrafter(runs, *groups(runs, config.num_speculative_tokens, **agg), agg))
     return out
 

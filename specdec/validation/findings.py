@@ -22,7 +22,7 @@ SLOWER_NOTE = (
     "draft/target cost per pass c={c:.2f}, verification pass / one-token target pass v(k)={v:.2f}"
 )
 SUSPECT_NOTE = (
-    "timing suspect: measured {speedup:.2f}x is {r:.2f} of the predicted {pred:.2f}x (outside {lo}-{hi}; load avg "
+    "timing suspect: measured {speedup:.2f}x (pooled over the prompts) is {r:.2f} of the predicted {pred:.2f}x (outside {lo}-{hi}; load avg "
     "{load:.1f} on {cpus} CPUs, {remeasured} prompt(s) re-timed): the measured speedup is not a finding; re-run on "
     "an idle machine"
 )
@@ -34,7 +34,7 @@ def timing_suspect_note(g) -> str | None:
 
     if not g.timing_suspect:
         return None
-    return SUSPECT_NOTE.format(speedup=g.speedup, r=g.measured_over_predicted, pred=g.predicted_speedup,
+    return SUSPECT_NOTE.format(speedup=g.speedup_pooled, r=g.measured_over_predicted, pred=g.predicted_speedup,
                                lo=TIMING_BAND[0], hi=TIMING_BAND[1], load=g.load_avg_1m_max, cpus=g.num_cpus,
                                remeasured=g.num_remeasured)
 

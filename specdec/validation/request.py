@@ -129,11 +129,11 @@ def precision_of(target: torch.nn.Module, draft: torch.nn.Module | None, recipe:
 def calibrate_on(model: torch.nn.Module, draft_models: list[torch.nn.Module | None], subset: HeldoutSet, tok: Any,
                  k: int, *, kmax: int = CALIBRATED_KMAX, reps: int = 7) -> Calibration | None:
     """:func:`specdec.validation.timing.calibrate` on the shortest usable prompt of ``subset``
-    (v(n) for n up to ``max(k, kmax)``); None when no prompt has tokens."""
+    (v(n) for n up to ``max(k, kmax)``; prefill also on the longest); None when no prompt has tokens."""
     from specdec.validation.heldout import prompt_token_ids
 
     ids = [prompt_token_ids(p, tok) for p in subset.prompts[:16] if not p.is_empty]
     ids = [x for x in ids if x]
     if not ids:
         return None
-    return calibrate(model, draft_models, min(ids, key=len), max(k, kmax), reps)
+    return calibrate(model, draft_models, min(ids, key=len), max(k, kmax), reps, long_prompt=max(ids, key=len))

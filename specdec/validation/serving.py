@@ -32,6 +32,7 @@ from typing import Any
 __all__ = ["ENGINES", "DEFAULT_ENGINE", "serving_config"]
 
 from specdec.core.config import DRAFT_SAMPLING_BY_ENGINE, SpeculativeConfig
+from specdec.core.drafters import NgramDrafter
 from specdec.kinds import ServingRequest, kind_of
 
 #: the engine profiles (the names :data:`specdec.core.config.DRAFT_SAMPLING_BY_ENGINE` uses for each engine's proposal rule)
@@ -40,7 +41,7 @@ DEFAULT_ENGINE = "vllm"
 
 
 def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, *, draft: str | None,
-                   prompt_lookup_max: int = 4, prompt_lookup_min: int = 1,
+                   prompt_lookup_max: int = NgramDrafter.DEFAULT_MAX_NGRAM, prompt_lookup_min: int = NgramDrafter.DEFAULT_MIN_NGRAM,
                    assistant_confidence_threshold: float | None = None, target: str | None = None) -> dict[str, Any]:
     """The serving settings of one engine profile for a validated pair.
 
@@ -51,7 +52,8 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
         num_speculative_tokens: the validated k (>= 1).
         draft: the draft model reference the engine loads (path or Hub id; llama.cpp: a GGUF file);
             ignored for ``ngram``.
-        prompt_lookup_max, prompt_lookup_min: the n-gram drafter's suffix lengths (tokens).
+        prompt_lookup_max, prompt_lookup_min: the n-gram drafter's suffix lengths (tokens; default: the
+            validated :class:`~specdec.core.drafters.NgramDrafter`'s).
         assistant_confidence_threshold: the validated tau, if any: transformers takes it as is; vLLM and
             SGLang have no per-token confidence stop, so it is reported under ``not_applied``.
         target: the target reference (llama.cpp: the target GGUF, required there).
@@ -78,7 +80,10 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
     req = ServingRequest(engine=engine, label=drafter_kind, k=k, draft=None if kind.model_free else draft, target=target,
                          prompt_lookup_max=prompt_lookup_max, prompt_lookup_min=prompt_lookup_min,
                          tau=tau if kind.tau_applies(engine) else None)
-    return {**out, **kind.serving(req)}
+    served = kind.serving(req)
+    if "not_applied" in out and "not_applied" in served:
+        served["not_applied"] = {**out["not_applied"], **served["not_applied"]}
+    return {**out, **served}
 
 
 def engine_config(engine: str | None, config: SpeculativeConfig) -> tuple[str, SpeculativeConfig]:

@@ -13,7 +13,12 @@ import torch
 
 from specdec.core.kv import model_device, sync
 
-__all__ = ["PassTimer", "pass_costs", "calibrate", "Calibration", "verify_widths"]
+__all__ = ["PassTimer", "pass_costs", "calibrate", "Calibration", "PrefillCost", "verify_widths", "PREFILL_LONG_TOKENS"]
+
+#: the second prefill length (tokens) :func:`calibrate` times, beside the calibration prompt: prefill per token
+#: falls with the length until the GEMMs are wide (SmolLM2-135M fp32 on 2 EPYC threads: 0.047 one-token passes
+#: per token at 40 tokens, 0.030 at 100, 0.027-0.028 from 200 to 1,100; docs/metrics.md)
+PREFILL_LONG_TOKENS = 256
 
 
 class PassTimer:
@@ -117,6 +122,28 @@ def verify_widths(kmax: int) -> list[int]:
     return ns + [kmax] if kmax not in ns else ns
 
 
+@dataclass(frozen=True)
+class PrefillCost:
+    """A prefill's cost over ``L`` prompt tokens, in one-token target passes: ``base + per_token * L``
+    (a line through two measured lengths, :func:`calibrate`); 0 for ``L = 0`` (no prefill)."""
+
+    per_token: float
+    base: float = 0.0
+
+    def __call__(self, tokens: int) -> float:
+        return max(self.base + self.per_token * tokens, 0.0) if tokens > 0 else 0.0
+
+    @classmethod
+    def through(cls, points: list[tuple[int, float]]) -> "PrefillCost":
+        """The line through ``[(tokens, cost)]`` (one point: through the origin; two: the first and
+        the last), the slope floored at 0."""
+        (l1, c1), (l2, c2) = points[0], points[-1]
+        if l2 <= l1:
+            return cls(c1 / l1 if l1 else math.nan)
+        slope = max((c2 - c1) / (l2 - l1), 0.0)
+        return cls(slope, c1 - slope * l1)
+
+
 @dataclass
 class Calibration:
     """Pass costs measured once per validation run, shared by every prediction of that run.
@@ -127,23 +154,25 @@ class Calibration:
             without a model: its lookup is timed in the run itself).
         target_step_s: the target's one-token pass, seconds.
         raw_verify: measured v(n) before the fit.
-        target_prefill / draft_prefill: the target's and each draft model's prefill over the
-            calibration prompt, in one-token target passes per prompt token (NaN: not measured;
-            a drafter without a model: 0).
+        target_prefill / draft_prefill: the target's and each draft model's prefill cost by prompt
+            length (:class:`PrefillCost`, in one-token target passes; None: not measured; a drafter
+            without a model: ``PrefillCost(0.0)``).
     """
 
     verify_cost: Any
     cost_ratios: list[float]
     target_step_s: float
     raw_verify: dict[int, float] = field(default_factory=dict)
-    target_prefill: float = math.nan
-    draft_prefill: list[float] = field(default_factory=list)
+    target_prefill: PrefillCost | None = None
+    draft_prefill: list[PrefillCost | None] = field(default_factory=list)
 
 
 def calibrate(target: torch.nn.Module, draft_models: list[torch.nn.Module | None], prompt: list[int], kmax: int,
-              reps: int = 7) -> Calibration:
+              reps: int = 7, long_prompt: list[int] | None = None) -> Calibration:
     """Measure c for each draft model and v(n) for n in :func:`verify_widths` (isolated passes,
-    warm KV cache, interleaved rounds, medians) on ``prompt``; fit v (monotone, floored at 1)."""
+    warm KV cache, interleaved rounds, medians) on ``prompt``; v as measured (clipped to [1, n + 1],
+    :meth:`VerifyCost.fit`). Prefill costs are timed on ``prompt`` and, when given, on the first
+    :data:`PREFILL_LONG_TOKENS` tokens of ``long_prompt`` (:class:`PrefillCost` through both)."""
     from specdec.validation.speed import VerifyCost
 
     ns = verify_widths(max(1, kmax))
@@ -153,9 +182,13 @@ def calibrate(target: torch.nn.Module, draft_models: list[torch.nn.Module | None
     t1 = costs["target"][1]
     raw = {n: costs["target"][n + 1] / t1 for n in ns}
     c = [costs[f"d{i}"][1] / t1 if m is not None else math.nan for i, m in enumerate(draft_models)]
-    per_token = t1 * len(prompt)
-    pre = [prefill_seconds(m, prompt) / per_token if m is not None else 0.0 for m in draft_models]
-    return Calibration(VerifyCost.fit(raw), c, t1, raw, prefill_seconds(target, prompt) / per_token, pre)
+    lengths = [prompt] + ([long_prompt[:PREFILL_LONG_TOKENS]] if long_prompt and len(long_prompt) > len(prompt) else [])
+
+    def prefill(m: torch.nn.Module) -> PrefillCost:
+        return PrefillCost.through([(len(p), prefill_seconds(m, p) / t1) for p in lengths])
+
+    pre = [prefill(m) if m is not None else PrefillCost(0.0) for m in draft_models]
+    return Calibration(VerifyCost.fit(raw), c, t1, raw, prefill(target), pre)
 
 
 def prefill_seconds(model: torch.nn.Module, prompt: list[int], reps: int = 3) -> float:

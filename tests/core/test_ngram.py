@@ -51,41 +51,41 @@ def test_pool_keeps_rows_apart_and_reuses_growing_slices():
 
 def test_weak_matches_propose_fewer_tokens_and_a_miss_proposes_nothing():
     ctx = [10, 11, 12, 13, 14, 20, 30, 10]  # suffix [10] matches once (1-token match)
-    classic = NgramDrafter(match_tokens=())
+    classic = NgramDrafter(min_ngram=1, match_tokens=())
     assert classic.lookup(ctx, 4) == [11, 12, 13, 14]
-    weak = NgramDrafter(match_tokens=(1, 2), distinct_single=False)
+    weak = NgramDrafter(min_ngram=1, match_tokens=(1, 2))
     assert weak.lookup(ctx, 4) == [11]
     assert weak.lookup(ctx + [11], 4) == [12, 13]  # a 2-token match: 2 tokens
     assert weak.lookup(ctx + [11, 12], 4) == [13, 14, 20, 30]  # 3-token match: k
     assert weak.lookup([1, 2, 3, 4], 4) == []  # miss
     rep = [5, 6, 7, 5, 8, 9, 5]  # [5] occurs at 0 and 3
-    assert NgramDrafter(match_tokens=()).lookup(rep, 2) == [8, 9]
-    assert NgramDrafter(match_tokens=(), first_occurrence=True).lookup(rep, 2) == [6, 7]
+    assert NgramDrafter(min_ngram=1, match_tokens=()).lookup(rep, 2) == [8, 9]
+    assert NgramDrafter(min_ngram=1, match_tokens=(), first_occurrence=True).lookup(rep, 2) == [6, 7]
     assert weak.budget(1, 4) == 1 and weak.budget(5, 3) == 3
+    assert NgramDrafter(min_ngram=1, match_tokens=(0,)).lookup(ctx, 4) == []  # budget 0: a 1-token match is a miss
     with pytest.raises(ValueError, match="match_tokens"):
-        NgramDrafter(match_tokens=(0,))
+        NgramDrafter(match_tokens=(-1,))
 
 
-def test_a_one_token_match_on_a_distinctive_token_proposes_like_a_two_token_match():
-    d = NgramDrafter()  # defaults: 1 token after a 1-token match, k after 2+; distinct_single on
-    distinct = [10, 11, 12, 13, 14, 20, 30, 10]  # 10 occurred once before: a name copied from the source
-    assert d.lookup(distinct, 4) == [11, 12, 13, 14]
-    common = [10, 11, 12, 10, 13, 14, 20, 30, 10]  # 10 occurred twice before: weak evidence
-    assert d.lookup(common, 4) == [13]
-    assert NgramDrafter(distinct_single=False).lookup(distinct, 4) == [11]
-    assert d.lookup(distinct + [11, 99], 4) == []  # a miss still proposes nothing
+def test_the_default_needs_a_two_token_match_and_then_proposes_k():
+    d = NgramDrafter()  # vLLM's prompt_lookup_min = 2, prompt_lookup_max = 3
+    assert (d.min_ngram, d.max_ngram) == (2, 3)
+    ctx = [10, 11, 12, 13, 14, 20, 30, 10]
+    assert d.lookup(ctx, 4) == []  # a 1-token match is weak evidence: a plain target step
+    assert d.lookup(ctx + [11], 4) == [12, 13, 14, 20]  # a 2-token match: k tokens
+    assert d.lookup(ctx + [11], 4) == NgramDrafter(min_ngram=1, match_tokens=(0,)).lookup(ctx + [11], 4)
 
 
-@pytest.mark.parametrize("distinct_single", [True, False])
+@pytest.mark.parametrize("min_ngram", [1, 2])
 @pytest.mark.parametrize("match_tokens", [(), (1,), (1, 2)])
-def test_greedy_output_identical_with_any_policy(match_tokens, distinct_single):
+def test_greedy_output_identical_with_any_policy(match_tokens, min_ngram):
     target = tiny_llama(103, hidden_size=64, init_std=0.3, seed=3)
     g = torch.Generator().manual_seed(5)
     base = torch.randint(7, 103, (1, 12), generator=g)
     ids = torch.cat([base, base, base[:, :6]], dim=1)  # repetitions so the lookup hits
     kw = dict(max_new_tokens=48, sampling=SamplingConfig(), eos_token_id=None)
     ref = autoregressive_generate(target, ids, **kw)
-    drafter = NgramDrafter(match_tokens=match_tokens, distinct_single=distinct_single)
+    drafter = NgramDrafter(min_ngram=min_ngram, match_tokens=match_tokens)
     out = speculative_generate(target, drafter, ids, num_speculative_tokens=4, **kw)
     assert out.token_ids == ref.token_ids
     assert out.stats.num_drafts > 0

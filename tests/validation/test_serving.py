@@ -14,9 +14,13 @@ def test_vllm_speculative_config_json():
     assert sc["speculative_config"] == {"method": "draft_model", "model": "models:/smollm2-int8/3",
                                         "num_speculative_tokens": 5}
     assert sc["args"][0] == "--speculative-config" and json.loads(sc["args"][1]) == sc["speculative_config"]
-    ng = serving_config("vllm", "ngram", 4, draft=None, prompt_lookup_max=3)
+    ng = serving_config("vllm", "ngram", 4, draft=None)
     assert ng["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3,
-                                        "prompt_lookup_min": 1}
+                                        "prompt_lookup_min": 2}  # the validated NgramDrafter's sizes
+    from specdec.core.drafters import NgramDrafter
+    from specdec.kinds import ServingRequest
+    d, r = NgramDrafter(), ServingRequest("vllm", "ngram", 4)
+    assert (r.prompt_lookup_max, r.prompt_lookup_min) == (d.max_ngram, d.min_ngram)
 
 
 def test_sglang_flags_are_a_chain_of_k_drafts():

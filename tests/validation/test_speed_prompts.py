@@ -46,3 +46,16 @@ def test_which_drafts_prefill_the_prompt_themselves():
     assert draft_prefill_tokens(under_test(ModelDrafter(bf16), bf16), other_target, n) == n  # stale: its own prefill
     assert draft_prefill_tokens(under_test(NgramDrafter(), None), target, n) == 0
     assert math.isclose(draft_prefill_tokens(under_test(bf16, bf16), target, n), n)  # a bare module: no adoption
+
+
+def test_prefill_cost_is_a_line_through_two_measured_lengths():
+    """Prefill per token falls with the length (wider GEMMs), so a cost measured on the shortest
+    prompt alone over-charges the long ones and pulls every prediction towards 1x."""
+    from specdec.validation.timing import PrefillCost
+
+    line = PrefillCost.through([(40, 1.9), (256, 7.3)])  # one-token passes, as measured on SmolLM2 (2 threads)
+    assert line.per_token == pytest.approx(5.4 / 216) and line(40) == pytest.approx(1.9)
+    assert line(1000) == pytest.approx(1.9 + 960 * 5.4 / 216)  # 25.9, where 1.9 / 40 per token gave 47.5
+    assert line(0) == 0.0  # a draft that adopts the target's KV prefills nothing
+    assert PrefillCost.through([(40, 2.0)])(1000) == pytest.approx(50.0)  # one length: through the origin
+    assert PrefillCost.through([(40, 2.0), (256, 1.5)]).per_token == 0.0  # a noisy slope never goes negative

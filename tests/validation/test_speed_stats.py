@@ -47,14 +47,13 @@ def test_speedup_counts_the_steps_as_they_ran():
     assert tot.steps_by_proposed == {2: 2.0, 3: 2.0} and tot.proposed == 10
 
 
-def test_verify_cost_curve_is_measured_monotone_and_never_extrapolated():
-    noisy = {1: 1.31, 2: 1.20, 3: 1.50, 4: 1.45, 6: 1.82}
-    v = VerifyCost.fit(noisy)
+def test_verify_cost_curve_keeps_the_measured_points_and_is_never_extrapolated():
+    # a CPU's BLAS picks its kernel by row count: a wider pass may cost less, and the curve keeps it
+    measured = {1: 1.58, 2: 1.90, 3: 1.35, 4: 1.25, 6: 1.70}
+    v = VerifyCost.fit(measured)
     assert v(0) == 1.0
-    vals = [v(n) for n in range(7)]
-    assert all(a <= b for a, b in zip(vals, vals[1:]))  # isotonic
-    assert v(1) == v(2) == pytest.approx((1.31 + 1.20) / 2) and v(3) == v(4) == pytest.approx(1.475)
-    assert v(5) == pytest.approx((1.475 + 1.82) / 2)  # interpolated between measured points
+    assert [v(n) for n in (1, 2, 3, 4, 6)] == pytest.approx([1.58, 1.90, 1.35, 1.25, 1.70])
+    assert v(5) == pytest.approx((1.25 + 1.70) / 2)  # interpolated between measured points
     assert math.isnan(v(7)) and v.n_max == 6
     assert VerifyCost.fit({1: 0.9, 2: 0.95}).as_list() == [1.0, 1.0, 1.0]  # never below one pass
     # never above n + 1 passes (one token at a time through the cache): a stalled timing is clipped
