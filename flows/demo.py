@@ -402,10 +402,11 @@ def _act_model(demo: _Demo) -> tuple[Path, Path, object]:
 def _budget(demo: _Demo, target_dir: Path) -> None:
     """The held-out size from the measured one-token pass (:mod:`flows.demo_budget`); env overrides win."""
     from flows import demo_budget
+    from registry.gate import GateConfig
     from specdec.models import load_causal_lm
 
     t1 = demo_budget.one_token_pass_seconds(load_causal_lm(str(target_dir), dtype="float32", device="cpu").model)
-    b = demo_budget.choose(t1)
+    b = demo_budget.choose(t1, GateConfig().min_draft_tokens)
     demo.budget = b.to_dict()
     demo.per_cat = b.per_category if demo.per_cat is None else demo.per_cat
     demo.max_new = b.max_new_tokens if demo.max_new is None else demo.max_new

@@ -15,6 +15,12 @@ check of each candidate on the nightly's prompts, and three nights. The constant
 demo runs; their derivation and the runs that check them: ``benchmarks/results/demo.md``.
 Night 2's stale pair costs a quarter more than a healthy night (short blocks), and a timing-suspect
 night re-times its slow prompts once: :data:`MARGIN` keeps room for both.
+
+A size must also give the promotion gate its evidence (``GateConfig.min_draft_tokens`` drafted tokens
+in night 1): a healthy pair drafts about :data:`DRAFTED_PER_TOKEN` tokens per emitted token at the k
+recommend picks (k/(k + 1), k >= 4), so a night must emit ``min_draft_tokens / DRAFTED_PER_TOKEN``
+tokens. On a CPU too slow for any such size within the margin, the cheapest one with the evidence is
+taken if it fits the whole budget (a demo that cannot promote tells no story).
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ CHOICES = ((2, 48), (2, 40), (2, 32), (1, 48), (1, 40), (1, 32))
 CATEGORIES = 6
 NUM_CANDIDATES = 2
 NIGHTS = 3
+#: drafted tokens per emitted token of a healthy pair at k >= 4 (k / (k + 1))
+DRAFTED_PER_TOKEN = 0.8
 
 
 @dataclass(frozen=True)
@@ -61,20 +69,29 @@ def predicted_seconds(t1_s: float, per_category: int, max_new_tokens: int) -> fl
     return FIXED_S + t1_s * (FINETUNE_T1 + T1_PER_PROMPT_TOKEN * prompt_runs * max_new_tokens)
 
 
-def choose(t1_s: float) -> DemoBudget:
-    """The first of :data:`CHOICES` whose predicted time is within ``MARGIN * BUDGET_S`` (else the last).
+def has_evidence(per_category: int, max_new_tokens: int, min_draft_tokens: int) -> bool:
+    """Whether a night of this size drafts at least ``min_draft_tokens`` tokens (module docstring);
+    the first token of each prompt comes from the prefill."""
+    return per_category * CATEGORIES * (max_new_tokens - 1) * DRAFTED_PER_TOKEN >= min_draft_tokens
+
+
+def choose(t1_s: float, min_draft_tokens: int = 0) -> DemoBudget:
+    """The first of :data:`CHOICES` with the gate's evidence (:func:`has_evidence`) whose predicted time
+    is within ``MARGIN * BUDGET_S``; else the cheapest with the evidence if it is within ``BUDGET_S``;
+    else the last with the evidence (``fits`` False).
 
     Raises:
         ValueError: ``t1_s`` not positive.
     """
     if not t1_s > 0:
         raise ValueError(f"one-token pass time must be > 0 s, got {t1_s!r}")
-    for per_cat, new in CHOICES:
-        s = predicted_seconds(t1_s, per_cat, new)
+    sized = [(pc, new, predicted_seconds(t1_s, pc, new)) for pc, new in CHOICES
+             if has_evidence(pc, new, min_draft_tokens)] or [(*CHOICES[0], predicted_seconds(t1_s, *CHOICES[0]))]
+    for per_cat, new, s in sized:
         if s <= MARGIN * BUDGET_S:
             return DemoBudget(per_cat, new, t1_s * 1e3, s, True)
-    per_cat, new = CHOICES[-1]
-    return DemoBudget(per_cat, new, t1_s * 1e3, predicted_seconds(t1_s, per_cat, new), False)
+    per_cat, new, s = min(sized, key=lambda x: x[2])
+    return DemoBudget(per_cat, new, t1_s * 1e3, s, s <= BUDGET_S)
 
 
 def one_token_pass_seconds(model, reps: int = 9) -> float:
