@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from specdec.core.stats import DecodingStats, per_token_acceptance
-from specdec.validation.metrics import AgreementSums, bootstrap_ratio_ci
+from specdec.validation.metrics import AgreementSums, bootstrap_ratio_ci, proportion_ci
 from specdec.validation.machine import usable_cpus
 from specdec.validation.prompt_run import PromptRun
 from specdec.validation.report import GroupMetrics
@@ -96,14 +96,13 @@ def _pool_acceptance(g: GroupMetrics, st: DecodingStats, ok: list[PromptRun], ci
     g.conditional_per_position_acceptance = st.conditional_per_position_acceptance
     g.draft_tokens_per_step = st.draft_tokens_per_step
     g.alpha_hat = st.alpha_hat
-    g.acceptance_rate_ci = bootstrap_ratio_ci(
-        [r.stats.num_accepted_tokens for r in ok], [r.stats.num_draft_tokens for r in ok], **ci
-    )
-    g.alpha_hat_ci = bootstrap_ratio_ci(
+    g.acceptance_rate_ci = proportion_ci(st.num_accepted_tokens, st.num_draft_tokens, bootstrap_ratio_ci(
+        [r.stats.num_accepted_tokens for r in ok], [r.stats.num_draft_tokens for r in ok], **ci))
+    g.alpha_hat_ci = proportion_ci(st.num_accepted_tokens, st.num_accepted_tokens + st.num_rejected_steps, bootstrap_ratio_ci(
         [r.stats.num_accepted_tokens for r in ok],
         [r.stats.num_accepted_tokens + r.stats.num_rejected_steps for r in ok],
         **ci,
-    )
+    ))
     # the floor's per-token acceptance: the bootstrap CI of accepted per step, mapped through iid_alpha
     mean_ci = bootstrap_ratio_ci([r.stats.num_accepted_tokens for r in ok], [r.stats.num_drafts for r in ok], **ci)
     g.per_token_acceptance, g.per_token_acceptance_ci = per_token_acceptance(

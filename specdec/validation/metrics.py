@@ -141,3 +141,25 @@ def bootstrap_ratio_ci(
     lo, hi = np.percentile(ratios, [tail, 100.0 - tail])
     return [float(lo), float(hi)]
 
+
+def proportion_ci(successes: float, trials: float, bootstrap_ci: Sequence[float], confidence: float = 0.95) -> list[float]:
+    """A proportion's CI: the prompt bootstrap's ``bootstrap_ci`` widened to contain the exact binomial
+    (Clopper-Pearson) interval of the pooled ``successes / trials``.
+
+    The bootstrap over prompts carries the variation between prompts but collapses to a point when
+    every prompt has the same ratio: at 222 of 222 drafted tokens accepted it says [1.000, 1.000],
+    while 222 Bernoulli trials only bound the rate below by 0.984. The binomial interval is the
+    within-prompt part; their hull is never narrower than either. ``[nan, nan]`` bootstrap (one prompt)
+    stays as it is; ``trials <= 0`` returns ``bootstrap_ci`` unchanged.
+    """
+    lo, hi = (float(x) for x in bootstrap_ci)
+    if math.isnan(lo) or math.isnan(hi) or not trials > 0:
+        return [lo, hi]
+    from scipy.stats import beta
+
+    a = (1.0 - confidence) / 2.0
+    k, n = float(successes), float(trials)
+    cp_lo = 0.0 if k <= 0 else float(beta.ppf(a, k, n - k + 1))
+    cp_hi = 1.0 if k >= n else float(beta.ppf(1.0 - a, k + 1, n - k))
+    return [min(lo, cp_lo), max(hi, cp_hi)]
+

@@ -64,3 +64,19 @@ def test_bootstrap_coverage_on_binomial_data():
         lo, hi = bootstrap_ratio_ci(x, [50.0] * 40, n_resamples=500, seed=rep)
         hits += lo <= 0.7 <= hi
     assert hits >= 33
+
+
+def test_a_proportion_ci_never_collapses_to_a_point_at_all_accepted():
+    """222 of 222 drafted tokens accepted on 6 prompts: the prompt bootstrap says [1, 1]; the exact
+    binomial bound (0.025 ** (1 / 222) = 0.9835) keeps a decoding at 100% comparable with a teacher-forced
+    0.986 [0.979, 0.993] (the demo's night 3 was marked a measurement disagreement without it)."""
+    from specdec.validation.metrics import bootstrap_ratio_ci, proportion_ci
+
+    boot = bootstrap_ratio_ci([37] * 6, [37] * 6)
+    assert boot == [1.0, 1.0]
+    lo, hi = proportion_ci(222, 222, boot)
+    assert hi == 1.0 and lo == pytest.approx(0.025 ** (1 / 222), abs=1e-9)
+    wide = proportion_ci(90, 100, [0.70, 0.97])  # a bootstrap wider than the binomial interval stays
+    assert wide == [0.70, 0.97]
+    assert proportion_ci(0, 50, [0.0, 0.0])[1] == pytest.approx(1 - 0.025 ** (1 / 50), abs=1e-9)
+    assert all(math.isnan(x) for x in proportion_ci(5, 5, [math.nan, math.nan]))  # one prompt: not estimable
