@@ -253,7 +253,9 @@ def replay_rule(current: GroupMetrics) -> RuleResult:
 # "Speculation no longer pays": speculative decoding is only worth serving while it is faster than
 # target-only decoding. The validation measures both on the same prompts, paired per prompt
 # (specdec.validation.speed), with a bootstrap 95% CI of the pooled speedup; the rule fires when the
-# CI's upper end is below RuleSettings.speed_threshold (1.0) with >= speed_min_prompts prompts.
+# CI's upper end is below RuleSettings.speed_threshold (1.0) with >= speed_min_prompts prompts, or
+# when the speedup is below the threshold and its CI lies entirely below the baseline run's CI (a
+# credible fall, e.g. 1.42x [1.20, 1.50] -> 0.73x [0.61, 1.03] on six prompts).
 # Timings depend on the machine as much as on the pair: a run whose mean 1-minute load per CPU
 # exceeded speed_max_load_per_cpu and whose speedup (or its CI's lower end) is below the threshold is
 # speed-inconclusive (status "inconclusive"): stored and shown, never alerted on, and it makes the
@@ -285,6 +287,16 @@ def _model_gap(g: GroupMetrics) -> str:
     return (f"disagrees with the speed model's {'?' if pred is None else f'{pred:.2f}x'} (measured/predicted "
             f"{'?' if ratio is None else f'{ratio:.2f}'}, outside {TIMING_BAND[0]:.2f}-{TIMING_BAND[1]:.2f}; "
             f"{n} prompt(s) re-timed)")
+
+
+def _credibly_below_baseline(ci: tuple[float, float], baseline: GroupMetrics | None) -> str | None:
+    """``"1.42x (95% CI 1.20-1.50x)"`` when the current speedup CI ``ci`` lies entirely below the
+    baseline run's CI (both paired and interleaved measurements), else None."""
+    raw = list(getattr(baseline, "speedup_ci", None) or []) if baseline is not None else []
+    lo, hi, sp = (_num(raw[0]), _num(raw[1]), _num(baseline.speedup)) if len(raw) == 2 else (None, None, None)
+    if lo is None or hi is None or sp is None or not ci[1] < lo:
+        return None
+    return f"{sp:.2f}x (95% CI {lo:.2f}-{hi:.2f}x)"
 
 
 def speed_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: RuleSettings):
@@ -331,6 +343,11 @@ def speed_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: R
         return RuleResult(status=INSUFFICIENT, **common, message=(
             f"{shown} on {n} prompts (< {settings.speed_min_prompts} needed or no CI): not enough evidence"))
     if value < settings.speed_threshold <= ci[1]:
+        fell = _credibly_below_baseline(ci, baseline)
+        if fell:
+            return RuleResult(status=FIRING, **common, message=(
+                f"speculation no longer pays: {shown}, below {settings.speed_threshold:.2f}x and credibly below the "
+                f"baseline's {fell} (the CIs do not overlap), although its CI still reaches {settings.speed_threshold:.2f}x"))
         return RuleResult(status=INSUFFICIENT, **common, message=(
             f"{shown} below {settings.speed_threshold:.2f}x, but the CI reaches above it: no speed alert yet"))
     if ci[1] < settings.speed_threshold:

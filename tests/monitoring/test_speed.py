@@ -61,6 +61,16 @@ def test_not_credibly_slower_does_not_fire(sp, ci, status):
     assert speed(res).status == status and rules.verdict(res) == "passed"
 
 
+def test_a_credible_fall_below_the_baseline_fires_although_the_ci_reaches_one():
+    """The demo's stale night on six prompts: 1.42x [1.20, 1.50] -> 0.73x [0.61, 1.03]."""
+    base = report(speedup=1.42, ci=(1.20, 1.50))
+    r = speed(ev(report(speedup=0.73, ci=(0.61, 1.03)), base=base))
+    assert r.status == FIRING and "credibly below the baseline's 1.42x (95% CI 1.20-1.50x)" in r.message
+    assert speed(ev(report(speedup=0.73, ci=(0.61, 1.03)))).status == INSUFFICIENT  # no baseline: no claim
+    assert speed(ev(report(speedup=0.95, ci=(0.85, 1.25)), base=base)).status == INSUFFICIENT  # CIs overlap
+    assert speed(ev(report(speedup=1.05, ci=(0.95, 1.15)), base=base)).status == OK  # still pays: no alert
+
+
 def test_overloaded_machine_is_speed_inconclusive_and_never_alerts():
     rep = report(speedup=0.6, ci=(0.5, 0.7), load=4.3, cpus=2)  # 2.15 per CPU > 1.25
     res = ev(rep)
