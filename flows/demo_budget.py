@@ -34,7 +34,7 @@ BUDGET_S = 600.0
 MARGIN = 0.85
 FIXED_S = 35.0
 FINETUNE_T1 = 1200.0
-T1_PER_PROMPT_TOKEN = 2.75
+T1_PER_PROMPT_TOKEN = 2.5
 #: (prompts per category, new tokens), most informative first; the demo takes the first that fits
 CHOICES = ((2, 48), (2, 40), (2, 32), (1, 48), (1, 40), (1, 32))
 CATEGORIES = 6
