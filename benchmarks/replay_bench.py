@@ -16,7 +16,7 @@ Seconds are wall seconds of the whole call (model hashing, continuations, passes
 The 480-prompt re-run night is measured with ``--night`` (warm replay of every Spec-Bench prompt,
 continuations produced first, untimed) or extrapolated from the warm seconds per prompt.
 Writes ``benchmarks/results/<date>-replay-cpu.json`` and merges ``p3_replay``, ``p3_replay_cold``
-and ``replay_decode_agreement`` into the newest ``benchmarks/results/<date>-cpu.json``.
+and ``replay_decode_agreement`` into the newest speed-benchmark result (``<date>-cpu[-<tag>].json``).
 
 Usage::
 
@@ -173,11 +173,20 @@ def headline(result: dict) -> None:
 
 
 def merge_into_newest(result: dict, source: str) -> None:
-    """Merge the headline keys into the newest ``<date>-cpu.json`` (if any)."""
-    cands = sorted(p for p in RESULTS.glob("*-cpu.json") if "replay" not in p.name)
+    """Merge the headline keys into the newest speed-benchmark result (``benchmarks/perf.py``'s
+    ``<date>-cpu[-<tag>].json``, recognised by its ``p1``/``p2`` headline; other ``*-cpu.json`` results,
+    e.g. a step profile, are never touched), if any."""
+    def is_perf(p: Path) -> bool:
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(data, dict) and {"p1", "p2", "drafters"} <= data.keys()
+
+    cands = [p for p in RESULTS.glob("*-cpu*.json") if is_perf(p)]
     if not cands:
         return
-    path = cands[-1]
+    path = max(cands, key=lambda p: str(json.loads(p.read_text()).get("created_at", "")))  # the newest run
     data = json.loads(path.read_text())
     for k in ("p3_replay", "p3_replay_cold", "replay_decode_agreement"):
         data[k] = result[k]
