@@ -7,7 +7,8 @@ For every version the versions table must show the verdict and the acceptance ra
 the Description column (the table shows 29 characters of it) and the ``validation_status`` /
 ``acceptance_rate`` tag chips unclipped; a version links to its validation run; the validation
 experiment opens on its runs table; a run shows its plots and the Evidently report (which says what
-it compares). Screenshots go to ``benchmarks/results/ui/``.
+it compares). Screenshots go to a temporary directory; ``SPECDEC_UI_SHOTS=benchmarks/results/ui`` refreshes
+the committed ones.
 
 Skipped, with the reason, only where no Chromium executable or no Playwright package exists
 (``.ci/run`` installs ``chromium`` with apt-get when it runs as root).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -27,7 +29,8 @@ from tests.support.models import save_tiny_checkpoint
 
 pytestmark = pytest.mark.server
 
-SHOTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "ui"
+# a test run never rewrites the committed screenshots unless asked to
+SHOTS = Path(os.environ.get("SPECDEC_UI_SHOTS") or tempfile.mkdtemp(prefix="specdec-ui-"))
 PAIR = "specdec-pair"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
