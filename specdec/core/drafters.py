@@ -360,15 +360,15 @@ class NgramDrafter(DrafterBase):
     index (:mod:`specdec.core.ngram_index`), so a miss costs a few dict reads, not a scan.
 
     A short match is weak evidence, and every rejected draft token still widens the target's
-    verification pass, so by default a match must be 2 tokens long (vLLM's ``prompt_lookup_min = 2``):
-    on a CPU, verifying even one drafted token costs about 1.6 one-token passes, more than a 1-token
-    match is accepted. Chosen by exact replay on 48 Spec-Bench prompts priced with the measured v(n):
-    predicted 1.185x against 1.054x for transformers' prompt lookup (any match, k tokens) and 1.063x
-    for the earlier default (one token after a 1-token match), ahead in every category
-    (benchmarks/results/2026-12-02-ngram-policy-cpu.md). Where verification is nearly free (a GPU,
-    v(1) close to 1), ``min_ngram=1`` proposes more for the same cost. With ``min_ngram=1``, the
-    proposal length after a match of n tokens is ``min(k, match_tokens[n - 1])`` (``k`` for n beyond
-    the tuple).
+    verification pass, so the proposal length depends on the match length n:
+    ``min(k, match_tokens[n - 1])`` tokens (``k`` for n beyond the tuple); the default proposes one
+    token after a 1-token match and k after a longer one. ``min_ngram=2`` (vLLM's
+    ``prompt_lookup_min = 2``; spec ``ngram:3:2``) proposes nothing after a 1-token match: on a CPU,
+    where verifying even one drafted token costs about 1.6 one-token passes, it is the faster policy
+    (exact replay on 48 Spec-Bench prompts priced with the measured v(n): predicted 1.185x against
+    1.063x for the default and 1.054x for transformers' prompt lookup, ahead in every category;
+    benchmarks/results/2026-12-02-ngram-policy-cpu.md). Where verification is nearly free (a GPU) the
+    default proposes more for the same cost.
     ``q`` is one-hot on each proposed token, so acceptance is ``p(x)`` and the residual is ``p``
     with ``x`` removed: sampling stays exactly the target's.
 
@@ -385,7 +385,7 @@ class NgramDrafter(DrafterBase):
 
     DEFAULT_MATCH_TOKENS: tuple[int, ...] = (1,)
     DEFAULT_MAX_NGRAM: int = 3
-    DEFAULT_MIN_NGRAM: int = 2
+    DEFAULT_MIN_NGRAM: int = 1
 
     def __init__(self, max_ngram: int = DEFAULT_MAX_NGRAM, min_ngram: int = DEFAULT_MIN_NGRAM,
                  match_tokens: tuple[int, ...] | None = None, first_occurrence: bool = False) -> None:

@@ -106,7 +106,7 @@ class ServingRequest:
     draft: str | None = None
     target: str | None = None
     prompt_lookup_max: int = 3  # NgramDrafter.DEFAULT_MAX_NGRAM: what validation ran (tests/validation/test_serving.py)
-    prompt_lookup_min: int = 2  # NgramDrafter.DEFAULT_MIN_NGRAM
+    prompt_lookup_min: int = 1  # NgramDrafter.DEFAULT_MIN_NGRAM
     tau: float | None = None
 
 

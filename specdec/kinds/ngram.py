@@ -1,6 +1,6 @@
 """The ``ngram`` kind: prompt lookup (Saxena 2023), vLLM's ``ngram`` method; no model, no weights.
 
-Specs: ``ngram`` / ``ngram:N`` / ``ngram:N:M`` (``max_ngram=N``, default 3; ``min_ngram=M``, default 2, at most N),
+Specs: ``ngram`` / ``ngram:N`` / ``ngram:N:M`` (``max_ngram=N``, default 3; ``min_ngram=M``, default 1; ``ngram:3:2`` is the faster choice on a CPU, see NgramDrafter),
 run as :class:`specdec.core.drafters.NgramDrafter`. The stored label is ``ngram`` whatever the sizes.
 """
 

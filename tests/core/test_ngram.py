@@ -67,13 +67,14 @@ def test_weak_matches_propose_fewer_tokens_and_a_miss_proposes_nothing():
         NgramDrafter(match_tokens=(-1,))
 
 
-def test_the_default_needs_a_two_token_match_and_then_proposes_k():
-    d = NgramDrafter()  # vLLM's prompt_lookup_min = 2, prompt_lookup_max = 3
-    assert (d.min_ngram, d.max_ngram) == (2, 3)
+def test_min_ngram_2_needs_a_two_token_match_and_then_proposes_k():
+    d = NgramDrafter(min_ngram=2)  # vLLM's prompt_lookup_min = 2, prompt_lookup_max = 3
     ctx = [10, 11, 12, 13, 14, 20, 30, 10]
     assert d.lookup(ctx, 4) == []  # a 1-token match is weak evidence: a plain target step
     assert d.lookup(ctx + [11], 4) == [12, 13, 14, 20]  # a 2-token match: k tokens
     assert d.lookup(ctx + [11], 4) == NgramDrafter(min_ngram=1, match_tokens=(0,)).lookup(ctx + [11], 4)
+    default = NgramDrafter()
+    assert (default.min_ngram, default.max_ngram) == (1, 3) and default.lookup(ctx, 4) == [11]
 
 
 @pytest.mark.parametrize("min_ngram", [1, 2])

@@ -16,7 +16,7 @@ def test_vllm_speculative_config_json():
     assert sc["args"][0] == "--speculative-config" and json.loads(sc["args"][1]) == sc["speculative_config"]
     ng = serving_config("vllm", "ngram", 4, draft=None)
     assert ng["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3,
-                                        "prompt_lookup_min": 2}  # the validated NgramDrafter's sizes
+                                        "prompt_lookup_min": 1}  # the validated NgramDrafter's sizes
     from specdec.core.drafters import NgramDrafter
     from specdec.kinds import ServingRequest
     d, r = NgramDrafter(), ServingRequest("vllm", "ngram", 4)
