@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 nightly_app = typer.Typer(help="The nightly validation flow (Prefect).", no_args_is_help=True)
-err = Console(stderr=True)
+err = Console(stderr=True, emoji=False)
 
 
 def register(app: typer.Typer) -> None:

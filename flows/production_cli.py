@@ -22,7 +22,7 @@ from rich.table import Table
 
 ingest_app = typer.Typer(help="Ingest a serving engine's speculative-decoding counters (production acceptance).",
                          no_args_is_help=True)
-err = Console(stderr=True)
+err = Console(stderr=True, emoji=False)
 out = Console()
 
 Url = Annotated[str, typer.Option("--url", help="Prometheus base URL, or the engine's /metrics URL.")]

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 SECRET_ENV = "SPECDEC_WATCH_SECRET"
-err = Console(stderr=True)
+err = Console(stderr=True, emoji=False)
 
 
 def _fail(msg: str) -> None:
@@ -78,7 +78,7 @@ def watch_cmd(
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         else:
             term.refresh()
-            Console(stderr=True).print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
+            Console(stderr=True, emoji=False).print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
         Console().print(f"watching {', '.join(pairs)} (webhook {hook}) on http://{host}:{port}/webhook; "
                         f"validations through {deployment}{'; --revert on' if revert else ''}", highlight=False)
         serve(pairs, secret, host=host, port=port, db=monitoring.connect(tree.monitoring), registry=registry,

@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-err = Console(stderr=True)
+err = Console(stderr=True, emoji=False)
 out = Console()
 
 alerts_app = typer.Typer(help="Alert channels (Slack / generic webhook).", no_args_is_help=True)

@@ -46,7 +46,7 @@ def _quiet_mlflow() -> None:
 
 
 def _fail(msg: str) -> NoReturn:
-    Console(stderr=True).print(f"[bold red]error:[/] {msg}", highlight=False, markup=True, soft_wrap=True)
+    Console(stderr=True, emoji=False).print(f"[bold red]error:[/] {msg}", highlight=False, markup=True, soft_wrap=True)
     raise typer.Exit(code=1)
 
 

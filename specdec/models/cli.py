@@ -16,7 +16,7 @@ from rich.table import Table
 model_app = typer.Typer(help="Fetch, convert and inspect models (Hub id, local dir, .gguf, smollm2).",
                         no_args_is_help=True)
 _out = Console()
-_err = Console(stderr=True)
+_err = Console(stderr=True, emoji=False)
 
 
 def _fail(msg: str) -> None:

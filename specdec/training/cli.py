@@ -16,7 +16,7 @@ from rich.console import Console
 
 train_app = typer.Typer(help="Train a draft for a target.", no_args_is_help=True)
 _out = Console()
-_err = Console(stderr=True)
+_err = Console(stderr=True, emoji=False)
 
 
 @dataclass

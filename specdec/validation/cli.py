@@ -18,7 +18,7 @@ from rich.table import Table
 from specdec.validation.cli_options import ConfidenceThresholdOption, DraftSamplingOption
 
 _out = Console()
-_err = Console(stderr=True)
+_err = Console(stderr=True, emoji=False)
 
 
 def register(app: typer.Typer) -> None:

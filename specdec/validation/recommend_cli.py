@@ -16,7 +16,7 @@ from rich.console import Console
 
 draft_app = typer.Typer(help="Choose a draft for a target on this machine.", no_args_is_help=True)
 _out = Console()
-_err = Console(stderr=True)
+_err = Console(stderr=True, emoji=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -83,7 +83,7 @@ def test_validate_several_drafters_shipped_set(ckpts, tmp_path):
     "args, message",
     [
         (["--draft", "derived:int3"], "derived:int3"),
-        (["--draft", "ngram:x"], "bad n-gram spec"),
+        (["--draft", "ngram:x"], "--draft ngram:x: bad n-gram spec"),  # ':x:' printed as text, not as an emoji
         (["--draft", "ngram", "--top-p", "1.5"], "top_p"),
         (["--draft", "model:/nonexistent/draft"], "not found"),
         (["--draft", "ngram", "--device", "tpu"], "unknown device"),
