@@ -10,9 +10,9 @@ speed model (:func:`specdec.validation.speed.predicted_speedup`) does for an n-g
 
 Policies (k = ``--k``):
 
-- ``weak1`` (the default until 2026-12-02): k tokens after a match of >= 2 tokens, 1 token after a 1-token match;
+- ``weak1`` (the default, ``ngram:3:1``): k tokens after a match of >= 2 tokens, 1 token after a 1-token match;
 - ``classic``: k tokens after any match, down to 1 token (transformers' prompt lookup);
-- ``min2`` (the default since): k tokens after a match of >= 2 tokens, none after a 1-token match (vLLM's
+- ``min2`` (``ngram:3:2``, the faster policy on a CPU): k tokens after a match of >= 2 tokens, none after a 1-token match (vLLM's
   ``prompt_lookup_min = 2``);
 - ``min3``: a 3-token match needed; ``min2_max4``: as ``min2`` with suffixes up to 4 tokens; ``min2_first``: as
   ``min2``, continuing the earliest occurrence (transformers' choice) instead of the most recent.
