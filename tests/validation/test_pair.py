@@ -47,7 +47,8 @@ def test_draft_equal_to_target_gives_exact_ones(greedy_reports):
     assert g.acceptance_rate == 1.0 and g.alpha_hat == 1.0 and g.top1_agreement == 1.0
     assert g.alpha_tf == pytest.approx(1.0, abs=1e-9) and g.total_variation == pytest.approx(0.0, abs=1e-9)
     assert g.kl_divergence == pytest.approx(0.0, abs=1e-6)
-    assert g.acceptance_rate_ci == [1.0, 1.0] and g.alpha_tf_ci == pytest.approx([1.0, 1.0])
+    # every drafted token accepted: the CI is the exact binomial one, [0.025 ** (1 / n), 1], never a point
+    assert g.acceptance_rate_ci == pytest.approx([0.025 ** (1 / g.num_draft_tokens), 1.0]) and g.alpha_tf_ci == pytest.approx([1.0, 1.0])
     assert all(x == 1.0 for x in g.conditional_per_position_acceptance)
     assert g.exactness_checked == N_PROMPTS and g.exactness_mismatches == 0
     assert sorted(r.categories) == ["a", "b", "c"] and sum(c.num_prompts for c in r.categories.values()) == N_PROMPTS
