@@ -176,18 +176,17 @@ def merge_into_newest(result: dict, source: str) -> None:
     """Merge the headline keys into the newest speed-benchmark result (``benchmarks/perf.py``'s
     ``<date>-cpu[-<tag>].json``, recognised by its ``p1``/``p2`` headline; other ``*-cpu.json`` results,
     e.g. a step profile, are never touched), if any."""
-    def is_perf(p: Path) -> bool:
+    def perf_result(p: Path) -> dict | None:
         try:
             data = json.loads(p.read_text())
         except (OSError, ValueError):
-            return False
-        return isinstance(data, dict) and {"p1", "p2", "drafters"} <= data.keys()
+            return None
+        return data if isinstance(data, dict) and {"p1", "p2", "drafters"} <= data.keys() else None
 
-    cands = [p for p in RESULTS.glob("*-cpu*.json") if is_perf(p)]
-    if not cands:
+    found = [(p, d) for p in RESULTS.glob("*-cpu*.json") if (d := perf_result(p)) is not None]
+    if not found:
         return
-    path = max(cands, key=lambda p: str(json.loads(p.read_text()).get("created_at", "")))  # the newest run
-    data = json.loads(path.read_text())
+    path, data = max(found, key=lambda pd: str(pd[1].get("created_at", "")))  # the newest run
     for k in ("p3_replay", "p3_replay_cold", "replay_decode_agreement"):
         data[k] = result[k]
     data["replay_source"] = f"benchmarks/results/{source} (drafter {result['headline_drafter']})"

@@ -77,8 +77,8 @@ def has_evidence(per_category: int, max_new_tokens: int, min_draft_tokens: int) 
 
 def choose(t1_s: float, min_draft_tokens: int = 0) -> DemoBudget:
     """The first of :data:`CHOICES` with the gate's evidence (:func:`has_evidence`) whose predicted time
-    is within ``MARGIN * BUDGET_S``; else the cheapest with the evidence if it is within ``BUDGET_S``;
-    else the last with the evidence (``fits`` False).
+    is within ``MARGIN * BUDGET_S``; else the cheapest with the evidence, ``fits`` saying whether it is
+    within ``BUDGET_S``. When no choice has the evidence, the largest choice stands in for them.
 
     Raises:
         ValueError: ``t1_s`` not positive.

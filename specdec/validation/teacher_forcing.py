@@ -64,23 +64,23 @@ def target_teacher_forcing(target: torch.nn.Module, prompt_ids: list[int], conti
                                 kl_logprobs(z_p, sampling), target)
 
 
-def draft_agreement(tf: TargetTeacherForcing, draft_model: torch.nn.Module | None, ngram: NgramDrafter | Eagle3Drafter | None,
+def draft_agreement(tf: TargetTeacherForcing, draft_model: torch.nn.Module | None, drafter: NgramDrafter | Eagle3Drafter | None,
                     sampling: SamplingConfig) -> AgreementSums:
     """Agreement of the drafter's q with the target's p at every continuation position: the draft LM's
-    (``draft_model``), else the drafter's (``ngram``: an n-gram's lookup, or a drafter reading target
+    (``draft_model``), else the drafter's (``drafter``: an n-gram's lookup, or a drafter reading target
     features, an EAGLE-3 head; asked through the drafter protocol so a wrapper such as
     :class:`~specdec.validation.replay.RecordingDrafter` passes through)."""
     T, vocab = tf.z_p.shape
-    if ngram is not None and ngram.target_layer_ids is not None:  # an EAGLE-3 head
-        return _head_agreement(tf, ngram, sampling)
+    if drafter is not None and drafter.target_layer_ids is not None:  # an EAGLE-3 head
+        return _head_agreement(tf, drafter, sampling)
     if draft_model is not None:
         z_q = fit_vocab(teacher_forced_logits(draft_model, tf.seq, T), vocab)
         return agreement_sums(tf.p, logits_to_probs(z_q, sampling), tf.kl_logp, kl_logprobs(z_q, sampling))
-    assert ngram is not None
+    assert drafter is not None
     full = tf.seq + tf.continuation[-1:]
     proposals: list[int | None] = []
     for t in range(T):
-        look = ngram.lookup(full[: tf.prompt_len + t], 1)
+        look = drafter.lookup(full[: tf.prompt_len + t], 1)
         proposals.append(look[0] if look and look[0] < vocab else None)
     return onehot_agreement_sums(tf.p, proposals)
 

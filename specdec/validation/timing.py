@@ -182,7 +182,8 @@ def calibrate(target: torch.nn.Module, draft_models: list[torch.nn.Module | None
     t1 = costs["target"][1]
     raw = {n: costs["target"][n + 1] / t1 for n in ns}
     c = [costs[f"d{i}"][1] / t1 if m is not None else math.nan for i, m in enumerate(draft_models)]
-    lengths = [prompt] + ([long_prompt[:PREFILL_LONG_TOKENS]] if long_prompt and len(long_prompt) > len(prompt) else [])
+    long = (long_prompt or [])[:PREFILL_LONG_TOKENS]
+    lengths = [prompt] + ([long] if len(long) > len(prompt) else [])  # a second length only if it is longer
 
     def prefill(m: torch.nn.Module) -> PrefillCost:
         return PrefillCost.through([(len(p), prefill_seconds(m, p) / t1) for p in lengths])
