@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from registry.changes import compute_changed, same_config
+from registry.changes import DRAFTER_RECIPE_TAG, compute_changed, drafter_recipe_of, same_config
 from registry.describe import plain_text, registration_description, select_registration_tags
 from registry.errors import AliasNotFound, PairNotFound
 from registry.models import (
@@ -60,7 +60,9 @@ class PairVersion:
         config: :class:`specdec.SpeculativeConfig` (k, sampling, max_new_tokens).
         compatibility: the compatibility-check result dict.
         changed: ``initial | target | draft | both | config | none`` vs ``previous_version``.
-        recipe: the derived-draft recipe (``DerivedDraftRecipe.to_dict()``) for ``derived:*``, else None.
+        recipe: the derived-draft recipe (``DerivedDraftRecipe.to_dict()``) for ``derived:*``; a model-free
+            drafter's (``ngram``: its sizes, tag ``drafter_recipe``; :func:`registry.changes.drafter_recipe_of`
+            fills the kind's ``legacy_recipe`` for a version registered before); else None.
         target_source / draft_source: the models' ``source`` dicts.
         aliases: aliases pointing at this version, read from MLflow now.
         tags: every tag: the registration tags kept in ``pair.json`` overlaid with the version's current
@@ -154,6 +156,7 @@ def register_pair(
     tracking_uri: str | None = None,
     registry: Registry | None = None,
     engine: str | None = None,
+    drafter_recipe: dict | None = None,
 ) -> PairVersion:
     """Register a pair version referencing exact target/draft model versions.
 
@@ -175,6 +178,9 @@ def register_pair(
             ``pair.json`` (tag ``engine``); validations log its serving configuration, and the pair's
             proposal rule is the engine's (:func:`engine_config`). Not part of the identity:
             re-registering an identical pair with another engine reuses the version.
+        drafter_recipe: a model-free drafter's settings beyond its label (``ngram``: ``{"max_ngram",
+            "min_ngram"}``, :meth:`specdec.kinds.DrafterKind.pair_recipe`; None: the kind's defaults now),
+            stored as tag ``drafter_recipe`` and part of the pair's identity.
     Returns:
         :class:`PairVersion` (no artifacts downloaded). ``reused=True`` if an identical pair existed.
     Raises:
@@ -191,6 +197,10 @@ def register_pair(
         raise ValueError(f"an {drafter_kind} pair has no draft model: pass draft=None")
     if not kind.model_free and draft is None:
         raise ValueError(f"drafter kind {drafter_kind!r} needs a draft model version")
+    if kind.model_free:
+        drafter_recipe = kind.pair_recipe(drafter_kind) if drafter_recipe is None else drafter_recipe
+    elif drafter_recipe is not None:
+        raise ValueError(f"a {drafter_kind} pair keeps its recipe on its draft version, not as drafter_recipe")
     name = validate_name(name or get_settings().pair_name)
     client = open_registry(registry, tracking_uri).client
     uri = client.tracking_uri
@@ -213,6 +223,8 @@ def register_pair(
             "compatible": _optional(compat.get("compatible", True if compat else None)).lower(),
             "compatibility": canonical_json(compat)[:5000], "engine": engine,
         }
+        if drafter_recipe is not None:
+            tags[DRAFTER_RECIPE_TAG] = canonical_json(drafter_recipe)
         tags.update(serve_tags("target", t.source))
         if draft_ref is not None:
             tags.update(serve_tags("draft", draft_ref.source))
@@ -224,7 +236,7 @@ def register_pair(
         for mv in existing:
             mt = mv.tags or {}
             if all(mt.get(k) == tags[k] for k in ("target", "draft", "drafter_kind")) and \
-                    same_config(full_tags(client, mv), tags):
+                    _same_settings(full_tags(client, mv), tags):
                 pv = _pair_from_artifact(client, mv)
                 pv.reused = True
                 return pv
@@ -238,7 +250,7 @@ def register_pair(
             "draft": None if draft_ref is None else {"uri": draft_ref.uri, "weights_sha256": draft_ref.weights_sha256,
                                               "tokenizer_sha256": draft_ref.tokenizer_sha256, "source": draft_ref.source,
                                               "derived_from": draft_ref.derived_from},
-            "recipe": draft_ref.recipe if draft_ref is not None else None,
+            "recipe": draft_ref.recipe if draft_ref is not None else drafter_recipe,
             "config": cfg, "compatibility": compat, "changed": changed, "config_changed": config_changed,
             "previous_version": str(prev.version) if prev else None,
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -246,6 +258,11 @@ def register_pair(
         }
         mv = _log_pair(client, name, doc, tags, description)
         return _from_doc(mv, doc, aliases=[])
+
+
+def _same_settings(a: dict[str, str], b: dict[str, str]) -> bool:
+    """Same decoding config and same model-free drafter recipe (the rest of a pair's identity)."""
+    return same_config(a, b) and drafter_recipe_of(a) == drafter_recipe_of(b)
 
 
 def serve_tags(side: str, source: dict[str, Any] | None) -> dict[str, str]:
@@ -323,7 +340,8 @@ def _from_doc(mv, doc: dict[str, Any], aliases: list[str], reused: bool = False)
         draft_tokenizer_sha256=draft_doc["tokenizer_sha256"] if draft_doc else None,
         config=SpeculativeConfig.from_dict(doc["config"]), compatibility=doc.get("compatibility") or {},
         changed=doc.get("changed", "initial"), config_changed=bool(doc.get("config_changed", False)),
-        previous_version=doc.get("previous_version"), recipe=doc.get("recipe"),
+        previous_version=doc.get("previous_version"),
+        recipe=doc.get("recipe") or drafter_recipe_of({"drafter_kind": doc["drafter_kind"], **(doc.get("tags") or {})}),
         target_source=target_doc.get("source") or {}, draft_source=draft_doc.get("source") if draft_doc else None,
         aliases=aliases, tags={**(doc.get("tags") or {}), **dict(mv.tags or {})}, created_at=doc.get("created_at"),
         reused=reused, description=plain_text(mv.description),
@@ -347,7 +365,7 @@ def _from_mv(client, mv, reused: bool = False, aliases: list[str] | None = None)
         draft_weights_sha256=none(tg.get("draft.weights_sha256")), draft_tokenizer_sha256=none(tg.get("draft.tokenizer_sha256")),
         config=SpeculativeConfig.from_tags(tg), compatibility=compat, changed=tg.get("changed", ""),
         config_changed=tg.get("config_changed") == "true", previous_version=none(tg.get("previous_version")),
-        aliases=aliases, tags=tg, reused=reused, description=plain_text(mv.description),
+        recipe=drafter_recipe_of(tg), aliases=aliases, tags=tg, reused=reused, description=plain_text(mv.description),
         created_at=datetime.fromtimestamp(mv.creation_timestamp / 1000, timezone.utc).isoformat(timespec="seconds"),
     )
 

@@ -99,7 +99,7 @@ def register_pair_from_refs(
 
     Args:
         target: a model reference (see :func:`resolve_checkpoint`).
-        draft: ``ngram``; ``eagle3:<head dir or models:/<head>/<v>>`` (:func:`register_eagle3_pair`);
+        draft: ``ngram`` or ``ngram:MAX:MIN`` (the sizes are stored as the pair's recipe); ``eagle3:<head dir or models:/<head>/<v>>`` (:func:`register_eagle3_pair`);
             ``derived:int8`` / ``int4`` / ``bf16`` / ``fp8`` (derived from this target); a model
             reference, optionally ``model:<ref>``; or ``models:/<name>/<v>`` of an already
             registered draft, including a derived-recipe version (e.g. an old derived draft kept
@@ -131,11 +131,9 @@ def register_pair_from_refs(
     check_budget_fits(config, t["config"])
     d = None
     dref: ModelVersionRef | None = None
-    recipe = None
+    recipe = drafter_recipe = None
     if dkind.model_free:
-        kind = dkind.label(spec)
-        if spec != kind:
-            raise ValueError(f"a registered {kind} pair loads the drafter's defaults: register it as {kind}, not {spec}")
+        kind, drafter_recipe = dkind.label(spec), dkind.pair_recipe(spec)  # e.g. ngram:3:1 -> ngram + its sizes
         compat: dict[str, Any] = {"compatible": True, "notes": dkind.compatibility_notes(kind)}
     elif dkind.derives_from_target:
         recipe = DERIVED.recipe(spec)
@@ -164,7 +162,7 @@ def register_pair_from_refs(
         dref = d["registered"] or register_model_version(draft_name or default_model_name(d, pair, "draft"), d["path"],
                                                          source=d["source"], tracking_uri=tracking_uri)
     pv = register_pair(tref, dref, drafter_kind=kind, config=config, compatibility=compat, name=name,
-                       tracking_uri=tracking_uri, engine=engine)
+                       tracking_uri=tracking_uri, engine=engine, drafter_recipe=drafter_recipe)
     return PairRegistration(pair=pv, target=tref, draft=dref, drafter_kind=kind)
 
 

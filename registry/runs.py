@@ -274,6 +274,7 @@ def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -
     directory or a GGUF file). A registered draft without one is named by the directory the
     ``download`` command writes (never an MLflow URI); a derived draft is the target's checkpoint."""
     from specdec.kinds import kind_of
+    from registry.changes import drafter_recipe_of
     from specdec.validation.serving import DEFAULT_ENGINE, serving_config
 
     k = (report.config or {}).get("num_speculative_tokens")
@@ -289,6 +290,7 @@ def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -
         download += d_dl
     try:
         out = serving_config(pair_tags.get("engine", DEFAULT_ENGINE), kind, int(k), draft=draft, target=target,
+                             drafter_recipe=drafter_recipe_of({"drafter_kind": kind, **pair_tags}),
                              assistant_confidence_threshold=(report.config or {}).get("assistant_confidence_threshold"))
     except (TypeError, ValueError) as e:
         _log.warning("no serving configuration for this pair: %s", e)

@@ -227,7 +227,11 @@ def _reg(label, **kw):
 
 def test_cache_keys_are_stable_and_name_what_the_weights_depend_on():
     loader = _Loader()
-    assert NGRAM.cache_key(_reg("ngram"), loader) == ("ngram",)
+    from specdec.core.drafters import NgramDrafter
+
+    d = NgramDrafter()
+    assert NGRAM.cache_key(_reg("ngram"), loader) == ("ngram", d.max_ngram, d.min_ngram)  # no recipe: the defaults
+    assert NGRAM.cache_key(_reg("ngram", recipe={"max_ngram": 3, "min_ngram": 1}), loader) == ("ngram", 3, 1)
     assert MODEL.cache_key(_reg("model"), loader) == ("model", "models:/d/1", "w1", "cpu", "torch.float32")
     assert EAGLE3.cache_key(_reg("eagle3"), loader) == ("eagle3", "models:/d/1", "w1", ("target", "models:/t/2"),
                                                         "cpu", "torch.float32")
@@ -245,12 +249,21 @@ def test_draft_identity_groups_weight_backed_kinds_by_their_weights():
     assert draft_identity(None, None, None) == ("model-or-derived", "", "")
 
 
+def test_a_registered_ngram_loads_its_recipe_sizes():
+    for recipe, sizes in [({"max_ngram": 3, "min_ngram": 1}, (3, 1)), ({"max_ngram": 4, "min_ngram": 2}, (4, 2)), (None, (3, 2))]:
+        d = NGRAM.load(_reg("ngram", recipe=recipe), None, _Loader()).drafter
+        assert (d.max_ngram, d.min_ngram) == sizes
+    assert NGRAM.pair_recipe("ngram") == {"max_ngram": 3, "min_ngram": 2} and NGRAM.pair_recipe("ngram:5") == {"max_ngram": 5, "min_ngram": 2}
+    with pytest.raises(DrafterSpecError, match="bad n-gram recipe"):
+        NGRAM.load(_reg("ngram", recipe={"max_ngram": "x"}), None, _Loader())
+
+
 def test_resolve_and_parts_of_an_ngram():
     r = kind_of("ngram:4:2").resolve("ngram:4:2", None)
     assert (r.kind, r.ref, r.drafter.max_ngram, r.drafter.min_ngram) == ("ngram", "max_ngram=4,min_ngram=2", 4, 2)
     obj, model, label, ref, recipe = drafter_parts(r)
-    assert obj is r.drafter and model is None and label == "ngram" and ref == r.ref and recipe is None
-    assert drafter_parts(r.drafter)[2] == "ngram"
+    assert obj is r.drafter and model is None and label == "ngram" and ref == r.ref and recipe == {"max_ngram": 4, "min_ngram": 2}
+    assert drafter_parts(r.drafter)[2] == "ngram" and drafter_parts(r.drafter)[4] == recipe  # read off the bare object
 
 
 def test_parts_of_a_bare_causal_lm_and_a_derived_draft():

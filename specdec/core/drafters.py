@@ -359,16 +359,16 @@ class NgramDrafter(DrafterBase):
     proposes nothing, and the step is a plain target step; lookups go through an incremental
     index (:mod:`specdec.core.ngram_index`), so a miss costs a few dict reads, not a scan.
 
-    A short match is weak evidence, and every rejected draft token still widens the target's
-    verification pass, so the proposal length depends on the match length n:
-    ``min(k, match_tokens[n - 1])`` tokens (``k`` for n beyond the tuple); the default proposes one
-    token after a 1-token match and k after a longer one. ``min_ngram=2`` (vLLM's
-    ``prompt_lookup_min = 2``; spec ``ngram:3:2``) proposes nothing after a 1-token match: on a CPU,
-    where verifying even one drafted token costs about 1.6 one-token passes, it is the faster policy
-    (exact replay on 48 Spec-Bench prompts priced with the measured v(n): predicted 1.185x against
-    1.063x for the default and 1.054x for transformers' prompt lookup, ahead in every category;
-    benchmarks/results/2026-12-02-ngram-policy-cpu.md). Where verification is nearly free (a GPU) the
-    default proposes more for the same cost.
+    The default matches 3 down to 2 tokens (vLLM's ``prompt_lookup_max = 3``, ``prompt_lookup_min = 2``;
+    spec ``ngram``, also ``ngram:3:2``) and proposes nothing after a 1-token match: a short match is weak
+    evidence, and on a CPU, where verifying even one drafted token costs about 1.6 one-token passes,
+    that is the faster policy (exact replay on 48 Spec-Bench prompts priced with the measured v(n):
+    predicted 1.185x against 1.063x for the classic ``min_ngram=1`` and 1.054x for transformers' prompt
+    lookup, ahead in every category; benchmarks/results/2026-12-02-ngram-policy-cpu.md). With
+    ``min_ngram=1`` (spec ``ngram:3:1``, what pairs registered before the change run) the proposal length
+    depends on the match length n: ``min(k, match_tokens[n - 1])`` tokens (``k`` for n beyond the
+    tuple), one token after a 1-token match and k after a longer one; where verification is nearly
+    free (a GPU) it proposes more for the same cost.
     ``q`` is one-hot on each proposed token, so acceptance is ``p(x)`` and the residual is ``p``
     with ``x`` removed: sampling stays exactly the target's.
 
@@ -385,7 +385,7 @@ class NgramDrafter(DrafterBase):
 
     DEFAULT_MATCH_TOKENS: tuple[int, ...] = (1,)
     DEFAULT_MAX_NGRAM: int = 3
-    DEFAULT_MIN_NGRAM: int = 1
+    DEFAULT_MIN_NGRAM: int = 2
 
     def __init__(self, max_ngram: int = DEFAULT_MAX_NGRAM, min_ngram: int = DEFAULT_MIN_NGRAM,
                  match_tokens: tuple[int, ...] | None = None, first_occurrence: bool = False) -> None:

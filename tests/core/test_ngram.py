@@ -73,8 +73,8 @@ def test_min_ngram_2_needs_a_two_token_match_and_then_proposes_k():
     assert d.lookup(ctx, 4) == []  # a 1-token match is weak evidence: a plain target step
     assert d.lookup(ctx + [11], 4) == [12, 13, 14, 20]  # a 2-token match: k tokens
     assert d.lookup(ctx + [11], 4) == NgramDrafter(min_ngram=1, match_tokens=(0,)).lookup(ctx + [11], 4)
-    default = NgramDrafter()
-    assert (default.min_ngram, default.max_ngram) == (1, 3) and default.lookup(ctx, 4) == [11]
+    assert (NgramDrafter().min_ngram, NgramDrafter().max_ngram) == (2, 3)  # the default (spec ngram = ngram:3:2)
+    assert NgramDrafter(min_ngram=1).lookup(ctx, 4) == [11]  # the classic ngram:3:1: one token after a 1-token match
 
 
 @pytest.mark.parametrize("min_ngram", [1, 2])

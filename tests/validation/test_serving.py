@@ -15,12 +15,26 @@ def test_vllm_speculative_config_json():
                                         "num_speculative_tokens": 5}
     assert sc["args"][0] == "--speculative-config" and json.loads(sc["args"][1]) == sc["speculative_config"]
     ng = serving_config("vllm", "ngram", 4, draft=None)
-    assert ng["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3,
-                                        "prompt_lookup_min": 1}  # the validated NgramDrafter's sizes
     from specdec.core.drafters import NgramDrafter
-    from specdec.kinds import ServingRequest
-    d, r = NgramDrafter(), ServingRequest("vllm", "ngram", 4)
-    assert (r.prompt_lookup_max, r.prompt_lookup_min) == (d.max_ngram, d.min_ngram)
+    d = NgramDrafter()  # no recipe: the defaults, which are the drafter's
+    assert ng["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": d.max_ngram,
+                                        "prompt_lookup_min": d.min_ngram}
+    classic = serving_config("vllm", "ngram", 4, draft=None, drafter_recipe={"max_ngram": 4, "min_ngram": 1})
+    assert (classic["speculative_config"]["prompt_lookup_max"], classic["speculative_config"]["prompt_lookup_min"]) == (4, 1)
+
+
+def test_a_validated_ngram_report_serves_its_own_sizes():
+    from types import SimpleNamespace
+
+    from specdec.kinds import kind_of
+    from specdec.validation.serving import report_serving_config
+
+    d = kind_of("ngram:2:1").resolve("ngram:2:1")
+    assert (d.drafter.max_ngram, d.drafter.min_ngram) == (2, 1) and d.recipe == {"max_ngram": 2, "min_ngram": 1}
+    rep = SimpleNamespace(config={"num_speculative_tokens": 3}, drafter_kind="ngram", drafter_ref=d.ref,
+                          drafter_recipe=d.recipe)  # the fields of a ValidationReport it reads
+    spec = report_serving_config(rep)["speculative_config"]
+    assert (spec["prompt_lookup_max"], spec["prompt_lookup_min"]) == (2, 1)
 
 
 def test_sglang_flags_are_a_chain_of_k_drafts():
