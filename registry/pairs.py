@@ -188,19 +188,9 @@ def register_pair(
         RegistryUnavailable: server unreachable.
     """
     engine, config = engine_config(engine, config)
-    if drafter_kind not in DRAFTER_KINDS:
-        raise ValueError(f"unknown drafter kind {drafter_kind!r}; use one of {', '.join(DRAFTER_KINDS)}")
     if not isinstance(config, SpeculativeConfig):
         raise TypeError(f"config must be a specdec.SpeculativeConfig, got {type(config).__name__}")
-    kind = kind_of_label(drafter_kind)
-    if kind.model_free and draft is not None:
-        raise ValueError(f"an {drafter_kind} pair has no draft model: pass draft=None")
-    if not kind.model_free and draft is None:
-        raise ValueError(f"drafter kind {drafter_kind!r} needs a draft model version")
-    if kind.model_free:
-        drafter_recipe = kind.pair_recipe(drafter_kind) if drafter_recipe is None else drafter_recipe
-    elif drafter_recipe is not None:
-        raise ValueError(f"a {drafter_kind} pair keeps its recipe on its draft version, not as drafter_recipe")
+    kind, drafter_recipe = _checked_drafter(drafter_kind, draft, drafter_recipe)
     name = validate_name(name or get_settings().pair_name)
     client = open_registry(registry, tracking_uri).client
     uri = client.tracking_uri
@@ -223,15 +213,8 @@ def register_pair(
             "compatible": _optional(compat.get("compatible", True if compat else None)).lower(),
             "compatibility": canonical_json(compat)[:5000], "engine": engine,
         }
-        if drafter_recipe is not None:
-            tags[DRAFTER_RECIPE_TAG] = canonical_json(drafter_recipe)
         tags.update(serve_tags("target", t.source))
-        if draft_ref is not None:
-            tags.update(serve_tags("draft", draft_ref.source))
-        if draft_ref is not None and draft_ref.derived_from:
-            tags["draft.derived_from"] = draft_ref.derived_from
-        if draft_ref is not None and kind.retrainable:  # the head's lineage (registry.heads)
-            tags.update({f"draft.{k}": v for k, v in draft_ref.tags.items() if k.startswith("eagle3.")})
+        tags.update(_draft_side_tags(kind, draft_ref, drafter_recipe))
         existing = _pair_versions(client, name)
         for mv in existing:
             mt = mv.tags or {}
@@ -258,6 +241,35 @@ def register_pair(
         }
         mv = _log_pair(client, name, doc, tags, description)
         return _from_doc(mv, doc, aliases=[])
+
+
+def _checked_drafter(drafter_kind: str, draft: Any, drafter_recipe: dict | None):
+    """``(kind, recipe)`` of a pair's drafter arguments: the kind of the label, and a model-free kind's recipe
+    (its defaults when None). Raises ValueError on an unknown label or a draft/recipe the kind does not take."""
+    if drafter_kind not in DRAFTER_KINDS:
+        raise ValueError(f"unknown drafter kind {drafter_kind!r}; use one of {', '.join(DRAFTER_KINDS)}")
+    kind = kind_of_label(drafter_kind)
+    if kind.model_free and draft is not None:
+        raise ValueError(f"an {drafter_kind} pair has no draft model: pass draft=None")
+    if not kind.model_free and draft is None:
+        raise ValueError(f"drafter kind {drafter_kind!r} needs a draft model version")
+    if kind.model_free:
+        return kind, kind.pair_recipe(drafter_kind) if drafter_recipe is None else drafter_recipe
+    if drafter_recipe is not None:
+        raise ValueError(f"a {drafter_kind} pair keeps its recipe on its draft version, not as drafter_recipe")
+    return kind, None
+
+
+def _draft_side_tags(kind, draft_ref: ModelVersionRef | None, drafter_recipe: dict | None) -> dict[str, str]:
+    """The draft side's serving, lineage and recipe tags (none of them for a model-free drafter but its recipe)."""
+    if draft_ref is None:
+        return {DRAFTER_RECIPE_TAG: canonical_json(drafter_recipe)} if drafter_recipe is not None else {}
+    tags = serve_tags("draft", draft_ref.source)
+    if draft_ref.derived_from:
+        tags["draft.derived_from"] = draft_ref.derived_from
+    if kind.retrainable:  # the head's lineage (registry.heads)
+        tags.update({f"draft.{k}": v for k, v in draft_ref.tags.items() if k.startswith("eagle3.")})
+    return tags
 
 
 def _same_settings(a: dict[str, str], b: dict[str, str]) -> bool:
