@@ -58,8 +58,8 @@ def compute_changed(prev_tags: dict[str, str] | None, new_tags: dict[str, str]) 
     Compares ``target.weights_sha256`` + ``target.tokenizer_sha256`` (target side), the drafter kind's
     family (ngram vs model) + ``draft.weights_sha256`` + ``draft.tokenizer_sha256`` + a model-free
     drafter's recipe (:func:`drafter_recipe_of`; draft side; for a derived draft the weights hash is the
-    derivation identity, so re-deriving from a new target changes it) and the decoding config (decoded from the tags, so versions tagged before k was renamed compare
-    equal when their values are).
+    derivation identity, so re-deriving from a new target changes it) and the decoding config (decoded
+    from the tags, so versions tagged before k was renamed compare equal when their values are).
 
     Returns:
         ``(changed, config_changed)`` with ``changed`` in ``initial | target | draft | both | config | none``.

@@ -99,7 +99,8 @@ def register_pair_from_refs(
 
     Args:
         target: a model reference (see :func:`resolve_checkpoint`).
-        draft: ``ngram`` or ``ngram:MAX:MIN`` (the sizes are stored as the pair's recipe); ``eagle3:<head dir or models:/<head>/<v>>`` (:func:`register_eagle3_pair`);
+        draft: ``ngram`` or ``ngram:MAX:MIN`` (the sizes are stored as the pair's recipe);
+            ``eagle3:<head dir or models:/<head>/<v>>`` (:func:`register_eagle3_pair`);
             ``derived:int8`` / ``int4`` / ``bf16`` / ``fp8`` (derived from this target); a model
             reference, optionally ``model:<ref>``; or ``models:/<name>/<v>`` of an already
             registered draft, including a derived-recipe version (e.g. an old derived draft kept

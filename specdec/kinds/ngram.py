@@ -45,9 +45,17 @@ class NgramKind(DrafterKind):
 
         max_n = sizes[0] if sizes else NgramDrafter.DEFAULT_MAX_NGRAM
         min_n = sizes[1] if len(sizes) > 1 else min(NgramDrafter.DEFAULT_MIN_NGRAM, max_n)
+        return self._checked(max_n, min_n, f"spec {spec!r}")
+
+    @staticmethod
+    def _checked(max_n: int, min_n: int, what: str) -> tuple[int, int]:
         if min_n < 1 or max_n < min_n:
-            raise DrafterSpecError(f"bad n-gram spec {spec!r}: need 1 <= min_ngram <= max_ngram, got {min_n}, {max_n}")
+            raise DrafterSpecError(f"bad n-gram {what}: need 1 <= min_ngram <= max_ngram, got {min_n}, {max_n}")
         return max_n, min_n
+
+    @staticmethod
+    def _recipe(max_n: int, min_n: int) -> dict:
+        return {"max_ngram": max_n, "min_ngram": min_n}
 
     def check(self, spec: str) -> str:
         self.sizes(spec)
@@ -55,11 +63,10 @@ class NgramKind(DrafterKind):
 
     def pair_recipe(self, spec: str) -> dict:
         """``{"max_ngram": N, "min_ngram": M}`` of a spec (defaults filled in; :meth:`sizes` raises)."""
-        max_n, min_n = self.sizes(spec)
-        return {"max_ngram": max_n, "min_ngram": min_n}
+        return self._recipe(*self.sizes(spec))
 
     def recipe_of(self, obj: Any) -> dict:
-        return {"max_ngram": obj.max_ngram, "min_ngram": obj.min_ngram}
+        return self._recipe(obj.max_ngram, obj.min_ngram)
 
     def sizes_of(self, recipe: dict | None) -> tuple[int, int]:
         """``(max_ngram, min_ngram)`` of a recipe; None is the defaults.
@@ -70,17 +77,17 @@ class NgramKind(DrafterKind):
         if recipe is None:
             return self.sizes(self.name)
         try:
-            return self.sizes(f"{self.name}:{int(recipe['max_ngram'])}:{int(recipe['min_ngram'])}")
+            max_n, min_n = int(recipe["max_ngram"]), int(recipe["min_ngram"])
         except (KeyError, TypeError, ValueError):
             raise DrafterSpecError(f"bad n-gram recipe {recipe!r}: need integer max_ngram and min_ngram") from None
+        return self._checked(max_n, min_n, f"recipe {recipe!r}")
 
     def _built(self, recipe: dict | None) -> ResolvedDrafter:
         from specdec.core.drafters import NgramDrafter
 
         max_n, min_n = self.sizes_of(recipe)
         return ResolvedDrafter(drafter=NgramDrafter(max_ngram=max_n, min_ngram=min_n), kind=self.name,
-                               ref=f"max_ngram={max_n},min_ngram={min_n}",
-                               recipe={"max_ngram": max_n, "min_ngram": min_n})
+                               ref=f"max_ngram={max_n},min_ngram={min_n}", recipe=self._recipe(max_n, min_n))
 
     def resolve(self, spec: str, target: Any = None, *, dtype=None, device=None) -> ResolvedDrafter:
         return self._built(self.pair_recipe(spec))
