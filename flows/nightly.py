@@ -46,6 +46,7 @@ from flows.tasks import (
 from flows import stopping
 from flows.ungated import check_ungated, report_ungated, version_link
 from specdec import events
+from specdec.policy import VERDICTS
 
 
 def _logger():
@@ -237,7 +238,8 @@ def retry_pending_mlflow_logging(db, home: Path, registry) -> list[str]:
             continue
         job = MlflowLogging(row.pair_name, row.pair_version, str(rdir),
                             [p for p in (row.evidently_html, row.evidently_json) if p], key.key_id(),
-                            key.scheduled_date.isoformat(), history.trend_points(db, row.pair_name, exclude_run=row.id))
+                            key.scheduled_date.isoformat(), history.trend_points(db, row.pair_name, exclude_run=row.id),
+                            row.status if row.status in VERDICTS else None)
         try:
             run_id = log_to_mlflow.fn(job, registry)
         except RegistryUnavailable as e:
@@ -268,9 +270,9 @@ def _mlflow_link(registry, run_id: str) -> str:
     return f"runs:/{run_id} (mlflow ui --backend-store-uri {uri})"
 
 
-def log_night_to_mlflow(night: Night, job: Job, history_run_id: int, drift) -> MlflowOutcome:
-    """Step 5, best-effort: log the MLflow run (task :func:`flows.tasks.log_to_mlflow`) and mark the
-    history row logged.
+def log_night_to_mlflow(night: Night, job: Job, history_run_id: int, drift, verdict: str | None = None) -> MlflowOutcome:
+    """Step 5, best-effort: log the MLflow run (task :func:`flows.tasks.log_to_mlflow`) with tonight's
+    verdict word (its ``validation_status``) and mark the history row logged.
 
     A failure is logged and leaves the row pending (the next night logs it first); the alert still
     goes out.
@@ -281,7 +283,7 @@ def log_night_to_mlflow(night: Night, job: Job, history_run_id: int, drift) -> M
     extra = [str(drift.html_path), str(drift.json_path)] if drift is not None else []
     logging_job = MlflowLogging(t.pair, t.version, str(job.report_dir), extra, job.key.key_id(),
                                 job.key.scheduled_date.isoformat(),
-                                history.trend_points(night.db, t.pair, exclude_run=history_run_id))
+                                history.trend_points(night.db, t.pair, exclude_run=history_run_id), verdict)
     try:
         run_id = log_to_mlflow(logging_job, night.registry)
     except Exception as e:  # noqa: BLE001 (MLflow, its HTTP client, the artifact store and matplotlib raise many types; none may stop the alert)
@@ -311,18 +313,39 @@ def record_night(night: Night, job: Job, report) -> NightlyResult:
     events.announce("history", pair=t.pair, version=t.version)
     lineage = Lineage.from_report(report, target_hash=t.pv.target_weights_sha256, draft_hash=t.pv.draft_weights_sha256)
     logged = []
+    settings, gate = judged_by(night.settings, t.pv.tags, report)
 
     def log_run(history_run_id: int, evaluation, drift) -> dict[str, str]:                             # 5
-        logged.append(log_night_to_mlflow(night, job, history_run_id, drift))
+        logged.append(log_night_to_mlflow(night, job, history_run_id, drift, evaluation.verdict))
         return logged[0].links
 
     out = pipeline.record_and_evaluate(night.db, report, job.key, lineage, claim=job.claim, alias=t.alias,  # 3, 4, 6
-                                       champion_version=t.champion_version, settings=night.settings,
-                                       evidently_dir=job.report_dir / "evidently", before_alert=log_run)
+                                       champion_version=t.champion_version, settings=settings,
+                                       evidently_dir=job.report_dir / "evidently", before_alert=log_run,
+                                       extra_results=[gate])
     mlflow = logged[0]
     if mlflow.run_id is not None:                                                                           # 7
         _describe(night, t, mlflow.run_id)
     return _result(job, report, out.evaluation, out.drift, mlflow, out.alert)
+
+
+def judged_by(settings, pair_tags: dict, report):
+    """(monitoring settings with the pair version's own floor, the gate's criteria beyond acceptance as a
+    rule result): what tonight's one verdict word is judged by. The floor is the version's tag
+    ``acceptance_floor`` when set (:func:`specdec.policy.floor_for`), else the policy's; a malformed tag
+    raises ``ValueError`` (the night records it as this version's error)."""
+    from monitoring.rules import gate_result
+    from registry.gate import GateConfig
+    from registry.runs import judge_report
+    from specdec.policy import floor_for
+
+    rules = settings.rules
+    floor = floor_for(rules.policy(), pair_tags)
+    settings = settings.model_copy(update={"rules": rules.for_floor(floor)})
+    gate = GateConfig(min_acceptance_rate=rules.absolute_threshold, floor_source=rules.floor_source,
+                      estimator=rules.estimator, alert_side=rules.alert_side, min_draft_tokens=rules.min_draft_tokens)
+    word, reasons = judge_report(report, pair_tags, gate).result.beyond_acceptance()
+    return settings, gate_result(word, reasons, rules.acceptance_severity)
 
 
 def _describe(night: Night, t: Target, mlflow_run_id: str) -> None:

@@ -120,6 +120,7 @@ class MlflowLogging:
             so a run re-done or logged late keeps the date of the night it belongs to.
         trend: the pair's past trend points from the history store (:func:`monitoring.history.trend_points`),
             the one source of the trend plot.
+        verdict: the night's verdict word (the history row's status), the run's ``validation_status``.
     """
 
     pair: str
@@ -129,6 +130,7 @@ class MlflowLogging:
     run_key: str
     night: str
     trend: list[dict]
+    verdict: str | None = None
 
 
 @task(retries=3, retry_delay_seconds=[5, 15, 45], retry_condition_fn=retry_if_transient, cache_policy=NO_CACHE)
@@ -146,7 +148,7 @@ def log_to_mlflow(job: MlflowLogging, registry=None) -> str:
     return log_validation(job.pair, job.version, report, job.report_dir,
                           extra_artifacts=[p for p in job.extra if Path(p).exists()], history=job.trend,
                           run_key=job.run_key, run_name=f"{job.pair} v{job.version} night {job.night}", describe=False,
-                          registry=registry)
+                          registry=registry, verdict=job.verdict)
 
 
 @task(retries=2, retry_delay_seconds=[5, 20], retry_condition_fn=retry_if_transient, cache_policy=NO_CACHE)

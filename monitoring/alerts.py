@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -54,6 +55,8 @@ class AlertContext:
         baseline: label of the baseline run (e.g. ``"specdec-pair v1 (run 3, 2026-11-28)"``).
         root_cause_hint: from :func:`monitoring.rules.root_cause_hint`.
         links: name -> URL or path (``{"MLflow run": "http://...", "Evidently report": "/..."}``).
+        changed: what changed since the baseline run (``target`` | ``draft`` | ``both`` | None), for the
+            floor's headline ("... after a target-only change: target changed, draft unchanged").
     """
 
     pair_name: str
@@ -70,6 +73,7 @@ class AlertContext:
     baseline: str | None = None
     root_cause_hint: str | None = None
     links: dict[str, str] = field(default_factory=dict)
+    changed: str | None = None
 
 
 @dataclass
@@ -114,11 +118,28 @@ def _short(h: str | None, ref: str | None = None) -> str | None:
 
 
 #: how an alert names the metric a rule judged (the rule result stores the field name)
-METRIC_NAMES = {"per_token_acceptance": "per-token acceptance", "acceptance_rate": "acceptance_rate"}
+METRIC_NAMES = {"per_token_acceptance": "per-token acceptance", "acceptance_rate": "acceptance rate"}
+#: the floor headline's cause, by what changed since the baseline run
+CHANGED_PHRASES = {"target": "after a target-only change: target changed, draft unchanged",
+                   "draft": "after a draft-only change: draft changed, target unchanged",
+                   "both": "after both target and draft changed"}
+
+
+def floor_headline(overall: RuleResult | None, k: int | None, changed: str | None = None) -> str | None:
+    """The alert's first line when the floor fires: ``acceptance rate 29.6% < 40% at k = 4 after a
+    target-only change: target changed, draft unchanged (floor from policy default)``; None otherwise."""
+    if overall is None or not overall.firing or overall.value is None or overall.threshold is None:
+        return None
+    name = METRIC_NAMES.get(overall.metric, overall.metric)
+    at = f" at k = {k}" if k else ""
+    cause = f" {CHANGED_PHRASES[changed]}" if changed in CHANGED_PHRASES else ""
+    m = re.search(r"floor [0-9.]+ \(([^)]*)\)", overall.message or "")
+    source = f" (floor from {m.group(1)})" if m else ""
+    return f"{name} {overall.value:.1%} < {overall.threshold:.0%}{at}{cause}{source}"
 
 
 def _fmt_rule(r: RuleResult) -> str:
-    if r.value is None and r.metric == "reference":  # a broken alias / version / model: its message says it
+    if r.value is None and r.metric in ("reference", "gate"):  # a broken reference, the gate: its message says it
         return f"*{r.rule}*: {r.message}"
     val = "n/a" if r.value is None else f"{r.value:.3f}"
     ci = f" (95% CI {r.ci[0]:.3f}-{r.ci[1]:.3f})" if r.ci else ""
@@ -129,7 +150,11 @@ def _fmt_rule(r: RuleResult) -> str:
     if r.rule == "speed":
         return f"*{r.rule}*{sev}: {r.message}"
     name = METRIC_NAMES.get(r.metric, r.metric)
-    beside = r.message[r.message.index("; acceptance rate"):] if "; acceptance rate" in (r.message or "") else ""
+    msg = r.message or ""
+    beside = msg[msg.index("; "):] if r.rule in ("absolute", "relative") and "; " in msg else ""
+    m = re.search(r"floor [0-9.]+ \(([^)]*)\)", msg) if r.rule == "absolute" else None
+    if m and r.threshold is not None:
+        thr = f", floor {r.threshold:.3f} ({m.group(1)})"
     return f"*{r.rule}*{scope}{sev}: {name} {val}{ci}{thr}{base}{beside}"
 
 
@@ -170,7 +195,10 @@ def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], 
     if overall is not None and overall.value is not None:
         ci = f" (95% CI {overall.ci[0]:.3f}-{overall.ci[1]:.3f})" if overall.ci else ""
         label = "Per-token acceptance" if overall.metric == "per_token_acceptance" else "Acceptance rate"
-        facts[label] = f"{overall.value:.3f}{ci}, threshold {overall.threshold:.2f}"
+        m = re.search(r"floor [0-9.]+ \(([^)]*)\)", overall.message or "")
+        beside = overall.message[overall.message.index("; "):] if "; " in (overall.message or "") else ""
+        facts[label] = (f"{overall.value:.3f}{ci}, floor {overall.threshold:.2f}"
+                        + (f" ({m.group(1)})" if m else "") + beside.replace(";", ",", 1))
     speed = next((r for r in results if r.rule == "speed"), None)
     if speed is not None and speed.value is not None:
         ci = f" (95% CI {speed.ci[0]:.2f}-{speed.ci[1]:.2f}x)" if speed.ci else ""
@@ -179,10 +207,15 @@ def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], 
     severity = severity_of(firing)
     if severity:
         facts["Severity"] = severity
+    if kind in ("fire", "remind", "resolve"):
+        facts["Verdict"] = verdict(results)  # the run's one word (specdec.policy.VERDICTS), as everywhere else
     lines = [_fmt_rule(r) for r in firing if r not in fell]
     change = change_since_baseline(results)
     if change:
         lines.insert(0, change)
+    headline = floor_headline(overall, ctx.num_speculative_tokens, ctx.changed) if kind in ("fire", "remind") else None
+    if headline:  # the floor first, then the relative rule and speed
+        lines.insert(0, headline)
     if fell:
         what = " (per-token acceptance)" if fell[0].metric == "per_token_acceptance" else ""
         lines.append(f"Categories that fell{what}: " + ", ".join(

@@ -71,12 +71,14 @@ class MonitoringOutcome:
 def evaluate_run(
     db: Database, run_id: int, *, champion_version: str | int | None = None,
     champion_alias: str = "champion", settings: MonitoringSettings | None = None,
+    extra_results: list[rules.RuleResult] | None = None,
 ) -> Evaluation:
     """Evaluate the drift rules on a recorded run against its baseline; store the outcome.
 
     The baseline is the last passing run of the champion: pair version ``champion_version`` when
     given, else runs whose ``alias`` is ``champion_alias`` (see :func:`history.find_baseline`).
-    The run's status becomes the verdict.
+    ``extra_results`` (e.g. the nightly's promotion-gate criteria beyond acceptance, rule ``gate``) are
+    judged with the rules. The run's status becomes the one verdict word (:func:`rules.verdict`).
 
     Raises:
         KeyError: unknown run. ValueError: the run has no recorded metrics.
@@ -86,7 +88,7 @@ def evaluate_run(
     base_row = history.find_baseline(db, run_id, champion_version=champion_version,
                                      champion_alias=champion_alias)
     baseline = history.snapshot_of(base_row) if base_row is not None else None
-    results = rules.evaluate(current, baseline, settings.rules)
+    results = rules.evaluate(current, baseline, settings.rules) + list(extra_results or [])
     row = history.get_run(db, run_id)
     hint = rules.root_cause_hint(current.lineage, baseline.lineage if baseline else None,
                                  drafter_kind=row.drafter_kind, drafter_ref=row.drafter_ref)
@@ -175,8 +177,19 @@ def alert(
         draft_hash=row.draft_hash, baseline=evaluation.baseline_label, target_ref=row.target_ref,
         draft_ref=row.drafter_ref,
         root_cause_hint=evaluation.root_cause_hint, links=dict(links or {}),
+        changed=_changed(row, history.get_run(db, evaluation.baseline_run_id) if evaluation.baseline_run_id else None),
     )
     return alerts.process(db, ctx, evaluation.results, settings=settings, now=now, client=client)
+
+
+def _changed(row, base) -> str | None:
+    """``target`` | ``draft`` | ``both`` | None: which weights differ between a run and its baseline run
+    (unknown hashes count as unchanged, as in :func:`rules.root_cause_hint`)."""
+    if base is None:
+        return None
+    t, d = ((a is not None and b is not None and a != b) for a, b in
+            ((row.target_hash, base.target_hash), (row.draft_hash, base.draft_hash)))
+    return "both" if t and d else "target" if t else "draft" if d else None
 
 
 def drift_evidence(db: Database, evaluation: Evaluation, *, out_dir: str | Path | None = None,
@@ -203,6 +216,7 @@ def record_and_evaluate(
     now: dt.datetime | None = None, client: httpx.Client | None = None,
     evidently_dir: str | Path | None = None,
     before_alert: Callable[[int, Evaluation, object | None], dict[str, str]] | None = None,
+    extra_results: list[rules.RuleResult] | None = None,
 ) -> MonitoringOutcome:
     """Record ``report`` (upsert on ``key``), evaluate the rules, build the Evidently report, alert.
 
@@ -214,6 +228,7 @@ def record_and_evaluate(
         before_alert: a step between the evidence and the alert, called with ``(run_id, evaluation,
             drift)``; the links it returns are added to the alert's (the nightly logs its MLflow run
             there). It must not raise for the alert to go out.
+        extra_results: more rule results judged with the rules (:func:`evaluate_run`).
     Returns:
         :class:`MonitoringOutcome`. The Evidently report path is added to ``links``.
     Raises:
@@ -221,7 +236,7 @@ def record_and_evaluate(
     """
     settings = settings or get_settings()
     run_id = history.record_run(db, report, key, lineage, claim=claim, alias=alias, now=now)
-    ev = evaluate_run(db, run_id, champion_version=champion_version, settings=settings)
+    ev = evaluate_run(db, run_id, champion_version=champion_version, settings=settings, extra_results=extra_results)
     drift = None
     links = dict(links or {})
     if evidently:

@@ -2,16 +2,17 @@
 
 Rules (thresholds in :class:`monitoring.settings.RuleSettings`):
 
-- ``absolute``: the policy's acceptance metric below 0.40, overall and per category (own
-  thresholds). By default that metric is the per-token acceptance (``per_token_acceptance``, the
-  i.i.d. α of the measured mean accepted length, the same at every k; :class:`specdec.policy.AcceptancePolicy` ``estimator="per_token"``), with vLLM's
-  acceptance rate at k shown beside it; ``estimator="pooled"`` judges the acceptance rate itself.
-  Fires only when the upper end of the 95% CI is below the threshold *and* at least N draft tokens
-  were measured; a point estimate below the threshold with a CI reaching above it is reported as
-  ``insufficient_evidence`` ("CI too wide: no alert yet").
-- ``relative``: that metric more than 15% below the baseline (the last passing run of the
-  current champion): fires when the CI upper bound is below ``(1 - 0.15) * baseline``; with the
-  per-token metric a baseline at another k still compares.
+- ``absolute`` (the floor): the policy's acceptance metric below the floor (0.40, or the pair
+  version's own, tag ``acceptance_floor``; the message names it and its source), overall and per
+  category (own thresholds). By default that metric is the acceptance rate as engines print it
+  (accepted / drafted at the validated k: vLLM's "Draft acceptance rate", llama.cpp's
+  accepted/drafted), with the per-token acceptance α shown beside it; ``estimator="per_token"``
+  judges α itself. Verdict by :func:`specdec.policy.judge`: fires when the upper end of the 95% CI is
+  below the floor *and* at least N draft tokens were measured; ``ok`` when the CI's lower end is at or
+  above it; otherwise ``insufficient_evidence`` (inconclusive: "no alert yet").
+- ``relative``: the per-token acceptance (k-invariant, whatever the floor's estimator) more than 15%
+  below the baseline (the last passing run of the current champion): fires when the CI upper bound
+  is below ``(1 - 0.15) * baseline``; a baseline at another k still compares, so a k change is not drift.
 - ``collapse``: ``draft_tokens_per_step`` falls by more than 30% against the baseline (a drafter
   that stopped proposing can show 100% acceptance on almost nothing).
 - ``measurement``: the teacher-forced α (``alpha_tf``) and the decoding estimate of the same
@@ -35,7 +36,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping
 
 from monitoring.settings import RuleSettings
-from specdec.policy import AcceptancePolicy
+from specdec.policy import (FAILED, INCONCLUSIVE, PASSED, TREND_ESTIMATOR, AcceptancePolicy, Floor, below_floor_note,
+                            combine, judge, rates_by_k)
 from specdec.validation.report import GroupMetrics
 
 OK, FIRING, INSUFFICIENT, NOT_APPLICABLE = "ok", "firing", "insufficient_evidence", "not_applicable"
@@ -111,53 +113,82 @@ def _fmt_ci(ci: tuple[float, float] | None) -> str:
 
 
 def _judged(g: GroupMetrics, estimator: str) -> tuple[str, str, float | None, tuple[float, float] | None, str]:
-    """(metric field, label, value, CI) of the policy's metric on ``g``; the label names it and, for the
-    per-token metric, shows vLLM's acceptance rate at k beside it."""
+    """(metric field, label, value, CI, beside) of ``estimator``'s metric on ``g``; ``beside`` is the other
+    metric, always shown with it: the per-token acceptance beside the acceptance rate, and the acceptance
+    rate at k beside the per-token acceptance."""
     policy = AcceptancePolicy(estimator=estimator)
     value, ci = policy.judged(g)
-    label = policy.metric_label
+    return policy.metric, policy.metric_label, value, ci, _beside(g, estimator)
+
+
+def _beside(g: GroupMetrics, estimator: str) -> str:
+    """``; per-token acceptance 0.562 (95% CI 0.506-0.634)`` (pooled) or ``; acceptance rate 0.296 at k=4``."""
+    if estimator == "pooled":
+        alpha, ci = AcceptancePolicy(estimator="per_token").judged(g)
+        return f"; per-token acceptance {alpha:.3f}{_fmt_ci(ci)}" if alpha is not None else ""
     rate, k = _num(g.acceptance_rate), g.num_speculative_tokens
-    beside = f"; acceptance rate {rate:.3f} at k={k or '?'}" if estimator != "pooled" and rate is not None else ""
-    return policy.metric, label, value, ci, beside
+    return f"; acceptance rate {rate:.3f} at k={k or '?'}" if rate is not None else ""
 
 
-def _below(rule: str, scope: str, g: GroupMetrics, *, limit: float, min_tokens: int,
-           baseline: float | None, what: str, policy: AcceptancePolicy = AcceptancePolicy()) -> RuleResult:
-    """Shared logic: does the judged acceptance (``policy.estimator``) of ``g`` lie credibly below ``limit``
-    (``policy.alert_side`` of its CI)?"""
-    side = policy.alert_side
+def _smaller_k(rule: str, g: GroupMetrics, policy: AcceptancePolicy, limit: float) -> str:
+    """``; at smaller k: 0.61 at k = 1, ...`` for a floor judged on the acceptance rate at k (from the
+    per-position acceptance, :func:`specdec.policy.rates_by_k`), else ``""``."""
+    if rule != "absolute" or policy.estimator != "pooled" or not g.num_speculative_tokens:
+        return ""
+    rates = rates_by_k(g.per_position_acceptance or [])
+    note = below_floor_note(rates, int(g.num_speculative_tokens), Floor(limit, "")) if len(rates) > 1 else None
+    return "; at smaller k:" + note.split("; at smaller k:", 1)[1] if note else ""
+
+
+#: RuleResult status of each verdict word (:func:`specdec.policy.judge`)
+_STATUS = {PASSED: OK, FAILED: FIRING, INCONCLUSIVE: INSUFFICIENT}
+
+
+def _below(rule: str, scope: str, g: GroupMetrics, *, limit: float, min_tokens: int, baseline: float | None,
+           what: str, policy: AcceptancePolicy = AcceptancePolicy(), sides: tuple[str, str] | None = None,
+           source: str = "") -> RuleResult:
+    """Shared logic: is the judged acceptance (``policy.estimator``) of ``g`` below ``limit``? The verdict is
+    :func:`specdec.policy.judge` with ``sides`` (fail side, pass side; default the policy's alert and gate
+    sides), mapped to a rule status (failed: firing, inconclusive: insufficient_evidence)."""
+    fail_side, pass_side = sides or (policy.alert_side, policy.gate_side)
     metric, name, value, ci, beside = _judged(g, policy.estimator)
     n = int(g.num_draft_tokens or 0)
     base = dict(rule=rule, scope=scope, metric=metric, value=value, ci=ci,
                 threshold=limit, baseline=baseline, num_draft_tokens=n)
     label = "overall" if scope == OVERALL else f"category {scope!r}"
+    k = g.num_speculative_tokens
+    at = f" at k={k}" if policy.estimator == "pooled" and k else ""
+    lim = f"{what} {limit:.3f}" + (f" ({source})" if source else "")
     if value is None or n == 0:
         return RuleResult(status=INSUFFICIENT, message=f"{label}: nothing drafted, {name} unmeasured", **base)
-    shown = f"{name} {value:.3f}{_fmt_ci(ci)}"
+    shown = f"{name} {value:.3f}{_fmt_ci(ci)}{at}"
     if n < min_tokens:
         return RuleResult(status=INSUFFICIENT, **base, message=(
-            f"{label}: {shown} on only {n} draft tokens (< {min_tokens} needed): not enough evidence{beside}"))
-    x = value if side == "point" else (None if ci is None else ci[0] if side == "lower" else ci[1])
-    if x is not None and x < limit:
-        where = "" if side == "point" else f" (CI {side} end below it)"
-        return RuleResult(status=FIRING, **base, message=f"{label}: {shown} below {what} {limit:.3f}{where}{beside}")
-    if value >= limit:
-        return RuleResult(status=OK, **base, message=f"{label}: {shown} >= {what} {limit:.3f}{beside}")
-    why = "CI too wide" if ci is not None else "no CI available"
-    return RuleResult(status=INSUFFICIENT, **base, message=(
-        f"{label}: {shown} below {what} {limit:.3f}, but {why}: no alert yet{beside}"))
+            f"{label}: {shown} on only {n} draft tokens (< {min_tokens} needed): not enough evidence (vs {lim}){beside}"))
+    word = judge(value, ci, limit, fail_side=fail_side, pass_side=pass_side)
+    if word == FAILED:
+        where = "" if fail_side == "point" else f", CI {fail_side} end below it"
+        return RuleResult(status=FIRING, **base, message=(
+            f"{label}: {shown} < {lim}{where}{beside}{_smaller_k(rule, g, policy, limit)}"))
+    if word == PASSED:
+        return RuleResult(status=OK, **base, message=f"{label}: {shown} >= {lim}{beside}")
+    why = f"CI too wide: no alert yet (its {pass_side} end is below it)" if ci is not None else "no CI available: no alert yet"
+    return RuleResult(status=INSUFFICIENT, **base, message=f"{label}: {shown} vs {lim}: inconclusive, {why}{beside}")
 
 
 def absolute_rules(current: GroupMetrics, categories: Mapping[str, GroupMetrics],
                    settings: RuleSettings) -> list[RuleResult]:
-    """The absolute-threshold rule overall and for each category of the current run."""
-    policy = AcceptancePolicy(estimator=settings.estimator, alert_side=settings.alert_side)
+    """The floor overall and for each category of the current run, judged on the policy's metric (the
+    acceptance rate at the validated k by default), naming the floor and where it came from."""
+    policy = settings.policy()
     out = [_below("absolute", OVERALL, current, limit=settings.threshold_for(None),
-                  min_tokens=settings.min_draft_tokens, baseline=None, what="threshold", policy=policy)]
+                  min_tokens=settings.min_draft_tokens, baseline=None, policy=policy,
+                  what="floor", source=settings.floor_source)]
     for name in sorted(categories):
+        source = "category threshold" if name in settings.category_thresholds else settings.floor_source
         out.append(_below("absolute", name, categories[name], limit=settings.threshold_for(name),
-                          min_tokens=settings.min_category_draft_tokens, baseline=None, what="threshold",
-                          policy=policy))
+                          min_tokens=settings.min_category_draft_tokens, baseline=None, what="floor",
+                          source=source, policy=policy))
     return out
 
 
@@ -171,19 +202,22 @@ def _comparable(current: GroupMetrics, baseline: GroupMetrics, estimator: str = 
 
 
 def relative_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: RuleSettings) -> RuleResult:
-    """The judged acceptance dropped more than ``relative_drop`` against the baseline (CI-aware); with
-    the per-token metric a baseline validated at another k still compares."""
-    metric, _name, value, _ci_, _b = _judged(current, settings.estimator)
-    base_value = _judged(baseline, settings.estimator)[2] if baseline is not None else None
+    """The per-token acceptance (:data:`specdec.policy.TREND_ESTIMATOR`, the same at every k, whatever the
+    floor's estimator) dropped more than ``relative_drop`` against the baseline: failed when its CI upper
+    end is below the limit, passed when its point estimate is at or above it (:func:`specdec.policy.judge`);
+    a baseline validated at another k still compares, so a k change alone is not drift."""
+    est = TREND_ESTIMATOR
+    metric, _name, value, _ci_, _b = _judged(current, est)
+    base_value = _judged(baseline, est)[2] if baseline is not None else None
     if baseline is None or base_value is None:
         return RuleResult("relative", OVERALL, NOT_APPLICABLE, metric, value=value, message="no passing baseline run")
-    reason = _comparable(current, baseline, settings.estimator)
+    reason = _comparable(current, baseline, est)
     if reason:
         return RuleResult("relative", OVERALL, NOT_APPLICABLE, metric, value=value, baseline=base_value, message=reason)
     limit = base_value * (1.0 - settings.relative_drop)
     what = f"{1 - settings.relative_drop:.0%} of baseline {base_value:.3f} ="
     return _below("relative", OVERALL, current, limit=limit, min_tokens=settings.min_draft_tokens,
-                  baseline=base_value, what=what, policy=AcceptancePolicy(estimator=settings.estimator, alert_side="upper"))
+                  baseline=base_value, what=what, policy=AcceptancePolicy(estimator=est), sides=("upper", "point"))
 
 
 def collapse_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: RuleSettings) -> RuleResult:
@@ -394,23 +428,42 @@ def severity_of(results: Iterable[RuleResult]) -> str | None:
     return max(sev, key=lambda s: SEVERITY_ORDER.index(s) if s in SEVERITY_ORDER else len(SEVERITY_ORDER)) if sev else None
 
 
-PASSED_VERDICT, FAILED_VERDICT, INCONCLUSIVE_VERDICT = "passed", "failed", "inconclusive"
+PASSED_VERDICT, FAILED_VERDICT, INCONCLUSIVE_VERDICT = PASSED, FAILED, INCONCLUSIVE
+
+
+#: the promotion gate's criteria beyond acceptance (exactness, config, evidence), judged with the rules in
+#: the nightly (:func:`gate_result`) so that a run has one verdict word
+GATE_RULE = "gate"
+
+
+def gate_result(word: str, reasons: list[str], severity: str = "critical") -> RuleResult:
+    """A :class:`RuleResult` (rule ``gate``) of the gate's verdict ``word`` beyond acceptance and its
+    ``reasons`` (:meth:`registry.gate.GateResult.beyond_acceptance`, handed over as plain data)."""
+    status = {FAILED: FIRING, INCONCLUSIVE: INSUFFICIENT}.get(word, OK)
+    text = "; ".join(reasons) or "exactness, config and evidence criteria hold"
+    return RuleResult(rule=GATE_RULE, scope=OVERALL, status=status, metric="gate", message=text,
+                      severity=severity if status == FIRING else None)
+
+
+def rule_verdict(r: RuleResult) -> str:
+    """One rule's verdict word (:data:`specdec.policy.VERDICTS`): firing -> ``failed``; an overall
+    floor or relative rule lacking evidence, or a speed timed on an overloaded machine -> ``inconclusive``;
+    anything else (ok, not applicable, a small category lacking evidence) -> ``passed``."""
+    if r.firing:
+        return FAILED
+    if r.status == INSUFFICIENT and r.scope == OVERALL and r.rule in ("absolute", "relative", GATE_RULE):
+        return INCONCLUSIVE
+    if r.rule == SPEED_RULE and r.status == SPEED_INCONCLUSIVE:
+        return INCONCLUSIVE
+    return PASSED
 
 
 def verdict(results: Iterable[RuleResult]) -> str:
-    """``failed`` if any rule fires; ``inconclusive`` if the overall absolute or the relative rule
-    lacks evidence, or the speed was measured on an overloaded machine (so such a night neither
-    alerts nor resolves an open incident); else ``passed``. (A small category lacking evidence
-    does not block passing.)"""
-    results = list(results)
-    if any(r.firing for r in results):
-        return FAILED_VERDICT
-    if any(r.status == INSUFFICIENT and r.scope == OVERALL and r.rule in ("absolute", "relative")
-           for r in results):
-        return INCONCLUSIVE_VERDICT
-    if any(r.rule == SPEED_RULE and r.status == SPEED_INCONCLUSIVE for r in results):
-        return INCONCLUSIVE_VERDICT
-    return PASSED_VERDICT
+    """The run's one verdict word: :func:`specdec.policy.combine` of :func:`rule_verdict` of each result
+    (``failed`` if any rule fires; ``inconclusive`` if the overall floor or the relative rule lacks
+    evidence or its CI straddles the limit, or the speed was timed on an overloaded machine, so such a
+    night neither alerts nor resolves an open incident; else ``passed``)."""
+    return combine(rule_verdict(r) for r in results)
 
 
 def speed_only_inconclusive(rule_results: list[dict] | None) -> bool:
@@ -419,7 +472,7 @@ def speed_only_inconclusive(rule_results: list[dict] | None) -> bool:
     acceptance baseline (otherwise every later alert would say "no passing baseline run")."""
     res = list(rule_results or [])
     doubtful = any(r.get("status") == FIRING or (r.get("status") == INSUFFICIENT and r.get("scope") == OVERALL
-                                                 and r.get("rule") in ("absolute", "relative")) for r in res)
+                                                 and r.get("rule") in ("absolute", "relative", GATE_RULE)) for r in res)
     return not doubtful and any(r.get("rule") == SPEED_RULE and r.get("status") == SPEED_INCONCLUSIVE for r in res)
 
 
@@ -486,3 +539,34 @@ def change_since_baseline(results: Iterable[RuleResult]) -> str | None:
     if sp is not None and sp.baseline is not None and sp.value is not None:
         parts.append(f"speedup {sp.baseline:.2f}x -> {sp.value:.2f}x")
     return "Since baseline: " + ", ".join(parts) if parts else None
+
+
+def rederive(stored: list[dict] | None, current, baseline_overall: GroupMetrics | None,
+             settings: RuleSettings) -> tuple[str, list[RuleResult]]:
+    """A stored run's verdict re-derived under ``settings`` (migration ``0008``, when the floor's default
+    estimator changed): the floor (``absolute``, overall and per category, each at the threshold its stored
+    result used, else ``settings``') and the relative rule (against ``baseline_overall``, None when the run
+    had no baseline) are judged again from the stored numbers; every other stored result (collapse,
+    measurement, speed, gate) is kept as it was.
+
+    Args:
+        stored: the row's ``rule_results`` (:meth:`RuleResult.to_dict` dicts).
+        current: anything with ``overall`` / ``categories`` :class:`GroupMetrics` (a RunSnapshot).
+    Returns:
+        (verdict word, every result in :func:`evaluate`'s order).
+    """
+    old = [RuleResult.from_dict(d) for d in stored or []]
+    limits = {r.scope: r.threshold for r in old if r.rule == "absolute" and r.threshold is not None}
+    floor = limits.get(OVERALL, settings.absolute_threshold)
+    cats = {name: t for name, t in limits.items() if name != OVERALL and t != floor}
+    source = settings.floor_source if floor == settings.absolute_threshold else "the run's stored floor"
+    s = settings.model_copy(update={"absolute_threshold": floor, "floor_source": source,
+                                    "category_thresholds": {**settings.category_thresholds, **cats}})
+    severity = {r.rule: r.severity for r in old}
+    new = absolute_rules(current.overall, current.categories, s)
+    new.append(relative_rule(current.overall, baseline_overall, s))
+    for r in new:
+        r.severity = severity.get(r.rule) or settings.acceptance_severity
+    kept = [r for r in old if r.rule not in ("absolute", "relative")]
+    results = new + kept
+    return verdict(results), results

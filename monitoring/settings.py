@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from specdec.policy import AcceptancePolicy
+from specdec.policy import AcceptancePolicy, Floor
 from specdec.redact import redact_url
 from specdec.settings.home import HomeSection
 from specdec.settings.policy import get_policy
@@ -49,10 +49,14 @@ class RuleSettings(BaseModel):
     ``SPECDEC_RULES__ABSOLUTE_THRESHOLD`` is an older name for ``SPECDEC_POLICY__THRESHOLD``.
 
     Attributes:
-        absolute_threshold: acceptance below which a pair is unhealthy (policy, 0.40), in the
-            metric ``estimator`` names.
-        estimator: the judged metric (policy): ``per_token`` (α̂, the same at every k) or
-            ``pooled`` (vLLM's acceptance rate at the pair's k).
+        absolute_threshold: the floor: acceptance below which a pair is unhealthy (policy, 0.40, or
+            the pair version's own, tag ``acceptance_floor``: :meth:`for_floor`), in the metric
+            ``estimator`` names.
+        floor_source: where ``absolute_threshold`` came from, named in every floor verdict
+            (``policy default``, ``SPECDEC_POLICY__THRESHOLD``, ``pair version tag acceptance_floor``).
+        estimator: the floor's metric (policy): ``pooled`` (default: the acceptance rate engines print,
+            accepted/drafted at the pair's validated k) or ``per_token`` (α̂, the same at every k). The
+            relative rule always judges α̂.
         min_draft_tokens: draft tokens needed before the absolute rule may fire overall (policy, 200).
         alert_side: which end of the 95% CI must be below the threshold to fire (policy, ``upper``).
         category_thresholds: per-category acceptance thresholds; categories not listed use
@@ -81,6 +85,7 @@ class RuleSettings(BaseModel):
     absolute_threshold: float = Field(default_factory=lambda: get_policy().threshold, ge=0.0, le=1.0)
     min_draft_tokens: int = Field(default_factory=lambda: get_policy().min_draft_tokens, ge=0)
     alert_side: Literal["lower", "point", "upper"] = Field(default_factory=lambda: get_policy().alert_side)
+    floor_source: str = Field(default_factory=lambda: get_policy().floor_source)
     estimator: Literal["per_token", "pooled"] = Field(default_factory=lambda: get_policy().estimator)
     category_thresholds: dict[str, float] = Field(default_factory=dict)
     min_category_draft_tokens: int = Field(100, ge=0)
@@ -101,7 +106,17 @@ class RuleSettings(BaseModel):
         base = get_policy()
         return AcceptancePolicy(threshold=self.absolute_threshold, estimator=self.estimator,
                                 alert_side=self.alert_side, gate_side=base.gate_side,
-                                min_draft_tokens=self.min_draft_tokens, min_prompts=base.min_prompts)
+                                min_draft_tokens=self.min_draft_tokens, min_prompts=base.min_prompts,
+                                floor_source=self.floor_source)
+
+    def for_floor(self, floor: Floor) -> "RuleSettings":
+        """These rules with a pair version's ``floor`` (:func:`specdec.policy.floor_for`) as the overall floor."""
+        return self.model_copy(update={"absolute_threshold": floor.value, "floor_source": floor.source})
+
+    @property
+    def floor(self) -> Floor:
+        """The overall floor these rules judge by, with its source."""
+        return Floor(self.absolute_threshold, self.floor_source)
 
     def threshold_for(self, category: str | None) -> float:
         """The absolute threshold for ``category`` (``None`` = overall)."""

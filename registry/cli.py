@@ -90,10 +90,15 @@ def register_cmd(
     revision: Annotated[str | None, typer.Option(help="Hub revision of the target (Hub ids only).")] = None,
     model_card: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Model card (Markdown) for the target.")] = None,
     alias: Annotated[str | None, typer.Option("--alias", help="Alias to point at the new version (ungated; '' for none).")] = "challenger",
+    acceptance_floor: Annotated[float | None, typer.Option(
+        "--acceptance-floor", min=0.0, max=1.0,
+        help="This pair version's own acceptance floor (tag acceptance_floor), e.g. 0.20 for an EAGLE-3 head whose "
+             "healthy rate at k 5 is 0.23; default: the policy's (SPECDEC_POLICY__THRESHOLD, 0.40).")] = None,
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """Check draft/target compatibility, then register target, draft and the pair version (made the @challenger,
-    so the nightly flow validates it).
+    so the nightly flow validates it). Says so at once when the pair's validated acceptance rate at this k is
+    already below its floor, with the rate at smaller k.
 
     ``--draft`` also accepts ``models:/<draft>/<v>`` of a registered draft, e.g. an old derived
     draft kept after a target-only fine-tune."""
@@ -125,6 +130,7 @@ def register_cmd(
         except _user_errors() as e:
             _fail(str(e))
         pv, tref, dref, kind = reg.pair, reg.target, reg.draft, reg.drafter_kind
+        floor_line = _apply_floor(pv, acceptance_floor, tracking_uri)
         if alias:
             from registry.promotion import promote
 
@@ -142,6 +148,25 @@ def register_cmd(
         out.print(f"  engine  {engine}", highlight=False)
         for note in (pv.compatibility or {}).get("notes", []):
             out.print(f"  [yellow]note:[/] {note}", highlight=False)
+        out.print(f"  floor   {floor_line[0]}", highlight=False)
+        if floor_line[1]:
+            out.print(f"  [yellow]warning:[/] {floor_line[1]}", highlight=False)
+
+
+def _apply_floor(pv, floor: float | None, tracking_uri: str | None) -> tuple[str, str | None]:
+    """Set the version's own floor when given; (its floor label, the below-floor warning or None)."""
+    from registry.floor import registration_floor_note, set_acceptance_floor
+    from specdec.policy import FLOOR_TAG, floor_for
+    from specdec.settings.policy import get_policy
+
+    tags = dict(pv.tags)
+    try:
+        if floor is not None:
+            tags[FLOOR_TAG] = str(set_acceptance_floor(pv.name, pv.version, floor, tracking_uri=tracking_uri))
+        label = floor_for(get_policy(), tags).label()
+        return label, registration_floor_note(pv, tracking_uri=tracking_uri, tags=tags)
+    except _user_errors() as e:
+        _fail(f"registered {pv.uri} but could not set its floor: {e}")
 
 
 @pair_app.command("list")

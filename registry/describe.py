@@ -1,11 +1,13 @@
-"""What a person sees of a pair version in the MLflow UI: a one-line description and at most 10 tags.
+"""What a person sees of a pair version in the MLflow UI: a one-line description and at most 11 tags
+(10, plus ``acceptance_floor`` on a version with a floor of its own).
 
 The MLflow versions table shows each version's tags as ``key: value`` chips and the first 29
 characters of its description (``ModelVersionTable``: ``truncate(description, 32)``), so
 
-- the description is one line that starts with the verdict and the judged acceptance metric with its
-  95% CI (``passed: α 0.81 [0.75-0.86]``, 26 characters: the per-token acceptance, the policy's default;
-  ``acc`` when the policy judges the acceptance rate), then vLLM's rate at k (``(rate 0.72 at k=4)``), the measured speedup [CI], the
+- the description is one line that starts with the run's one verdict word and the judged acceptance
+  metric with its 95% CI (``failed: acc 0.30 [0.25-0.35]``, 28 characters: the acceptance rate at the
+  validated k, the policy's default; ``α`` when the policy judges the per-token acceptance), then the
+  other metric beside it (``at k=4 (α 0.56)``), the floor and its source, the measured speedup [CI], the
   held-out set and size, what changed since which version, the date, and who holds which alias;
 - the version carries only the tags in :data:`VERSION_TAG_KEYS` (chosen for filtering in the UI,
   e.g. ``tags.validation_status = 'failed'``); every other registration fact (hashes, the whole
@@ -27,12 +29,12 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from registry.pairfile import full_tags, read_pair_doc
-from specdec.policy import METRICS
+from specdec.policy import FLOOR_TAG, METRICS, VERDICTS
 from specdec.settings.policy import get_policy
 
-#: the only tags a pair version carries (registration 5, validation 4, promotion 1); ``policy`` names
-#: the judged metric (``per_token_acceptance ci_low>=0.40``), the description shows its value beside the rate at k
-REGISTRATION_TAG_KEYS = ("target", "draft", "drafter_kind", "changed", "num_speculative_tokens")
+#: the only tags a pair version carries (registration 5 + its own floor when set, validation 4, promotion 1);
+#: ``policy`` names the judged metric (``acceptance_rate ci_low>=0.40``), the description shows its value beside α
+REGISTRATION_TAG_KEYS = ("target", "draft", "drafter_kind", "changed", "num_speculative_tokens", FLOOR_TAG)
 VALIDATION_TAG_KEYS = ("validation_status", "acceptance_rate", "speedup", "policy")
 PROMOTION_TAG_KEY = "promotion"
 VERSION_TAG_KEYS = (*VALIDATION_TAG_KEYS, *REGISTRATION_TAG_KEYS, PROMOTION_TAG_KEY)
@@ -70,7 +72,8 @@ def policy_label(gate: Any) -> str:
     ``per_token_acceptance ci_low>=0.40`` (a ``GateConfig``; ``acceptance_rate ci_low>=0.40`` with the pooled estimator)."""
     side = {"lower": "ci_low", "point": "point", "upper": "ci_high"}.get(getattr(gate, "gate_side", "lower"), "ci_low")
     metric = METRICS[getattr(gate, "estimator", "pooled")][0]
-    return f"{metric} {side}>={float(gate.min_acceptance_rate):.2f}"
+    own = " (pair floor)" if FLOOR_TAG in str(getattr(gate, "floor_source", "")) else ""
+    return f"{metric} {side}>={float(gate.min_acceptance_rate):.2f}{own}"
 
 
 def speed_note(metrics: Mapping[str, float]) -> str | None:
@@ -91,17 +94,17 @@ def validation_version_tags(status: str, metrics: Mapping[str, float], gate: Any
     """The validation tags a pair version shows after a validation.
 
     Args:
-        status: the gate verdict, ``passed`` or ``failed``.
+        status: the run's one verdict word (:data:`specdec.policy.VERDICTS`).
         metrics: the run's metrics (``acceptance_rate`` in [0, 1], ``speedup`` measured, x).
         gate: the ``GateConfig`` that decided ``status``.
     Returns:
         ``validation_status``, ``acceptance_rate`` (3 decimals), ``speedup`` (2 decimals, only when
         measured on a machine that was not overloaded: :func:`speed_note`) and ``policy``.
     Raises:
-        ValueError: ``status`` is not passed/failed.
+        ValueError: ``status`` is not a verdict word.
     """
-    if status not in ("passed", "failed"):
-        raise ValueError(f"status must be 'passed' or 'failed', got {status!r}")
+    if status not in VERDICTS:
+        raise ValueError(f"status must be one of {tuple(VERDICTS)}, got {status!r}")
     tags = {"validation_status": status, "policy": policy_label(gate)}
     if _finite(metrics.get("acceptance_rate")):
         tags["acceptance_rate"] = f"{float(metrics['acceptance_rate']):.3f}"
@@ -126,12 +129,15 @@ class VersionFacts:
     """Everything the one-line description says, as plain data.
 
     Attributes:
-        status: ``passed`` / ``failed`` (latest validation's gate verdict), None = never validated.
-        acceptance_rate / acceptance_ci: the judged metric (the policy's estimator: per-token
-            acceptance by default) and its 95% CI, in [0, 1].
-        metric: that metric's short name in the line (``α``: per-token acceptance; ``acc``: the
-            acceptance rate), short so that the table's first 29 characters still hold the verdict.
-        rate: vLLM's acceptance rate at k, shown beside a per-token metric (None otherwise).
+        status: the latest validation's one verdict word (``passed`` / ``failed`` / ``inconclusive``),
+            None = never validated.
+        acceptance_rate / acceptance_ci: the judged metric (the policy's estimator: the acceptance
+            rate at the validated k by default) and its 95% CI, in [0, 1].
+        metric: that metric's short name in the line (``acc``: the acceptance rate; ``α``: per-token
+            acceptance), short so that the table's first 29 characters still hold the verdict.
+        rate: the acceptance rate at k, shown beside a per-token metric (None otherwise).
+        alpha: the per-token acceptance, shown beside the acceptance rate (None otherwise).
+        floor: the floor judged by and its source (``floor 0.40 (policy default)``).
         k: num_speculative_tokens of the pair version.
         speedup / speedup_ci: measured wall-clock speedup (x) and its CI, None if not measured.
         heldout / num_prompts: held-out set name and how many prompts were validated.
@@ -148,6 +154,8 @@ class VersionFacts:
     acceptance_ci: tuple[float, float] | None = None
     metric: str = "acc"
     rate: float | None = None
+    alpha: float | None = None
+    floor: str | None = None
     k: int | None = None
     speedup: float | None = None
     speedup_ci: tuple[float, float] | None = None
@@ -181,7 +189,8 @@ _CHANGED = {"initial": "first version", "target": "target changed", "draft": "dr
 
 
 def describe(f: VersionFacts) -> str:
-    """The one-line description: ``passed: α 0.81 [0.75-0.86] (rate 0.72 at k=4) · speedup 1.31x [1.10-1.52] ·
+    """The one-line description: ``passed: acc 0.72 [0.66-0.78] at k=4 (α 0.81) · floor 0.40 (policy default) ·
+    speedup 1.31x [1.10-1.52] ·
     spec_bench, 48 prompts · target changed since v1 · 2026-11-30 · @champion 2026-11-30 by alice (gate passed)``.
 
     The first :data:`TABLE_DESCRIPTION_CHARS` characters hold the verdict and the acceptance rate
@@ -194,7 +203,10 @@ def describe(f: VersionFacts) -> str:
         acc = f"{f.acceptance_rate:.2f}" if _finite(f.acceptance_rate) else "n/a"
         at = f" at k={f.k}" if f.k else ""
         rate = f" (rate {f.rate:.2f}{at})" if _finite(f.rate) else at
+        rate += f" (α {f.alpha:.2f})" if _finite(f.alpha) else ""
         parts = [f"{f.status}: {f.metric} {acc}{_ci(f.acceptance_ci)}{rate}"]
+        if f.floor:
+            parts.append(f.floor)
         if f.speed_note:
             parts.append(f.speed_note)
         elif _finite(f.speedup):
@@ -269,11 +281,15 @@ def facts_for(client, mv, run=None, aliases: Mapping[str, str] | None = None,
         m = run.data.metrics
         held = run.data.params.get("heldout_name") or run.data.tags.get("specdec.heldout", "")
         f.status = run.data.tags.get("validation_status")
-        metric = METRICS[get_policy().estimator][0]
+        policy = _run_policy(run)
+        metric = METRICS[policy.get("estimator", get_policy().estimator)][0]
         f.metric = "α" if metric == "per_token_acceptance" else "acc"
         f.acceptance_rate = m.get(metric)
         f.acceptance_ci = _pair(m, metric)
         f.rate = m.get("acceptance_rate") if metric != "acceptance_rate" else None
+        f.alpha = m.get("per_token_acceptance") if metric == "acceptance_rate" else None
+        if _finite(policy.get("threshold")):
+            f.floor = f"floor {float(policy['threshold']):.2f} ({policy.get('floor_source') or 'policy'})"
         f.speedup = m.get("speedup") if _finite(m.get("speedup")) else None
         f.speedup_ci = _pair(m, "speedup")
         f.speed_note = speed_note(m)
@@ -284,6 +300,16 @@ def facts_for(client, mv, run=None, aliases: Mapping[str, str] | None = None,
         f.date = created[:10] if created[:4].isdigit() else \
             datetime.fromtimestamp(run.info.start_time / 1000, timezone.utc).date().isoformat()
     return f
+
+
+def _run_policy(run) -> dict[str, Any]:
+    """The acceptance policy recorded with a validation run (tag ``specdec.acceptance_policy``), or {}."""
+    import json
+
+    try:
+        return dict(json.loads(run.data.tags.get("specdec.acceptance_policy") or "{}"))
+    except (TypeError, ValueError):
+        return {}
 
 
 def refresh_description(client, pair: str, version: str, run) -> str:

@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from specdec.policy import METRICS
+from specdec.policy import FAILED, INCONCLUSIVE, METRICS, PASSED, Floor, combine, floor_for, judge
 from specdec.settings.policy import get_policy
 
 
@@ -22,12 +22,14 @@ class GateConfig:
     ``SPECDEC_POLICY__*``), the same one the drift rules, plots and Evidently report read.
 
     Attributes:
-        min_acceptance_rate: the ``gate_side`` end of the judged metric's 95% CI (default the
-            lower end of the per-token acceptance, metric ``per_token_acceptance_ci_low``) must be at least
-            this (policy threshold).
-        gate_side: ``lower`` | ``point`` | ``upper`` (policy).
-        estimator: the judged metric (policy): ``per_token`` (``per_token_acceptance``, the same at every k)
-            or ``pooled`` (``acceptance_rate``, vLLM's accepted/drafted at the pair's k).
+        min_acceptance_rate: the floor: the ``gate_side`` end of the judged metric's 95% CI (default the
+            lower end of the acceptance rate at the validated k, metric ``acceptance_rate_ci_low``) must be
+            at least this (policy threshold, or the pair version's own: :meth:`for_pair`).
+        floor_source: where ``min_acceptance_rate`` came from, named in every gate reason.
+        gate_side: ``lower`` | ``point`` | ``upper`` (policy); alert_side: the end whose value below the
+            floor makes the criterion *fail* rather than be inconclusive (policy, :func:`specdec.policy.judge`).
+        estimator: the judged metric (policy): ``pooled`` (``acceptance_rate``, accepted/drafted at the
+            pair's k, as engines print it) or ``per_token`` (``per_token_acceptance``, the same at every k).
         require_exactness_clean: the greedy exactness audit must report 0 mismatches
             (metric ``exactness_mismatches``). An audit that did not run (sampling) counts as clean.
         min_predicted_speedup: if set, metric ``predicted_speedup`` must be at least this. Off by
@@ -50,10 +52,29 @@ class GateConfig:
     gate_side: str = field(default_factory=lambda: get_policy().gate_side)
     estimator: str = field(default_factory=lambda: get_policy().estimator)
     gated_aliases: tuple[str, ...] = ("champion",)
+    floor_source: str = field(default_factory=lambda: get_policy().floor_source)
+    alert_side: str = field(default_factory=lambda: get_policy().alert_side)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (for tags / logs)."""
         return asdict(self)
+
+    @property
+    def floor(self) -> Floor:
+        """The floor this gate judges by, with its source."""
+        return Floor(float(self.min_acceptance_rate), self.floor_source)
+
+    def for_pair(self, tags: Mapping[str, Any] | None) -> "GateConfig":
+        """This gate with the pair version's own floor (tag ``acceptance_floor``) when it has one.
+
+        Raises:
+            ValueError: the tag is not a number in [0, 1].
+        """
+        from dataclasses import replace
+
+        policy = get_policy()
+        floor = floor_for(replace(policy, threshold=float(self.min_acceptance_rate), floor_source=self.floor_source), tags)
+        return replace(self, min_acceptance_rate=floor.value, floor_source=floor.source)
 
 
 @dataclass
@@ -62,20 +83,30 @@ class GateResult:
 
     Attributes:
         passed: True when every criterion holds.
-        reasons: one human-readable line per failed criterion (empty when passed).
+        reasons: one human-readable line per criterion that does not hold (empty when passed).
         run_id: the validation run judged, if any.
         metrics: the metric values the gate looked at.
+        inconclusive: not passed, but no criterion *failed*: too little evidence, or the acceptance CI
+            straddles the floor (:data:`specdec.policy.VERDICTS`).
     """
 
     passed: bool
     reasons: list[str] = field(default_factory=list)
     run_id: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    inconclusive: bool = False
+    parts: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+
+    def beyond_acceptance(self) -> tuple[str, list[str]]:
+        """(verdict word, reasons) of the criteria other than acceptance (exactness, config, evidence,
+        speed): what the gate adds to the drift rules' floor, which judges acceptance the same way."""
+        words = [w for name, (w, _r) in self.parts.items() if name != "acceptance"]
+        return combine(words), [r for name, (_w, rs) in self.parts.items() if name != "acceptance" for r in rs]
 
     @property
     def status(self) -> str:
-        """``passed`` or ``failed`` (the ``validation_status`` tag value)."""
-        return "passed" if self.passed else "failed"
+        """The gate's verdict word: ``passed``, ``failed`` or ``inconclusive`` (:data:`specdec.policy.VERDICTS`)."""
+        return PASSED if self.passed else INCONCLUSIVE if self.inconclusive else FAILED
 
 
 def _num(metrics: Mapping[str, Any], key: str) -> float | None:
@@ -89,44 +120,43 @@ def _num(metrics: Mapping[str, Any], key: str) -> float | None:
     return None if math.isnan(f) else f
 
 
-def _acceptance(metrics: Mapping[str, Any], gate: GateConfig, reasons: list[str], seen: dict[str, float]) -> None:
-    """The acceptance criterion: the gate side of the judged metric (named in the reason) against the
-    threshold; vLLM's acceptance rate at k is shown beside a per-token verdict."""
+def _acceptance(metrics: Mapping[str, Any], gate: GateConfig, reasons: list[str], seen: dict[str, float]) -> str:
+    """The acceptance criterion: :func:`specdec.policy.judge` of the judged metric against the floor (its
+    value and source named in the reason); the other metric (per-token α beside the acceptance rate, or
+    the rate at k beside α) is shown with it. Returns the criterion's verdict word."""
     metric, _ci, label = METRICS[gate.estimator]
     key, what = {"lower": (f"{metric}_ci_low", "CI lower bound"), "point": (metric, "point estimate"),
                  "upper": (f"{metric}_ci_high", "CI upper bound")}[gate.gate_side]
-    side, point = _num(metrics, key), _num(metrics, metric)
-    for name, v in ((metric, point), ("acceptance_rate", _num(metrics, "acceptance_rate"))):
-        if v is not None:
-            seen[name] = v
+    point = _num(metrics, metric)
+    ci = (_num(metrics, f"{metric}_ci_low"), _num(metrics, f"{metric}_ci_high"))
+    for name in (metric, "acceptance_rate", "per_token_acceptance"):
+        if _num(metrics, name) is not None:
+            seen[name] = _num(metrics, name)
+    side = _num(metrics, key)
     if side is None:
         reasons.append(f"{label} ({metric}) {what} is missing (no drafted tokens, or CI not computed)")
-        return
+        return INCONCLUSIVE
     seen[key] = side
-    if side < gate.min_acceptance_rate:
-        shown = f" (point estimate {point:.3f})" if point is not None and key != metric else ""
-        k, rate = _num(metrics, "num_speculative_tokens"), seen.get("acceptance_rate")
-        beside = (f"; acceptance rate {rate:.3f} at k={int(k) if k else '?'}"
-                  if metric != "acceptance_rate" and rate is not None else "")
-        reasons.append(f"{label} ({metric}) {what} {side:.3f} < {gate.min_acceptance_rate:.2f}{shown}{beside}")
+    word = judge(point, ci if None not in ci else None, gate.min_acceptance_rate,
+                 fail_side=gate.alert_side, pass_side=gate.gate_side)
+    if word == PASSED:
+        return word
+    k = _num(metrics, "num_speculative_tokens")
+    at = f" at k={int(k)}" if k and metric == "acceptance_rate" else ""
+    shown = f" (point estimate {point:.3f})" if point is not None and key != metric else ""
+    other = "per_token_acceptance" if metric == "acceptance_rate" else "acceptance_rate"
+    o = _num(metrics, other)
+    beside = "" if o is None else (f"; per-token acceptance {o:.3f}" if other == "per_token_acceptance"
+                                   else f"; acceptance rate {o:.3f} at k={int(k) if k else '?'}")
+    verdict = "below" if word == FAILED else "inconclusive against"
+    reasons.append(f"{label} ({metric}){at} {what} {side:.3f} < {gate.floor.label()}{shown}{beside}"
+                   + ("" if word == FAILED else f" ({verdict} the floor: the CI reaches it)"))
+    return word
 
 
-def evaluate_gate(metrics: Mapping[str, Any], gate: GateConfig | None = None, run_id: str | None = None) -> GateResult:
-    """Judge one validation's metrics against ``gate``.
-
-    Args:
-        metrics: metric name -> value, with the names logged by :func:`registry.runs.log_validation`
-            (``per_token_acceptance``, ``per_token_acceptance_ci_low``, ``acceptance_rate``, ``exactness_mismatches``,
-            ``predicted_speedup``). Missing or NaN values fail the criterion that needs them.
-        gate: the criteria.
-        run_id: recorded in the result.
-    Returns:
-        :class:`GateResult` with every failed criterion listed in ``reasons``.
-    """
-    gate = gate or GateConfig()
-    reasons: list[str] = []
-    seen: dict[str, float] = {}
-    _acceptance(metrics, gate, reasons, seen)
+def _integrity(metrics: Mapping[str, Any], gate: GateConfig, reasons: list[str], seen: dict[str, float]) -> str:
+    """Exactness audit and matching config: ``failed`` when either does not hold."""
+    n = len(reasons)
     if gate.require_exactness_clean:
         mism = _num(metrics, "exactness_mismatches")
         if mism is not None:
@@ -140,21 +170,61 @@ def evaluate_gate(metrics: Mapping[str, Any], gate: GateConfig | None = None, ru
         if mism is not None and mism > 0:
             seen["config_mismatch"] = mism
             reasons.append("the validation used a different decoding config (k or sampling) than the pair version serves")
+    return FAILED if len(reasons) > n else PASSED
+
+
+def _evidence(metrics: Mapping[str, Any], gate: GateConfig, reasons: list[str], seen: dict[str, float]) -> str:
+    """Minimum prompts and drafted tokens: ``inconclusive`` when too little was validated."""
+    n = len(reasons)
     for key, floor, what in (("num_prompts", gate.min_num_prompts, "prompts"),
                              ("num_draft_tokens", gate.min_draft_tokens, "drafted tokens")):
         if floor:
-            n = _num(metrics, key)
-            if n is None or n < floor:
-                shown = "unknown" if n is None else str(int(n))
+            v = _num(metrics, key)
+            if v is None or v < floor:
+                shown = "unknown" if v is None else str(int(v))
                 reasons.append(f"too little evidence: {shown} {what} validated (< {floor}); the CI is not trustworthy")
             else:
-                seen[key] = n
-    if gate.min_predicted_speedup is not None:
-        sp = _num(metrics, "predicted_speedup")
-        if sp is None:
-            reasons.append("predicted speedup is missing")
-        else:
-            seen["predicted_speedup"] = sp
-            if sp < gate.min_predicted_speedup:
-                reasons.append(f"predicted speedup {sp:.2f} < {gate.min_predicted_speedup:.2f}")
-    return GateResult(passed=not reasons, reasons=reasons, run_id=run_id, metrics=seen)
+                seen[key] = v
+    return INCONCLUSIVE if len(reasons) > n else PASSED
+
+
+def _speed(metrics: Mapping[str, Any], gate: GateConfig, reasons: list[str], seen: dict[str, float]) -> str:
+    """The optional predicted-speedup criterion: ``failed`` when missing or below it."""
+    if gate.min_predicted_speedup is None:
+        return PASSED
+    sp = _num(metrics, "predicted_speedup")
+    if sp is None:
+        reasons.append("predicted speedup is missing")
+        return FAILED
+    seen["predicted_speedup"] = sp
+    if sp < gate.min_predicted_speedup:
+        reasons.append(f"predicted speedup {sp:.2f} < {gate.min_predicted_speedup:.2f}")
+        return FAILED
+    return PASSED
+
+
+def evaluate_gate(metrics: Mapping[str, Any], gate: GateConfig | None = None, run_id: str | None = None) -> GateResult:
+    """Judge one validation's metrics against ``gate``.
+
+    Args:
+        metrics: metric name -> value, with the names logged by :func:`registry.runs.log_validation`
+            (``per_token_acceptance``, ``per_token_acceptance_ci_low``, ``acceptance_rate``, ``exactness_mismatches``,
+            ``predicted_speedup``). Missing or NaN values fail the criterion that needs them.
+        gate: the criteria.
+        run_id: recorded in the result.
+    Returns:
+        :class:`GateResult` with every criterion that does not hold listed in ``reasons``; its ``status`` is
+        the verdict word (:func:`specdec.policy.combine` of the criteria's: acceptance by
+        :func:`specdec.policy.judge`, exactness/config ``failed``, too little evidence ``inconclusive``).
+    """
+    gate = gate or GateConfig()
+    reasons: list[str] = []
+    seen: dict[str, float] = {}
+    parts: dict[str, tuple[str, list[str]]] = {}
+    for name, part in (("acceptance", _acceptance), ("integrity", _integrity), ("evidence", _evidence),
+                       ("speed", _speed)):
+        before = len(reasons)
+        parts[name] = (part(metrics, gate, reasons, seen), reasons[before:])
+    word = combine(w for w, _r in parts.values())
+    return GateResult(passed=word == PASSED, reasons=reasons, run_id=run_id, metrics=seen,
+                      inconclusive=word == INCONCLUSIVE, parts=parts)

@@ -91,12 +91,14 @@ def clear_stale_promotions(client, pair: str, alias: str, holder: str | None,
 
 
 def client_check_gate(client, pair: str, version: str | int, gate: GateConfig, experiment: str) -> GateResult:
-    """Judge the latest finished validation run of ``pair`` version ``version``: a :class:`GateResult`;
+    """Judge the latest finished validation run of ``pair`` version ``version`` by ``gate`` with the
+    version's own floor when it has one (tag ``acceptance_floor``): a :class:`GateResult`;
     ``passed=False`` with the reason "never validated" and ``run_id=None`` when there is none."""
     run = client_latest_validation_run(client, pair, version, experiment)
     if run is None:
         return GateResult(passed=False, reasons=[f"version {version} was never validated (no finished validation run)"])
-    return evaluate_gate(run.data.metrics, gate, run_id=run.info.run_id)
+    tags = dict(client.get_model_version(pair, str(version)).tags or {})
+    return evaluate_gate(run.data.metrics, gate.for_pair(tags), run_id=run.info.run_id)
 
 
 def promote(

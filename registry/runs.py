@@ -49,7 +49,7 @@ from registry.gate import GateConfig, GateResult, evaluate_gate
 from registry.service import Registry, get_or_create_experiment, mlflow_errors, open_registry
 from registry.settings import VALIDATION_EXPERIMENT
 from specdec import events
-from specdec.settings.policy import get_policy
+from specdec.policy import combine
 from specdec.validation.report import PROMPTS_FILE, REPORT_FILE, ValidationReport
 
 _log = logging.getLogger(__name__)
@@ -161,6 +161,32 @@ def config_mismatch(report_config: Mapping[str, Any], pair_tags: Mapping[str, st
         for key in ("num_speculative_tokens", "temperature", "top_k", "top_p")
         if validated[key] != served[key]
     ]
+
+
+@dataclass(frozen=True)
+class JudgedReport:
+    """A report judged by the gate: its MLflow ``metrics`` (with ``config_mismatch``), the config
+    differences ``mismatch``, the ``gate`` used (with the pair version's own floor) and its ``result``."""
+
+    metrics: dict[str, float]
+    mismatch: list[str]
+    gate: GateConfig
+    result: GateResult
+
+
+def judge_report(report: ValidationReport, pair_tags: Mapping[str, str], gate: GateConfig | None = None) -> JudgedReport:
+    """The gate's verdict on ``report`` for the pair version whose (full) tags are ``pair_tags``: the same
+    judgement :func:`log_validation` records, available before any MLflow run exists (the nightly adds its
+    non-acceptance part to the drift rules, so one run has one verdict word).
+
+    Raises:
+        ValueError: the pair version's ``acceptance_floor`` tag is not a number in [0, 1].
+    """
+    metrics = report_metrics(report)
+    mismatch = config_mismatch(report.config or {}, pair_tags)
+    metrics["config_mismatch"] = float(bool(mismatch))
+    gate = (gate or GateConfig()).for_pair(pair_tags)
+    return JudgedReport(metrics, mismatch, gate, evaluate_gate(metrics, gate))
 
 
 def _run_filter(pair: str, version: str | None = None) -> str:
@@ -329,6 +355,7 @@ def log_validation(
     registry: Registry | None = None,
     run_key: str | None = None,
     describe: bool = True,
+    verdict: str | None = None,
 ) -> str:
     """Log one validation of a pair version as an MLflow run, then tag the pair version.
 
@@ -353,6 +380,10 @@ def log_validation(
             right after the run exists.
         describe: also write the one-line descriptions (:func:`describe_validation`); the nightly
             does that as its own last step.
+        verdict: the run's verdict word from the drift rules (the nightly's, which already holds the
+            gate's: :func:`registry.gate.evaluate_gate`); ``validation_status`` is
+            :func:`specdec.policy.combine` of it and the gate's, so one run shows one word everywhere.
+        The gate judges by the pair version's own floor when it has one (tag ``acceptance_floor``).
         Artifacts that are evidence, not results (plots, ``extra_artifacts``) are best-effort: a
         failure there is logged and the run still finishes.
     Returns:
@@ -368,17 +399,17 @@ def log_validation(
     rdir = Path(report_dir)
     if not (rdir / REPORT_FILE).exists():
         report.write(rdir)
-    metrics = report_metrics(report)
     with mlflow_errors(client.tracking_uri):
         ptags = full_tags(client, get_pair_model_version(client, pair, version))  # k and sampling live in pair.json
-        mismatch = config_mismatch(report.config or {}, ptags)
-        metrics["config_mismatch"] = float(bool(mismatch))
-        verdict: GateResult = evaluate_gate(metrics, gate)
+        judged = judge_report(report, ptags, gate)
+        metrics, mismatch, gate, result = judged.metrics, judged.mismatch, judged.gate, judged.result
+        word = combine([result.status, verdict or result.status])
         if history is None:
             history = client_validation_history(client, pair, experiment)
         eid = get_or_create_experiment(client, experiment)
         earlier = _end_crashed_runs(client, eid, run_key) if run_key else []
-        tags = _run_tags(pair, version, report, ptags, verdict=verdict, mismatch=mismatch, run_key=run_key, gate=gate)
+        tags = _run_tags(pair, version, report, ptags, verdict=result, mismatch=mismatch, run_key=run_key, gate=gate)
+        tags["validation_status"] = word
         night = str(report.created_at or datetime.now(timezone.utc).isoformat())[:10]
         name = run_name or f"{pair} v{version} night {night}"
         run_id = client.create_run(eid, run_name=name, tags=tags).info.run_id
@@ -386,8 +417,8 @@ def log_validation(
         _fill_run(client, run_id, report, rdir, metrics=metrics, ptags=ptags,
                   trend=_Trend(pair, version, list(history), gate, night_of(name)), extra_artifacts=extra_artifacts)
         _set_version_tags(client, pair, version, validation_tags(
-            status=verdict.status, run_id=run_id, metrics=metrics,
-            heldout=f"{report.heldout_name}@{report.heldout_version}", reasons=verdict.reasons, gate=gate))
+            status=word, run_id=run_id, metrics=metrics,
+            heldout=f"{report.heldout_name}@{report.heldout_version}", reasons=result.reasons, gate=gate))
         if describe:
             _describe(client, pair, version, run_id)
         for old in earlier:  # superseded by this run: one finished run per key
@@ -438,14 +469,14 @@ def _run_tags(pair: str, version: str, report: ValidationReport, ptags: Mapping[
             "specdec.drafter_kind": ptags.get("drafter_kind", report.drafter_kind),
             "specdec.validation.heldout": f"{report.heldout_name}@{report.heldout_version}",
             "specdec.report_created_at": str(report.created_at),
-            "validation_status": verdict.status, "specdec.gate_reasons": "; ".join(verdict.reasons)[:5000] or "none",
+            "validation_status": verdict.status, "specdec.gate_status": verdict.status, "specdec.gate_reasons": "; ".join(verdict.reasons)[:5000] or "none",
             "specdec.config_mismatch": "; ".join(mismatch) or "none"}
     if run_key:
         tags["specdec.run_key"] = run_key
     tags["specdec.acceptance_policy"] = json.dumps(  # recorded with each run, shown with the verdict
-        {"threshold": gate.min_acceptance_rate, "gate_side": gate.gate_side,
+        {"threshold": gate.min_acceptance_rate, "floor_source": gate.floor_source, "gate_side": gate.gate_side,
          "min_prompts": gate.min_num_prompts, "min_draft_tokens": gate.min_draft_tokens,
-         **{k: v for k, v in get_policy().to_dict().items() if k in ("estimator", "alert_side")}})
+         "estimator": gate.estimator, "alert_side": gate.alert_side})
     return tags
 
 

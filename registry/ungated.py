@@ -99,7 +99,7 @@ def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig | None =
         tags = dict(mv.tags or {})
         run = client_latest_validation_run(client, pair, version, experiment)
         verdict = (GateResult(passed=False, reasons=[f"version {version} was never validated"]) if run is None
-                   else evaluate_gate(run.data.metrics, gate, run_id=run.info.run_id))
+                   else evaluate_gate(run.data.metrics, gate.for_pair(tags), run_id=run.info.run_id))
         if verdict.passed or tags.get("promotion.alias") == alias:  # passes, or promoted by an earlier specdec (promotion.* tags)
             client.set_registered_model_tag(pair, ALIAS_RECORD_PREFIX + alias, version)
             clear_stale_promotions(client, pair, alias, version, experiment)

@@ -48,8 +48,10 @@ class PolicySettings(BaseSettings):
         return self
 
     def policy(self) -> AcceptancePolicy:
-        """The frozen :class:`~specdec.policy.AcceptancePolicy` of these values."""
-        return AcceptancePolicy(**self.model_dump())
+        """The frozen :class:`~specdec.policy.AcceptancePolicy` of these values; its ``floor_source`` says
+        whether the threshold was set in the environment."""
+        source = "SPECDEC_POLICY__THRESHOLD" if "threshold" in self.model_fields_set else AcceptancePolicy.floor_source
+        return AcceptancePolicy(**self.model_dump(), floor_source=source)
 
 
 def get_policy() -> AcceptancePolicy:

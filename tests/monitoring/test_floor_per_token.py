@@ -17,7 +17,7 @@ from specdec.validation.aggregate import aggregate
 from specdec.validation.prompt_run import PromptRun
 from specdec.validation.report import PromptResult
 
-PER_TOKEN, POOLED = RuleSettings(), RuleSettings(estimator="pooled")
+PER_TOKEN, POOLED = RuleSettings(estimator="per_token"), RuleSettings(estimator="pooled")  # pooled: the default (issue 41)
 
 
 def _runs(accepted_length, k: int, prompts: int = 24, tokens: int = 64, seed: int = 0) -> list[PromptRun]:
@@ -93,5 +93,5 @@ def test_same_pair_at_k3_and_k8_gets_the_same_verdict(alpha, want):
     assert abs(g3.per_token_acceptance - g8.per_token_acceptance) < 0.03
     assert g3.per_token_acceptance == pytest.approx(alpha, abs=0.04)
     if want == "passed":  # vLLM's rate falls from ~0.5 to ~0.2 on the same pair: the old floor fired at k=8
-        assert _judge(_runs(iid(alpha), 3), 3, POOLED)[2] == "passed"
+        assert _judge(_runs(iid(alpha), 3), 3, POOLED)[2] == "inconclusive"  # rate ~0.41, its CI reaches 0.40
         assert _judge(_runs(iid(alpha), 8), 8, POOLED)[2] == "failed"

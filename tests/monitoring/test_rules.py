@@ -95,13 +95,13 @@ def test_relative_drop_against_baseline():
     assert wide.status == INSUFFICIENT and "CI too wide" in wide.message
 
 
-def test_relative_not_comparable_across_k_for_the_rate_but_per_token_compares():
+def test_relative_rule_judges_per_token_acceptance_whatever_the_floors_estimator():
     base = snap(make_report(0.63, k=4))
-    r = by(rules.evaluate(snap(make_report(0.40, k=8)), base, RuleSettings(estimator="pooled")), "relative")
-    assert r.status == NOT_APPLICABLE and "k=4" in r.message
-    # the per-token acceptance means the same at every k: the baseline at k=4 still judges a run at k=8
-    r = by(rules.evaluate(snap(make_report(0.40, k=8)), base, S), "relative")
-    assert r.metric == "per_token_acceptance" and r.status == FIRING and r.baseline == pytest.approx(0.63)
+    # the per-token acceptance means the same at every k: the baseline at k=4 still judges a run at k=8,
+    # whether the floor judges the acceptance rate (the default) or the per-token acceptance (issue 41)
+    for settings in (RuleSettings(estimator="pooled"), RuleSettings(estimator="per_token")):
+        r = by(rules.evaluate(snap(make_report(0.40, k=8)), base, settings), "relative")
+        assert r.metric == "per_token_acceptance" and r.status == FIRING and r.baseline == pytest.approx(0.63)
 
 
 def test_collapse_fires_even_with_perfect_acceptance():

@@ -29,9 +29,11 @@ def test_one_threshold_moves_alerts_and_gate_together(monkeypatch, var):
     assert GateConfig().min_acceptance_rate == 0.7
     verdict = evaluate_gate(OK)
     assert not verdict.passed and "0.70" in verdict.reasons[0]
-    # the reason names the metric it judged, with vLLM's rate at k beside it
-    assert verdict.reasons[0].startswith("per-token acceptance (per_token_acceptance) CI lower bound 0.600 < 0.70")
-    assert "acceptance rate 0.620 at k=4" in verdict.reasons[0]
+    # the reason names the metric it judged (the acceptance rate at k, issue 41) and the floor with its
+    # source, with the per-token acceptance beside it
+    assert verdict.reasons[0].startswith("acceptance rate (acceptance_rate) at k=4 CI lower bound 0.550 < floor 0.70 "
+                                         "(SPECDEC_POLICY__THRESHOLD)")
+    assert "per-token acceptance 0.660" in verdict.reasons[0] and verdict.status == "failed"
     results = rules.evaluate(make_report(0.62, ci_half=0.03), None, MonitoringSettings().rules)
     assert rules.verdict(results) == "failed"  # CI upper 0.65 < 0.70
 
@@ -90,20 +92,24 @@ def test_policy_recorded_with_the_mlflow_run(tmp_path, monkeypatch):
 
 
 def test_estimator_is_policy_and_every_verdict_names_its_metric(monkeypatch):
-    """``SPECDEC_POLICY__ESTIMATOR=pooled`` judges vLLM's acceptance rate in the rules and the gate alike."""
-    assert get_policy().estimator == "per_token" and get_policy().metric == "per_token_acceptance"
+    """The floor judges the acceptance rate at k by default (issue 41); ``SPECDEC_POLICY__ESTIMATOR=per_token``
+    judges the per-token acceptance in the rules and the gate alike; the other metric is always beside it."""
+    assert get_policy().estimator == "pooled" and get_policy().metric == "acceptance_rate"
     report = make_report(0.30, ci_half=0.03, alpha_hat=0.60, hat_half=0.03)  # k=4: a healthy per-token 0.60
+    res = rules.evaluate(report, None, MonitoringSettings().rules)
+    (ab,) = [r for r in res if r.rule == "absolute" and r.scope == "overall"]
+    assert ab.status == "firing" and ab.metric == "acceptance_rate"
+    assert ab.message.startswith("overall: acceptance rate 0.300 (95% CI 0.270-0.330) at k=4 < floor 0.400 (policy default)")
+    assert "per-token acceptance 0.600" in ab.message
+    g = GateConfig()
+    assert g.estimator == "pooled"
+    assert evaluate_gate({**OK, "acceptance_rate_ci_low": 0.35}, g).reasons[0].startswith(
+        "acceptance rate (acceptance_rate) at k=4 CI lower bound 0.350 < floor 0.40 (policy default)")
+    monkeypatch.setenv("SPECDEC_POLICY__ESTIMATOR", "per_token")
     res = rules.evaluate(report, None, MonitoringSettings().rules)
     (ab,) = [r for r in res if r.rule == "absolute" and r.scope == "overall"]
     assert ab.status == "ok" and ab.metric == "per_token_acceptance"
     assert "per-token acceptance 0.600" in ab.message and "acceptance rate 0.300 at k=4" in ab.message
-    monkeypatch.setenv("SPECDEC_POLICY__ESTIMATOR", "pooled")
-    res = rules.evaluate(report, None, MonitoringSettings().rules)
-    (ab,) = [r for r in res if r.rule == "absolute" and r.scope == "overall"]
-    assert ab.status == "firing" and ab.metric == "acceptance_rate" and ab.message.startswith("overall: acceptance rate 0.300")
-    g = GateConfig()
-    assert g.estimator == "pooled"
-    assert evaluate_gate({**OK, "acceptance_rate_ci_low": 0.35}, g).reasons[0].startswith(
-        "acceptance rate (acceptance_rate) CI lower bound 0.350 < 0.40")
+    assert GateConfig().estimator == "per_token"
     with pytest.raises(ValueError, match="estimator"):
         AcceptancePolicy(estimator="mean")
