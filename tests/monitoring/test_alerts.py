@@ -73,7 +73,9 @@ def test_incident_lifecycle_fire_remind_resolve(tmp_path, receiver):
     # the message carries pair and versions, metric, value with CI, threshold, baseline,
     # categories that fell, the root-cause hint and the links
     assert fire["pair_name"] == "pair-a" and fire["pair_version"] == "2"
-    assert "0.290 (95% CI 0.260-0.320)" in fire["text"] and "threshold 0.40" in fire["text"]
+    assert "0.290 (95% CI 0.260-0.320)" in fire["text"] and "floor 0.400 (policy default)" in fire["text"]
+    assert fire["text"].splitlines()[1] == "acceptance rate 29.0% < 40% at k = 4 (floor from policy default)"  # floor first
+    assert fire["facts"]["Verdict"] == "failed"
     assert fire["facts"]["Baseline"] == "pair-a v1 (run 1, 2026-11-28)"
     assert fire["categories_fell"] == ["chat", "code"]
     assert "re-derive or retrain the draft" in fire["text"]

@@ -126,9 +126,12 @@ def test_alert_text_names_acceptance_and_speedup_changes():
                                              alias="challenger", heldout="h@1", num_speculative_tokens=4),
                         res)
     assert "Since baseline: per-token acceptance 0.930 -> 0.230, speedup 1.24x -> 0.55x" in msg["text"]
-    # every acceptance line names the metric it judged, with vLLM's rate at k beside it
-    assert "absolute (critical): per-token acceptance 0.230" in msg["text"]
-    assert "acceptance rate 0.230 at k=4" in msg["text"] and "Categories that fell (per-token acceptance)" in msg["text"]
+    # every acceptance line names the metric it judged (the acceptance rate at k, issue 41) and its floor,
+    # with the per-token acceptance beside it; the floor comes first, then the relative rule and speed
+    lines = msg["text"].splitlines()
+    assert lines[1].startswith("acceptance rate 23.0% < 40% at k = 4") and lines[2].startswith("Since baseline")
+    assert "absolute (critical): acceptance rate 0.230" in msg["text"] and "floor 0.400 (policy default)" in msg["text"]
+    assert "per-token acceptance 0.230" in msg["text"] and "Categories that fell: chat 0.230 < 0.40" in msg["text"]
     assert msg["facts"]["Speedup"].startswith("0.55x (95% CI 0.49-0.62x)")
     assert msg["facts"]["Severity"] == "critical"  # acceptance collapsed too
     assert "*speed* (warning): speculation no longer pays" in "\n".join(msg["lines"])

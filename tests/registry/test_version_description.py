@@ -33,7 +33,7 @@ def test_headline_fits_the_versions_table():
     assert never == "not validated at k=3 · first version · registered 2026-11-29 · first try of int8"
     nan = describe(VersionFacts(status="failed", acceptance_rate=float("nan"), k=2))
     assert nan == "failed: acc n/a at k=2"
-    with pytest.raises(ValueError, match="passed' or 'failed'"):
+    with pytest.raises(ValueError, match="must be one of"):
         validation_version_tags("ok", {}, None)
 
 
@@ -72,16 +72,18 @@ def test_register_validate_promote_keeps_ten_tags_and_one_line(ckpts, tmp_path, 
         assert set(mv.tags) <= set(VERSION_TAG_KEYS) and len(mv.tags) <= 10, sorted(mv.tags)
     assert {k: v1.tags[k] for k in ("validation_status", "acceptance_rate", "speedup", "policy", "changed",
                                       "drafter_kind", "target", "draft", "num_speculative_tokens")} == {
-        "validation_status": "passed", "acceptance_rate": "0.720", "speedup": "1.35", "policy": "per_token_acceptance ci_low>=0.40",
+        "validation_status": "passed", "acceptance_rate": "0.720", "speedup": "1.35", "policy": "acceptance_rate ci_low>=0.40",
         "changed": "initial", "drafter_kind": "ngram", "target": "models:/target/1", "draft": "none",
         "num_speculative_tokens": "3"}
     assert v1.tags["promotion"].endswith("by alice (gate passed)") and v2.tags["changed"] == "target"
-    assert v1.description.startswith("passed: α 0.72 [0.65-0.79] (rate 0.72 at k=3) · speedup 1.35x · tiny-heldout, 9 prompts · "
+    assert v1.description.startswith("passed: acc 0.72 [0.65-0.79] at k=3 (α 0.72) · floor 0.40 (policy default) · "
+                                      "speedup 1.35x · tiny-heldout, 9 prompts · "
                                       "first version · 2026-01-01 · \\@champion ")
     # the path from the version to its evidence: a link to its latest validation run (not the registration run)
     run1_route = f"#/experiments/{client.get_run(run1).info.experiment_id}/runs/{run1}?workflowType=machine_learning"
     assert v1.description.endswith(f"by alice (gate passed) · baseline · [validation run]({run1_route})")
-    assert v2.description.startswith("failed: α 0.30 [0.22-0.38] (rate 0.30 at k=3) · speedup 1.35x · tiny-heldout, 9 prompts · "
+    assert v2.description.startswith("failed: acc 0.30 [0.22-0.38] at k=3 (α 0.30) · floor 0.40 (policy default) · "
+                                      "speedup 1.35x · tiny-heldout, 9 prompts · "
                                       "target changed since v1 · 2026-01-01 · \\@challenger ")
 
     # what left the version tags is still in pair.json, and the API reads it back
@@ -95,7 +97,7 @@ def test_register_validate_promote_keeps_ten_tags_and_one_line(ckpts, tmp_path, 
     run = client.get_run(run1)
     assert run.info.run_name == "specdec-pair v1 night 2026-01-01"
     note = run.data.tags["mlflow.note.content"]
-    assert note.startswith("passed: α 0.72 [0.65-0.79] (rate 0.72 at k=3)") and "(#/models/specdec-pair/versions/1)" in note
+    assert note.startswith("passed: acc 0.72 [0.65-0.79] at k=3 (α 0.72)") and "(#/models/specdec-pair/versions/1)" in note
     assert f"(#/experiments/{run.info.experiment_id}/runs/{run1}/artifactPath/report.json?workflowType=machine_learning)" in note
 
     # promotion moved @champion to v2 by force: both descriptions follow (v1 no longer holds it)
