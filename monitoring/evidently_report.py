@@ -142,7 +142,7 @@ def build_report(
             2026-11-30``), written at the top of the HTML with how to read it (:func:`explanation`).
         pooled: specdec's pooled acceptance rates (current, reference), quoted next to Evidently's mean.
         judged: the column the threshold tests judge (default: the acceptance policy's metric,
-            ``per_token_acceptance``; ``acceptance_rate`` with the pooled estimator).
+            ``acceptance_rate``; ``per_token_acceptance`` with the per-token estimator).
     Returns:
         The :class:`DriftVerdict` read back from the saved JSON, or ``None`` when fewer than two
         measured prompts exist on either side for every column (nothing to compare).

@@ -137,7 +137,7 @@ def _acceptance(metrics: Mapping[str, Any], gate: GateConfig, reasons: list[str]
         reasons.append(f"{label} ({metric}) {what} is missing (no drafted tokens, or CI not computed)")
         return INCONCLUSIVE
     seen[key] = side
-    word = judge(point, ci if None not in ci else None, gate.min_acceptance_rate,
+    word = judge(point, ci, gate.min_acceptance_rate,
                  fail_side=gate.alert_side, pass_side=gate.gate_side)
     if word == PASSED:
         return word

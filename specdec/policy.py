@@ -84,7 +84,8 @@ class AcceptancePolicy:
 
     @staticmethod
     def side_value(side: str, point: float | None, ci: tuple[float, float] | list | None) -> float | None:
-        """The value of ``side`` (``lower`` | ``point`` | ``upper``) of an estimate and its CI."""
+        """The value of ``side`` (``lower`` | ``point`` | ``upper``) of an estimate and its CI (either end may
+        be None: unknown)."""
         if side == "point":
             return point
         if not ci or len(ci) < 2:

@@ -29,11 +29,11 @@ def test_report_detects_drift_and_verdict_is_read_from_json(tmp_path):
         assert c.method == "ks" and c.threshold == 0.05 and c.drifted and c.score < 0.05
     assert not v.tests_passed
     names = {t["name"]: t["status"] for t in v.tests}
-    # the threshold tests judge the policy's metric, and their names say which (per-token acceptance)
-    assert any("Mean value of 'per_token_acceptance'" in n and s == "FAIL" for n, s in names.items())
-    assert not any("Mean value of 'acceptance_rate'" in n for n in names)
-    pooled = evidently_report.build_report(current, baseline, tmp_path / "pooled", judged="acceptance_rate")
-    assert any("Mean value of 'acceptance_rate'" in t["name"] and t["status"] == "FAIL" for t in pooled.tests)
+    # the threshold tests judge the policy's metric, and their names say which (the acceptance rate, issue 41)
+    assert any("Mean value of 'acceptance_rate'" in n and s == "FAIL" for n, s in names.items())
+    assert not any("Mean value of 'per_token_acceptance'" in n for n in names)
+    alpha = evidently_report.build_report(current, baseline, tmp_path / "alpha", judged="per_token_acceptance")
+    assert any("Mean value of 'per_token_acceptance'" in t["name"] and t["status"] == "FAIL" for t in alpha.tests)
     # the page says what is compared with what, and that "Drift score" is a p-value (small = drift)
     page = (tmp_path / "rep" / "drift.html").read_text()
     assert "<b>Current</b>: this run (40 prompts)" in page and "<b>Reference</b>: its baseline run (40 prompts)" in page

@@ -41,12 +41,14 @@ def test_refused_then_passing_promotion(env, tmp_path):
     R.log_validation(pair, "1", bad, tmp_path / "bad", tracking_uri=uri)
     pv = R.get_pair_version(pair, "1", download=False, tracking_uri=uri)
     assert pv.validation_status == "failed" and pv.tags["acceptance_rate"] == "0.450"
-    assert pv.description.startswith("failed: α 0.45 [0.33-0.57] (rate 0.45 at k=3)")
+    assert pv.description.startswith("failed: acc 0.45 [0.33-0.57] at k=3 (α 0.45) · floor 0.40 (policy default)")
     with pytest.raises(R.PromotionRefused) as refused:
         R.promote(pair, "1", tracking_uri=uri)
     assert len(refused.value.reasons) == 2
-    assert "per-token acceptance (per_token_acceptance) CI lower bound 0.330 < 0.40" in refused.value.reasons[0]
-    assert "acceptance rate 0.450 at k=3" in refused.value.reasons[0]  # the rate at k shown beside it
+    assert ("acceptance rate (acceptance_rate) at k=3 CI lower bound 0.330 < floor 0.40 (policy default)"
+            in refused.value.reasons[0])
+    assert "per-token acceptance 0.450" in refused.value.reasons[0]  # shown beside it
+    assert "inconclusive against the floor" in refused.value.reasons[0]  # its CI reaches 0.40: not credibly below
     assert "exactness audit found 1 mismatch" in refused.value.reasons[1]
     with pytest.raises(R.AliasNotFound):
         R.resolve_alias(pair, "champion", tracking_uri=uri)
@@ -163,17 +165,19 @@ def test_unreachable_server_fails_fast(monkeypatch, tmp_path):
 def test_gate_is_a_pure_function_of_metrics():
     from registry.gate import GateConfig, evaluate_gate
 
-    ok = {"per_token_acceptance": 0.6, "per_token_acceptance_ci_low": 0.41, "acceptance_rate": 0.45,
+    ok = {"acceptance_rate": 0.6, "acceptance_rate_ci_low": 0.41, "per_token_acceptance": 0.7,
           "exactness_mismatches": 0.0, "num_prompts": 12.0, "num_draft_tokens": 400.0}
     assert evaluate_gate(ok).passed
     few = evaluate_gate({**ok, "num_prompts": 4.0})
-    assert not few.passed and "4 prompts" in few.reasons[0]
+    assert not few.passed and "4 prompts" in few.reasons[0] and few.status == "inconclusive"  # too little evidence
     assert not evaluate_gate({**ok, "num_draft_tokens": 60.0}).passed
     assert evaluate_gate({**ok, "num_prompts": 1.0}, GateConfig(min_num_prompts=0)).passed
-    assert evaluate_gate({**ok, "per_token_acceptance_ci_low": 0.399}).reasons[0].startswith(
-        "per-token acceptance (per_token_acceptance) CI lower bound 0.399")
-    assert "missing" in evaluate_gate({"acceptance_rate": 0.9}).reasons[0]
-    assert evaluate_gate({**ok, "per_token_acceptance_ci_low": float("nan")}).passed is False
+    assert evaluate_gate({**ok, "acceptance_rate_ci_low": 0.399}).reasons[0].startswith(
+        "acceptance rate (acceptance_rate) CI lower bound 0.399 < floor 0.40 (policy default)")
+    assert "missing" in evaluate_gate({"per_token_acceptance": 0.9}).reasons[0]
+    assert evaluate_gate({**ok, "acceptance_rate_ci_low": float("nan")}).passed is False
+    credibly_below = {**ok, "acceptance_rate": 0.30, "acceptance_rate_ci_low": 0.25, "acceptance_rate_ci_high": 0.35}
+    assert evaluate_gate(credibly_below).status == "failed"  # the same judgement as the drift rules' floor
     assert evaluate_gate({**ok, "exactness_mismatches": 2.0}, GateConfig(require_exactness_clean=False)).passed
     assert not evaluate_gate(ok, GateConfig(min_acceptance_rate=0.5)).passed
     assert not evaluate_gate(ok, GateConfig(min_predicted_speedup=1.1)).passed  # speedup missing

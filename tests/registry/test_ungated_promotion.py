@@ -67,7 +67,7 @@ def test_hand_move_to_unvalidated_version_is_noticed_once(store, tmp_path):
     R.log_validation("specdec-pair", "2", tiny_report(0.3, (0.2, 0.4), num_speculative_tokens=3), tmp_path / "f",
                      tracking_uri=store)
     failed = check_alias("specdec-pair", tracking_uri=store)
-    assert failed.gate_state == "failed" and "per-token acceptance (per_token_acceptance) CI lower bound 0.200 < 0.40" in failed.reasons[0]
+    assert failed.gate_state == "failed" and "acceptance rate (acceptance_rate) at k=3 CI lower bound 0.200 < floor 0.40 (policy default)" in failed.reasons[0]
 
     # a passing validation adopts it; a later failure is then drift, not an ungated promotion
     R.log_validation("specdec-pair", "2", tiny_report(0.8, (0.7, 0.9), num_speculative_tokens=3), tmp_path / "p",
