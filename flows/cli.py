@@ -134,11 +134,12 @@ def _private_prefect_api(tree, lease):
 
 
 def _print_results(results, policy) -> None:
-    t = Table("pair", "alias", "version", "status", "acceptance [95% CI]", "speedup [95% CI]", "alert")
+    from flows.summary import acceptance_cell
+
+    t = Table("pair", "alias", "version", "verdict", "acceptance rate [95% CI] at k (α)", "speedup [95% CI]", "alert")
     t.add_column("hint", overflow="fold", max_width=100)  # a long message wraps; the table stays readable in a log
     for r in results:
-        ci = r.acceptance_rate_ci
-        acc = f"{r.acceptance_rate:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if r.acceptance_rate is not None and ci else "-"
+        acc = acceptance_cell(r)
         sci = r.speedup_ci
         speed = (f"{r.speedup:.2f}x" + (f" [{sci[0]:.2f}, {sci[1]:.2f}]" if len(sci) == 2 else "")
                  if r.speedup is not None else "-")

@@ -32,6 +32,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -176,6 +177,24 @@ def _night_speed(res, monitoring_settings) -> dict:
     return out
 
 
+def _night_floor(res, monitoring_settings) -> dict:
+    """What a night was judged by, from its history row's stored floor rule (overall): ``metric`` (e.g.
+    ``acceptance_rate``), ``threshold``, ``source`` (``policy default``, ``pair version tag acceptance_floor``),
+    ``status`` of the floor rule, ``value``, and the rules that fired."""
+    if res.history_run_id is None:
+        return {}
+    import monitoring
+    from monitoring import history
+
+    row = history.get_run(monitoring.connect(monitoring_settings), res.history_run_id)
+    found = row.rule_results or []
+    ab = next((r for r in found if r.get("rule") == "absolute" and r.get("scope") == "overall"), {})
+    m = re.search(r"floor [0-9.]+ \(([^)]*)\)", ab.get("message") or "")
+    return {"metric": ab.get("metric"), "threshold": ab.get("threshold"), "source": m.group(1) if m else None,
+            "status": ab.get("status"), "value": ab.get("value"), "verdict": row.status,
+            "fired": sorted({r.get("rule") for r in found if r.get("status") == "firing"})}
+
+
 def main() -> int:
     from flows.settings import DemoSettings
 
@@ -223,6 +242,7 @@ class _Demo:
         self.t_start = time.perf_counter()
         self.timings: dict[str, float] = {}
         self.speeds: dict[str, dict] = {}
+        self.floors: dict[str, dict] = {}  # per night: the floor and metric it was judged by (_night_floor)
         self.seen_alerts = 0
         self.realign: dict | None = None  # the EAGLE-3 variant's re-training (flows.demo_eagle3.act_realign)
         torch.set_num_threads(max(1, os.cpu_count() or 1))
@@ -291,22 +311,25 @@ class _Demo:
     def _print_night(self, res: list, night: dt.date, label: str) -> None:
         from rich.table import Table
 
-        t = Table("alias", "version", "status", "per-token acceptance [95% CI] (rate at k)", "speedup [95% CI]",
+        from flows.summary import acceptance_cell
+
+        t = Table("alias", "version", "verdict", "acceptance rate [95% CI] at k (per-token α)", "floor", "speedup [95% CI]",
                   "load/CPU", "alert",
                   "root-cause hint / note", title=f"nightly validation for {night} ({self.timings[label]:.0f}s)")
         for r in res:
-            ci = r.per_token_acceptance_ci
-            acc = (f"{r.per_token_acceptance:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] ({r.acceptance_rate:.2f} at "
-                   f"k={r.num_speculative_tokens})" if r.per_token_acceptance is not None and len(ci) == 2 else "-")
+            acc = acceptance_cell(r)
             sp = _night_speed(r, self.settings.monitoring)
+            judged = _night_floor(r, self.settings.monitoring)
             if r.alias == "challenger" or len(res) == 1:
                 self.speeds[label] = sp
+                self.floors[label] = judged
             spd = (f"{sp['speedup']:.2f}x [{sp['speedup_ci'][0]:.2f}, {sp['speedup_ci'][1]:.2f}]"
                    if sp["speedup"] is not None else "-")
             if sp["speed_rule"] == "inconclusive":  # the rule's own reason, never a guess
                 spd += f" (inconclusive: {sp['speed_reason'] or 'see the speed rule'})"
             lpc = f"{sp['load_avg_1m'] / sp['num_cpus']:.2f}" if sp["load_avg_1m"] and sp["num_cpus"] else "-"
-            t.add_row(r.alias, r.version or "-", r.status, acc, spd, lpc, r.alert_transition or "-",
+            floor = (f"{judged['threshold']:.2f} ({judged['source']})" if judged.get("threshold") is not None else "-")
+            t.add_row(r.alias, r.version or "-", r.status, acc, floor, spd, lpc, r.alert_transition or "-",
                       (r.root_cause_hint if r.status == "failed" else r.message) or "")
         self.con.print(t)
 
@@ -354,6 +377,7 @@ def _story(home: Path, log_path: Path, opts) -> int:
     nights_out = {"v1": (v1, n1), "v2": (v2, n2), "v3": (v3, n3)}                   # 6
     _act_where_to_look(demo, draft, k, rec, nights_out, ft=ft, held=held)
     ok = (n2["challenger"].status == "failed" and n2["challenger"].alert_transition == "fire"
+          and "absolute" in (demo.floors.get("nightly_2") or {}).get("fired", [])
           and n3["challenger"].alert_transition == "resolve" and promoted)
     if not ok:
         gaps = "; ".join(_story_gaps(demo, n2["challenger"], n3["challenger"], promoted))
@@ -375,6 +399,10 @@ def _story_gaps(demo: _Demo, night2, night3, promoted: bool) -> list[str]:
             if sp["speed_reason"] == "machine overloaded":
                 why += ": rerun on an idle machine"
         gaps.append(f"{name} did not {want} ({why})")
+    judged = demo.floors.get("nightly_2") or {}
+    if night2.alert_transition == "fire" and "absolute" not in judged.get("fired", []):
+        gaps.append(f"night 2 fired without the floor ({judged.get('metric')} {judged.get('value')} vs "
+                    f"{judged.get('threshold')}: {judged.get('status')}; fired: {', '.join(judged.get('fired', []))})")
     if not promoted:
         gaps.append("the re-derived pair was not promoted")
     return gaps or ["unknown"]
@@ -405,7 +433,12 @@ def _budget(demo: _Demo, target_dir: Path) -> None:
     from registry.gate import GateConfig
     from specdec.models import load_causal_lm
 
-    t1 = demo_budget.one_token_pass_seconds(load_causal_lm(str(target_dir), dtype="float32", device="cpu").model)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0  # before the demo's own work starts
+    cpus = os.cpu_count() or 1
+    factor = demo_budget.busy_factor(load, cpus)
+    # the one-token pass measured on a busy machine is slower by about that factor: the size is chosen for the
+    # idle machine, so the story is the same, and the demo says how much longer it will take now
+    t1 = demo_budget.one_token_pass_seconds(load_causal_lm(str(target_dir), dtype="float32", device="cpu").model) / factor
     b = demo_budget.choose(t1, GateConfig().min_draft_tokens)
     demo.budget = b.to_dict()
     demo.per_cat = b.per_category if demo.per_cat is None else demo.per_cat
@@ -413,10 +446,13 @@ def _budget(demo: _Demo, target_dir: Path) -> None:
     demo.con.print(f"one-token fp32 pass here: {b.t1_ms:.0f} ms -> {demo.per_cat} prompt(s) per category x "
                    f"{demo.max_new} new tokens (predicted {demo_budget.predicted_seconds(t1, demo.per_cat, demo.max_new):.0f}s "
                    f"of the {demo_budget.BUDGET_S:.0f}s budget)")
+    demo.budget.update(load_1m_at_start=load, num_cpus=cpus, busy_factor=factor)
+    note = demo_budget.busy_note(load, cpus, b.predicted_s)
+    if note:
+        demo.con.print(f"[yellow]{note}[/]")
     if not b.fits:
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-        demo.con.print(f"[yellow]even the smallest size is predicted at {b.predicted_s:.0f}s here (load {load:.1f}): "
-                       "the demo will take longer than 10 minutes on this machine now[/]")
+        demo.con.print(f"[yellow]even the smallest size is predicted at {b.predicted_s:.0f}s on this CPU idle: "
+                       "the demo will take longer than 10 minutes on this machine[/]")
 
 
 def _act_choose_draft(demo: _Demo, target_dir: Path, held) -> tuple[str, int, object]:
@@ -518,7 +554,7 @@ def _floor(policy) -> dict:
     """The acceptance floor the nights were judged by (``policy``): metric, estimator, threshold, CI sides."""
     p = policy
     return {"metric": p.metric, "name": p.metric_label, "estimator": p.estimator, "threshold": p.threshold,
-            "alert_side": p.alert_side, "gate_side": p.gate_side}
+            "source": p.floor_source, "alert_side": p.alert_side, "gate_side": p.gate_side}
 
 
 def _ci_check(rec, draft: str, night1: dict) -> dict | None:
@@ -556,6 +592,7 @@ def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, *, ft, held) ->
         "per_token_acceptance": {label[f"nightly_{i}"]: ch[f"v{i}"].per_token_acceptance for i in (1, 2, 3)},
         "per_token_acceptance_ci": {v: r.per_token_acceptance_ci for v, r in ch.items()},
         "floor": _floor(demo.settings.policy.policy()),
+        "judged_by": {label[n]: demo.floors.get(n) for n in label},  # per night: floor, its source, metric, fired
         **{key: {label[n]: demo.speeds.get(n, {}).get(key) for n in label}
            for key in ("speedup", "speedup_ci", "predicted_speedup", "speed_rule",
                        "speed_reason", "load_avg_1m")},

@@ -94,6 +94,36 @@ def choose(t1_s: float, min_draft_tokens: int = 0) -> DemoBudget:
     return DemoBudget(per_cat, new, t1_s * 1e3, s, s <= BUDGET_S)
 
 
+#: a busy factor above this is announced at the demo's start (other work lengthens it by more than a quarter)
+BUSY_ABOVE = 1.25
+
+
+def busy_factor(load_1m: float, cpus: int) -> float:
+    """How much longer the demo takes than on an idle machine when other work already keeps ``load_1m``
+    (the 1-minute load average before the demo starts) runnable threads on ``cpus`` CPUs: the demo runs
+    one thread per CPU, so ``cpus`` threads of its own share the CPUs with ``load_1m`` others, a factor
+    ``(load_1m + cpus) / cpus`` (1.0 idle; 2.25 at load 2.5 on 2 CPUs). An approximation: fair-share
+    scheduling of CPU-bound threads, memory bandwidth not counted.
+
+    Raises:
+        ValueError: ``cpus`` < 1.
+    """
+    if cpus < 1:
+        raise ValueError(f"cpus must be >= 1, got {cpus!r}")
+    return max(1.0, (max(load_1m, 0.0) + cpus) / cpus)
+
+
+def busy_note(load_1m: float, cpus: int, idle_s: float) -> str | None:
+    """``the machine is busy: load 2.5 on 2 CPUs from other work; expect the demo to take about 2.2x as long
+    as on an idle machine (~22 min instead of ~10)`` when :func:`busy_factor` exceeds :data:`BUSY_ABOVE`,
+    else None. ``idle_s``: the demo's predicted seconds on the idle machine."""
+    f = busy_factor(load_1m, cpus)
+    if f <= BUSY_ABOVE:
+        return None
+    return (f"the machine is busy: load {load_1m:.1f} on {cpus} CPUs from other work; expect the demo to take about "
+            f"{f:.1f}x as long as on an idle machine (~{f * idle_s / 60:.0f} min instead of ~{idle_s / 60:.0f})")
+
+
 def one_token_pass_seconds(model, reps: int = 9) -> float:
     """Median wall seconds of a warm one-token forward pass of ``model`` (fp32, a 32-token KV cache),
     the unit the cost model counts in."""

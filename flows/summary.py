@@ -28,15 +28,25 @@ def _cell(text: object) -> str:
 
 
 def summary_markdown(results: list) -> str:
-    """A Markdown table of the run: pair, alias, version, status, acceptance [95% CI], alert, MLflow run."""
-    lines = ["| pair | alias | version | status | acceptance [95% CI] | alert | note |", "|---|---|---|---|---|---|---|"]
+    """A Markdown table of the run: pair, alias, version, the run's verdict word (the history's, the MLflow
+    run's and the alert's), acceptance rate [95% CI] at k with the per-token α beside it, alert, note."""
+    lines = ["| pair | alias | version | verdict | acceptance rate [95% CI] at k (per-token α) | alert | note |",
+             "|---|---|---|---|---|---|---|"]
     for r in results:
-        ci = r.acceptance_rate_ci
-        acc = f"{r.acceptance_rate:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if r.acceptance_rate is not None and len(ci) == 2 else "-"
+        acc = acceptance_cell(r)
         note = r.ungated_promotion or r.root_cause_hint or r.message or ""
         lines.append("| " + " | ".join(_cell(x) for x in (r.pair, r.alias, r.version or "-", f"**{r.status}**", acc,
                                                            r.alert_transition or "-", note[:300])) + " |")
     return "\n".join(lines)
+
+
+def acceptance_cell(r) -> str:
+    """``0.296 [0.261, 0.331] at k=4 (α 0.562)`` of a NightlyResult, or ``-``."""
+    ci = r.acceptance_rate_ci or []
+    if r.acceptance_rate is None or len(ci) != 2:
+        return "-"
+    alpha = f" (α {r.per_token_acceptance:.3f})" if r.per_token_acceptance is not None else ""
+    return f"{r.acceptance_rate:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] at k={r.num_speculative_tokens or '?'}{alpha}"
 
 
 def finish_run(results: list, fail_on_failure: bool) -> list:

@@ -95,9 +95,9 @@ def history_cmd(
         err.print("no validation runs recorded" + (f" for pair {pair!r}" if pair else ""))
         raise typer.Exit(code=0)
     table = Table(title="specdec validation history", show_lines=False)
-    for col in ("run", "date", "source", "pair", "alias", "held-out", "k", "acceptance (95% CI)", "α_tf",
-                "tok/step", "speedup (95% CI)", "load/CPU", "status", "mlflow"):
-        table.add_column(col, justify="right" if col in ("run", "k", "α_tf", "tok/step", "load/CPU") else "left")
+    for col in ("run", "date", "source", "pair", "alias", "held-out", "k", "acceptance rate (95% CI)", "per-token α",
+                "α_tf", "tok/step", "speedup (95% CI)", "load/CPU", "verdict", "mlflow"):
+        table.add_column(col, justify="right" if col in ("run", "k", "per-token α", "α_tf", "tok/step", "load/CPU") else "left")
     style = {"passed": "green", "failed": "red", "inconclusive": "yellow", "error": "magenta"}
     for r in runs:
         ci = (f" ({_f(r.acceptance_rate_ci_low)}-{_f(r.acceptance_rate_ci_high)})"
@@ -110,7 +110,7 @@ def history_cmd(
         table.add_row(
             str(r.id), when, r.source, f"{r.pair_name} v{r.pair_version}", r.alias or "",
             heldout, str(r.num_speculative_tokens or "-"),
-            f"{_f(r.acceptance_rate)}{ci}", _f(r.alpha_tf), _f(r.draft_tokens_per_step, 2),
+            f"{_f(r.acceptance_rate)}{ci}", _f(r.per_token_acceptance), _f(r.alpha_tf), _f(r.draft_tokens_per_step, 2),
             _speedup_cell(r), _f(r.load_avg_1m / r.num_cpus, 2) if r.load_avg_1m is not None and r.num_cpus else "-",
             f"[{st}]{r.status}[/{st}]" if st else r.status,
             "-" if prod else ("yes" if r.mlflow_logged else "[yellow]pending[/yellow]"),

@@ -255,11 +255,12 @@ def show_cmd(
         from registry.describe import speed_note
 
         note = speed_note(run.data.metrics)
-        rows.append(("validation", f"{run.data.tags.get('validation_status')} (acceptance gate)"
-                     + (f"; {note}" if note else "") + f"  run {run.info.run_id}"))
-        for k in ("acceptance_rate", "acceptance_rate_ci_low", "mean_accepted_length", "alpha_tf", "speedup", "predicted_speedup"):
+        rows.append(("validation", _verdict_line(run.data.tags) + (f"; {note}" if note else "") + f"  run {run.info.run_id}"))
+        for k in ("acceptance_rate", "acceptance_rate_ci_low", "per_token_acceptance", "mean_accepted_length",
+                  "alpha_tf", "speedup", "predicted_speedup"):
             if k in m:
                 rows.append((f"  {k}", f"{m[k]:.4f}"))
+    rows.append(("floor", _floor_label(pv.tags)))
     rows += _serving_rows(pv.tags, serving)
     for k, v in sorted(pv.tags.items()):
         if k == "promotion" or k.startswith("promotion."):
@@ -268,6 +269,25 @@ def show_cmd(
     for k, v in rows:
         table.add_row(k, v)
     _out().print(table)
+
+
+def _verdict_line(tags) -> str:
+    """``failed (the run's verdict; gate failed: <reasons>)``: the run's one verdict word (the same as the
+    nightly table, the description, the alert and the history), then the gate's part of it."""
+    word, gate = tags.get("validation_status"), tags.get("specdec.gate_status")
+    reasons = tags.get("specdec.gate_reasons") or "none"
+    return f"{word} (the run's verdict; gate {gate or word}" + ("" if reasons == "none" else f": {reasons}") + ")"
+
+
+def _floor_label(tags) -> str:
+    """The pair version's floor and where it came from (its tag ``acceptance_floor``, else the policy)."""
+    from specdec.policy import floor_for
+    from specdec.settings.policy import get_policy
+
+    try:
+        return floor_for(get_policy(), tags).label()
+    except ValueError as e:  # a malformed tag set by hand: shown, the nightly reports it too
+        return f"invalid: {e}"
 
 
 def _serving_config(run) -> dict | None:

@@ -43,3 +43,15 @@ def test_one_token_pass_is_measured_on_the_model(tmp_path):
     model = load_causal_lm(str(save_tiny_checkpoint(tmp_path / "tiny")), dtype="float32", device="cpu").model
     t1 = B.one_token_pass_seconds(model, reps=3)
     assert 0 < t1 < 1.0
+
+
+def test_a_busy_machine_is_announced_with_how_much_longer_the_demo_takes():
+    """Issue 41: the demo says at its start when the machine is busy and by how much that lengthens it."""
+    assert B.busy_factor(0.0, 2) == 1.0 and B.busy_factor(0.3, 2) == 1.15
+    assert B.busy_factor(2.5, 2) == 2.25
+    assert B.busy_note(0.3, 2, 540.0) is None  # idle enough: nothing to say
+    assert B.busy_note(2.5, 2, 540.0) == (
+        "the machine is busy: load 2.5 on 2 CPUs from other work; expect the demo to take about 2.2x as long as "
+        "on an idle machine (~20 min instead of ~9)")
+    with pytest.raises(ValueError, match="cpus"):
+        B.busy_factor(1.0, 0)
