@@ -84,6 +84,10 @@ def test_drift_scenario_fires_once_and_resolves(env):
     assert len(fired) == 1, fired
     text = json.dumps(fired[0])
     assert "tiny-pair" in text and "re-derive" in text and "MLflow run" in text
+    # the floor first (the acceptance rate at k, issue 41), with what changed
+    assert fired[0]["text"].splitlines()[1].startswith("acceptance rate ")
+    assert "at k = 4 after a target-only change: target changed, draft unchanged" in fired[0]["text"].splitlines()[1]
+    _one_word(ch, fired[0])
 
     # the same night retried: one history row, no second alert
     again = _nightly(env, DAY2)
@@ -97,10 +101,35 @@ def test_drift_scenario_fires_once_and_resolves(env):
     assert night3["challenger"].status == "passed" and night3["challenger"].alert_transition == "resolve"
     bodies = [r.body for r in env["receiver"].accepted]
     assert len(bodies) == 2 and "resolve" in json.dumps(bodies[1]).lower()
+    _one_word(night3["challenger"], bodies[1])
     result = promote_flow(PAIR, pv3["version"])
     assert resolve_alias(PAIR, "champion") == pv3["version"]
     assert get_pair_version(PAIR, "champion", download=False).validation_status == "passed"
     assert result["alias"] == "champion"
+
+
+def _one_word(res, alert: dict) -> None:
+    """Issue 41: one verdict word for one run in the nightly table, the history, the MLflow run, the pair
+    version's tag and description, ``pair show`` and the alert."""
+    from typer.testing import CliRunner
+
+    import monitoring
+    from flows.summary import summary_markdown
+    from monitoring import history
+    from registry.service import Registry
+    from specdec.cli import app
+
+    word = res.status
+    assert word in ("passed", "failed")
+    assert f"| **{word}** |" in summary_markdown([res])
+    assert history.get_run(monitoring.connect(monitoring.get_settings()), res.history_run_id).status == word
+    client = Registry().client
+    assert client.get_run(res.mlflow_run_id).data.tags["validation_status"] == word
+    mv = client.get_model_version(PAIR, res.version)
+    assert mv.tags["validation_status"] == word and mv.description.startswith(f"{word}: acc ")
+    shown = CliRunner().invoke(app, ["pair", "show", PAIR, res.version], catch_exceptions=False, env={"COLUMNS": "200"})
+    assert f"{word} (the run's verdict" in shown.output, shown.output
+    assert alert["facts"]["Verdict"] == word
 
 
 def test_promote_flow_refuses_unvalidated_version(env):
