@@ -32,7 +32,8 @@ class CandidateResult:
     v(k), ``predicted_speedup`` (decoded counters at k), ``measured_speedup`` / ``speedup_ci`` (paired
     median, 95% CI), the timing check, ``reason`` (why unavailable, or a finding), ``best_k_tau``
     the replayed best draft-length policy ``{num_speculative_tokens, assistant_confidence_threshold,
-    predicted_speedup}`` (greedy; tau None when no threshold beats the best fixed k)."""
+    predicted_speedup}`` (greedy; tau None when no threshold beats the best fixed k), ``acceptance_by_k`` the
+    replayed acceptance rate (accepted / drafted) at each k considered."""
 
     spec: str
     kind: str = ""
@@ -52,6 +53,7 @@ class CandidateResult:
     measured_over_predicted: float = math.nan
     timing_suspect: bool | None = None
     best_k_tau: dict[str, Any] | None = None
+    acceptance_by_k: dict[int, float] = field(default_factory=dict)
 
     @property
     def speedup_ci_low(self) -> float:

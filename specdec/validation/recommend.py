@@ -87,6 +87,7 @@ def _choose_k(c: CandidateResult, replay: Any, cost_ratio: float, verify_cost: A
     c_used = 0.0 if math.isnan(cost_ratio) else cost_ratio
     c.k = recommend_from_curve(rows, c_used, verify_cost)["recommended_num_speculative_tokens"] or ks[0]
     c.alpha = next(r["acceptance_rate"] for r in rows if r["k"] == c.k)
+    c.acceptance_by_k = {int(r["k"]): float(r["acceptance_rate"]) for r in rows}
     c.verify_cost = verify_cost(c.k)
     c.best_k_tau = replay.replay.get("best_k_tau")
 

@@ -75,6 +75,8 @@ def print_recommendation(rec: Any, console: Console = _out) -> None:
                          f"{_f(kt['predicted_speedup'], 2, 'x')} (not measured)")
     for n in notes:
         console.print(f"  [dim]note[/] {n}", highlight=False)
+    for line in floor_warnings(rec):
+        console.print(f"[yellow]warning: {line}[/]", highlight=False)
     nb = rec.native_bf16
     console.print(f"native bf16: {'yes' if nb.get('native') else 'no'} ({nb.get('detail')}); target one-token pass "
                   f"{rec.target_step_ms:.1f} ms; load avg {', '.join(f'{x:.1f}' for x in rec.load_avg_1m[:1] + rec.load_avg_1m[-1:])}"
@@ -88,6 +90,22 @@ def print_recommendation(rec: Any, console: Console = _out) -> None:
                       "an idle machine[/]", highlight=False)
     color = "green" if rec.best else "yellow"
     console.print(f"[bold {color}]recommendation:[/] {rec.summary}", highlight=False)
+
+
+def floor_warnings(rec: Any) -> list[str]:
+    """``derived:bf16: acceptance rate 0.29 at k = 4 is already below floor 0.40 (policy default); at smaller k:
+    ...`` for each measured candidate whose chosen k replays an acceptance rate below the policy's floor
+    (:func:`specdec.policy.below_floor_note`): served at that k, the nightly's floor would fire at once."""
+    from specdec.policy import below_floor_note, floor_for
+    from specdec.settings.policy import get_policy
+
+    floor = floor_for(get_policy())
+    out = []
+    for c in rec.candidates:
+        note = below_floor_note(c.acceptance_by_k, c.k, floor) if c.available and c.k else None
+        if note:
+            out.append(f"{c.spec}: {note}")
+    return out
 
 
 def run_recommend(target: Any, *, heldout: str = "spec_bench", candidates: list[str] | None = None,

@@ -220,3 +220,14 @@ def test_migration_0008_rederives_stored_verdicts_and_keeps_the_numbers(tmp_path
     assert stored[("absolute", "overall")]["status"] == "firing" and stored[("absolute", "overall")]["metric"] == "acceptance_rate"
     assert stored[("relative", "overall")]["status"] == "firing"  # against its stored baseline, per token
     assert stored[("speed", "overall")]["status"] == "not_applicable"  # kept as stored
+
+
+def test_recommend_warns_when_its_k_is_already_below_the_floor():
+    from specdec.validation.candidates import CandidateResult
+    from specdec.validation.recommend_cli import floor_warnings
+
+    stale = CandidateResult(spec="derived:bf16", k=4, acceptance_by_k={1: 0.56, 2: 0.43, 3: 0.35, 4: 0.296})
+    healthy = CandidateResult(spec="ngram", k=4, acceptance_by_k={1: 0.9, 2: 0.8, 3: 0.7, 4: 0.6})
+    assert floor_warnings(SimpleNamespace(candidates=[stale, healthy])) == [
+        "derived:bf16: acceptance rate 0.30 at k = 4 is already below floor 0.40 (policy default); at smaller k: "
+        "0.56 at k = 1, 0.43 at k = 2, 0.35 at k = 3 (highest k at or above the floor: 2)"]
