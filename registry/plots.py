@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from specdec.policy import METRICS
+from specdec.policy import METRICS, TREND_ESTIMATOR
 from specdec.settings.policy import get_policy
 from specdec.validation.report import ValidationReport
 
@@ -84,8 +84,12 @@ def plot_per_category(report: ValidationReport, path: str | Path, threshold: flo
     if metric != "acceptance_rate":
         ax.plot(range(len(names)), rates, linestyle="none", marker="_", markersize=14, color="#DD8452",
                 label=f"acceptance rate at k={k} (accepted/drafted)")
+    else:  # the per-token α beside the rate
+        alphas = [g.per_token_acceptance if _ok(g.per_token_acceptance) else math.nan for _n, g in groups]
+        ax.plot(range(len(names)), alphas, linestyle="none", marker="_", markersize=14, color="#DD8452",
+                label="per-token acceptance α (same at every k)")
     threshold = get_policy().threshold if threshold is None else threshold  # the acceptance policy's line
-    ax.axhline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"gate {threshold:.2f} ({metric})")
+    ax.axhline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"floor {threshold:.2f} ({metric})")
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
     ax.set_ylim(0, 1.02)
@@ -118,19 +122,20 @@ def _series(pts: list[dict[str, Any]]) -> dict[tuple[str, str], list[int]]:
 
 
 def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: float | None = None, title: str = "") -> Path:
-    """Acceptance rate (top panel) and measured speedup (bottom panel, when measured) over past
-    validation runs of a pair: one line per pair version and source (never joined across versions),
-    each panel with its own y-axis, points labelled by night.
+    """Acceptance (top panel) and measured speedup (bottom panel, when measured) over past validation runs
+    of a pair: the per-token acceptance α (solid: the cross-version trend, the same at every k) and the
+    acceptance rate at each version's k (dashed: what the floor judges by default, line at the floor), one
+    line per pair version and source (never joined across versions), points labelled by night.
 
     Args:
-        history: oldest first; dicts with ``time`` (datetime or ISO string), the judged metric
-            (the policy's: ``per_token_acceptance`` by default, or ``acceptance_rate``), optional ``night`` (``YYYY-MM-DD``: the x label of a nightly point; else the date of
-            ``time``), ``pair_version``, ``<metric>_ci_low`` and ``source`` (``"nightly"``,
+        history: oldest first; dicts with ``time`` (datetime or ISO string), ``per_token_acceptance``
+            and/or ``acceptance_rate``, optional ``night`` (``YYYY-MM-DD``: the x label of a nightly point;
+            else the date of ``time``), ``pair_version`` and ``source`` (``"nightly"``,
             the default, or ``"production"``: windows of the serving engine's counters, dotted), and
             ``speedup`` / ``speedup_ci_low`` / ``speedup_ci_high`` (measured speedup with its CI).
     """
-    metric, _ci, ylabel = _judged_label()
-    pts = [h for h in history if _ok(h.get(metric))]
+    trend, rate = METRICS[TREND_ESTIMATOR][0], "acceptance_rate"
+    pts = [h for h in history if _ok(h.get(trend)) or _ok(h.get(rate))]
     sp = [i for i, h in enumerate(pts) if _ok(h.get("speedup"))]
     fig = _figure(7.6, 5.6 if sp else 4.0)
     ax = fig.add_subplot(2, 1, 1) if sp else fig.add_subplot(1, 1, 1)
@@ -139,10 +144,13 @@ def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: f
     for n, ((src, ver), idx) in enumerate(_series(pts).items()):
         color = colors[n % len(colors)]
         style = dict(color=color, marker="o" if src == "nightly" else ".", linestyle="-" if src == "nightly" else ":")
-        ax.plot(idx, [float(pts[i][metric]) for i in idx], label=f"v{ver} ({src})", **style)
-        lows = [pts[i].get(f"{metric}_ci_low") for i in idx]
-        if all(_ok(v) for v in lows):
-            ax.plot(idx, lows, linestyle=":", color=color, alpha=0.6, linewidth=0.9)
+        alpha = [i for i in idx if _ok(pts[i].get(trend))]
+        if alpha:  # the per-token α: the same at every k, so versions at another k still compare
+            ax.plot(alpha, [float(pts[i][trend]) for i in alpha], label=f"v{ver} ({src}) α", **style)
+        rated = [i for i in idx if _ok(pts[i].get(rate))]
+        if rated:  # the rate engines print, at each version's own k: what the floor judges by default
+            ax.plot(rated, [float(pts[i][rate]) for i in rated], color=color, marker="x", linestyle="--",
+                    linewidth=0.9, alpha=0.8, label=f"v{ver} ({src}) rate at k")
         sx = [i for i in idx if i in sp]
         if ax2 is not None and sx:
             sy = [float(pts[i]["speedup"]) for i in sx]
@@ -150,10 +158,11 @@ def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: f
             hi = [float(pts[i]["speedup_ci_high"]) - y if _ok(pts[i].get("speedup_ci_high")) else 0.0 for y, i in zip(sy, sx)]
             ax2.errorbar(sx, sy, yerr=[lo, hi], marker="s", color=color, capsize=3, label=f"v{ver}")
     threshold = get_policy().threshold if threshold is None else threshold  # the acceptance policy's line
-    ax.axhline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"gate {threshold:.2f} ({metric})")
+    judged = METRICS[get_policy().estimator][2]
+    ax.axhline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"floor {threshold:.2f} ({judged})")
     ax.set_ylim(0, 1.02)
-    ax.set_ylabel(ylabel.replace(" (", "\n(") + "\n(dotted: CI lower bound)")
-    ax.set_title(title or f"{ylabel.split(' (')[0].capitalize()} over validation runs")
+    ax.set_ylabel("per-token acceptance α (solid, same at every k)\nacceptance rate at k (dashed)")
+    ax.set_title(title or "Acceptance over validation runs")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower left", ncol=2)
     bottom = ax2 if ax2 is not None else ax
@@ -196,7 +205,6 @@ def write_run_plots(report: ValidationReport, out: Path, *, history: list, run_i
     plot_per_category(report, out / "per_category_acceptance.png", threshold=threshold)
     point = {"time": datetime.now(timezone.utc), "run_id": run_id, "pair_version": version, "night": night,
              **{k: metrics.get(k, math.nan) for k in ACCEPTANCE_KEYS + SPEED_KEYS}}
-    name = _judged_label()[2].split(" (")[0]
     plot_trend(list(history) + [point], out / "acceptance_trend.png", threshold=threshold,
-               title=f"{pair}: {name} and speedup over validation runs")
+               title=f"{pair}: per-token acceptance, acceptance rate at k and speedup over validation runs")
     return out
