@@ -68,7 +68,7 @@ def test_hand_moved_champion_is_validated_first_and_alerted(env):
     assert len(ungated) == 1 and ungated[0]["title"] == f"Ungated promotion: {PAIR} v2 (champion)"
     assert "never validated" in ungated[0]["text"] and "specdec never set it" in ungated[0]["text"]
     pv2 = get_pair_version(PAIR, "2", download=False)
-    assert pv2.description.startswith("failed: α ") and "@champion outside specdec, noticed" in pv2.description
+    assert pv2.description.startswith("failed: acc ") and "@champion outside specdec, noticed" in pv2.description
 
     # specdec moves the alias (forced, with a reason): the next nightly resolves the ungated incident
     promote(PAIR, "1", force=True, reason="roll back the hand promotion", actor="ops")

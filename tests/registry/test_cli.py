@@ -68,7 +68,7 @@ def test_register_list_show_promote(cli, ckpts, tmp_path):
     lines = r.output.splitlines()
     row1 = next(line for line in lines if line.strip().startswith("│ 1 "))
     assert "passed acceptance 0.750" in row1 and "model" in row1 and "k=3 T=0" in row1
-    assert "passed: α 0.75 [0.70-0.80] (rate 0.75 at k=3)" in row1  # the version's description
+    assert "passed: acc 0.75 [0.70-0.80] at k=3" in row1  # the version's description
     row3 = next(line for line in lines if line.strip().startswith("│ 3 "))
     assert "ngram" in row3 and "never" in row3
 

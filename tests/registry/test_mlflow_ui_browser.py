@@ -126,7 +126,7 @@ def test_versions_table_shows_verdict_and_acceptance_untruncated(page, console):
         seen[version] = description.inner_text().strip()
         if version in console["expected"]:
             status, acc, (lo, hi) = console["expected"][version]
-            head = f"{status}: α {acc:.2f} [{lo:.2f}-{hi:.2f}]"  # the judged metric: per-token acceptance (policy default)
+            head = f"{status}: acc {acc:.2f} [{lo:.2f}-{hi:.2f}]"  # the judged metric: the acceptance rate at k (policy default)
             assert seen[version].startswith(head), (version, seen[version])
             assert _fully_visible(description.locator("span").first), f"v{version}: description clipped on screen"
             for key, value in (("validation_status", status), ("acceptance_rate", f"{acc:.3f}")):
@@ -147,7 +147,7 @@ def test_versions_table_shows_verdict_and_acceptance_untruncated(page, console):
 
 def test_version_page_shows_the_whole_line(page, console):
     page.goto(f"{console['uri']}/#/models/{PAIR}/versions/2")
-    line = page.get_by_text("failed: α 0.31 [0.24-0.38] (rate 0.31 at k=4)", exact=False).first
+    line = page.get_by_text("failed: acc 0.31 [0.24-0.38] at k=4", exact=False).first
     line.wait_for()
     text = line.inner_text()
     assert "draft changed" not in text and "target changed since v1" in text and "spec_bench, 9 prompts" in text
@@ -165,14 +165,14 @@ def test_validation_run_page_names_the_night_and_links_the_version(page, console
     page.get_by_text(f"{PAIR} v1 night 2026-01-01").first.wait_for()
     link = page.get_by_role("link", name=f"pair version {PAIR} v1")
     link.wait_for()
-    assert page.get_by_text("passed: α 0.72 [0.65-0.79] (rate 0.72 at k=4)", exact=False).count() >= 1
+    assert page.get_by_text("passed: acc 0.72 [0.65-0.79] at k=4", exact=False).count() >= 1
     page.wait_for_timeout(500)
     page.screenshot(path=str(SHOTS / "validation-run-v1.png"))
     href = link.get_attribute("href")
     assert href == f"#/models/{PAIR}/versions/1"  # MLflow opens description links in a new tab
     page.goto(f"{console['uri']}/{href}")  # the route resolves to the version page
     page.get_by_text("Version 1").first.wait_for()
-    assert page.get_by_text("passed: α 0.72 [0.65-0.79] (rate 0.72 at k=4)", exact=False).count() >= 1
+    assert page.get_by_text("passed: acc 0.72 [0.65-0.79] at k=4", exact=False).count() >= 1
 
 
 def _experiment_id(console) -> str:

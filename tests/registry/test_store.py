@@ -110,7 +110,7 @@ def test_round_trip(store, ckpts, tmp_path):
                                              "num_speculative_tokens": 3}
     tags = client.get_model_version(pair, "1").tags
     assert tags["validation_status"] == "passed" and tags["acceptance_rate"] == "0.720"
-    assert client.get_model_version(pair, "1").description.startswith("passed: α 0.72 [0.65-0.79] (rate 0.72 at k=3)")
+    assert client.get_model_version(pair, "1").description.startswith("passed: acc 0.72 [0.65-0.79] at k=3")
 
     # promotion through the gate, alias read back
     res = R.promote(pair, "1", tracking_uri=store)
