@@ -51,6 +51,7 @@ from registry.settings import VALIDATION_EXPERIMENT
 from specdec import events
 from specdec.policy import combine
 from specdec.validation.report import PROMPTS_FILE, REPORT_FILE, ValidationReport
+from specdec.validation.report_profile import PROFILE_FILE, write_profile
 
 _log = logging.getLogger(__name__)
 _CATEGORY_METRICS = ("acceptance_rate", "per_token_acceptance", "mean_accepted_length", "alpha_tf", "alpha_hat", "top1_agreement", "speedup",
@@ -399,6 +400,8 @@ def log_validation(
     rdir = Path(report_dir)
     if not (rdir / REPORT_FILE).exists():
         report.write(rdir)
+    elif not (rdir / PROFILE_FILE).exists():  # a report directory written before the profile existed
+        write_profile(report, rdir)
     with mlflow_errors(client.tracking_uri):
         ptags = full_tags(client, get_pair_model_version(client, pair, version))  # k and sampling live in pair.json
         judged = judge_report(report, ptags, gate)
@@ -504,7 +507,7 @@ def _fill_run(client, run_id: str, report: ValidationReport, rdir: Path, *, metr
         params = [Param(k, v) for k, v in report_params(report).items()]
         for i in range(0, max(len(items), 1), 900):
             client.log_batch(run_id, metrics=items[i:i + 900], params=params if i == 0 else [])
-        for name in (REPORT_FILE, PROMPTS_FILE):
+        for name in (REPORT_FILE, PROMPTS_FILE, PROFILE_FILE):  # the profile: Model Optimizer's schema
             if (rdir / name).exists():
                 client.log_artifact(run_id, str(rdir / name))
         serving = serving_config_for(ptags, report)

@@ -222,7 +222,10 @@ class ValidationReport:
         return cls(**{k: v for k, v in d.items() if k in known})
 
     def write(self, out_dir: str | Path) -> Path:
-        """Write ``report.json`` and ``prompts.csv`` into ``out_dir`` (created). Returns the JSON path."""
+        """Write ``report.json``, ``prompts.csv`` and ``speculation_profile.json`` (NVIDIA Model Optimizer's
+        schema, :mod:`specdec.validation.report_profile`) into ``out_dir`` (created). Returns the JSON path."""
+        from specdec.validation.report_profile import write_profile
+
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         path = out / REPORT_FILE
@@ -230,6 +233,7 @@ class ValidationReport:
         tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=False))
         tmp.replace(path)
         write_prompts_csv(self.prompts, out / PROMPTS_FILE)
+        write_profile(self, out)
         return path
 
     @classmethod
