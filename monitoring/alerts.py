@@ -158,6 +158,35 @@ def _fmt_rule(r: RuleResult) -> str:
     return f"*{r.rule}*{scope}{sev}: {name} {val}{ci}{thr}{base}{beside}"
 
 
+def _facts(ctx: AlertContext, who: str, results: Sequence[RuleResult], overall: RuleResult | None,
+           kind: str) -> dict[str, Any]:
+    """The message's label -> value facts: pair, held-out, k, models, baseline, the floor's metric with its
+    floor and source (the other metric beside it), speedup, severity and the run's verdict word."""
+    facts: dict[str, Any] = {
+        "Pair": who, "Held-out": ctx.heldout, "k": ctx.num_speculative_tokens,
+        "Target": _short(ctx.target_hash, ctx.target_ref), "Draft": _short(ctx.draft_hash, ctx.draft_ref),
+        "Baseline": ctx.baseline,
+    }
+    if overall is not None and overall.value is not None:
+        ci = f" (95% CI {overall.ci[0]:.3f}-{overall.ci[1]:.3f})" if overall.ci else ""
+        label = "Per-token acceptance" if overall.metric == "per_token_acceptance" else "Acceptance rate"
+        m = re.search(r"floor [0-9.]+ \(([^)]*)\)", overall.message or "")
+        beside = overall.message[overall.message.index("; "):] if "; " in (overall.message or "") else ""
+        facts[label] = (f"{overall.value:.3f}{ci}, floor {overall.threshold:.2f}"
+                        + (f" ({m.group(1)})" if m else "") + beside.replace(";", ",", 1))
+    speed = next((r for r in results if r.rule == "speed"), None)
+    if speed is not None and speed.value is not None:
+        ci = f" (95% CI {speed.ci[0]:.2f}-{speed.ci[1]:.2f}x)" if speed.ci else ""
+        facts["Speedup"] = f"{speed.value:.2f}x{ci}" + (" [speed-inconclusive: machine overloaded]"
+                                                        if speed.status == "inconclusive" else "")
+    severity = severity_of([r for r in results if r.firing])
+    if severity:
+        facts["Severity"] = severity
+    if kind in ("fire", "remind", "resolve"):
+        facts["Verdict"] = verdict(results)  # the run's one word (specdec.policy.VERDICTS), as everywhere else
+    return facts
+
+
 def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], *,
                   incident: Incident | None = None, now: dt.datetime | None = None) -> dict[str, Any]:
     """The channel-neutral message (stored in the outbox, rendered per channel at send time).
@@ -187,28 +216,7 @@ def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], 
         title = f"Ungated promotion: {who}"
     else:
         title = f"Speculative-decoding drift: {who}"
-    facts = {
-        "Pair": who, "Held-out": ctx.heldout, "k": ctx.num_speculative_tokens,
-        "Target": _short(ctx.target_hash, ctx.target_ref), "Draft": _short(ctx.draft_hash, ctx.draft_ref),
-        "Baseline": ctx.baseline,
-    }
-    if overall is not None and overall.value is not None:
-        ci = f" (95% CI {overall.ci[0]:.3f}-{overall.ci[1]:.3f})" if overall.ci else ""
-        label = "Per-token acceptance" if overall.metric == "per_token_acceptance" else "Acceptance rate"
-        m = re.search(r"floor [0-9.]+ \(([^)]*)\)", overall.message or "")
-        beside = overall.message[overall.message.index("; "):] if "; " in (overall.message or "") else ""
-        facts[label] = (f"{overall.value:.3f}{ci}, floor {overall.threshold:.2f}"
-                        + (f" ({m.group(1)})" if m else "") + beside.replace(";", ",", 1))
-    speed = next((r for r in results if r.rule == "speed"), None)
-    if speed is not None and speed.value is not None:
-        ci = f" (95% CI {speed.ci[0]:.2f}-{speed.ci[1]:.2f}x)" if speed.ci else ""
-        facts["Speedup"] = f"{speed.value:.2f}x{ci}" + (" [speed-inconclusive: machine overloaded]"
-                                                        if speed.status == "inconclusive" else "")
-    severity = severity_of(firing)
-    if severity:
-        facts["Severity"] = severity
-    if kind in ("fire", "remind", "resolve"):
-        facts["Verdict"] = verdict(results)  # the run's one word (specdec.policy.VERDICTS), as everywhere else
+    facts = _facts(ctx, who, results, overall, kind)
     lines = [_fmt_rule(r) for r in firing if r not in fell]
     change = change_since_baseline(results)
     if change:
