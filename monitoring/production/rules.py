@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from monitoring import history, rules
@@ -21,7 +22,7 @@ from monitoring.db import Database, ValidationRun
 from monitoring.production import store
 from monitoring.rules import FIRING, INSUFFICIENT, NOT_APPLICABLE, OK, OVERALL, RuleResult
 from monitoring.settings import MonitoringSettings, RuleSettings
-from specdec.policy import AcceptancePolicy
+from specdec.policy import AcceptancePolicy, Floor
 from specdec.validation.report import GroupMetrics, group_metrics_from_dict
 
 REPRESENTATIVENESS = "representativeness"
@@ -130,8 +131,21 @@ def production_hint(current: ValidationRun, baseline: ValidationRun | None, rep:
     return "; ".join(bits)
 
 
+def floor_of_nightly(ref: ValidationRun | None, settings: RuleSettings) -> RuleSettings:
+    """``settings`` with the floor the served pair version's nightly run was judged by (its stored overall
+    floor result: a pair version's own floor, tag ``acceptance_floor``, reaches production this way), or
+    ``settings`` as they are without such a run."""
+    found = next((r for r in (ref.rule_results or []) if r.get("rule") == "absolute" and r.get("scope") == OVERALL
+                  and r.get("threshold") is not None), None) if ref is not None else None
+    if found is None:
+        return settings
+    m = re.search(r"floor [0-9.]+ \(([^)]*)\)", found.get("message") or "")
+    return settings.for_floor(Floor(float(found["threshold"]), m.group(1) if m else settings.floor_source))
+
+
 def evaluate_window(db: Database, run_id: int, *, settings: MonitoringSettings) -> ProductionEvaluation:
-    """Evaluate the health rules and the representativeness rule on a recorded window; store them.
+    """Evaluate the health rules and the representativeness rule on a recorded window; store them. The floor
+    is the one the served pair version's nightly run was judged by (:func:`floor_of_nightly`).
 
     The row's status becomes the health verdict; ``rule_results`` holds every result (health rules,
     then representativeness); ``baseline_run_id`` the previous passing window.
@@ -145,8 +159,8 @@ def evaluate_window(db: Database, run_id: int, *, settings: MonitoringSettings) 
     current = history.snapshot_of(row)
     base_row = store.previous_passing_window(db, run_id)
     baseline = history.snapshot_of(base_row) if base_row is not None else None
-    health = rules.evaluate(current, baseline, settings.rules)
     ref = store.nightly_reference(db, row.pair_name, row.pair_version, row.alias or "champion")
+    health = rules.evaluate(current, baseline, floor_of_nightly(ref, settings.rules))
     ref_label = _nightly_label(ref) if ref is not None else None
     rep = representativeness_rule(current.overall, group_metrics_from_dict(ref.overall) if ref else None,
                                   settings.rules, ref_label)

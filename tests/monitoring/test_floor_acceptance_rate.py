@@ -231,3 +231,14 @@ def test_recommend_warns_when_its_k_is_already_below_the_floor():
     assert floor_warnings(SimpleNamespace(candidates=[stale, healthy])) == [
         "derived:bf16: acceptance rate 0.30 at k = 4 is already below floor 0.40 (policy default); at smaller k: "
         "0.56 at k = 1, 0.43 at k = 2, 0.35 at k = 3 (highest k at or above the floor: 2)"]
+
+
+def test_a_production_window_is_judged_by_the_floor_its_nightly_run_used():
+    from monitoring.production.rules import floor_of_nightly
+
+    own = RuleSettings().for_floor(floor_for(AcceptancePolicy(), {FLOOR_TAG: "0.2"}))
+    report = make_report(0.23, ci_half=0.015, k=5, num_draft_tokens=4000)
+    stored = [r.to_dict() for r in rules.evaluate(report, None, own)]
+    s = floor_of_nightly(SimpleNamespace(rule_results=stored), RuleSettings())
+    assert (s.absolute_threshold, s.floor_source) == (0.2, "pair version tag acceptance_floor")
+    assert floor_of_nightly(None, RuleSettings()).absolute_threshold == 0.40  # no nightly run: the policy's
