@@ -536,9 +536,9 @@ def finish_job(night: Night, job: Job) -> NightlyResult:
         _free_claim(night, job, f"{type(e).__name__}: {e}")
         return _broken(night.db, t.pair, t.alias, t.version, e, "recording the validation failed")
     night.lease.drop_claim(job.claim.run_id)
-    _logger().info("%s@%s v%s: %s, per-token acceptance %.3f [%.3f, %.3f], acceptance rate %.3f at k=%s%s", t.pair,
-                   t.alias, t.version, res.status, res.per_token_acceptance, *res.per_token_acceptance_ci,
-                   res.acceptance_rate, res.num_speculative_tokens,
+    _logger().info("%s@%s v%s: %s, acceptance rate %.3f [%.3f, %.3f] at k=%s (per-token acceptance %.3f)%s", t.pair,
+                   t.alias, t.version, res.status, res.acceptance_rate, *res.acceptance_rate_ci,
+                   res.num_speculative_tokens, res.per_token_acceptance,
                    f", alert: {res.alert_transition}" if res.alert_transition else "")
     return res
 
