@@ -11,8 +11,9 @@
    pays, and it is promoted to ``champion``;
 4. a target-only fine-tune (``flows.finetune.DEMO_RECIPE`` on Tiny Shakespeare) becomes target v2;
    pair v2 keeps the old draft; night 2 sees acceptance collapse and speculation turn slower than
-   target-only; the alert (to a local webhook receiver, printed here) names both changes
-   ("acceptance X -> Y, speedup A x -> B x") and the likely cause;
+   target-only; the alert (to a local webhook receiver, printed here) opens with the floor ("acceptance
+   rate 29.6% < 40% at k = 4 after a target-only change: target changed, draft unchanged"), then the
+   relative rule and speed ("per-token acceptance X -> Y, speedup A x -> B x") and the likely cause;
 5. the draft is re-derived from target v2: pair v3, night 3 passes and pays again, the incident
    resolves and v3 is promoted;
 6. where to look: the ``mlflow ui`` command, the reports, ``specdec history``.
@@ -24,7 +25,9 @@ demo fits 10 minutes (:mod:`flows.demo_budget`). Env overrides: ``SPECDEC_DEMO_P
 ``SPECDEC_DEMO_MAX_NEW_TOKENS``, ``SPECDEC_DEMO_DRAFT`` (skip the measurement, e.g. ``derived:bf16``) with ``SPECDEC_DEMO_K``;
 ``SPECDEC_DEMO_DRAFT=eagle3`` tells the story with an EAGLE-3 head (:mod:`flows.demo_eagle3`).
 State lives in ``.specdec/demo`` (wiped at the start; the converted model in ``.specdec/models`` is
-kept). ``demo_summary.json`` records per night acceptance and ``speedup`` (with CI and load).
+kept). ``demo_summary.json`` records per night acceptance and ``speedup`` (with CI and load) and what it was
+judged by (``judged_by``: metric, floor, its source, what fired). On a busy machine the demo says at its
+start how much longer it will take (:func:`flows.demo_budget.busy_factor`).
 """
 
 from __future__ import annotations
