@@ -166,11 +166,18 @@ def _ask(run: _Run, session: EngineSession, prompts: list[_Prompt]) -> None:
                               draft_sampling=run.rule.draft_sampling)
     before = session.counters(run.deadline)
     answers = session.complete_all([p.ids for p in todo], params, concurrency=req.concurrency, deadline=run.deadline,
-                                   progress=req.progress)
+                                   progress=req.progress, accept=_checker(run, todo, "engine"))
     after = session.counters(run.deadline)
     for p, c in zip(todo, answers):
-        p.engine = check_completion(c, vocab_size=run.vocab, what=f"the engine's answer to prompt {p.row.prompt_id}")
+        p.engine = c
     run.scrapes = (before, after)
+
+
+def _checker(run: _Run, todo: list[_Prompt], who: str) -> Callable[[int, EngineCompletion], EngineCompletion]:
+    """Each answer checked as it arrives (:func:`~specdec.engines.answers.check_completion`)."""
+    def accept(i: int, c: EngineCompletion) -> EngineCompletion:
+        return check_completion(c, vocab_size=run.vocab, what=f"the {who}'s answer to prompt {todo[i].row.prompt_id}")
+    return accept
 
 
 def _baseline(run: _Run, prompts: list[_Prompt]) -> None:
@@ -183,9 +190,9 @@ def _baseline(run: _Run, prompts: list[_Prompt]) -> None:
     params = CompletionParams(max_tokens=config.max_new_tokens, sampling=config.sampling, seed=config.seed)
     with run.profile.connect(base, run.req.limits) as session:
         answers = session.complete_all([p.ids for p in todo], params, concurrency=run.req.concurrency,
-                                       deadline=run.deadline)
+                                       deadline=run.deadline, accept=_checker(run, todo, "baseline"))
     for p, c in zip(todo, answers):
-        p.baseline = check_completion(c, vocab_size=run.vocab, what=f"the baseline's answer to prompt {p.row.prompt_id}")
+        p.baseline = c
 
 
 def _engine_tokens(c: EngineCompletion, stop: frozenset[int], max_new_tokens: int) -> list[int]:

@@ -131,6 +131,7 @@ def test_every_malformed_answer_is_one_line_naming_what_was_wrong(tiny, fault, p
             check_engine(_request(tiny, eng.url))
     msg = str(e.value)
     assert expected in msg and "\n" not in msg, msg
+    assert eng.completions == 1  # the first bad answer ends the check: no more requests go out
 
 
 def test_impossible_metrics_counters_are_refused(tiny):
@@ -199,3 +200,40 @@ def test_declared_flags_that_draft_less_are_a_served_rule_finding(tiny):
     f = [x for x in rep.findings if x.kind == "served rule"]
     assert f and "k 2 < the validated 4" in f[0].message and "p_min 0.9 > the validated 0" in f[0].message
     assert rep.rule["served"]["num_speculative_tokens"] == 2
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("fault,payload,expected", [
+    ("hang", None, "overall deadline of 2 s"),
+    ("body", b"null", "the answer is null, not a JSON object"),
+    ("json", OUT_OF_VOCAB, "token id 103 at output position 1 is outside the pair's vocabulary"),
+])
+def test_validate_engine_url_ends_with_one_line_and_prints_the_deadlines(tmp_path, fault, payload, expected):
+    """``specdec validate --engine-url`` as a real process: the deadlines in use are printed at the start, and a
+    stalled or malformed engine ends it with exit 1 and one error line (no traceback)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.models import save_tiny_checkpoint
+
+    target, draft = save_tiny_checkpoint(tmp_path / "target", seed=0), save_tiny_checkpoint(tmp_path / "draft", seed=0,
+                                                                                          perturb=0.05)
+    held = tmp_path / "h.jsonl"
+    held.write_text("".join(json.dumps({"id": i, "category": c, "prompt": t}) + "\n" for i, c, t in PROMPTS))
+    env = {**os.environ, "SPECDEC_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO),
+           "SPECDEC_ENGINE_REQUEST_TIMEOUT_S": "2"}
+    with ScriptedEngine(fault=fault, payload=payload) as eng:
+        t0 = time.monotonic()
+        p = subprocess.run([sys.executable, "-m", "specdec.cli", "validate", "--target", str(target), "--draft",
+                            f"model:{draft}", "--heldout", str(held), "--max-new-tokens", str(NEW), "-k", str(K),
+                            "--engine-url", eng.url, "--out", str(tmp_path / "out")],
+                           capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    out = p.stdout + p.stderr
+    assert p.returncode == 1 and "Traceback" not in out, out[-3000:]
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and expected in errors[0], p.stderr[-3000:]
+    assert "deadline 2 s per request, 3600 s per check" in p.stderr
+    assert eng.completions == 1 and time.monotonic() - t0 < 300
