@@ -16,12 +16,12 @@ import torch
 
 from monitoring.db import Incident, ValidationRun, connect
 from monitoring.receiver import WebhookReceiver
-from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings
 from specdec.core.config import SamplingConfig
 from specdec.core.decoding import autoregressive_generate
 from specdec.validation.heldout import load_heldout
 from specdec.validation.replay import draft_trace, replay_counters
 from tests.support.models import save_tiny_checkpoint
+from tests.support.nightly import webhook_settings
 from tests.support.scripted_engine import ScriptedEngine
 
 K, NEW = 4, 12
@@ -76,10 +76,7 @@ def test_an_unmeasurable_engine_is_one_error_and_one_alert_and_nothing_stored(re
     nights = [("hang", ScriptedEngine(fault="hang")), ("impossible", ScriptedEngine(fault="json", payload=impossible)),
               ("healthy", ScriptedEngine(healthy))]
     with WebhookReceiver() as receiver:
-        settings = MonitoringSettings(db_url=f"sqlite:///{tmp_path / 'history.db'}",
-                                      alert_channels=[ChannelConfig(type="webhook", url=receiver.url("/hook"))],
-                                      delivery=DeliverySettings(max_attempts=2, backoff_initial_s=0.01,
-                                                                backoff_max_s=0.05, timeout_s=5))
+        settings = webhook_settings(tmp_path / "history.db", receiver.url("/hook"))
         db = connect(settings)
         results = []
         for i, (label, eng) in enumerate(nights):

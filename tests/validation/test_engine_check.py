@@ -26,12 +26,13 @@ import torch
 from monitoring import engine_checks
 from monitoring.db import Incident, connect
 from monitoring.receiver import WebhookReceiver
-from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings
+from monitoring.settings import MonitoringSettings
 from specdec.engines.llama_server import LlamaServerFlags
 from specdec.validation.config import ValidationConfig
 from specdec.validation.engine_check import EngineCheckRequest, EngineEndpoint, check_engine
 from specdec.validation.heldout import load_heldout
 from tests.support.engine import draft_gguf, engine_or_skip, start_server, target_gguf
+from tests.support.nightly import webhook_settings
 
 pytestmark = pytest.mark.slow
 K, NEW_TOKENS, PROMPTS = 4, 32, 12
@@ -98,10 +99,7 @@ def test_another_draft_file_in_the_engine_is_attributed_to_the_serving_stack(eng
     """Night 1 healthy, night 2 the engine serves the Q4_0 file (the registered draft is still Q8_0), night 3
     healthy again: one fire naming the engine and the changed draft file, no re-train hint, one resolve."""
     with WebhookReceiver() as receiver:
-        settings = MonitoringSettings(db_url=f"sqlite:///{tmp_path / 'history.db'}",
-                                      alert_channels=[ChannelConfig(type="webhook", url=receiver.url("/hook"))],
-                                      delivery=DeliverySettings(max_attempts=2, backoff_initial_s=0.01,
-                                                                backoff_max_s=0.05, timeout_s=5))
+        settings = webhook_settings(tmp_path / "history.db", receiver.url("/hook"))
         db = connect(settings)
         nights = [("healthy", pair[3]), ("wrong draft file", pair[4]), ("healthy again", pair[3])]
         seen = []
