@@ -237,3 +237,38 @@ def test_validate_engine_url_ends_with_one_line_and_prints_the_deadlines(tmp_pat
     assert len(errors) == 1 and expected in errors[0], p.stderr[-3000:]
     assert "deadline 2 s per request, 3600 s per check" in p.stderr
     assert eng.completions == 1 and time.monotonic() - t0 < 300
+
+
+def test_a_fingerprint_finding_is_one_alert_naming_it_and_no_retrain_hint(tiny, tmp_path):
+    """The finding through the history store and the incident lifecycle (real SQLite, a webhook on 127.0.0.1):
+    the night fails on the engine serving rule, one alert names what the engine serves, the hint points at the
+    deployment; the next check, with the right file, has the rule ok (too few tokens here for a verdict that resolves:
+    the real-server test resolves)."""
+    import datetime as dt
+
+    from monitoring import engine_checks
+    from monitoring.db import connect
+    from monitoring.receiver import WebhookReceiver
+    from tests.support.nightly import webhook_settings
+
+    pair = PairIdentity(target_file="smollm2-135m-instruct.Q4_1.gguf", vocab_size=103)
+    wrong = llamacpp_props(model_path="/srv/models/qwen2.5-0.5b-instruct.Q4_0.gguf")
+    right = llamacpp_props(model_path="/srv/models/smollm2-135m-instruct.Q4_1.gguf")
+    with WebhookReceiver() as receiver:
+        settings = webhook_settings(tmp_path / "history.db", receiver.url("/hook"))
+        db, seen = connect(settings), []
+        for day, props in ((1, wrong), (2, right)):
+            with ScriptedEngine(greedy_answer(tiny), props=props) as eng:
+                rep = check_engine(_request(tiny, eng.url, pair=pair))
+            run_id = engine_checks.record_engine_check(db, rep, pair="tiny", version="1", alias="champion",
+                                                       scheduled_date=dt.date(2026, 12, day))
+            ev = engine_checks.evaluate_engine_check(db, run_id, settings=settings)
+            seen.append((ev, engine_checks.alert_engine_check(db, ev, settings=settings)))
+        (e1, t1), (e2, t2) = seen
+        assert (e1.verdict, t1) == ("failed", "fire") and e2.verdict != "failed" and t2 is None, e1.root_cause_hint
+        assert [r.status for r in e2.results if r.rule == engine_checks.ENGINE_SERVING_RULE] == ["ok"]
+        assert "the engine serves target qwen2.5-0.5b-instruct.Q4_0.gguf" in e1.root_cause_hint
+        assert "re-train" not in e1.root_cause_hint
+        bodies = [r.body for r in receiver.accepted]
+        assert [b["event"] for b in bodies] == ["fire"]
+        assert "qwen2.5-0.5b-instruct.Q4_0.gguf" in json.dumps(bodies[0]) and "re-train" not in json.dumps(bodies[0])
