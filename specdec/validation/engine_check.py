@@ -129,9 +129,13 @@ def _file_identity(ref: str | None) -> tuple[str | None, str | None]:
 
 def pair_identity(req: EngineCheckRequest, rule: ProposalRule | None = None) -> PairIdentity:
     """What the request's pair says the engine must serve: the target/draft files named by ``target_ref`` /
-    ``drafter_ref`` (when they are files here) and the target tokenizer's vocabulary and BOS/EOS strings."""
+    ``drafter_ref`` (when they are files here; a GGUF target loaded by name: its ``source``), the target
+    tokenizer's vocabulary and BOS/EOS strings."""
     tok, model = req.target.tokenizer, req.target.model
     (t_name, t_sha), (d_name, d_sha) = _file_identity(req.target_ref), _file_identity(req.drafter_ref)
+    source = getattr(req.target, "source", None) or {}
+    if t_sha is None and source.get("gguf_sha256"):  # a GGUF target loaded by name (e.g. "smollm2")
+        t_name, t_sha = Path(str(source.get("gguf_file") or "")).name or None, str(source["gguf_sha256"])
     rows = model.get_output_embeddings().weight.shape[0]
     return PairIdentity(target_file=t_name, target_sha256=t_sha, draft_file=d_name, draft_sha256=d_sha,
                         vocab_size=len(tok), model_vocab_size=int(rows), bos_token=getattr(tok, "bos_token", None),
