@@ -39,9 +39,9 @@ __all__ = ["ProposalRule", "EngineEndpoint", "EngineLimits", "PairIdentity", "Co
            "EngineProfile", "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_CHECK_TIMEOUT_S"]
 
 #: default overall deadline of one engine request (s; ``SPECDEC_ENGINE_REQUEST_TIMEOUT_S``)
-DEFAULT_REQUEST_TIMEOUT_S = 300.0
+DEFAULT_REQUEST_TIMEOUT_S = 600.0
 #: default overall deadline of one whole engine check (s; ``SPECDEC_ENGINE_CHECK_TIMEOUT_S``)
-DEFAULT_CHECK_TIMEOUT_S = 3600.0
+DEFAULT_CHECK_TIMEOUT_S = 7200.0
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ class EngineLimits:
                 raise ValueError(f"{name} must be a finite number of seconds > 0, got {v!r}")
 
     def describe(self) -> str:
-        """``deadline 300 s per request, 3600 s per check``."""
+        """``deadline 600 s per request, 7200 s per check``."""
         return f"deadline {self.request_timeout_s:g} s per request, {self.check_timeout_s:g} s per check"
 
 

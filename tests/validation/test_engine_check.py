@@ -172,6 +172,7 @@ def test_gguf_pair_for_llamacpp_registers_shows_its_command_and_the_nightly_chec
     monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("SPECDEC_TRACKING_URI", sqlite_store(tmp_path / "store"))
     monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.setenv("SPECDEC_ENGINE_REQUEST_TIMEOUT_S", "1800")  # 64-token requests on a shared, loaded 2-core runner
     runner = CliRunner()
     r = runner.invoke(app, ["pair", "register", "--target", str(t_gguf), "--draft", str(d_gguf), "--engine", "llamacpp",
                             "-k", str(K), "--name", "smol-gguf"], catch_exceptions=False)

@@ -235,7 +235,7 @@ def test_validate_engine_url_ends_with_one_line_and_prints_the_deadlines(tmp_pat
     assert p.returncode == 1 and "Traceback" not in out, out[-3000:]
     errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and expected in errors[0], p.stderr[-3000:]
-    assert "deadline 2 s per request, 3600 s per check" in p.stderr
+    assert "deadline 2 s per request, 7200 s per check" in p.stderr
     assert eng.completions == 1 and time.monotonic() - t0 < 300
 
 
