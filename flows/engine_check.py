@@ -24,6 +24,7 @@ log = logging.getLogger("specdec.nightly")
 
 def engine_endpoint(pv) -> Any:
     """The :class:`~specdec.validation.engine_check.EngineEndpoint` a pair version names, or None."""
+    from specdec.redact import redact_argv
     from specdec.settings import get_settings
     from specdec.validation.engine_check import EngineEndpoint
 
@@ -32,8 +33,9 @@ def engine_endpoint(pv) -> Any:
     if not url:
         return None
     flags = tags.get(ENGINE_FLAGS_TAG)
+    # a credential in flags tagged before `pair engine` redacted them never reaches the history (specdec.redact)
     return EngineEndpoint(url=url, engine=tags.get("engine", "llamacpp"), api_key=get_settings().engine_api_key,
-                          flags=tuple(json.loads(flags)) if flags else None)
+                          flags=tuple(redact_argv(json.loads(flags))) if flags else None)
 
 
 def run_engine_check(night, target, params) -> NightlyResult | None:

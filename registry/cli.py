@@ -286,18 +286,23 @@ def engine_cmd(
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Engine check requests in flight.")] = 1,
     tracking_uri: TrackingOpt = None,
 ) -> None:
-    """Name the engine endpoint serving a pair version: the nightly then runs the engine check on it."""
+    """Name the engine endpoint serving a pair version: the nightly then runs the engine check on it.
+    User info in --url and the value of --api-key (and other credential options) in --flags are never
+    stored or printed: the engine check authenticates with SPECDEC_ENGINE_API_KEY."""
     import shlex
 
     _quiet_mlflow()
-    from registry.pairs import set_engine
+    from registry.pairs import engine_tags, set_engine
 
     try:
-        set_engine(name, version, url=url, flags=shlex.split(flags) if flags else None, concurrency=concurrency,
-                   tracking_uri=tracking_uri)
+        argv = shlex.split(flags) if flags is not None else None
+        tags, dropped = engine_tags(url, argv, concurrency)
+        set_engine(name, version, tags=tags, tracking_uri=tracking_uri)
     except _user_errors() as e:
         _fail(str(e))
-    _out().print(f"{name} v{version}: engine check against {url} each night", highlight=False)
+    for what in dropped:
+        Console(stderr=True, emoji=False).print(f"[yellow]note:[/] {what}", highlight=False, soft_wrap=True)
+    _out().print(f"{name} v{version}: engine check against {tags['engine_url']} each night", highlight=False)
 
 
 @pair_app.command("promote")

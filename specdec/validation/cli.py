@@ -117,18 +117,32 @@ def validate(
 
     With --engine-url: the engine check of the pair where it is served (the core is the exact reference)."""
     opts = _Options(**locals())  # the options as one typed object (nothing else is defined yet)
+    from specdec import stopping
+
+    # Ctrl-C: the current prompt ends, then one line and exit 130 (twice, or SIGTERM: at once; 143)
+    with stopping.stoppable(_stopped, kept="no report was written (the prompts decoded so far are above)"):
+        _validate(opts)
+
+
+def _stopped(line: str) -> None:
+    _err.print(f"[bold yellow]{line}[/]", highlight=False, soft_wrap=True)
+
+
+def _validate(opts: "_Options") -> None:
+    """The ``validate`` command's body for ``opts`` (see :func:`validate`)."""
     t_start = time.perf_counter()
+    draft, engine_url = opts.draft, opts.engine_url
     _quiet_libraries()
     speculative, hs = _check_run_arguments(opts)
-    out_dir = out or _default_out(hs.name, "+".join(draft))
-    out_dirs = _check_out_dirs(draft, out_dir, overwrite)
+    out_dir = opts.out or _default_out(hs.name, "+".join(draft))
+    out_dirs = _check_out_dirs(draft, out_dir, opts.overwrite)
     config = _check_drafters_and_config(opts, speculative)
     if engine_url is not None and len(draft) != 1:
         _fail("--engine-url checks one pair: give one --draft (the draft the engine serves)")
     tgt, drafters, out_dirs = _load_pair(opts, out_dir, out_dirs)
     if engine_url is not None:
-        _engine_check(tgt, drafters[0], hs, config, target_ref=target, out_dir=out_dirs[0],
-                      engine=(engine_url, engine_baseline_url, engine_concurrency))
+        _engine_check(tgt, drafters[0], hs, config, target_ref=opts.target, out_dir=out_dirs[0],
+                      engine=(engine_url, opts.engine_baseline_url, opts.engine_concurrency))
         return
     reports = _run(opts, tgt, drafters, hs, config)
     _write_and_print(reports, out_dirs, t_start)
@@ -301,6 +315,7 @@ def _run(opts: _Options, tgt: Any, drafters: list[Any], hs: Any, config: Any) ->
     plain line per prompt when stderr is not a terminal)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+    from specdec import stopping
     from specdec.validation import ValidationRequest, validate
 
     n = min(config.limit or len(hs), len(hs))
@@ -315,6 +330,7 @@ def _run(opts: _Options, tgt: Any, drafters: list[Any], hs: Any, config: Any) ->
         tasks: dict[str, Any] = {}
 
         def tick(p: Any) -> None:
+            stopping.check()  # after a first Ctrl-C: stop here, the prompt just finished
             if p.phase not in tasks:
                 tasks[p.phase] = prog.add_task("", total=p.total, phase=p.phase)
             desc = _prompt_line(p.rows) if p.rows else ""
