@@ -139,12 +139,20 @@ def _validate(opts: "_Options") -> None:
     config = _check_drafters_and_config(opts, speculative)
     if engine_url is not None and len(draft) != 1:
         _fail("--engine-url checks one pair: give one --draft (the draft the engine serves)")
-    tgt, drafters, out_dirs = _load_pair(opts, out_dir, out_dirs)
-    if engine_url is not None:
-        _engine_check(tgt, drafters[0], hs, config, target_ref=opts.target, out_dir=out_dirs[0],
-                      engine=(engine_url, opts.engine_baseline_url, opts.engine_concurrency))
-        return
-    reports = _run(opts, tgt, drafters, hs, config)
+    from specdec.core.finite import BrokenModel, NonFiniteLogits
+
+    tgt = None
+    try:
+        tgt, drafters, out_dirs = _load_pair(opts, out_dir, out_dirs)
+        if engine_url is not None:
+            _engine_check(tgt, drafters[0], hs, config, target_ref=opts.target, out_dir=out_dirs[0],
+                          engine=(engine_url, opts.engine_baseline_url, opts.engine_concurrency))
+            return
+        reports = _run(opts, tgt, drafters, hs, config)
+    except NonFiniteLogits as e:  # raised outside a prompt (a timing pass of `--draft auto`): name the side
+        _fail(str(BrokenModel.naming(e, tgt, ["(timing pass)"])) + "; nothing was recorded")
+    except BrokenModel as e:  # greedy or sampled, decode or replay: one line naming the side, never a figure
+        _fail(f"{e}; nothing was recorded")
     _write_and_print(reports, out_dirs, t_start)
 
 
