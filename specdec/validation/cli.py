@@ -150,7 +150,7 @@ def _validate(opts: "_Options") -> None:
             return
         reports = _run(opts, tgt, drafters, hs, config)
     except NonFiniteLogits as e:  # raised outside a prompt (a timing pass of `--draft auto`): name the side
-        _fail(str(BrokenModel.naming(e, tgt, ["(timing pass)"])) + "; nothing was recorded")
+        _fail(str(BrokenModel.naming(e, getattr(tgt, "model", None), ["(timing pass)"])) + "; nothing was recorded")
     except BrokenModel as e:  # greedy or sampled, decode or replay: one line naming the side, never a figure
         _fail(f"{e}; nothing was recorded")
     _write_and_print(reports, out_dirs, t_start)

@@ -103,9 +103,14 @@ def run_recommend(target: Any, *, heldout: str = "spec_bench", candidates: list[
     held = short_prompts(load_heldout(heldout), target.tokenizer, per_category=per_category,
                          max_prompt_tokens=max_prompt_tokens, seed=seed)
     with console.status("measuring draft candidates ...") as status:
+        def progress(m: str) -> None:
+            status.update(m)
+            if not console.is_terminal:  # piped, CI, a log: the spinner prints nothing there, a line per phase does
+                console.print(m, highlight=False, soft_wrap=True)
+
         return recommend_draft(target, held, candidates=candidates, max_new_tokens=max_new_tokens,
                                k_values=tuple(range(1, k_max + 1)), seed=seed,
-                               target_ref=target_ref, progress=lambda m: status.update(m))
+                               target_ref=target_ref, progress=progress)
 
 
 @draft_app.command("recommend")
@@ -138,11 +143,15 @@ def recommend(
             tgt = load_causal_lm(target, dtype=dtype, device=device)
         except (FileNotFoundError, ValueError) as e:
             _fail(f"target: {e}")
+    from specdec.core.finite import BrokenModel, NonFiniteLogits
+
     try:
         rec = run_recommend(tgt, heldout=heldout, candidates=candidate or None, per_category=per_category,
                             max_prompt_tokens=max_prompt_tokens or None, max_new_tokens=max_new_tokens,
                             k_max=k_max, seed=seed, target_ref=target)
-    except (FileNotFoundError, ValueError) as e:
+    except NonFiniteLogits as e:  # a pass-cost or speed pass: the target, or a candidate drafter
+        _fail(str(BrokenModel.naming(e, tgt.model, ["(timing pass)"])))
+    except (FileNotFoundError, ValueError, BrokenModel) as e:
         _fail(str(e))
     print_recommendation(rec)
     if json_out is not None:
