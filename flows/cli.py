@@ -60,11 +60,15 @@ def run_cmd(
         err.print(f"[red]error:[/] invalid settings: {settings_problems(e)}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     s = tree.nightly
+    from registry.models import validate_name
     from registry.promotion import check_alias_name
 
-    try:
+    try:  # every option checked before any work starts
         for a in alias or s.aliases:
             check_alias_name(a, tree.registry.aliases)
+        for p in pair or s.pairs:
+            validate_name(p)
+        check_device(device or s.device)
     except ValueError as e:
         err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
@@ -81,6 +85,15 @@ def run_cmd(
         with ReadableTerminal(str(tree.home), "nightly", debug=debug) as term:
             err.print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
             _run(tree, run, term, fail_on_alert=fail_on_alert)
+
+
+def check_device(device: str) -> str:
+    """``device`` if it is ``auto``, ``cpu``, ``cuda`` or ``cuda:N``; else ValueError (before any model loads)."""
+    import re
+
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device or ""):
+        raise ValueError(f"unknown --device {device!r}: use auto, cpu, cuda or cuda:N")
+    return device
 
 
 def _stopped_line(text: str) -> None:

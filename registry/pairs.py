@@ -432,6 +432,9 @@ def client_resolve_alias(client, pair: str, alias: str) -> str:
     return aliases[alias]
 
 
+MAX_VERSION = 2**31 - 1  # the largest version number MLflow's stores hold
+
+
 def client_get_pair_version(client, pair: str, version: str | int, *, download: bool = True) -> PairVersion:
     """Load one pair version from MLflow: ``pair.json`` (authoritative), current tags and aliases, and
     (if ``download``) the target and draft artifacts into the local cache.
@@ -446,6 +449,8 @@ def client_get_pair_version(client, pair: str, version: str | int, *, download: 
         PairNotFound: pair or version missing; AliasNotFound: alias missing; RegistryUnavailable.
     """
     v = str(version).lstrip("@")
+    if v.isdigit() and not 0 < int(v) <= MAX_VERSION:  # MLflow stores versions as 32-bit integers
+        raise PairNotFound(f"no version {v[:24]} of {pair}: a version is a number from 1 to {MAX_VERSION} or an alias")
     if not v.isdigit():
         v = client_resolve_alias(client, pair, v)
     pv = _pair_from_artifact(client, get_pair_model_version(client, pair, v))

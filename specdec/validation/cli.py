@@ -216,6 +216,9 @@ def _check_run_arguments(opts: _Options) -> tuple[Any, Any]:
         )
     except (TypeError, ValueError) as e:
         _fail(str(e))
+    for flag, url in (("--engine-url", opts.engine_url), ("--engine-baseline-url", opts.engine_baseline_url)):
+        if url is not None:
+            _check_engine_url(flag, url)
     if opts.method not in METHODS:
         _fail(f"unknown --method {opts.method!r}: use decode, replay or both")
     if not 0 < opts.decode_fraction <= 1:
@@ -232,6 +235,21 @@ def _check_run_arguments(opts: _Options) -> tuple[Any, Any]:
     if device.startswith("cuda") and not torch.cuda.is_available():
         _fail("--device cuda requested but CUDA is not available")
     return speculative, hs
+
+
+def _check_engine_url(flag: str, url: str) -> None:
+    """One error line for an engine URL that is empty, does not parse (an unclosed IPv6 host, a port that
+    is not a number) or is not ``http(s)://HOST``; the URL itself is shown without its user info."""
+    from urllib.parse import urlsplit
+
+    from specdec.redact import redact_url, strip_userinfo
+
+    try:
+        parts = urlsplit(strip_userinfo(url)[0])
+    except ValueError as e:
+        _fail(f"{flag} {redact_url(url)!r} does not parse ({e})")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        _fail(f"{flag} must be the engine's http(s)://HOST[:PORT] base URL, got {redact_url(url)!r}")
 
 
 def _check_out_dirs(draft: list[str], out_dir: Path, overwrite: bool) -> list[Path]:
