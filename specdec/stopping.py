@@ -18,8 +18,9 @@ carries on, and raised after the flow body returned the engine drops it. So a re
   the request is remembered before Prefect raises;
 - :func:`check` (at every progress point of a validation, between jobs, after the flow) raises
   :class:`Terminated` once a stop was requested, so a swallowed signal stops the run at the next prompt;
-- a watchdog thread, started by the first signal, ends the process with ``os._exit(128 + signal)``
-  after ``grace_s`` seconds whatever the main thread does;
+- a watchdog thread ends the process with ``os._exit(128 + signal)`` whatever the main thread does:
+  ``grace_s`` (15 s) after SIGTERM or a second Ctrl-C, :data:`SOFT_GRACE_S` after a first Ctrl-C (the
+  prompt being decoded may be slow on a loaded machine);
 - :func:`stoppable` (around a command's body) turns :class:`Terminated` into one line and the exit code.
 
 What the run held stays recoverable: the nightly's history claims stay named in the process's lease
@@ -39,10 +40,12 @@ from contextlib import contextmanager
 
 EXIT_CODE = 128 + signal.SIGTERM  # 143, what a shell reports for a process ended by SIGTERM
 DEFAULT_GRACE_S = 15.0
+SOFT_GRACE_S = 120.0  # after a first Ctrl-C: the prompt being decoded may take this long on a loaded machine
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 log = logging.getLogger(__name__)
 _requested = threading.Event()
+_hard = threading.Event()  # a stop-now request (SIGTERM, a second Ctrl-C) was received
 _first: list[int] = []  # the signal that asked first (its number decides the exit code)
 _grace_s = DEFAULT_GRACE_S
 _installed = False
@@ -71,11 +74,10 @@ def exit_code() -> int:
     return 128 + (_first[0] if _first else signal.SIGTERM)
 
 
-def _watchdog() -> None:
-    time.sleep(_grace_s)
+def _watchdog(grace_s: float) -> None:
+    time.sleep(grace_s)
     code = exit_code()
-    log.error("still running %.0f s after %s: exiting now (exit %d); held history claims are "
-              "taken over by the next run", _grace_s, signal_name(), code)
+    log.error("still running %.0f s after %s: exiting now (exit %d)", grace_s, signal_name(), code)
     for h in logging.getLogger().handlers:
         try:
             h.flush()
@@ -86,16 +88,20 @@ def _watchdog() -> None:
 
 def _note(signum: int) -> bool:
     """Remember a request; True when this one stops now (SIGTERM, or a SIGINT after an earlier request)."""
-    if _requested.is_set():
-        return True
-    _first.append(signum)
+    now = signum != signal.SIGINT or _requested.is_set()
+    if _requested.is_set() and (_hard.is_set() or not now):
+        return now
+    if not _first:
+        _first.append(signum)
     _requested.set()
-    if signum == signal.SIGINT:
-        log.warning("received SIGINT: finishing the current prompt, then stopping (Ctrl-C again stops now)")
+    if now:
+        _hard.set()
+        log.warning("received %s: stopping now", signal.Signals(signum).name)
     else:
-        log.warning("received %s: stopping", signal.Signals(signum).name)
-    threading.Thread(target=_watchdog, name="specdec-stop-watchdog", daemon=True).start()
-    return signum != signal.SIGINT
+        log.warning("received SIGINT: finishing the current prompt, then stopping (Ctrl-C again stops now)")
+    grace = _grace_s if now else max(_grace_s, SOFT_GRACE_S)  # a first Ctrl-C lets a slow prompt end
+    threading.Thread(target=_watchdog, args=(grace,), name="specdec-stop-watchdog", daemon=True).start()
+    return now
 
 
 def _handler(signum, frame) -> None:

@@ -131,7 +131,22 @@ def recommend(
     seed: Annotated[int, typer.Option("--seed")] = 0,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the result as JSON here.")] = None,
 ) -> None:
-    """Measure candidate drafts (derived copies, n-gram) against the target here and name the best."""
+    """Measure candidate drafts (derived copies, n-gram) against the target here and name the best.
+    Ctrl-C: the candidate being measured finishes and the ones measured so far are the recommendation
+    (exit 130); twice: stop at once."""
+    from specdec import stopping
+
+    with stopping.stoppable(lambda line: _err.print(f"[bold yellow]{line}[/]", highlight=False),
+                            kept="the candidates measured so far are above"):
+        _recommend(target=target, candidate=candidate, heldout=heldout, per_category=per_category,
+                   max_prompt_tokens=max_prompt_tokens, max_new_tokens=max_new_tokens, k_max=k_max, device=device,
+                   dtype=dtype, seed=seed, json_out=json_out)
+        stopping.check()
+
+
+def _recommend(*, target, candidate, heldout, per_category, max_prompt_tokens, max_new_tokens, k_max, device, dtype,
+               seed, json_out) -> None:
+    """The ``draft recommend`` command's body (see :func:`recommend`)."""
     import torch
 
     from specdec.models import load_causal_lm
