@@ -129,9 +129,10 @@ def register_cmd(
             from registry.promotion import promote
 
             try:
-                promote(pv.name, pv.version, alias, tracking_uri=tracking_uri)
+                moved = promote(pv.name, pv.version, alias, tracking_uri=tracking_uri)
             except _user_errors() as e:
                 _fail(f"registered {pv.uri} but could not set @{alias}: {e}")
+            _say_who_the_nightly_drops(pv, alias, moved.previous_version, tracking_uri)
         out = _out()
         verb = "already registered as" if pv.reused else "registered"
         out.print(f"[green]{verb}[/] {pv.uri}  (changed: {pv.changed}){f'  @{alias}' if alias else ''}", highlight=False)
@@ -142,6 +143,24 @@ def register_cmd(
         out.print(f"  engine  {engine}", highlight=False)
         for note in (pv.compatibility or {}).get("notes", []):
             out.print(f"  [yellow]note:[/] {note}", highlight=False)
+
+
+def _say_who_the_nightly_drops(pv, alias: str, previous: str | None, tracking_uri: str | None) -> None:
+    """One loud line when moving ``alias`` to the new version leaves the previous one without any alias:
+    the nightly validates aliases, so that version is no longer validated each night."""
+    if not previous or str(previous) == str(pv.version):
+        return
+    from registry.pairs import get_pair_version
+
+    try:
+        still = get_pair_version(pv.name, previous, download=False, tracking_uri=tracking_uri).aliases
+    except _user_errors():
+        return
+    if not still:
+        Console(stderr=True, emoji=False).print(
+            f"[bold yellow]note:[/] @{alias} moved from v{previous} to v{pv.version}: v{previous} has no alias left, so the "
+            f"nightly (which validates aliases) no longer validates it; `specdec pair promote {pv.name} {previous} "
+            "--alias champion` keeps it in", highlight=False, soft_wrap=True)
 
 
 @pair_app.command("list")
