@@ -286,6 +286,8 @@ def _serving_rows(tags: dict, sc: dict | None) -> list[tuple[str, str]]:
     rows = [("engine", tags.get("engine", "vllm (default)"))]
     if sc is None:
         return rows + [("serving config", "- (logged by a validation)")]
+    if sc.get("none"):
+        return rows + [("serving config", f"none: {sc['none']}")]
     shown = sc.get("command") or (shlex.join(sc["args"]) if "args" in sc else json.dumps(sc.get("generate_kwargs")))
     rows.append(("serving config", f"{shown}  (k={sc.get('num_speculative_tokens')}, validated)"))
     rows += [("  download first", cmd) for cmd in sc.get("download", [])]

@@ -400,14 +400,16 @@ def _write_serving_config(report: Any, od: Path) -> None:
     from specdec.validation.serving import report_serving_config
 
     serving = report_serving_config(report)
-    if serving is None:
-        _out.print(f"serving config: none for {report.drafter_kind} (no draft checkpoint an engine could load)\n",
-                   highlight=False)
+    if serving is None or serving.get("none"):
+        why = serving["none"] if serving else "no draft checkpoint an engine could load"
+        _out.print(f"serving config: none for {report.drafter_kind} ({why})\n", highlight=False, soft_wrap=True)
         return
     (od / "serving_config.json").write_text(json.dumps(serving, indent=2) + "\n")
     args = shlex.join(serving.get("args") or [f"{k}={v}" for k, v in (serving.get("generate_kwargs") or {}).items()])
     _out.print(f"serving ({serving['engine']}): {args}\nserving config: {od / 'serving_config.json'}\n",
                highlight=False, soft_wrap=True)
+    if serving.get("derived"):
+        _out.print(f"  derived draft: {serving['derived']}\n", highlight=False, soft_wrap=True)
 
 
 def _safe(name: str) -> str:
