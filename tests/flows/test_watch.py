@@ -238,7 +238,7 @@ def test_watch_validates_new_versions_and_gates_a_hand_moved_champion(stack, tmp
 def test_ctrl_c_and_sigterm_stop_the_watcher_with_one_line(stack, sig):
     """issue 43, item 1: a watcher stopped by Ctrl-C (or SIGTERM) ends within seconds with 128 + the signal
     (130 / 143), one ``stopped: SIG... received`` line and no traceback (before: uvicorn re-raised the
-    signal after its graceful stop: "Aborted!" and exit 1 for SIGINT, a bare kill for SIGTERM)."""
+    signal after its graceful stop: SIGINT ended it without a word, SIGTERM killed it, exit -15)."""
     import signal
 
     _start_watcher(stack, "--replace")
