@@ -82,8 +82,6 @@ def history_cmd(
     db_url: Optional[str] = typer.Option(None, "--db-url", help="Override SPECDEC_DB_URL."),
 ) -> None:
     """Table of past validation runs (nightly and production) with an acceptance-rate trend per pair."""
-    from rich.table import Table
-
     from monitoring import history
 
     if source not in (None, "nightly", "production") and not str(source).startswith("engine:"):
@@ -102,35 +100,7 @@ def history_cmd(
     if not runs:
         err.print("no validation runs recorded" + (f" for pair {pair!r}" if pair else ""))
         raise typer.Exit(code=0)
-    table = Table(title="specdec validation history", show_lines=False)
-    narrow = out.width < 200  # below ~200 columns the detail columns are left out (COLUMNS=200 shows them)
-    cols = [c for c in ("run", "date", "source", "pair", "alias", "held-out", "k", "acceptance (95% CI)", "α_tf",
-                        "tok/step", "speedup (95% CI)", "load/CPU", "status", "mlflow") if not (narrow and c in _DETAIL)]
-    for col in cols:
-        table.add_column(col, justify="right" if col in ("run", "k", "α_tf", "tok/step", "load/CPU") else "left",
-                         overflow="fold")
-    style = {"passed": "green", "failed": "red", "inconclusive": "yellow", "error": "magenta"}
-    for r in runs:
-        ci = (f" ({_f(r.acceptance_rate_ci_low)}-{_f(r.acceptance_rate_ci_high)})"
-              if r.acceptance_rate_ci_low is not None else "")
-        st = style.get(r.status)
-        prod = r.source == "production"
-        when = f"{r.window_end:%Y-%m-%d %H:%M}" if prod and r.window_end else r.scheduled_date.isoformat()
-        heldout = (f"{r.heldout_name.removeprefix('production:')} {r.window_start:%H:%M}-{r.window_end:%H:%M}"
-                   if prod and r.window_start and r.window_end else f"{r.heldout_name}@{r.heldout_version}")
-        cells = dict(zip(("run", "date", "source", "pair", "alias", "held-out", "k", "acceptance (95% CI)", "α_tf",
-                          "tok/step", "speedup (95% CI)", "load/CPU", "status", "mlflow"), (
-            str(r.id), when, r.source, f"{r.pair_name} v{r.pair_version}", r.alias or "",
-            heldout, str(r.num_speculative_tokens or "-"),
-            f"{_f(r.acceptance_rate)}{ci}", _f(r.alpha_tf), _f(r.draft_tokens_per_step, 2),
-            _speedup_cell(r), _f(r.load_avg_1m / r.num_cpus, 2) if r.load_avg_1m is not None and r.num_cpus else "-",
-            f"[{st}]{r.status}[/{st}]" if st else r.status,
-            "-" if prod else ("yes" if r.mlflow_logged else "[yellow]pending[/yellow]"),
-        )))
-        table.add_row(*(cells[c] for c in cols))
-    out.print(table)
-    if narrow:
-        out.print(f"[dim]{', '.join(_DETAIL)} left out below 200 columns (COLUMNS=200 shows them)[/]", highlight=False)
+    _print_history_table(runs)
     by_pair: dict[tuple[str, str], list] = {}
     for r in reversed(runs):  # oldest first for the trend
         by_pair.setdefault((r.pair_name, r.source), []).append(r)
@@ -147,7 +117,46 @@ def history_cmd(
                       f"{_f(last, 2)}x)")
 
 
+_COLUMNS = ("run", "date", "source", "pair", "alias", "held-out", "k", "acceptance (95% CI)", "α_tf", "tok/step",
+            "speedup (95% CI)", "load/CPU", "status", "mlflow")
 _DETAIL = ("held-out", "α_tf", "tok/step", "load/CPU", "mlflow")  # the columns a narrow terminal leaves out
+
+
+def _print_history_table(runs) -> None:
+    """The ``history`` table of ``runs``; below 200 columns without the :data:`_DETAIL` columns (said below it)."""
+    from rich import box
+    from rich.table import Table
+
+    narrow = out.width < 200
+    table = Table(title="specdec validation history", show_lines=False, **({"box": box.SIMPLE_HEAD} if narrow else {}))
+    cols = [c for c in _COLUMNS if not (narrow and c in _DETAIL)]
+    for col in cols:
+        table.add_column(col, justify="right" if col in ("run", "k", "α_tf", "tok/step", "load/CPU") else "left",
+                         overflow="fold", no_wrap=col in ("run", "date", "pair", "acceptance (95% CI)", "status"))
+    for r in runs:
+        cells = dict(zip(_COLUMNS, _history_cells(r)))
+        table.add_row(*(cells[c] for c in cols))
+    out.print(table)
+    if narrow:
+        out.print(f"[dim]{', '.join(_DETAIL)} left out below 200 columns (COLUMNS=200 shows them)[/]", highlight=False)
+
+
+def _history_cells(r) -> tuple[str, ...]:
+    """One history row's cells, in :data:`_COLUMNS` order."""
+    style = {"passed": "green", "failed": "red", "inconclusive": "yellow", "error": "magenta"}
+    ci = (f" ({_f(r.acceptance_rate_ci_low)}-{_f(r.acceptance_rate_ci_high)})"
+          if r.acceptance_rate_ci_low is not None else "")
+    st = style.get(r.status)
+    prod = r.source == "production"
+    when = f"{r.window_end:%Y-%m-%d %H:%M}" if prod and r.window_end else r.scheduled_date.isoformat()
+    heldout = (f"{r.heldout_name.removeprefix('production:')} {r.window_start:%H:%M}-{r.window_end:%H:%M}"
+               if prod and r.window_start and r.window_end else f"{r.heldout_name}@{r.heldout_version}")
+    return (str(r.id), when, r.source, f"{r.pair_name} v{r.pair_version}", r.alias or "",
+            heldout, str(r.num_speculative_tokens or "-"),
+            f"{_f(r.acceptance_rate)}{ci}", _f(r.alpha_tf), _f(r.draft_tokens_per_step, 2),
+            _speedup_cell(r), _f(r.load_avg_1m / r.num_cpus, 2) if r.load_avg_1m is not None and r.num_cpus else "-",
+            f"[{st}]{r.status}[/{st}]" if st else r.status,
+            "-" if prod else ("yes" if r.mlflow_logged else "[yellow]pending[/yellow]"))
 
 
 def _missing_sqlite_file(url: str) -> str | None:
