@@ -24,6 +24,7 @@ import pytest
 
 from monitoring.receiver import WebhookReceiver
 from tests.flows.test_nightly_crash_recovery import _env, _nightly_cmd, _register, setup  # noqa: F401 (fixture)
+from tests.support.lines import read_until
 from tests.support.models import save_tiny_checkpoint
 
 pytestmark = pytest.mark.server
@@ -97,14 +98,8 @@ def test_ctrl_c_stops_validate_after_the_current_prompt(tmp_path):
                           "--heldout", str(tmp_path / "h.jsonl"), "--max-new-tokens", "48", "--device", "cpu",
                           "--out", str(tmp_path / "out")],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen: list[str] = []
     try:
-        deadline = time.monotonic() + 600
-        while not any(line.startswith("[1/40]") for line in seen):
-            line = p.stdout.readline()
-            assert line or p.poll() is None, "".join(seen)[-3000:]
-            assert time.monotonic() < deadline, "validate never decoded a prompt"
-            seen.append(line)
+        seen = read_until(p, "[1/40]", 600)
         os.kill(p.pid, signal.SIGINT)
         out, waited = _finish(p)
     finally:

@@ -16,24 +16,18 @@ import sys
 
 import pytest
 
-from tests.support.mlflow_server import MlflowServer
+from tests.registry.test_store import mlflow_server  # noqa: F401 (fixture: a real `mlflow server`)
 from tests.support.models import save_tiny_checkpoint
 
 pytestmark = pytest.mark.server
 PAIR = "race-pair"
 
 
-@pytest.fixture(scope="module")
-def mlflow(tmp_path_factory):
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
-    yield server
-    server.stop()
-
-
 RACERS = 4  # with 2 the old code's race did not show here; with 4 each said "registered" (not one "already")
 
 
-def test_identical_registrations_at_once_end_with_one_version(tmp_path, mlflow):
+def test_identical_registrations_at_once_end_with_one_version(tmp_path, mlflow_server):  # noqa: F811
+    mlflow = mlflow_server
     ckpt = save_tiny_checkpoint(tmp_path / "tiny")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "SPECDEC_"))}
     env.update({"SPECDEC_HOME": str(tmp_path / "home"), "MLFLOW_TRACKING_URI": mlflow.uri, "HF_HUB_OFFLINE": "1",

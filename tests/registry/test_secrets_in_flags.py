@@ -22,20 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.mlflow_server import MlflowServer
+from tests.registry.test_store import mlflow_server  # noqa: F401 (fixture: a real `mlflow server`)
 from tests.support.models import save_tiny_checkpoint
 
 pytestmark = pytest.mark.server
 PASSWORD, URL_PASSWORD, API_KEY = "TRACKPW5c1e", "ENGINEPW77ab", "APIKEY0d9e3"
 SECRETS = (PASSWORD, URL_PASSWORD, API_KEY)
 PAIR = "secret-pair"
-
-
-@pytest.fixture(scope="module")
-def mlflow(tmp_path_factory):
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
-    yield server
-    server.stop()
 
 
 def _run(args: list[str], home: Path, uri: str) -> str:
@@ -56,7 +49,8 @@ def _files_with(secret: str, *roots: Path) -> list[str]:
     return [str(p) for root in roots for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
 
 
-def test_no_credential_from_a_url_or_a_flag_reaches_a_terminal_mlflow_or_the_history(tmp_path, mlflow):
+def test_no_credential_from_a_url_or_a_flag_reaches_a_terminal_mlflow_or_the_history(tmp_path, mlflow_server):  # noqa: F811
+    mlflow = mlflow_server
     home = tmp_path / "home"
     uri = mlflow.uri.replace("://", f"://alice:{PASSWORD}@", 1)
     ckpt = save_tiny_checkpoint(tmp_path / "tiny")
@@ -83,7 +77,7 @@ def test_no_credential_from_a_url_or_a_flag_reaches_a_terminal_mlflow_or_the_his
         assert _files_with(s, home, mlflow.directory) == [], s
 
 
-def test_flags_tagged_before_the_fix_are_redacted_before_they_reach_the_history(tmp_path, mlflow):
+def test_flags_tagged_before_the_fix_are_redacted_before_they_reach_the_history():
     """An ``engine_flags`` tag written by an older ``pair engine`` (or by hand in the UI) still holds the
     key: the nightly's engine step reads it redacted, so the history row's fingerprint never holds it."""
     from flows.engine_check import engine_endpoint

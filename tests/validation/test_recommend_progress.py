@@ -13,8 +13,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
+from tests.support.lines import read_until
 from tests.support.models import save_tiny_checkpoint
 
 
@@ -28,14 +28,8 @@ def test_recommend_says_its_progress_and_keeps_measured_candidates_on_ctrl_c(tmp
                           "--candidate", "derived:int8", "--candidate", "derived:int4", "--max-new-tokens", "24",
                           "--k-max", "3", "--device", "cpu"],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen: list[str] = []
     try:
-        deadline = time.monotonic() + 900
-        while not any(line.startswith("phase 4/4: speed check 2/3") for line in seen):
-            line = p.stdout.readline()
-            assert line or p.poll() is None, "".join(seen)[-3000:]
-            assert time.monotonic() < deadline, "".join(seen)[-3000:]
-            seen.append(line)
+        seen = read_until(p, "phase 4/4: speed check 2/3", 900)
         os.kill(p.pid, signal.SIGINT)
         rest = p.communicate(timeout=300)[0]
     finally:
