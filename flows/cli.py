@@ -60,33 +60,45 @@ def run_cmd(
         err.print(f"[red]error:[/] invalid settings: {settings_problems(e)}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     s = tree.nightly
+    from registry.models import validate_name
     from registry.promotion import check_alias_name
 
-    try:
+    try:  # every option checked before any work starts
         for a in alias or s.aliases:
             check_alias_name(a, tree.registry.aliases)
+        for p in pair or s.pairs:
+            validate_name(p)
+        check_device(device or s.device)
     except ValueError as e:
         err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    from flows import stopping
+    from specdec import stopping
     from specdec.terminal import ReadableTerminal
 
     run = NightlyRun(pairs=list(pair or s.pairs), aliases=tuple(alias or s.aliases), heldout=heldout or s.heldout,
                      limit=limit if limit is not None else s.limit, device=device or s.device, dtype=s.dtype,
                      batch_size=batch_size if batch_size is not None else s.batch_size,
                      parallel=parallel or bool(dask_address), dask_workers=s.dask_workers, dask_address=dask_address)
-    stopping.install()
-    try:
+    # SIGTERM or a second Ctrl-C: now; a first Ctrl-C: after the current prompt. One line, exit 143 / 130;
+    # Prefect's TerminationSignal raised by its own handler inside the flow is the same stop
+    with stopping.stoppable(_stopped_line, kept="history claims still held are taken over by the next run"):
         with ReadableTerminal(str(tree.home), "nightly", debug=debug) as term:
             err.print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
             _run(tree, run, term, fail_on_alert=fail_on_alert)
-    except BaseException as e:
-        if not stopping.requested() or isinstance(e, SystemExit | KeyboardInterrupt):
-            raise
-        # Terminated, or Prefect's TerminationSignal raised by its own handler inside the flow
-        err.print(f"[red]stopped:[/] SIGTERM received; history claims still held are taken over by the next run "
-                  f"(exit {stopping.EXIT_CODE})", highlight=False, soft_wrap=True)
-        raise typer.Exit(stopping.EXIT_CODE) from None
+
+
+def check_device(device: str) -> str:
+    """``device`` if it is ``auto``, ``cpu``, ``cuda`` or ``cuda:N``; else ValueError (before any model loads)."""
+    import re
+
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device or ""):
+        raise ValueError(f"unknown --device {device!r}: use auto, cpu, cuda or cuda:N")
+    return device
+
+
+def _stopped_line(text: str) -> None:
+    head, _, rest = text.partition(":")
+    err.print(f"[red]{head}:[/]{rest}", highlight=False, soft_wrap=True)
 
 
 def _flow_failed(e: Exception, term) -> None:
@@ -220,9 +232,9 @@ def _run(tree, run: NightlyRun, term, *, fail_on_alert: bool) -> None:
 
 def _report(results, policy, fail_on_alert: bool) -> None:
     """The results table and the exit code of ``nightly run`` (1 error, 4 nothing validated, 3 --fail-on-alert)."""
-    from flows.stopping import check
+    from specdec.stopping import check
 
-    check()  # a SIGTERM the flow engine dropped after the flow body returned still stops with 143
+    check()  # a stop the flow engine dropped after the flow body returned still stops with 143
     _print_results(results, policy)
     unlogged = [r for r in results if r.history_run_id is not None and not r.mlflow_run_id]
     for r in unlogged:  # e.g. MLflow refused the write: the row stays pending, and says so

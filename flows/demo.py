@@ -209,19 +209,20 @@ def main() -> int:
     from flows.demo_output import ThirdPartyToLog
 
     log_path = home / "demo.log"
+    from rich.console import Console
+
+    from specdec import stopping
+
     with ThirdPartyToLog(log_path):
-        try:
-            return _story(home, log_path, opts)
-        except KeyboardInterrupt:
-            from rich.console import Console
-
-            Console().print(f"[bold yellow]demo interrupted[/] (state so far in {home}; log in {log_path})")
-            return 130
-        except Exception as e:  # noqa: BLE001 (the demo's last resort: one line; the traceback is in the log file)
-            from rich.console import Console
-
-            Console().print(f"[bold red]demo failed:[/] {type(e).__name__}: {e}\n(traceback in {log_path})")
-            return 2
+        # Ctrl-C: the current prompt ends, then one line and exit 130 (twice, or SIGTERM: at once; 143)
+        with stopping.stoppable(lambda line: Console().print(f"[bold yellow]demo {line}[/]", highlight=False),
+                                kept=f"state so far in {home}; log in {log_path}"):
+            try:
+                return _story(home, log_path, opts)
+            except Exception as e:  # noqa: BLE001 (the demo's last resort: one line; the traceback is in the log file)
+                stopping.check()  # a stop that surfaced as another error is still a stop
+                Console().print(f"[bold red]demo failed:[/] {type(e).__name__}: {e}\n(traceback in {log_path})")
+                return 2
 
 
 class _Demo:

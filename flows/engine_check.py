@@ -24,6 +24,7 @@ log = logging.getLogger("specdec.nightly")
 
 def engine_endpoint(pv) -> Any:
     """The :class:`~specdec.validation.engine_check.EngineEndpoint` a pair version names, or None."""
+    from specdec.redact import redact_argv
     from specdec.settings import get_settings
     from specdec.validation.engine_check import EngineEndpoint
 
@@ -32,8 +33,9 @@ def engine_endpoint(pv) -> Any:
     if not url:
         return None
     flags = tags.get(ENGINE_FLAGS_TAG)
+    # a credential in flags tagged before `pair engine` redacted them never reaches the history (specdec.redact)
     return EngineEndpoint(url=url, engine=tags.get("engine", "llamacpp"), api_key=get_settings().engine_api_key,
-                          flags=tuple(json.loads(flags)) if flags else None)
+                          flags=tuple(redact_argv(json.loads(flags))) if flags else None)
 
 
 def pair_identity(pv, target: Any) -> Any:
@@ -100,8 +102,39 @@ def run_engine_check(night, target, params) -> NightlyResult | None:
     log.info("%s: %s, engine %.3f vs core %.3f (difference %+.3f [%+.3f, %+.3f])%s", where, ev.verdict,
              o.engine_acceptance_rate, o.core_acceptance_rate, o.difference, *o.difference_ci,
              f", alert: {transition}" if transition else "")
+    mlflow_run_id = log_engine_check_run(night, target, report, run_id)
     return NightlyResult(target.pair, f"{target.alias} ({engine_checks.source_of(endpoint.engine)})", target.version,
-                         ev.verdict, history_run_id=run_id, acceptance_rate=o.engine_acceptance_rate,
+                         ev.verdict, history_run_id=run_id, mlflow_run_id=mlflow_run_id,
+                         acceptance_rate=o.engine_acceptance_rate,
                          acceptance_rate_ci=list(o.engine_acceptance_rate_ci), alert_transition=transition,
                          root_cause_hint=ev.root_cause_hint,
                          message="; ".join(r.message for r in ev.results if r.firing))
+
+
+def log_engine_check_run(night, target, report, history_run_id: int) -> str | None:
+    """Write ``engine_check.json`` under ``<home>/reports/<pair>/v<version>/<night>-engine`` and log it as an
+    MLflow run (:func:`registry.engine_runs.log_engine_check`), then mark the history row logged.
+    Best-effort, as a validation's MLflow run: a failure is logged with its reason (the row stays pending)
+    and returns None."""
+    from monitoring import engine_checks, history
+    from registry.engine_runs import log_engine_check
+    from specdec.validation.engine_cli import ENGINE_REPORT_FILE
+
+    try:
+        out_dir = night.home / "reports" / _safe(target.pair) / f"v{target.version}" / f"{night.date.isoformat()}-engine"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        doc = report.to_dict()
+        (out_dir / ENGINE_REPORT_FILE).write_text(json.dumps(doc, indent=2) + "\n")
+        run_id = log_engine_check(target.pair, target.version, out_dir / ENGINE_REPORT_FILE, doc,
+                                  source=engine_checks.source_of(report.engine), night=night.date.isoformat(),
+                                  registry=night.registry)
+        history.mark_mlflow_logged(night.db, history_run_id, run_id)
+    except Exception as e:  # noqa: BLE001 (MLflow, its HTTP client, the disk: none may stop the night's other rows)
+        log.error("%s@%s v%s engine check: MLflow logging failed (%s: %s); history run %s kept", target.pair,
+                  target.alias, target.version, type(e).__name__, e, history_run_id)
+        return None
+    return run_id
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)

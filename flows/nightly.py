@@ -43,7 +43,7 @@ from flows.tasks import (
     MlflowLogging, NightlyResult, describe_version, log_to_mlflow, report_dir_for, resolve_pair_version,
     run_logger, scheduled_date_of_run,
 )
-from flows import stopping
+from specdec import stopping
 from flows.ungated import check_ungated, report_ungated, version_link
 from specdec import events
 from specdec.policy import VERDICTS
@@ -626,7 +626,7 @@ def nightly_validation_flow(
 
     # `dt` named in this body: `flow.serve()` runs the flow in a spawned process with only the globals its
     # body names (cloudpickle), and the annotation `dt.date` must resolve there (tests/flows/test_served_flow.py)
-    stopping.guard()  # a SIGTERM Prefect's handler would lose is remembered (flows.stopping)
+    stopping.guard()  # a SIGTERM Prefect's handler would lose is remembered (specdec.stopping)
     tree = for_this_run()  # the flow is an entry point: its settings tree, read once
     job = NightlyJob(pairs=tuple(pairs), aliases=tuple(aliases), versions=tuple(str(v) for v in versions or ()),
                      validation=ValidationParams(heldout, limit, device, dtype, seed, batch_size, method, decode_fraction),

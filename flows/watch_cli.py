@@ -71,15 +71,21 @@ def watch_cmd(
         _fail(str(e))
     import monitoring
 
+    from specdec import stopping
     from specdec.terminal import quiet_command
 
-    with quiet_command("watch", settings=tree.core) as term:  # our lines on the terminal, every httpx request in the log file
-        if term is None:
-            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        else:
-            term.refresh()
-            Console(stderr=True, emoji=False).print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
-        Console().print(f"watching {', '.join(pairs)} (webhook {hook}) on http://{host}:{port}/webhook; "
-                        f"validations through {deployment}{'; --revert on' if revert else ''}", highlight=False)
-        serve(pairs, secret, host=host, port=port, db=monitoring.connect(tree.monitoring), registry=registry,
-              deployment=deployment, revert=revert, window_s=window_s, limit=limit)
+    # uvicorn stops on SIGINT/SIGTERM (a second Ctrl-C: at once), then raises the signal again: here it is
+    # the same stop as everywhere (specdec.stopping): one line, exit 130 / 143
+    with stopping.stoppable(lambda line: err.print(f"[yellow]{line}[/]", highlight=False, soft_wrap=True),
+                            kept="validations already started go on in Prefect"):
+        with quiet_command("watch", settings=tree.core) as term:  # our lines on the terminal, every httpx request in the log file
+            if term is None:
+                logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+            else:
+                term.refresh()
+                Console(stderr=True, emoji=False).print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
+            Console().print(f"watching {', '.join(pairs)} (webhook {hook}) on http://{host}:{port}/webhook; "
+                            f"validations through {deployment}{'; --revert on' if revert else ''}", highlight=False)
+            serve(pairs, secret, host=host, port=port, db=monitoring.connect(tree.monitoring), registry=registry,
+                  deployment=deployment, revert=revert, window_s=window_s, limit=limit)
+        stopping.check()  # a first Ctrl-C that uvicorn handled gracefully

@@ -82,40 +82,25 @@ def history_cmd(
     db_url: Optional[str] = typer.Option(None, "--db-url", help="Override SPECDEC_DB_URL."),
 ) -> None:
     """Table of past validation runs (nightly and production) with an acceptance-rate trend per pair."""
-    from rich.table import Table
-
     from monitoring import history
 
     if source not in (None, "nightly", "production") and not str(source).startswith("engine:"):
         err.print(f"[red]--source must be 'nightly', 'production' or 'engine:<engine>', got {source!r}[/red]")
         raise typer.Exit(code=2)
+    missing = _missing_sqlite_file(db_url or _settings(None).db_url)
+    if missing is not None:  # reading never creates a store: a mistyped --db-url is said so, not made
+        if db_url:
+            err.print(f"[red]no history store at {missing}[/red] (--db-url names a SQLite file that does not exist)",
+                      highlight=False, soft_wrap=True)
+            raise typer.Exit(code=1)
+        err.print("no validation runs recorded (no history store yet)")
+        raise typer.Exit(code=0)
     _, db = open_store(db_url, upgrade=True)
     runs = history.list_runs(db, pair_name=pair, limit=limit, source=source)
     if not runs:
         err.print("no validation runs recorded" + (f" for pair {pair!r}" if pair else ""))
         raise typer.Exit(code=0)
-    table = Table(title="specdec validation history", show_lines=False)
-    for col in ("run", "date", "source", "pair", "alias", "held-out", "k", "acceptance rate (95% CI)", "per-token α",
-                "α_tf", "tok/step", "speedup (95% CI)", "load/CPU", "verdict", "mlflow"):
-        table.add_column(col, justify="right" if col in ("run", "k", "per-token α", "α_tf", "tok/step", "load/CPU") else "left")
-    style = {"passed": "green", "failed": "red", "inconclusive": "yellow", "error": "magenta"}
-    for r in runs:
-        ci = (f" ({_f(r.acceptance_rate_ci_low)}-{_f(r.acceptance_rate_ci_high)})"
-              if r.acceptance_rate_ci_low is not None else "")
-        st = style.get(r.status)
-        prod = r.source == "production"
-        when = f"{r.window_end:%Y-%m-%d %H:%M}" if prod and r.window_end else r.scheduled_date.isoformat()
-        heldout = (f"{r.heldout_name.removeprefix('production:')} {r.window_start:%H:%M}-{r.window_end:%H:%M}"
-                   if prod and r.window_start and r.window_end else f"{r.heldout_name}@{r.heldout_version}")
-        table.add_row(
-            str(r.id), when, r.source, f"{r.pair_name} v{r.pair_version}", r.alias or "",
-            heldout, str(r.num_speculative_tokens or "-"),
-            f"{_f(r.acceptance_rate)}{ci}", _f(r.per_token_acceptance), _f(r.alpha_tf), _f(r.draft_tokens_per_step, 2),
-            _speedup_cell(r), _f(r.load_avg_1m / r.num_cpus, 2) if r.load_avg_1m is not None and r.num_cpus else "-",
-            f"[{st}]{r.status}[/{st}]" if st else r.status,
-            "-" if prod else ("yes" if r.mlflow_logged else "[yellow]pending[/yellow]"),
-        )
-    out.print(table)
+    _print_history_table(runs)
     by_pair: dict[tuple[str, str], list] = {}
     for r in reversed(runs):  # oldest first for the trend
         by_pair.setdefault((r.pair_name, r.source), []).append(r)
@@ -130,6 +115,64 @@ def history_cmd(
             scaled = [None if v is None else min(max(v / 2.0, 0.0), 1.0) for v in speeds]
             out.print(f"speedup trend    {label}: {sparkline(scaled)}  (0..2x scale, oldest→newest, last "
                       f"{_f(last, 2)}x)")
+
+
+_COLUMNS = ("run", "date", "source", "pair", "alias", "held-out", "k", "acceptance rate (95% CI)", "per-token α",
+            "α_tf", "tok/step", "speedup (95% CI)", "load/CPU", "verdict", "mlflow")
+_DETAIL = ("held-out", "α_tf", "tok/step", "load/CPU", "mlflow")  # the columns a narrow terminal leaves out
+
+
+def _print_history_table(runs) -> None:
+    """The ``history`` table of ``runs``; below 200 columns without the :data:`_DETAIL` columns (said below it)."""
+    from rich import box
+    from rich.table import Table
+
+    narrow = out.width < 200
+    table = Table(title="specdec validation history", show_lines=False, **({"box": box.SIMPLE_HEAD} if narrow else {}))
+    cols = [c for c in _COLUMNS if not (narrow and c in _DETAIL)]
+    for col in cols:
+        table.add_column(col, justify="right" if col in ("run", "k", "per-token α", "α_tf", "tok/step", "load/CPU") else "left",
+                         overflow="fold", no_wrap=col in ("run", "date", "pair", "acceptance rate (95% CI)", "verdict"))
+    for r in runs:
+        cells = dict(zip(_COLUMNS, _history_cells(r)))
+        table.add_row(*(cells[c] for c in cols))
+    out.print(table)
+    if narrow:
+        out.print(f"[dim]{', '.join(_DETAIL)} left out below 200 columns (COLUMNS=200 shows them)[/]", highlight=False)
+
+
+def _history_cells(r) -> tuple[str, ...]:
+    """One history row's cells, in :data:`_COLUMNS` order."""
+    style = {"passed": "green", "failed": "red", "inconclusive": "yellow", "error": "magenta"}
+    ci = (f" ({_f(r.acceptance_rate_ci_low)}-{_f(r.acceptance_rate_ci_high)})"
+          if r.acceptance_rate_ci_low is not None else "")
+    st = style.get(r.status)
+    prod = r.source == "production"
+    when = f"{r.window_end:%Y-%m-%d %H:%M}" if prod and r.window_end else r.scheduled_date.isoformat()
+    heldout = (f"{r.heldout_name.removeprefix('production:')} {r.window_start:%H:%M}-{r.window_end:%H:%M}"
+               if prod and r.window_start and r.window_end else f"{r.heldout_name}@{r.heldout_version}")
+    return (str(r.id), when, r.source, f"{r.pair_name} v{r.pair_version}", r.alias or "",
+            heldout, str(r.num_speculative_tokens or "-"),
+            f"{_f(r.acceptance_rate)}{ci}", _f(r.per_token_acceptance), _f(r.alpha_tf), _f(r.draft_tokens_per_step, 2),
+            _speedup_cell(r), _f(r.load_avg_1m / r.num_cpus, 2) if r.load_avg_1m is not None and r.num_cpus else "-",
+            f"[{st}]{r.status}[/{st}]" if st else r.status,
+            "-" if prod else ("yes" if r.mlflow_logged else "[yellow]pending[/yellow]"))
+
+
+def _missing_sqlite_file(url: str) -> str | None:
+    """The path of a SQLite history store that does not exist yet, else None (another database, or in memory)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        u = make_url(url)
+    except (ArgumentError, ValueError):
+        return None  # open_store says what is wrong with it
+    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
+        return None
+    from pathlib import Path
+
+    return None if Path(u.database).expanduser().exists() else u.database
 
 
 def _speedup_cell(r) -> str:
@@ -148,6 +191,11 @@ def alerts_test(
     """Send a test message to every configured channel; exit 1 if any delivery fails."""
     from monitoring.alerts import send_test
 
+    import math
+
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        err.print(f"[red]error:[/red] --timeout must be a positive number of seconds, got {timeout}", highlight=False)
+        raise typer.Exit(code=2)
     settings = _settings(None)
     if timeout is not None:
         settings.delivery.timeout_s = timeout

@@ -26,7 +26,7 @@ import uuid
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Mapping
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 
 from monitoring.db import (
@@ -248,7 +248,7 @@ def claim_run(
 
     Args:
         db: the history store. key: the idempotency key. alias: the alias the pair version was
-            resolved through (``"champion"``...), stored on the row. now: injected clock (UTC).
+            resolved through (``"champion"``...), stored on the row. now: injected clock (UTC; default the store's, :func:`store_now`).
         holder_dead: ``f(run_id, claim_token)`` that knows when the process holding a ``running``
             claim is dead (e.g. :func:`flows.recovery.holder_dead`, same host); such a claim is
             taken over at once instead of after ``stale_after_s``.
@@ -257,11 +257,11 @@ def claim_run(
     Raises:
         RunAlreadyClaimed: a live run holds the key.
     """
-    now = now or utcnow()
     for attempt in range(2):
         token = str(uuid.uuid4())
         try:
             with db.session() as s:
+                now = now or store_now(s)
                 row = s.scalars(_select_for_update(key)).one_or_none()
                 if row is None:
                     row = ValidationRun(
@@ -297,6 +297,17 @@ def claim_run(
     raise AssertionError("unreachable")
 
 
+def store_now(s) -> dt.datetime:
+    """The clock claims and heartbeats are written and compared on (UTC, aware): on PostgreSQL the server's
+    own (``now()``), one clock for every host sharing the store, so a host whose clock is an hour ahead
+    neither blocks a dead claim for that hour nor loses a live one; on another store (SQLite: one host's
+    file) this process's."""
+    if s.get_bind().dialect.name != "postgresql":
+        return utcnow()
+    value = s.scalar(select(func.now()))
+    return value.astimezone(dt.timezone.utc) if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+
+
 def _owned_row(s, claim: Claim) -> ValidationRun:
     row = s.get(ValidationRun, claim.run_id, with_for_update=True)
     if row is None or row.claim_token != claim.token or row.status != RUNNING:
@@ -313,7 +324,7 @@ def heartbeat(db: Database, claim: Claim, *, now: dt.datetime | None = None) -> 
     """
     with db.session() as s:
         row = _owned_row(s, claim)
-        row.heartbeat_at = row.updated_at = now or utcnow()
+        row.heartbeat_at = row.updated_at = now or store_now(s)
 
 
 def record_run(

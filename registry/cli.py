@@ -135,9 +135,10 @@ def register_cmd(
             from registry.promotion import promote
 
             try:
-                promote(pv.name, pv.version, alias, tracking_uri=tracking_uri)
+                moved = promote(pv.name, pv.version, alias, tracking_uri=tracking_uri)
             except _user_errors() as e:
                 _fail(f"registered {pv.uri} but could not set @{alias}: {e}")
+            _say_who_the_nightly_drops(pv, alias, moved.previous_version, tracking_uri)
         out = _out()
         verb = "already registered as" if pv.reused else "registered"
         out.print(f"[green]{verb}[/] {pv.uri}  (changed: {pv.changed}){f'  @{alias}' if alias else ''}", highlight=False)
@@ -167,6 +168,24 @@ def _apply_floor(pv, floor: float | None, tracking_uri: str | None) -> tuple[str
         return label, registration_floor_note(pv, tracking_uri=tracking_uri, tags=tags)
     except _user_errors() as e:
         _fail(f"registered {pv.uri} but could not set its floor: {e}")
+
+
+def _say_who_the_nightly_drops(pv, alias: str, previous: str | None, tracking_uri: str | None) -> None:
+    """One loud line when moving ``alias`` to the new version leaves the previous one without any alias:
+    the nightly validates aliases, so that version is no longer validated each night."""
+    if not previous or str(previous) == str(pv.version):
+        return
+    from registry.pairs import get_pair_version
+
+    try:
+        still = get_pair_version(pv.name, previous, download=False, tracking_uri=tracking_uri).aliases
+    except _user_errors():
+        return
+    if not still:
+        Console(stderr=True, emoji=False).print(
+            f"[bold yellow]note:[/] @{alias} moved from v{previous} to v{pv.version}: v{previous} has no alias left, so the "
+            f"nightly (which validates aliases) no longer validates it; `specdec pair promote {pv.name} {previous} "
+            "--alias champion` keeps it in", highlight=False, soft_wrap=True)
 
 
 @pair_app.command("list")
@@ -312,6 +331,8 @@ def _serving_rows(tags: dict, sc: dict | None) -> list[tuple[str, str]]:
     rows = [("engine", tags.get("engine", "vllm (default)"))]
     if sc is None:
         return rows + [("serving config", "- (logged by a validation)")]
+    if sc.get("none"):
+        return rows + [("serving config", f"none: {sc['none']}")]
     shown = sc.get("command") or (shlex.join(sc["args"]) if "args" in sc else json.dumps(sc.get("generate_kwargs")))
     rows.append(("serving config", f"{shown}  (k={sc.get('num_speculative_tokens')}, validated)"))
     rows += [("  download first", cmd) for cmd in sc.get("download", [])]
@@ -331,18 +352,23 @@ def engine_cmd(
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Engine check requests in flight.")] = 1,
     tracking_uri: TrackingOpt = None,
 ) -> None:
-    """Name the engine endpoint serving a pair version: the nightly then runs the engine check on it."""
+    """Name the engine endpoint serving a pair version: the nightly then runs the engine check on it.
+    User info in --url and the value of --api-key (and other credential options) in --flags are never
+    stored or printed: the engine check authenticates with SPECDEC_ENGINE_API_KEY."""
     import shlex
 
     _quiet_mlflow()
-    from registry.pairs import set_engine
+    from registry.pairs import engine_tags, set_engine
 
     try:
-        set_engine(name, version, url=url, flags=shlex.split(flags) if flags else None, concurrency=concurrency,
-                   tracking_uri=tracking_uri)
+        argv = shlex.split(flags) if flags is not None else None
+        tags, dropped = engine_tags(url, argv, concurrency)
+        set_engine(name, version, tags=tags, tracking_uri=tracking_uri)
     except _user_errors() as e:
         _fail(str(e))
-    _out().print(f"{name} v{version}: engine check against {url} each night", highlight=False)
+    for what in dropped:
+        Console(stderr=True, emoji=False).print(f"[yellow]note:[/] {what}", highlight=False, soft_wrap=True)
+    _out().print(f"{name} v{version}: engine check against {tags['engine_url']} each night", highlight=False)
 
 
 @pair_app.command("promote")

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from registry.changes import DRAFTER_RECIPE_TAG, compute_changed, drafter_recipe_of, same_config
 from registry.describe import plain_text, registration_description, select_registration_tags
@@ -37,6 +38,7 @@ from registry.models import (
 from registry.pairfile import PAIR_FILE, full_tags, read_pair_doc
 from registry.service import Registry, mlflow_errors, open_registry
 from registry.settings import get_settings
+from specdec.redact import redact_url
 from specdec.core.config import SpeculativeConfig
 from specdec.models.resolve import SMOLLM2_GGUF_SHA256
 from specdec.validation.serving import engine_config
@@ -430,6 +432,9 @@ def client_resolve_alias(client, pair: str, alias: str) -> str:
     return aliases[alias]
 
 
+MAX_VERSION = 2**31 - 1  # the largest version number MLflow's stores hold
+
+
 def client_get_pair_version(client, pair: str, version: str | int, *, download: bool = True) -> PairVersion:
     """Load one pair version from MLflow: ``pair.json`` (authoritative), current tags and aliases, and
     (if ``download``) the target and draft artifacts into the local cache.
@@ -444,6 +449,8 @@ def client_get_pair_version(client, pair: str, version: str | int, *, download: 
         PairNotFound: pair or version missing; AliasNotFound: alias missing; RegistryUnavailable.
     """
     v = str(version).lstrip("@")
+    if v.isdigit() and not 0 < int(v) <= MAX_VERSION:  # MLflow stores versions as 32-bit integers
+        raise PairNotFound(f"no version {v[:24]} of {pair}: a version is a number from 1 to {MAX_VERSION} or an alias")
     if not v.isdigit():
         v = client_resolve_alias(client, pair, v)
     pv = _pair_from_artifact(client, get_pair_model_version(client, pair, v))
@@ -489,13 +496,44 @@ def get_pair_version(pair: str, version: str | int, *, download: bool = True, tr
         return client_get_pair_version(reg.client, pair, version, download=download)
 
 
-def set_engine(pair: str, version: str | int, *, url: str, flags: list[str] | None = None, concurrency: int = 1,
-               tracking_uri: str | None = None, registry: Registry | None = None) -> None:
-    """Name the engine endpoint serving a pair version (tags ``engine_url``, ``engine_flags`` as a JSON list,
-    ``engine_concurrency``): the nightly's engine step checks it (:mod:`flows.engine_check`)."""
-    tags = {"engine_url": url, "engine_concurrency": str(int(concurrency))}
+def engine_tags(url: str, flags: list[str] | None, concurrency: int = 1) -> tuple[dict[str, str], list[str]]:
+    """The pair-version tags naming an engine endpoint (``engine_url``, ``engine_flags`` as a JSON list,
+    ``engine_concurrency``) and a note for each credential left out: the URL's user info and the value of
+    every credential option in ``flags`` (:func:`specdec.redact.redact_argv`) are never stored.
+
+    Raises:
+        ValueError: ``url`` is empty, does not parse (e.g. an unclosed IPv6 host) or is not http(s)://HOST;
+        ``concurrency`` < 1; ``flags`` is an empty command line.
+    """
+    from specdec.redact import redact_argv, strip_userinfo
+
+    text = (url or "").strip()
+    try:
+        clean, had_userinfo = strip_userinfo(text)
+        host = urlsplit(clean).hostname
+    except ValueError as e:
+        raise ValueError(f"--url {redact_url(text)!r} does not parse ({e})") from None
+    if not text or urlsplit(clean).scheme not in ("http", "https") or not host:
+        raise ValueError(f"--url must be the engine's http(s)://HOST[:PORT] base URL, got {redact_url(text)!r}")
+    if int(concurrency) < 1:
+        raise ValueError(f"--concurrency must be at least 1, got {concurrency}")
+    dropped = ["the user info in --url is not stored (the engine check authenticates with SPECDEC_ENGINE_API_KEY)"
+               ] if had_userinfo else []
+    tags = {"engine_url": clean, "engine_concurrency": str(int(concurrency))}
     if flags is not None:
-        tags["engine_flags"] = json.dumps(list(flags))
+        if not flags:
+            raise ValueError("--flags is empty: give the engine's command line, or leave --flags out")
+        safe = redact_argv(flags)
+        if safe != list(flags):
+            dropped.append("credentials in --flags (e.g. --api-key VALUE) are stored as ***")
+        tags["engine_flags"] = json.dumps(safe)
+    return tags, dropped
+
+
+def set_engine(pair: str, version: str | int, *, tags: dict[str, str], tracking_uri: str | None = None,
+               registry: Registry | None = None) -> None:
+    """Set the engine tags of a pair version (:func:`engine_tags`): the nightly's engine step checks the
+    endpoint they name (:mod:`flows.engine_check`). Raises PairNotFound for an unknown version."""
     reg = open_registry(registry, tracking_uri)
     with reg.errors():
         client_get_pair_version(reg.client, pair, version, download=False)  # unknown version: a clear error

@@ -5,6 +5,8 @@ This is what ``specdec pair register`` and the Prefect ``register_pair_flow`` bo
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,14 +117,66 @@ def register_pair_from_refs(
         specdec.IncompatiblePairError: mismatched vocabularies / special tokens.
         registry.RegistryError subclasses; ValueError on a bad name or spec.
     """
-    from registry.models import register_derived_draft, register_model_version, validate_name
-    from registry.pairs import compatibility_to_dict, register_pair
-    from registry.models import get_model_version
-    from specdec.models import check_pair_compatible
+    from registry.models import validate_name
+    from registry.settings import get_settings
 
     for n in (name, target_name, draft_name):
         if n:
             validate_name(n)
+    with registration_lock(name or get_settings().pair_name, tracking_uri):
+        return _register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
+                                        config=config, revision=revision, model_card=model_card,
+                                        tracking_uri=tracking_uri, engine=engine)
+
+
+REGISTRATION_LOCK_TIMEOUT_S = 1800.0  # a registration uploads checkpoints: minutes for a large one
+
+
+@contextmanager
+def registration_lock(pair: str, tracking_uri: str | None) -> Iterator[None]:
+    """Serialise registrations of ``pair`` into one MLflow store on this machine: a second
+    ``pair register`` of the same pair waits (saying so on stderr) for the first, then finds its version
+    (reused) instead of racing it into MLflow. A file lock under ``<SPECDEC_HOME>/locks``, keyed by the
+    store and the pair; released when the process ends, even by ``kill -9``.
+
+    Raises:
+        RegistryError: still held after :data:`REGISTRATION_LOCK_TIMEOUT_S` seconds.
+    """
+    import hashlib
+    import sys
+
+    from filelock import FileLock, Timeout
+
+    from registry.errors import RegistryError
+    from registry.settings import get_settings
+
+    s = get_settings()
+    key = hashlib.sha256(f"{tracking_uri or s.tracking_uri}\0{pair}".encode()).hexdigest()[:16]
+    locks = s.home / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(locks / f"register-{key}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(f"waiting for another registration of {pair} to finish ...", file=sys.stderr, flush=True)
+        try:
+            lock.acquire(timeout=REGISTRATION_LOCK_TIMEOUT_S)
+        except Timeout:
+            raise RegistryError(f"another registration of {pair} has held its lock ({lock.lock_file}) for "
+                                f"{REGISTRATION_LOCK_TIMEOUT_S:.0f} s; re-run when it has finished") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _register_pair_from_refs(target: str, draft: str, *, name, target_name, draft_name, config, revision,
+                             model_card, tracking_uri, engine) -> PairRegistration:
+    """:func:`register_pair_from_refs`, under its lock."""
+    from registry.models import get_model_version, register_derived_draft, register_model_version
+    from registry.pairs import compatibility_to_dict, register_pair
+    from specdec.models import check_pair_compatible
+
     spec = draft.strip()
     dkind = kind_of(spec)
     if dkind.retrainable:  # an EAGLE-3 head, with its lineage tags (registry.heads)

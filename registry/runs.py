@@ -302,10 +302,13 @@ def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -
     ``download`` command writes (never an MLflow URI); a derived draft is the target's checkpoint."""
     from specdec.kinds import kind_of
     from registry.changes import drafter_recipe_of
-    from specdec.validation.serving import DEFAULT_ENGINE, serving_config
+    from specdec.validation.serving import DEFAULT_ENGINE, not_served, serving_config
 
     k = (report.config or {}).get("num_speculative_tokens")
     kind = pair_tags.get("drafter_kind", report.drafter_kind)
+    refused = not_served(kind, k)
+    if refused is not None:  # e.g. derived:bf16: no config, the reason (the answer `validate` gives too)
+        return refused
     dkind = kind_of(kind)
     target, download = _loadable(pair_tags, "target")
     if dkind.model_free:

@@ -88,12 +88,26 @@ def _open_client(settings: RegistrySettings, *, check: bool):
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     if uri.startswith(("http://", "https://")):
+        _no_run_links(uri)
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(settings.http_timeout))
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(settings.http_max_retries))
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
         if check:
             check_server(uri, timeout=float(settings.http_timeout))
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def _no_run_links(uri: str) -> None:
+    """MLflow prints "View run NAME at: <tracking URI>/#/experiments/..." to stdout when a run ends, with
+    the URI's user info (``http://user:PASSWORD@host``) in it. Our commands print their own (redacted)
+    lines, so it is off by default (``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT``, MLflow's own switch), and
+    always off when the URI holds a credential."""
+    from urllib.parse import urlsplit
+
+    if "@" in (urlsplit(uri).netloc or ""):
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+    else:
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
 def _scrub(text: str, uri: str) -> str:

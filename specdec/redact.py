@@ -63,3 +63,40 @@ class MaskUserinfoFilter(logging.Filter):
         if masked != msg:
             record.msg, record.args = masked, None
         return True
+
+
+# options whose value is a credential, in the engines' own spelling (vLLM, llama-server, SGLang, TGI)
+SECRET_OPTIONS = frozenset({"--api-key", "--hf-token", "-hft", "--token", "--ssl-keyfile-password", "--password",
+                            "--admin-api-key"})
+
+
+def redact_argv(args: list[str] | tuple[str, ...]) -> list[str]:
+    """A command line (``["vllm", "serve", ..., "--api-key", "s3cret"]``) with the value of each option of
+    :data:`SECRET_OPTIONS` (``--api-key VALUE`` or ``--api-key=VALUE``) replaced by ``***`` and the user
+    info of every URL in it masked (:func:`mask_userinfo`). Idempotent."""
+    out: list[str] = []
+    hide_next = False
+    for a in map(str, args):
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        name, eq, _ = a.partition("=")
+        if name in SECRET_OPTIONS:
+            out.append(f"{name}=***" if eq else a)
+            hide_next = not eq
+            continue
+        out.append(mask_userinfo(a))
+    return out
+
+
+def strip_userinfo(url: str) -> tuple[str, bool]:
+    """``url`` without its user info (``http://user:pw@host:8080/x`` -> ``http://host:8080/x``) and
+    whether it had any. Raises ValueError for a URL that does not parse (e.g. an unclosed IPv6 host)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    parts.port  # noqa: B018 (raises ValueError for a port that is not a number or out of range)
+    if "@" not in parts.netloc:
+        return url, False
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])), True

@@ -117,20 +117,42 @@ def validate(
 
     With --engine-url: the engine check of the pair where it is served (the core is the exact reference)."""
     opts = _Options(**locals())  # the options as one typed object (nothing else is defined yet)
+    from specdec import stopping
+
+    # Ctrl-C: the current prompt ends, then one line and exit 130 (twice, or SIGTERM: at once; 143)
+    with stopping.stoppable(_stopped, kept="no report was written (the prompts decoded so far are above)"):
+        _validate(opts)
+
+
+def _stopped(line: str) -> None:
+    _err.print(f"[bold yellow]{line}[/]", highlight=False, soft_wrap=True)
+
+
+def _validate(opts: "_Options") -> None:
+    """The ``validate`` command's body for ``opts`` (see :func:`validate`)."""
     t_start = time.perf_counter()
+    draft, engine_url = opts.draft, opts.engine_url
     _quiet_libraries()
     speculative, hs = _check_run_arguments(opts)
-    out_dir = out or _default_out(hs.name, "+".join(draft))
-    out_dirs = _check_out_dirs(draft, out_dir, overwrite)
+    out_dir = opts.out or _default_out(hs.name, "+".join(draft))
+    out_dirs = _check_out_dirs(draft, out_dir, opts.overwrite)
     config = _check_drafters_and_config(opts, speculative)
     if engine_url is not None and len(draft) != 1:
         _fail("--engine-url checks one pair: give one --draft (the draft the engine serves)")
-    tgt, drafters, out_dirs = _load_pair(opts, out_dir, out_dirs)
-    if engine_url is not None:
-        _engine_check(tgt, drafters[0], hs, config, target_ref=target, out_dir=out_dirs[0],
-                      engine=(engine_url, engine_baseline_url, engine_concurrency))
-        return
-    reports = _run(opts, tgt, drafters, hs, config)
+    from specdec.core.finite import BrokenModel, NonFiniteLogits
+
+    tgt = None
+    try:
+        tgt, drafters, out_dirs = _load_pair(opts, out_dir, out_dirs)
+        if engine_url is not None:
+            _engine_check(tgt, drafters[0], hs, config, target_ref=opts.target, out_dir=out_dirs[0],
+                          engine=(engine_url, opts.engine_baseline_url, opts.engine_concurrency))
+            return
+        reports = _run(opts, tgt, drafters, hs, config)
+    except NonFiniteLogits as e:  # raised outside a prompt (a timing pass of `--draft auto`): name the side
+        _fail(str(BrokenModel.naming(e, getattr(tgt, "model", None), ["(timing pass)"])) + "; nothing was recorded")
+    except BrokenModel as e:  # greedy or sampled, decode or replay: one line naming the side, never a figure
+        _fail(f"{e}; nothing was recorded")
     _write_and_print(reports, out_dirs, t_start)
 
 
@@ -198,6 +220,9 @@ def _check_run_arguments(opts: _Options) -> tuple[Any, Any]:
         )
     except (TypeError, ValueError) as e:
         _fail(str(e))
+    for flag, url in (("--engine-url", opts.engine_url), ("--engine-baseline-url", opts.engine_baseline_url)):
+        if url is not None:
+            _check_engine_url(flag, url)
     if opts.method not in METHODS:
         _fail(f"unknown --method {opts.method!r}: use decode, replay or both")
     if not 0 < opts.decode_fraction <= 1:
@@ -214,6 +239,21 @@ def _check_run_arguments(opts: _Options) -> tuple[Any, Any]:
     if device.startswith("cuda") and not torch.cuda.is_available():
         _fail("--device cuda requested but CUDA is not available")
     return speculative, hs
+
+
+def _check_engine_url(flag: str, url: str) -> None:
+    """One error line for an engine URL that is empty, does not parse (an unclosed IPv6 host, a port that
+    is not a number) or is not ``http(s)://HOST``; the URL itself is shown without its user info."""
+    from urllib.parse import urlsplit
+
+    from specdec.redact import redact_url, strip_userinfo
+
+    try:
+        parts = urlsplit(strip_userinfo(url)[0])
+    except ValueError as e:
+        _fail(f"{flag} {redact_url(url)!r} does not parse ({e})")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        _fail(f"{flag} must be the engine's http(s)://HOST[:PORT] base URL, got {redact_url(url)!r}")
 
 
 def _check_out_dirs(draft: list[str], out_dir: Path, overwrite: bool) -> list[Path]:
@@ -305,6 +345,7 @@ def _run(opts: _Options, tgt: Any, drafters: list[Any], hs: Any, config: Any) ->
     plain line per prompt when stderr is not a terminal)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+    from specdec import stopping
     from specdec.validation import ValidationRequest, validate
 
     n = min(config.limit or len(hs), len(hs))
@@ -319,6 +360,7 @@ def _run(opts: _Options, tgt: Any, drafters: list[Any], hs: Any, config: Any) ->
         tasks: dict[str, Any] = {}
 
         def tick(p: Any) -> None:
+            stopping.check()  # after a first Ctrl-C: stop here, the prompt just finished
             if p.phase not in tasks:
                 tasks[p.phase] = prog.add_task("", total=p.total, phase=p.phase)
             desc = _prompt_line(p.rows) if p.rows else ""
@@ -362,14 +404,16 @@ def _write_serving_config(report: Any, od: Path) -> None:
     from specdec.validation.serving import report_serving_config
 
     serving = report_serving_config(report)
-    if serving is None:
-        _out.print(f"serving config: none for {report.drafter_kind} (no draft checkpoint an engine could load)\n",
-                   highlight=False)
+    if serving is None or serving.get("none"):
+        why = serving["none"] if serving else "no draft checkpoint an engine could load"
+        _out.print(f"serving config: none for {report.drafter_kind} ({why})\n", highlight=False, soft_wrap=True)
         return
     (od / "serving_config.json").write_text(json.dumps(serving, indent=2) + "\n")
     args = shlex.join(serving.get("args") or [f"{k}={v}" for k, v in (serving.get("generate_kwargs") or {}).items()])
     _out.print(f"serving ({serving['engine']}): {args}\nserving config: {od / 'serving_config.json'}\n",
                highlight=False, soft_wrap=True)
+    if serving.get("derived"):
+        _out.print(f"  derived draft: {serving['derived']}\n", highlight=False, soft_wrap=True)
 
 
 def _safe(name: str) -> str:

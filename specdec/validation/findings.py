@@ -6,11 +6,12 @@ import math
 from typing import Any
 
 from specdec.kinds import kind_of
+from specdec.validation.machine import OVERLOADED_LOAD_PER_CPU
 from specdec.validation.report import ValidationReport
 from specdec.validation.speed import PAYS_ABOVE
 
-__all__ = ["findings", "SLOWER_NOTE", "SUSPECT_NOTE", "timing_suspect_note", "candidate_finding",
-           "recommendation_summary", "NOT_CHEAPER"]
+__all__ = ["findings", "SLOWER_NOTE", "SUSPECT_NOTE", "LOADED_NOTE", "overloaded", "timing_suspect_note",
+           "candidate_finding", "recommendation_summary", "NOT_CHEAPER"]
 
 #: a derived draft whose cost ratio c is at least this is "not cheaper than the target" (recommend's findings)
 NOT_CHEAPER = 0.9
@@ -26,6 +27,21 @@ SUSPECT_NOTE = (
     "{load:.1f} on {cpus} CPUs, {remeasured} prompt(s) re-timed): the measured speedup is not a finding; re-run on "
     "an idle machine"
 )
+
+
+LOADED_NOTE = (
+    "speed inconclusive: measured {speedup:.2f}x on a loaded machine (load {lpc:.2f} per CPU > {bound:.2f} during "
+    "the timings): whether speculation is slower here is not a finding; re-run on an idle machine"
+)
+
+
+def overloaded(g) -> float | None:
+    """The load per CPU during a group's timings when above :data:`OVERLOADED_LOAD_PER_CPU` (the nightly's
+    speed-inconclusive bound, ``monitoring.rules.speed_rule``), else None."""
+    load, cpus = g.load_avg_1m, int(g.num_cpus or 0)
+    if load is None or math.isnan(load) or cpus <= 0:
+        return None
+    return load / cpus if load / cpus > OVERLOADED_LOAD_PER_CPU else None
 
 
 def timing_suspect_note(g) -> str | None:
@@ -58,7 +74,10 @@ def findings(r: ValidationReport) -> list[str]:
         notes.append(suspect)
     slow_measured = not suspect and not math.isnan(g.speedup) and g.speedup < 1
     slow_pred = not math.isnan(g.predicted_speedup_at_recommended) and g.predicted_speedup_at_recommended < 1
-    if slow_measured or slow_pred:
+    loaded = overloaded(g)
+    if (slow_measured or slow_pred) and loaded is not None:  # the nightly's rule: not a fact on a loaded machine
+        notes.append(LOADED_NOTE.format(speedup=g.speedup, lpc=loaded, bound=OVERLOADED_LOAD_PER_CPU))
+    elif slow_measured or slow_pred:
         notes.append(
             SLOWER_NOTE.format(
                 speedup=g.speedup,

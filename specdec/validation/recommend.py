@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from specdec import stopping
 from specdec.validation.candidates import (CandidateResult, Recommendation, default_candidates,
                                            resolve_candidates)
 from specdec.validation.findings import recommendation_summary
@@ -52,28 +53,58 @@ def recommend_draft(target: Any, heldout: Any, *, candidates: Sequence[str] | No
     cfg = ValidationConfig(num_speculative_tokens=ks[0], max_new_tokens=max_new_tokens, seed=seed,
                            bootstrap_resamples=bootstrap_resamples)
     load.sample()
-    say("phase 1/4: pass costs (c, v(n))")
+    speed_set = heldout if speed_heldout is None else speed_heldout
+    say(f"phase 1/4: pass costs (c, v(n)) of {len(specs)} candidate(s): {', '.join(specs) or '-'}")
     cal = calibrate_on(model, [drafter_parts(drafters[s])[1] for s in specs], heldout, target.tokenizer, ks[-1],
                        kmax=ks[-1], reps=cost_reps)
     if cal is None:
         raise ValueError("no usable prompt (all empty)")
-    say("phase 2/4: acceptance at every k (replay)")
+    say(expected_time(cal, len(heldout.prompts), len(speed_set.prompts), max_new_tokens))
+    say(f"phase 2/4: acceptance at every k (replay of {len(heldout.prompts)} prompts, every candidate at once)")
     replays = validate(ValidationRequest(target, [drafters[s] for s in specs], heldout, cfg, method="replay",
-                                         kmax=ks[-1], calibration=cal, target_ref=target_ref)) if specs else []
+                                         kmax=ks[-1], calibration=cal, target_ref=target_ref,
+                                         progress=_per_prompt(say, "phase 2/4"))) if specs else []
     say("phase 3/4: best k")
     for j, (s, rep) in enumerate(zip(specs, replays)):
         _choose_k(by_spec[s], rep, cal.cost_ratios[j], cal.verify_cost, ks)
-    speed_set = heldout if speed_heldout is None else speed_heldout
     for j, s in enumerate(specs):
         c = by_spec[s]
-        say(f"phase 4/4: speed check {s} at k={c.k} on {len(speed_set.prompts)} prompts")
+        if stopping.requested():  # Ctrl-C: the candidates measured so far are the recommendation
+            c.reason = "not measured: stopped (Ctrl-C)"
+            continue
+        say(f"phase 4/4: speed check {j + 1}/{len(specs)}: {s} at k={c.k} on {len(speed_set.prompts)} prompts")
         kcfg = replace(cfg, speculative=replace(cfg.speculative, num_speculative_tokens=c.k))
         one = replace(cal, cost_ratios=[cal.cost_ratios[j]], draft_prefill=cal.draft_prefill[j:j + 1])
-        [rep] = validate(ValidationRequest(target, [drafters[s]], speed_set, kcfg, target_ref=target_ref,
-                                           calibration=one))
+        try:
+            [rep] = validate(ValidationRequest(target, [drafters[s]], speed_set, kcfg, target_ref=target_ref,
+                                               calibration=one, progress=_per_prompt(say, f"phase 4/4: {s}")))
+        except stopping.Terminated:  # stopped at a prompt of this candidate: not measured, the others are kept
+            c.reason = "not measured: stopped (Ctrl-C)"
+            continue
         _fill(c, rep)
         load.sample()
     return _recommendation(target, target_ref, results, _Measured(speed_set, max_new_tokens, cal, ks, load, t0))
+
+
+def _per_prompt(say: Callable[[str], None], what: str) -> Callable[[Any], None]:
+    """A validation progress callback saying ``<what>: <phase> i/N`` after each prompt of each phase; after a
+    Ctrl-C it stops the validation there (:func:`specdec.stopping.check`)."""
+    def progress(p: Any) -> None:
+        say(f"{what}: {p.phase} {p.done}/{p.total}")
+        stopping.check()
+
+    return progress
+
+
+def expected_time(cal: Any, replay_prompts: int, speed_prompts: int, max_new_tokens: int) -> str:
+    """The line stating how long phases 2-4 should take, from the target's measured one-token pass: the
+    replay is one target generation per prompt plus each draft's passes (c per token), each speed check a
+    target-only and a speculative decode of every prompt (about two generations)."""
+    step, n = cal.target_step_s, len(cal.cost_ratios)
+    draft = sum(c for c in cal.cost_ratios if not math.isnan(c))
+    seconds = step * max_new_tokens * (replay_prompts * (1 + draft) + 2 * n * speed_prompts)
+    return (f"expected time: about {max(1, round(seconds / 60))} min for {n} candidate(s) "
+            f"({step * 1e3:.0f} ms per target pass here; longer on a loaded machine)")
 
 
 def _choose_k(c: CandidateResult, replay: Any, cost_ratio: float, verify_cost: Any, ks: list[int]) -> None:

@@ -121,9 +121,14 @@ def run_recommend(target: Any, *, heldout: str = "spec_bench", candidates: list[
     held = short_prompts(load_heldout(heldout), target.tokenizer, per_category=per_category,
                          max_prompt_tokens=max_prompt_tokens, seed=seed)
     with console.status("measuring draft candidates ...") as status:
+        def progress(m: str) -> None:
+            status.update(m)
+            if not console.is_terminal:  # piped, CI, a log: the spinner prints nothing there, a line per phase does
+                console.print(m, highlight=False, soft_wrap=True)
+
         return recommend_draft(target, held, candidates=candidates, max_new_tokens=max_new_tokens,
                                k_values=tuple(range(1, k_max + 1)), seed=seed,
-                               target_ref=target_ref, progress=lambda m: status.update(m))
+                               target_ref=target_ref, progress=progress)
 
 
 @draft_app.command("recommend")
@@ -144,7 +149,22 @@ def recommend(
     seed: Annotated[int, typer.Option("--seed")] = 0,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the result as JSON here.")] = None,
 ) -> None:
-    """Measure candidate drafts (derived copies, n-gram) against the target here and name the best."""
+    """Measure candidate drafts (derived copies, n-gram) against the target here and name the best.
+    Ctrl-C: the candidate being measured finishes and the ones measured so far are the recommendation
+    (exit 130); twice: stop at once."""
+    from specdec import stopping
+
+    with stopping.stoppable(lambda line: _err.print(f"[bold yellow]{line}[/]", highlight=False),
+                            kept="the candidates measured so far are above"):
+        _recommend(target=target, candidate=candidate, heldout=heldout, per_category=per_category,
+                   max_prompt_tokens=max_prompt_tokens, max_new_tokens=max_new_tokens, k_max=k_max, device=device,
+                   dtype=dtype, seed=seed, json_out=json_out)
+        stopping.check()
+
+
+def _recommend(*, target, candidate, heldout, per_category, max_prompt_tokens, max_new_tokens, k_max, device, dtype,
+               seed, json_out) -> None:
+    """The ``draft recommend`` command's body (see :func:`recommend`)."""
     import torch
 
     from specdec.models import load_causal_lm
@@ -156,11 +176,15 @@ def recommend(
             tgt = load_causal_lm(target, dtype=dtype, device=device)
         except (FileNotFoundError, ValueError) as e:
             _fail(f"target: {e}")
+    from specdec.core.finite import BrokenModel, NonFiniteLogits
+
     try:
         rec = run_recommend(tgt, heldout=heldout, candidates=candidate or None, per_category=per_category,
                             max_prompt_tokens=max_prompt_tokens or None, max_new_tokens=max_new_tokens,
                             k_max=k_max, seed=seed, target_ref=target)
-    except (FileNotFoundError, ValueError) as e:
+    except NonFiniteLogits as e:  # a pass-cost or speed pass: the target, or a candidate drafter
+        _fail(str(BrokenModel.naming(e, tgt.model, ["(timing pass)"])))
+    except (FileNotFoundError, ValueError, BrokenModel) as e:
         _fail(str(e))
     print_recommendation(rec)
     if json_out is not None:

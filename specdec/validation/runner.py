@@ -322,19 +322,25 @@ def warmup(setup: DecodeSetup, subset: HeldoutSet) -> None:
 
     Uses up to ``config.batch_size`` of the shortest prompts among the first
     ``max(8, batch_size)`` (lazy init, allocator, the batched kernels and masks).
+
+    Raises:
+        specdec.core.finite.BrokenModel: a model produced non-finite logits (side, prompt, position named).
     """
     config, target = setup.config, setup.target
     cands = []
     for p in subset.prompts[: max(8, config.batch_size)]:
         ids = [] if p.is_empty else prompt_token_ids(p, setup.tokenizer)
         if ids and (setup.ctx_limit is None or len(ids) + 4 <= setup.ctx_limit):
-            cands.append(ids)
-    pick = sorted(cands, key=len)[: config.batch_size]
+            cands.append((ids, p.id))
+    pick = sorted(cands, key=lambda c: len(c[0]))[: config.batch_size]
     if not pick:
         return
-    x, mask = left_pad(pick, pad_token_id(setup.tokenizer), model_device(target))
+    x, mask = left_pad([ids for ids, _ in pick], pad_token_id(setup.tokenizer), model_device(target))
     decode = dict(max_new_tokens=min(4, config.max_new_tokens), sampling=config.sampling, eos_token_id=setup.eos)
-    autoregressive_generate(target, x, mask, **decode)
-    for d in setup.drafters:
-        speculative_generate(target, d.obj, x, mask, num_speculative_tokens=config.num_speculative_tokens, **decode,
-                             **proposal_rule(config))
+    try:
+        autoregressive_generate(target, x, mask, **decode)
+        for d in setup.drafters:
+            speculative_generate(target, d.obj, x, mask, num_speculative_tokens=config.num_speculative_tokens,
+                                 **decode, **proposal_rule(config))
+    except NonFiniteLogits as e:  # a broken model shows in the warm-up already: named as in the run
+        raise BrokenModel.naming(e, target, [pid for _, pid in pick]) from None

@@ -123,10 +123,29 @@ def report_serving_config(report: Any) -> dict[str, Any] | None:
     cfg = SpeculativeConfig.from_dict(report.config or {})
     engine, cfg = engine_config(None, cfg)
     kind = report.drafter_kind
-    if not kind_of(kind).serves_on(engine) and engine == "transformers":
+    refused = not_served(kind, cfg.num_speculative_tokens)
+    if refused is not None:
+        return refused
+    dkind = kind_of(kind)
+    if not dkind.serves_on(engine) and engine == "transformers":
         engine = "vllm"  # e.g. transformers has no EAGLE-3 drafter; vLLM's rule differs only at T > 0 (said in the file)
+    target = getattr(report, "target_ref", None)
+    draft = target if dkind.derives_from_target else report.drafter_ref  # as `pair show` (registry.runs)
     try:
-        return serving_config(engine, kind, cfg.num_speculative_tokens, draft=report.drafter_ref,
-                              drafter_recipe=report.drafter_recipe, assistant_confidence_threshold=cfg.assistant_confidence_threshold)
+        out = serving_config(engine, kind, cfg.num_speculative_tokens, draft=draft, target=target,
+                             drafter_recipe=report.drafter_recipe,
+                             assistant_confidence_threshold=cfg.assistant_confidence_threshold)
     except ValueError:
         return None
+    note = dkind.serving_note(kind)
+    return {**out, "derived": note} if note else out
+
+
+def not_served(kind: str, k: int | None) -> dict[str, Any] | None:
+    """``{"none": why, "num_speculative_tokens": k}`` for a drafter no engine should be configured with as
+    validated, else None: ``derived:bf16`` is the target itself to an engine that runs the target in bf16
+    (c = 1, it cannot pay). The one answer ``validate`` and ``pair show`` (:mod:`registry.runs`) both give."""
+    dkind = kind_of(kind)
+    if dkind.derives_from_target and getattr(dkind, "precision", lambda _k: None)(kind) == "bf16":
+        return {"none": dkind.serving_note(kind), "num_speculative_tokens": k}
+    return None

@@ -232,3 +232,23 @@ def test_watch_validates_new_versions_and_gates_a_hand_moved_champion(stack, tmp
     assert "reverted to v1" in client.get_model_version(PAIR, "2").description
     assert len(_flow_runs(stack, f"watch gate-champion {PAIR} v2")) == 2
     assert SECRET not in (stack["tmp"] / "watcher1.log").read_text()
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_and_sigterm_stop_the_watcher_with_one_line(stack, sig):
+    """issue 43, item 1: a watcher stopped by Ctrl-C (or SIGTERM) ends within seconds with 128 + the signal
+    (130 / 143), one ``stopped: SIG... received`` line and no traceback (before: uvicorn re-raised the
+    signal after its graceful stop: SIGINT ended it without a word, SIGTERM killed it, exit -15)."""
+    import signal
+
+    _start_watcher(stack, "--replace")
+    p, stack["watcher"] = stack["watcher"], None
+    os.kill(p.pid, getattr(signal, sig))
+    try:
+        p.wait(60)
+    except subprocess.TimeoutExpired:
+        _stop(p)
+        pytest.fail(f"the watcher was still running 60 s after {sig}")
+    said = (stack["tmp"] / "watcher1.log").read_text()
+    assert p.returncode == 128 + getattr(signal, sig), (p.returncode, said[-3000:])
+    assert said.count(f"stopped: {sig} received") == 1 and "Traceback" not in said and "Aborted" not in said, said[-3000:]

@@ -32,4 +32,5 @@ def test_validate_terminal_has_no_library_noise(tmp_path):
     # without a terminal (logs, CI) each phase says what it is doing before the first prompt ends
     for step in ("loading target", "preparing drafter derived:int8", "warming up and timing", "[1/3]"):
         assert step in p.stderr, p.stderr[-3000:]
-    assert "serving config: none for derived:int8" in p.stdout  # a derived copy has no checkpoint to serve
+    # a derived copy: the target's checkpoint with the recipe, as `pair show` says (issue 43: one answer per kind)
+    assert "serving (vllm):" in p.stdout and "derived draft: derived:int8 is the target with int8 weights" in p.stdout
