@@ -119,7 +119,7 @@ def history_cmd(
 
 _COLUMNS = ("run", "date", "source", "pair", "alias", "held-out", "k", "acceptance rate (95% CI)", "per-token α",
             "α_tf", "tok/step", "speedup (95% CI)", "load/CPU", "verdict", "mlflow")
-_DETAIL = ("held-out", "α_tf", "tok/step", "load/CPU", "mlflow")  # the columns a narrow terminal leaves out
+_DETAIL = ("source", "held-out", "α_tf", "tok/step", "load/CPU", "mlflow")  # the columns a narrow terminal leaves out
 
 
 def _print_history_table(runs) -> None:
@@ -132,7 +132,7 @@ def _print_history_table(runs) -> None:
     cols = [c for c in _COLUMNS if not (narrow and c in _DETAIL)]
     for col in cols:
         table.add_column(col, justify="right" if col in ("run", "k", "per-token α", "α_tf", "tok/step", "load/CPU") else "left",
-                         overflow="fold", no_wrap=col in ("run", "date", "pair", "acceptance rate (95% CI)", "verdict"))
+                         overflow="fold", no_wrap=col in ("run", "date", "pair", "alias", "acceptance rate (95% CI)", "per-token α", "verdict"))
     for r in runs:
         cells = dict(zip(_COLUMNS, _history_cells(r)))
         table.add_row(*(cells[c] for c in cols))
