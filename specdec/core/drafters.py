@@ -64,8 +64,8 @@ from specdec.core.config import SamplingConfig
 from specdec.core.kv import copy_cache_prefix, left_pad, new_kv, SingleKV
 from specdec.core.sampling import NO_NEXT_TOKEN, draft_step
 
-__all__ = ["Drafter", "DrafterBase", "Proposal", "TargetFeatures", "ModelDrafter", "NgramDrafter", "as_drafter", "fit_vocab",
-           "check_draft_embeds", "limit_at_stop"]
+__all__ = ["Drafter", "DrafterBase", "DrafterWrapper", "Proposal", "TargetFeatures", "ModelDrafter", "NgramDrafter",
+           "as_drafter", "fit_vocab", "check_draft_embeds", "limit_at_stop", "unwrap_drafter"]
 
 
 @dataclass
@@ -181,6 +181,69 @@ class DrafterBase:
             NotImplementedError: this drafter cannot.
         """
         raise NotImplementedError(f"{type(self).__name__} cannot adopt the target's prompt KV")
+
+
+class DrafterWrapper:
+    """A drafter around another one (recorders, probes): every :class:`Drafter` member is written out here
+    and forwards to ``inner``; subclasses override the calls they observe.
+
+    No ``__getattr__``: since Python 3.12, ``isinstance(x, Drafter)`` looks members up with
+    ``inspect.getattr_static``, which never calls ``__getattr__``, so a forwarding wrapper would stop being a
+    drafter there (tests/core/test_drafter_wrappers.py checks every wrapper statically). Drafter-specific
+    members (an n-gram's ``lookup``, a head's ``head``) are read from :func:`unwrap_drafter`.
+
+    Args:
+        inner: a :class:`Drafter` (a causal LM is wrapped by :func:`as_drafter` first).
+    """
+
+    def __init__(self, inner) -> None:
+        self.inner = as_drafter(inner)
+
+    @property
+    def forward_passes(self) -> int:
+        return self.inner.forward_passes
+
+    @forward_passes.setter
+    def forward_passes(self, value: int) -> None:
+        self.inner.forward_passes = value
+
+    @property
+    def target_layer_ids(self) -> tuple[int, ...] | None:
+        return self.inner.target_layer_ids
+
+    @property
+    def model(self) -> torch.nn.Module | None:
+        return self.inner.model
+
+    @property
+    def timed_module(self) -> torch.nn.Module | None:
+        """The inner drafter's timed module (its ``model`` where it has no ``timed_module``)."""
+        return getattr(self.inner, "timed_module", self.inner.model)
+
+    def start(self, contexts: list[list[int]]) -> None:
+        self.inner.start(contexts)
+
+    def propose(self, contexts, limits, sampling, vocab_size, generator=None, stop_token_ids=frozenset()) -> Proposal:
+        return self.inner.propose(contexts, limits, sampling, vocab_size, generator, stop_token_ids)
+
+    def accept(self, num_accepted, next_tokens, features=None) -> None:
+        self.inner.accept(num_accepted, next_tokens, features)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.inner.select(rows)
+
+    def can_adopt_prefix(self, target, prompt_len: int) -> bool:
+        return self.inner.can_adopt_prefix(target, prompt_len)
+
+    def adopt_prefix(self, target_cache, positions: int) -> None:
+        self.inner.adopt_prefix(target_cache, positions)
+
+
+def unwrap_drafter(drafter):
+    """The innermost drafter under any :class:`DrafterWrapper` layers (``drafter`` itself when it is none)."""
+    while isinstance(drafter, DrafterWrapper):
+        drafter = drafter.inner
+    return drafter
 
 
 def first_true(flags: torch.Tensor) -> torch.Tensor:
