@@ -340,8 +340,8 @@ class ModelDrafter(DrafterBase):
         stop token and, with ``sampling.assistant_confidence_threshold``, right after its first
         draft whose confidence is below it (drafting ends once every row has stopped). Greedy or
         the argmax rule: argmax on the device, ``q`` None (one-hot); one host read per block
-        without a threshold, one per step with one. Returns a :class:`Proposal` (``q`` float32
-        ``[B, k, V]`` under the sampled rule).
+        without a threshold (the passes' finiteness checks, folded into one), one per step with one.
+        Returns a :class:`Proposal` (``q`` float32 ``[B, k, V]`` under the sampled rule).
 
         Raises:
             ValueError: a pending id the draft cannot embed (:func:`check_draft_embeds`).
@@ -358,7 +358,7 @@ class ModelDrafter(DrafterBase):
         tokens, qs, confs, low = [], [], [], []
         limit = torch.tensor(limits, device=device)
         for i in range(k):
-            logits = fit_vocab(self.kv.forward(ids, valid, logits_to_keep=1)[:, -1], vocab_size)
+            logits = fit_vocab(self.kv.forward(ids, valid, logits_to_keep=1, check=False)[:, -1], vocab_size)
             self.forward_passes += 1
             x, q, confidence = draft_step(logits, sampling, generator)
             tokens.append(x)
@@ -370,6 +370,7 @@ class ModelDrafter(DrafterBase):
                 if bool(torch.stack(low, dim=1).any(dim=1).logical_or(limit <= i + 1).all()):
                     break
             ids, valid = x[:, None], torch.ones(rows, 1, dtype=torch.bool, device=device)
+        self.kv.check_pending()  # the block's finiteness checks: one host read, not one per pass
         self.pending = [[] for _ in range(rows)]  # all fed but the last draft, which is only sampled
         self.last = torch.stack(tokens, dim=1)
         num_drafts = limit_at_stop(self.last, limit, stop_token_ids)
