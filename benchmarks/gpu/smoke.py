@@ -1,4 +1,4 @@
-"""Quick environment check for the remote GPU machine (run by device_stage.sh / device_run.sh).
+"""Quick environment check for the remote GPU machine (run by device_stage.sh and device_run.sh; on the CPU by make test).
 
 Imports everything specdec needs at runtime (the carried wheels: pydantic, pydantic-settings, gguf,
 torchao), prints versions, then on a tiny random Llama (no download) checks on the chosen device:
