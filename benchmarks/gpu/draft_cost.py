@@ -38,6 +38,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--drafters", default="layerskip:6,layerskip:10,layerskip:15,derived:bf16")
     ap.add_argument("--heldout", default="spec_bench")
     ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--max-prompt-tokens", type=int, default=256, help="draw among prompts at most this long")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--reps", type=int, default=7, help="calibration rounds (medians)")
@@ -62,8 +63,17 @@ def measure(args) -> dict:
         torch.set_num_threads(args.threads)
     tgt = load_causal_lm(args.target, dtype=args.dtype, device=args.device)
     target = use_passes(tgt.model.eval(), args.passes)
-    prompts = [prompt_token_ids(p, tgt.tokenizer) for p in load_heldout(args.heldout).subset(args.prompts).prompts
-               if not p.is_empty]
+    ctx = min(getattr(target.config, "max_position_embeddings", None) or 10**9, 10**9)
+    limit = min(args.max_prompt_tokens, ctx - args.max_new_tokens - args.k - 1)
+    by_category: dict[str, list[list[int]]] = {}
+    for p in load_heldout(args.heldout).prompts:  # the short enough prompts, one category after the other
+        ids = [] if p.is_empty else prompt_token_ids(p, tgt.tokenizer)
+        if 0 < len(ids) <= limit:
+            by_category.setdefault(p.category, []).append(ids)
+    rounds = zip(*by_category.values()) if by_category else []
+    prompts = [ids for row in rounds for ids in row][: args.prompts]
+    if not prompts:
+        raise SystemExit(f"error: no held-out prompt of at most {limit} tokens")
     greedy = SamplingConfig(temperature=0.0)
     rows = {}
     for spec in [s for s in args.drafters.split(",") if s]:
