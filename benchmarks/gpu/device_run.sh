@@ -5,11 +5,13 @@
 # it under $SPECDEC_HOME, then run, each step bounded by its own timeout (STEP_SCALE scales them):
 #   1 smoke       benchmarks/gpu/smoke.py: derived/layer-skip drafts exact, static passes and CUDA graphs ==
 #                 eager, one-token pass per mode (tiny model)                                          <= 45 s
+#                 (before it: the model's reassembly and conversion                                    <= 45 s)
 #   2 cost        benchmarks/gpu/draft_cost.py, eager then graphs: c, acceptance, identity, target pass
 #                 (SmolLM2 bf16) for layerskip:8/15, derived:fp8                                        <= 2 x 50 s
-#   3 validate    specdec validate --method both (the nightly's) on derived:fp8, ngram, layerskip:15  <= 120 s
+#   3 validate    specdec validate --method both (the nightly's) on derived:fp8, ngram, layerskip:15  <= 110 s
 #   4 recommend   specdec draft recommend on derived:fp8, layerskip:8, layerskip:15, ngram            <= 75 s
-#   5 perf        benchmarks/perf.py --passes graphs against transformers (ngram, layerskip:15)       <= 100 s
+#   5 perf        benchmarks/perf.py --passes graphs against transformers (ngram, layerskip:15)       <= 90 s
+# Timeouts add up to 465 s; with staging, under 8 minutes.
 # Results: benchmarks/results/<date>-draft-cost-gpu-{eager,graphs}.*, <date>-recommend-gpu.json,
 # <date>-validate-gpu/<drafter>/report.json, <date>-gpu-check.json/.md (perf.py). $OUT (at most 8 files) gets
 # device.log, env.txt, steps.tsv, results-gpu.tar.gz (all result files, to unpack in the repository root)
@@ -79,7 +81,7 @@ step() {  # step NAME SECONDS CMD...: run CMD under a timeout, record rc and sec
 SPECDEC=("$PY" -c 'import sys; from specdec.cli import main; sys.argv[0] = "specdec"; main()')  # no entry point there
 
 if [ "$MODE" = gpu ]; then
-  step model 60 "$PY" - <<'PY'
+  step model 45 "$PY" - <<'PY'
 import json, os, shutil, time
 t = time.perf_counter()
 from specdec.models import SMOLLM2_GGUF_SHA256, SOURCE_FILE, fetch_smollm2
@@ -94,12 +96,12 @@ for p in eager "$PASSES"; do
   step "cost-$p" 50 "$PY" benchmarks/gpu/draft_cost.py --target "$TARGET" --device "$DEVICE" --dtype "$DTYPE" \
     --drafters "$COST_DRAFTERS" --passes "$p" "${COST_SIZES[@]}" --out-dir "$RES" --tag="-$p"
 done
-step validate 120 "${SPECDEC[@]}" validate --target "$TARGET" --draft "$DERIVED" --draft ngram --draft "$LS" --method both \
+step validate 110 "${SPECDEC[@]}" validate --target "$TARGET" --draft "$DERIVED" --draft ngram --draft "$LS" --method both \
   --device "$DEVICE" --dtype "$DTYPE" "${SIZES[@]}" --out "$RES/$DATE-validate-$DEV" --overwrite
 step recommend 75 "${SPECDEC[@]}" draft recommend --target "$TARGET" --candidate "$DERIVED" "${REC_LS[@]}" \
   --candidate ngram --device "$DEVICE" --dtype "$DTYPE" "${REC_SIZES[@]}" \
   --json "$RES/$DATE-recommend-$DEV.json"
-step perf 100 "$PY" benchmarks/perf.py --target "$TARGET" --device "$DEVICE" --dtype "$DTYPE" --passes "$PASSES" \
+step perf 90 "$PY" benchmarks/perf.py --target "$TARGET" --device "$DEVICE" --dtype "$DTYPE" --passes "$PASSES" \
   --drafters "ngram,$LS" --k-sweep '' --batch-sizes '' --no-tf "${PERF_SIZES[@]}" --out-dir "$RES" --tag=-check
 
 cd "$RES" && files=$(ls -d "$DATE"-* 2>/dev/null) && cd - >/dev/null
