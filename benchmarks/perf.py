@@ -81,6 +81,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=2, help="interleaved repeats per prompt (A B A B)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--passes", default="eager", choices=["eager", "static", "graphs"],
+                    help="B=1 passes of our decoding (specdec.core.static.use_passes; graphs: CUDA only)")
+    ap.add_argument("--warmup-rounds", type=int, default=4,
+                    help="most warm-up runs per method; stops once two in a row agree within 10%%")
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (0 = leave torch's default)")
     ap.add_argument("--batch-sizes", default="1,8", help="batch sizes for P5 ('' to skip)")
     ap.add_argument("--p5-drafters", default="best", help="'best' (the drafter with the highest measured speedup), 'all', or specs")

@@ -68,6 +68,7 @@ class Bench:
             self.raw.setdefault("loadavg_by_phase", {})[name] = [round(x, 2) for x in os.getloadavg()]
 
     def write(self, complete: bool, note: str | None = None) -> None:
+        self._passes_report()
         summary = rep.summarise(self.raw, self.args, self.drafter_kinds if hasattr(self, "drafter_kinds") else {})
         doc = out_doc.document(self.args, self.machine, self.raw, summary, self.started_at, complete,
                            time.perf_counter() - self.t_start, note)
@@ -96,6 +97,7 @@ class Bench:
                 obj = obj.eval()
             self.drafters[spec] = obj
             self.drafter_kinds[spec] = r.kind
+        self._select_passes()
         self.eos = None if a.ignore_eos else eos_token_ids(self.tok, self.model)
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
         hs = load_heldout(a.heldout)
@@ -122,6 +124,40 @@ class Bench:
         self.raw["phase_seconds"]["load"] = time.perf_counter() - t0
         self.log(f"{len(self.prompts)} prompts ({len(self.raw['skipped'])} skipped), sweep on {len(self.sweep_prompts)}")
 
+    def _select_passes(self) -> None:
+        """``--passes``: the target's and every draft model's B = 1 passes (eager, static or CUDA graphs)."""
+        from specdec.core.static import use_passes
+
+        models = [self.model] + [d for d in self.drafters.values() if isinstance(d, torch.nn.Module)]
+        for m in models:
+            use_passes(m, self.args.passes)
+        self.raw["passes"] = self.args.passes
+
+    def _passes_report(self) -> None:
+        """Per model with static passes: graph replays, uncaptured passes, captured shapes, capture failures."""
+        from specdec.core.static import passes_of
+
+        named = {"target": getattr(self, "model", None), **getattr(self, "drafters", {})}
+        out = {}
+        for name, m in named.items():
+            p = passes_of(m) if isinstance(m, torch.nn.Module) else None
+            if p is not None:
+                out[name] = {"mode": p.mode, "max_len": p.max_len, "replays": p.replays, "uncaptured": p.uncaptured,
+                             "graphs": [list(k) for k in p.graphs], "failures": {str(k): v for k, v in p.failures.items()}}
+        self.raw["static_passes"] = out or None
+
+    def _warm(self, name: str, run) -> None:
+        """Run ``run`` until two runs in a row take within 10% of each other (at most ``--warmup-rounds``); the
+        timings go to ``raw["warmup"][name]`` (the first GPU runs pay allocation, kernel selection, graph capture)."""
+        times: list[float] = []
+        for _ in range(max(1, self.args.warmup_rounds)):
+            t0 = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - t0)
+            if len(times) >= 2 and abs(times[-1] - times[-2]) <= 0.1 * max(times[-2], 1e-9):
+                break
+        self.raw.setdefault("warmup", {})[name] = [round(t, 4) for t in times]
+
     def _drafter_desc(self, spec: str) -> dict:
         d = self.drafters[spec]
         if isinstance(d, NgramDrafter):
@@ -138,14 +174,16 @@ class Bench:
         a = self.args
         short = min(self.prompts, key=lambda p: len(p["ids"]))
         x = self.ids_tensor(short["ids"])
-        n = min(8, a.max_new_tokens)
-        pm.run_target_only(self.model, x, n, self.eos)
+        n = a.max_new_tokens  # every verification width (and, with --passes graphs, every graph) is exercised
+        self._warm("target_only", lambda: pm.run_target_only(self.model, x, n, self.eos))
         self.ours = {s: pm.Ours(d) for s, d in self.drafters.items()}
         for s, d in self.drafters.items():
-            self.ours[s].run(self.model, x, a.k, n, self.eos)
+            self._warm(f"ours {s}", lambda s=s: self.ours[s].run(self.model, x, a.k, n, self.eos))
+            for k in sorted(set(a.k_values) - {a.k}):  # the k sweep's verification widths (graph captures) too
+                self.ours[s].run(self.model, x, k, n, self.eos)
             if not a.no_hf:
                 try:
-                    pm.run_hf(self.model, d, x, a.k, n, self.eos, self.pad_id)
+                    self._warm(f"hf {s}", lambda d=d: pm.run_hf(self.model, d, x, a.k, n, self.eos, self.pad_id))
                 except Exception as e:  # noqa: BLE001 - reported; HF is then left out for this drafter
                     self.raw["errors"].append(f"HF assisted generation with {s}: {type(e).__name__}: {e}")
                     self.raw["hf_audit"][s] = {"error": f"{type(e).__name__}: {e}"}

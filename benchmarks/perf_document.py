@@ -66,6 +66,8 @@ def document(args, machine_desc: dict, raw: dict, summary: dict, started_at, com
         "phase_seconds": raw.get("phase_seconds"),
         "loadavg_by_phase": raw.get("loadavg_by_phase"),
         "errors": raw.get("errors"),
+        "warmup_seconds": raw.get("warmup"),
+        "static_passes": raw.get("static_passes"),
         "runs": {"main": raw["main"], "teacher_forced": raw["tf"], "k_sweep": raw["k_sweep"], "p5": raw.get("p5"),
                  "calibration": raw.get("calibration"), "pooled_stats": raw["stats"], "step_outcomes": raw["steps"]},
     }

@@ -22,6 +22,7 @@ import torch
 
 from specdec import NgramDrafter, SamplingConfig, autoregressive_generate, speculative_generate, speculative_generate_batch
 from specdec.core.kv import sync, timed
+from specdec.core.drafters import DrafterWrapper
 
 GREEDY = SamplingConfig()
 
@@ -51,27 +52,20 @@ class RunOut:
 # --------------------------------------------------------------------------------------- drafter wrapper
 
 
-class StepRecorder:
+class StepRecorder(DrafterWrapper):
     """Delegating drafter that records ``(proposed, accepted)`` for every step, ``(0, 0)`` for a step
-    that proposed nothing (B = 1 runs; :class:`specdec.core.drafters.Drafter` protocol). The first
-    entry is the prefill step: the speed model's counters are the later ones.
+    that proposed nothing (B = 1 runs; :class:`specdec.core.drafters.Drafter` protocol, every other member
+    forwarded explicitly by :class:`~specdec.core.drafters.DrafterWrapper`). The first entry is the prefill
+    step: the speed model's counters are the later ones.
 
     The decoding core calls ``propose(...)`` and, after verification, ``accept(num_accepted, ...)``.
     Overhead: two Python calls per step (microseconds against millisecond forward passes).
     """
 
     def __init__(self, inner) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.steps: list[tuple[int, int]] = []
         self._proposed: int | None = None
-
-    @property
-    def forward_passes(self) -> int:
-        return self.inner.forward_passes
-
-    @forward_passes.setter
-    def forward_passes(self, v: int) -> None:
-        self.inner.forward_passes = v
 
     def start(self, contexts) -> None:
         self.steps = []
@@ -87,12 +81,6 @@ class StepRecorder:
         self.steps.append((self._proposed or 0, int(num_accepted[0]) if self._proposed else 0))
         self._proposed = None
         self.inner.accept(num_accepted, next_tokens, features)
-
-    def select(self, rows) -> None:
-        self.inner.select(rows)
-
-    def __getattr__(self, name):  # anything else the core may ask for
-        return getattr(self.inner, name)
 
 
 def make_our_drafter(draft_obj) -> Any:

@@ -26,6 +26,7 @@ import torch
 from specdec.kinds import (
     DERIVED,
     EAGLE3,
+    LAYERSKIP,
     MODEL,
     NGRAM,
     DrafterKind,
@@ -144,7 +145,7 @@ def test_no_drafter_kind_string_comparison_outside_the_registry():
 
 
 def test_every_kind_is_registered_once_and_model_is_the_default():
-    assert [k.name for k in kinds()] == ["ngram", "derived", "eagle3", "model"]
+    assert [k.name for k in kinds()] == ["ngram", "derived", "eagle3", "layerskip", "model"]
     assert kinds()[-1] is MODEL and kind_of("./my-draft") is MODEL and kind_of("org/name") is MODEL
     with pytest.raises(ValueError, match="registered already"):
         register(NgramKindTwin())
@@ -157,11 +158,11 @@ class NgramKindTwin(DrafterKind):
 def test_stored_labels_are_exactly_todays():
     """They are in MLflow tags and history databases: they never change."""
     assert set(stored_labels()) == {"model", "ngram", "derived:int8", "derived:int4", "derived:bf16", "derived:fp8",
-                                    "eagle3"}
+                                    "eagle3", "layerskip"}
 
 
 @pytest.mark.parametrize("label", sorted({"model", "ngram", "derived:int8", "derived:int4", "derived:bf16",
-                                          "derived:fp8", "eagle3"}))
+                                          "derived:fp8", "eagle3", "layerskip"}))
 def test_label_round_trips_through_its_kind(label):
     kind = kind_of(label)
     assert kind_of_label(label) is kind and label in kind.labels()
@@ -172,7 +173,7 @@ def test_label_round_trips_through_its_kind(label):
 
 @pytest.mark.parametrize("spec,label", [("ngram", "ngram"), ("ngram:4", "ngram"), ("ngram:4:2", "ngram"),
                                         ("derived:bf16", "derived:bf16"), ("model:./d", "model"), ("./d", "model"),
-                                        ("auto", "model")])
+                                        ("auto", "model"), ("layerskip", "layerskip"), ("layerskip:4", "layerskip")])
 def test_specs_map_to_their_stored_label(spec, label):
     assert kind_of(spec).label(spec) == label
 
@@ -184,6 +185,7 @@ def test_specs_map_to_their_stored_label(spec, label):
     ("model:", "model: needs a reference"),
     ("eagle3", "needs a head directory"), ("eagle3:", "needs a head directory"),
     ("eagle3:models:/head/3", "registry URI"), ("eagle3:/no/such/head", "no EAGLE-3 head at"),
+    ("layerskip:0", "bad layer-skip spec"), ("layerskip:x", "bad layer-skip spec"), ("layerskip:2:3", "bad layer-skip spec"),
 ])
 def test_a_bad_spec_is_one_clear_line(spec, msg):
     with pytest.raises(DrafterSpecError, match=msg) as e:
@@ -199,7 +201,8 @@ def test_facts_per_kind():
     facts = {k.name: (k.needs_draft_weights, k.model_free, k.derives_from_target, k.reads_target_features, k.retrainable)
              for k in kinds()}
     assert facts == {"model": (True, False, False, False, False), "ngram": (False, True, False, False, False),
-                     "derived": (False, False, True, False, False), "eagle3": (True, False, False, True, True)}
+                     "derived": (False, False, True, False, False), "eagle3": (True, False, False, True, True),
+                     "layerskip": (False, False, True, False, False)}
 
 
 class _Loader:
@@ -287,15 +290,42 @@ def test_serving_of_each_kind_names_its_method(engine):
     methods = {k.name: (k.vllm_method, k.sglang_algorithm) for k in kinds()}
     for label in stored_labels():
         kind = kind_of(label)
+        if kind is LAYERSKIP and engine != "transformers":  # no engine but transformers has early exit
+            with pytest.raises(ValueError, match="early-exit"):
+                serving_config(engine, label, 3, draft="d")
+            continue
         if not kind.serves_on(engine):
             with pytest.raises(ValueError, match="vllm or sglang"):
                 serving_config(engine, label, 3, draft="d")
             continue
-        sc = serving_config(engine, label, 3, draft="d")
+        recipe = {"num_layers": 4} if kind is LAYERSKIP else None
+        sc = serving_config(engine, label, 3, draft="d", drafter_recipe=recipe)
         text = json.dumps(sc)
         if engine != "transformers":
             assert methods[kind.name][engine == "sglang"] in text
+        if kind is LAYERSKIP:  # the target's own layers: transformers' early exit, no draft reference
+            assert sc["generate_kwargs"]["assistant_early_exit"] == 4 and '"d"' not in text
+            continue
         assert ('"d"' in text) != kind.model_free
+
+
+def test_layerskip_kind_resolves_the_targets_own_layers_and_keys_on_the_target():
+    from tests.support.models import tiny_llama
+
+    target = tiny_llama(61, hidden_size=32, num_layers=4)
+    r = kind_of("layerskip:3").resolve("layerskip:3", SimpleNamespace(model=target))
+    assert (r.kind, r.recipe["num_layers"], r.drafter.config.num_hidden_layers) == ("layerskip", 3, 3)
+    assert r.drafter.lm_head is target.lm_head and r.drafter.model.layers[2] is target.model.layers[2]
+    obj, model, label, _, recipe = drafter_parts(r.drafter)  # a bare layer-skip draft is claimed by its kind
+    assert model is obj and label == "layerskip" and recipe["num_layers"] == 3
+    assert kind_of("layerskip").resolve("layerskip", SimpleNamespace(model=target)).recipe["num_layers"] == 2
+    with pytest.raises(DrafterSpecError, match="num_layers must be in 1..3"):
+        kind_of("layerskip:4").resolve("layerskip:4", SimpleNamespace(model=target))
+    loaded = LAYERSKIP.load(_reg("layerskip", recipe={"num_layers": 1}), SimpleNamespace(model=target), _Loader())
+    assert loaded.drafter.config.num_hidden_layers == 1 and loaded.drafter.model.embed_tokens is target.model.embed_tokens
+    key = LAYERSKIP.cache_key(_reg("layerskip", recipe={"num_layers": 1}), _Loader())
+    assert key == ("layerskip", ("target", "models:/t/2"), repr([("num_layers", 1)]))
+    assert LAYERSKIP.pair_recipe("layerskip:5") == {"num_layers": 5} and LAYERSKIP.pair_recipe("layerskip") is None
 
 
 def test_derived_serving_notes_and_descriptions():
@@ -304,7 +334,7 @@ def test_derived_serving_notes_and_descriptions():
     assert MODEL.serving_note("model") is None
     assert [k.describe(lab) for k in kinds() for lab in k.labels()[:1]] == [
         "n-gram drafter (prompt lookup, no model)", "derived:int8 (the target with int8 weights)", "EAGLE-3 head",
-        "draft model"]
+        "layer-skip draft (the target's own first layers, shared weights)", "draft model"]
 
 
 def test_ngram_finding_reads_its_group():

@@ -1,13 +1,15 @@
-"""Quick environment check for the remote GPU machine (run by device_stage.sh / device_run.sh).
+"""Quick environment check for the remote GPU machine (run by device_stage.sh and device_run.sh; on the CPU by make test).
 
 Imports everything specdec needs at runtime (the carried wheels: pydantic, pydantic-settings, gguf,
 torchao), prints versions, then on a tiny random Llama (no download) checks on the chosen device:
-greedy speculative decoding with derived int8 and int4 drafts is token-identical to target-only
-decoding (strict in float32; the requested dtype is reported, since bf16 block verification may
-flip near-ties), and the KV-cache forward/crop API of the installed transformers works. Exits
-non-zero on a failed import or strict check. Takes a few seconds.
+greedy speculative decoding with derived drafts (``--kinds``, default int8 and int4) and a layer-skip
+draft is token-identical to target-only decoding (strict in float32; the requested dtype is reported,
+since bf16 block verification may flip near-ties), B = 2 rows equal single-row runs, the KV-cache
+forward/crop API of the installed transformers works, and static passes (plus CUDA graphs on CUDA)
+give the eager tokens (with the one-token pass time per mode). Exits non-zero on a failed import or
+strict check. ``make test`` runs it on the CPU (tests/benchmarks/test_gpu_smoke.py).
 
-Usage: python3 benchmarks/gpu/smoke.py [--device cuda] [--dtype bfloat16]
+Usage: python3 benchmarks/gpu/smoke.py [--device cuda] [--dtype bfloat16] [--kinds int8,int4]
 """
 
 from __future__ import annotations
@@ -16,12 +18,18 @@ import argparse
 import sys
 import time
 from importlib.metadata import version
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # tests.support.models (the tiny model) lives in the repository
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--kinds", default="int8,int4", help="derived precisions checked (comma-separated)")
     args = ap.parse_args()
     t0 = time.perf_counter()
 
@@ -40,7 +48,8 @@ def main() -> int:
 
     from specdec import autoregressive_generate, speculative_generate
     from specdec.models.derived import DerivedDraftRecipe, derive_draft
-    from specdec.core.drafters import crop_cache, forward_tokens, new_cache
+    from specdec.models.layerskip import LayerSkipRecipe, derive_layerskip
+    from specdec.core.kv import crop_cache, forward_tokens, new_cache
     from specdec.core.config import SamplingConfig
     from specdec.settings import get_settings
     from tests.support.models import tiny_llama
@@ -73,7 +82,7 @@ def main() -> int:
         prompt = torch.tensor([[1, 10, 11, 12, 13]], device=args.device)
         greedy = SamplingConfig(temperature=0.0)
         ref = autoregressive_generate(target, prompt, max_new_tokens=24, sampling=greedy).token_ids
-        for kind in ("int8", "int4"):
+        for kind in [k for k in args.kinds.split(",") if k]:
             draft = derive_draft(target, DerivedDraftRecipe(kind=kind))
             out = speculative_generate(target, draft, prompt, num_speculative_tokens=4, max_new_tokens=24,
                                        sampling=greedy)
@@ -82,7 +91,12 @@ def main() -> int:
             if not ok:
                 print(f"  ref={ref}\n  got={out.token_ids}", flush=True)
                 failures += strict
+        draft = derive_layerskip(target, LayerSkipRecipe(num_layers=1))
+        out = speculative_generate(target, draft, prompt, num_speculative_tokens=4, max_new_tokens=24, sampling=greedy)
+        print(f"[{dt}] layerskip:1 greedy token-identical={out.token_ids == ref} stats={out.stats}", flush=True)
+        failures += strict and out.token_ids != ref
         failures += _batch_check(target, draft, greedy, args.device, strict)
+        failures += _passes_check(target, draft, prompt, greedy, strict)
     if failures:
         print(f"smoke FAILED ({failures} strict check(s))", flush=True)
         return 1
@@ -115,6 +129,51 @@ def _batch_check(target, draft, greedy, device, strict) -> int:
         return int(strict)
     print(f"[{target.dtype}] batch B=2 rows == single-row runs: {ok}", flush=True)
     return int(strict and not ok)
+
+
+def _passes_check(target, draft, prompt, greedy, strict) -> int:
+    """Static passes (and CUDA graphs on CUDA) give the eager tokens, target-only and speculative; prints the
+    one-token target pass per mode (median of 20 after 5 warm ones) and the graph replay/capture counters."""
+    import torch
+
+    from specdec import autoregressive_generate, speculative_generate
+    from specdec.core.kv import forward_tokens, new_cache, now
+    from specdec.core.static import passes_of, use_passes
+
+    def run():
+        ref = autoregressive_generate(target, prompt, max_new_tokens=24, sampling=greedy).token_ids
+        spec = speculative_generate(target, draft, prompt, num_speculative_tokens=4, max_new_tokens=24,
+                                    sampling=greedy).token_ids
+        return ref, spec
+
+    def one_token_ms() -> float:
+        cache = new_cache(target, static=True, need=64)
+        forward_tokens(target, prompt[0].tolist(), cache, logits_to_keep=1)
+        times = []
+        for i in range(25):
+            t0 = now(target.device)
+            forward_tokens(target, [7], cache, logits_to_keep=1)
+            times.append(now(target.device) - t0)
+            cache.crop(-1)
+        return sorted(times[5:])[len(times[5:]) // 2] * 1e3
+
+    failures = 0
+    modes = ["eager", "static"] + (["graphs"] if target.device.type == "cuda" else [])
+    base = None
+    for mode in modes:
+        use_passes(target, mode, max_len=128)
+        use_passes(draft, mode, max_len=128)
+        got = run()
+        base = base or got
+        same = got == base and got[0] == got[1]
+        p = passes_of(target)
+        counters = "" if p is None else f" replays={p.replays} uncaptured={p.uncaptured} failures={p.failures}"
+        print(f"[{target.dtype}] passes={mode} token-identical to eager={same} one-token target pass "
+              f"{one_token_ms():.3f} ms{counters}", flush=True)
+        failures += strict and not same
+    use_passes(target, "eager")
+    use_passes(draft, "eager")
+    return int(failures)
 
 
 def _ver(pkg: str) -> str:

@@ -25,7 +25,8 @@ from specdec.core.inputs import (
     stop_token_ids,
     strip_padding,
 )
-from specdec.core.kv import crop_cache, forward_tokens, forward_tokens_features, model_device, new_cache, now
+from specdec.core.finite import checked_argmax
+from specdec.core.kv import crop_cache, forward_tokens_features, model_device, new_cache, now
 from specdec.core.results import GenerationResult
 from specdec.core.sampling import NO_NEXT_TOKEN, VerifyOutcome, logits_to_probs, one_hot_q, sample, verify_block, verify_greedy
 from specdec.core.stats import DecodingStats
@@ -77,15 +78,16 @@ def autoregressive_generate(
     device = model_device(target)
     stats = DecodingStats()
     result = GenerationResult(stats=stats)
-    cache = new_cache(target)
+    cache = new_cache(target, static=True, need=len(context) + max_new_tokens)
     pending = context
     while len(result.token_ids) < max_new_tokens:
         t0 = now(device)
-        logits = forward_tokens(target, pending, cache, logits_to_keep=1)[-1]
-        if sampling.is_greedy:
-            token = int(logits.argmax())  # = sample(logits_to_probs(...)) for one-hot, one host read
+        end = cache.get_seq_length() + len(pending)
+        logits, _ = forward_tokens_features(target, pending, cache, 1, None, check=not sampling.is_greedy)
+        if sampling.is_greedy:  # = sample(logits_to_probs(...)) for one-hot; one host read, finiteness folded in
+            token = checked_argmax(target, logits, end)[0]
         else:
-            token = sample(logits_to_probs(logits, sampling), generator)
+            token = sample(logits_to_probs(logits[-1], sampling), generator)
         stats.target_seconds += now(device) - t0
         stats.target_forward_passes += 1
         result.token_ids.append(token)
@@ -166,7 +168,7 @@ def speculative_generate(
     layer_ids = drafter.target_layer_ids
     stats = DecodingStats(num_speculative_tokens=k)
     result = GenerationResult(stats=stats)
-    cache = new_cache(target)
+    cache = new_cache(target, static=True, need=len(context) + max_new_tokens + k + 1)
     num_cached = 0  # positions of `context` held in the target cache
     draft_passes_before = drafter.forward_passes
     # a draft derived from this target adopts the target's prompt KV after a plain first step
@@ -258,11 +260,13 @@ def _verify(target, fed: list[int], cache, proposal: Proposal, sampling: Samplin
     """
     n = int(proposal.num_drafts[0])
     drafts = fed[len(fed) - n:] if n else []
-    logits, hidden = forward_tokens_features(target, fed, cache, n + 1, layer_ids)
+    ids_only = proposal.q is None and sampling.is_greedy  # see the Drafter protocol
+    end = cache.get_seq_length() + len(fed)
+    logits, hidden = forward_tokens_features(target, fed, cache, n + 1, layer_ids, check=not ids_only)
     if logits.shape[-1] != vocab_size:
         raise ValueError(f"target logits have {logits.shape[-1]} entries, expected {vocab_size}")
-    if proposal.q is None and sampling.is_greedy:  # ids only (see the Drafter protocol)
-        return verify_greedy(drafts, logits.argmax(dim=-1).tolist(), stop), hidden
+    if ids_only:  # one host read: the acceptance decision, with the finiteness check folded in
+        return verify_greedy(drafts, checked_argmax(target, logits, end), stop), hidden
     p = logits_to_probs(logits, sampling)
     q = one_hot_q(proposal.tokens[0, :n], vocab_size) if proposal.q is None else proposal.q[0, :n]
     return verify_block(drafts, p, q.to(p.device), generator, stop), hidden

@@ -64,8 +64,8 @@ from specdec.core.config import SamplingConfig
 from specdec.core.kv import copy_cache_prefix, left_pad, new_kv, SingleKV
 from specdec.core.sampling import NO_NEXT_TOKEN, draft_step
 
-__all__ = ["Drafter", "DrafterBase", "Proposal", "TargetFeatures", "ModelDrafter", "NgramDrafter", "as_drafter", "fit_vocab",
-           "check_draft_embeds", "limit_at_stop"]
+__all__ = ["Drafter", "DrafterBase", "DrafterWrapper", "Proposal", "TargetFeatures", "ModelDrafter", "NgramDrafter",
+           "as_drafter", "fit_vocab", "check_draft_embeds", "limit_at_stop", "unwrap_drafter"]
 
 
 @dataclass
@@ -183,6 +183,69 @@ class DrafterBase:
         raise NotImplementedError(f"{type(self).__name__} cannot adopt the target's prompt KV")
 
 
+class DrafterWrapper:
+    """A drafter around another one (recorders, probes): every :class:`Drafter` member is written out here
+    and forwards to ``inner``; subclasses override the calls they observe.
+
+    No ``__getattr__``: since Python 3.12, ``isinstance(x, Drafter)`` looks members up with
+    ``inspect.getattr_static``, which never calls ``__getattr__``, so a forwarding wrapper would stop being a
+    drafter there (tests/core/test_drafter_wrappers.py checks every wrapper statically). Drafter-specific
+    members (an n-gram's ``lookup``, a head's ``head``) are read from :func:`unwrap_drafter`.
+
+    Args:
+        inner: a :class:`Drafter` (a causal LM is wrapped by :func:`as_drafter` first).
+    """
+
+    def __init__(self, inner) -> None:
+        self.inner = as_drafter(inner)
+
+    @property
+    def forward_passes(self) -> int:
+        return self.inner.forward_passes
+
+    @forward_passes.setter
+    def forward_passes(self, value: int) -> None:
+        self.inner.forward_passes = value
+
+    @property
+    def target_layer_ids(self) -> tuple[int, ...] | None:
+        return self.inner.target_layer_ids
+
+    @property
+    def model(self) -> torch.nn.Module | None:
+        return self.inner.model
+
+    @property
+    def timed_module(self) -> torch.nn.Module | None:
+        """The inner drafter's timed module (its ``model`` where it has no ``timed_module``)."""
+        return getattr(self.inner, "timed_module", self.inner.model)
+
+    def start(self, contexts: list[list[int]]) -> None:
+        self.inner.start(contexts)
+
+    def propose(self, contexts, limits, sampling, vocab_size, generator=None, stop_token_ids=frozenset()) -> Proposal:
+        return self.inner.propose(contexts, limits, sampling, vocab_size, generator, stop_token_ids)
+
+    def accept(self, num_accepted, next_tokens, features=None) -> None:
+        self.inner.accept(num_accepted, next_tokens, features)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.inner.select(rows)
+
+    def can_adopt_prefix(self, target, prompt_len: int) -> bool:
+        return self.inner.can_adopt_prefix(target, prompt_len)
+
+    def adopt_prefix(self, target_cache, positions: int) -> None:
+        self.inner.adopt_prefix(target_cache, positions)
+
+
+def unwrap_drafter(drafter):
+    """The innermost drafter under any :class:`DrafterWrapper` layers (``drafter`` itself when it is none)."""
+    while isinstance(drafter, DrafterWrapper):
+        drafter = drafter.inner
+    return drafter
+
+
 def first_true(flags: torch.Tensor) -> torch.Tensor:
     """Per row of ``flags`` (BoolTensor ``[B, w]``): 1 + the index of the first True, ``w`` if none
     (the number of drafts kept when drafting stops right after the flagged one)."""
@@ -277,8 +340,8 @@ class ModelDrafter(DrafterBase):
         stop token and, with ``sampling.assistant_confidence_threshold``, right after its first
         draft whose confidence is below it (drafting ends once every row has stopped). Greedy or
         the argmax rule: argmax on the device, ``q`` None (one-hot); one host read per block
-        without a threshold, one per step with one. Returns a :class:`Proposal` (``q`` float32
-        ``[B, k, V]`` under the sampled rule).
+        without a threshold (the passes' finiteness checks, folded into one), one per step with one.
+        Returns a :class:`Proposal` (``q`` float32 ``[B, k, V]`` under the sampled rule).
 
         Raises:
             ValueError: a pending id the draft cannot embed (:func:`check_draft_embeds`).
@@ -295,7 +358,7 @@ class ModelDrafter(DrafterBase):
         tokens, qs, confs, low = [], [], [], []
         limit = torch.tensor(limits, device=device)
         for i in range(k):
-            logits = fit_vocab(self.kv.forward(ids, valid, logits_to_keep=1)[:, -1], vocab_size)
+            logits = fit_vocab(self.kv.forward(ids, valid, logits_to_keep=1, check=False)[:, -1], vocab_size)
             self.forward_passes += 1
             x, q, confidence = draft_step(logits, sampling, generator)
             tokens.append(x)
@@ -307,6 +370,7 @@ class ModelDrafter(DrafterBase):
                 if bool(torch.stack(low, dim=1).any(dim=1).logical_or(limit <= i + 1).all()):
                     break
             ids, valid = x[:, None], torch.ones(rows, 1, dtype=torch.bool, device=device)
+        self.kv.check_pending()  # the block's finiteness checks: one host read, not one per pass
         self.pending = [[] for _ in range(rows)]  # all fed but the last draft, which is only sampled
         self.last = torch.stack(tokens, dim=1)
         num_drafts = limit_at_stop(self.last, limit, stop_token_ids)

@@ -56,6 +56,41 @@ def check_logits(model, logits: torch.Tensor, positions: torch.Tensor, valid: to
     raise NonFiniteLogits(model, int(pos[first]), int(rows[first]))
 
 
+def checked_argmax(model, logits: torch.Tensor, end: int) -> list[int]:
+    """``logits.argmax(-1)`` as a list (``logits [n, V]``: row i predicts position ``end - n + 1 + i``), with the finiteness check of
+    :func:`check_logits` folded into the same host read (one transfer per pass: the acceptance decision's).
+
+    Raises:
+        NonFiniteLogits: a row of ``logits`` is not finite.
+    """
+    out = torch.cat([logits.argmax(dim=-1), bad_rows(logits).any()[None].long()]).tolist()
+    if out[-1]:
+        n = logits.shape[0]
+        check_logits(model, logits, torch.arange(end - n + 1, end + 1, device=logits.device))
+    return out[:-1]
+
+
+class DeferredChecks:
+    """Finiteness checks of several passes, read back once (:meth:`check_pending`) instead of once per pass.
+
+    ``defer(model, logits, positions, valid)`` queues what :func:`check_logits` takes; :meth:`check_pending`
+    does one host read for all of them and raises the first pass's :class:`NonFiniteLogits`.
+    """
+
+    def defer(self, model, logits: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor | None = None) -> None:
+        self.__dict__.setdefault("_pending", []).append((model, logits, positions, valid))
+
+    def check_pending(self) -> None:
+        """One host read for every deferred check; raises :class:`NonFiniteLogits` for the first bad pass."""
+        pending, self._pending = self.__dict__.get("_pending", []), []
+        if not pending:
+            return
+        flags = torch.stack([(bad_rows(lg) if v is None else bad_rows(lg) & v).any() for _, lg, _, v in pending])
+        if bool(flags.any()):
+            for model, logits, positions, valid in pending:
+                check_logits(model, logits, positions, valid)
+
+
 class BrokenModel(RuntimeError):
     """A validation stopped because one side's model is broken (:class:`NonFiniteLogits`): the
     target or the draft, on which prompt, at which position. Never an acceptance figure.

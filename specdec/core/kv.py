@@ -21,14 +21,21 @@ from typing import TypeVar
 import torch
 
 from specdec.core.attention import NATIVE_GQA, wants_native_gqa
-from specdec.core.finite import check_logits
+from specdec.core.finite import DeferredChecks, check_logits
+from specdec.core.static import StaticKV, new_static_cache
 
 T = TypeVar("T")
 
 
-def new_cache(model):
-    """A fresh transformers ``DynamicCache`` for ``model`` (KV cache that supports ``crop``), whose
-    full-attention layers are :class:`GrowingLayer`s (preallocated; appending and cropping copy nothing)."""
+def new_cache(model, *, static: bool = False, need: int | None = None):
+    """A fresh KV cache for ``model`` that supports ``crop``: with ``static`` and static passes selected for
+    ``model`` (:func:`specdec.core.static.use_passes`), its :class:`~specdec.core.static.StaticKV` (when
+    ``need`` positions, None = unknown, fit); else a transformers ``DynamicCache`` whose full-attention
+    layers are :class:`GrowingLayer`s (preallocated; appending and cropping copy nothing)."""
+    if static:
+        cache = new_static_cache(model, need)
+        if cache is not None:
+            return cache
     from transformers import DynamicCache
 
     try:
@@ -168,6 +175,8 @@ def crop_cache(cache, keep: int) -> None:
 def cache_layer_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(keys, values)`` per layer of a ``DynamicCache``, each ``[batch, kv_heads, positions, head_dim]``
     (transformers 5.x ``cache.layers``; 4.x ``key_cache``/``value_cache``)."""
+    if isinstance(cache, StaticKV):
+        return cache.layer_tensors()
     layers = getattr(cache, "layers", None)
     if layers is not None:
         return [(layer.keys, layer.values) for layer in layers]
@@ -176,10 +185,12 @@ def cache_layer_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 def copy_cache_prefix(source, model, positions: int, dtype: torch.dtype):
     """A new cache for ``model`` holding the first ``positions`` positions of ``source``, cast to
-    ``dtype`` (the source is left untouched). Both models must share the KV layout (layers,
-    KV heads, head dim): e.g. a draft derived from the target by a dtype cast or quantization."""
-    out = new_cache(model)
-    for i, (k, v) in enumerate(cache_layer_tensors(source)):
+    ``dtype`` (the source is left untouched). Both models must share the KV layout (KV heads, head dim)
+    of ``model``'s layers, which are ``source``'s first ones: e.g. a draft derived from the target by a
+    dtype cast or quantization (every layer), or the target's first N layers (a layer-skip draft)."""
+    out = new_cache(model, static=True)
+    layers = cache_layer_tensors(source)[: getattr(model.config, "num_hidden_layers", None)]
+    for i, (k, v) in enumerate(layers):
         out.update(k[:, :, :positions].to(dtype), v[:, :, :positions].to(dtype), i)
     return out
 
@@ -232,24 +243,37 @@ def forward_tokens(model, tokens: list[int], cache, logits_to_keep: int | None =
 
 @torch.inference_mode()
 def forward_tokens_features(model, tokens: list[int], cache, logits_to_keep: int | None,
-                            layer_ids: tuple[int, ...] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`forward_tokens`, plus the target features ``layer_ids`` ask for.
+                            layer_ids: tuple[int, ...] | None, check: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`forward_tokens`, plus the target features ``layer_ids`` ask for. A
+    :class:`~specdec.core.static.StaticKV` cache runs the model's static (or graphed) pass.
 
+    Args:
+        check: check the logits are finite here (one host read); False: the caller folds the check into
+            its own read (:func:`specdec.core.finite.checked_argmax`).
     Returns:
         ``(logits [n, V], features)`` with ``features`` = the aux hidden states of the fed
         tokens, ``[1, len(tokens), len(layer_ids) * hidden]`` in the model's dtype; ``None`` when
         ``layer_ids`` is None (then no hidden states are requested: costs nothing).
     Raises:
         ValueError: a layer id outside ``0..num_hidden_layers``.
+        specdec.core.finite.NonFiniteLogits: with ``check``, non-finite logits.
     """
     ids = torch.tensor([tokens], dtype=torch.long, device=model_device(model))
     past = cache.get_seq_length() if cache is not None else 0
-    out, hidden = _with_features(model, layer_ids, input_ids=ids, **model_kwargs(model, cache, logits_to_keep))
-    logits = out.logits[0]
-    logits = logits if logits_to_keep is None else logits[-logits_to_keep:]
-    end = past + len(tokens)  # row i predicts position end - n + i + 1
-    check_logits(model, logits, torch.arange(end - logits.shape[0] + 1, end + 1, device=logits.device))
+    if isinstance(cache, StaticKV):
+        full, hidden = cache.forward(ids, logits_to_keep, layer_ids)
+    else:
+        out, hidden = _with_features(model, layer_ids, input_ids=ids, **model_kwargs(model, cache, logits_to_keep))
+        full = out.logits
+    logits = full[0] if logits_to_keep is None else full[0, -logits_to_keep:]
+    if check:
+        check_logits(model, logits, logit_positions(past + len(tokens), logits.shape[0], logits.device))
     return logits, hidden
+
+
+def logit_positions(end: int, n: int, device) -> torch.Tensor:
+    """Positions the last ``n`` logits of a pass ending at ``end`` predict: ``end - n + 1 .. end``."""
+    return torch.arange(end - n + 1, end + 1, device=device)
 
 
 def _with_features(model, layer_ids, **kw):
@@ -288,7 +312,7 @@ def timed(fn: Callable[[], T], device: torch.device) -> tuple[T, float]:
     return out, now(device) - t0
 
 
-class MaskedKV:
+class MaskedKV(DeferredChecks):
     """A KV cache plus a per-row validity mask over its columns (see module docstring).
 
     Args:
@@ -303,8 +327,10 @@ class MaskedKV:
         self.mask = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)
         self.num_valid = torch.zeros(batch_size, dtype=torch.long, device=self.device)
 
-    def forward(self, ids: torch.Tensor, valid: torch.Tensor, logits_to_keep: int | None = None) -> torch.Tensor:
-        """Append a block and run the model over it.
+    def forward(self, ids: torch.Tensor, valid: torch.Tensor, logits_to_keep: int | None = None,
+                check: bool = True) -> torch.Tensor:
+        """Append a block and run the model over it (``check`` False: the finiteness check is deferred to
+        :meth:`check_pending`).
 
         Args:
             ids: LongTensor ``[B, m]``; ids in invalid slots are ignored (masked for every query).
@@ -313,11 +339,11 @@ class MaskedKV:
         Returns:
             logits ``[B, n, V]`` for the last ``n`` slots (rows of invalid slots are meaningless).
         """
-        return self.forward_features(ids, valid, logits_to_keep, None)[0]
+        return self.forward_features(ids, valid, logits_to_keep, None, check)[0]
 
     @torch.inference_mode()
     def forward_features(self, ids: torch.Tensor, valid: torch.Tensor, logits_to_keep: int | None,
-                         layer_ids: tuple[int, ...] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                         layer_ids: tuple[int, ...] | None, check: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         """:meth:`forward`, plus the aux hidden states ``[B, m, len(layer_ids) * hidden]`` of every
         slot of the block (invalid slots meaningless); ``None`` (and no hidden states asked
         for) when ``layer_ids`` is None."""
@@ -328,7 +354,10 @@ class MaskedKV:
         self.num_valid = self.num_valid + valid.sum(dim=1)
         logits = out.logits if logits_to_keep is None else out.logits[:, -logits_to_keep:]
         n = logits.shape[1]
-        check_logits(self.model, logits, positions[:, -n:] + 1, valid[:, -n:])
+        if check:
+            check_logits(self.model, logits, positions[:, -n:] + 1, valid[:, -n:])
+        else:
+            self.defer(self.model, logits, positions[:, -n:] + 1, valid[:, -n:])
         return logits, hidden
 
     @torch.inference_mode()
@@ -360,7 +389,7 @@ class MaskedKV:
         self.num_valid = self.num_valid[rows]
 
 
-class SingleKV:
+class SingleKV(DeferredChecks):
     """:class:`MaskedKV`'s interface for a batch of one row, on a plain ``DynamicCache``.
 
     One row never has holes (rejected drafts are cut, not masked), so no attention mask and no
@@ -375,18 +404,28 @@ class SingleKV:
     def __init__(self, model, cache=None) -> None:
         self.model = model
         self.device = model_device(model)
-        self.cache = new_cache(model) if cache is None else cache
+        self.cache = new_cache(model, static=True) if cache is None else cache
 
     @torch.inference_mode()
-    def forward(self, ids: torch.Tensor, valid: torch.Tensor, logits_to_keep: int | None = None) -> torch.Tensor:
-        """As :meth:`MaskedKV.forward` for ``ids``/``valid`` ``[1, m]``; returns logits ``[1, n, V]``."""
-        if not bool(valid.all()):
+    def forward(self, ids: torch.Tensor, valid: torch.Tensor, logits_to_keep: int | None = None,
+                check: bool = True) -> torch.Tensor:
+        """As :meth:`MaskedKV.forward` for ``ids``/``valid`` ``[1, m]``; returns logits ``[1, n, V]``. A
+        :class:`~specdec.core.static.StaticKV` cache runs the model's static (or graphed) pass. One row has
+        no padding on a device (``valid`` is only read when it lies on the CPU: no host sync).
+        ``check`` False defers the finiteness check (:meth:`check_pending`)."""
+        if valid.device.type == "cpu" and not bool(valid.all()):
             ids = ids[valid][None]
         past = self.cache.get_seq_length()
-        out = self.model(input_ids=ids, **model_kwargs(self.model, self.cache, logits_to_keep))
-        logits = out.logits if logits_to_keep is None else out.logits[:, -logits_to_keep:]
-        end = past + ids.shape[1]
-        check_logits(self.model, logits, torch.arange(end - logits.shape[1] + 1, end + 1, device=logits.device)[None])
+        if isinstance(self.cache, StaticKV):
+            full = self.cache.forward(ids, logits_to_keep)[0]
+        else:
+            full = self.model(input_ids=ids, **model_kwargs(self.model, self.cache, logits_to_keep)).logits
+        logits = full if logits_to_keep is None else full[:, -logits_to_keep:]
+        positions = logit_positions(past + ids.shape[1], logits.shape[1], logits.device)[None]
+        if check:
+            check_logits(self.model, logits, positions)
+        else:
+            self.defer(self.model, logits, positions)
         return logits
 
     def invalidate_tail(self, keep: torch.Tensor, width: int) -> None:

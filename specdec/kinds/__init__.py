@@ -14,6 +14,7 @@ kind       specs                             stored labels             module
 ngram      ``ngram``, ``ngram:N``, ``ngram:N:M`` ``ngram``              :mod:`specdec.kinds.ngram`
 derived    ``derived:<int8|int4|bf16|fp8>``  ``derived:<precision>``   :mod:`specdec.kinds.derived`
 eagle3     ``eagle3:<dir or hub id>``        ``eagle3``                :mod:`specdec.kinds.eagle3`
+layerskip  ``layerskip``, ``layerskip:N``    ``layerskip``             :mod:`specdec.kinds.layerskip`
 model      ``model:<ref>`` or ``<ref>``      ``model``                 :mod:`specdec.kinds.model`
 ========== ================================= ========================= =====================================
 
@@ -64,17 +65,19 @@ from specdec.kinds.base import (
 )
 from specdec.kinds.derived import DerivedKind
 from specdec.kinds.eagle3 import Eagle3Kind
+from specdec.kinds.layerskip import LayerSkipKind
 from specdec.kinds.model import ModelKind
 from specdec.kinds.ngram import NgramKind
 
 __all__ = ["DrafterKind", "DrafterSpecError", "ResolvedDrafter", "RegisteredDrafter", "DraftLoader", "ServingRequest",
            "register", "kinds", "kind_of", "kind_of_label", "stored_labels", "drafter_parts", "draft_identity",
-           "MODEL", "NGRAM", "DERIVED", "EAGLE3", "SPEC_FORMS"]
+           "MODEL", "NGRAM", "DERIVED", "EAGLE3", "LAYERSKIP", "SPEC_FORMS"]
 
 _KINDS: list[DrafterKind] = []
 _DEFAULT: list[DrafterKind] = []  # the kind of a spec no other kind owns (one)
 #: the spec forms, for error messages and help texts
-SPEC_FORMS = "ngram, derived:int8, derived:int4, derived:bf16, derived:fp8, eagle3:<dir> or model:<ref>"
+SPEC_FORMS = ("ngram, derived:int8, derived:int4, derived:bf16, derived:fp8, eagle3:<dir>, layerskip[:N] "
+              "or model:<ref>")
 
 
 def register(kind: DrafterKind, *, default: bool = False) -> DrafterKind:
@@ -148,4 +151,5 @@ def drafter_parts(drafter: Any) -> tuple[Any, Any, str, str | None, dict | None]
 NGRAM = register(NgramKind())
 DERIVED = register(DerivedKind())
 EAGLE3 = register(Eagle3Kind())
+LAYERSKIP = register(LayerSkipKind())
 MODEL = register(ModelKind(), default=True)

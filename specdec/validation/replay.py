@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import torch
 
 from specdec.core.config import ProposalSampling, SamplingConfig
-from specdec.core.drafters import ModelDrafter, NgramDrafter, TargetFeatures, as_drafter, fit_vocab
+from specdec.core.drafters import DrafterWrapper, ModelDrafter, NgramDrafter, TargetFeatures, fit_vocab, unwrap_drafter
 from specdec.core.head_drafter import Eagle3Drafter
 from specdec.core.sampling import NO_NEXT_TOKEN, verify_greedy
 from specdec.core.stats import DecodingStats
@@ -145,6 +145,7 @@ def draft_trace(drafter: Any, prompt_ids: list[int], continuation: list[int], vo
     head without ``target``."""
     if not prompt_ids:
         raise ValueError("draft_trace needs a non-empty prompt")
+    drafter = unwrap_drafter(drafter)  # a recorder's inner drafter
     if isinstance(drafter, NgramDrafter):
         drafter.reset()
         full = prompt_ids + continuation
@@ -277,28 +278,16 @@ def counters_equal(a: DecodingStats, b: DecodingStats, exact: bool = True) -> bo
     return all(getattr(a, n) == getattr(b, n) for n in names)
 
 
-class RecordingDrafter:
+class RecordingDrafter(DrafterWrapper):
     """Any drafter (a causal LM as :func:`~specdec.core.drafters.as_drafter` wraps it) recording, for B = 1 runs,
     ``(len(context), tokens)`` of each proposal in ``blocks`` and its context in ``contexts`` (cleared by
-    ``start``), to compare a decoded run with its replay (:func:`first_flip`); decoding is unchanged."""
+    ``start``), to compare a decoded run with its replay (:func:`first_flip`); decoding is unchanged. Every
+    other drafter member forwards explicitly (:class:`~specdec.core.drafters.DrafterWrapper`)."""
 
     def __init__(self, drafter: Any) -> None:
-        self.inner = as_drafter(drafter)
+        super().__init__(drafter)
         self.blocks: list[tuple[int, list[int]]] = []
         self.contexts: list[list[int]] = []
-
-    def __getattr__(self, name: str) -> Any:  # target_layer_ids, can_adopt_prefix, adopt_prefix, model, head ...
-        return getattr(self.__dict__["inner"], name)
-
-    @property
-    def forward_passes(self) -> int:
-        return self.inner.forward_passes
-
-    def accept(self, num_accepted, next_tokens, features=None) -> None:
-        self.inner.accept(num_accepted, next_tokens, features)
-
-    def select(self, rows) -> None:
-        self.inner.select(rows)
 
     def start(self, contexts) -> None:
         self.blocks, self.contexts = [], []

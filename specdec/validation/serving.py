@@ -77,7 +77,7 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
     if tau is not None and not kind.tau_applies(engine):
         out["not_applied"] = {"assistant_confidence_threshold": tau}
     req = ServingRequest(engine=engine, label=drafter_kind, k=k, draft=None if kind.model_free else draft, target=target,
-                         recipe=drafter_recipe if kind.model_free else None,
+                         recipe=drafter_recipe,
                          tau=tau if kind.tau_applies(engine) else None)
     served = profile.serving_config(kind, req)
     if "not_applied" in out and "not_applied" in served:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from specdec.core.config import SamplingConfig
-from specdec.core.drafters import NgramDrafter, fit_vocab
+from specdec.core.drafters import NgramDrafter, fit_vocab, unwrap_drafter
 from specdec.core.finite import check_logits
 from specdec.core.head_drafter import Eagle3Drafter
 from specdec.core.kv import model_device
@@ -68,9 +68,10 @@ def draft_agreement(tf: TargetTeacherForcing, draft_model: torch.nn.Module | Non
                     sampling: SamplingConfig) -> AgreementSums:
     """Agreement of the drafter's q with the target's p at every continuation position: the draft LM's
     (``draft_model``), else the drafter's (``drafter``: an n-gram's lookup, or a drafter reading target
-    features, an EAGLE-3 head; asked through the drafter protocol so a wrapper such as
-    :class:`~specdec.validation.replay.RecordingDrafter` passes through)."""
+    features, an EAGLE-3 head; a wrapper such as
+    :class:`~specdec.validation.replay.RecordingDrafter` is unwrapped first)."""
     T, vocab = tf.z_p.shape
+    drafter = unwrap_drafter(drafter) if drafter is not None else None  # a recorder's inner drafter
     if drafter is not None and drafter.target_layer_ids is not None:  # an EAGLE-3 head
         return _head_agreement(tf, drafter, sampling)
     if draft_model is not None:

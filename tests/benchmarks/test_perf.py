@@ -36,7 +36,7 @@ def test_perf_script_quick_run_on_tiny_models(perf_main, tmp_path):
     out = tmp_path / "results"
     rc = perf_main([
         "--quick", "--target", str(target), "--drafters", "ngram", "--draft", str(draft),
-        "--batch-sizes", "1,2", "--threads", "1", "--out-dir", str(out), "--tag=-test",
+        "--batch-sizes", "1,2", "--threads", "1", "--out-dir", str(out), "--tag=-test", "--passes", "static",
     ])
     assert rc == 0
     files = sorted(out.glob("*-cpu-test.json"))
@@ -46,6 +46,9 @@ def test_perf_script_quick_run_on_tiny_models(perf_main, tmp_path):
         assert key in res
         assert isinstance(res[key], float) or res.get(f"{key}_reason"), key
     assert res["machine"]
+    # --passes static ran our decoding through the static cache; every method was warmed up first
+    assert res["config"]["passes"] == "static" and res["static_passes"]["target"]["uncaptured"] > 0
+    assert {"target_only", "ours ngram"} <= set(res["warmup_seconds"])
     assert len(res["drafters"]) == 2 and "ngram" in res["drafters"]
     assert res["per_prompt"]
     for prompt in res["per_prompt"]:
