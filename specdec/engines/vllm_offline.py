@@ -60,20 +60,23 @@ class VllmEngineArgs:
         if self.enforce_eager:
             out.append("--enforce-eager")
         if self.speculative_config is not None:
-            out += ["--speculative-config", json.dumps(self.speculative_config, separators=(",", ":"))]
+            out += ["--speculative-config", json.dumps(self.speculative_config, separators=(",", ":")),
+                    "--per-request-spec-decode-metrics", "detailed"]
         return out
 
 
 @dataclass
 class VllmOutput:
     """One request's answer: ``token_ids`` (the stop token included when it stopped on one), ``finish_reason``
-    (``stop`` | ``length``), ``seconds`` (wall time of the request in the worker) and ``counters``
-    (``{"drafts", "draft_tokens", "accepted", "per_position"}``: this request's spec-decode counter deltas)."""
+    (``stop`` | ``length``), ``seconds`` (wall time of the request in the worker), ``counters``
+    (``{"drafts", "draft_tokens", "accepted", "per_position"}``: this request's ``get_metrics()`` deltas) and
+    ``per_request`` (vLLM's per-request ``spec_decode_metrics``, detailed; None where the build has none)."""
 
     token_ids: list[int]
     finish_reason: str | None
     seconds: float
     counters: dict[str, Any] = field(default_factory=dict)
+    per_request: dict[str, Any] | None = None
 
 
 class VllmOffline:
@@ -126,7 +129,8 @@ class VllmOffline:
         got = self._receive(timeout_s)
         if "outputs" not in got:
             raise VllmWorkerError(f"vLLM worker: {got.get('error', 'no outputs')} (log: {self.log_path})")
-        return [VllmOutput(o["token_ids"], o["finish_reason"], float(o["seconds"]), o["counters"]) for o in got["outputs"]]
+        return [VllmOutput(o["token_ids"], o["finish_reason"], float(o["seconds"]), o["counters"], o.get("per_request"))
+                for o in got["outputs"]]
 
     def _pump(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None

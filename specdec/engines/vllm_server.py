@@ -21,7 +21,7 @@ import httpx
 
 from specdec.engines.client import EngineRequestError, safe_url
 from specdec.engines.vllm_install import installed_vllm, vllm_env
-from specdec.engines.vllm_offline import VllmEngineArgs
+from specdec.engines.vllm_offline import VllmEngineArgs, VllmOutput
 
 __all__ = ["VllmServer", "VllmClient", "VllmStartError"]
 
@@ -179,8 +179,10 @@ class VllmClient:
         return self._model
 
     def complete(self, prompt_ids: list[int], *, max_tokens: int, temperature: float, top_k: int = 0,
-                 top_p: float = 1.0, seed: int | None = None) -> tuple[list[int], str | None, float]:
-        """One completion of ``prompt_ids``: ``(output token ids, finish_reason, wall seconds)``.
+                 top_p: float = 1.0, seed: int | None = None) -> VllmOutput:
+        """One completion of ``prompt_ids``: its :class:`VllmOutput` (``counters`` left empty: ``/metrics`` is
+        the caller's; ``per_request`` is the answer's ``metrics.speculative_decoding`` where the server runs
+        with ``--per-request-spec-decode-metrics``).
 
         Raises:
             EngineRequestError: the request failed or the answer has no ``token_ids``.
@@ -195,11 +197,14 @@ class VllmClient:
         try:
             resp = self._http.post("/v1/completions", json=body)
             resp.raise_for_status()
-            choice = resp.json()["choices"][0]
+            data = resp.json()
+            choice = data["choices"][0]
         except (httpx.HTTPError, ValueError, KeyError, IndexError) as e:
             detail = e.response.text[:200] if isinstance(e, httpx.HTTPStatusError) else str(e)
             raise EngineRequestError(f"POST {safe_url(self.url)}/v1/completions failed: {type(e).__name__}: {detail}") from None
         if choice.get("token_ids") is None:
             raise EngineRequestError("the vLLM answer has no `token_ids` (a vLLM that honours return_token_ids, "
                                      "0.10.2 or later, is needed for the token-level comparison)")
-        return [int(t) for t in choice["token_ids"]], choice.get("finish_reason"), time.perf_counter() - t0
+        per_request = (data.get("metrics") or choice.get("metrics") or {}).get("speculative_decoding")
+        return VllmOutput([int(t) for t in choice["token_ids"]], choice.get("finish_reason"), time.perf_counter() - t0,
+                          {}, per_request)

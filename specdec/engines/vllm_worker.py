@@ -11,8 +11,10 @@ Protocol, one JSON object per line (vLLM's own logs go to stderr; the replies us
 2. ``{"op": "generate", "prompts": [[ids], ...], "sampling": {"temperature", "top_k", "top_p", "seed"},
    "max_tokens": n}``: each prompt alone (so each request's counters are its own), greedy or seeded
    sampling exactly as given. Answer ``{"outputs": [{"token_ids", "finish_reason", "seconds", "counters":
-   {"drafts", "draft_tokens", "accepted", "per_position": [..]}}]}``: ``counters`` are the integer deltas of
-   ``LLM.get_metrics()`` (``vllm:spec_decode_*``) around that prompt.
+   {"drafts", "draft_tokens", "accepted", "per_position": [..]}, "per_request"}]}``: ``counters`` are the
+   integer deltas of ``LLM.get_metrics()`` (``vllm:spec_decode_*``) around that prompt; ``per_request`` is
+   vLLM's own per-request record (``per_request_spec_decode_metrics="detailed"``: ``per_step_accepted``,
+   ``per_step_drafted``, ``acceptance_histogram``), None where the build has none.
 3. ``{"op": "quit"}`` or end of input: the worker exits 0.
 """
 
@@ -87,6 +89,8 @@ def build(args: dict):
 
     kw = {k: args[k] for k in ("tokenizer", "dtype", "seed", "max_model_len", "enforce_eager", "max_num_seqs",
                                "compilation_config") if args.get(k) is not None}
+    if args.get("speculative_config") is not None:
+        kw["per_request_spec_decode_metrics"] = "detailed"  # vLLM >= 0.2x: each output's own per-step counts
     return LLM(model=args["model"], speculative_config=args.get("speculative_config"), disable_log_stats=False,
                **kw)
 
@@ -104,8 +108,10 @@ def generate(llm, msg: dict) -> dict:
         (res,) = llm.generate([{"prompt_token_ids": list(ids)}], params, use_tqdm=False)
         wall = time.perf_counter() - t0
         c = res.outputs[0]
+        per_request = getattr(c, "spec_decode_metrics", None)
         outs.append({"token_ids": list(c.token_ids), "finish_reason": c.finish_reason, "seconds": wall,
-                     "counters": delta(counters(llm), before)})
+                     "counters": delta(counters(llm), before),
+                     "per_request": per_request.to_dict() if per_request is not None else None})
     return {"outputs": outs}
 
 
