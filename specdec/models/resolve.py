@@ -171,7 +171,7 @@ def cast_checkpoint(src: str | Path, dtype: str) -> Path:
         model = AutoModelForCausalLM.from_pretrained(src, dtype=getattr(torch, dtype))
         model.save_pretrained(tmp, safe_serialization=True)
         AutoTokenizer.from_pretrained(src).save_pretrained(tmp)
-        _write_source(tmp, {"kind": "cast", "ref": str(src), "cast_from": str(src), "dtype": dtype,
+        _write_source(tmp, {"kind": "cast", "ref": str(src), "path": str(final), "cast_from": str(src), "dtype": dtype,
                             "source_weights_sha256": src_sha, "weights_sha256": weights_sha256(tmp),
                             "tokenizer_sha256": tokenizer_sha256(tmp), "converted_with": _lib_versions()})
 

@@ -28,8 +28,11 @@ def run_engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, endpoint: 
     from specdec.validation.api import drafter_parts
     from specdec.validation.engine_check import EngineCheckRequest, check_engine
 
+    from specdec.kinds import kind_of
+
     obj, draft_model, kind, ref, _ = drafter_parts(drafter)
-    draft = draft_model if draft_model is not None else (obj if kind == "ngram" and endpoint.engine == "vllm" else None)
+    lookup = kind_of(kind).model_free and endpoint.engine == "vllm"  # vLLM runs the n-gram lookup the core replays
+    draft = draft_model if draft_model is not None else (obj if lookup else None)
     if draft is None:
         raise ValueError(f"the engine check of {endpoint.engine} needs a draft model (got a {kind} drafter)")
     with err.status("engine check: sending the held-out prompts to the engine ...") as status:
@@ -55,8 +58,10 @@ def vllm_offline_endpoint(target_ref: str, drafter: Any, config: Any, *, python:
     from specdec.validation.api import drafter_parts
     from specdec.validation.serving import serving_config
 
+    from specdec.kinds import kind_of
+
     _, _, kind, ref, recipe = drafter_parts(drafter)
-    draft_dir = None if kind == "ngram" or not ref else str(resolve_model_ref(ref)[0])
+    draft_dir = None if kind_of(kind).model_free or not ref else str(resolve_model_ref(ref)[0])
     served = serving_config("vllm", kind, config.num_speculative_tokens, draft=draft_dir, drafter_recipe=recipe)
     options = [("model", str(resolve_model_ref(target_ref)[0])),
                ("speculative_config", json.dumps(served["speculative_config"], separators=(",", ":")))]
