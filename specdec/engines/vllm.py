@@ -79,9 +79,8 @@ class VllmServeSession(EngineSession):
 
         if not endpoint.url:
             raise EngineRequestError("a vLLM server check needs the server's URL")
-        self.client = VllmClient(endpoint.url, api_key=endpoint.api_key, timeout_s=limits.request_timeout_s)
-        if endpoint.served_model:
-            self.client._model = endpoint.served_model
+        self.client = VllmClient(endpoint.url, api_key=endpoint.api_key, timeout_s=limits.request_timeout_s,
+                                 model=endpoint.served_model)
         self._lock = threading.Lock()
 
     def describe(self, deadline: Deadline | None = None) -> dict[str, Any]:
@@ -128,7 +127,8 @@ class VllmOfflineSession(EngineSession):
 
     ``endpoint.options``: ``model`` (the target checkpoint the engine loads), ``speculative_config`` (JSON; its
     ``draft_sample_method`` is set from the validated rule when absent), optional ``python`` (a venv with vLLM),
-    ``dtype`` (default float32), ``enforce_eager`` (``1``), ``max_model_len``, ``log`` (the worker's log file).
+    ``dtype`` (default float32), ``enforce_eager`` (``1``), ``max_model_len``, ``kv_cache_memory_bytes``, ``log``
+    (the worker's log file).
     """
 
     counters_source = PER_REQUEST
@@ -144,7 +144,8 @@ class VllmOfflineSession(EngineSession):
             spec.setdefault("draft_sample_method", DRAFT_SAMPLE_METHOD[draft_sampling])
         args = VllmEngineArgs(model=opts["model"], speculative_config=spec, dtype=opts.get("dtype", "float32"),
                               max_model_len=int(opts.get("max_model_len", 2048)),
-                              enforce_eager=opts.get("enforce_eager", "0") == "1")
+                              enforce_eager=opts.get("enforce_eager", "0") == "1",
+                              kv_cache_memory_bytes=int(opts.get("kv_cache_memory_bytes", 1 << 30)))
         log = Path(opts.get("log") or Path(opts["model"]).parent / "vllm-worker.log")
         self.worker = VllmOffline(args, log, python=opts.get("python"), startup_timeout=limits.check_timeout_s)
         self.worker.start()

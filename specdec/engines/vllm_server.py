@@ -134,13 +134,15 @@ class VllmClient:
         url: base URL, e.g. ``http://127.0.0.1:8000``.
         api_key: ``Authorization: Bearer`` (``vllm serve --api-key``).
         timeout_s: per-request timeout, seconds.
+        model: the served model name requests name (default: the first of ``/v1/models``).
     """
 
-    def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = 600.0) -> None:
+    def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = 600.0,
+                 model: str | None = None) -> None:
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
-        self._model: str | None = None
+        self._model = model
 
     def close(self) -> None:
         self._http.close()

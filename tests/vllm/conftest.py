@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from tests.support.vllm import K, draft_dir, engine_args, target_dir, vllm_or_skip
+from tests.support.vllm import K, draft_dir, eagle3_head_dir, engine_args, target_dir, vllm_or_skip
 
 #: wall seconds of each engine start in this session (printed at the end: the vLLM test cost)
 STARTS: dict[str, float] = {}
@@ -50,8 +50,9 @@ def short_heldout(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def printed_configs(vllm_install, tmp_path_factory):
-    """``{"draft_model": cfg, "ngram": cfg}``: the ``serving_config`` that ``specdec pair show --json`` prints for
-    the real pair registered with the bf16 draft, and for the n-gram pair, each after a logged validation."""
+    """``{"draft_model": cfg, "ngram": cfg, "eagle3": cfg}``: the ``serving_config`` that ``specdec pair show --json``
+    prints for the real target registered with the bf16 draft, the n-gram drafter and an EAGLE-3 head, each after a
+    logged validation."""
     from typer.testing import CliRunner
 
     import registry as R
@@ -68,7 +69,8 @@ def printed_configs(vllm_install, tmp_path_factory):
         runner, out = CliRunner(), {}
         for name, draft, kind, ref, recipe in (
                 ("smol-bf16", str(draft_dir()), "model", str(draft_dir()), None),
-                ("smol-ngram", "ngram", "ngram", "ngram", {"max_ngram": 3, "min_ngram": 2})):
+                ("smol-ngram", "ngram", "ngram", "ngram", {"max_ngram": 3, "min_ngram": 2}),
+                ("smol-eagle3", f"eagle3:{eagle3_head_dir()}", "eagle3", str(eagle3_head_dir()), None)):
             r = runner.invoke(app, ["pair", "register", "--target", str(target_dir()), "--draft", draft, "-k", str(K),
                                     "--name", name], catch_exceptions=False)
             assert r.exit_code == 0, r.output
@@ -106,6 +108,14 @@ def serve_draft(printed_configs, tmp_path_factory):
 def serve_ngram(printed_configs, tmp_path_factory):
     """``vllm serve`` of the real target with exactly the ngram ``--speculative-config`` pair show prints."""
     server = _serve("ngram", printed_configs["ngram"]["speculative_config"], tmp_path_factory.mktemp("vllm"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def serve_eagle3(printed_configs, tmp_path_factory):
+    """``vllm serve`` of the real target with exactly the eagle3 ``--speculative-config`` pair show prints."""
+    server = _serve("eagle3", printed_configs["eagle3"]["speculative_config"], tmp_path_factory.mktemp("vllm"))
     yield server
     server.stop()
 

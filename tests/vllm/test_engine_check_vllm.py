@@ -39,7 +39,7 @@ def _check(real_pair, heldout, endpoint: EngineEndpoint, *, ngram: bool = False)
 def _offline(spec: dict, log) -> EngineEndpoint:
     return EngineEndpoint(url=None, engine="vllm", options=(
         ("model", str(target_dir())), ("speculative_config", json.dumps(spec)), ("enforce_eager", "1"),
-        ("max_model_len", "1024"), ("log", str(log))))
+        ("max_model_len", "1024"), ("kv_cache_memory_bytes", str(512 << 20)), ("log", str(log))))
 
 
 def _agrees(rep, n: int) -> None:
