@@ -68,7 +68,8 @@ def _md(results: list[dict], meta: dict) -> str:
                   f"{_ci(s['speedup_ci'], '.2f')}.",
                   f"Greedy audit: {a['identical']}/{a['checked']} identical, {a['near_tie']} near-tie flips, "
                   f"{a['divergent']} divergences. Findings: {[f['message'] for f in r.get('findings', [])] or 'none'}. "
-                  f"Wall {r['wall_seconds']:.0f} s.", ""]
+                  f"Engine start {r['start_seconds']:.0f} s (baseline {meta['baseline_start_seconds']:.0f} s); wall "
+                  f"{r['wall_seconds']:.0f} s.", ""]
     return "\n".join(lines)
 
 
@@ -95,10 +96,11 @@ def main() -> None:
             "command": "python benchmarks/vllm_engine_check.py " + " ".join(
                 f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "eager") + (" --eager" if args.eager else "")}
     cfg = ValidationConfig(num_speculative_tokens=args.k, max_new_tokens=args.max_new_tokens, limit=args.limit)
-    logs = RESULTS / ".vllm-logs"
+    logs = Path(os.environ.get("TMPDIR", "/tmp")) / "vllm-engine-check-logs"
     results = []
     base_args = VllmEngineArgs(model=str(target_dir), enforce_eager=args.eager)
     with VllmServer(base_args, logs / "baseline.log") as baseline:
+        meta["baseline_start_seconds"] = round(baseline.start_seconds, 1)
         for method in args.methods.split(","):
             kind = "ngram" if method == "ngram" else "model"
             spec = serving_config("vllm", kind, args.k, draft=None if kind == "ngram" else str(draft_dir))["speculative_config"]
@@ -110,7 +112,8 @@ def main() -> None:
                     EngineEndpoint(url=server.url, engine="vllm", baseline_url=baseline.url),
                     target_ref=str(target_dir), drafter_ref=None if kind == "ngram" else str(draft_dir)))
             d = rep.to_dict()
-            d.update(method=method, speculative_config=spec, wall_seconds=time.perf_counter() - t0)
+            d.update(method=method, speculative_config=spec, wall_seconds=time.perf_counter() - t0,
+                     start_seconds=round(server.start_seconds, 1))
             results.append(d)
             meta.update(vllm_version=rep.fingerprint.get("vllm_version"), model_runner=rep.fingerprint.get("model_runner"))
             print(f"{method}: engine {rep.overall.engine_acceptance_rate:.3f} core {rep.overall.core_acceptance_rate:.3f} "

@@ -48,11 +48,13 @@ class VllmServer:
         port: default a free port.
         startup_timeout: seconds to wait for ``/health`` (a first start compiles: minutes).
         served_model_name: ``--served-model-name`` (the ``model_name`` label of its metrics).
+        cwd: the server's working directory (relative model paths resolve against it).
     """
 
     def __init__(self, args: VllmEngineArgs, log_path: str | Path, *, python: str | Path | None = None,
-                 port: int | None = None, startup_timeout: float = 1200.0, served_model_name: str = "target") -> None:
-        self.args, self.log_path = args, Path(log_path)
+                 port: int | None = None, startup_timeout: float = 1200.0, served_model_name: str = "target",
+                 cwd: str | Path | None = None) -> None:
+        self.args, self.log_path, self.cwd = args, Path(log_path), cwd
         self.python = Path(python) if python else None
         self.port = port or _free_port()
         self.startup_timeout, self.served_model_name = startup_timeout, served_model_name
@@ -76,7 +78,7 @@ class VllmServer:
         env = {**vllm_env(), "VLLM_SERVER_DEV_MODE": "1"}
         t0 = time.monotonic()
         self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=env, start_new_session=True)
+                                     env=env, start_new_session=True, cwd=self.cwd)
         log.close()
         while time.monotonic() < t0 + self.startup_timeout:
             if self.proc.poll() is not None:

@@ -49,6 +49,8 @@ def eagle3_head_dir() -> Path:
     """A speculators-format EAGLE-3 head for the target (random weights, seed 0; the target's attention geometry:
     9 heads of 64, 3 KV heads; vLLM's CPU attention has no kernel for other head sizes such as 144), saved once
     under the models directory. Random weights accept almost nothing: enough to show vLLM loads and runs it."""
+    from transformers import AutoTokenizer
+
     from specdec.models import load_causal_lm
     from specdec.models.eagle3.checkpoint import save_eagle3
     from specdec.models.eagle3.config import Eagle3Config
@@ -56,7 +58,7 @@ def eagle3_head_dir() -> Path:
     from tests.support.eagle3 import random_head
 
     out = get_settings().models_dir / "eagle3-smollm2-random-0"
-    if (out / "model.safetensors").is_file():
+    if (out / "tokenizer.json").is_file():
         return out
     target = load_causal_lm(str(target_dir()), dtype="float32").model
     c = target.config
@@ -69,6 +71,7 @@ def eagle3_head_dir() -> Path:
                                   "draft_vocab_size": c.vocab_size, "eagle_aux_hidden_state_layer_ids": [2, 15, 27]})
     tmp = out.with_name(out.name + ".partial")
     save_eagle3(random_head(cfg, target), tmp, verifier=str(target_dir()), verifier_architectures=["LlamaForCausalLM"])
+    AutoTokenizer.from_pretrained(target_dir()).save_pretrained(tmp)  # a head ships the target's tokenizer
     tmp.rename(out)
     return out
 

@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import subprocess
+import sys
 import time
 
 import pytest
 import torch
 
 from tests.support.vllm import K, draft_dir, eagle3_head_dir, engine_args, target_dir, vllm_or_skip
+
+def SERVE_DIR(tmp) -> "os.PathLike":  # noqa: N802 - the directory the printed commands run in (vllm serve's cwd)
+    d = tmp / "serve"
+    d.mkdir(exist_ok=True)
+    return d
+
 
 #: wall seconds of each engine start in this session (printed at the end: the vLLM test cost)
 STARTS: dict[str, float] = {}
@@ -79,19 +88,27 @@ def printed_configs(vllm_install, tmp_path_factory):
             R.log_validation(name, "1", rep, tmp / f"rep-{name}")
             shown = runner.invoke(app, ["pair", "show", name, "1", "--json"], catch_exceptions=False)
             assert shown.exit_code == 0, shown.output
-            out[json.loads(shown.stdout)["serving_config"]["speculative_config"]["method"]] = \
-                json.loads(shown.stdout)["serving_config"]
+            cfg = json.loads(shown.stdout)["serving_config"]
+            for cmd in cfg.get("download", []):  # what pair show says to run first (a head stored in MLflow)
+                argv = shlex.split(cmd)
+                assert argv[0] == "mlflow", cmd
+                r = subprocess.run([sys.executable, "-m", "mlflow", *argv[1:]], cwd=SERVE_DIR(tmp),
+                                   env={**os.environ, "MLFLOW_TRACKING_URI": env["SPECDEC_TRACKING_URI"]},
+                                   capture_output=True, text=True, timeout=600)
+                assert r.returncode == 0, r.stderr[-2000:]
+            out[cfg["speculative_config"]["method"]] = cfg
     finally:
         for k, v in old.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    out["cwd"] = SERVE_DIR(tmp)
     return out
 
 
-def _serve(name: str, spec: dict, log_dir):
+def _serve(name: str, spec: dict, log_dir, cwd=None):
     from specdec.engines.vllm_server import VllmServer
 
     t0 = time.monotonic()
-    server = VllmServer(engine_args(spec), log_dir / f"vllm-serve-{name}.log").start()
+    server = VllmServer(engine_args(spec), log_dir / f"vllm-serve-{name}.log", cwd=cwd).start()
     STARTS[f"vllm serve {name}"] = time.monotonic() - t0
     return server
 
@@ -115,7 +132,8 @@ def serve_ngram(printed_configs, tmp_path_factory):
 @pytest.fixture(scope="session")
 def serve_eagle3(printed_configs, tmp_path_factory):
     """``vllm serve`` of the real target with exactly the eagle3 ``--speculative-config`` pair show prints."""
-    server = _serve("eagle3", printed_configs["eagle3"]["speculative_config"], tmp_path_factory.mktemp("vllm"))
+    server = _serve("eagle3", printed_configs["eagle3"]["speculative_config"], tmp_path_factory.mktemp("vllm"),
+                    cwd=printed_configs["cwd"])  # its model is the directory the printed download command wrote
     yield server
     server.stop()
 

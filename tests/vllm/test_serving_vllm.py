@@ -12,7 +12,7 @@ import pytest
 from specdec.engines.metrics import counters_of
 from specdec.engines.metrics import ENGINES
 from specdec.engines.vllm_server import VllmClient
-from tests.support.vllm import K, MAX_TOKENS, draft_dir, eagle3_head_dir
+from tests.support.vllm import K, MAX_TOKENS, draft_dir
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 REPEAT = "Repeat this sentence three times: The quick brown fox jumps over the lazy dog."
@@ -29,8 +29,12 @@ def test_pair_show_prints_a_config_vllm_reads_as_validated(printed_configs):
                                            "draft_sample_method": "greedy"}
     assert ngram["speculative_config"] == {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 3,
                                            "prompt_lookup_min": 2}
-    assert printed_configs["eagle3"]["speculative_config"] == {
-        "method": "eagle3", "model": str(eagle3_head_dir()), "num_speculative_tokens": K, "draft_sample_method": "greedy"}
+    eagle3 = printed_configs["eagle3"]  # a head stored in MLflow: a local directory and the command that writes it
+    assert eagle3["speculative_config"] == {"method": "eagle3", "model": "./smol-eagle3-eagle3-v1",
+                                            "num_speculative_tokens": K, "draft_sample_method": "greedy"}
+    assert eagle3["download"] == [f"mlflow artifacts download --artifact-uri models:/smol-eagle3-eagle3/1 "
+                                  f"--dst-path ./smol-eagle3-eagle3-v1"]
+    assert (printed_configs["cwd"] / "smol-eagle3-eagle3-v1" / "config.json").is_file()
     for cfg in (draft, ngram, printed_configs["eagle3"]):
         assert cfg["args"] == ["--speculative-config", json.dumps(cfg["speculative_config"], separators=(",", ":"))]
 
