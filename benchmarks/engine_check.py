@@ -5,10 +5,15 @@ start ``llama-server`` with the draft (``--spec-type draft-simple``, k = ``--k``
 speculation (the baseline), run the engine check on ``--limit`` Spec-Bench prompts over all categories
 (greedy, ``--max-new-tokens``), and write per draft: engine vs core acceptance overall and per category
 with the paired CI, the engine's tokens/s with and without speculation (paired speedup), and the
-exactness audit. Output: ``benchmarks/results/<date>-engine-check-cpu.{json,md}`` with the engine
+exactness audit, the per-step comparison (engine vs the core's replay of the validated rule: drafted tokens,
+drafts per request, tokens per draft, mean accepted length) and the findings. ``--p-min 0,0.8`` also serves
+each draft with a drafting threshold the pair was not validated with (issue 38: the rate rises, the
+drafted tokens fall). Output: ``benchmarks/results/<date>-engine-check-cpu.{json,md}`` with the engine
 build, the CPU and the load.
 
     .venv/bin/python benchmarks/engine_check.py --drafts Q4_0,Q8_0 --limit 48 --max-new-tokens 48 --k 4
+    .venv/bin/python benchmarks/engine_check.py --drafts Q8_0 --p-min 0,0.8 --limit 12 --max-new-tokens 32 \
+        --out benchmarks/results/<date>-engine-check-pmin-cpu
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import datetime as dt
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -45,7 +51,7 @@ def _md(results: list[dict], meta: dict) -> str:
              "(docs/metrics.md, \"Engine check\"). Difference = engine - core, paired bootstrap over prompts.", ""]
     for r in results:
         o, s, a = r["overall"], r["speed"], r["audit"]
-        lines += [f"## Draft {r['draft']} ({r['verdict']})", "",
+        lines += [f"## Draft {r['draft']}, served with --spec-draft-p-min {r.get('p_min', 0)} ({r['verdict']})", "",
                   "| group | prompts | engine | core (same tokens) | engine - core [95% CI] |", "|---|---|---|---|---|"]
         for name, g in [("overall", o), *r["categories"].items()]:
             lines.append(f"| {name} | {g['num_prompts']} | {_f(g['engine_acceptance_rate'])} {_ci(g['engine_acceptance_rate_ci'])} "
@@ -58,6 +64,15 @@ def _md(results: list[dict], meta: dict) -> str:
                   f"Exactness audit (engine greedy output vs the core's target-only continuation): {a['identical']}/"
                   f"{a['checked']} identical, {a['near_tie']} near-tie flips, {a['divergent']} divergences. "
                   f"Wall {r['wall_seconds']:.0f} s.", ""]
+        d = r.get("delivery")
+        if d:
+            e, c = d["engine"], d["core"]
+            lines += [f"Per step, engine vs core (validated rule): drafted tokens {e['draft_tokens']} vs {c['draft_tokens']} "
+                      f"(ratio {_f(d['draft_tokens_ratio'])} {_ci(d['draft_tokens_ratio_ci'])}), drafts per request "
+                      f"{_f(e['drafts_per_request'], '.1f')} vs {_f(c['drafts_per_request'], '.1f')}, tokens per draft "
+                      f"{_f(e['draft_tokens_per_draft'], '.2f')} vs {_f(c['draft_tokens_per_draft'], '.2f')}, mean accepted "
+                      f"length {_f(e['mean_accepted_length'], '.2f')} vs {_f(c['mean_accepted_length'], '.2f')}.", ""]
+        lines += [f"Finding ({f['kind']}): {f['message']}" for f in r.get("findings") or []] + [""]
     return "\n".join(lines) + "\n"
 
 
@@ -76,6 +91,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2, help="llama-server -t")
+    ap.add_argument("--p-min", default="0", help="comma-separated --spec-draft-p-min values each draft is served with")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -97,23 +113,45 @@ def main() -> None:
         for q in args.drafts.split(","):
             d_gguf = quantize_gguf(install.quantize, t_gguf, t_gguf.parent / f"draft-{q}.gguf", q)
             draft = load_causal_lm(str(d_gguf))
-            flags = LlamaServerFlags(model=str(t_gguf), draft=str(d_gguf), n_max=args.k, threads=args.threads)
-            t0 = time.time()
-            with LlamaServer(install.server, flags, logs / f"spec-{q}.log").start() as srv:
-                rep = check_engine(EngineCheckRequest(
-                    target, draft.model, held, cfg, EngineEndpoint(url=srv.url, baseline_url=base.url,
-                                                                   flags=tuple(srv.command)),
-                    target_ref=str(t_gguf), drafter_ref=str(d_gguf),
-                    progress=lambda d, n: print(f"\r{q}: {d}/{n}", end="", flush=True)))
-            d = rep.to_dict()
-            d["draft"], d["wall_seconds"] = q, time.time() - t0
-            d.pop("prompts")
-            d["prompts"] = [p.__dict__ for p in rep.prompts]
-            results.append(d)
-            _write(args, meta, results)  # after each draft: a long run keeps what it measured
-            print(f"\n{q}: engine {rep.overall.engine_acceptance_rate:.3f} core {rep.overall.core_acceptance_rate:.3f} "
-                  f"diff {rep.overall.difference:+.3f} {rep.overall.difference_ci} speed {rep.speed['speedup']}")
+            for p_min in (float(x) for x in args.p_min.split(",")):
+                flags = LlamaServerFlags(model=str(t_gguf), draft=str(d_gguf), n_max=args.k, threads=args.threads,
+                                         p_min=p_min)
+                ctx = _Ctx(install, target, draft, held, cfg, t_gguf, d_gguf, base, logs)
+                results.append(_one(ctx, flags, q))
+                _write(args, meta, results)  # after each run: a long run keeps what it measured
     print(f"wrote {_write(args, meta, results)}.json and .md")
+
+
+@dataclass
+class _Ctx:
+    """What every engine check of the benchmark shares."""
+
+    install: object
+    target: object
+    draft: object
+    held: object
+    cfg: ValidationConfig
+    t_gguf: Path
+    d_gguf: Path
+    base: LlamaServer
+    logs: Path
+
+
+def _one(c: _Ctx, flags: LlamaServerFlags, q: str) -> dict:
+    """One engine check of draft ``q`` served with ``flags`` (the flags are not declared: the numbers must show it)."""
+    t0 = time.time()
+    with LlamaServer(c.install.server, flags, c.logs / f"spec-{q}-{flags.p_min:g}.log").start() as srv:
+        rep = check_engine(EngineCheckRequest(
+            c.target, c.draft.model, c.held, c.cfg, EngineEndpoint(url=srv.url, baseline_url=c.base.url),
+            target_ref=str(c.t_gguf), drafter_ref=str(c.d_gguf),
+            progress=lambda d, n: print(f"\r{q} p_min {flags.p_min:g}: {d}/{n}", end="", flush=True)))
+    d = rep.to_dict()
+    d["draft"], d["p_min"], d["wall_seconds"], d["command"] = q, flags.p_min, time.time() - t0, srv.command
+    d["prompts"] = [p.__dict__ for p in rep.prompts]
+    o = rep.overall
+    print(f"\n{q} p_min {flags.p_min:g}: engine {o.engine_acceptance_rate:.3f} core {o.core_acceptance_rate:.3f} diff "
+          f"{o.difference:+.3f} {o.difference_ci} speed {rep.speed['speedup']} findings {[f.kind for f in rep.findings]}")
+    return d
 
 
 def _write(args: argparse.Namespace, meta: dict, results: list[dict]) -> str:

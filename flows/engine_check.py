@@ -58,13 +58,15 @@ def pair_identity(pv, target: Any) -> Any:
 def run_engine_check(night, target, params) -> NightlyResult | None:
     """The engine step for one (pair, alias) target; None when its pair version names no engine.
 
-    Raises:
-        specdec.engines.errors.EngineRequestError: the engine could not be measured (unreachable, a malformed
-            or impossible answer, past its deadline, a synthetic-acceptance mode): the nightly's engine step
-            makes it the target's ``error`` with one log line and one alert (:func:`flows.nightly.engine_checks`).
+    An engine that cannot be measured (unreachable, a malformed or impossible answer, past its deadline, a
+    synthetic-acceptance mode: :class:`~specdec.engines.errors.EngineRequestError`) makes the target's engine
+    row ``error`` with one log line and one alert of scope ``engine:<engine>``
+    (:func:`monitoring.engine_checks.alert_engine_error`); nothing is recorded in the history.
     """
     from flows.loading import build_validation_config, cached_drafter, cached_target, load_pair_models
     from monitoring import engine_checks
+    from specdec.engines.client import safe_url
+    from specdec.engines.errors import EngineRequestError
     from specdec.settings import get_settings
     from specdec.kinds import kind_of
     from specdec.validation.api import drafter_parts
@@ -81,10 +83,18 @@ def run_engine_check(night, target, params) -> NightlyResult | None:
     config = build_validation_config(pv.config, limit=params.limit, seed=params.seed)
     where = f"{target.pair}@{target.alias} v{target.version} engine check ({endpoint.engine})"
     loaded = cached_target(tkey)
-    report = check_engine(EngineCheckRequest(
-        target=loaded, draft=draft_model, heldout=night.held, config=config, endpoint=endpoint,
-        concurrency=int((pv.tags or {}).get(ENGINE_CONCURRENCY_TAG, 1)), target_ref=pv.target_uri,
-        drafter_ref=ref, limits=get_settings().engine_limits(), pair=pair_identity(pv, loaded)))
+    try:
+        report = check_engine(EngineCheckRequest(
+            target=loaded, draft=draft_model, heldout=night.held, config=config, endpoint=endpoint,
+            concurrency=int((pv.tags or {}).get(ENGINE_CONCURRENCY_TAG, 1)), target_ref=pv.target_uri,
+            drafter_ref=ref, limits=get_settings().engine_limits(), pair=pair_identity(pv, loaded)))
+    except EngineRequestError as e:
+        log.error("%s: %s", where, e)
+        transition = engine_checks.alert_engine_error(
+            night.db, pair=target.pair, version=target.version, alias=target.alias, engine=endpoint.engine,
+            url=safe_url(endpoint.url or ""), message=f"{where}: {e}", settings=night.settings)
+        return NightlyResult(target.pair, f"{target.alias} ({engine_checks.source_of(endpoint.engine)})", target.version,
+                             "error", message=f"{where}: {e}", alert_transition=transition)
     run_id = engine_checks.record_engine_check(night.db, report, pair=target.pair, version=target.version,
                                                alias=target.alias, scheduled_date=night.date)
     ev = engine_checks.evaluate_engine_check(night.db, run_id, settings=night.settings)

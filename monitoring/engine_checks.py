@@ -45,7 +45,7 @@ from specdec.validation.metrics import bootstrap_ratio_ci
 from specdec.validation.report import GroupMetrics, ValidationReport, nan_to_none
 
 __all__ = ["ENGINE_GAP_RULE", "ENGINE_SERVING_RULE", "EngineEvaluation", "source_of", "record_engine_check", "evaluate_engine_check",
-           "alert_engine_check", "fingerprint_changes"]
+           "alert_engine_check", "alert_engine_error", "fingerprint_changes"]
 
 ENGINE_GAP_RULE = "engine_gap"
 ENGINE_SERVING_RULE = "engine_serving"
@@ -266,3 +266,22 @@ def alert_engine_check(db: Database, ev: EngineEvaluation, *, settings: Monitori
                               baseline=ev.baseline_label, root_cause_hint=ev.root_cause_hint)
     return alerts.process(db, ctx, ev.results, settings=settings, now=now, client=client).transition
 
+
+
+def alert_engine_error(db: Database, *, pair: str, version: str, alias: str, engine: str, url: str, message: str,
+                       settings: MonitoringSettings, now: dt.datetime | None = None) -> str | None:
+    """One alert for an engine check that could not measure the engine at all (unreachable, stalled past its
+    deadline, a malformed or impossible answer, a synthetic-acceptance mode): an incident of the engine's
+    scope (``engine:<engine>``, like a failing engine check, so the next healthy check resolves it), with a hint
+    that names the serving stack, not the pair. Returns the transition (``fire`` / ``remind-<n>`` / None).
+
+    Args:
+        message: one line saying what went wrong (no credentials: URLs are shown without them).
+    """
+    result = RuleResult(rule="engine_error", scope="overall", status=FIRING, severity="critical",
+                        metric="engine check", message=message)
+    ctx = alerts.AlertContext(pair_name=pair, pair_version=str(version), scope=source_of(engine), alias=alias,
+                              heldout=f"{source_of(engine)} at {url}",
+                              root_cause_hint=f"the engine could not be measured tonight ({message}): look at the "
+                                              "serving engine and its endpoint; the pair itself is not implicated")
+    return alerts.process(db, ctx, [result], settings=settings, now=now).transition

@@ -104,7 +104,7 @@ def read_within(client: httpx.Client, method: str, url: str, *, timeout_s: float
             return Fetched(resp.status_code, resp.headers.get("content-type", ""),
                            body.decode(resp.encoding or "utf-8", errors="replace"))
     except (httpx.HTTPError, RuntimeError) as e:
-        if closed.is_set() or isinstance(e, httpx.TimeoutException) and dl.expired():
+        if closed.is_set() or isinstance(e, httpx.TimeoutException):  # every httpx timeout here is the time left
             raise TimeoutError(_late(dl, size)) from None
         if isinstance(e, httpx.HTTPError):
             raise

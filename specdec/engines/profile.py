@@ -209,13 +209,16 @@ class EngineSession(ABC):
         """
 
     def complete_all(self, prompts: list[list[int]], params: CompletionParams, *, concurrency: int,
-                     deadline: Deadline, progress: Callable[[int, int], None] | None = None) -> list[EngineCompletion]:
+                     deadline: Deadline, progress: Callable[[int, int], None] | None = None,
+                     accept: Callable[[int, EngineCompletion], EngineCompletion] | None = None) -> list[EngineCompletion]:
         """Every prompt, ``concurrency`` at a time (threads over :meth:`complete`), answers in prompt order.
-        An offline engine overrides it to send one batch. The first error ends it (raised as is)."""
+        ``accept(i, answer)`` checks each answer as it arrives (it raises on a bad one, which ends the run before
+        more requests go out). An offline engine overrides this to send one batch. The first error is raised as is."""
         out: list[EngineCompletion | None] = [None] * len(prompts)
 
         def one(i: int) -> None:
-            out[i] = self.complete(prompts[i], params, deadline)
+            c = self.complete(prompts[i], params, deadline)
+            out[i] = accept(i, c) if accept is not None else c
 
         if concurrency <= 1:
             for i in range(len(prompts)):

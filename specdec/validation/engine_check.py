@@ -129,9 +129,13 @@ def _file_identity(ref: str | None) -> tuple[str | None, str | None]:
 
 def pair_identity(req: EngineCheckRequest, rule: ProposalRule | None = None) -> PairIdentity:
     """What the request's pair says the engine must serve: the target/draft files named by ``target_ref`` /
-    ``drafter_ref`` (when they are files here) and the target tokenizer's vocabulary and BOS/EOS strings."""
+    ``drafter_ref`` (when they are files here; a GGUF target loaded by name: its ``source``), the target
+    tokenizer's vocabulary and BOS/EOS strings."""
     tok, model = req.target.tokenizer, req.target.model
     (t_name, t_sha), (d_name, d_sha) = _file_identity(req.target_ref), _file_identity(req.drafter_ref)
+    source = getattr(req.target, "source", None) or {}
+    if t_sha is None and source.get("gguf_sha256"):  # a GGUF target loaded by name (e.g. "smollm2")
+        t_name, t_sha = Path(str(source.get("gguf_file") or "")).name or None, str(source["gguf_sha256"])
     rows = model.get_output_embeddings().weight.shape[0]
     return PairIdentity(target_file=t_name, target_sha256=t_sha, draft_file=d_name, draft_sha256=d_sha,
                         vocab_size=len(tok), model_vocab_size=int(rows), bos_token=getattr(tok, "bos_token", None),
@@ -166,11 +170,18 @@ def _ask(run: _Run, session: EngineSession, prompts: list[_Prompt]) -> None:
                               draft_sampling=run.rule.draft_sampling)
     before = session.counters(run.deadline)
     answers = session.complete_all([p.ids for p in todo], params, concurrency=req.concurrency, deadline=run.deadline,
-                                   progress=req.progress)
+                                   progress=req.progress, accept=_checker(run, todo, "engine"))
     after = session.counters(run.deadline)
     for p, c in zip(todo, answers):
-        p.engine = check_completion(c, vocab_size=run.vocab, what=f"the engine's answer to prompt {p.row.prompt_id}")
+        p.engine = c
     run.scrapes = (before, after)
+
+
+def _checker(run: _Run, todo: list[_Prompt], who: str) -> Callable[[int, EngineCompletion], EngineCompletion]:
+    """Each answer checked as it arrives (:func:`~specdec.engines.answers.check_completion`)."""
+    def accept(i: int, c: EngineCompletion) -> EngineCompletion:
+        return check_completion(c, vocab_size=run.vocab, what=f"the {who}'s answer to prompt {todo[i].row.prompt_id}")
+    return accept
 
 
 def _baseline(run: _Run, prompts: list[_Prompt]) -> None:
@@ -183,9 +194,9 @@ def _baseline(run: _Run, prompts: list[_Prompt]) -> None:
     params = CompletionParams(max_tokens=config.max_new_tokens, sampling=config.sampling, seed=config.seed)
     with run.profile.connect(base, run.req.limits) as session:
         answers = session.complete_all([p.ids for p in todo], params, concurrency=run.req.concurrency,
-                                       deadline=run.deadline)
+                                       deadline=run.deadline, accept=_checker(run, todo, "baseline"))
     for p, c in zip(todo, answers):
-        p.baseline = check_completion(c, vocab_size=run.vocab, what=f"the baseline's answer to prompt {p.row.prompt_id}")
+        p.baseline = c
 
 
 def _engine_tokens(c: EngineCompletion, stop: frozenset[int], max_new_tokens: int) -> list[int]:

@@ -1,0 +1,79 @@
+"""The engine-profile registry and the profile logic that needs no engine: one registry every engine list
+comes from, llama.cpp's declared rule, the identity comparison, the deadlines' range check, impossible counters."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from specdec.core.config import DRAFT_SAMPLING_RULES
+from specdec.engines.answers import EngineCounters
+from specdec.engines.errors import EngineAnswerError
+from specdec.engines.profile import EngineLimits, PairIdentity, ProposalRule
+from specdec.engines.profiles import ENGINE_PROFILES, engine_names, engine_profile
+
+
+def test_every_engine_list_comes_from_the_one_registry():
+    from monitoring.production.settings import ENGINE_NAMES
+    from specdec.validation.serving import ENGINES
+
+    assert ENGINES == engine_names() == ("vllm", "sglang", "transformers", "llamacpp")
+    assert set(ENGINE_NAMES) == {n for n, p in ENGINE_PROFILES.items() if p.metrics is not None}
+    for name, p in ENGINE_PROFILES.items():
+        assert p.name == name and p.draft_sampling in DRAFT_SAMPLING_RULES
+        assert p.metrics is None or p.metrics.engine == name
+    assert engine_profile("transformers").draft_sampling == "sampled"
+    with pytest.raises(ValueError, match="unknown engine 'tgi'; use one of vllm, sglang, transformers, llamacpp"):
+        engine_profile("tgi")
+    with pytest.raises(ValueError, match="cannot ask SGLang"):
+        engine_profile("sglang").connect(None, EngineLimits())
+
+
+def test_llamacpp_reads_the_rule_its_declared_flags_serve():
+    p, k4 = engine_profile("llamacpp"), ProposalRule(4, drafts_past_stop=True)
+    base = ["llama-server", "-m", "t.gguf", "--spec-type", "draft-simple", "--spec-draft-model", "d.gguf"]
+    assert p.served_rule({"flags": base + ["--spec-draft-n-max", "4"]}, k4).drafts_less_than(k4) == []
+    assert p.served_rule({"flags": base}, k4).num_speculative_tokens == 3  # llama.cpp's default n_max
+    raised = p.served_rule({"flags": base + ["--spec-draft-n-max", "4", "--spec-draft-p-min=0.8"]}, k4)
+    assert raised.drafts_less_than(k4) == ["a drafting threshold p_min 0.8 > the validated 0"]
+    off = p.served_rule({"flags": ["llama-server", "-m", "t.gguf"]}, k4)
+    assert off.drafts_less_than(k4) == ["drafting is off"]
+    assert p.served_rule({"speculative": False}, k4).num_speculative_tokens == 0  # /slots: no slot speculates
+    assert p.served_rule({}, k4) is None  # nothing declared
+    synth = p.served_rule({"flags": base + ["--spec-synth-len", "3"]}, k4)
+    assert synth.synthetic == "--spec-synth-len 3" and "--spec-synth-len" in p.refusal({"flags": base + ["--spec-synth-len", "3"]})
+    assert p.refusal({"flags": base}) is None
+
+
+def test_identity_compares_hashes_first_then_file_names_and_the_vocabulary():
+    p = engine_profile("llamacpp")
+    pair = PairIdentity(target_file="t.gguf", target_sha256="a" * 64, draft_file="d.gguf", draft_sha256="b" * 64,
+                        vocab_size=49152, model_vocab_size=49152, bos_token="<|im_start|>", eos_token="<|im_end|>")
+    same = {"model_path": "/srv/t-renamed.gguf", "model_sha256": "a" * 64, "draft_path": "/x/d.gguf",
+            "draft_sha256": "b" * 64, "vocab_size": 49152, "bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}
+    assert p.identity_mismatches(same, pair) == {}  # a renamed file with the same bytes is the same file
+    other = {**same, "draft_sha256": "c" * 64, "vocab_size": 32000}
+    got = p.identity_mismatches(other, pair)
+    assert set(got) == {"draft", "vocab_size"} and "the engine serves draft d.gguf (sha256 cccccccccccc)" in got["draft"]
+    by_name = p.identity_mismatches({"model_path": "/srv/other.gguf"}, PairIdentity(target_file="t.gguf"))
+    assert by_name == {"target": "the engine serves target other.gguf, the pair's target is t.gguf (by file name; the "
+                                 "engine's file is not readable here to hash)"}
+
+
+@pytest.mark.parametrize("bad", [0, -1, math.nan, math.inf, True, "10"])
+def test_deadlines_are_range_checked(bad):
+    with pytest.raises(ValueError, match="must be a finite number of seconds > 0"):
+        EngineLimits(request_timeout_s=bad)
+
+
+def test_impossible_counters_are_refused():
+    EngineCounters(drafts=3, draft_tokens=12, accepted=7, per_position=[3, 2, 2, 0]).check()
+    for bad, why in ((EngineCounters(3, 12, 13, None), "13 accepted of 12 drafted"),
+                     (EngineCounters(13, 12, 1, None), "13 drafts but 12 drafted tokens"),
+                     (EngineCounters(3, 12, 5, [1, 2, 2, 0]), "a later position cannot accept more"),
+                     (EngineCounters(3, 12, 5, [3, 1, 0, 0]), "sum to 4, not to the 5 accepted")):
+        with pytest.raises(EngineAnswerError, match=why):
+            bad.check()
+    with pytest.raises(EngineAnswerError, match="went down during the run"):
+        EngineCounters(1, 4, 2, None).minus(EngineCounters(2, 8, 3, None))
