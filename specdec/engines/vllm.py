@@ -160,8 +160,9 @@ class VllmOfflineSession(EngineSession):
         return self.complete_all([prompt_ids], params, concurrency=1, deadline=deadline)[0]
 
     def complete_all(self, prompts: list[list[int]], params: CompletionParams, *, concurrency: int,
-                     deadline: Deadline, progress: Any = None) -> list[EngineCompletion]:
-        """The prompts to the worker as one batch (each run alone inside it, so each has its own counters)."""
+                     deadline: Deadline, progress: Any = None, accept: Any = None) -> list[EngineCompletion]:
+        """The prompts to the worker as one batch (each run alone inside it, so each has its own counters);
+        ``accept(i, answer)`` checks each answer in prompt order (it raises on a bad one)."""
         s = params.sampling
         outs = self.worker.generate(prompts, max_tokens=params.max_tokens, temperature=s.temperature,
                                     top_k=s.top_k or 0, top_p=s.top_p or 1.0, seed=params.seed,
@@ -173,7 +174,8 @@ class VllmOfflineSession(EngineSession):
                                       accepted=c.get("accepted", 0), per_position=c.get("per_position"))
             if not o.per_request:
                 self.counters_source = GET_METRICS_DELTAS
-            answers.append(_completion(o, counters, f"the vLLM answer to prompt {i}"))
+            c = _completion(o, counters, f"the vLLM answer to prompt {i}")
+            answers.append(accept(i, c) if accept is not None else c)
             if progress is not None:
                 progress(i + 1, len(prompts))
         return answers
