@@ -70,6 +70,7 @@ def run_engine_check(night, target, params) -> NightlyResult | None:
     from specdec.engines.client import safe_url
     from specdec.engines.errors import EngineRequestError
     from specdec.settings import get_settings
+    from specdec.kinds import kind_of
     from specdec.validation.api import drafter_parts
     from specdec.validation.engine_check import EngineCheckRequest, check_engine
 
@@ -78,7 +79,9 @@ def run_engine_check(night, target, params) -> NightlyResult | None:
     if endpoint is None:
         return None
     tkey, dkey = load_pair_models(pv, device=params.device, dtype=params.dtype)
-    _, draft_model, _, ref, _ = drafter_parts(cached_drafter(dkey))
+    obj, draft_model, kind, ref, _ = drafter_parts(cached_drafter(dkey))
+    if draft_model is None and kind_of(kind).model_free:
+        draft_model = obj  # the n-gram lookup (vLLM serves it; the core replays the engine's rule)
     config = build_validation_config(pv.config, limit=params.limit, seed=params.seed)
     where = f"{target.pair}@{target.alias} v{target.version} engine check ({endpoint.engine})"
     loaded = cached_target(tkey)

@@ -168,12 +168,14 @@ def _previous_passing(db: Database, row: ValidationRun) -> ValidationRun | None:
                          .order_by(r.scheduled_date.desc(), r.id.desc()).limit(1)).one_or_none()
 
 
-def fingerprint_changes(before: dict[str, Any] | None, after: dict[str, Any]) -> list[str]:
-    """``field: old -> new`` for each fingerprint field that changed (flags: the differing arguments)."""
+def fingerprint_changes(before: dict[str, Any] | None, after: dict[str, Any],
+                        fields: tuple[str, ...] = FINGERPRINT_FIELDS) -> list[str]:
+    """``field: old -> new`` for each of ``fields`` (default llama.cpp's; an engine profile's ``fingerprint_fields``)
+    that changed (flags: the differing arguments)."""
     if not before:
         return []
     out = []
-    for key in FINGERPRINT_FIELDS:
+    for key in fields:
         a, b = before.get(key), after.get(key)
         if a == b or (a is None and b is None):
             continue
@@ -185,6 +187,14 @@ def fingerprint_changes(before: dict[str, Any] | None, after: dict[str, Any]) ->
         else:
             out.append(f"{key}: {a} -> {b}")
     return out
+
+
+def _fields_of(engine: str) -> tuple[str, ...]:
+    """The engine profile's fingerprint fields (llama.cpp's for an engine no profile knows)."""
+    from specdec.engines.profiles import ENGINE_PROFILES
+
+    profile = ENGINE_PROFILES.get(engine)
+    return profile.fingerprint_fields if profile is not None else FINGERPRINT_FIELDS
 
 
 @dataclass
@@ -234,7 +244,8 @@ def evaluate_engine_check(db: Database, run_id: int, *, settings: MonitoringSett
     serving = engine_serving_rule(evidence, engine)
     before = ((base_row.config or {}).get("engine_check") or {}).get("fingerprint") if base_row else None
     since = f"{base_row.scheduled_date.isoformat()} (run {base_row.id})" if base_row else None
-    hint = _hint(engine, gap, health, fingerprint_changes(before, evidence.get("fingerprint") or {}), since, serving)
+    changes = fingerprint_changes(before, evidence.get("fingerprint") or {}, _fields_of(engine))
+    hint = _hint(engine, gap, health, changes, since, serving)
     results = health + [gap, serving]
     verdict = rules.verdict(results)
     history.set_evaluation(db, run_id, status=verdict, rule_results=[r.to_dict() for r in results],

@@ -295,7 +295,7 @@ def serve_tags(side: str, source: dict[str, Any] | None) -> dict[str, str]:
             from specdec.models.resolve import smollm2_gguf
 
             ref = str(smollm2_gguf())
-    elif kind == "local":
+    elif kind in ("local", "cast"):  # a cast copy (specdec model cast) is served from its own directory
         ref = source.get("path") or source.get("ref")
     out = {f"{side}.serve_ref": str(ref)} if ref else {}
     if kind == "gguf" and source.get("gguf_sha256"):

@@ -286,6 +286,11 @@ class EngineProfile(ABC):
         fingerprint); None when it declares nothing. Default: nothing declared."""
         return None
 
+    def replay_drafter(self, draft: Any) -> Any:
+        """The drafter the core replays for this engine (default ``draft`` itself; vLLM's n-gram lookup takes the
+        earliest occurrence of a match, so its profile returns the core's n-gram drafter set that way)."""
+        return draft
+
     # ---- the serving config ----------------------------------------------------------------
     def serving_config(self, kind: Any, req: Any) -> dict[str, Any]:
         """The engine's settings for a validated pair (``speculative_config``/``args``/``command``/``generate_kwargs``).

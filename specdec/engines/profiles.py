@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from specdec.engines.llamacpp import LlamaCppProfile
 from specdec.engines.profile import EngineProfile
-from specdec.engines.serving_profiles import SGLangProfile, TransformersProfile, VllmServingProfile
+from specdec.engines.serving_profiles import SGLangProfile, TransformersProfile
+from specdec.engines.vllm import VllmProfile
 
 __all__ = ["PROFILE_CLASSES", "ENGINE_PROFILES", "engine_profile", "engine_names"]
 
 #: every engine profile class, in the order the product lists engines (vLLM first: the default)
-PROFILE_CLASSES: tuple[type[EngineProfile], ...] = (VllmServingProfile, SGLangProfile, TransformersProfile,
+PROFILE_CLASSES: tuple[type[EngineProfile], ...] = (VllmProfile, SGLangProfile, TransformersProfile,
                                                      LlamaCppProfile)
 
 #: name -> profile instance

@@ -102,6 +102,22 @@ def info(
     _print(_describe(ref, revision, load=True), as_json)
 
 
+@model_app.command("cast")
+def cast(
+    ref: Annotated[str, typer.Argument(help="smollm2, a Hub id, a .gguf file or a directory.")],
+    dtype: Annotated[str, typer.Option("--dtype", help="bfloat16 or float16.")] = "bfloat16",
+) -> None:
+    """Save a copy of a model with its weights cast to bf16/fp16 as its own checkpoint (a derived draft an engine
+    loads by path, e.g. vLLM's draft_model); prints the directory."""
+    from specdec.models.errors import ModelNotFoundError
+    from specdec.models.resolve import cast_checkpoint, resolve_model_ref
+
+    try:
+        typer.echo(cast_checkpoint(resolve_model_ref(ref)[0], dtype))
+    except (ModelNotFoundError, ValueError) as e:
+        _fail(str(e))
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``model`` sub-command group to the ``specdec`` app."""
     app.add_typer(model_app, name="model")

@@ -147,6 +147,37 @@ def convert_gguf(gguf_path: str | Path, *, extra_source: dict | None = None,
     return atomic_cache_dir(final, build)
 
 
+def cast_checkpoint(src: str | Path, dtype: str) -> Path:
+    """A copy of the checkpoint directory ``src`` with its weights cast to ``dtype`` (``bfloat16`` /
+    ``float16``), saved once as its own safetensors checkpoint (a derived draft an engine loads by path, e.g.
+    vLLM's ``draft_model``) under ``<models_dir>/cast/<weights sha256[:16]>-<dtype>/``; its ``source.json``
+    names the source and both weight hashes.
+
+    Raises:
+        ModelNotFoundError: ``src`` is not a checkpoint directory with safetensors weights.
+        ValueError: ``dtype`` is not ``bfloat16`` or ``float16``.
+    """
+    src = Path(src).expanduser().resolve()
+    if dtype not in ("bfloat16", "float16"):
+        raise ValueError(f"cast to bfloat16 or float16, not {dtype!r}")
+    if not any(src.glob("*.safetensors")):
+        raise ModelNotFoundError(f"{src} is not a checkpoint directory with *.safetensors weights")
+    src_sha = weights_sha256(src)
+    final = get_settings().models_dir / "cast" / f"{src_sha[:16]}-{dtype}"
+
+    def build(tmp: Path) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=getattr(torch, dtype))
+        model.save_pretrained(tmp, safe_serialization=True)
+        AutoTokenizer.from_pretrained(src).save_pretrained(tmp)
+        _write_source(tmp, {"kind": "cast", "ref": str(src), "path": str(final), "cast_from": str(src), "dtype": dtype,
+                            "source_weights_sha256": src_sha, "weights_sha256": weights_sha256(tmp),
+                            "tokenizer_sha256": tokenizer_sha256(tmp), "converted_with": _lib_versions()})
+
+    return atomic_cache_dir(final, build)
+
+
 def smollm2_gguf() -> Path:
     """The SmolLM2-135M-Instruct Q4_1 GGUF file itself (what ``llama-server -m`` serves as is).
 

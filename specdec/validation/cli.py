@@ -112,10 +112,17 @@ def validate(
         "--engine-baseline-url", help="Engine check: the same target served without speculation (for the speedup).")] = None,
     engine_concurrency: Annotated[int, typer.Option(
         "--engine-concurrency", min=1, help="Engine check: requests in flight at once.")] = 1,
+    engine: Annotated[str | None, typer.Option(
+        "--engine", help="Engine check through this engine: vllm (no --engine-url: the product starts vLLM's LLM "
+                         "offline in the engine venv, `make engine`; with --engine-url: a running vllm serve) or "
+                         "llamacpp (the default with --engine-url). docs/vllm.md")] = None,
+    engine_python: Annotated[str | None, typer.Option(
+        "--engine-python", help="--engine vllm offline: the python of your own vLLM venv (default: the one "
+                                "`make engine` installed).")] = None,
 ) -> None:
     """Validate a draft/target pair: acceptance, agreement, speedup and exactness, per category.
 
-    With --engine-url: the engine check of the pair where it is served (the core is the exact reference)."""
+    With --engine-url / --engine: the engine check of the pair where it is served (the core is the exact reference)."""
     opts = _Options(**locals())  # the options as one typed object (nothing else is defined yet)
     from specdec import stopping
 
@@ -137,16 +144,21 @@ def _validate(opts: "_Options") -> None:
     out_dir = opts.out or _default_out(hs.name, "+".join(draft))
     out_dirs = _check_out_dirs(draft, out_dir, opts.overwrite)
     config = _check_drafters_and_config(opts, speculative)
-    if engine_url is not None and len(draft) != 1:
-        _fail("--engine-url checks one pair: give one --draft (the draft the engine serves)")
+    engine = opts.engine
+    checks_engine = engine_url is not None or engine is not None
+    if checks_engine and len(draft) != 1:
+        _fail("the engine check checks one pair: give one --draft (the draft the engine serves)")
+    if engine is not None and engine not in ("vllm", "llamacpp"):
+        _fail(f"--engine {engine}: the engine check asks vllm or llamacpp")
+    if engine == "llamacpp" and engine_url is None:
+        _fail("--engine llamacpp needs --engine-url (a running llama-server; `specdec engine serve` starts one)")
     from specdec.core.finite import BrokenModel, NonFiniteLogits
 
     tgt = None
     try:
         tgt, drafters, out_dirs = _load_pair(opts, out_dir, out_dirs)
-        if engine_url is not None:
-            _engine_check(tgt, drafters[0], hs, config, target_ref=opts.target, out_dir=out_dirs[0],
-                          engine=(engine_url, opts.engine_baseline_url, opts.engine_concurrency))
+        if checks_engine:
+            _engine_check(tgt, drafters[0], hs, config, target_ref=opts.target, out_dir=out_dirs[0], opts=opts)
             return
         reports = _run(opts, tgt, drafters, hs, config)
     except NonFiniteLogits as e:  # raised outside a prompt (a timing pass of `--draft auto`): name the side
@@ -183,19 +195,30 @@ class _Options:
     engine_url: str | None
     engine_baseline_url: str | None
     engine_concurrency: int
+    engine: str | None
+    engine_python: str | None
 
 
 def _engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, target_ref: str, out_dir: Path,
-                  engine: tuple[str, str | None, int]) -> None:
-    """``--engine-url``: run the engine check, write and print it; one error line when the engine fails."""
+                  opts: _Options) -> None:
+    """``--engine-url`` / ``--engine``: run the engine check, write and print it; one error line when the engine fails."""
     from specdec.engines.errors import EngineRequestError
     from specdec.settings import get_settings
     from specdec.validation.engine_check import EngineEndpoint
-    from specdec.validation.engine_cli import run_engine_check, write_and_print
+    from specdec.validation.engine_cli import run_engine_check, vllm_offline_endpoint, write_and_print
 
-    url, baseline, concurrency = engine
+    concurrency = opts.engine_concurrency
     settings = get_settings()
-    endpoint = EngineEndpoint(url=url, baseline_url=baseline, api_key=settings.engine_api_key)
+    if opts.engine_url is None:
+        try:
+            endpoint = vllm_offline_endpoint(target_ref, drafter, config, python=opts.engine_python)
+        except ValueError as e:
+            _fail(f"engine check: {e}")
+        _err.print("engine check: starting vLLM offline in the engine venv (a first start compiles: minutes)",
+                   highlight=False)
+    else:
+        endpoint = EngineEndpoint(url=opts.engine_url, engine=opts.engine or "llamacpp",
+                                  baseline_url=opts.engine_baseline_url, api_key=settings.engine_api_key)
     limits = settings.engine_limits()
     _err.print(f"engine check: {limits.describe()} (SPECDEC_ENGINE_REQUEST_TIMEOUT_S, "
                "SPECDEC_ENGINE_CHECK_TIMEOUT_S)", highlight=False)

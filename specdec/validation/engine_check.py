@@ -217,7 +217,7 @@ def _core_counters(run: _Run, p: _Prompt, y: list[int]) -> None:
         p.row.status, p.row.skip_reason = "skipped", "the engine's output ended early without a stop token"
         return
     # llama.cpp drafts n_max tokens whatever the draft proposes after a rejection: the fast trace counts the same
-    trace = draft_trace(req.draft, p.ids, y, run.vocab, kmax=k, stop_token_ids=stop, exact=False,
+    trace = draft_trace(run.profile.replay_drafter(req.draft), p.ids, y, run.vocab, kmax=k, stop_token_ids=stop, exact=False,
                         adopts_prefix=rule.first_token_from_prefill)
     st = replay_counters(trace, y, num_speculative_tokens=k, max_new_tokens=req.config.max_new_tokens,
                          stop_token_ids=stop, drafts_past_stop=rule.drafts_past_stop)

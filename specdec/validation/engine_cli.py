@@ -19,24 +19,55 @@ ENGINE_REPORT_FILE = "engine_check.json"
 
 def run_engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, endpoint: Any, concurrency: int,
                      target_ref: str, err: Console, limits: Any = None) -> EngineCheckReport:
-    """The engine check of ``drafter`` (a resolved model drafter) served at ``endpoint``.
+    """The engine check of ``drafter`` (a resolved model drafter; on vLLM also an n-gram drafter) served at
+    ``endpoint``.
 
     Raises:
-        ValueError: a drafter without a draft model (n-gram, a head): the engine check compares draft models.
+        ValueError: a drafter the engine check cannot compare (a head; n-gram on an engine other than vLLM).
     """
     from specdec.validation.api import drafter_parts
     from specdec.validation.engine_check import EngineCheckRequest, check_engine
 
-    _, draft_model, kind, ref, _ = drafter_parts(drafter)
-    if draft_model is None:
-        raise ValueError(f"the engine check needs a draft model (got a {kind} drafter)")
+    from specdec.kinds import kind_of
+
+    obj, draft_model, kind, ref, _ = drafter_parts(drafter)
+    lookup = kind_of(kind).model_free and endpoint.engine == "vllm"  # vLLM runs the n-gram lookup the core replays
+    draft = draft_model if draft_model is not None else (obj if lookup else None)
+    if draft is None:
+        raise ValueError(f"the engine check of {endpoint.engine} needs a draft model (got a {kind} drafter)")
     with err.status("engine check: sending the held-out prompts to the engine ...") as status:
         def progress(done: int, total: int) -> None:
             status.update(f"engine check: {done}/{total} prompts answered by the engine ...")
 
         return check_engine(EngineCheckRequest(
-            target=tgt, draft=draft_model, heldout=hs, config=config, endpoint=endpoint, concurrency=concurrency,
+            target=tgt, draft=draft, heldout=hs, config=config, endpoint=endpoint, concurrency=concurrency,
             target_ref=target_ref, drafter_ref=ref, progress=progress, **({"limits": limits} if limits else {})))
+
+
+def vllm_offline_endpoint(target_ref: str, drafter: Any, config: Any, *, python: str | None = None) -> Any:
+    """The :class:`~specdec.engines.profile.EngineEndpoint` of an offline vLLM check: the target checkpoint the
+    core loaded and the ``--speculative-config`` the pair's serving config prints (draft as a local checkpoint).
+
+    Raises:
+        ValueError: a drafter vLLM cannot be given here (no loadable draft reference).
+    """
+    import json
+
+    from specdec.engines.profile import EngineEndpoint
+    from specdec.models.resolve import resolve_model_ref
+    from specdec.validation.api import drafter_parts
+    from specdec.validation.serving import serving_config
+
+    from specdec.kinds import kind_of
+
+    _, _, kind, ref, recipe = drafter_parts(drafter)
+    draft_dir = None if kind_of(kind).model_free or not ref else str(resolve_model_ref(ref)[0])
+    served = serving_config("vllm", kind, config.num_speculative_tokens, draft=draft_dir, drafter_recipe=recipe)
+    options = [("model", str(resolve_model_ref(target_ref)[0])),
+               ("speculative_config", json.dumps(served["speculative_config"], separators=(",", ":")))]
+    if python:
+        options.append(("python", python))
+    return EngineEndpoint(url=None, engine="vllm", options=tuple(options))
 
 
 def _f(x: float, d: int = 3) -> str:

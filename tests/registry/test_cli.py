@@ -94,7 +94,8 @@ def test_register_list_show_promote(cli, ckpts, tmp_path):
     assert "vllm" in r.output and "--speculative-config" in r.output  # what to copy into serving
     sc = json.loads(cli("show", "specdec-pair", "1", "--json").stdout)["serving_config"]
     assert sc["engine"] == "vllm" and sc["speculative_config"] == {  # the checkpoint vLLM loads, not an MLflow URI
-        "method": "draft_model", "model": str(Path(ckpts["draft"]).resolve()), "num_speculative_tokens": 3}
+        "method": "draft_model", "model": str(Path(ckpts["draft"]).resolve()), "num_speculative_tokens": 3,
+        "draft_sample_method": "greedy"}
     r = cli("list")
     assert "@challenger" in r.output and "@champion" in r.output
 

@@ -107,7 +107,7 @@ def test_round_trip(store, ckpts, tmp_path):
     # model references are what vLLM loads: the draft's local checkpoint directory, never an MLflow URI
     serving = json.loads((tmp_path / "dl" / "serving_config.json").read_text())
     assert serving["speculative_config"] == {"method": "draft_model", "model": str(ckpts["draft"].resolve()),
-                                             "num_speculative_tokens": 3}
+                                             "num_speculative_tokens": 3, "draft_sample_method": "greedy"}
     tags = client.get_model_version(pair, "1").tags
     assert tags["validation_status"] == "passed" and tags["acceptance_rate"] == "0.720"
     assert client.get_model_version(pair, "1").description.startswith("passed: acc 0.72 [0.65-0.79] at k=3")

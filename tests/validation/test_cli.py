@@ -53,7 +53,7 @@ def test_validate_model_drafter_end_to_end(ckpts, heldout_file, tmp_path):
     # the serving config for the validated k (greedy, sampled rule -> vLLM), written and printed
     serving = json.loads((out / "serving_config.json").read_text())
     assert serving["engine"] == "vllm" and serving["speculative_config"] == {
-        "method": "draft_model", "model": str(draft), "num_speculative_tokens": 3}
+        "method": "draft_model", "model": str(draft), "num_speculative_tokens": 3, "draft_sample_method": "greedy"}
     assert "--speculative-config" in res.output
     # refuses to overwrite an existing report unless asked
     again = _invoke("--target", target, "--draft", "ngram", "--heldout", heldout_file, "--out", out)

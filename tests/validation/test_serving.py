@@ -12,7 +12,7 @@ from specdec.validation.serving import serving_config
 def test_vllm_speculative_config_json():
     sc = serving_config("vllm", "derived:int8", 5, draft="models:/smollm2-int8/3")
     assert sc["speculative_config"] == {"method": "draft_model", "model": "models:/smollm2-int8/3",
-                                        "num_speculative_tokens": 5}
+                                        "num_speculative_tokens": 5, "draft_sample_method": "greedy"}
     assert sc["args"][0] == "--speculative-config" and json.loads(sc["args"][1]) == sc["speculative_config"]
     ng = serving_config("vllm", "ngram", 4, draft=None)
     from specdec.core.drafters import NgramDrafter
