@@ -31,6 +31,7 @@ from specdec.engines.client import EngineClient, EngineCompletion, safe_url
 from specdec.engines.metrics import ACCEPTED, DRAFT_TOKENS, DRAFTS, PER_POSITION, engine_metrics
 from specdec.models.hashes import file_sha256
 from specdec.validation.config import ValidationConfig
+from specdec.validation.engine_continuations import engine_tokens
 from specdec.validation.engine_report import (NEAR_TIE_LOGITS, EngineCheckReport, EnginePromptResult, summarize,
                                               verdict_of)
 from specdec.validation.heldout import HeldoutSet, prompt_token_ids
@@ -107,10 +108,10 @@ def _draft_path(flags: tuple[str, ...] | None) -> str | None:
     return None
 
 
-def engine_fingerprint(client: EngineClient, endpoint: EngineEndpoint) -> dict[str, Any]:
+def engine_fingerprint(client: EngineClient, endpoint: EngineEndpoint, *, hash_files: bool = True) -> dict[str, Any]:
     """What identifies the serving stack: the engine's build, target file and type, context and slots
-    (llama.cpp ``/props``), the declared flags, and the sha256 of the target file and, when the flags
-    are declared (``specdec pair engine --flags``), of the draft file, where they are readable here.
+    (llama.cpp ``/props``), the declared flags, and (``hash_files``) the sha256 of the target file and, when
+    the flags are declared (``specdec pair engine --flags``), of the draft file, where they are readable here.
     llama-server does not expose its draft file or speculative flags over HTTP. Keys with unknown
     values are left out."""
     props = client.props()  # its `speculative.types` is the per-request default ("none"), not the server's: not kept
@@ -120,7 +121,8 @@ def engine_fingerprint(client: EngineClient, endpoint: EngineEndpoint) -> dict[s
                            "total_slots": props.get("total_slots")}
     if endpoint.flags:
         out["flags"] = list(endpoint.flags)
-    for key, path in (("model_sha256", props.get("model_path")), ("draft_sha256", _draft_path(endpoint.flags))):
+    files = (("model_sha256", props.get("model_path")), ("draft_sha256", _draft_path(endpoint.flags)))
+    for key, path in files if hash_files else ():
         digest = file_sha256(path) if path and Path(path).is_file() else None
         if digest:
             out[key] = digest
@@ -168,15 +170,6 @@ def _send(client: EngineClient, prompts: list[_Prompt], config: ValidationConfig
         for i, _ in enumerate(pool.map(one, todo), 1):
             if progress is not None:
                 progress(i, len(todo))
-
-
-def _engine_tokens(c: EngineCompletion, stop: frozenset[int], max_new_tokens: int) -> list[int]:
-    """The engine's output as the core's decoding would emit it: a stop token ends it (kept)."""
-    y = list(c.token_ids[:max_new_tokens])
-    for i, t in enumerate(y):
-        if t in stop:
-            return y[: i + 1]
-    return y
 
 
 def _core_counters(req: EngineCheckRequest, p: _Prompt, y: list[int], stop: frozenset[int], vocab: int) -> None:
@@ -285,7 +278,7 @@ def _fill(req: EngineCheckRequest, p: _Prompt, stop: frozenset[int], vocab: int,
     row, c = p.row, p.engine
     if row.status != "ok" or c is None:
         return
-    y = _engine_tokens(c, stop, req.config.max_new_tokens)
+    y = engine_tokens(c.token_ids, stop, req.config.max_new_tokens)
     row.new_tokens = len(y)
     row.engine_draft_tokens, row.engine_accepted_tokens = c.num_draft_tokens, c.num_accepted_tokens
     row.engine_tokens_per_second, row.engine_seconds = c.tokens_per_second, c.predicted_ms / 1e3
