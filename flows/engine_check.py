@@ -36,11 +36,38 @@ def engine_endpoint(pv) -> Any:
                           flags=tuple(json.loads(flags)) if flags else None)
 
 
+def pair_identity(pv, target: Any) -> Any:
+    """What a registered pair version says its engine must serve: the files its tags name
+    (``<side>.serve_ref``, ``<side>.gguf_sha256``) and the loaded target's vocabulary and BOS/EOS."""
+    from pathlib import Path
+
+    from specdec.engines.profile import PairIdentity
+
+    tags, tok = pv.tags or {}, target.tokenizer
+
+    def side(name: str) -> tuple[str | None, str | None]:
+        ref = tags.get(f"{name}.serve_ref")
+        return (Path(ref).name if ref and str(ref).endswith(".gguf") else None), tags.get(f"{name}.gguf_sha256")
+
+    (t_file, t_sha), (d_file, d_sha) = side("target"), side("draft")
+    return PairIdentity(target_file=t_file, target_sha256=t_sha, draft_file=d_file, draft_sha256=d_sha,
+                        vocab_size=len(tok), model_vocab_size=int(target.model.get_output_embeddings().weight.shape[0]),
+                        bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None))
+
+
 def run_engine_check(night, target, params) -> NightlyResult | None:
-    """The engine step for one (pair, alias) target; None when its pair version names no engine."""
+    """The engine step for one (pair, alias) target; None when its pair version names no engine.
+
+    An engine that cannot be measured (unreachable, a malformed or impossible answer, past its deadline, a
+    synthetic-acceptance mode: :class:`~specdec.engines.errors.EngineRequestError`) makes the target's engine
+    row ``error`` with one log line and one alert of scope ``engine:<engine>``
+    (:func:`monitoring.engine_checks.alert_engine_error`); nothing is recorded in the history.
+    """
     from flows.loading import build_validation_config, cached_drafter, cached_target, load_pair_models
     from monitoring import engine_checks
-    from specdec.engines.client import EngineRequestError
+    from specdec.engines.client import safe_url
+    from specdec.engines.errors import EngineRequestError
+    from specdec.settings import get_settings
     from specdec.validation.api import drafter_parts
     from specdec.validation.engine_check import EngineCheckRequest, check_engine
 
@@ -52,14 +79,19 @@ def run_engine_check(night, target, params) -> NightlyResult | None:
     _, draft_model, _, ref, _ = drafter_parts(cached_drafter(dkey))
     config = build_validation_config(pv.config, limit=params.limit, seed=params.seed)
     where = f"{target.pair}@{target.alias} v{target.version} engine check ({endpoint.engine})"
+    loaded = cached_target(tkey)
     try:
         report = check_engine(EngineCheckRequest(
-            target=cached_target(tkey), draft=draft_model, heldout=night.held, config=config, endpoint=endpoint,
+            target=loaded, draft=draft_model, heldout=night.held, config=config, endpoint=endpoint,
             concurrency=int((pv.tags or {}).get(ENGINE_CONCURRENCY_TAG, 1)), target_ref=pv.target_uri,
-            drafter_ref=ref))
+            drafter_ref=ref, limits=get_settings().engine_limits(), pair=pair_identity(pv, loaded)))
     except EngineRequestError as e:
         log.error("%s: %s", where, e)
-        return NightlyResult(target.pair, target.alias, target.version, "error", message=f"{where}: {e}")
+        transition = engine_checks.alert_engine_error(
+            night.db, pair=target.pair, version=target.version, alias=target.alias, engine=endpoint.engine,
+            url=safe_url(endpoint.url or ""), message=f"{where}: {e}", settings=night.settings)
+        return NightlyResult(target.pair, f"{target.alias} ({engine_checks.source_of(endpoint.engine)})", target.version,
+                             "error", message=f"{where}: {e}", alert_transition=transition)
     run_id = engine_checks.record_engine_check(night.db, report, pair=target.pair, version=target.version,
                                                alias=target.alias, scheduled_date=night.date)
     ev = engine_checks.evaluate_engine_check(night.db, run_id, settings=night.settings)

@@ -210,4 +210,4 @@ def _engine_continuations(pv):
     if ep is None:
         raise ValueError(f"{pv.name} v{pv.version} names no engine (tag engine_url): continuations='engine' needs "
                          "one (`specdec pair engine`)")
-    return connect_engine(ep.url, engine=ep.engine, api_key=ep.api_key, flags=ep.flags)
+    return connect_engine(ep)

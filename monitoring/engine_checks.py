@@ -14,9 +14,13 @@ Row layout (as production windows, so the nightly's queries never see these rows
 
 Rules: the usual health rules on the engine's acceptance (floor, relative drop vs the previous passing
 check) plus the **engine gap** rule: it fires when the engine accepts credibly less than the core for
-the same prompts (the difference CI's upper end below 0). The hint separates the two causes:
+the same prompts (the difference CI's upper end below 0), and the **engine serving** rule: it fires on
+any finding of the check (the engine serves another target/draft/vocabulary than the registered pair,
+its declared flags or its measured per-step counters draft less than the validated rule, its greedy
+output leaves the target's; :mod:`specdec.validation.engine_delivery`), whatever the acceptance rate
+does. The hint separates the two causes:
 
-* the gap fires: the serving stack differs (build, kernels, quantization, KV-cache type, flags), not
+* a finding or the gap fires: the serving stack differs (build, kernels, quantization, KV-cache type, flags), not
   the draft; the fingerprint's change since the last passing check is named as the likely cause;
 * the engine fell while the gap is closed: the core falls with it, so the draft no longer fits the
   target (re-derive or re-train it).
@@ -25,7 +29,7 @@ the same prompts (the difference CI's upper end below 0). The hint separates the
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import httpx
@@ -40,10 +44,11 @@ from specdec.validation.engine_report import EngineCheckReport
 from specdec.validation.metrics import bootstrap_ratio_ci
 from specdec.validation.report import GroupMetrics, ValidationReport, nan_to_none
 
-__all__ = ["ENGINE_GAP_RULE", "EngineEvaluation", "source_of", "record_engine_check", "evaluate_engine_check",
-           "alert_engine_check", "fingerprint_changes"]
+__all__ = ["ENGINE_GAP_RULE", "ENGINE_SERVING_RULE", "EngineEvaluation", "source_of", "record_engine_check", "evaluate_engine_check",
+           "alert_engine_check", "alert_engine_error", "fingerprint_changes"]
 
 ENGINE_GAP_RULE = "engine_gap"
+ENGINE_SERVING_RULE = "engine_serving"
 #: fingerprint fields whose change is named as a likely cause, in the order they are named
 FINGERPRINT_FIELDS = ("draft_sha256", "model_sha256", "flags", "build_info", "model_ftype", "model_path",
                       "n_ctx", "total_slots")
@@ -90,7 +95,9 @@ def record_engine_check(db: Database, report: EngineCheckReport, *, pair: str, v
     evidence = {"core_acceptance_rate": o.core_acceptance_rate, "core_acceptance_rate_ci": o.core_acceptance_rate_ci,
                 "difference": o.difference, "difference_ci": o.difference_ci, "verdict": report.verdict,
                 "audit": report.audit, "speed": report.speed, "fingerprint": report.fingerprint,
-                "counters_source": report.counters_source, "core_per_position": report.core_per_position}
+                "counters_source": report.counters_source, "core_per_position": report.core_per_position,
+                "findings": [{"kind": f.kind, "message": f.message} for f in report.findings],
+                "delivery": asdict(report.delivery) if report.delivery else None, "rule": report.rule}
     vr = ValidationReport(
         heldout_name=f"{source}:{report.heldout_name}"[:200], heldout_version=report.heldout_version,
         target_ref=report.target_ref, drafter_kind="model", drafter_ref=report.drafter_ref,
@@ -137,6 +144,17 @@ def engine_gap_rule(evidence: dict[str, Any], engine: str, tolerance: float = 0.
     return RuleResult(status=OK, severity="info", message=text, **base)
 
 
+def engine_serving_rule(evidence: dict[str, Any], engine: str) -> RuleResult:
+    """``engine_serving``: firing (critical) on any finding of the check (the module docstring), its message the
+    findings joined; ok without."""
+    found = [f.get("message", "") for f in evidence.get("findings") or []]
+    base = dict(rule=ENGINE_SERVING_RULE, scope="overall", metric="serving stack vs the registered pair")
+    if found:
+        return RuleResult(status=FIRING, severity="critical", message=f"{engine}: " + "; ".join(found), **base)
+    return RuleResult(status=OK, severity="info", message=f"{engine} serves the registered pair under its validated rule",
+                      **base)
+
+
 def _pct(x: float | None) -> str:
     return "?" if x is None else f"{100 * x:+.1f}"
 
@@ -181,7 +199,12 @@ class EngineEvaluation:
     baseline_label: str | None = None
 
 
-def _hint(engine: str, gap: RuleResult, health: list[RuleResult], changes: list[str], since: str | None) -> str:
+def _hint(engine: str, gap: RuleResult, health: list[RuleResult], changes: list[str], since: str | None,
+          serving: RuleResult | None = None) -> str:
+    if serving is not None and serving.firing:
+        what = f"; changed since {since}: {'; '.join(changes)}" if changes else ""
+        return (f"{serving.message}: the serving stack differs from the validated pair, not the draft{what}; fix the "
+                "deployment (the pair's files, its flags), the pair itself needs nothing")
     if gap.firing:
         what = (f"; changed since {since}: {'; '.join(changes)} (the likely cause)" if changes else
                 "; nothing in the recorded fingerprint changed (build, files, declared flags): look at what it does not "
@@ -208,10 +231,11 @@ def evaluate_engine_check(db: Database, run_id: int, *, settings: MonitoringSett
     base_row = _previous_passing(db, row)
     health = rules.evaluate(history.snapshot_of(row), history.snapshot_of(base_row) if base_row else None, settings.rules)
     gap = engine_gap_rule(evidence, engine, settings.rules.engine_gap_tolerance)
+    serving = engine_serving_rule(evidence, engine)
     before = ((base_row.config or {}).get("engine_check") or {}).get("fingerprint") if base_row else None
     since = f"{base_row.scheduled_date.isoformat()} (run {base_row.id})" if base_row else None
-    hint = _hint(engine, gap, health, fingerprint_changes(before, evidence.get("fingerprint") or {}), since)
-    results = health + [gap]
+    hint = _hint(engine, gap, health, fingerprint_changes(before, evidence.get("fingerprint") or {}), since, serving)
+    results = health + [gap, serving]
     verdict = rules.verdict(results)
     history.set_evaluation(db, run_id, status=verdict, rule_results=[r.to_dict() for r in results],
                            root_cause_hint=hint, baseline_run_id=base_row.id if base_row else None)
@@ -231,3 +255,22 @@ def alert_engine_check(db: Database, ev: EngineEvaluation, *, settings: Monitori
                               baseline=ev.baseline_label, root_cause_hint=ev.root_cause_hint)
     return alerts.process(db, ctx, ev.results, settings=settings, now=now, client=client).transition
 
+
+
+def alert_engine_error(db: Database, *, pair: str, version: str, alias: str, engine: str, url: str, message: str,
+                       settings: MonitoringSettings, now: dt.datetime | None = None) -> str | None:
+    """One alert for an engine check that could not measure the engine at all (unreachable, stalled past its
+    deadline, a malformed or impossible answer, a synthetic-acceptance mode): an incident of the engine's
+    scope (``engine:<engine>``, like a failing engine check, so the next healthy check resolves it), with a hint
+    that names the serving stack, not the pair. Returns the transition (``fire`` / ``remind-<n>`` / None).
+
+    Args:
+        message: one line saying what went wrong (no credentials: URLs are shown without them).
+    """
+    result = RuleResult(rule="engine_error", scope="overall", status=FIRING, severity="critical",
+                        metric="engine check", message=message)
+    ctx = alerts.AlertContext(pair_name=pair, pair_version=str(version), scope=source_of(engine), alias=alias,
+                              heldout=f"{source_of(engine)} at {url}",
+                              root_cause_hint=f"the engine could not be measured tonight ({message}): look at the "
+                                              "serving engine and its endpoint; the pair itself is not implicated")
+    return alerts.process(db, ctx, [result], settings=settings, now=now).transition

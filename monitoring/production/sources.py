@@ -14,7 +14,6 @@ import datetime as dt
 import json
 import logging
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +24,7 @@ from monitoring.production.counters import SeriesData
 from monitoring.production.engines import PER_POSITION, EngineMetrics
 from monitoring.production.restarts import infer_restarts
 from monitoring.redact import redact_text
+from specdec.engines.http import MAX_BODY_BYTES, Fetched, read_within  # noqa: F401 (MAX_BODY_BYTES, Fetched: re-exported)
 from specdec.redact import redact_url
 
 log = logging.getLogger(__name__)
@@ -49,43 +49,15 @@ class Scrape:
     process_start_time: float | None = None
 
 
-MAX_BODY_BYTES = 64 << 20  # a /metrics body or query answer larger than this is refused, not read forever
-
-
-@dataclass
-class Fetched:
-    """A whole HTTP answer read within the deadline: status, content type and body text."""
-
-    status_code: int
-    content_type: str
-    text: str
-
-
 def fetch_within(client: httpx.Client, url: str, *, timeout_s: float, **kw) -> Fetched:
-    """GET ``url`` and read the whole body within ``timeout_s`` seconds overall.
-
-    httpx's timeouts apply per connect and per read, so an exporter that sends one byte per second
-    never trips them; here each chunk is checked against one deadline for the whole request, and the
-    per-read timeout is ``timeout_s`` too, so the call returns or raises within ``2 * timeout_s``.
+    """GET ``url`` and read the whole body within ``timeout_s`` seconds overall
+    (:func:`specdec.engines.http.read_within`: one deadline for the whole request, not per read).
 
     Raises:
-        httpx.HTTPError: from httpx (unreachable, per-read timeout, protocol errors).
+        httpx.HTTPError: from httpx (unreachable, protocol errors).
         TimeoutError: the answer was not complete by the deadline, or exceeded :data:`MAX_BODY_BYTES`.
     """
-    deadline = time.monotonic() + timeout_s
-    with client.stream("GET", url, timeout=timeout_s, **kw) as resp:
-        chunks, size = [], 0
-        for chunk in resp.iter_bytes():
-            chunks.append(chunk)
-            size += len(chunk)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the answer was not complete after {timeout_s:g} s (overall deadline; "
-                                   f"{size} bytes read)")
-            if size > MAX_BODY_BYTES:
-                raise TimeoutError(f"the answer exceeds {MAX_BODY_BYTES >> 20} MiB")
-        body = b"".join(chunks)
-        return Fetched(resp.status_code, resp.headers.get("content-type", ""),
-                       body.decode(resp.encoding or "utf-8", errors="replace"))
+    return read_within(client, "GET", url, timeout_s=timeout_s, **kw)
 
 
 def _key(labels: dict[str, str]) -> tuple:

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from numbers import Integral, Real
 from typing import Any, Mapping
 
-__all__ = ["SamplingConfig", "ProposalSampling", "SpeculativeConfig", "LEGACY_K_KEY", "DRAFT_SAMPLING_RULES",
-           "DRAFT_SAMPLING_BY_ENGINE"]
+__all__ = ["SamplingConfig", "ProposalSampling", "SpeculativeConfig", "LEGACY_K_KEY", "DRAFT_SAMPLING_RULES"]
 
 #: The key older pair versions, reports and history rows used for k.
 LEGACY_K_KEY = "num_draft_tokens"
@@ -36,8 +35,6 @@ _SAMPLING_KEYS = ("temperature", "top_k", "top_p")
 #: MTP proposers; SGLang's EAGLE chain; llama.cpp's greedy drafting, ``--spec-draft-sampling greedy``,
 #: verified by sample-and-match). Both are exact; acceptance differs at temperature > 0.
 DRAFT_SAMPLING_RULES = ("sampled", "argmax")
-#: the proposal rule each serving engine applies to model-based drafters (greedy: all the same)
-DRAFT_SAMPLING_BY_ENGINE = {"vllm": "argmax", "sglang": "argmax", "transformers": "sampled", "llamacpp": "argmax"}
 #: vLLM's ``_MAX_TEMP``: the smallest temperature used for sampling (smaller ones are raised to it).
 MIN_TEMPERATURE = 1e-2
 
@@ -188,7 +185,7 @@ class SpeculativeConfig:
         max_new_tokens: generation budget per prompt, in tokens (int >= 1).
         draft_sampling: the proposal rule, one of :data:`DRAFT_SAMPLING_RULES` (``"sampled"``,
             the default and the behaviour before the field existed, or ``"argmax"``, vLLM's and
-            SGLang's rule: :data:`DRAFT_SAMPLING_BY_ENGINE`).
+            SGLang's rule: each engine profile's ``draft_sampling``, :mod:`specdec.engines.profiles`).
         assistant_confidence_threshold: draft-length policy (transformers' name; llama.cpp's
             ``--draft-p-min``): within a block, stop drafting right after a drafted token whose
             draft probability is below it (:func:`specdec.core.sampling.draft_step`). ``None`` (the

@@ -1,4 +1,4 @@
-"""HTTP client of a running serving engine: one completion with the engine's own speculative counters.
+"""HTTP client of a running ``llama-server``: one completion with the engine's own speculative counters.
 
 llama.cpp (``llama-server``): ``POST /completion`` with the prompt as token ids (so the engine
 decodes from exactly the prompt tokens the core decodes from: the chat template is applied once, by
@@ -6,66 +6,43 @@ the core), ``return_tokens`` for the generated ids, ``cache_prompt: false`` so n
 another's KV, and the response's ``timings``: ``predicted_n``, ``predicted_ms``, ``prompt_ms``,
 ``draft_n`` (drafted tokens) and ``draft_n_accepted`` (accepted drafted tokens), present when the
 request drafted at least once (``tools/server/server-common.cpp``). ``GET /props`` gives the build
-(``build_info``), the target file (``model_path``, ``model_ftype``), ``n_ctx``, the slots and the
-speculative types; ``GET /metrics`` the server-wide counters (``--metrics``).
+(``build_info``), the target file (``model_path``, ``model_ftype``), ``n_ctx``, the slots, the BOS/EOS
+strings; ``GET /v1/models`` the vocabulary (``meta.n_vocab``); ``GET /metrics`` the server-wide
+counters (``--metrics``).
 
-Errors are one line (:class:`EngineRequestError`); URLs are shown without credentials.
+Every request is read whole within one overall deadline (:func:`specdec.engines.http.read_within`);
+errors are one line (:mod:`specdec.engines.errors`); URLs are shown without credentials. The
+llama.cpp engine profile (:class:`specdec.engines.llamacpp.LlamaCppProfile`) asks through this client.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from specdec.core.config import SamplingConfig
+from specdec.engines.answers import EngineCompletion, count_of, token_ids_of
+from specdec.engines.errors import EngineAnswerError, EngineDeadlineError, EngineRequestError
+from specdec.engines.http import Deadline, read_within
+from specdec.engines.profile import DEFAULT_REQUEST_TIMEOUT_S
 
 __all__ = ["EngineRequestError", "EngineCompletion", "EngineClient", "safe_url"]
 
 
-class EngineRequestError(RuntimeError):
-    """A request to the engine failed (unreachable, HTTP error, or an answer without what we need)."""
-
-
 def safe_url(url: str) -> str:
-    """``url`` without user:password (for messages and reports)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = host + (f":{parts.port}" if parts.port else "")
+    """``url`` without user:password (for messages and reports); a URL that does not parse is shown as
+    ``<unparsable URL>``."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return "<unparsable URL>"
+    netloc = (f"[{host}]" if ":" in host else host) + (f":{port}" if port else "")
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-@dataclass
-class EngineCompletion:
-    """One engine completion.
-
-    Attributes:
-        token_ids: the generated ids (a trailing stop token included when the engine stopped on one).
-        text: the generated text.
-        stop: why it stopped: ``eos``, ``limit`` (max tokens) or ``word``.
-        num_draft_tokens / num_accepted_tokens: the engine's own counters for this request
-            (``timings.draft_n`` / ``draft_n_accepted``; 0 when it never drafted).
-        predicted_n, predicted_ms, prompt_ms: the engine's generation timings (tokens, ms).
-        wall_seconds: the request's wall time seen by the client (s).
-    """
-
-    token_ids: list[int] = field(default_factory=list)
-    text: str = ""
-    stop: str = ""
-    num_draft_tokens: int = 0
-    num_accepted_tokens: int = 0
-    predicted_n: int = 0
-    predicted_ms: float = 0.0
-    prompt_ms: float = 0.0
-    wall_seconds: float = 0.0
-
-    @property
-    def tokens_per_second(self) -> float:
-        """Generation throughput the engine measured (tokens/s; nan without timings)."""
-        return self.predicted_n / (self.predicted_ms / 1e3) if self.predicted_ms > 0 else float("nan")
 
 
 class EngineClient:
@@ -74,36 +51,75 @@ class EngineClient:
     Args:
         url: the server's base URL, e.g. ``http://127.0.0.1:8080``.
         api_key: sent as ``Authorization: Bearer`` when given (``llama-server --api-key``).
-        timeout_s: per-request timeout (connect and read), seconds.
+        timeout_s: each request's overall deadline (connect to last byte), seconds.
     """
 
-    def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = 600.0) -> None:
+    def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
         self.url = url.rstrip("/")
+        self.timeout_s = float(timeout_s)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+        try:
+            self._http = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout_s)
+        except (ValueError, TypeError, httpx.InvalidURL) as e:
+            raise EngineRequestError(f"bad engine URL {safe_url(url)}: {e}") from None
 
     def close(self) -> None:
         self._http.close()
 
-    def _get(self, path: str) -> httpx.Response:
+    def _deadline(self, deadline: Deadline | None, path: str) -> Deadline:
+        own = Deadline.after(self.timeout_s, f"the engine request {path} (SPECDEC_ENGINE_REQUEST_TIMEOUT_S)")
+        return own if deadline is None or own.at < deadline.at else deadline
+
+    def request(self, method: str, path: str, *, deadline: Deadline | None = None, body: Any = None) -> str:
+        """The body text of ``method path`` (2xx), read whole by the deadline.
+
+        Raises:
+            EngineRequestError: unreachable, HTTP error (the status and the start of the body);
+            EngineDeadlineError: not complete by the deadline.
+        """
+        dl = self._deadline(deadline, f"{method} {path}")
+        where = f"{method} {safe_url(self.url)}{path}"
         try:
-            resp = self._http.get(path)
-            resp.raise_for_status()
+            got = read_within(self._http, method, path, deadline=dl, **({"json": body} if body is not None else {}))
+        except TimeoutError as e:
+            raise EngineDeadlineError(f"{where}: {dl.message()} ({e})") from None
         except httpx.HTTPError as e:
-            raise EngineRequestError(f"GET {safe_url(self.url)}{path} failed: {type(e).__name__}: "
-                                     f"{getattr(e, 'response', None) and e.response.status_code or e}") from None
-        return resp
+            raise EngineRequestError(f"{where} failed: {type(e).__name__}: {e}") from None
+        if got.status_code >= 400:
+            raise EngineRequestError(f"{where} failed: HTTP {got.status_code}: {got.text[:200]}")
+        return got.text
 
-    def props(self) -> dict[str, Any]:
-        """``GET /props`` (llama.cpp): build, model file, context, slots."""
-        return self._get("/props").json()
+    def json(self, method: str, path: str, *, deadline: Deadline | None = None, body: Any = None) -> dict[str, Any]:
+        """The JSON object ``method path`` answers.
 
-    def metrics_text(self) -> str:
+        Raises:
+            EngineAnswerError: not JSON, or JSON that is not an object (``null``, a list, a number).
+        """
+        text = self.request(method, path, deadline=deadline, body=body)
+        where = f"{method} {safe_url(self.url)}{path}"
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise EngineAnswerError(f"{where}: the answer is not JSON: {text[:80]!r}") from None
+        if not isinstance(data, dict):
+            kind = "null" if data is None else type(data).__name__.replace("list", "a list")
+            raise EngineAnswerError(f"{where}: the answer is {kind}, not a JSON object")
+        return data
+
+    def props(self, deadline: Deadline | None = None) -> dict[str, Any]:
+        """``GET /props`` (llama.cpp): build, model file, context, slots, BOS/EOS strings."""
+        return self.json("GET", "/props", deadline=deadline)
+
+    def models(self, deadline: Deadline | None = None) -> dict[str, Any]:
+        """``GET /v1/models``: ``data[0].meta`` holds ``n_vocab``, ``n_params``, ``size``, ``ftype``."""
+        return self.json("GET", "/v1/models", deadline=deadline)
+
+    def metrics_text(self, deadline: Deadline | None = None) -> str:
         """``GET /metrics``: the Prometheus exposition (the server needs ``--metrics``)."""
-        return self._get("/metrics").text
+        return self.request("GET", "/metrics", deadline=deadline)
 
     def complete(self, prompt_ids: list[int], *, max_tokens: int, sampling: SamplingConfig,
-                 seed: int | None = None) -> EngineCompletion:
+                 seed: int | None = None, deadline: Deadline | None = None) -> EngineCompletion:
         """One completion of ``prompt_ids`` (token ids of the target's vocabulary).
 
         Args:
@@ -111,8 +127,10 @@ class EngineClient:
             max_tokens: ``n_predict``.
             sampling: temperature / top-k / top-p as the pair was validated (greedy: temperature 0).
             seed: the engine's sampling seed (T > 0).
+            deadline: the overall deadline (the earlier of it and this client's ``timeout_s``).
         Raises:
-            EngineRequestError: the request failed or the answer has no tokens.
+            EngineRequestError: the request failed; EngineAnswerError: the answer is malformed (one line
+            naming what was wrong); EngineDeadlineError: not complete by the deadline.
         """
         body: dict[str, Any] = {"prompt": list(prompt_ids), "n_predict": int(max_tokens), "return_tokens": True,
                                 "cache_prompt": False, "stream": False, "temperature": float(sampling.temperature),
@@ -121,27 +139,34 @@ class EngineClient:
         if seed is not None:
             body["seed"] = int(seed)
         t0 = time.perf_counter()
-        try:
-            resp = self._http.post("/completion", json=body)
-            resp.raise_for_status()
-            data = resp.json()
-        except (httpx.HTTPError, ValueError) as e:
-            detail = e.response.text[:200] if isinstance(e, httpx.HTTPStatusError) else str(e)
-            raise EngineRequestError(f"POST {safe_url(self.url)}/completion failed: {type(e).__name__}: {detail}") from None
-        return _completion(data, time.perf_counter() - t0)
+        data = self.json("POST", "/completion", deadline=deadline, body=body)
+        return completion_of(data, time.perf_counter() - t0)
 
 
-def _completion(data: dict[str, Any], wall: float) -> EngineCompletion:
-    """An :class:`EngineCompletion` from llama-server's ``/completion`` answer."""
+def completion_of(data: dict[str, Any], wall: float) -> EngineCompletion:
+    """An :class:`EngineCompletion` from llama-server's ``/completion`` answer (a JSON object).
+
+    Raises:
+        EngineAnswerError: no ``tokens``, tokens that are not non-negative integers, timings that are not
+            an object or counters that are not non-negative integers.
+    """
     if "tokens" not in data:
-        raise EngineRequestError("the engine's answer has no `tokens` (a llama-server that honours return_tokens "
-                                 "is needed for the token-level comparison)")
+        raise EngineAnswerError("the engine's answer has no `tokens` (a llama-server that honours return_tokens "
+                                "is needed for the token-level comparison)")
+    ids = token_ids_of(data["tokens"], "the engine's `tokens`")
     t = data.get("timings") or {}
-    stop = "eos" if data.get("stop_type") == "eos" else ("limit" if data.get("stop_type") == "limit" else
-                                                          str(data.get("stop_type") or ""))
+    if not isinstance(t, dict):
+        raise EngineAnswerError(f"the engine's `timings` is {type(t).__name__}, not an object")
+    st = data.get("stop_type")
+    stop = st if st in ("eos", "limit") else str(st or "")
+    try:
+        ms = (float(t.get("predicted_ms", 0.0) or 0.0), float(t.get("prompt_ms", 0.0) or 0.0))
+    except (TypeError, ValueError):
+        raise EngineAnswerError("the engine's `timings` has a non-numeric predicted_ms / prompt_ms") from None
     return EngineCompletion(
-        token_ids=[int(x) for x in data["tokens"]], text=str(data.get("content", "")), stop=stop,
-        num_draft_tokens=int(t.get("draft_n", 0) or 0), num_accepted_tokens=int(t.get("draft_n_accepted", 0) or 0),
-        predicted_n=int(t.get("predicted_n", 0) or 0), predicted_ms=float(t.get("predicted_ms", 0.0) or 0.0),
-        prompt_ms=float(t.get("prompt_ms", 0.0) or 0.0), wall_seconds=wall,
+        token_ids=ids, text=str(data.get("content", "")), stop=stop,
+        num_draft_tokens=count_of(t.get("draft_n"), "the engine's timings.draft_n"),
+        num_accepted_tokens=count_of(t.get("draft_n_accepted"), "the engine's timings.draft_n_accepted"),
+        predicted_n=count_of(t.get("predicted_n"), "the engine's timings.predicted_n"),
+        predicted_ms=ms[0], prompt_ms=ms[1], wall_seconds=wall,
     )

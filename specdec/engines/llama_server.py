@@ -97,7 +97,8 @@ class LlamaServer:
 
     Args:
         binary: the ``llama-server`` executable (:func:`specdec.engines.llamacpp_build.ensure_llama_cpp`).
-        flags: :class:`LlamaServerFlags`.
+        flags: :class:`LlamaServerFlags`, or the arguments after ``llama-server`` as given (a pair's
+            serving config ``args``; no host/port).
         log_path: where the server's stdout/stderr go (its startup lines name the build and flags).
         port: default a free port.
         startup_timeout: seconds to wait for ``/health`` to answer 200.
@@ -105,7 +106,7 @@ class LlamaServer:
         EngineStartError: (on ``start``) the process exited or ``/health`` did not answer in time.
     """
 
-    def __init__(self, binary: str | Path, flags: LlamaServerFlags, log_path: str | Path, *,
+    def __init__(self, binary: str | Path, flags: LlamaServerFlags | tuple[str, ...], log_path: str | Path, *,
                  port: int | None = None, startup_timeout: float = 180.0) -> None:
         self.binary, self.flags, self.log_path = Path(binary), flags, Path(log_path)
         self.port = port or _free_port()
@@ -120,7 +121,8 @@ class LlamaServer:
     @property
     def command(self) -> list[str]:
         """The full command line the server runs with."""
-        return [str(self.binary), *self.flags.args(), "--host", "127.0.0.1", "--port", str(self.port), "--metrics"]
+        args = self.flags.args() if isinstance(self.flags, LlamaServerFlags) else list(self.flags)
+        return [str(self.binary), *args, "--host", "127.0.0.1", "--port", str(self.port), "--metrics"]
 
     def start(self) -> "LlamaServer":
         """Start the process and wait until ``/health`` answers 200."""

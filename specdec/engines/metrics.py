@@ -109,3 +109,35 @@ def engine_metrics(engine: str) -> EngineMetrics:
         return ENGINES[engine]
     except KeyError:
         raise ValueError(f"unknown serving engine {engine!r}; known: {', '.join(sorted(ENGINES))}") from None
+
+
+def counters_of(text: str, em: EngineMetrics):
+    """The engine's cumulative speculative counters in one ``/metrics`` body, summed over label sets
+    (replicas, ``engine`` indices), as :class:`~specdec.engines.answers.EngineCounters` (checked: impossible
+    counters raise :class:`~specdec.engines.errors.EngineAnswerError`). ``drafts`` / ``per_position`` are
+    None when the engine does not export them.
+
+    Raises:
+        ValueError: the text is not a Prometheus exposition; EngineAnswerError: impossible or non-integer counters.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from specdec.engines.answers import EngineCounters, count_of
+
+    sums: dict[str, float] = {}
+    pp: dict[int, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            kind = em.role_of(s.name)
+            if kind is None or kind[0] != "counter":
+                continue
+            if kind[1] == PER_POSITION:
+                pos = int(s.labels.get(em.position_label, -1))
+                pp[pos] = pp.get(pos, 0.0) + float(s.value)
+            else:
+                sums[kind[1]] = sums.get(kind[1], 0.0) + float(s.value)
+    per_pos = [count_of(pp.get(i, 0.0), f"/metrics per-position[{i}]") for i in range(max(pp) + 1)] if pp else None
+    return EngineCounters(drafts=count_of(sums[DRAFTS], "/metrics drafts") if DRAFTS in sums else None,
+                          draft_tokens=count_of(sums.get(DRAFT_TOKENS, 0.0), "/metrics draft tokens"),
+                          accepted=count_of(sums.get(ACCEPTED, 0.0), "/metrics accepted tokens"),
+                          per_position=per_pos).check("the engine's /metrics counters")

@@ -35,7 +35,8 @@ The interface (:class:`~specdec.kinds.base.DrafterKind`; defaults are a draft mo
   ``cache_key(registered, loader)`` (the worker-cache key: content hashes, device, dtype);
   ``identity(label, weights, tokenizer)`` (the draft side of a pair, :mod:`registry.changes`);
   ``registered_draft_problem(...)``, ``same_as_target(label, dtype)``.
-- serving: ``serves_on(engine)``, ``serving(ServingRequest)`` (the engine's speculative settings,
+- serving: ``serves_on(engine)``, ``serving(ServingRequest)`` (the kind's spelling of vLLM / SGLang /
+  transformers settings; the engine profile builds the config, :mod:`specdec.engines.profiles`,
   :func:`specdec.validation.serving.serving_config`), ``serving_note(label)``, ``tau_applies(engine)``.
 - description: ``describe(label, ref)`` (one line), ``finding(group)`` (a note on a validated group).
 - decoding objects: ``claims(obj)`` (is this drafter object of the kind), ``draft_model(obj)``.

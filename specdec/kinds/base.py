@@ -9,7 +9,6 @@ class with its defaults, the spec error, :class:`ResolvedDrafter` (a drafter rea
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -229,15 +228,15 @@ class DrafterKind:
         return {"transformers": self.transformers_serves, "llamacpp": self.llamacpp_serves}.get(engine, True)
 
     def serving(self, req: ServingRequest) -> dict[str, Any]:
-        """The engine-specific serving settings (``speculative_config``/``args``/``generate_kwargs``/``command``).
+        """This kind's settings on vLLM (``speculative_config``/``args``), SGLang (``args``) or transformers
+        (``generate_kwargs``). llama.cpp's flags are its engine profile's
+        (:meth:`specdec.engines.llamacpp.LlamaCppProfile.serving_config`), which asks :meth:`serves_on` only.
 
         Raises:
             ValueError: the engine cannot serve this kind as validated, or a reference is missing.
         """
         if not req.draft:
             raise ValueError(f"a {req.label} drafter needs its draft model reference")
-        if req.engine == "llamacpp":
-            return self._llamacpp(req)
         if req.engine == "transformers" and not self.transformers_serves:
             raise ValueError(f"transformers' assisted generation cannot serve {self.describe(req.label)}: serve this pair "
                              "with vllm or sglang")
@@ -252,20 +251,6 @@ class DrafterKind:
         if req.tau is not None:
             kw["assistant_confidence_threshold"] = req.tau
         return {"generate_kwargs": kw}
-
-    def _llamacpp(self, req: ServingRequest) -> dict[str, Any]:
-        """``args`` / ``command`` of ``llama-server`` for a draft of GGUF files."""
-        from specdec.engines.llama_server import LlamaServerFlags
-
-        if not self.llamacpp_serves:
-            raise ValueError(f"llama.cpp serves a {req.label} drafter differently from how the core validated it: register "
-                             "the draft as a GGUF model (a derived copy: `llama-quantize` the target GGUF, e.g. Q8_0 for "
-                             "int8, Q4_0 for int4) and validate that pair")
-        for what, ref in (("target", req.target), ("draft", req.draft)):
-            if not ref or not str(ref).endswith(".gguf"):
-                raise ValueError(f"llama.cpp serves GGUF files: the {what} reference is {ref!r}, not a .gguf file")
-        args = LlamaServerFlags(model=str(req.target), draft=str(req.draft), n_max=req.k).args()
-        return {"args": args, "command": shlex.join(["llama-server", *args])}
 
     def serving_note(self, label: str) -> str | None:
         """How an engine serves this drafter beyond the settings (None: nothing to add)."""

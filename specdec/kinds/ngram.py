@@ -102,8 +102,6 @@ class NgramKind(DrafterKind):
         return ["n-gram drafter: proposes target-tokenizer ids copied from the context"]
 
     def serving(self, req: ServingRequest) -> dict[str, Any]:
-        if req.engine == "llamacpp":
-            return self._llamacpp(req)
         max_n, min_n = self.sizes_of(req.recipe)
         if req.engine == "vllm":
             spec = {"method": self.vllm_method, "num_speculative_tokens": req.k,

@@ -26,6 +26,10 @@ class CoreSettings(HomeSection):
             (``SPECDEC_ENGINE_INDEX_URL``; a PEP 691 JSON simple API).
         engine_api_key: the serving engine's API key for the engine check (``SPECDEC_ENGINE_API_KEY``;
             never printed).
+        engine_request_timeout_s: overall deadline of one engine-check request, connect to last byte
+            (``SPECDEC_ENGINE_REQUEST_TIMEOUT_S``, seconds, default 300).
+        engine_check_timeout_s: overall deadline of one whole engine check's engine requests
+            (``SPECDEC_ENGINE_CHECK_TIMEOUT_S``, seconds, default 3600).
         device: ``auto`` or a torch device string.
         dtype: ``auto`` or a dtype name (``float32``, ``bfloat16``, ``float16``).
         debug: ``SPECDEC_DEBUG=1``: commands leave the terminal unfiltered (third-party logs and
@@ -36,6 +40,8 @@ class CoreSettings(HomeSection):
     engines_dir: Path | None = None
     engine_index_url: str = "https://pypi.org/simple"
     engine_api_key: str | None = Field(default=None, repr=False)
+    engine_request_timeout_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
+    engine_check_timeout_s: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
     device: str = "auto"
     dtype: str = "auto"
     debug: bool = False
@@ -54,6 +60,12 @@ class CoreSettings(HomeSection):
             Path(self.engines_dir).expanduser().resolve() if self.engines_dir else self.home / "engines"
         )
         return self
+
+    def engine_limits(self):
+        """The engine check's :class:`~specdec.engines.profile.EngineLimits` from these settings."""
+        from specdec.engines.profile import EngineLimits
+
+        return EngineLimits(self.engine_request_timeout_s, self.engine_check_timeout_s)
 
     def resolved_device(self) -> str:
         """The concrete torch device string: ``auto`` becomes ``cuda`` if available, else ``cpu``."""

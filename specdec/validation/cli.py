@@ -166,16 +166,20 @@ class _Options:
 def _engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, target_ref: str, out_dir: Path,
                   engine: tuple[str, str | None, int]) -> None:
     """``--engine-url``: run the engine check, write and print it; one error line when the engine fails."""
-    from specdec.engines.client import EngineRequestError
+    from specdec.engines.errors import EngineRequestError
     from specdec.settings import get_settings
     from specdec.validation.engine_check import EngineEndpoint
     from specdec.validation.engine_cli import run_engine_check, write_and_print
 
     url, baseline, concurrency = engine
-    endpoint = EngineEndpoint(url=url, baseline_url=baseline, api_key=get_settings().engine_api_key)
+    settings = get_settings()
+    endpoint = EngineEndpoint(url=url, baseline_url=baseline, api_key=settings.engine_api_key)
+    limits = settings.engine_limits()
+    _err.print(f"engine check: {limits.describe()} (SPECDEC_ENGINE_REQUEST_TIMEOUT_S, "
+               "SPECDEC_ENGINE_CHECK_TIMEOUT_S)", highlight=False)
     try:
         report = run_engine_check(tgt, drafter, hs, config, endpoint=endpoint, concurrency=concurrency,
-                                  target_ref=target_ref, err=_err)
+                                  target_ref=target_ref, err=_err, limits=limits)
     except (EngineRequestError, ValueError) as e:
         _fail(f"engine check: {e}")
     write_and_print(report, out_dir, _out)

@@ -1,15 +1,27 @@
 """The engine check: the held-out prompts through the running serving engine, the core as the exact
-reference (definitions: :mod:`specdec.validation.engine_report`, docs/metrics.md "Engine check").
+reference (definitions: :mod:`specdec.validation.engine_report`, docs/engine-check.md).
 
-1. Each prompt's token ids (the target's chat template, applied by the core) go to the engine one
-   request at a time, or ``concurrency`` at a time, with the pair's sampling settings; the engine's
-   own counters come back per request (llama.cpp ``timings.draft_n`` / ``draft_n_accepted``).
-   ``/metrics`` is read before and after the run: its delta gives the engine's per-position counters
-   and must equal the per-request sums when nothing else used the server (checked, said in the notes).
-2. The core replays its draft exactly along the engine's own output tokens (greedy, or the argmax
-   rule at T > 0; the engine's first token comes from the prefill alone, as in llama.cpp).
-3. Greedy: the engine's output against the core's target-only continuation (continuation cache).
-4. With ``baseline_url`` (the same target served without speculation), the engine's paired speedup.
+The engine is an :class:`~specdec.engines.profile.EngineProfile` (:func:`specdec.engines.profiles.engine_profile`);
+the check only talks to it:
+
+1. ``profile.connect`` gives a session; ``profile.fingerprint`` says what the engine serves. A
+   synthetic-acceptance mode is refused (:class:`~specdec.engines.errors.EngineRefusedError`). The
+   fingerprint is compared with the registered pair (:class:`~specdec.engines.profile.PairIdentity`)
+   *before* any number: another target, vocabulary or BOS/EOS is a ``fingerprint`` finding and no
+   number is compared; another draft file is a finding and the numbers say what it costs. A declared
+   rule that drafts less than the validated one (``profile.served_rule``) is a ``served rule`` finding.
+2. Each prompt's token ids (the target's chat template, applied by the core) go to the engine one
+   request at a time, or ``concurrency`` at a time, with the pair's sampling settings; each request and
+   the whole check run within overall deadlines (:class:`~specdec.engines.profile.EngineLimits`). Every
+   answer is checked (token ids in ``[0, vocab)``, possible counters) before it is used.
+   The server-wide counters (``/metrics``) are read before and after: their delta gives the engine's
+   drafts and per-position counters when nothing else used the server (checked, said in the notes).
+3. The core replays the *validated* rule exactly along the engine's own output tokens (greedy, or the
+   argmax rule at T > 0; the rule's bookkeeping: first token from the prefill, drafts past a stop).
+4. Per step (:mod:`specdec.validation.engine_delivery`): drafts per request, tokens per draft, mean
+   accepted length, per-position counts, engine vs core; drafting credibly less is a ``delivery`` finding.
+5. Greedy: the engine's output against the core's target-only continuation (continuation cache).
+6. With ``baseline_url`` (the same target served without speculation), the engine's paired speedup.
 
 Usage: :func:`check_engine` with an :class:`EngineCheckRequest`; ``specdec validate --engine-url``.
 """
@@ -18,8 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,11 +38,16 @@ import torch
 
 from specdec.core.drafters import fit_vocab
 from specdec.core.inputs import stop_token_ids
-from specdec.engines.client import EngineClient, EngineCompletion, safe_url
-from specdec.engines.metrics import ACCEPTED, DRAFT_TOKENS, DRAFTS, PER_POSITION, engine_metrics
-from specdec.models.hashes import file_sha256
+from specdec.engines.answers import EngineCompletion, EngineCounters, check_completion
+from specdec.engines.client import safe_url
+from specdec.engines.errors import EngineRefusedError
+from specdec.engines.http import Deadline
+from specdec.engines.profile import (CompletionParams, EngineEndpoint, EngineLimits, EngineProfile, EngineSession,
+                                     PairIdentity, ProposalRule)
+from specdec.engines.profiles import engine_profile
 from specdec.validation.config import ValidationConfig
 from specdec.validation.engine_continuations import engine_tokens
+from specdec.validation.engine_delivery import EngineFinding, audit_finding, delivery_finding, delivery_of
 from specdec.validation.engine_report import (NEAR_TIE_LOGITS, EngineCheckReport, EnginePromptResult, summarize,
                                               verdict_of)
 from specdec.validation.heldout import HeldoutSet, prompt_token_ids
@@ -41,27 +57,9 @@ from specdec.validation.replay import draft_trace, replay_counters
 from specdec.validation.speed import bootstrap_speedup_ci, paired_speedup
 from specdec.validation.teacher_forcing import teacher_forced_logits
 
-__all__ = ["EngineEndpoint", "EngineCheckRequest", "check_engine", "engine_fingerprint", "metrics_counters"]
+__all__ = ["EngineEndpoint", "EngineLimits", "PairIdentity", "EngineCheckRequest", "check_engine", "pair_identity"]
 
-
-@dataclass(frozen=True)
-class EngineEndpoint:
-    """A running engine that serves the pair.
-
-    Attributes:
-        url: base URL (``http://host:port``); credentials in it are never shown.
-        engine: the engine profile (``llamacpp``).
-        api_key: ``Authorization: Bearer`` token, if the server needs one.
-        baseline_url: the same target served without speculation (for the speedup), optional.
-        flags: the command line the engine runs with, when the deployment declares it (recorded in
-            the fingerprint; a change between nights is named as the likely cause).
-    """
-
-    url: str
-    engine: str = "llamacpp"
-    api_key: str | None = None
-    baseline_url: str | None = None
-    flags: tuple[str, ...] | None = None
+CHECK_DEADLINE = "the engine check (SPECDEC_ENGINE_CHECK_TIMEOUT_S)"
 
 
 @dataclass
@@ -70,17 +68,20 @@ class EngineCheckRequest:
 
     Attributes:
         target: the pair's target as the core loads it (a LoadedModel: ``.model``, ``.tokenizer``).
-        draft: the pair's draft causal LM as the core loads it (the draft GGUF dequantized).
+        draft: the pair's draft as the core replays it (a causal LM: the draft GGUF dequantized; or an
+            ``NgramDrafter``).
         heldout: the prompts (``config.limit`` takes a stratified subset, as in validation).
         config: k, max_new_tokens, sampling, seed (:class:`ValidationConfig`).
-        endpoint: :class:`EngineEndpoint`.
+        endpoint: :class:`~specdec.engines.profile.EngineEndpoint` (its ``engine`` names the profile).
         concurrency: requests in flight at once (1: one at a time).
-        target_ref / drafter_ref: names recorded in the report.
+        target_ref / drafter_ref: names recorded in the report (a file path: hashed for the identity).
         progress: ``progress(done, total)`` after each prompt.
+        limits: the overall deadlines (:class:`~specdec.engines.profile.EngineLimits`).
+        pair: what the registered pair says the engine must serve; None: :func:`pair_identity` of this request.
     """
 
     target: Any
-    draft: torch.nn.Module
+    draft: Any
     heldout: HeldoutSet
     config: ValidationConfig
     endpoint: EngineEndpoint
@@ -89,6 +90,8 @@ class EngineCheckRequest:
     drafter_ref: str | None = None
     progress: Callable[[int, int], None] | None = None
     cache: Any = None
+    limits: EngineLimits = field(default_factory=EngineLimits)
+    pair: PairIdentity | None = None
 
 
 @dataclass
@@ -99,90 +102,117 @@ class _Prompt:
     baseline: EngineCompletion | None = None
 
 
-def _draft_path(flags: tuple[str, ...] | None) -> str | None:
-    if not flags:
-        return None
-    for name in ("--spec-draft-model", "-md", "--model-draft"):
-        if name in flags and flags.index(name) + 1 < len(flags):
-            return flags[flags.index(name) + 1]
-    return None
+@dataclass
+class _Run:
+    """What every step of one check shares."""
+
+    req: EngineCheckRequest
+    profile: EngineProfile
+    rule: ProposalRule
+    deadline: Deadline
+    vocab: int
+    stop: frozenset[int]
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    findings: list[EngineFinding] = field(default_factory=list)
+    served: ProposalRule | None = None
+    scrapes: tuple[EngineCounters | None, EngineCounters | None] = (None, None)
+    source: str = "per-request timings"
 
 
-def engine_fingerprint(client: EngineClient, endpoint: EngineEndpoint, *, hash_files: bool = True) -> dict[str, Any]:
-    """What identifies the serving stack: the engine's build, target file and type, context and slots
-    (llama.cpp ``/props``), the declared flags, and (``hash_files``) the sha256 of the target file and, when
-    the flags are declared (``specdec pair engine --flags``), of the draft file, where they are readable here.
-    llama-server does not expose its draft file or speculative flags over HTTP. Keys with unknown
-    values are left out."""
-    props = client.props()  # its `speculative.types` is the per-request default ("none"), not the server's: not kept
-    out: dict[str, Any] = {"engine": endpoint.engine, "build_info": props.get("build_info"),
-                           "model_path": props.get("model_path"), "model_ftype": props.get("model_ftype"),
-                           "n_ctx": (props.get("default_generation_settings") or {}).get("n_ctx"),
-                           "total_slots": props.get("total_slots")}
-    if endpoint.flags:
-        out["flags"] = list(endpoint.flags)
-    files = (("model_sha256", props.get("model_path")), ("draft_sha256", _draft_path(endpoint.flags)))
-    for key, path in files if hash_files else ():
-        digest = file_sha256(path) if path and Path(path).is_file() else None
-        if digest:
-            out[key] = digest
-    return {k: v for k, v in out.items() if v is not None}
+def _file_identity(ref: str | None) -> tuple[str | None, str | None]:
+    """``(file name, sha256)`` of a reference that is a readable file, else ``(None, None)``."""
+    from specdec.models.hashes import file_sha256
+
+    if not ref or not Path(ref).is_file():
+        return None, None
+    return Path(ref).name, file_sha256(ref)
 
 
-def metrics_counters(text: str, engine: str) -> dict[str, Any]:
-    """The engine's speculative counters in one ``/metrics`` body: ``{"drafts", "draft_tokens",
-    "accepted", "per_position": [..]}`` (summed over label sets; missing counters are 0)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    em = engine_metrics(engine)
-    out: dict[str, Any] = {DRAFTS: 0.0, DRAFT_TOKENS: 0.0, ACCEPTED: 0.0, PER_POSITION: {}}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            kind = em.role_of(s.name)
-            if kind is None or kind[0] != "counter":
-                continue
-            if kind[1] == PER_POSITION:
-                pos = int(s.labels.get(em.position_label, -1))
-                out[PER_POSITION][pos] = out[PER_POSITION].get(pos, 0.0) + float(s.value)
-            else:
-                out[kind[1]] += float(s.value)
-    pp = out[PER_POSITION]
-    out[PER_POSITION] = [pp.get(i, 0.0) for i in range(max(pp) + 1)] if pp else []
-    return out
+def pair_identity(req: EngineCheckRequest, rule: ProposalRule | None = None) -> PairIdentity:
+    """What the request's pair says the engine must serve: the target/draft files named by ``target_ref`` /
+    ``drafter_ref`` (when they are files here; a GGUF target loaded by name: its ``source``), the target
+    tokenizer's vocabulary and BOS/EOS strings."""
+    tok, model = req.target.tokenizer, req.target.model
+    (t_name, t_sha), (d_name, d_sha) = _file_identity(req.target_ref), _file_identity(req.drafter_ref)
+    source = getattr(req.target, "source", None) or {}
+    if t_sha is None and source.get("gguf_sha256"):  # a GGUF target loaded by name (e.g. "smollm2")
+        t_name, t_sha = Path(str(source.get("gguf_file") or "")).name or None, str(source["gguf_sha256"])
+    rows = model.get_output_embeddings().weight.shape[0]
+    return PairIdentity(target_file=t_name, target_sha256=t_sha, draft_file=d_name, draft_sha256=d_sha,
+                        vocab_size=len(tok), model_vocab_size=int(rows), bos_token=getattr(tok, "bos_token", None),
+                        eos_token=getattr(tok, "eos_token", None), rule=rule)
 
 
-def _send(client: EngineClient, prompts: list[_Prompt], config: ValidationConfig, concurrency: int,
-          attr: str, progress: Callable[[int, int], None] | None) -> None:
-    """Every ``ok`` prompt through ``client``; the completion goes to ``prompt.<attr>``."""
+def _identify(run: _Run, session: EngineSession) -> bool:
+    """Fingerprint, refusal, identity and declared rule (step 1); True when the numbers can be compared."""
+    req, profile = run.req, run.profile
+    run.fingerprint = profile.fingerprint(session, req.endpoint, run.deadline)
+    run.served = profile.served_rule(run.fingerprint, run.rule)
+    refusal = profile.refusal(run.fingerprint)
+    if refusal is None and run.served is not None and run.served.synthetic:
+        refusal = f"the engine runs with {run.served.synthetic} (synthetic acceptance): restart it without it"
+    if refusal:
+        raise EngineRefusedError(f"refused: {refusal}")
+    mismatches = profile.identity_mismatches(run.fingerprint, req.pair or pair_identity(req, run.rule))
+    run.findings += [EngineFinding("fingerprint", m) for m in mismatches.values()]
+    if run.served is not None:
+        why = run.served.drafts_less_than(run.rule)
+        if why:
+            run.findings.append(EngineFinding("served rule", "the engine's declared flags draft less than the validated "
+                                                             f"rule: {'; '.join(why)}"))
+    return not set(mismatches) - {"draft"}
+
+
+def _ask(run: _Run, session: EngineSession, prompts: list[_Prompt]) -> None:
+    """Every ``ok`` prompt through the engine, checked, with the server-wide counters around it (step 2)."""
+    req, config = run.req, run.req.config
     todo = [p for p in prompts if p.row.status == "ok"]
-
-    def one(p: _Prompt) -> None:
-        setattr(p, attr, client.complete(p.ids, max_tokens=config.max_new_tokens, sampling=config.sampling,
-                                         seed=config.seed))
-
-    if concurrency <= 1:
-        for i, p in enumerate(todo, 1):
-            one(p)
-            if progress is not None:
-                progress(i, len(todo))
-        return
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        for i, _ in enumerate(pool.map(one, todo), 1):
-            if progress is not None:
-                progress(i, len(todo))
+    params = CompletionParams(max_tokens=config.max_new_tokens, sampling=config.sampling, seed=config.seed,
+                              draft_sampling=run.rule.draft_sampling)
+    before = session.counters(run.deadline)
+    answers = session.complete_all([p.ids for p in todo], params, concurrency=req.concurrency, deadline=run.deadline,
+                                   progress=req.progress, accept=_checker(run, todo, "engine"))
+    after = session.counters(run.deadline)
+    for p, c in zip(todo, answers):
+        p.engine = c
+    run.scrapes = (before, after)
 
 
-def _core_counters(req: EngineCheckRequest, p: _Prompt, y: list[int], stop: frozenset[int], vocab: int) -> None:
-    """The core's exact counters along the engine's tokens ``y`` into ``p.row``."""
-    k = req.config.num_speculative_tokens
+def _checker(run: _Run, todo: list[_Prompt], who: str) -> Callable[[int, EngineCompletion], EngineCompletion]:
+    """Each answer checked as it arrives (:func:`~specdec.engines.answers.check_completion`)."""
+    def accept(i: int, c: EngineCompletion) -> EngineCompletion:
+        return check_completion(c, vocab_size=run.vocab, what=f"the {who}'s answer to prompt {todo[i].row.prompt_id}")
+    return accept
+
+
+def _baseline(run: _Run, prompts: list[_Prompt]) -> None:
+    """The same prompts through the baseline server (no speculation), for the speedup."""
+    ep = run.req.endpoint
+    base = EngineEndpoint(url=ep.baseline_url, engine=ep.engine, api_key=ep.api_key, served_model=ep.served_model,
+                          options=ep.options)
+    todo = [p for p in prompts if p.row.status == "ok"]
+    config = run.req.config
+    params = CompletionParams(max_tokens=config.max_new_tokens, sampling=config.sampling, seed=config.seed)
+    with run.profile.connect(base, run.req.limits) as session:
+        answers = session.complete_all([p.ids for p in todo], params, concurrency=run.req.concurrency,
+                                       deadline=run.deadline, accept=_checker(run, todo, "baseline"))
+    for p, c in zip(todo, answers):
+        p.baseline = c
+
+
+def _core_counters(run: _Run, p: _Prompt, y: list[int]) -> None:
+    """The core's exact counters under the validated rule along the engine's tokens ``y`` into ``p.row``."""
+    req, stop, rule = run.req, run.stop, run.rule
+    k = rule.num_speculative_tokens
     complete = len(y) == req.config.max_new_tokens or (y and y[-1] in stop)
     if not y or not complete:
         p.row.status, p.row.skip_reason = "skipped", "the engine's output ended early without a stop token"
         return
     # llama.cpp drafts n_max tokens whatever the draft proposes after a rejection: the fast trace counts the same
-    trace = draft_trace(req.draft, p.ids, y, vocab, kmax=k, stop_token_ids=stop, exact=False, adopts_prefix=True)
+    trace = draft_trace(req.draft, p.ids, y, run.vocab, kmax=k, stop_token_ids=stop, exact=False,
+                        adopts_prefix=rule.first_token_from_prefill)
     st = replay_counters(trace, y, num_speculative_tokens=k, max_new_tokens=req.config.max_new_tokens,
-                         stop_token_ids=stop, drafts_past_stop=True)
+                         stop_token_ids=stop, drafts_past_stop=rule.drafts_past_stop)
     p.row.core_drafts, p.row.core_draft_tokens = st.num_drafts, st.num_draft_tokens
     p.row.core_accepted_tokens = st.num_accepted_tokens
     p.row.core_accepted_per_position = list(st.accepted_per_position)
@@ -221,43 +251,41 @@ def check_engine(req: EngineCheckRequest) -> EngineCheckReport:
     """Run the engine check (module docstring).
 
     Returns:
-        :class:`EngineCheckReport`.
+        :class:`EngineCheckReport` (``findings`` lists what the serving stack does differently).
     Raises:
-        specdec.engines.client.EngineRequestError: the engine is unreachable or answers without tokens.
-        ValueError: ``concurrency`` < 1.
+        specdec.engines.errors.EngineRequestError: the engine is unreachable; its subclasses: an answer is
+            malformed or impossible (``EngineAnswerError``), a request or the check ran past its deadline
+            (``EngineDeadlineError``), a synthetic-acceptance mode is on (``EngineRefusedError``). One line each.
+        ValueError: ``concurrency`` < 1; an engine the check cannot ask.
     """
     if req.concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {req.concurrency}")
     t0 = time.perf_counter()
     model, tok = req.target.model, req.target.tokenizer
     model.eval()
-    req.draft.eval()
-    config, ep = req.config, req.endpoint
+    if hasattr(req.draft, "eval"):
+        req.draft.eval()
+    config, profile = req.config, engine_profile(req.endpoint.engine)
     subset = req.heldout.subset(config.limit, seed=config.seed)
     eos = eos_token_ids(tok, model)
-    stop = stop_token_ids(eos)
-    vocab = model.get_output_embeddings().weight.shape[0]
+    run = _Run(req, profile, profile.validated_rule(config.num_speculative_tokens),
+               Deadline.after(req.limits.check_timeout_s, CHECK_DEADLINE),
+               vocab=int(model.get_output_embeddings().weight.shape[0]), stop=stop_token_ids(eos))
     prompts = _prompts(subset, tok, config, context_limit(model, req.draft))
-    client = EngineClient(ep.url, api_key=ep.api_key)
-    try:
-        fingerprint = engine_fingerprint(client, ep)
-        before = metrics_counters(client.metrics_text(), ep.engine)
-        _send(client, prompts, config, req.concurrency, "engine", req.progress)
-        after = metrics_counters(client.metrics_text(), ep.engine)
-    finally:
-        client.close()
-    if ep.baseline_url:
-        base = EngineClient(ep.baseline_url, api_key=ep.api_key)
-        try:
-            _send(base, prompts, config, req.concurrency, "baseline", None)
-        finally:
-            base.close()
-    greedy = config.sampling.is_greedy
-    core = _core_continuations(req, subset, model, tok, eos) if greedy else {}
+    with profile.connect(req.endpoint, req.limits) as session:
+        run.source = session.counters_source
+        compared = _identify(run, session)
+        if compared:
+            _ask(run, session, prompts)
+    if not compared:
+        return _report(run, subset, prompts, time.perf_counter() - t0, compared=False)
+    if req.endpoint.baseline_url:
+        _baseline(run, prompts)
+    core = _core_continuations(req, subset, model, tok, eos) if config.sampling.is_greedy else {}
     with torch.inference_mode():
         for p in prompts:
-            _fill(req, p, stop, vocab, core.get(p.row.prompt_id), model)
-    return _report(req, subset, prompts, fingerprint, (before, after), time.perf_counter() - t0)
+            _fill(run, p, core.get(p.row.prompt_id), model)
+    return _report(run, subset, prompts, time.perf_counter() - t0)
 
 
 def _prompts(subset: HeldoutSet, tok, config: ValidationConfig, ctx_limit: int | None) -> list[_Prompt]:
@@ -272,21 +300,20 @@ def _prompts(subset: HeldoutSet, tok, config: ValidationConfig, ctx_limit: int |
     return out
 
 
-def _fill(req: EngineCheckRequest, p: _Prompt, stop: frozenset[int], vocab: int, y_core: list[int] | None,
-          model: torch.nn.Module) -> None:
+def _fill(run: _Run, p: _Prompt, y_core: list[int] | None, model: torch.nn.Module) -> None:
     """One prompt's row: the engine's counters and rates, the core's replay, the audit."""
     row, c = p.row, p.engine
     if row.status != "ok" or c is None:
         return
-    y = engine_tokens(c.token_ids, stop, req.config.max_new_tokens)
+    y = engine_tokens(c.token_ids, run.stop, run.req.config.max_new_tokens)
     row.new_tokens = len(y)
     row.engine_draft_tokens, row.engine_accepted_tokens = c.num_draft_tokens, c.num_accepted_tokens
     row.engine_tokens_per_second, row.engine_seconds = c.tokens_per_second, c.predicted_ms / 1e3
     if p.baseline is not None:
         row.baseline_tokens_per_second, row.baseline_seconds = p.baseline.tokens_per_second, p.baseline.predicted_ms / 1e3
-    _core_counters(req, p, y, stop, vocab)
+    _core_counters(run, p, y)
     if y_core is not None and row.status == "ok":
-        _audit(model, p, y, y_core, vocab)
+        _audit(model, p, y, y_core, run.vocab)
 
 
 def _speed(rows: list[EnginePromptResult]) -> dict[str, Any]:
@@ -306,35 +333,57 @@ def _speed(rows: list[EnginePromptResult]) -> dict[str, Any]:
     return out
 
 
-def _report(req: EngineCheckRequest, subset: HeldoutSet, prompts: list[_Prompt], fingerprint: dict[str, Any],
-            scrapes: tuple[dict, dict], wall: float) -> EngineCheckReport:
-    rows = [p.row for p in prompts]
-    ok = [r for r in rows if r.status == "ok"]
-    cats = sorted({r.category for r in ok})
+def _engine_steps(prompts: list[_Prompt], scrapes: tuple[EngineCounters | None, EngineCounters | None],
+                  notes: list[str]) -> tuple[int | None, list[int]]:
+    """The engine's drafts and per-position counts over the run: per-request sums when every answer has them,
+    else the ``/metrics`` delta when it equals the per-request token sums (nothing else used the server)."""
+    answers = [p.engine for p in prompts if p.row.status == "ok" and p.engine is not None]
+    if answers and all(c.num_drafts is not None and c.accepted_per_position is not None for c in answers):
+        k = max(len(c.accepted_per_position or []) for c in answers)
+        return (sum(c.num_drafts or 0 for c in answers),
+                [sum((c.accepted_per_position or [])[i] if i < len(c.accepted_per_position or []) else 0
+                     for c in answers) for i in range(k)])
     before, after = scrapes
-    delta = {key: after[key] - before[key] for key in (DRAFTS, DRAFT_TOKENS, ACCEPTED)}
-    per_pos = [int(a - (before[PER_POSITION][i] if i < len(before[PER_POSITION]) else 0))
-               for i, a in enumerate(after[PER_POSITION])]
-    k = req.config.num_speculative_tokens
-    core_pp = [sum(r.core_accepted_per_position[i] for r in ok if i < len(r.core_accepted_per_position))
-               for i in range(k)]
-    overall = summarize(rows, seed=req.config.seed)
-    notes = []
-    sums = (sum(r.engine_draft_tokens for r in ok), sum(r.engine_accepted_tokens for r in ok))
-    if (int(delta[DRAFT_TOKENS]), int(delta[ACCEPTED])) != sums:
-        notes.append(f"/metrics moved by {int(delta[DRAFT_TOKENS])} drafted / {int(delta[ACCEPTED])} accepted during the "
-                     f"run, the requests' own timings sum to {sums[0]} / {sums[1]}: other traffic shared the server, "
-                     "so the per-position counters are not this run's alone")
-        per_pos = []
-    drafts = int(delta[DRAFTS]) if per_pos else None
+    if before is None or after is None:
+        return None, []
+    delta = after.minus(before).check("the engine's /metrics delta over the run")
+    rows = [p.row for p in prompts if p.row.status == "ok"]
+    sums = (sum(r.engine_draft_tokens for r in rows), sum(r.engine_accepted_tokens for r in rows))
+    if (delta.draft_tokens, delta.accepted) != sums:
+        notes.append(f"/metrics moved by {delta.draft_tokens} drafted / {delta.accepted} accepted during the run, the "
+                     f"requests' own timings sum to {sums[0]} / {sums[1]}: other traffic shared the server, so the "
+                     "per-position counters are not this run's alone")
+        return None, []
+    return delta.drafts, list(delta.per_position or [])
+
+
+def _report(run: _Run, subset: HeldoutSet, prompts: list[_Prompt], wall: float, *,
+            compared: bool = True) -> EngineCheckReport:
+    req = run.req
+    rows = [p.row for p in prompts]
+    ok = [r for r in rows if r.status == "ok"] if compared else []
+    notes: list[str] = []
+    drafts, per_pos = _engine_steps(prompts, run.scrapes, notes) if compared else (None, [])
+    overall = summarize(ok, seed=req.config.seed)
+    delivery = delivery_of(ok, drafts, per_pos, seed=req.config.seed) if compared else None
     audit = {"checked": sum(r.exact_match is not None for r in ok), "identical": sum(bool(r.exact_match) for r in ok),
              "near_tie": sum(r.divergence == "near-tie" for r in ok),
              "divergent": sum(r.divergence == "divergence" for r in ok)}
+    findings = list(run.findings)
+    if compared:
+        k = run.rule.num_speculative_tokens
+        findings += [f for f in (delivery_finding(delivery, k, overall.engine_acceptance_rate, overall.core_acceptance_rate),
+                                 audit_finding(audit)) if f is not None]
+    else:
+        notes.append("no number was compared: the engine does not serve the pair's target (findings)")
     return EngineCheckReport(
-        engine=req.endpoint.engine, url=safe_url(req.endpoint.url), heldout_name=subset.name,
-        heldout_version=subset.version, target_ref=req.target_ref, drafter_ref=req.drafter_ref,
-        config=req.config.to_dict(), concurrency=req.concurrency, fingerprint=fingerprint,
-        counters_source="per-request timings", overall=overall,
-        categories={c: summarize([r for r in ok if r.category == c], seed=req.config.seed) for c in cats},
-        engine_per_position=per_pos, core_per_position=core_pp, engine_num_drafts=drafts, audit=audit, speed=_speed(rows),
-        verdict=verdict_of(overall), prompts=rows, notes=notes, wall_seconds=wall)
+        engine=req.endpoint.engine, url=safe_url(req.endpoint.url or f"offline:{req.endpoint.engine}"),
+        heldout_name=subset.name, heldout_version=subset.version, target_ref=req.target_ref,
+        drafter_ref=req.drafter_ref, config=req.config.to_dict(), concurrency=req.concurrency,
+        fingerprint=run.fingerprint, counters_source=run.source, overall=overall,
+        categories={c: summarize([r for r in ok if r.category == c], seed=req.config.seed)
+                    for c in sorted({r.category for r in ok})},
+        engine_per_position=per_pos, core_per_position=delivery.core.per_position if delivery else [],
+        engine_num_drafts=drafts, audit=audit, speed=_speed(ok), verdict=verdict_of(overall) if compared else "not compared",
+        prompts=rows, notes=notes, wall_seconds=wall, findings=findings, delivery=delivery,
+        rule={"validated": asdict(run.rule), "served": asdict(run.served) if run.served else None})

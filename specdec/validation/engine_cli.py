@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from specdec.validation.engine_report import EngineCheckReport, EngineGroup
@@ -17,7 +18,7 @@ ENGINE_REPORT_FILE = "engine_check.json"
 
 
 def run_engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, endpoint: Any, concurrency: int,
-                     target_ref: str, err: Console) -> EngineCheckReport:
+                     target_ref: str, err: Console, limits: Any = None) -> EngineCheckReport:
     """The engine check of ``drafter`` (a resolved model drafter) served at ``endpoint``.
 
     Raises:
@@ -35,7 +36,7 @@ def run_engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, endpoint: 
 
         return check_engine(EngineCheckRequest(
             target=tgt, draft=draft_model, heldout=hs, config=config, endpoint=endpoint, concurrency=concurrency,
-            target_ref=target_ref, drafter_ref=ref, progress=progress))
+            target_ref=target_ref, drafter_ref=ref, progress=progress, **({"limits": limits} if limits else {})))
 
 
 def _f(x: float, d: int = 3) -> str:
@@ -76,6 +77,15 @@ def write_and_print(report: EngineCheckReport, out_dir: Path, out: Console) -> P
         speed += (f", {_f(s['baseline_tokens_per_second'], 1)} without; speedup {_f(s['speedup'], 2)}x "
                   f"{_ci(s['speedup_ci'])}")
     out.print(speed + f"; build {report.fingerprint.get('build_info', '?')}", highlight=False)
+    d = report.delivery
+    if d is not None:
+        e, c = d.engine, d.core
+        out.print(f"per step, engine vs core (validated rule): drafted tokens {e.draft_tokens} vs {c.draft_tokens}, "
+                  f"drafts per request {_f(e.drafts_per_request, 1)} vs {_f(c.drafts_per_request, 1)}, tokens per draft "
+                  f"{_f(e.draft_tokens_per_draft, 2)} vs {_f(c.draft_tokens_per_draft, 2)}, mean accepted length "
+                  f"{_f(e.mean_accepted_length, 2)} vs {_f(c.mean_accepted_length, 2)}", highlight=False)
+    for f in report.findings:
+        out.print(f"[bold red]finding ({f.kind}):[/] {escape(f.message)}", highlight=False)
     for note in report.notes:
         out.print(f"[yellow]note:[/] {note}", highlight=False)
     out.print(f"engine check report: {path}")

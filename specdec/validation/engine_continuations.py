@@ -1,14 +1,17 @@
 """Greedy target continuations from the engine that serves the target (docs/scale.md).
 
 For a greedy night the expensive part of a replay, the target's continuation of each held-out prompt,
-is what the serving engine (llama.cpp's ``llama-server``, vLLM's OpenAI server with ``return_tokens``-
-style token ids) produces fastest: the prompt's token ids go in (the chat template applied once, by the
-core's tokenizer), temperature 0, ``max_new_tokens`` ids come out. The core then replays the draft along
+is what the serving engine produces fastest: through its engine profile (:mod:`specdec.engines.profile`,
+:func:`specdec.engines.profiles.engine_profile`: llama.cpp's ``llama-server``, vLLM where its profile is
+registered) the prompt's token ids go in (the chat template applied once, by the core's tokenizer),
+temperature 0, ``max_new_tokens`` ids come out, each answer checked (ids in the vocabulary) and bounded by
+the request deadline (``SPECDEC_ENGINE_REQUEST_TIMEOUT_S``). The core then replays the draft along
 them (:mod:`specdec.validation.replay`): the nightly process holds the draft, never the target.
 
 Each continuation is cached under the core's :class:`~specdec.validation.continuation_cache.ContinuationKey`
-with ``engine`` = :attr:`EngineContinuations.digest` (the engine's fingerprint: build, served file path and
-type, context, declared flags; no file hash, which would read the target's weights here), so a changed
+with ``engine`` = :attr:`EngineContinuations.digest` (the profile's base fingerprint: what the engine says
+about itself, e.g. build, served file path and type, vocabulary, declared flags; no file hash, which would read
+the target's weights here), so a changed
 engine or served file never reuses another's continuations, and a night that stopped half-way resumes.
 """
 
@@ -16,21 +19,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+import time
+from dataclasses import dataclass
+from typing import Any
 
 from specdec.core.config import SamplingConfig
 
-__all__ = ["EngineContinuations", "TokenEngine", "engine_tokens", "connect_engine"]
+__all__ = ["EngineContinuations", "engine_tokens", "connect_engine"]
 
 _GREEDY = SamplingConfig()
-
-
-class TokenEngine(Protocol):
-    """What a continuation source needs of an engine client (:class:`specdec.engines.client.EngineClient`)."""
-
-    def complete(self, prompt_ids: list[int], *, max_tokens: int, sampling: SamplingConfig,
-                 seed: int | None = None) -> Any: ...  # an EngineCompletion: .token_ids, .stop
 
 
 def engine_tokens(token_ids: list[int], stop: frozenset[int], max_new_tokens: int) -> list[int]:
@@ -48,16 +45,19 @@ class EngineContinuations:
     """A serving engine as the source of greedy target continuations.
 
     Attributes:
-        client: a :class:`TokenEngine` (token ids in, token ids out).
+        session: an open :class:`~specdec.engines.profile.EngineSession` (token ids in, token ids out).
         fingerprint: what identifies the serving stack (JSON-ready dict; ``engine`` names its profile).
-        requests / seconds: completions asked and their wall seconds (the night's engine throughput).
+        limits: the request deadline (:class:`~specdec.engines.profile.EngineLimits`).
+        requests / seconds / tokens: completions received, their wall seconds and new tokens (the night's
+            engine throughput, for the scale model).
     """
 
-    client: TokenEngine
+    session: Any
     fingerprint: dict[str, Any]
+    limits: Any
     requests: int = 0
     seconds: float = 0.0
-    tokens: int = field(default=0)
+    tokens: int = 0
 
     @property
     def digest(self) -> str:
@@ -69,43 +69,57 @@ class EngineContinuations:
         return str(self.fingerprint.get("engine", "engine"))
 
     def close(self) -> None:
-        """Close the client's connections (when it has any)."""
-        close = getattr(self.client, "close", None)
-        if close is not None:
-            close()
+        self.session.close()
 
-    def continuation(self, prompt_ids: list[int], *, max_new_tokens: int, stop: frozenset[int]) -> list[int]:
-        """The engine's greedy continuation of ``prompt_ids`` (ids of the target's vocabulary), as
-        :func:`engine_tokens` cuts it.
+    def continuation(self, prompt_ids: list[int], *, max_new_tokens: int, stop: frozenset[int],
+                     vocab_size: int) -> list[int]:
+        """The engine's greedy continuation of ``prompt_ids`` (ids of the target's vocabulary of ``vocab_size``),
+        as :func:`engine_tokens` cuts it.
 
         Raises:
-            specdec.engines.client.EngineRequestError: the engine failed, or its output ended before
-            ``max_new_tokens`` without a stop token (an engine-side stop the core would not make).
+            specdec.engines.errors.EngineRequestError (or a subclass: deadline, malformed answer): the engine
+            failed, answered ids outside the vocabulary, or stopped before ``max_new_tokens`` without a stop
+            token (an engine-side stop the core would not make).
         """
-        from specdec.engines.client import EngineRequestError
+        from specdec.engines.answers import check_completion
+        from specdec.engines.errors import EngineAnswerError
+        from specdec.engines.http import Deadline
+        from specdec.engines.profile import CompletionParams
 
-        c = self.client.complete(list(prompt_ids), max_tokens=max_new_tokens, sampling=_GREEDY)
+        deadline = Deadline.after(self.limits.request_timeout_s, "one continuation (SPECDEC_ENGINE_REQUEST_TIMEOUT_S)")
+        t0 = time.perf_counter()
+        c = self.session.complete(list(prompt_ids), CompletionParams(max_new_tokens, _GREEDY), deadline)
+        check_completion(c, vocab_size=vocab_size, what="the engine's continuation")
         y = engine_tokens(c.token_ids, stop, max_new_tokens)
         if len(y) < max_new_tokens and (not y or y[-1] not in stop):
-            raise EngineRequestError(f"the engine's continuation ended after {len(y)} of {max_new_tokens} tokens "
-                                     f"without a stop token (stop: {c.stop or 'unknown'})")
-        self.requests += 1
-        self.seconds += float(getattr(c, "wall_seconds", 0.0) or 0.0)
-        self.tokens += len(y)
+            raise EngineAnswerError(f"the engine's continuation ended after {len(y)} of {max_new_tokens} tokens "
+                                    f"without a stop token (stop: {c.stop or 'unknown'})")
+        self.requests, self.tokens = self.requests + 1, self.tokens + len(y)
+        self.seconds += time.perf_counter() - t0
         return y
 
 
-def connect_engine(url: str, *, engine: str = "llamacpp", api_key: str | None = None,
-                   flags: tuple[str, ...] | None = None, timeout_s: float = 600.0) -> EngineContinuations:
-    """An :class:`EngineContinuations` over the llama.cpp-compatible endpoint ``url`` (its fingerprint read
-    once, from ``/props``; no file is hashed).
+def connect_engine(endpoint: Any, limits: Any = None) -> EngineContinuations:
+    """An :class:`EngineContinuations` over ``endpoint`` (a :class:`~specdec.engines.profile.EngineEndpoint`;
+    ``limits``: :class:`~specdec.engines.profile.EngineLimits`, None: the settings'), its fingerprint read once:
+    the profile's base fingerprint (the engine's self-description and declared flags), never a file hash.
 
     Raises:
-        specdec.engines.client.EngineRequestError: the engine is unreachable.
+        ValueError: the endpoint's engine has no profile that can be asked.
+        specdec.engines.errors.EngineRequestError: the engine is unreachable.
     """
-    from specdec.engines.client import EngineClient
-    from specdec.validation.engine_check import EngineEndpoint, engine_fingerprint
+    from specdec.engines.http import Deadline
+    from specdec.engines.profile import EngineProfile
+    from specdec.engines.profiles import engine_profile
+    from specdec.settings import get_settings
 
-    client = EngineClient(url, api_key=api_key, timeout_s=timeout_s)
-    endpoint = EngineEndpoint(url=url, engine=engine, api_key=api_key, flags=flags)
-    return EngineContinuations(client, engine_fingerprint(client, endpoint, hash_files=False))
+    limits = limits or get_settings().engine_limits()
+    profile = engine_profile(endpoint.engine)
+    session = profile.connect(endpoint, limits)
+    try:  # the base implementation: a profile's own may hash the served files, reading the target's weights
+        fp = EngineProfile.fingerprint(profile, session, endpoint,
+                                       Deadline.after(limits.request_timeout_s, "the engine's fingerprint"))
+    except BaseException:
+        session.close()
+        raise
+    return EngineContinuations(session, fp, limits)

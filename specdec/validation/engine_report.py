@@ -25,13 +25,14 @@ from typing import Any
 
 import numpy as np
 
+from specdec.validation.engine_delivery import Delivery, EngineFinding
 from specdec.validation.metrics import bootstrap_ratio_ci
 from specdec.validation.report import nan_to_none
 
 __all__ = ["ENGINE_CHECK_SCHEMA", "NEAR_TIE_LOGITS", "EnginePromptResult", "EngineGroup", "EngineCheckReport",
            "summarize", "paired_difference_ci"]
 
-ENGINE_CHECK_SCHEMA = 1
+ENGINE_CHECK_SCHEMA = 2  # 2: findings, delivery, rule
 #: a first divergence where the core's target prefers its token by at most this many logits is a
 #: near-tie flip: llama.cpp's quantized-activation kernels move logits by up to a few tenths
 NEAR_TIE_LOGITS = 0.5
@@ -103,7 +104,14 @@ class EngineCheckReport:
         audit: ``{"checked", "identical", "near_tie", "divergent"}`` (greedy only).
         speed: engine tokens/s with speculation, the baseline's, the paired speedup and its CI.
         verdict: ``agrees`` (the difference CI contains 0), ``engine accepts less`` / ``engine accepts more``
-            (the CI excludes 0) or ``insufficient evidence``.
+            (the CI excludes 0), ``insufficient evidence``, or ``not compared`` (the engine serves another
+            target: no number was compared).
+        findings: serving-stack findings (:class:`~specdec.validation.engine_delivery.EngineFinding`): the
+            fingerprint against the registered pair, the declared rule, the per-step delivery, the audit.
+        delivery: engine vs core per step (:class:`~specdec.validation.engine_delivery.Delivery`), None when
+            not compared.
+        rule: the validated proposal rule the core replayed and the one the engine declares
+            (``{"validated": {...}, "served": {...} | None}``).
     """
 
     engine: str
@@ -127,6 +135,9 @@ class EngineCheckReport:
     prompts: list[EnginePromptResult]
     notes: list[str] = field(default_factory=list)
     wall_seconds: float = math.nan
+    findings: list[EngineFinding] = field(default_factory=list)
+    delivery: Delivery | None = None
+    rule: dict[str, Any] = field(default_factory=dict)
     schema_version: int = ENGINE_CHECK_SCHEMA
 
     def to_dict(self) -> dict[str, Any]:

@@ -192,7 +192,8 @@ def _continuation(run: _Replay, rp: ReplayedPrompt, key: ContinuationKey) -> Non
 
 def _produce(run: _Replay, producer: Any, rp: ReplayedPrompt) -> list[int]:  # engine; greedy: the pair's; else target-only
     if run.engine is not None:
-        return run.engine.continuation(rp.ids, max_new_tokens=run.config.max_new_tokens, stop=run.stop)
+        return run.engine.continuation(rp.ids, max_new_tokens=run.config.max_new_tokens, stop=run.stop,
+                                       vocab_size=run.vocab)
     x = torch.tensor([rp.ids], dtype=torch.long, device=run.device)
     decode = dict(max_new_tokens=run.config.max_new_tokens, sampling=run.config.sampling, eos_token_id=run.eos)
     if producer is not None:

@@ -31,11 +31,12 @@ from typing import Any
 
 __all__ = ["ENGINES", "DEFAULT_ENGINE", "serving_config"]
 
-from specdec.core.config import DRAFT_SAMPLING_BY_ENGINE, SpeculativeConfig
+from specdec.core.config import SpeculativeConfig
+from specdec.engines.profiles import engine_names, engine_profile
 from specdec.kinds import ServingRequest, kind_of
 
-#: the engine profiles (the names :data:`specdec.core.config.DRAFT_SAMPLING_BY_ENGINE` uses for each engine's proposal rule)
-ENGINES = tuple(DRAFT_SAMPLING_BY_ENGINE)
+#: the engine profiles (:data:`specdec.engines.profiles.ENGINE_PROFILES`; each says its proposal rule)
+ENGINES = engine_names()
 DEFAULT_ENGINE = "vllm"
 
 
@@ -65,21 +66,20 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
         ValueError: unknown engine, k < 1, a model drafter without ``draft``, an EAGLE-3 head on transformers,
             llama.cpp without GGUF files or with a drafter kind it cannot serve as validated.
     """
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+    profile = engine_profile(engine)
     k = int(num_speculative_tokens)
     if k < 1:
         raise ValueError(f"num_speculative_tokens must be >= 1, got {k}")
     kind = kind_of(drafter_kind)
     out: dict[str, Any] = {"engine": engine, "num_speculative_tokens": k, "drafter_kind": drafter_kind,
-                           "draft_sampling": DRAFT_SAMPLING_BY_ENGINE[engine]}
+                           "draft_sampling": profile.draft_sampling}
     tau = assistant_confidence_threshold
     if tau is not None and not kind.tau_applies(engine):
         out["not_applied"] = {"assistant_confidence_threshold": tau}
     req = ServingRequest(engine=engine, label=drafter_kind, k=k, draft=None if kind.model_free else draft, target=target,
                          recipe=drafter_recipe if kind.model_free else None,
                          tau=tau if kind.tau_applies(engine) else None)
-    served = kind.serving(req)
+    served = profile.serving_config(kind, req)
     if "not_applied" in out and "not_applied" in served:
         served["not_applied"] = {**out["not_applied"], **served["not_applied"]}
     return {**out, **served}
@@ -101,10 +101,9 @@ def engine_config(engine: str | None, config: SpeculativeConfig) -> tuple[str, S
     if engine is None:
         sampled = not config.sampling.is_greedy and config.draft_sampling == "sampled"
         return ("transformers" if sampled else "vllm"), config
-    if engine not in DRAFT_SAMPLING_BY_ENGINE:
-        names = list(DRAFT_SAMPLING_BY_ENGINE)
-        raise ValueError(f"unknown engine {engine!r}: use {', '.join(names[:-1])} or {names[-1]}")
-    rule = DRAFT_SAMPLING_BY_ENGINE[engine]
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}: use {', '.join(ENGINES[:-1])} or {ENGINES[-1]}")
+    rule = engine_profile(engine).draft_sampling
     if config.draft_sampling == rule or config.sampling.is_greedy and config.draft_sampling == "sampled":
         return engine, config  # greedy: both rules are the same algorithm; the default tag set stays as it was
     if config.draft_sampling != "sampled":

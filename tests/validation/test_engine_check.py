@@ -8,7 +8,11 @@ not; benchmarks/results/*-engine-check-cpu.md.)
     per-request counters equal the server's ``/metrics`` delta;
 (b) a serving-side fault (the engine restarted with another draft file, Q4_0, while the registered
     pair, Q8_0, is unchanged) gives the engine finding: one alert naming the engine and what changed, no "re-train
-    the draft" hint; the next healthy night resolves it.
+    the draft" hint; the next healthy night resolves it;
+(c) a drafting threshold the pair was not validated with (``--spec-draft-p-min 0.8``, undeclared) drafts far
+    less: a ``delivery`` finding, although the engine's acceptance rate goes up;
+(d) another target file behind the engine is a ``fingerprint`` finding before any number; a server started with
+    a synthetic-acceptance mode is refused (docs/engine-check.md).
 """
 
 from __future__ import annotations
@@ -22,12 +26,13 @@ import torch
 from monitoring import engine_checks
 from monitoring.db import Incident, connect
 from monitoring.receiver import WebhookReceiver
-from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings
+from monitoring.settings import MonitoringSettings
 from specdec.engines.llama_server import LlamaServerFlags
 from specdec.validation.config import ValidationConfig
 from specdec.validation.engine_check import EngineCheckRequest, EngineEndpoint, check_engine
 from specdec.validation.heldout import load_heldout
 from tests.support.engine import draft_gguf, engine_or_skip, start_server, target_gguf
+from tests.support.nightly import webhook_settings
 
 pytestmark = pytest.mark.slow
 K, NEW_TOKENS, PROMPTS = 4, 32, 12
@@ -61,14 +66,14 @@ def heldout(tmp_path_factory):
     return load_heldout(path)
 
 
-def _flags(t_gguf, d_gguf) -> LlamaServerFlags:
-    return LlamaServerFlags(model=str(t_gguf), draft=str(d_gguf), n_max=K, ctx_size=2048, threads=1)
+def _flags(t_gguf, d_gguf, **over) -> LlamaServerFlags:
+    return LlamaServerFlags(model=str(t_gguf), draft=str(d_gguf), n_max=K, ctx_size=2048, threads=1, **over)
 
 
-def _check(pair, heldout, server, flags) -> object:
+def _check(pair, heldout, server, flags, *, declare: bool = True) -> object:
     target, draft = pair[0], pair[1]
     cfg = ValidationConfig(num_speculative_tokens=K, max_new_tokens=NEW_TOKENS, limit=PROMPTS)
-    ep = EngineEndpoint(url=server.url, flags=tuple(server.command))
+    ep = EngineEndpoint(url=server.url, flags=tuple(server.command) if declare else None)
     return check_engine(EngineCheckRequest(target, draft.model, heldout, cfg, ep, target_ref=str(pair[2]),
                                            drafter_ref=str(pair[3])))
 
@@ -85,16 +90,16 @@ def test_engine_and_core_agree_on_the_real_pair(engine, pair, heldout, tmp_path)
     assert sum(rep.engine_per_position) == o.engine_accepted_tokens and len(rep.engine_per_position) == K
     assert rep.audit["checked"] == PROMPTS and rep.audit["divergent"] == 0  # only near-tie flips, if any
     assert rep.fingerprint["model_ftype"] == "Q4_1" and rep.fingerprint["draft_sha256"]
+    assert rep.findings == [], rep.findings  # the fingerprint matches the pair (file hashes, vocabulary, BOS/EOS)
+    d = rep.delivery  # per step, the engine delivers what the core's replay of the validated rule does
+    assert 0.9 <= d.draft_tokens_ratio <= 1.1 and d.engine.drafts and d.engine.per_position == rep.engine_per_position
 
 
 def test_another_draft_file_in_the_engine_is_attributed_to_the_serving_stack(engine, pair, heldout, tmp_path):
     """Night 1 healthy, night 2 the engine serves the Q4_0 file (the registered draft is still Q8_0), night 3
     healthy again: one fire naming the engine and the changed draft file, no re-train hint, one resolve."""
     with WebhookReceiver() as receiver:
-        settings = MonitoringSettings(db_url=f"sqlite:///{tmp_path / 'history.db'}",
-                                      alert_channels=[ChannelConfig(type="webhook", url=receiver.url("/hook"))],
-                                      delivery=DeliverySettings(max_attempts=2, backoff_initial_s=0.01,
-                                                                backoff_max_s=0.05, timeout_s=5))
+        settings = webhook_settings(tmp_path / "history.db", receiver.url("/hook"))
         db = connect(settings)
         nights = [("healthy", pair[3]), ("wrong draft file", pair[4]), ("healthy again", pair[3])]
         seen = []
@@ -108,6 +113,8 @@ def test_another_draft_file_in_the_engine_is_attributed_to_the_serving_stack(eng
         (_, r1, e1, t1), (_, r2, e2, t2), (_, r3, e3, t3) = seen
         assert (e1.verdict, t1) == ("passed", None), e1.root_cause_hint
         assert r2.verdict == "engine accepts less" and r2.overall.difference_ci[1] < 0
+        assert [f.kind for f in r2.findings] == ["fingerprint"] and "the engine serves draft draft-Q4_0.gguf" in \
+            r2.findings[0].message
         assert e2.verdict == "failed" and t2 == "fire"
         assert "serving stack" in e2.root_cause_hint and "draft file: sha256" in e2.root_cause_hint
         assert "re-train" not in e2.root_cause_hint and "retrain" not in e2.root_cause_hint
@@ -118,6 +125,33 @@ def test_another_draft_file_in_the_engine_is_attributed_to_the_serving_stack(eng
         assert "engine:llamacpp" in text and "draft file" in text and "re-train" not in text
         with db.session() as s:
             assert s.query(Incident).count() == 1
+
+
+def test_a_drafting_threshold_in_the_engine_is_a_delivery_finding_though_its_rate_rises(engine, pair, heldout, tmp_path):
+    """The issue's real case: llama-server started with ``--spec-draft-p-min 0.8`` (the pair validated at 0) and the
+    flags not declared: the engine drafts a fraction of the validated rule's tokens and accepts more of them."""
+    with start_server(engine, _flags(pair[2], pair[3], p_min=0.8), tmp_path) as server:
+        rep = _check(pair, heldout, server, None, declare=False)
+    d, o = rep.delivery, rep.overall
+    assert d.draft_tokens_ratio_ci[1] < 0.9, (d.engine, d.core)
+    assert o.engine_acceptance_rate >= o.core_acceptance_rate  # the rate alone reads as better
+    assert [f.kind for f in rep.findings] == ["delivery"], rep.findings
+    assert "drafts less than the validated rule (k=4)" in rep.findings[0].message
+
+
+def test_another_target_file_is_a_finding_before_any_number_and_synthetic_acceptance_is_refused(
+        engine, pair, heldout, tmp_path):
+    from specdec.engines.errors import EngineRefusedError
+
+    with start_server(engine, _flags(pair[3], pair[3]), tmp_path / "other-target") as server:  # the Q8_0 file as target
+        rep = _check(pair, heldout, server, None)
+    assert rep.verdict == "not compared" and rep.overall.num_prompts == 0
+    assert [f.kind for f in rep.findings] == ["fingerprint"]
+    assert "the engine serves target draft-Q8_0.gguf" in rep.findings[0].message and pair[2].name in rep.findings[0].message
+    synth = _flags(pair[2], pair[3], extra=("--spec-synth-len", "3"))
+    with start_server(engine, synth, tmp_path / "synthetic") as server:
+        with pytest.raises(EngineRefusedError, match="--spec-synth-len"):
+            _check(pair, heldout, server, None)
 
 
 def test_gguf_pair_for_llamacpp_registers_shows_its_command_and_the_nightly_checks_its_engine(
