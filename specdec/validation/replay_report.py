@@ -163,8 +163,8 @@ def _section(ok: list, greedy: bool, counted: bool, exact: bool, precision: str)
     return {
         "kind": kind, "num_draft_tokens_exact": bool(exact) if counted else False,
         "precision": precision, "num_prompts_replayed": len(ok),
-        "continuations": {w: sum(rp.produced_by == w for rp in ok)
-                          for w in ("cache", "speculative", "ngram", "target-only", "engine")},
+        "continuations": {w: sum(rp.produced_by == w for rp in ok) for w in ("cache", "speculative", "ngram", "target-only")}
+        | ({"engine": n} if (n := sum(rp.produced_by == "engine" for rp in ok)) else {}),
         "seconds": {"continuation": sum(rp.continuation_seconds for rp in ok),
                     "replay": sum(rp.replay_seconds for rp in ok)},
     }
