@@ -95,7 +95,7 @@ def served_checkpoint(uri: str):
     from registry import get_model_version
     from registry.models import download_version_artifacts
     from registry.service import open_registry
-    from specdec.settings import get_settings
+    from registry.settings import get_settings
     from specdec.validation.served_target import WEIGHT_SUFFIXES
 
     ref = get_model_version(uri)
