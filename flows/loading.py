@@ -177,37 +177,3 @@ def build_validation_config(speculative, *, limit: int | None, seed: int = 0, ba
 
     return ValidationConfig(speculative, seed=seed, limit=limit, batch_size=batch_size)
 
-
-def validation_request(pv, params, progress=None, **extra):
-    """The :class:`specdec.validation.ValidationRequest` of pair version ``pv`` with tonight's ``params``
-    (:class:`flows.nightly.ValidationParams`): its models from this worker's cache; with
-    ``params.continuations == "engine"`` the continuations come from the engine the pair version names (tag
-    ``engine_url``; the target served, :func:`load_pair_models`). ``extra``: further request fields.
-
-    Raises:
-        ValueError: engine continuations for a pair version that names no engine; as :func:`load_pair_models`.
-        specdec.engines.client.EngineRequestError: the engine is unreachable.
-    """
-    from specdec.validation import ValidationRequest
-    from specdec.validation.heldout import load_heldout
-
-    engine = None
-    if params.continuations == "engine":
-        engine = _engine_continuations(pv)
-        extra.setdefault("target_weights", pv.target_weights_sha256)
-    tkey, dkey = load_pair_models(pv, device=params.device, dtype=params.dtype, served=engine is not None)
-    config = build_validation_config(pv.config, limit=params.limit, seed=params.seed, batch_size=params.batch_size)
-    return ValidationRequest(cached_target(tkey), [cached_drafter(dkey)], load_heldout(params.heldout), config,
-                             method=params.method, decode_fraction=params.decode_fraction, target_ref=pv.target_uri,
-                             progress=progress, engine=engine, **extra)
-
-
-def _engine_continuations(pv):
-    from flows.engine_check import engine_endpoint
-    from specdec.validation.engine_continuations import connect_engine
-
-    ep = engine_endpoint(pv)
-    if ep is None:
-        raise ValueError(f"{pv.name} v{pv.version} names no engine (tag engine_url): continuations='engine' needs "
-                         "one (`specdec pair engine`)")
-    return connect_engine(ep)

@@ -204,24 +204,6 @@ def _worth_retrying(task, task_run, state) -> bool:
     return True
 
 
-def validation_progress(pv):
-    """The progress callback of a validation of ``pv``: a log line, a step event, the stop check."""
-    log = _logger()
-    pair, version = pv.name, pv.version
-
-    def progress(p) -> None:
-        if p.rows:  # a decoded prompt
-            row = p.rows[0]
-            acc = f"acceptance {row.acceptance_rate:.2f}" if row.status == "ok" else f"skipped: {row.skip_reason}"
-            log.info("%s v%s: prompt %d/%d (%s) %s", pair, version, p.done, p.total, row.category, acc)
-        else:
-            log.info("%s v%s: %s %d/%d", pair, version, p.phase, p.done, p.total)
-        events.announce("validation", pair=pair, version=str(version), done=p.done, total=p.total)
-        stopping.check()
-
-    return progress
-
-
 @task(task_run_name="validate {pv.name}@v{pv.version}", retries=1, retry_delay_seconds=30,
       retry_condition_fn=_worth_retrying)
 def run_validation(pv, params: ValidationParams, out_dir: str):
@@ -234,7 +216,7 @@ def run_validation(pv, params: ValidationParams, out_dir: str):
     Returns:
         :class:`specdec.validation.report.ValidationReport`, also written to ``out_dir``.
     """
-    from flows.loading import validation_request
+    from flows.night_request import validation_progress, validation_request
     from specdec.validation import validate
 
     request = validation_request(pv, params, validation_progress(pv))

@@ -21,8 +21,7 @@ from prefect import task
 def replay_shard(pv, params, shard: int):
     """Shard ``shard`` of ``params.shards`` of pair version ``pv``'s replay (a
     :class:`specdec.validation.shard.ShardResult`: per-prompt rows and integer counters)."""
-    from flows.loading import validation_request
-    from flows.nightly import validation_progress
+    from flows.night_request import validation_progress, validation_request
     from specdec.validation.shard import measure_shard
 
     request = validation_request(pv, params, validation_progress(pv))
@@ -37,7 +36,7 @@ def replay_shard(pv, params, shard: int):
 def pool_validation(pv, params, out_dir: str, shards: list):
     """The report of pair version ``pv`` from its pooled ``shards`` (decoding the subsample here with
     ``method="both"``), written to ``out_dir``."""
-    from flows.loading import validation_request
+    from flows.night_request import validation_request
     from specdec.validation import validate
     from specdec.validation.shard import pool
 
