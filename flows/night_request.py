@@ -53,6 +53,20 @@ def validation_request(pv, params, progress=None, **extra):
                              progress=progress, engine=engine, **extra)
 
 
+def validate_and_write(request, out_dir: str):
+    """:func:`specdec.validation.validate` of a one-drafter ``request`` (its engine closed after), the report
+    written to ``out_dir`` and returned."""
+    from specdec.validation import validate
+
+    try:
+        [report] = validate(request)
+    finally:
+        if request.engine is not None:
+            request.engine.close()
+    report.write(out_dir)
+    return report
+
+
 def _engine_continuations(pv):
     from flows.engine_check import engine_endpoint
     from specdec.validation.engine_continuations import connect_engine

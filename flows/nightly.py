@@ -216,17 +216,9 @@ def run_validation(pv, params: ValidationParams, out_dir: str):
     Returns:
         :class:`specdec.validation.report.ValidationReport`, also written to ``out_dir``.
     """
-    from flows.night_request import validation_progress, validation_request
-    from specdec.validation import validate
+    from flows.night_request import validate_and_write, validation_progress, validation_request
 
-    request = validation_request(pv, params, validation_progress(pv))
-    try:
-        [report] = validate(request)
-    finally:
-        if request.engine is not None:
-            request.engine.close()
-    report.write(out_dir)
-    return report
+    return validate_and_write(validation_request(pv, params, validation_progress(pv)), out_dir)
 
 
 @task(retries=2, retry_delay_seconds=[5, 20], cache_policy=NO_CACHE)

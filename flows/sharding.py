@@ -36,18 +36,10 @@ def replay_shard(pv, params, shard: int):
 def pool_validation(pv, params, out_dir: str, shards: list):
     """The report of pair version ``pv`` from its pooled ``shards`` (decoding the subsample here with
     ``method="both"``), written to ``out_dir``."""
-    from flows.night_request import validation_request
-    from specdec.validation import validate
+    from flows.night_request import validate_and_write, validation_request
     from specdec.validation.shard import pool
 
-    request = validation_request(pv, params, None, replayed=pool(list(shards)))
-    try:
-        [report] = validate(request)
-    finally:
-        if request.engine is not None:
-            request.engine.close()
-    report.write(out_dir)
-    return report
+    return validate_and_write(validation_request(pv, params, None, replayed=pool(list(shards))), out_dir)
 
 
 class _Chain:
