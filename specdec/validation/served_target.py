@@ -26,7 +26,7 @@ def served_target(path: str | Path, *, dtype: torch.dtype | None = None) -> Any:
 
     Args:
         path: a directory with the target's config and tokenizer (its weight files may be absent).
-        dtype: the dtype recorded for the target (None: the config's ``torch_dtype``, else float32).
+        dtype: the dtype recorded for the target (None: the config's ``dtype``, else float32).
     Raises:
         specdec.models.ModelNotFoundError: no config or tokenizer there.
     """
@@ -41,10 +41,10 @@ def served_target(path: str | Path, *, dtype: torch.dtype | None = None) -> Any:
         tokenizer = AutoTokenizer.from_pretrained(p)
     except (OSError, ValueError) as e:
         raise ModelNotFoundError(f"no target config/tokenizer in {p}: {e}") from None
-    dt = dtype or getattr(config, "torch_dtype", None) or torch.float32
+    dt = dtype or getattr(config, "dtype", None) or torch.float32
     dt = getattr(torch, dt) if isinstance(dt, str) else dt
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, torch_dtype=dt)
+        model = AutoModelForCausalLM.from_config(config, dtype=dt)
     if (p / "generation_config.json").is_file():
         model.generation_config = GenerationConfig.from_pretrained(p)
     return LoadedModel(model.eval(), tokenizer, p, {"kind": "served", "ref": str(p)})
