@@ -37,6 +37,13 @@ def run_cmd(
              "throughput on GPUs; on a 2-core CPU batch > 1 mostly adds padding cost.")] = None,
     parallel: Annotated[bool, typer.Option(help="Validate pair versions in parallel on a local Dask cluster.")] = False,
     dask_address: Annotated[Optional[str], typer.Option(help="Existing Dask scheduler (implies --parallel).")] = None,
+    method: Annotated[Optional[str], typer.Option(help="both | replay | decode (default: SPECDEC_NIGHTLY_METHOD).")] = None,
+    shards: Annotated[Optional[int], typer.Option(
+        min=1, help="Split each pair's replay over this many tasks (with --parallel: Dask workers); the report "
+                    "is the one-process report (docs/scale.md).")] = None,
+    continuations: Annotated[Optional[str], typer.Option(
+        help="core | engine: the target's greedy continuations from the engine the pair version names "
+             "(with --method replay; the target's weights are not loaded for model and n-gram drafters).")] = None,
     fail_on_alert: Annotated[bool, typer.Option(
         "--fail-on-alert", help="Exit 3 when a validation failed the drift rules (CI-style use).")] = False,
     debug: Annotated[bool, typer.Option(
@@ -78,7 +85,8 @@ def run_cmd(
     run = NightlyRun(pairs=list(pair or s.pairs), aliases=tuple(alias or s.aliases), heldout=heldout or s.heldout,
                      limit=limit if limit is not None else s.limit, device=device or s.device, dtype=s.dtype,
                      batch_size=batch_size if batch_size is not None else s.batch_size,
-                     parallel=parallel or bool(dask_address), dask_workers=s.dask_workers, dask_address=dask_address)
+                     parallel=parallel or bool(dask_address), dask_workers=s.dask_workers, dask_address=dask_address,
+                     method=method or s.method, shards=shards or s.shards, continuations=continuations or s.continuations)
     # SIGTERM or a second Ctrl-C: now; a first Ctrl-C: after the current prompt. One line, exit 143 / 130;
     # Prefect's TerminationSignal raised by its own handler inside the flow is the same stop
     with stopping.stoppable(_stopped_line, kept="history claims still held are taken over by the next run"):
@@ -176,11 +184,15 @@ class NightlyRun:
     parallel: bool = False
     dask_workers: int = 2
     dask_address: str | None = None
+    method: str = "both"
+    shards: int = 1
+    continuations: str = "core"
 
     def parameters(self) -> dict:
         """The flow's parameters."""
         return dict(pairs=self.pairs, aliases=self.aliases, heldout=self.heldout, limit=self.limit,
-                    device=self.device, dtype=self.dtype, batch_size=self.batch_size)
+                    device=self.device, dtype=self.dtype, batch_size=self.batch_size, method=self.method,
+                    shards=self.shards, continuations=self.continuations)
 
 
 def _run(tree, run: NightlyRun, term, *, fail_on_alert: bool) -> None:

@@ -17,7 +17,8 @@ def deployment_parameters(s: NightlySettings) -> dict:
     """The nightly flow's parameters from settings (JSON-ready)."""
     return {"pairs": list(s.pairs), "aliases": list(s.aliases), "heldout": s.heldout, "limit": s.limit,
             "device": s.device, "dtype": s.dtype, "batch_size": s.batch_size, "method": s.method,
-            "decode_fraction": s.decode_fraction, "fail_on_failure": True}
+            "decode_fraction": s.decode_fraction, "fail_on_failure": True, "shards": s.shards,
+            "continuations": s.continuations}
 
 
 def serve_nightly(settings: NightlySettings | None = None) -> None:

@@ -10,6 +10,11 @@ The drafter is loaded by its kind (:meth:`specdec.kinds.DrafterKind.load`, artif
   version **it was derived from** (recorded at registration). A pair whose target was fine-tuned
   but whose draft was not re-derived therefore validates the stale draft, which is the point;
 * ``ngram`` drafter: an :class:`specdec.NgramDrafter`, no weights;
+* with ``served=True`` (a night whose target continuations come from the engine serving the target,
+  :mod:`specdec.validation.engine_continuations`), a ``model`` or ``ngram`` drafter's target is a
+  :func:`specdec.validation.served_target.served_target`: only the target version's config and tokenizer
+  files are downloaded (:func:`served_checkpoint`), its weights neither downloaded nor read; derived drafts
+  (derived from the target's weights) and EAGLE-3 heads (which draft from its hidden states) load it;
 * ``eagle3`` drafter: the registered head version (``speculators`` format), downloaded once per worker
   and loaded against the pair's target (:func:`specdec.models.drafter_spec.resolve_drafter` with
   ``eagle3:<dir>``: compatibility checked, embeddings taken from the target where the head has none).
@@ -70,12 +75,55 @@ class _RegistryLoader:
         return download_model_version(get_model_version(uri))
 
 
-def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto"):
+#: drafter kinds validated without the target's weights when an engine serves the target
+SERVED_TARGET_KINDS = ("model", "ngram")
+
+
+def served_checkpoint(uri: str):
+    """The target version ``uri``'s files other than weights (config, tokenizer), downloaded once per worker
+    into ``<cache_dir>/served/<name>/<version>-<sha[:12]>`` (written whole, then renamed).
+
+    Raises:
+        registry.ModelNotFound / RegistryUnavailable; RegistryError: a download failed.
+    """
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import mlflow.artifacts
+
+    from registry import get_model_version
+    from registry.models import download_version_artifacts
+    from registry.service import open_registry
+    from registry.settings import get_settings
+    from specdec.validation.served_target import WEIGHT_SUFFIXES
+
+    ref = get_model_version(uri)
+    dst = get_settings().cache_dir / "served" / ref.name / f"{ref.version}-{ref.weights_sha256[:12]}"
+    if dst.is_dir():
+        return dst
+    client = open_registry().client
+    location = client.get_model_version_download_uri(ref.name, str(ref.version)).rstrip("/")
+    files = [f.path for f in mlflow.artifacts.list_artifacts(artifact_uri=location, tracking_uri=client.tracking_uri)
+             if not f.is_dir and not f.path.endswith(WEIGHT_SUFFIXES)]
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dst.name}-", dir=dst.parent))
+    for f in files:
+        got = download_version_artifacts(client, ref.name, ref.version, staging / "dl", path=Path(f).name)
+        shutil.move(str(got), staging / Path(f).name)
+    shutil.rmtree(staging / "dl", ignore_errors=True)
+    staging.rename(dst)
+    return dst
+
+
+def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto", served: bool = False):
     """Load (or reuse from the worker cache) the target and drafter of a pair version; the drafter is
     loaded by its kind (:meth:`specdec.kinds.DrafterKind.load`, keyed by its ``cache_key``).
 
     Args:
         pv: the :class:`registry.PairVersion` (as read by the flow; no artifacts needed).
+        served: the engine serves the target: for :data:`SERVED_TARGET_KINDS` the target is a served target
+            (config and tokenizer only, module docstring).
     Returns:
         ``(target_key, drafter_key)``: the cache keys to pass to :func:`cached_target` /
         :func:`cached_drafter`.
@@ -86,7 +134,13 @@ def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto"):
 
     dev, dt = _resolve_device_dtype(device, dtype)
     target_key = ("target", pv.target_uri, pv.target_weights_sha256, dev, str(dt))
-    target = model_cache.cached(target_key, lambda: _load_checkpoint(pv.target_uri, dev, dt))
+    if served and pv.drafter_kind.split(":")[0] in SERVED_TARGET_KINDS:
+        from specdec.validation.served_target import served_target
+
+        target_key = ("served-target",) + target_key[1:]
+        target = model_cache.cached(target_key, lambda: served_target(served_checkpoint(pv.target_uri), dtype=dt))
+    else:
+        target = model_cache.cached(target_key, lambda: _load_checkpoint(pv.target_uri, dev, dt))
     source = pv.draft_source or {}
     reg = RegisteredDrafter(label=pv.drafter_kind, uri=pv.draft_uri, weights_sha256=pv.draft_weights_sha256,
                             base_uri=source.get("derived_from") or pv.target_uri, recipe=pv.recipe or source.get("recipe"),
@@ -122,3 +176,4 @@ def build_validation_config(speculative, *, limit: int | None, seed: int = 0, ba
     from specdec.validation import ValidationConfig
 
     return ValidationConfig(speculative, seed=seed, limit=limit, batch_size=batch_size)
+

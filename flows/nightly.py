@@ -49,6 +49,10 @@ from specdec import events
 from specdec.policy import VERDICTS
 
 
+#: where a greedy replay night's target continuations come from: the core, or the engine serving the target
+CONTINUATIONS = ("core", "engine")
+
+
 def _logger():
     return run_logger("flows.nightly")
 
@@ -65,15 +69,33 @@ class ValidationParams:
     batch_size: int
     method: str
     decode_fraction: float
+    shards: int = 1
+    continuations: str = "core"
 
     def run_config(self, pv) -> dict[str, Any]:
-        """The config part of the history key of validating pair version ``pv`` with these parameters."""
+        """The config part of the history key of validating pair version ``pv`` with these parameters (the
+        shard count is not part of it: a sharded night is the one-process night)."""
         cfg = {**pv.config.to_dict(), "drafter_kind": pv.drafter_kind, "limit": self.limit, "seed": self.seed}
         if self.batch_size != 1:  # absent at 1: keys of runs made before batching stay the same
             cfg["batch_size"] = self.batch_size
         if self.method != "decode":  # absent for decode: keys of runs made before replay stay the same
             cfg.update(method=self.method, decode_fraction=self.decode_fraction)
+        if self.continuations != "core":  # the engine's continuations are another measurement of the target
+            cfg["continuations"] = self.continuations
         return cfg
+
+    def check(self) -> None:
+        """Raises ValueError: shards < 1, sharded decoding, unknown ``continuations``, engine continuations
+        with a method that decodes."""
+        if isinstance(self.shards, bool) or not isinstance(self.shards, int) or self.shards < 1:
+            raise ValueError(f"shards must be an int >= 1, got {self.shards!r}")
+        if self.shards > 1 and self.method == "decode":
+            raise ValueError("shards split the replay: use method 'replay' or 'both' with shards > 1")
+        if self.continuations not in CONTINUATIONS:
+            raise ValueError(f"continuations must be one of {', '.join(CONTINUATIONS)}, got {self.continuations!r}")
+        if self.continuations == "engine" and self.method != "replay":
+            raise ValueError("continuations='engine' replays the draft along the engine's output: use method 'replay' "
+                             "(the engine's own counters are the engine check's)")
 
 
 @dataclass(frozen=True)
@@ -107,6 +129,7 @@ class NightlyJob:
         batch_size = self.validation.batch_size
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        self.validation.check()
         if self.scheduled_date is not None and not isinstance(self.scheduled_date, date_type):
             raise ValueError(f"scheduled_date must be a date, got {self.scheduled_date!r}")
         for a in self.aliases:  # a typo in a deployment's parameters fails the run instead of validating nothing
@@ -167,12 +190,15 @@ class MlflowOutcome:
 
 def _worth_retrying(task, task_run, state) -> bool:
     """A broken model (non-finite logits, :class:`specdec.core.finite.BrokenModel`) fails the same way
-    again: not retried. Anything else (a worker lost its cache, a transient I/O error) is."""
+    again, and an engine that failed a request (:class:`specdec.engines.client.EngineRequestError`) is the
+    serving team's to restart: not retried (the continuations it gave stay cached for the next night).
+    Anything else (a worker lost its cache, a transient I/O error) is."""
     from specdec.core.finite import BrokenModel
+    from specdec.engines.client import EngineRequestError
 
     try:
         state.result()
-    except BrokenModel:
+    except (BrokenModel, EngineRequestError):
         return False
     except Exception:  # noqa: BLE001 (any other failure is retried once)
         return True
@@ -191,30 +217,9 @@ def run_validation(pv, params: ValidationParams, out_dir: str):
     Returns:
         :class:`specdec.validation.report.ValidationReport`, also written to ``out_dir``.
     """
-    from flows.loading import build_validation_config, cached_drafter, cached_target, load_pair_models
-    from specdec.validation import ValidationRequest, validate
-    from specdec.validation.heldout import load_heldout
+    from flows.night_request import validate_and_write, validation_progress, validation_request
 
-    log = _logger()
-    pair, version = pv.name, pv.version
-    tkey, dkey = load_pair_models(pv, device=params.device, dtype=params.dtype)
-
-    def progress(p) -> None:
-        if p.rows:  # a decoded prompt
-            row = p.rows[0]
-            acc = f"acceptance {row.acceptance_rate:.2f}" if row.status == "ok" else f"skipped: {row.skip_reason}"
-            log.info("%s v%s: prompt %d/%d (%s) %s", pair, version, p.done, p.total, row.category, acc)
-        else:
-            log.info("%s v%s: %s %d/%d", pair, version, p.phase, p.done, p.total)
-        events.announce("validation", pair=pair, version=str(version), done=p.done, total=p.total)
-        stopping.check()
-
-    config = build_validation_config(pv.config, limit=params.limit, seed=params.seed, batch_size=params.batch_size)
-    [report] = validate(ValidationRequest(cached_target(tkey), [cached_drafter(dkey)], load_heldout(params.heldout),
-                                          config, method=params.method, decode_fraction=params.decode_fraction,
-                                          target_ref=pv.target_uri, progress=progress))
-    report.write(out_dir)
-    return report
+    return validate_and_write(validation_request(pv, params, validation_progress(pv)), out_dir)
 
 
 @task(retries=2, retry_delay_seconds=[5, 20], cache_policy=NO_CACHE)
@@ -503,7 +508,12 @@ def claim_target(night: Night, target: Target, params: ValidationParams) -> Job 
     night.beat.add(claim)
     out = report_dir_for(night.home, key)
     args = (target.pv, params, str(out))
-    fut = _Inline.run(run_validation, args) if _serial() else run_validation.submit(*args)
+    if params.shards > 1:
+        from flows.sharding import submit_sharded
+
+        fut = submit_sharded(args, _serial())
+    else:
+        fut = _Inline.run(run_validation, args) if _serial() else run_validation.submit(*args)
     return Job(target, key, claim, out, fut)
 
 
@@ -590,6 +600,8 @@ def nightly_validation_flow(
     versions: list[str] | None = None,
     revert_ungated: bool = False,
     fail_on_failure: bool = False,
+    shards: int = 1,
+    continuations: str = "core",
 ) -> list[NightlyResult]:
     """Validate every (pair, alias) and alert on drift. See the module docstring for the steps.
 
@@ -617,6 +629,12 @@ def nightly_validation_flow(
         batch_size: prompts decoded together (>= 1); speed metrics are measured at this batch
             size, so a value other than 1 is part of the run's config hash (drift baselines
             compare runs with the same config).
+        shards: split each pair version's replay over this many tasks (:mod:`flows.sharding`; with
+            :func:`nightly_flow_for` ``parallel=True`` they run on different Dask workers); the report is
+            the one-process report. Not part of the config hash.
+        continuations: ``core`` (the target's greedy continuations from our core) or ``engine`` (from the
+            engine the pair version names, tag ``engine_url``; ``method="replay"``; for model and n-gram
+            drafters the target's weights are never loaded: docs/scale.md).
     Returns:
         one :class:`flows.tasks.NightlyResult` per (pair, alias).
     Raises:
@@ -629,7 +647,8 @@ def nightly_validation_flow(
     stopping.guard()  # a SIGTERM Prefect's handler would lose is remembered (specdec.stopping)
     tree = for_this_run()  # the flow is an entry point: its settings tree, read once
     job = NightlyJob(pairs=tuple(pairs), aliases=tuple(aliases), versions=tuple(str(v) for v in versions or ()),
-                     validation=ValidationParams(heldout, limit, device, dtype, seed, batch_size, method, decode_fraction),
+                     validation=ValidationParams(heldout, limit, device, dtype, seed, batch_size, method, decode_fraction,
+                                                 shards, continuations),
                      scheduled_date=scheduled_date, revert_ungated=revert_ungated,
                      fail_on_failure=fail_on_failure).check(date_type=dt.date, allowed_aliases=tree.registry.aliases)
     return run_night(job, tree)

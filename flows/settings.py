@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -45,6 +46,9 @@ class NightlySettings(BaseSettings):
     ``batch_size``: prompts decoded together by the validation (>= 1, default 1; see
     :class:`specdec.validation.ValidationConfig`). Larger batches raise throughput on a GPU worker;
     on a small CPU batch > 1 mostly adds padding cost. Speed metrics are measured at this batch size.
+    ``shards``: each pair's replay split over this many tasks (``SPECDEC_NIGHTLY_SHARDS=8`` with ``parallel``:
+    one per Dask worker); ``continuations``: ``core`` or ``engine`` (the target's greedy continuations from
+    the engine the pair version names, ``SPECDEC_NIGHTLY_METHOD=replay``): docs/scale.md.
     """
 
     model_config = SettingsConfigDict(env_prefix="SPECDEC_NIGHTLY_", env_file=".env", extra="ignore")
@@ -64,6 +68,8 @@ class NightlySettings(BaseSettings):
     deployment_name: str = "nightly-validation"
     parallel: bool = False
     dask_workers: int = 2
+    shards: int = Field(default=1, ge=1)
+    continuations: Literal["core", "engine"] = "core"
 
 
 class PrefectSettings(BaseSettings):

@@ -38,11 +38,12 @@ from specdec.validation.provenance import ALPHA_HAT_ESTIMATOR, code_version, env
 from specdec.validation.decode import DecodeMeasurement, measure_decode
 from specdec.validation.replay_report import ReplayMeasurement, measure_replay, replay_result
 from specdec.validation.report import ValidationReport
+from specdec.validation.served_target import is_served
 from specdec.validation.request import (CALIBRATED_KMAX, METHODS, REDUCED_PRECISIONS, ValidationProgress,
                                         ValidationRequest, ValidationRun, calibrate_on, gate_method, precision_of)
 from specdec.validation.timing import PassTimer
 
-__all__ = ["validate", "ValidationRequest", "ValidationProgress", "ValidationRun", "METHODS", "decode_subsample",
+__all__ = ["validate", "prepare_run", "ValidationRequest", "ValidationProgress", "ValidationRun", "METHODS", "decode_subsample",
            "gate_method", "precision_of", "REDUCED_PRECISIONS", "drafter_parts", "report_common", "calibrate_on",
            "CALIBRATED_KMAX"]
 
@@ -61,7 +62,7 @@ def validate(request: ValidationRequest) -> list[ValidationReport]:
         TypeError: unsupported drafter type; ``config`` not a ValidationConfig; ``heldout`` not a HeldoutSet.
         specdec.core.finite.BrokenModel: a model produced non-finite logits.
     """
-    run = _prepare(request)
+    run = prepare_run(request)
     method = request.method
     sub = decode_subsample(run.subset, request.decode_fraction, run.config.seed) if method == "both" else run.subset
     was_training = run.model.training
@@ -74,7 +75,11 @@ def validate(request: ValidationRequest) -> list[ValidationReport]:
             decoded = measure_decode(run, sub, calibration, record=method == "both" and run.config.batch_size == 1)
     finally:
         run.model.train(was_training)
-    return [_report(run, j, decoded, replayed) for j in range(len(run.drafters))]
+    reports = [_report(run, j, decoded, replayed) for j in range(len(run.drafters))]
+    if is_served(run.model):  # the target's weights never were on this device
+        for r in reports:
+            r.device, r.dtype = f"engine:{request.engine.name}", r.replay["target"]["served_dtype"]
+    return reports
 
 
 def decode_subsample(subset: HeldoutSet, fraction: float, seed: int) -> HeldoutSet:
@@ -89,8 +94,9 @@ def decode_subsample(subset: HeldoutSet, fraction: float, seed: int) -> HeldoutS
     return subset.subset(max(math.ceil(fraction * len(subset)), 2 * len(subset.categories)), seed=seed)
 
 
-def _prepare(request: ValidationRequest) -> ValidationRun:
-    """The :class:`ValidationRun` of ``request``, after checking its types and values."""
+def prepare_run(request: ValidationRequest) -> ValidationRun:
+    """The :class:`ValidationRun` of ``request``, after checking its types and values (raises as :func:`validate`;
+    ValueError also for a served target without an engine or with a method that decodes)."""
     config = ValidationConfig() if request.config is None else request.config
     if request.method not in METHODS:
         raise ValueError(f"unknown method {request.method!r}; use one of {', '.join(METHODS)}")
@@ -102,6 +108,8 @@ def _prepare(request: ValidationRequest) -> ValidationRun:
     if not request.drafters:
         raise ValueError("validate needs at least one drafter")
     model, tok, target_ref = _target_parts(request.target, request.tokenizer, request.target_ref)
+    if is_served(model) and (request.engine is None or request.method != "replay"):
+        raise ValueError("a served target (no weights here) needs engine continuations and method='replay'")
     drafters = _drafters_under_test(list(request.drafters), model)
     return ValidationRun(request, config, model, tok, target_ref, request.heldout.subset(config.limit, seed=config.seed),
                          eos_token_ids(tok, model), context_limit(model, *[d.model for d in drafters]), drafters)

@@ -5,7 +5,9 @@ depends only on the target and the decoding settings, not on the drafter, so it 
 ``$SPECDEC_HOME/continuations/`` keyed by everything it depends on (:class:`ContinuationKey`):
 target weights hash, held-out version, prompt id, the prompt's token ids (covers the chat
 template and tokenizer), the chat template itself, max_new_tokens, sampling (temperature, top-k,
-top-p and, when sampling, the seed), stop ids, dtype and device. A changed part gives a
+top-p and, when sampling, the seed), stop ids, dtype and device, and for a continuation the serving
+engine produced (:mod:`specdec.validation.engine_continuations`) the engine's fingerprint (``engine``;
+empty for the core's own, so entries written before it keep their names). A changed part gives a
 different file name, and a read checks the stored key field by field, so an entry is never
 reused for a different key. Entries are one small JSON file each, written atomically, with a
 sha256 over key and tokens: a read also checks that checksum, that the tokens are integers in
@@ -65,23 +67,31 @@ class ContinuationKey:
     stop_token_ids: tuple[int, ...]
     dtype: str
     device: str
+    engine: str = ""  # sha256 of the serving engine's fingerprint ("" : the core produced it)
 
     def digest(self) -> str:
-        """sha256 hex of the canonical JSON of every field (the entry's file name)."""
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
+        """sha256 hex of the canonical JSON of every field (the entry's file name; ``engine`` only when set)."""
+        return hashlib.sha256(json.dumps(self._fields(), sort_keys=True).encode()).hexdigest()
+
+    def _fields(self) -> dict[str, Any]:
+        d = asdict(self)
+        if not self.engine:  # a core continuation: the key (and file name) it had before engines produced any
+            del d["engine"]
+        return d
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (``stop_token_ids`` as a list)."""
-        d = asdict(self)
+        """JSON-ready dict (``stop_token_ids`` as a list; ``engine`` only when set)."""
+        d = self._fields()
         d["stop_token_ids"] = list(self.stop_token_ids)
         return d
 
     @classmethod
     def build(cls, *, target_weights: str, heldout_version: str, prompt_id: str, prompt_ids: list[int],
               chat_template: str, max_new_tokens: int, sampling: Any, seed: int, stop_token_ids: frozenset[int],
-              dtype: Any, device: Any) -> "ContinuationKey":
+              dtype: Any, device: Any, engine: str = "") -> "ContinuationKey":
         """Key from the run's objects (``sampling``: a :class:`~specdec.core.config.SamplingConfig`;
-        the seed only counts when sampling, since a greedy continuation does not depend on it)."""
+        the seed only counts when sampling, since a greedy continuation does not depend on it; ``engine``:
+        the producing engine's fingerprint digest, "" for the core)."""
         if sampling.is_greedy:
             s = "greedy"
         else:
@@ -90,7 +100,7 @@ class ContinuationKey:
                    prompt_tokens=hashlib.sha256(json.dumps(list(prompt_ids)).encode()).hexdigest(),
                    chat_template=chat_template, max_new_tokens=int(max_new_tokens), sampling=s,
                    stop_token_ids=tuple(sorted(int(x) for x in stop_token_ids)),
-                   dtype=str(dtype).removeprefix("torch."), device=str(device))
+                   dtype=str(dtype).removeprefix("torch."), device=str(device), engine=engine)
 
 
 class ContinuationCache:
@@ -147,7 +157,7 @@ class ContinuationCache:
 
     def put(self, key: ContinuationKey, tokens: list[int], produced_by: str) -> Path:
         """Store ``tokens`` for ``key`` (atomic replace). ``produced_by``: ``"speculative"``, ``"ngram"`` or
-        ``"target-only"`` (how the core produced it). Returns the file path."""
+        ``"target-only"`` (how the core produced it), or ``"engine"``. Returns the file path."""
         p = self._path(key)
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_suffix(f".{os.getpid()}.tmp")

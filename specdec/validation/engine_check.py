@@ -46,6 +46,7 @@ from specdec.engines.profile import (CompletionParams, EngineEndpoint, EngineLim
                                      PairIdentity, ProposalRule)
 from specdec.engines.profiles import engine_profile
 from specdec.validation.config import ValidationConfig
+from specdec.validation.engine_continuations import engine_tokens
 from specdec.validation.engine_delivery import EngineFinding, audit_finding, delivery_finding, delivery_of
 from specdec.validation.engine_report import (NEAR_TIE_LOGITS, EngineCheckReport, EnginePromptResult, summarize,
                                               verdict_of)
@@ -199,15 +200,6 @@ def _baseline(run: _Run, prompts: list[_Prompt]) -> None:
         p.baseline = c
 
 
-def _engine_tokens(c: EngineCompletion, stop: frozenset[int], max_new_tokens: int) -> list[int]:
-    """The engine's output as the core's decoding would emit it: a stop token ends it (kept)."""
-    y = list(c.token_ids[:max_new_tokens])
-    for i, t in enumerate(y):
-        if t in stop:
-            return y[: i + 1]
-    return y
-
-
 def _core_counters(run: _Run, p: _Prompt, y: list[int]) -> None:
     """The core's exact counters under the validated rule along the engine's tokens ``y`` into ``p.row``."""
     req, stop, rule = run.req, run.stop, run.rule
@@ -313,7 +305,7 @@ def _fill(run: _Run, p: _Prompt, y_core: list[int] | None, model: torch.nn.Modul
     row, c = p.row, p.engine
     if row.status != "ok" or c is None:
         return
-    y = _engine_tokens(c, run.stop, run.req.config.max_new_tokens)
+    y = engine_tokens(c.token_ids, run.stop, run.req.config.max_new_tokens)
     row.new_tokens = len(y)
     row.engine_draft_tokens, row.engine_accepted_tokens = c.num_draft_tokens, c.num_accepted_tokens
     row.engine_tokens_per_second, row.engine_seconds = c.tokens_per_second, c.predicted_ms / 1e3

@@ -8,11 +8,13 @@ replayed curve with the measured c and v; next to a decoded subsample, both coun
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from specdec.core.drafters import NgramDrafter
+from specdec.core.head_drafter import Eagle3Drafter
 from specdec.core.inputs import stop_token_ids
 from specdec.validation.aggregate import REPLAY_BASIS, aggregate, groups
 from specdec.validation.request import ValidationRun, calibrate_on, gate_method, precision_of
@@ -24,8 +26,9 @@ from specdec.validation.replay_curve import (acceptance_by_k, best_k_tau, classi
 from specdec.validation.replay_expected import expected_curve
 from specdec.validation.replay_run import ReplayedPrompt, replay_prompts, replays_exactly
 from specdec.validation.report import GroupMetrics, PromptResult
+from specdec.validation.served_target import is_served
 
-__all__ = ["ReplayMeasurement", "ReplayResult", "measure_replay", "replay_result"]
+__all__ = ["ReplayMeasurement", "ReplayResult", "measure_replay", "replay_result", "replay_kmax"]
 
 _COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
 
@@ -39,22 +42,57 @@ class ReplayMeasurement:
     calibration: Any  # specdec.validation.timing.Calibration | None
 
 
-def measure_replay(run: ValidationRun) -> ReplayMeasurement:
-    """Replay the subset of ``run`` (a :class:`specdec.validation.request.ValidationRun`); the pass costs are
-    measured first when the request has none, ``config.warmup`` and B = 1 (v(n) up to ``kmax``)."""
+def measure_replay(run: ValidationRun, *, calibrate: bool = True) -> ReplayMeasurement:
+    """Replay the subset of ``run`` (a :class:`specdec.validation.request.ValidationRun`), or return the
+    request's ``replayed`` measurement; the pass costs are measured first when the request has none,
+    ``calibrate``, ``config.warmup``, B = 1 and the target's weights are here (v(n) up to ``kmax``)."""
     req, config = run.request, run.config
-    kmax = max(req.kmax if config.sampling.is_greedy else min(req.kmax, 8), config.num_speculative_tokens)
+    if req.replayed is not None:
+        if [rp.prompt.id for rp in req.replayed.prompts] != [p.id for p in run.subset.prompts]:
+            raise ValueError("the replayed prompts are not this run's held-out subset (another limit, seed or set)")
+        return req.replayed
+    kmax = replay_kmax(run)
     cache = req.cache or ContinuationCache()
-    path = None if run.model is req.target else getattr(req.target, "path", None)
     calibration = req.calibration
-    if calibration is None and config.warmup and config.batch_size == 1:
+    if calibration is None and calibrate and config.warmup and config.batch_size == 1 and not is_served(run.model):
         calibration = calibrate_on(run.model, [d.model for d in run.drafters], run.subset, run.tokenizer,
                                    config.num_speculative_tokens, kmax=kmax)
     prompts = replay_prompts(run.subset, run.model, run.tokenizer, [d.obj for d in run.drafters], config,
-                             eos=run.eos, ctx_limit=run.ctx_limit, cache=cache,
-                             target_weights=model_weights_hash(run.model, path, cache.weights_memo), kmax=kmax,
-                             exact=req.exact, progress=lambda done, total, _rp: run.progress("replay", done, total))
+                             eos=run.eos, ctx_limit=run.ctx_limit, cache=cache, target_weights=_target_weights(run, cache),
+                             kmax=kmax, exact=req.exact, engine=req.engine,
+                             progress=lambda done, total, _rp: run.progress("replay", done, total))
     return ReplayMeasurement(prompts, kmax, calibration)
+
+
+def replay_kmax(run: ValidationRun) -> int:
+    """The largest k replayed: the request's ``kmax`` (sampling: at most 8), at least the run's k."""
+    req, config = run.request, run.config
+    return max(req.kmax if config.sampling.is_greedy else min(req.kmax, 8), config.num_speculative_tokens)
+
+
+def _target_weights(run: ValidationRun, cache: ContinuationCache) -> str:
+    """The continuation key's ``target_weights``: the request's (registered) sha256, a served target's config
+    hash, else the weights' hash."""
+    if run.request.target_weights:
+        return run.request.target_weights
+    if is_served(run.model):
+        return "config:" + hashlib.sha256(run.model.config.to_json_string(use_diff=False).encode()).hexdigest()
+    path = None if run.model is run.request.target else getattr(run.request.target, "path", None)
+    return model_weights_hash(run.model, path, cache.weights_memo)
+
+
+def _target_note(run: ValidationRun, d: Any) -> dict[str, Any]:
+    """Where the target was for a night whose continuations came from an engine (the report's ``target``)."""
+    engine = run.request.engine
+    note: dict[str, Any] = {"continuations_from": engine.name, "engine": engine.fingerprint,
+                            "loaded": not is_served(run.model)}
+    if not note["loaded"]:
+        note["served_dtype"] = str(engine.fingerprint.get("model_ftype", "served"))
+    elif isinstance(d.obj, Eagle3Drafter):
+        note["why_loaded"] = "an EAGLE-3 head drafts from the target's hidden states: the target was loaded for them"
+    else:
+        note["why_loaded"] = "the caller loaded the target (a derived draft is derived from it once)"
+    return note
 
 
 @dataclass
@@ -92,6 +130,8 @@ def replay_result(run: ValidationRun, j: int, measured: ReplayMeasurement, decod
     ok = [rp for rp in measured.prompts if rp.status == "ok"]
     section = _section(ok, config.sampling.is_greedy, counted, run.request.exact or isinstance(d.obj, NgramDrafter),
                        precision)
+    if run.request.engine is not None:
+        section["target"] = _target_note(run, d)
     ks, k, agg = range(1, measured.kmax + 1), config.num_speculative_tokens, dict(seed=config.seed,
                                                                                   n_resamples=config.bootstrap_resamples)
     if counted:
@@ -123,7 +163,8 @@ def _section(ok: list, greedy: bool, counted: bool, exact: bool, precision: str)
     return {
         "kind": kind, "num_draft_tokens_exact": bool(exact) if counted else False,
         "precision": precision, "num_prompts_replayed": len(ok),
-        "continuations": {w: sum(rp.produced_by == w for rp in ok) for w in ("cache", "speculative", "ngram", "target-only")},
+        "continuations": {w: sum(rp.produced_by == w for rp in ok) for w in ("cache", "speculative", "ngram", "target-only")}
+        | ({"engine": n} if (n := sum(rp.produced_by == "engine" for rp in ok)) else {}),
         "seconds": {"continuation": sum(rp.continuation_seconds for rp in ok),
                     "replay": sum(rp.replay_seconds for rp in ok)},
     }

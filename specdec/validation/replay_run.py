@@ -1,7 +1,10 @@
 """The replay engine: per prompt the target's continuation (cached, or produced by the core) and each drafter's replay.
 
 Greedy continuations come from :func:`specdec.speculative_generate` with the producer measured faster here
-(:class:`ProducerChoice`), sampled ones from target-only decoding with the per-prompt generator. Each drafter
+(:class:`ProducerChoice`), or from the engine serving the target (``engine``:
+:class:`~specdec.validation.engine_continuations.EngineContinuations`; the target may then be a
+:func:`~specdec.validation.served_target.served_target` with no weights), sampled ones from target-only
+decoding with the per-prompt generator. Each drafter
 gets exact counters for every k where they are exact (:func:`replays_exactly`; why the argmax rule is: docs/metrics.md
 "Proposal rule"), else per-position alphas for expected counters (:mod:`specdec.validation.replay_expected`).
 """
@@ -115,30 +118,37 @@ class _Replay:  # what replaying one prompt needs
     producers: ProducerChoice | None
     device: torch.device
     vocab: int
+    engine: Any = None  # EngineContinuations: the continuations' source instead of the core
 
 
 def replay_prompts(subset: HeldoutSet, target: torch.nn.Module, tokenizer: Any, drafters: list[Any],
                    config: ValidationConfig, *, eos: Any, ctx_limit: int | None, cache: ContinuationCache,
                    target_weights: str, kmax: int = 16, exact: bool = False,
                    progress: Callable[[int, int, ReplayedPrompt], None] | None = None,
-                   replay: bool = True) -> list[ReplayedPrompt]:
+                   replay: bool = True, engine: Any = None) -> list[ReplayedPrompt]:
     """One :class:`ReplayedPrompt` per prompt of ``subset`` (its ``source_version`` keys the cache), in order:
     every drafter (the objects decoding uses) replayed against ``target`` (eval mode) for every k in ``1..kmax``
-    (``exact`` as :func:`draft_trace`; ``replay=False``: only the continuations); ``progress(done, total, rp)``.
+    (``exact`` as :func:`draft_trace`; ``replay=False``: only the continuations); ``progress(done, total, rp)``;
+    ``engine``: an :class:`~specdec.validation.engine_continuations.EngineContinuations` producing the
+    (greedy) continuations, cached with its fingerprint.
 
     Raises:
+        ValueError: ``engine`` with a sampling config (an engine's sampled stream is not the core's).
         specdec.core.finite.BrokenModel: a model produced non-finite logits.
+        specdec.engines.client.EngineRequestError: the engine failed (the prompts done so far stay cached).
     """
-    producers = None
-    if config.sampling.is_greedy:
-        model = next((d for d in drafters if not isinstance(d, NgramDrafter)), None)
-        producers = ProducerChoice(([("speculative", model)] if model is not None else []) + [("ngram", NgramDrafter())])
-    run = _Replay(target, drafters, config, stop_token_ids(eos), eos, kmax, exact, cache, producers,
-                  model_device(target), target.get_output_embeddings().weight.shape[0])
+    if engine is not None and not config.sampling.is_greedy:
+        raise ValueError("continuations from an engine need greedy decoding (temperature 0)")
+    run = _Replay(target, drafters, config, stop_token_ids(eos), eos, kmax, exact, cache,
+                  _producers(drafters) if config.sampling.is_greedy and engine is None else None,
+                  model_device(target), target.get_output_embeddings().weight.shape[0], engine)
     key = dict(target_weights=target_weights, heldout_version=subset.source_version,
                chat_template=chat_template_hash(tokenizer), max_new_tokens=config.max_new_tokens,
                sampling=config.sampling, seed=config.seed, stop_token_ids=run.stop,
                dtype=next(target.parameters()).dtype, device=run.device)
+    if engine is not None:  # what the engine serves, not what this process holds
+        key.update(dtype=str(engine.fingerprint.get("model_ftype", "served")), device=f"engine:{engine.name}",
+                   engine=engine.digest)
     out: list[ReplayedPrompt] = []
     for i, prompt in enumerate(subset.prompts):
         rp = ReplayedPrompt(prompt, [] if prompt.is_empty else prompt_token_ids(prompt, tokenizer))
@@ -159,12 +169,20 @@ def replay_prompts(subset: HeldoutSet, target: torch.nn.Module, tokenizer: Any, 
     return out
 
 
+def _producers(drafters: list[Any]) -> ProducerChoice:  # greedy: the pair's draft or the n-gram lookup, the faster
+    model = next((d for d in drafters if not isinstance(d, NgramDrafter)), None)
+    return ProducerChoice(([("speculative", model)] if model is not None else []) + [("ngram", NgramDrafter())])
+
+
 def _continuation(run: _Replay, rp: ReplayedPrompt, key: ContinuationKey) -> None:  # cached, else produced and stored
     cached = run.cache.get(key, vocab_size=run.vocab)
     if cached is not None:
         rp.continuation, rp.produced_by = cached, "cache"
         return
-    name, producer = run.producers.next() if run.producers is not None else ("target-only", None)
+    if run.engine is not None:
+        name, producer = "engine", None
+    else:
+        name, producer = run.producers.next() if run.producers is not None else ("target-only", None)
     rp.continuation, rp.continuation_seconds = timed(lambda: _produce(run, producer, rp), run.device)
     rp.produced_by = name
     if run.producers is not None:
@@ -172,7 +190,10 @@ def _continuation(run: _Replay, rp: ReplayedPrompt, key: ContinuationKey) -> Non
     run.cache.put(key, rp.continuation, rp.produced_by)
 
 
-def _produce(run: _Replay, producer: Any, rp: ReplayedPrompt) -> list[int]:  # greedy: the pair's; else target-only
+def _produce(run: _Replay, producer: Any, rp: ReplayedPrompt) -> list[int]:  # engine; greedy: the pair's; else target-only
+    if run.engine is not None:
+        return run.engine.continuation(rp.ids, max_new_tokens=run.config.max_new_tokens, stop=run.stop,
+                                       vocab_size=run.vocab)
     x = torch.tensor([rp.ids], dtype=torch.long, device=run.device)
     decode = dict(max_new_tokens=run.config.max_new_tokens, sampling=run.config.sampling, eos_token_id=run.eos)
     if producer is not None:

@@ -64,6 +64,13 @@ class ValidationRequest:
         target_ref: name recorded in the reports (None: the LoadedModel's source ref or path).
         tokenizer: required when ``target`` is a bare model.
         progress: called with a :class:`ValidationProgress` after each prompt of each phase.
+        engine: greedy replay: the target's continuations come from the engine serving it
+            (:class:`~specdec.validation.engine_continuations.EngineContinuations`); ``target`` may then be a
+            :func:`~specdec.validation.served_target.served_target` (no weights; method ``replay`` only).
+        target_weights: the target's weights sha256 as registered (keys the continuation cache without
+            hashing the weight files; None: hashed here, or for a served target its config's hash).
+        replayed: a replay measured elsewhere (:func:`specdec.validation.shard.pool` of a night's shards):
+            the report is built from it instead of replaying here.
     """
 
     target: Any
@@ -79,6 +86,9 @@ class ValidationRequest:
     target_ref: str | None = None
     tokenizer: Any = None
     progress: Callable[[ValidationProgress], None] | None = None
+    engine: Any = None  # specdec.validation.engine_continuations.EngineContinuations
+    target_weights: str | None = None
+    replayed: Any = None  # specdec.validation.replay_report.ReplayMeasurement
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,17 @@ et al. (2022, Thm 3.8) is the special case of i.i.d. counters with ``v = 1``
 (``docs/metrics.md``). The best k is the k whose counters give the largest :func:`predicted_speedup`
 (:func:`best_k`).
 
+**A night's wall time** (:func:`night_seconds`, the same passes seen from the nightly's side; docs/scale.md).
+A replay night is, per pair and prompt, the target's continuation (``new_tokens`` tokens at ``s_c`` seconds
+per token of one request: the core on the worker, or one stream of the engine serving the target) and one
+teacher-forced draft pass (``r`` seconds per prompt), in that order on a worker; ``W`` workers split the
+prompts (shards), and an engine serving ``E`` streams at that rate queues the workers beyond ``E``::
+
+    T = setup + pairs · ceil(prompts / W) · (u · new_tokens · s_c · max(1, W / E) + r) + pool
+
+(``u``: the share of continuations not cached; continuations from the core: ``E = W``, each worker is its own
+target; ``setup``: a worker loading its models, in parallel; ``pool``: pooling and the report.)
+
 **Measured speedup** (:func:`paired_speedup`): each prompt is decoded target-only and
 speculatively back to back (interleaved), giving one paired ratio of token rates per prompt; the
 speedup is their median (robust to a round that a co-tenant slowed down), with a percentile
@@ -39,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["StepCounters", "VerifyCost", "predicted_speedup", "best_k", "paired_speedup", "bootstrap_speedup_ci",
+__all__ = ["StepCounters", "VerifyCost", "predicted_speedup", "best_k", "NightPlan", "NightRates", "night_seconds", "paired_speedup", "bootstrap_speedup_ci",
            "pooled_speedup", "timing_band", "TIMING_BAND", "PAYS_ABOVE"]
 
 #: a measured speedup (and its CI's lower end) above this pays: speculative decoding is faster than target-only
@@ -228,6 +239,58 @@ def best_k(counters_by_k: Mapping[int, StepCounters], cost_ratio: float,
         if not math.isnan(s) and s > best_s + 1e-12:
             best, best_s = k, s
     return (best, best_s) if best is not None else (None, math.nan)
+
+
+@dataclass(frozen=True)
+class NightPlan:
+    """What a night validates and on how many workers: ``prompts`` per pair, ``new_tokens`` per prompt,
+    ``pairs``, ``workers`` (shards of a pair run at once), ``uncached``: the share of continuations not in the
+    cache (1: a new target or held-out set; 0: only the draft changed)."""
+
+    prompts: int
+    new_tokens: int
+    pairs: int = 1
+    workers: int = 1
+    uncached: float = 1.0
+
+
+@dataclass(frozen=True)
+class NightRates:
+    """Measured rates of a night's parts, in seconds.
+
+    Attributes:
+        continuation_seconds_per_token: one request's wall seconds per new token (prefill included), from the
+            core on a worker or from one stream of the engine.
+        replay_seconds_per_prompt: one prompt's teacher-forced draft pass and counting on a worker.
+        engine_streams: requests the engine serves at once at that rate (slots x data-parallel replicas);
+            None: the continuations come from the core (each worker is its own target).
+        setup_seconds: a worker loading its models (the workers load in parallel).
+        pool_seconds: pooling the shards and building the report.
+    """
+
+    continuation_seconds_per_token: float
+    replay_seconds_per_prompt: float
+    engine_streams: int | None = None
+    setup_seconds: float = 0.0
+    pool_seconds: float = 0.0
+
+
+def night_seconds(plan: NightPlan, rates: NightRates) -> float:
+    """The predicted wall seconds of a replay night (module docstring's ``T``).
+
+    Raises:
+        ValueError: fewer than 1 prompt token, worker or engine stream; a negative rate.
+    """
+    streams = rates.engine_streams
+    if plan.workers < 1 or plan.new_tokens < 0 or plan.prompts < 0 or (streams is not None and streams < 1):
+        raise ValueError(f"a night needs workers >= 1, engine streams >= 1 and counts >= 0, got {plan}, {rates}")
+    if min(rates.continuation_seconds_per_token, rates.replay_seconds_per_prompt, rates.setup_seconds,
+           rates.pool_seconds) < 0:
+        raise ValueError(f"rates must be >= 0 seconds, got {rates}")
+    queue = 1.0 if streams is None else max(1.0, plan.workers / streams)
+    per_prompt = plan.uncached * plan.new_tokens * rates.continuation_seconds_per_token * queue
+    per_prompt += rates.replay_seconds_per_prompt
+    return rates.setup_seconds + plan.pairs * math.ceil(plan.prompts / plan.workers) * per_prompt + rates.pool_seconds
 
 
 def timing_band(measured: float, predicted: float, band: tuple[float, float] = TIMING_BAND) -> bool | None:

@@ -37,7 +37,7 @@ CHANGES = {
     "prompt_id": dict(prompt_id="p1"), "prompt_tokens": dict(prompt_ids=[5, 6, 8]),
     "chat_template": dict(chat_template="t2"), "max_new_tokens": dict(max_new_tokens=17),
     "sampling": dict(sampling=SamplingConfig(temperature=0.7)), "stop_token_ids": dict(stop_token_ids=frozenset({3})),
-    "dtype": dict(dtype=torch.bfloat16), "device": dict(device="cuda:0"),
+    "dtype": dict(dtype=torch.bfloat16), "device": dict(device="cuda:0"), "engine": dict(engine="e" * 64),
 }
 
 

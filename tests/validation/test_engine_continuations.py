@@ -1,0 +1,116 @@
+"""Continuations from the engine serving the target (a real ``llama-server`` on 127.0.0.1 serving SmolLM2
+Q4_1; skipped with one line where it is not built): the replay night along the engine's continuations gives
+the acceptance of the core-continuation night on the same prompts, within its CI, for an n-gram drafter and a
+draft model (the target requantized to Q8_0); and the process of that night opens none of the target's weight
+files (watched with strace where it exists, and with Python's ``open`` audit events)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from specdec import NgramDrafter
+from specdec.engines.llama_server import LlamaServerFlags
+from specdec.validation.api import ValidationRequest, validate
+from specdec.validation.config import ValidationConfig
+from specdec.validation.continuation_cache import ContinuationCache
+from specdec.validation.served_target import WEIGHT_SUFFIXES
+from tests.support.engine import draft_gguf, engine_or_skip, start_server, target_gguf
+
+pytestmark = pytest.mark.slow
+K, NEW_TOKENS, PROMPTS, KMAX = 4, 32, 12, 6
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return engine_or_skip()
+
+
+@pytest.fixture(scope="module")
+def pair(engine):
+    from specdec.models import load_causal_lm
+
+    torch.set_num_threads(1)
+    return load_causal_lm(str(target_gguf())), load_causal_lm(str(draft_gguf(engine, "Q8_0")))
+
+
+@pytest.fixture(scope="module")
+def heldout(tmp_path_factory):
+    """The shortest Spec-Bench prompts, two per category (12): the engine test stays cheap."""
+    from specdec.validation.heldout import load_heldout
+
+    by_cat: dict[str, list] = {}
+    for p in sorted(load_heldout("spec_bench").prompts, key=lambda p: len(json.dumps(p.canonical()))):
+        by_cat.setdefault(p.category, []).append(p)
+    path = tmp_path_factory.mktemp("heldout") / "short.jsonl"
+    path.write_text("".join(json.dumps(p.canonical()) + "\n" for ps in by_cat.values() for p in ps[:2]))
+    return path
+
+
+def _watched(cmd: list[str], trace: Path) -> list[str]:
+    """``cmd`` under ``strace -f -e trace=open,openat`` (when installed) writing ``trace``; returns the command."""
+    strace = shutil.which("strace")
+    return [strace, "-f", "-qq", "-e", "trace=open,openat", "-o", str(trace)] + cmd if strace else cmd
+
+
+def _weight_opens(trace: Path, python_opens: list[str], weights: list[Path]) -> list[str]:
+    """The opens of any of ``weights`` (resolved paths) seen by strace or by the audit hook."""
+    names = {str(w) for w in weights} | {str(w.resolve()) for w in weights}
+    seen = re.findall(r'open(?:at)?\([^"]*"([^"]+)"', trace.read_text()) if trace.exists() else []
+    return [p for p in seen + python_opens if p in names or os.path.realpath(p) in names]
+
+
+def _target_weights(target_dir: Path) -> list[Path]:
+    return [p for p in target_dir.iterdir() if p.name.endswith(WEIGHT_SUFFIXES)] + [target_gguf()]
+
+
+def test_the_watch_sees_a_weight_file_opened(pair, tmp_path):
+    """The watch itself: a process that does read the target's weights is caught (the test can fail)."""
+    target_dir = Path(pair[0].path)
+    weights = _target_weights(target_dir)
+    trace = tmp_path / "trace"
+    code = f"import safetensors.torch as s; s.load_file({str(weights[0])!r})"
+    subprocess.run(_watched([sys.executable, "-c", code], trace), check=True, cwd=ROOT)
+    assert _weight_opens(trace, [], weights) or not shutil.which("strace")
+    assert _weight_opens(tmp_path / "none", [str(weights[0])], weights)
+
+
+def test_engine_night_matches_core_night_without_reading_target_weights(engine, pair, heldout, tmp_path):
+    target, draft = pair
+    cfg = ValidationConfig(num_speculative_tokens=K, max_new_tokens=NEW_TOKENS, limit=PROMPTS, warmup=False)
+    from specdec.validation.heldout import load_heldout
+
+    core = validate(ValidationRequest(target, [NgramDrafter(), draft.model], load_heldout(heldout), cfg,
+                                      method="replay", cache=ContinuationCache(tmp_path / "core"), kmax=KMAX))
+    flags = LlamaServerFlags(model=str(target_gguf()), spec_type="none", ctx_size=2048, threads=1)
+    spec = {"target_dir": str(target.path), "draft_dir": str(draft.path), "heldout": str(heldout),
+            "cache": str(tmp_path / "engine"), "out": str(tmp_path / "reports.json"), "k": K,
+            "max_new_tokens": NEW_TOKENS, "limit": PROMPTS, "kmax": KMAX, "opens": str(tmp_path / "opens.json")}
+    trace = tmp_path / "trace"
+    with start_server(engine, flags, tmp_path) as server:
+        spec["engine_url"] = server.url
+        (tmp_path / "spec.json").write_text(json.dumps(spec))
+        proc = subprocess.run(_watched([sys.executable, "-m", "tests.support.engine_night", str(tmp_path / "spec.json")],
+                                       trace), cwd=ROOT, capture_output=True, text=True,
+                              env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _weight_opens(trace, json.loads((tmp_path / "opens.json").read_text()), _target_weights(Path(target.path))) == []
+    served = json.loads((tmp_path / "reports.json").read_text())
+    for c, e in zip(core, served):
+        lo, hi = c.overall.acceptance_rate_ci
+        assert c.overall.num_prompts == e["overall"]["num_prompts"] == PROMPTS
+        assert c.overall.num_draft_tokens > 50 and e["overall"]["num_draft_tokens"] > 50
+        assert lo <= e["overall"]["acceptance_rate"] <= hi, (c.drafter_kind, c.overall.acceptance_rate, (lo, hi), e["overall"])
+        assert e["replay"]["continuations"]["engine"] == PROMPTS and e["replay"]["target"]["loaded"] is False
+        assert [r["k"] for r in e["replay"]["acceptance_by_k"]] == list(range(1, KMAX + 1))
+        assert set(e["categories"]) == set(c.categories)
+        assert e["device"].startswith("engine:")
