@@ -35,7 +35,7 @@ from tests.support.eagle3 import head_config, random_head, tiny_target
 
 ROOT = Path(__file__).resolve().parents[2]
 SIDE = ROOT / "tests" / "interop" / "speculators_side.py"
-#: the versions the interoperability tests were run with (README "EAGLE-3")
+#: the versions the interoperability tests were run with (docs/validation.md, "EAGLE-3 heads")
 PINS = ["speculators==0.9.0", "hs-connectors==0.9.0"]
 DEPS = ["torch==2.13.0", "transformers<=5.19", "safetensors", "pydantic", "pydantic-settings", "loguru", "openai", "datasets"]
 IDS = torch.tensor([[5, 17, 33, 8, 91, 4, 60, 61, 44, 70, 12, 30]])
