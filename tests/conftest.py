@@ -58,12 +58,35 @@ def prefect_harness():
         yield
 
 
+#: modules that take minutes (real servers, CLI processes, real models; ``--durations`` of the registry and
+#: monitoring directories and the flows directory, docs/operations.md "Tests and CI"), handed out first under
+#: pytest-xdist so that no worker starts a long module while the other one has nothing left to do. Prefixes;
+#: earlier is sooner. Every run prints its 30 slowest tests: keep this list in step with them.
+SLOW_FIRST = ("tests/flows/", "tests/docker/", "tests/registry/test_store.py", "tests/registry/test_webhooks.py",
+              "tests/monitoring/test_production_invariants.py", "tests/monitoring/test_production_llamacpp.py",
+              "tests/monitoring/test_production_cli.py", "tests/validation/test_engine_check.py",
+              "tests/models/test_eagle3_interop.py", "tests/training/", "tests/registry/test_killed_register.py",
+              "tests/monitoring/test_alert_delivery_faults.py", "tests/monitoring/test_evidently.py",
+              "tests/registry/test_acceptance_policy.py", "tests/monitoring/test_alert_redirects.py",
+              "tests/registry/test_mlflow_ui_browser.py", "tests/validation/test_recommend.py",
+              "tests/validation/test_replay_method.py", "tests/models/test_smollm2.py", "tests/core/test_smoke_real.py")
+
+
+def _slowness(item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return next((i for i, prefix in enumerate(SLOW_FIRST) if path.startswith(prefix)), len(SLOW_FIRST))
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the mark into the node id's "@group"
 def pytest_collection_modifyitems(config, items):
-    """Each test module is its own xdist group unless marked ``xdist_group`` (see the module docstring)."""
+    """Each test module is its own xdist group unless marked ``xdist_group`` (see the module docstring); under
+    xdist the slow modules (:data:`SLOW_FIRST`) come first (a stable sort: the order inside a module is kept;
+    ``make test`` passes ``--no-loadscope-reorder`` so xdist keeps this order instead of sorting by test count)."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=_slowness)
 
 
 def pytest_terminal_summary(terminalreporter):
