@@ -24,7 +24,15 @@ def _worker_homes() -> None:
     the shared caches named explicitly so the workers reuse them. Serial runs are left as they are."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if not worker:
+        # the controller: its terminal width, for the workers (which start with COLUMNS=80 set; Rich consoles
+        # created at import would keep that width and wrap tables that tests read)
+        os.environ.setdefault("SPECDEC_TEST_COLUMNS", os.environ.get("COLUMNS", ""))
         return
+    columns = os.environ.get("SPECDEC_TEST_COLUMNS")
+    if columns == "":
+        os.environ.pop("COLUMNS", None)
+    elif columns:
+        os.environ["COLUMNS"] = columns
     shared = Path(os.environ.get("SPECDEC_HOME") or Path(__file__).resolve().parents[1] / ".specdec").resolve()
     os.environ.setdefault("SPECDEC_MODELS_DIR", str(shared / "models"))
     os.environ.setdefault("SPECDEC_ENGINES_DIR", str(shared / "engines"))
