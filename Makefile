@@ -24,9 +24,12 @@ venv: $(STAMP)
 
 # .ci/test-deps installs Chromium, Prometheus and PostgreSQL where it can (root + apt-get), else says in
 # one line which tests skip and how to enable them
+# TEST_WORKERS pytest-xdist workers (one test module per worker at a time, the slow ones first: tests/conftest.py);
+# 0 runs serially
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	@.ci/test-deps
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=30
 
 demo: $(STAMP)
 	$(BIN)/python -m flows.demo

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from flows.settings import NightlySettings
 
 nightly_app = typer.Typer(help="The nightly validation flow (Prefect).", no_args_is_help=True)
 err = Console(stderr=True, emoji=False)
@@ -82,11 +85,10 @@ def run_cmd(
     from specdec import stopping
     from specdec.terminal import ReadableTerminal
 
-    run = NightlyRun(pairs=list(pair or s.pairs), aliases=tuple(alias or s.aliases), heldout=heldout or s.heldout,
-                     limit=limit if limit is not None else s.limit, device=device or s.device, dtype=s.dtype,
-                     batch_size=batch_size if batch_size is not None else s.batch_size,
-                     parallel=parallel or bool(dask_address), dask_workers=s.dask_workers, dask_address=dask_address,
-                     method=method or s.method, shards=shards or s.shards, continuations=continuations or s.continuations)
+    run = NightlyRun(section=s, options={"pairs": pair or None, "aliases": alias or None, "heldout": heldout,
+                                         "limit": limit, "device": device, "batch_size": batch_size,
+                                         "method": method, "shards": shards, "continuations": continuations},
+                     parallel=parallel or bool(dask_address), dask_workers=s.dask_workers, dask_address=dask_address)
     # SIGTERM or a second Ctrl-C: now; a first Ctrl-C: after the current prompt. One line, exit 143 / 130;
     # Prefect's TerminationSignal raised by its own handler inside the flow is the same stop
     with stopping.stoppable(_stopped_line, kept="history claims still held are taken over by the next run"):
@@ -171,16 +173,17 @@ def _print_results(results, policy) -> None:
 
 @dataclass(frozen=True)
 class NightlyRun:
-    """What ``specdec nightly run`` runs: the flow's parameters and its task runner (options over the
-    ``SPECDEC_NIGHTLY_*`` defaults)."""
+    """What ``specdec nightly run`` runs: the nightly section (``SPECDEC_NIGHTLY_*``) with the command's
+    options over it, and the flow's task runner.
 
-    pairs: list[str]
-    aliases: tuple[str, ...]
-    heldout: str
-    limit: int | None
-    device: str
-    dtype: str
-    batch_size: int
+    Attributes:
+        section: :class:`flows.settings.NightlySettings`.
+        options: flow parameters given on the command line (None: not given, the section's value holds).
+        parallel / dask_workers / dask_address: the task runner (:func:`flows.nightly.nightly_flow_for`).
+    """
+
+    section: NightlySettings
+    options: dict[str, Any]
     parallel: bool = False
     dask_workers: int = 2
     dask_address: str | None = None
@@ -189,10 +192,11 @@ class NightlyRun:
     continuations: str = "core"
 
     def parameters(self) -> dict:
-        """The flow's parameters."""
-        return dict(pairs=self.pairs, aliases=self.aliases, heldout=self.heldout, limit=self.limit,
-                    device=self.device, dtype=self.dtype, batch_size=self.batch_size, method=self.method,
-                    shards=self.shards, continuations=self.continuations)
+        """The flow's parameters: :meth:`flows.nightly.NightlyJob.from_settings`, the same mapping as
+        ``nightly serve`` and the deployments (imports Prefect: call it once its API is configured)."""
+        from flows.nightly import NightlyJob
+
+        return NightlyJob.from_settings(self.section, **self.options).parameters()
 
 
 def _run(tree, run: NightlyRun, term, *, fail_on_alert: bool) -> None:
@@ -265,6 +269,15 @@ def _report(results, policy, fail_on_alert: bool) -> None:
 @nightly_app.command("serve")
 def serve_cmd() -> None:
     """Serve the nightly deployment on its cron schedule (needs `prefect server start`)."""
-    from flows.deploy import serve_nightly
+    from pydantic import ValidationError
 
-    serve_nightly()
+    from flows.deploy import serve_nightly
+    from flows.settings import NightlySettings
+
+    try:
+        section = NightlySettings()  # this command's read of SPECDEC_NIGHTLY_*
+    except ValidationError as e:
+        err.print(f"[red]error:[/] invalid nightly settings (SPECDEC_NIGHTLY_* environment): {settings_problems(e)}",
+                  highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    serve_nightly(section)

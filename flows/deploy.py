@@ -10,22 +10,22 @@ cannot run schedules.
 
 from __future__ import annotations
 
-from flows.settings import NightlySettings, get_settings
+from flows.settings import NightlySettings
 
 
 def deployment_parameters(s: NightlySettings) -> dict:
-    """The nightly flow's parameters from settings (JSON-ready)."""
-    return {"pairs": list(s.pairs), "aliases": list(s.aliases), "heldout": s.heldout, "limit": s.limit,
-            "device": s.device, "dtype": s.dtype, "batch_size": s.batch_size, "method": s.method,
-            "decode_fraction": s.decode_fraction, "fail_on_failure": True, "shards": s.shards,
-            "continuations": s.continuations}
+    """The nightly flow's parameters from settings (JSON-ready): :meth:`flows.nightly.NightlyJob.from_settings`,
+    failing the flow run when a validation fails (deployments report to Prefect)."""
+    from flows.nightly import NightlyJob
+
+    return NightlyJob.from_settings(s, fail_on_failure=True).parameters()
 
 
-def serve_nightly(settings: NightlySettings | None = None) -> None:
-    """Serve the nightly flow with its cron schedule until interrupted (blocks)."""
+def serve_nightly(s: NightlySettings) -> None:
+    """Serve the nightly flow of section ``s`` (its cron, deployment name and parameters) until interrupted
+    (blocks)."""
     from flows.nightly import nightly_flow_for
 
-    s = settings or get_settings()
     f = nightly_flow_for(parallel=s.parallel, dask_workers=s.dask_workers)
     f.serve(name=s.deployment_name, cron=s.cron, parameters=deployment_parameters(s),
             tags=["specdec", "nightly"], description="Validate champion/challenger pairs and alert on drift.")

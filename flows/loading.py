@@ -19,6 +19,10 @@ The drafter is loaded by its kind (:meth:`specdec.kinds.DrafterKind.load`, artif
   and loaded against the pair's target (:func:`specdec.models.drafter_spec.resolve_drafter` with
   ``eagle3:<dir>``: compatibility checked, embeddings taken from the target where the head has none).
   A pair whose target was fine-tuned keeps its old head, which is the point.
+
+One MLflow service per pair load (:class:`registry.service.Registry`, from the flow run's settings tree,
+:func:`flows.settings.for_this_run`) serves every model version it reads and downloads; before, each read
+opened its own client and probed the server's ``/health``.
 """
 
 from __future__ import annotations
@@ -28,12 +32,11 @@ from typing import Any
 from flows import model_cache
 
 
-def _resolve_device_dtype(device: str, dtype: str):
+def _resolve_device_dtype(core, device: str, dtype: str):
+    """``(device string, torch dtype)`` of ``device`` / ``dtype`` (``auto`` resolved as the core section does)."""
     import torch
 
-    from specdec.settings import get_settings
-
-    s = get_settings().model_copy(update={"device": device, "dtype": dtype})
+    s = core.model_copy(update={"device": device, "dtype": dtype})
     dev = s.resolved_device()
     dt = s.resolved_dtype(dev)
     if isinstance(dt, str):
@@ -41,46 +44,45 @@ def _resolve_device_dtype(device: str, dtype: str):
     return str(dev), dt
 
 
-def _load_checkpoint(uri: str, device: str, dtype) -> Any:
-    from registry import download_model_version, get_model_version
-    from specdec import load_causal_lm
-
-    ref = get_model_version(uri)
-    path = download_model_version(ref)
-    return load_causal_lm(str(path), dtype=dtype, device=device)
-
-
 class _RegistryLoader:
-    """:class:`specdec.kinds.DraftLoader` over the registry and this worker's model cache (``dev``, ``dt``)."""
+    """:class:`specdec.kinds.DraftLoader` over one MLflow service (``registry``) and this worker's model cache,
+    loading on ``dev`` in ``dt``."""
 
-    def __init__(self, dev: str, dt) -> None:
-        self.dev, self.dt = dev, dt
+    def __init__(self, registry, dev: str, dt) -> None:
+        self.registry, self.dev, self.dt = registry, dev, dt
 
     def weights_sha256(self, uri: str) -> str:
         from registry import get_model_version
 
-        return get_model_version(uri).weights_sha256
+        return get_model_version(uri, registry=self.registry).weights_sha256
+
+    def load(self, uri: str) -> Any:
+        """The checkpoint of model version ``uri`` loaded with :func:`specdec.load_causal_lm` (not cached)."""
+        from specdec import load_causal_lm
+
+        return load_causal_lm(str(self.directory(uri)), dtype=self.dt, device=self.dev)
 
     def checkpoint(self, uri: str, *, shared: bool = False):
         """The checkpoint ``uri`` loaded (``shared``: cached under the target key, so a draft derived from the
         pair's target shares the target's load)."""
         if not shared:
-            return _load_checkpoint(uri, self.dev, self.dt)
+            return self.load(uri)
         key = ("target", uri, self.weights_sha256(uri), self.dev, str(self.dt))
-        return model_cache.cached(key, lambda: _load_checkpoint(uri, self.dev, self.dt))
+        return model_cache.cached(key, lambda: self.load(uri))
 
     def directory(self, uri: str):
         from registry import download_model_version, get_model_version
 
-        return download_model_version(get_model_version(uri))
+        return download_model_version(get_model_version(uri, registry=self.registry), registry=self.registry)
 
 
 #: drafter kinds validated without the target's weights when an engine serves the target
 SERVED_TARGET_KINDS = ("model", "ngram")
 
 
-def served_checkpoint(uri: str):
-    """The target version ``uri``'s files other than weights (config, tokenizer), downloaded once per worker
+def served_checkpoint(uri: str, registry):
+    """The target version ``uri``'s files other than weights (config, tokenizer), read through ``registry``
+    (:class:`registry.service.Registry`) and downloaded once per worker
     into ``<cache_dir>/served/<name>/<version>-<sha[:12]>`` (written whole, then renamed).
 
     Raises:
@@ -94,15 +96,13 @@ def served_checkpoint(uri: str):
 
     from registry import get_model_version
     from registry.models import download_version_artifacts
-    from registry.service import open_registry
-    from registry.settings import get_settings
     from specdec.validation.served_target import WEIGHT_SUFFIXES
 
-    ref = get_model_version(uri)
-    dst = get_settings().cache_dir / "served" / ref.name / f"{ref.version}-{ref.weights_sha256[:12]}"
+    ref = get_model_version(uri, registry=registry)
+    dst = registry.settings.cache_dir / "served" / ref.name / f"{ref.version}-{ref.weights_sha256[:12]}"
     if dst.is_dir():
         return dst
-    client = open_registry().client
+    client = registry.client
     location = client.get_model_version_download_uri(ref.name, str(ref.version)).rstrip("/")
     files = [f.path for f in mlflow.artifacts.list_artifacts(artifact_uri=location, tracking_uri=client.tracking_uri)
              if not f.is_dir and not f.path.endswith(WEIGHT_SUFFIXES)]
@@ -130,22 +130,27 @@ def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto", served: b
     Raises:
         registry.ModelNotFound / RegistryUnavailable; specdec's IncompatiblePairError.
     """
+    from flows.settings import for_this_run
+    from registry.service import Registry
     from specdec.kinds import RegisteredDrafter, kind_of
 
-    dev, dt = _resolve_device_dtype(device, dtype)
+    tree = for_this_run()  # the flow run's settings (a task on a Dask worker reads its own)
+    dev, dt = _resolve_device_dtype(tree.core, device, dtype)
+    loader = _RegistryLoader(Registry(tree.registry, check=False), dev, dt)  # no probe: the flow resolved the pair
     target_key = ("target", pv.target_uri, pv.target_weights_sha256, dev, str(dt))
     if served and pv.drafter_kind.split(":")[0] in SERVED_TARGET_KINDS:
         from specdec.validation.served_target import served_target
 
         target_key = ("served-target",) + target_key[1:]
-        target = model_cache.cached(target_key, lambda: served_target(served_checkpoint(pv.target_uri), dtype=dt))
+        checkpoint = lambda: served_checkpoint(pv.target_uri, loader.registry)  # noqa: E731
+        target = model_cache.cached(target_key, lambda: served_target(checkpoint(), dtype=dt))
     else:
-        target = model_cache.cached(target_key, lambda: _load_checkpoint(pv.target_uri, dev, dt))
+        target = model_cache.cached(target_key, lambda: loader.load(pv.target_uri))
     source = pv.draft_source or {}
     reg = RegisteredDrafter(label=pv.drafter_kind, uri=pv.draft_uri, weights_sha256=pv.draft_weights_sha256,
                             base_uri=source.get("derived_from") or pv.target_uri, recipe=pv.recipe or source.get("recipe"),
                             target_key=target_key, device=dev, dtype=str(dt))
-    kind, loader = kind_of(pv.drafter_kind), _RegistryLoader(dev, dt)
+    kind = kind_of(pv.drafter_kind)
     drafter_key = kind.cache_key(reg, loader)
     model_cache.cached(drafter_key, lambda: kind.load(reg, target, loader, dtype=dt, device=dev))
     return target_key, drafter_key

@@ -117,6 +117,45 @@ class NightlyJob:
     revert_ungated: bool = False
     fail_on_failure: bool = False
 
+    @classmethod
+    def from_settings(cls, section, **overrides) -> "NightlyJob":
+        """The job the nightly section describes, with ``overrides`` that are not None winning: the one
+        mapping from ``SPECDEC_NIGHTLY_*`` to the flow's parameters, for ``nightly run`` (its options are the
+        overrides), ``nightly serve`` and the deployments (``fail_on_failure=True``; ``pair watch`` starts
+        runs of a deployment with its parameters).
+
+        Args:
+            section: :class:`flows.settings.NightlySettings`.
+            overrides: any keyword parameter of :func:`nightly_validation_flow`.
+        Raises:
+            TypeError: a keyword the flow does not take.
+        """
+        values = {"pairs": list(section.pairs), "aliases": tuple(section.aliases), "heldout": section.heldout,
+                  "limit": section.limit, "device": section.device, "dtype": section.dtype, "seed": 0,
+                  "batch_size": section.batch_size, "method": section.method,
+                  "decode_fraction": section.decode_fraction, "shards": section.shards,
+                  "continuations": section.continuations, "versions": (), "scheduled_date": None,
+                  "revert_ungated": False, "fail_on_failure": False}
+        unknown = sorted(set(overrides) - set(values))
+        if unknown:
+            raise TypeError(f"not a parameter of the nightly flow: {', '.join(unknown)}")
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        validation = ValidationParams(**{f: values.pop(f) for f in ValidationParams.__dataclass_fields__})
+        return cls(pairs=tuple(values["pairs"]), aliases=tuple(values["aliases"]), validation=validation,
+                   versions=tuple(str(v) for v in values["versions"]), scheduled_date=values["scheduled_date"],
+                   revert_ungated=values["revert_ungated"], fail_on_failure=values["fail_on_failure"])
+
+    def parameters(self) -> dict[str, Any]:
+        """The keyword parameters of :func:`nightly_validation_flow` that run this job (JSON-ready but for
+        ``scheduled_date``, left out when None)."""
+        v = self.validation
+        out = {"pairs": list(self.pairs), "aliases": list(self.aliases), "heldout": v.heldout, "limit": v.limit,
+               "device": v.device, "dtype": v.dtype, "seed": v.seed, "batch_size": v.batch_size,
+               "method": v.method, "decode_fraction": v.decode_fraction, "shards": v.shards,
+               "continuations": v.continuations, "versions": list(self.versions) or None,
+               "revert_ungated": self.revert_ungated, "fail_on_failure": self.fail_on_failure}
+        return out if self.scheduled_date is None else {**out, "scheduled_date": self.scheduled_date}
+
     def check(self, *, date_type: type = dt.date, allowed_aliases: list[str] | None = None) -> "NightlyJob":
         """``self``, once its values are valid (``allowed_aliases``: the registry section's ``SPECDEC_ALIASES``).
 

@@ -43,12 +43,25 @@ class NightlySettings(BaseSettings):
     Env examples: ``SPECDEC_NIGHTLY_CRON="30 1 * * *"``, ``SPECDEC_NIGHTLY_PAIRS='["specdec-pair"]'``,
     ``SPECDEC_NIGHTLY_LIMIT=192``, ``SPECDEC_NIGHTLY_METHOD=decode``, ``SPECDEC_NIGHTLY_WORK_POOL=gpu-pool``, ``SPECDEC_NIGHTLY_BATCH_SIZE=8``.
 
-    ``batch_size``: prompts decoded together by the validation (>= 1, default 1; see
-    :class:`specdec.validation.ValidationConfig`). Larger batches raise throughput on a GPU worker;
-    on a small CPU batch > 1 mostly adds padding cost. Speed metrics are measured at this batch size.
-    ``shards``: each pair's replay split over this many tasks (``SPECDEC_NIGHTLY_SHARDS=8`` with ``parallel``:
-    one per Dask worker); ``continuations``: ``core`` or ``engine`` (the target's greedy continuations from
-    the engine the pair version names, ``SPECDEC_NIGHTLY_METHOD=replay``): docs/scale.md.
+    Attributes:
+        cron / timezone: the deployment's schedule (``prefect deploy --all``, ``specdec nightly serve``).
+        pairs: the pair registered models validated every night (JSON list).
+        aliases: the aliases validated in each pair (JSON list).
+        heldout: a packaged held-out set (``spec_bench``, ``humaneval``) or a JSONL path.
+        limit: prompts drawn from the held-out set (stratified by category); unset: all of them.
+        method: ``replay``, ``decode`` or ``both`` (replay every prompt, decode a fraction to check it).
+        decode_fraction: with ``both``, the share of prompts also decoded (at least 2 per category).
+        device / dtype: where and in which dtype the models run (``auto``: CUDA in bf16 if present, else CPU fp32).
+        batch_size: prompts decoded together by the validation (>= 1, default 1; see
+            :class:`specdec.validation.ValidationConfig`). Larger batches raise throughput on a GPU worker;
+            on a small CPU batch > 1 mostly adds padding cost. Speed metrics are measured at this batch size.
+        work_pool / deployment_name: the Prefect work pool and deployment name of ``prefect deploy``.
+        parallel: validate several pair versions at once through ``prefect-dask``'s ``DaskTaskRunner``.
+        dask_workers: local Dask workers when ``parallel``.
+        shards: each pair's replay split over this many tasks (``SPECDEC_NIGHTLY_SHARDS=8`` with ``parallel``:
+            one per Dask worker).
+        continuations: ``core`` or ``engine`` (the target's greedy continuations from the engine the pair
+            version names, ``SPECDEC_NIGHTLY_METHOD=replay``): docs/scale.md.
     """
 
     model_config = SettingsConfigDict(env_prefix="SPECDEC_NIGHTLY_", env_file=".env", extra="ignore")
@@ -88,7 +101,12 @@ class PrefectSettings(BaseSettings):
 
 
 class WatchSettings(BaseSettings):
-    """``specdec pair watch``: ``SPECDEC_WATCH_SECRET``, the webhook's HMAC secret (never a flag, never logged)."""
+    """``specdec pair watch``'s secret.
+
+    Attributes:
+        secret: the HMAC secret of the MLflow webhooks the watcher subscribes (16+ characters; never a flag,
+            never logged).
+    """
 
     model_config = SettingsConfigDict(env_prefix="SPECDEC_WATCH_", env_file=".env", extra="ignore",
                                       hide_input_in_errors=True)
@@ -102,7 +120,8 @@ class DemoSettings(BaseSettings):
     Attributes:
         dir: the demo's state directory (``SPECDEC_DEMO_DIR``, default ``<repo>/.specdec/demo``).
         draft / k: skip the measurement and use this drafter spec and k (``derived:bf16``; ``eagle3``
-            tells the story with an EAGLE-3 head). head: the EAGLE-3 head directory to start from.
+            tells the story with an EAGLE-3 head).
+        head: the EAGLE-3 head directory to start from.
         per_category / max_new_tokens: the held-out size (default: chosen from the measured one-token pass).
     """
 

@@ -271,6 +271,17 @@ class MonitoringSettings(HomeSection):
     """Where the history lives, the drift-rule thresholds and the alert channels (see the module
     docstring for env names). The alert part (channels, delivery, reminders) stays in this section
     because every alert function works on the history store too.
+
+    Attributes:
+        db_url: SQLAlchemy URL of the history store (default ``sqlite:///<home>/history.db``; PostgreSQL:
+            ``postgresql+psycopg://user:password@host:5432/specdec``). May hold a password: never shown.
+        reports_dir: where Evidently reports and trend plots go (default ``<home>/reports``).
+        alert_channels: JSON list of :class:`ChannelConfig` (Slack or generic webhooks; URLs are secrets).
+        rules: the drift rules' thresholds (:class:`RuleSettings`).
+        delivery: HTTP delivery of alerts (:class:`DeliverySettings`).
+        reminder_interval_hours: an open incident is reminded at most this often (24).
+        claim_stale_after_s: a nightly's running claim whose heartbeat is older than this is taken over
+            (600; a dead process's claim on the same host is taken over at once, :mod:`flows.recovery`).
     """
 
     model_config = SettingsConfigDict(env_nested_delimiter="__", hide_input_in_errors=True)

@@ -1,12 +1,48 @@
-"""Shared test setup: offline, no telemetry, deterministic threads."""
+"""Shared test setup: offline, no telemetry, deterministic threads; per-worker homes under pytest-xdist.
+
+``make test`` runs the suite in two pytest-xdist workers (``-n 2 --dist loadgroup``, pyproject.toml). Each test
+module is one xdist group (so its module-scoped servers and models are built once, on one worker) unless it
+is marked ``@pytest.mark.xdist_group("name")``, which puts every module carrying that name on one worker
+(they then share that worker's session-scoped servers, and never run concurrently with each other).
+Each worker gets its own ``SPECDEC_HOME`` and ``PREFECT_HOME`` (unless set) and its own port range
+(:func:`tests.support.net.free_port`); the caches worth keeping (converted models, the llama.cpp build)
+stay shared: ``SPECDEC_MODELS_DIR`` and ``SPECDEC_ENGINES_DIR`` default to the repository's ``.specdec/``.
+"""
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DO_NOT_TRACK", "true")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _worker_homes() -> None:
+    """Under pytest-xdist: a ``SPECDEC_HOME`` and ``PREFECT_HOME`` per worker (``.specdec/xdist/<gwN>``),
+    the shared caches named explicitly so the workers reuse them. Serial runs are left as they are."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        # the controller: its terminal width, for the workers (which start with COLUMNS=80 set; Rich consoles
+        # created at import would keep that width and wrap tables that tests read)
+        os.environ.setdefault("SPECDEC_TEST_COLUMNS", os.environ.get("COLUMNS", ""))
+        return
+    columns = os.environ.get("SPECDEC_TEST_COLUMNS")
+    if columns == "":
+        os.environ.pop("COLUMNS", None)
+    elif columns:
+        os.environ["COLUMNS"] = columns
+    shared = Path(os.environ.get("SPECDEC_HOME") or Path(__file__).resolve().parents[1] / ".specdec").resolve()
+    os.environ.setdefault("SPECDEC_MODELS_DIR", str(shared / "models"))
+    os.environ.setdefault("SPECDEC_ENGINES_DIR", str(shared / "engines"))
+    home = shared / "xdist" / worker
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["SPECDEC_HOME"] = str(home)
+    os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
+
+
+_worker_homes()
 
 import warnings  # noqa: E402
 
@@ -28,6 +64,37 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+#: modules that take minutes (real servers, CLI processes, real models; ``--durations`` of the registry and
+#: monitoring directories and the flows directory, docs/operations.md "Tests and CI"), handed out first under
+#: pytest-xdist so that no worker starts a long module while the other one has nothing left to do. Prefixes;
+#: earlier is sooner. Every run prints its 30 slowest tests: keep this list in step with them.
+SLOW_FIRST = ("tests/flows/", "tests/docker/", "tests/registry/test_store.py", "tests/registry/test_webhooks.py",
+              "tests/monitoring/test_production_invariants.py", "tests/monitoring/test_production_llamacpp.py",
+              "tests/monitoring/test_production_cli.py", "tests/validation/test_engine_check.py",
+              "tests/models/test_eagle3_interop.py", "tests/training/", "tests/registry/test_killed_register.py",
+              "tests/monitoring/test_alert_delivery_faults.py", "tests/monitoring/test_evidently.py",
+              "tests/registry/test_acceptance_policy.py", "tests/monitoring/test_alert_redirects.py",
+              "tests/registry/test_mlflow_ui_browser.py", "tests/validation/test_recommend.py",
+              "tests/validation/test_replay_method.py", "tests/models/test_smollm2.py", "tests/core/test_smoke_real.py")
+
+
+def _slowness(item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return next((i for i, prefix in enumerate(SLOW_FIRST) if path.startswith(prefix)), len(SLOW_FIRST))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the mark into the node id's "@group"
+def pytest_collection_modifyitems(config, items):
+    """Each test module is its own xdist group unless marked ``xdist_group`` (see the module docstring); under
+    xdist the slow modules (:data:`SLOW_FIRST`) come first (a stable sort: the order inside a module is kept;
+    ``make test`` passes ``--no-loadscope-reorder`` so xdist keeps this order instead of sorting by test count)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=_slowness)
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -66,7 +66,8 @@ class ProductionMapping(BaseModel):
 
     Attributes:
         source / model: source name and model label value (``"*"`` matches any).
-        pair: the pair's registered-model name. alias: the alias production serves (``champion``).
+        pair: the pair's registered-model name.
+        alias: the alias production serves (``champion``).
         version: pin the pair version instead of resolving ``alias`` at ingestion time.
         num_speculative_tokens: k, when the engine does not reveal it (SGLang; vLLM and llama.cpp
             export one per-position counter per draft position).
@@ -81,7 +82,19 @@ class ProductionMapping(BaseModel):
 
 
 class ProductionSettings(BaseSettings):
-    """Sources, mappings, window length and the flow's schedule. Read afresh (never cached)."""
+    """Sources, mappings, window length and the flow's schedule. Read afresh (never cached).
+
+    Attributes:
+        sources: where the counters are read (JSON list of :class:`ProductionSource`; names unique).
+        mappings: which pair and alias serve a source's model label (JSON list of :class:`ProductionMapping`).
+        window_minutes: window length in minutes (15): the flow ingests ``(end - window, end]``.
+        lookback_minutes: how far before the window Prometheus is asked for the last sample of each
+            series (5; a ``prometheus`` source's counter value at the window's start).
+        timeout_s: one overall deadline in seconds for reading a source (30; the last read may take as long
+            again), after which nothing is stored and the command exits 1.
+        cron / timezone: the ``production-acceptance`` deployment's schedule.
+        deployment_name / work_pool: that deployment's name and Prefect work pool.
+    """
 
     model_config = SettingsConfigDict(env_prefix="SPECDEC_PRODUCTION_", env_file=".env", extra="ignore",
                                       hide_input_in_errors=True)

@@ -1,4 +1,8 @@
-"""Fixtures of the flow tests that need a real ``prefect server`` process."""
+"""Fixtures of the flow tests that need a real ``prefect server`` process.
+
+The server is session-scoped: the modules that use it are marked ``xdist_group("prefect_server")``, so under
+pytest-xdist they run on one worker and share one server (its start is most of their setup).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import pytest
 from tests.support.net import free_port
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("prefect")
     port = free_port()

@@ -29,7 +29,7 @@ from tests.support.mlflow_server import MlflowServer
 from registry.webhooks import sign
 from tests.support.models import save_tiny_checkpoint
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.xdist_group("prefect_server")]
 REPO = Path(__file__).resolve().parents[2]
 PAIR = "watch-pair"
 SECRET = "watch-secret-" + uuid.uuid4().hex
@@ -96,7 +96,10 @@ def stack(tmp_path_factory, prefect_server):
               "limit": None, "device": "cpu", "dtype": "float32", "method": "decode", "fail_on_failure": True}
     runner = _proc([sys.executable, "-c", SERVE, json.dumps(params)], env, tmp / "runner.log")
     api = prefect_server["api"]
-    _wait(lambda: httpx.post(f"{api}/deployments/filter", json={}, timeout=30).json(), 300, "the served deployment")
+    # the server is shared with test_server.py, which deploys the same name with other parameters: wait for ours
+    served = lambda: any(d["parameters"].get("pairs") == [PAIR]  # noqa: E731
+                         for d in httpx.post(f"{api}/deployments/filter", json={}, timeout=30).json())
+    _wait(served, 300, "the served deployment")
     state = {"tmp": tmp, "env": env, "server": server, "alerts": alerts, "api": api, "port": free_port(),
              "runner": runner, "watcher": None}
     yield state

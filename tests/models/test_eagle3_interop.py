@@ -8,7 +8,8 @@
    :func:`specdec.models.eagle3.load_eagle3` and gives the same logits; it then drafts exactly.
 
 speculators pins transformers <= 5.19 and pulls heavy extras, so it lives in a second venv: the
-one named by ``SPECDEC_SPECULATORS_PYTHON`` (its python), else ``.specdec/speculators-venv``,
+one named by ``SPECDEC_SPECULATORS_PYTHON`` (its python), else ``speculators-venv`` in the test cache
+(:mod:`tests.support.cache`: ``$SPECDEC_TEST_CACHE``, else ``.specdec/``),
 created here on first use (skipped, with the pip error, where the registry is unreachable). The
 speculators side is ``tests/interop/speculators_side.py``, run by subprocess; inputs and logits
 travel as ``.pt`` files.
@@ -23,16 +24,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 
 from specdec import SamplingConfig, autoregressive_generate, speculative_generate
 from specdec.core.features import target_features
 from specdec.core.head_drafter import Eagle3Drafter
 from specdec.models.eagle3 import load_eagle3, save_eagle3
+from tests.support.cache import test_cache_dir
 from tests.support.eagle3 import head_config, random_head, tiny_target
 
 ROOT = Path(__file__).resolve().parents[2]
 SIDE = ROOT / "tests" / "interop" / "speculators_side.py"
-#: the versions the interoperability tests were run with (README "EAGLE-3")
+#: the versions the interoperability tests were run with (docs/validation.md, "EAGLE-3 heads")
 PINS = ["speculators==0.9.0", "hs-connectors==0.9.0"]
 DEPS = ["torch==2.13.0", "transformers<=5.19", "safetensors", "pydantic", "pydantic-settings", "loguru", "openai", "datasets"]
 IDS = torch.tensor([[5, 17, 33, 8, 91, 4, 60, 61, 44, 70, 12, 30]])
@@ -49,18 +52,27 @@ def speculators_python() -> Path:
     given = os.environ.get("SPECDEC_SPECULATORS_PYTHON")
     if given:
         return Path(given)
-    venv = ROOT / ".specdec" / "speculators-venv"
+    venv = test_cache_dir() / "speculators-venv"
     python = venv / "bin" / "python"
-    if not (venv / ".complete").is_file():
-        made = subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], capture_output=True, text=True)
-        if made.returncode:
-            pytest.skip(f"cannot create a venv for speculators: {made.stderr.strip().splitlines()[-1:]}")
-        for args in (["--no-deps", *PINS], DEPS):
-            r = _pip(python, *args)
-            if r.returncode:
-                pytest.skip(f"cannot install {' '.join(args)} (registry unreachable?): "
-                            f"{(r.stderr.strip().splitlines() or ['pip failed'])[-1]}")
-        (venv / ".complete").write_text(" ".join(PINS + DEPS) + "\n")
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(venv) + ".lock"):  # pytest-xdist workers: one creates it, the others wait
+        return _speculators_venv(venv, python)
+
+
+def _speculators_venv(venv: Path, python: Path) -> Path:
+    """``venv``'s python, the venv (re)created first unless it was completed with today's pins."""
+    complete = " ".join(PINS + DEPS) + "\n"
+    if (venv / ".complete").is_file() and (venv / ".complete").read_text() == complete:
+        return python
+    made = subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], capture_output=True, text=True)
+    if made.returncode:
+        pytest.skip(f"cannot create a venv for speculators: {made.stderr.strip().splitlines()[-1:]}")
+    for args in (["--no-deps", *PINS], DEPS):
+        r = _pip(python, *args)
+        if r.returncode:
+            pytest.skip(f"cannot install {' '.join(args)} (registry unreachable?): "
+                        f"{(r.stderr.strip().splitlines() or ['pip failed'])[-1]}")
+    (venv / ".complete").write_text(complete)
     return python
 
 

@@ -4,7 +4,8 @@
 - :mod:`tests.support.reports`: hand-built validation reports (``make_report``, ``tiny_report``).
 - :mod:`tests.support.mlflow_server`: a pre-initialized MLflow SQLite store and ``mlflow server``.
 - :mod:`tests.support.exporters`: a scripted vLLM ``/metrics`` exporter and a Prometheus server.
-- :mod:`tests.support.net`: free TCP ports.
+- :mod:`tests.support.net`: free TCP ports (a range per pytest-xdist worker).
+- :mod:`tests.support.cache`: where slow-to-rebuild test artefacts are kept (``SPECDEC_TEST_CACHE``).
 
 The webhook receiver the tests use is public (the demo uses it too): :mod:`monitoring.receiver`.
 """

@@ -128,18 +128,22 @@ PAIR_VERSION = "v1"
 
 
 def cached_pair(seed: int = 0, **config_kwargs):
-    """:func:`tiny_pair`, with the trained head cached under ``.specdec/test-cache`` (training costs
+    """:func:`tiny_pair`, with the trained head cached under ``<test cache>/test-cache`` (training costs
     seconds idle, minutes on a loaded 2-core machine); the cache goes through our own checkpoint I/O."""
-    from pathlib import Path
+    from filelock import FileLock
+
+    from tests.support.cache import test_cache_dir
 
     from specdec.models.eagle3 import load_eagle3, save_eagle3
 
     key = "-".join([PAIR_VERSION, str(seed)] + [f"{k}={v}" for k, v in sorted(config_kwargs.items())])
-    path = Path(__file__).resolve().parents[2] / ".specdec" / "test-cache" / f"eagle3-tiny-{key}"
+    path = test_cache_dir() / "test-cache" / f"eagle3-tiny-{key}"
     target = tiny_target(seed)
-    if (path / "config.json").is_file():
-        return target, load_eagle3(path)
-    target, head = tiny_pair(seed, **config_kwargs)
-    save_eagle3(head, path.with_suffix(".tmp"))
-    path.with_suffix(".tmp").rename(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):  # pytest-xdist workers: one trains, the others wait and load
+        if (path / "config.json").is_file():
+            return target, load_eagle3(path)
+        target, head = tiny_pair(seed, **config_kwargs)
+        save_eagle3(head, path.with_suffix(".tmp"))
+        path.with_suffix(".tmp").rename(path)
     return target, head

@@ -35,8 +35,12 @@ def target_gguf() -> Path:
 
 def draft_gguf(install: EngineInstall, ftype: str) -> Path:
     """The target requantized to ``ftype`` (``Q4_0``, ``Q2_K``, ``Q8_0``), made once next to it."""
+    from filelock import FileLock
+
     src = target_gguf()
-    return quantize_gguf(install.quantize, src, src.parent / f"draft-{ftype}.gguf", ftype)
+    dst = src.parent / f"draft-{ftype}.gguf"
+    with FileLock(str(dst) + ".lock"):  # pytest-xdist workers share the models folder: one quantizes
+        return quantize_gguf(install.quantize, src, dst, ftype)
 
 
 def start_server(install: EngineInstall, flags: LlamaServerFlags, log_dir: Path) -> LlamaServer:
