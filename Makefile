@@ -29,7 +29,7 @@ venv: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	@.ci/test-deps
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=30
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
 
 demo: $(STAMP)
 	$(BIN)/python -m flows.demo

@@ -1,9 +1,10 @@
-"""Shared test setup: offline, no telemetry, deterministic threads; per-worker homes under pytest-xdist.
+"""Shared test setup: offline, no telemetry, deterministic threads; pytest-xdist workers and their homes.
 
-``make test`` runs the suite in two pytest-xdist workers (``-n 2 --dist loadgroup``, pyproject.toml). Each test
-module is one xdist group (so its module-scoped servers and models are built once, on one worker) unless it
-is marked ``@pytest.mark.xdist_group("name")``, which puts every module carrying that name on one worker
-(they then share that worker's session-scoped servers, and never run concurrently with each other).
+``make test`` runs the suite in two pytest-xdist workers. The work unit is a test module (its module-scoped
+servers and models are built once, on one worker), or a group of modules named in :data:`SHARED_WORKER` (they
+run on one worker, one after another, and share its session-scoped fixtures): :func:`pytest_xdist_make_scheduler`.
+(xdist's own ``--dist loadgroup`` with ``xdist_group`` marks does not group with pytest 9.2: pytest-xdist
+issue 1386.) Modules that take minutes are handed out first (:data:`SLOW_FIRST`).
 Each worker gets its own ``SPECDEC_HOME`` and ``PREFECT_HOME`` (unless set) and its own port range
 (:func:`tests.support.net.free_port`); the caches worth keeping (converted models, the llama.cpp build)
 stay shared: ``SPECDEC_MODELS_DIR`` and ``SPECDEC_ENGINES_DIR`` default to the repository's ``.specdec/``.
@@ -80,21 +81,33 @@ SLOW_FIRST = ("tests/flows/", "tests/docker/", "tests/registry/test_store.py", "
               "tests/validation/test_replay_method.py", "tests/models/test_smollm2.py", "tests/core/test_smoke_real.py")
 
 
+#: modules that run on one pytest-xdist worker, one after another, sharing its session fixtures: module -> group
+SHARED_WORKER = {"tests/flows/test_server.py": "prefect_server", "tests/flows/test_watch.py": "prefect_server"}
+
+
 def _slowness(item) -> int:
     path = item.nodeid.split("::", 1)[0]
     return next((i for i, prefix in enumerate(SLOW_FIRST) if path.startswith(prefix)), len(SLOW_FIRST))
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the mark into the node id's "@group"
 def pytest_collection_modifyitems(config, items):
-    """Each test module is its own xdist group unless marked ``xdist_group`` (see the module docstring); under
-    xdist the slow modules (:data:`SLOW_FIRST`) come first (a stable sort: the order inside a module is kept;
-    ``make test`` passes ``--no-loadscope-reorder`` so xdist keeps this order instead of sorting by test count)."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    """Under xdist the slow modules (:data:`SLOW_FIRST`) come first (a stable sort: the order inside a module is
+    kept; ``make test`` passes ``--no-loadscope-reorder`` so xdist keeps this order instead of sorting the
+    modules by their number of tests)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(key=_slowness)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scope scheduler with one work unit per test module, or per :data:`SHARED_WORKER` group."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SHARED_WORKER.get(module, module)
+
+    return ModuleScheduling(config, log)
 
 
 def pytest_terminal_summary(terminalreporter):

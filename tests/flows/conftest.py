@@ -1,7 +1,7 @@
 """Fixtures of the flow tests that need a real ``prefect server`` process.
 
-The server is session-scoped: the modules that use it are marked ``xdist_group("prefect_server")``, so under
-pytest-xdist they run on one worker and share one server (its start is most of their setup).
+The server is session-scoped: under pytest-xdist the modules that use it run on one worker
+(``SHARED_WORKER`` in tests/conftest.py) and share one server (its start is most of their setup).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 from tests.support.net import free_port
 from tests.support.models import save_tiny_checkpoint
 
-pytestmark = [pytest.mark.server, pytest.mark.xdist_group("prefect_server")]
+pytestmark = pytest.mark.server
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -29,7 +29,7 @@ from tests.support.mlflow_server import MlflowServer
 from registry.webhooks import sign
 from tests.support.models import save_tiny_checkpoint
 
-pytestmark = [pytest.mark.server, pytest.mark.xdist_group("prefect_server")]
+pytestmark = pytest.mark.server
 REPO = Path(__file__).resolve().parents[2]
 PAIR = "watch-pair"
 SECRET = "watch-secret-" + uuid.uuid4().hex
