@@ -162,10 +162,10 @@ def main() -> None:
     draft_gguf = quantize_gguf(install.quantize, gguf, gguf.parent / "draft-Q8_0.gguf", "Q8_0")
     target, draft = load_causal_lm(str(gguf)), load_causal_lm(str(draft_gguf))
     load0, tmp = os.getloadavg(), Path(tempfile.mkdtemp(prefix="scale-night-"))
-    flags = LlamaServerFlags(model=str(gguf), spec_type="none", ctx_size=8192, parallel=2, threads=2)
+    flags = LlamaServerFlags(model=str(gguf), spec_type="none", ctx_size=8192, parallel=2, threads=1)
     out: dict = {"date": dt.date.today().isoformat(), "cpu": cpu_model(), "nproc": os.cpu_count(), "prompts": args.prompts,
                  "new_tokens": args.new_tokens, "pilot_prompts": args.pilot, "k": K, "kmax": KMAX,
-                 "engine": f"llama-server {install.version} -np 2 -t 2 (no speculation), SmolLM2-135M Q4_1",
+                 "engine": f"llama-server {install.version} -np 2 -t 1 (no speculation), SmolLM2-135M Q4_1",
                  "loadavg_start": [round(x, 2) for x in load0], "runs": []}
     with LlamaServer(install.server, flags, tmp / "llama-server.log").start() as server:
         spec = lambda n, seed, name: Spec(str(target.path), str(draft.path), server.url, n, args.new_tokens, seed,  # noqa: E731

@@ -5,10 +5,27 @@ from the worker's cache, tonight's parameters, where the continuations come from
 
 from __future__ import annotations
 
-from flows import stopping
+from specdec import stopping
 from flows.loading import build_validation_config, cached_drafter, cached_target, load_pair_models
 from flows.tasks import run_logger
 from specdec import events
+
+
+def worth_retrying(task, task_run, state) -> bool:
+    """A broken model (non-finite logits, :class:`specdec.core.finite.BrokenModel`) fails the same way
+    again, and an engine that failed a request (:class:`specdec.engines.client.EngineRequestError`) is the
+    serving team's to restart: not retried (the continuations it gave stay cached for the next night).
+    Anything else (a worker lost its cache, a transient I/O error) is."""
+    from specdec.core.finite import BrokenModel
+    from specdec.engines.client import EngineRequestError
+
+    try:
+        state.result()
+    except (BrokenModel, EngineRequestError):
+        return False
+    except Exception:  # noqa: BLE001 (any other failure is retried once)
+        return True
+    return True
 
 
 def validation_progress(pv):

@@ -44,6 +44,7 @@ from flows.tasks import (
     run_logger, scheduled_date_of_run,
 )
 from specdec import stopping
+from flows.night_request import worth_retrying
 from flows.ungated import check_ungated, report_ungated, version_link
 from specdec import events
 from specdec.policy import VERDICTS
@@ -227,25 +228,8 @@ class MlflowOutcome:
     links: dict[str, str] = field(default_factory=dict)
 
 
-def _worth_retrying(task, task_run, state) -> bool:
-    """A broken model (non-finite logits, :class:`specdec.core.finite.BrokenModel`) fails the same way
-    again, and an engine that failed a request (:class:`specdec.engines.client.EngineRequestError`) is the
-    serving team's to restart: not retried (the continuations it gave stay cached for the next night).
-    Anything else (a worker lost its cache, a transient I/O error) is."""
-    from specdec.core.finite import BrokenModel
-    from specdec.engines.client import EngineRequestError
-
-    try:
-        state.result()
-    except (BrokenModel, EngineRequestError):
-        return False
-    except Exception:  # noqa: BLE001 (any other failure is retried once)
-        return True
-    return True
-
-
 @task(task_run_name="validate {pv.name}@v{pv.version}", retries=1, retry_delay_seconds=30,
-      retry_condition_fn=_worth_retrying)
+      retry_condition_fn=worth_retrying)
 def run_validation(pv, params: ValidationParams, out_dir: str):
     """Load the pair's models (worker cache) and validate them on the held-out set with tonight's ``params``
     (one :func:`specdec.validation.validate` call, whatever the method).

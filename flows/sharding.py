@@ -16,8 +16,11 @@ from typing import Any
 
 from prefect import task
 
+from flows.night_request import worth_retrying
 
-@task(task_run_name="replay {pv.name}@v{pv.version} shard {shard}", retries=1, retry_delay_seconds=30)
+
+@task(task_run_name="replay {pv.name}@v{pv.version} shard {shard}", retries=1, retry_delay_seconds=30,
+      retry_condition_fn=worth_retrying)
 def replay_shard(pv, params, shard: int):
     """Shard ``shard`` of ``params.shards`` of pair version ``pv``'s replay (a
     :class:`specdec.validation.shard.ShardResult`: per-prompt rows and integer counters)."""
