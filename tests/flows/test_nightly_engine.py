@@ -18,6 +18,7 @@ import sys
 import pytest
 
 from specdec.engines.llama_server import LlamaServerFlags
+from specdec.settings import get_settings
 from specdec.validation.heldout import load_heldout
 from tests.support.engine import draft_gguf, engine_or_skip, start_server, target_gguf
 from tests.support.mlflow_server import sqlite_store
@@ -42,7 +43,7 @@ def test_a_healthy_pair_with_an_engine_endpoint_exits_0_and_logs_the_engine_run(
     uri = sqlite_store(tmp_path / "store")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "SPECDEC_"))}
     env.update({"SPECDEC_HOME": str(tmp_path / "home"), "SPECDEC_TRACKING_URI": uri, "HF_HUB_OFFLINE": "1",
-                "COLUMNS": "200", "SPECDEC_MODELS_DIR": os.environ.get("SPECDEC_MODELS_DIR", ""),
+                "COLUMNS": "200", "SPECDEC_MODELS_DIR": str(get_settings().models_dir),  # reuse the GGUF conversions
                 "SPECDEC_ENGINES_DIR": os.environ.get("SPECDEC_ENGINES_DIR", ""),
                 "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "true"})
     env = {k: v for k, v in env.items() if v}
