@@ -111,6 +111,8 @@ def test_mlflow_clients_are_built_only_by_the_registry_service():
 ENV_READS_ALLOWED = {
     "flows/prefect_api.py": "the private Prefect server's child process gets this process's environment, and the "
                             "PREFECT_API_URL it sets for Prefect is restored on stop",
+    "specdec/engines/vllm_install.py": "the vLLM engine's child process gets this process's environment plus its "
+                                       "compile-cache and offline switches",
 }
 
 

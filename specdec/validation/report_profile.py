@@ -94,8 +94,10 @@ def profile_from_counts(c: Counts) -> dict[str, Any]:
 def method_of(drafter_kind: str) -> str:
     """Model Optimizer's method name of a drafter kind: ``draft_model`` (a model or derived draft),
     ``ngram``, ``eagle3``."""
-    kind = (drafter_kind or "").split(":", 1)[0]
-    return {"model": "draft_model", "derived": "draft_model"}.get(kind, kind or "unknown")
+    from specdec.kinds import kind_of_label
+
+    kind = kind_of_label(drafter_kind)
+    return "unknown" if kind is None else (kind.vllm_method or "draft_model")
 
 
 def _counts(g: Any, k: int, prompts: Sequence[Any] = ()) -> Counts:
