@@ -64,7 +64,7 @@ def _fill(mnt: Path, leave_kb: int) -> None:
 
 def test_full_disk_nightly_is_one_line(tmpfs):
     home = tmpfs / "home"
-    assert _cli("history", home=home).returncode == 0  # a usable store first
+    assert _cli("db", "upgrade", home=home).returncode == 0  # creates the store (`history` no longer does)  # a usable store first
     _fill(tmpfs, 40)
     _one_clear_line(_cli("nightly", "run", "--pair", "p", "--alias", "champion", "--device", "cpu", home=home),
                     "no space left")
@@ -72,7 +72,7 @@ def test_full_disk_nightly_is_one_line(tmpfs):
 
 def test_read_only_home_is_one_line(tmpfs):
     home = tmpfs / "home"
-    assert _cli("history", home=home).returncode == 0
+    assert _cli("db", "upgrade", home=home).returncode == 0  # creates the store (`history` no longer does)
     subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
     _one_clear_line(_cli("history", home=home), "unable to open database file", "read-only")
     _one_clear_line(_cli("nightly", "run", "--pair", "p", "--alias", "champion", "--device", "cpu", home=home),
@@ -101,7 +101,7 @@ def test_a_logging_handler_on_a_full_disk_does_not_flood(tmpfs):
 
 def test_a_history_db_from_a_newer_schema_is_one_line(tmp_path):
     home = tmp_path / "home"
-    assert _cli("history", home=home).returncode == 0
+    assert _cli("db", "upgrade", home=home).returncode == 0  # creates the store (`history` no longer does)
     with sqlite3.connect(home / "history.db") as c:
         c.execute("update alembic_version set version_num = '0099_from_the_future'")
     for args in (["history"], ["db", "upgrade"], ["nightly", "run", "--pair", "p", "--alias", "champion",
@@ -140,7 +140,7 @@ def test_full_disk_pair_register_is_one_line(tmpfs, tmp_path, leave_kb):
 
     ckpt = save_tiny_checkpoint(tmp_path / "tiny")
     home = tmpfs / "home"
-    assert _cli("history", home=home).returncode == 0
+    assert _cli("db", "upgrade", home=home).returncode == 0  # creates the store (`history` no longer does)
     _fill(tmpfs, leave_kb)  # the disk fills up at different steps of the registration
     p = _cli("pair", "register", "--target", str(ckpt), "--draft", "ngram", "--name", "full-pair", home=home)
     if p.returncode == 0:  # enough room after all
