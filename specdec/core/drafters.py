@@ -357,8 +357,11 @@ class ModelDrafter(DrafterBase):
         ids, valid = left_pad(self.pending, device)
         tokens, qs, confs, low = [], [], [], []
         limit = torch.tensor(limits, device=device)
+        # an argmax proposal folds the passes' checks into one read; a sampled one checks each pass before
+        # ``torch.multinomial`` reads its NaN (a RuntimeError on CPU, a device-side assert on CUDA)
+        defer = sampling.is_greedy or getattr(sampling, "draft_sampling", "sampled") == "argmax"
         for i in range(k):
-            logits = fit_vocab(self.kv.forward(ids, valid, logits_to_keep=1, check=False)[:, -1], vocab_size)
+            logits = fit_vocab(self.kv.forward(ids, valid, logits_to_keep=1, check=not defer)[:, -1], vocab_size)
             self.forward_passes += 1
             x, q, confidence = draft_step(logits, sampling, generator)
             tokens.append(x)

