@@ -167,8 +167,9 @@ def _print_results(results, policy) -> None:
                  if r.speedup is not None else "-")
         t.add_row(r.pair, r.alias, r.version or "-", r.status, acc, speed, r.alert_transition or "-",
                   r.root_cause_hint or r.message or "")
-    Console(width=min(Console().width, 200)).print(t)
-    Console().print(f"[dim]{policy.describe()}[/]")
+    out = Console(width=min(Console().width, 200))  # readable in a log: no line over 200 columns
+    out.print(t)
+    out.print(f"[dim]{policy.describe()}[/]")
 
 
 @dataclass(frozen=True)
