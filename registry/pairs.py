@@ -35,7 +35,7 @@ from registry.models import (
     client_get_model_version,
     validate_name,
 )
-from registry.pairfile import PAIR_FILE, full_tags, read_pair_doc
+from registry.pairfile import PAIR_FILE, full_tags, overlay_tags, read_pair_doc
 from registry.service import Registry, mlflow_errors, open_registry
 from registry.settings import get_settings
 from specdec.redact import redact_url
@@ -357,7 +357,7 @@ def _from_doc(mv, doc: dict[str, Any], aliases: list[str], reused: bool = False)
         previous_version=doc.get("previous_version"),
         recipe=doc.get("recipe") or drafter_recipe_of({"drafter_kind": doc["drafter_kind"], **(doc.get("tags") or {})}),
         target_source=target_doc.get("source") or {}, draft_source=draft_doc.get("source") if draft_doc else None,
-        aliases=aliases, tags={**(doc.get("tags") or {}), **dict(mv.tags or {})}, created_at=doc.get("created_at"),
+        aliases=aliases, tags=overlay_tags(doc.get("tags"), mv.tags), created_at=doc.get("created_at"),
         reused=reused, description=plain_text(mv.description),
     )
 

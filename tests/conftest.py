@@ -71,7 +71,7 @@ def prefect_harness():
 #: monitoring directories and the flows directory, docs/operations.md "Tests and CI"), handed out first under
 #: pytest-xdist so that no worker starts a long module while the other one has nothing left to do. Prefixes;
 #: earlier is sooner. Every run prints its 30 slowest tests: keep this list in step with them.
-SLOW_FIRST = ("tests/flows/", "tests/docker/", "tests/registry/test_store.py", "tests/registry/test_webhooks.py",
+SLOW_FIRST = ("tests/vllm/", "tests/flows/", "tests/docker/", "tests/registry/test_store.py", "tests/registry/test_webhooks.py",
               "tests/monitoring/test_production_invariants.py", "tests/monitoring/test_production_llamacpp.py",
               "tests/monitoring/test_production_cli.py", "tests/validation/test_engine_check.py",
               "tests/models/test_eagle3_interop.py", "tests/training/", "tests/registry/test_killed_register.py",
@@ -82,7 +82,15 @@ SLOW_FIRST = ("tests/flows/", "tests/docker/", "tests/registry/test_store.py", "
 
 
 #: modules that run on one pytest-xdist worker, one after another, sharing its session fixtures: module -> group
-SHARED_WORKER = {"tests/flows/test_server.py": "prefect_server", "tests/flows/test_watch.py": "prefect_server"}
+SHARED_WORKER = {"tests/flows/test_server.py": "prefect_server", "tests/flows/test_watch.py": "prefect_server",
+                 # one vLLM engine at a time on a 2-core runner, and each `vllm serve` started once for all of them
+                 "tests/vllm/": "vllm"}
+
+
+def _group(module: str) -> str:
+    """The work unit of a test module: its :data:`SHARED_WORKER` group (a module or a folder prefix), else itself."""
+    return next((g for prefix, g in SHARED_WORKER.items() if module == prefix or
+                 (prefix.endswith("/") and module.startswith(prefix))), module)
 
 
 def _slowness(item) -> int:
@@ -104,8 +112,7 @@ def pytest_xdist_make_scheduler(config, log):
 
     class ModuleScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return SHARED_WORKER.get(module, module)
+            return _group(nodeid.split("::", 1)[0])
 
     return ModuleScheduling(config, log)
 

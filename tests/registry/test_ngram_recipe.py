@@ -71,3 +71,28 @@ def test_a_model_pair_takes_no_drafter_recipe(store):
     t = R.register_model_version("target", ckpt, tracking_uri=uri)
     with pytest.raises(ValueError, match="keeps its recipe on its draft version"):
         R.register_pair(t, t, drafter_kind="model", drafter_recipe=CLASSIC, tracking_uri=uri)
+
+
+@pytest.mark.parametrize("edit", ["not json", '{"max_ngram": 100000, "min_ngram": 1}'])
+def test_a_hand_edited_recipe_tag_changes_nothing_served_or_validated(store, monkeypatch, caplog, edit):
+    """Issue 43: a recipe tag edited in the MLflow UI used to be loaded and served (a non-JSON one as the kind's
+    default, absurd sizes as they were) while the night had validated the registered recipe, and re-registering
+    the pair then made a duplicate version. The registration (``pair.json``) holds; the edit is logged."""
+    from mlflow import MlflowClient
+
+    from flows.loading import cached_drafter, load_pair_models
+    from registry import get_pair_version, list_pair_versions
+    from registry.register import register_pair_from_refs
+
+    uri, ckpt = store
+    monkeypatch.setenv("SPECDEC_TRACKING_URI", uri)
+    pv = register_pair_from_refs(str(ckpt), "ngram:4:1", name="ng-edit", tracking_uri=uri).pair
+    MlflowClient(tracking_uri=uri).set_model_version_tag("ng-edit", pv.version, "drafter_recipe", edit)
+    read = get_pair_version("ng-edit", pv.version, download=False, tracking_uri=uri)
+    assert read.recipe == {"max_ngram": 4, "min_ngram": 1} and read.tags["drafter_recipe"] == '{"max_ngram":4,"min_ngram":1}'
+    assert [v.recipe for v in list_pair_versions("ng-edit", tracking_uri=uri)] == [read.recipe]
+    d = cached_drafter(load_pair_models(read, device="cpu", dtype="float32")[1]).drafter
+    assert (d.max_ngram, d.min_ngram) == (4, 1)
+    again = register_pair_from_refs(str(ckpt), "ngram:4:1", name="ng-edit", tracking_uri=uri).pair
+    assert again.reused and again.version == pv.version  # no duplicate version
+    assert any("drafter_recipe was edited in MLflow" in r.getMessage() for r in caplog.records)
