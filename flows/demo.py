@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import re
 import shutil
@@ -437,7 +438,11 @@ def _budget(demo: _Demo, target_dir: Path) -> None:
     from registry.gate import GateConfig
     from specdec.models import load_causal_lm
 
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0  # before the demo's own work starts
+    from specdec.validation.machine import current_load
+
+    # other work running now, before the demo's own starts (not the 1-minute load average: on a fresh clone it
+    # still holds the install `make demo` just ran, and the pass measured on the idle machine was then scaled down)
+    load = 0.0 if math.isnan(load := current_load()) else load
     cpus = os.cpu_count() or 1
     factor = demo_budget.busy_factor(load, cpus)
     # the one-token pass measured on a busy machine is slower by about that factor: the size is chosen for the
@@ -450,7 +455,7 @@ def _budget(demo: _Demo, target_dir: Path) -> None:
     demo.con.print(f"one-token fp32 pass here: {b.t1_ms:.0f} ms -> {demo.per_cat} prompt(s) per category x "
                    f"{demo.max_new} new tokens (predicted {demo_budget.predicted_seconds(t1, demo.per_cat, demo.max_new):.0f}s "
                    f"of the {demo_budget.BUDGET_S:.0f}s budget)")
-    demo.budget.update(load_1m_at_start=load, num_cpus=cpus, busy_factor=factor)
+    demo.budget.update(load_at_start=load, num_cpus=cpus, busy_factor=factor)
     note = demo_budget.busy_note(load, cpus, b.predicted_s)
     if note:
         demo.con.print(f"[yellow]{note}[/]")

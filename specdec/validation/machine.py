@@ -82,6 +82,18 @@ def load_average() -> float:
             return math.nan
 
 
+def current_load(window_s: float = 1.0) -> float:
+    """CPUs' worth of work running now: the busy share of all CPUs over the next ``window_s`` seconds (psutil's
+    ``cpu_percent``) times their number, while this process sleeps. Unlike :func:`load_average`, it does not
+    carry the last minute's work (e.g. the install ``make demo`` ran just before); NaN where unavailable."""
+    try:
+        import psutil
+
+        return float(psutil.cpu_percent(interval=window_s)) / 100.0 * (psutil.cpu_count() or 1)
+    except Exception:  # noqa: BLE001 (no CPU times on this platform)
+        return math.nan
+
+
 def usable_cpus() -> int:
     """Logical CPUs this process may run on (affinity-aware where the OS tells)."""
     try:
