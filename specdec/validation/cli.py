@@ -52,7 +52,7 @@ def validate(
         list[str],
         typer.Option(
             "--draft",
-            help="Drafter: a model ref (or model:REF), 'ngram', 'derived:int8', 'derived:int4', 'derived:bf16', 'derived:fp8' (CUDA), 'eagle3:DIR' (a speculators-format EAGLE-3 head) or 'auto' (what `specdec draft recommend` picks). Repeat to "
+            help="Drafter: a model ref (or model:REF), 'ngram', 'derived:int8', 'derived:int4', 'derived:bf16', 'derived:fp8' (CUDA), 'eagle3:DIR' (a speculators-format EAGLE-3 head), 'layerskip:N' (the target's first N layers and its LM head) or 'auto' (what `specdec draft recommend` picks). Repeat to "
             "validate several drafters against one shared target-only run (one report each, in --out/<drafter>/).",
         ),
     ],
