@@ -31,3 +31,15 @@ def test_a_night_2_that_fires_without_the_floor_is_named(monkeypatch):
     fake = SimpleNamespace(settings=SimpleNamespace(monitoring=None), floors={"nightly_2": judged})
     gaps = demo._story_gaps(fake, _night("failed", "fire"), _night("passed", "resolve"), promoted=True)
     assert gaps == ["night 2 fired without the floor (acceptance_rate 0.52 vs 0.4: ok; fired: relative, speed)"]
+
+
+def test_a_floor_that_fired_only_in_a_category_is_named(monkeypatch):
+    """This session's idle demo: the overall rate 0.344 with its CI reaching 0.420 (inconclusive), the floor firing
+    only for two categories. The story's floor is the overall one, so the demo names the gap."""
+    monkeypatch.setattr(demo, "_night_speed", lambda res, _s: {"speed_rule": "firing", "speed_reason": None})
+    judged = {"metric": "acceptance_rate", "value": 0.344, "threshold": 0.4, "status": "insufficient_evidence",
+              "fired": ["absolute", "relative", "speed"]}
+    fake = SimpleNamespace(settings=SimpleNamespace(monitoring=None), floors={"nightly_2": judged})
+    gaps = demo._story_gaps(fake, _night("failed", "fire"), _night("passed", "resolve"), promoted=True)
+    assert gaps == ["night 2 fired without the floor (acceptance_rate 0.344 vs 0.4: insufficient_evidence; "
+                    "fired: absolute, relative, speed)"]
