@@ -71,7 +71,7 @@ def _row(name, replayed, ks, seconds):
     agree = n = 0
     for r in ok:
         tr = r.drafters[0].trace
-        if tr is not None and tr.argmax:
+        if getattr(tr, "argmax", None):  # a model draft's teacher-forced argmax; an n-gram trace has none
             agree += sum(int(a == b) for a, b in zip(tr.argmax, r.continuation))
             n += len(r.continuation)
     by_k = {}
