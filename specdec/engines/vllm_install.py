@@ -78,6 +78,19 @@ def installed_vllm(version: str = VLLM_VERSION) -> VllmInstall | None:
     return VllmInstall(root, version, python, json.loads(meta.read_text()))
 
 
+def installed_python(error: type[Exception] = VllmInstallError) -> Path:
+    """The python of the installed vLLM venv (:func:`installed_vllm`).
+
+    Raises:
+        ``error`` (one line: how to install it, or to give the python of one's own vLLM venv) when none is installed.
+    """
+    found = installed_vllm()
+    if found is None:
+        raise error("vLLM is not installed here: run `make engine` (or `python -m specdec.engines.vllm_install`), "
+                    "or give the python of your own vLLM venv")
+    return found.python
+
+
 def ensure_vllm(progress: Callable[[str], None] = print, *, version: str = VLLM_VERSION) -> VllmInstall:
     """The vLLM install of ``version``, installed first when absent (about 4 minutes and 3.5 GB).
 

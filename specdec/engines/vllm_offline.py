@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.engines.errors import EngineRequestError
-from specdec.engines.vllm_install import installed_vllm, vllm_env
+from specdec.engines.vllm_install import installed_python, vllm_env
 
 __all__ = ["VllmEngineArgs", "VllmOutput", "VllmOffline", "VllmWorkerError", "WORKER_SCRIPT"]
 
@@ -106,7 +106,7 @@ class VllmOffline:
         self._lines: queue.Queue[str | None] = queue.Queue()
 
     def start(self) -> "VllmOffline":
-        python = self.python or _installed_python()
+        python = self.python or installed_python(VllmWorkerError)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen([str(python), str(WORKER_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -186,14 +186,6 @@ class VllmOffline:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _installed_python() -> Path:
-    found = installed_vllm()
-    if found is None:
-        raise VllmWorkerError("vLLM is not installed here: run `make engine` (or `python -m specdec.engines.vllm_install`), "
-                              "or give the python of your own vLLM venv")
-    return found.python
 
 
 def _tail(path: Path) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from specdec.engines.client import EngineRequestError, safe_url
-from specdec.engines.vllm_install import installed_vllm, vllm_env
+from specdec.engines.vllm_install import installed_python, vllm_env
 from specdec.engines.vllm_offline import VllmEngineArgs, VllmOutput
 
 __all__ = ["VllmServer", "VllmClient", "VllmStartError"]
@@ -67,7 +67,7 @@ class VllmServer:
 
     @property
     def command(self) -> list[str]:
-        python = self.python or _installed_python()
+        python = self.python or installed_python(VllmStartError)
         return [str(python), "-m", "vllm.entrypoints.cli.main", "serve", *self.args.serve_args(), "--host", "127.0.0.1",
                 "--port", str(self.port), "--served-model-name", self.served_model_name]
 
@@ -120,13 +120,6 @@ class VllmServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _installed_python() -> Path:
-    found = installed_vllm()
-    if found is None:
-        raise VllmStartError("vLLM is not installed here: run `make engine` (or `python -m specdec.engines.vllm_install`)")
-    return found.python
 
 
 class VllmClient:
