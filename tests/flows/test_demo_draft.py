@@ -59,3 +59,17 @@ def test_where_no_derived_draft_pays_the_demo_says_why_and_turns_the_speed_rule_
     assert "c = 0.96" in text and "c = 1.37" in text  # the why
     assert f"k={NO_SPEED_K}" in text and "SPECDEC_RULES__SPEED_ENABLED=false" in text
     assert demo.settings.monitoring.rules.speed_enabled is False  # in the tree the demo's nights run with
+    assert "slower" not in text and "timing suspect" not in text
+
+
+def test_a_speed_check_taken_on_a_busy_machine_is_not_called_slower(tmp_path, monkeypatch):
+    """Walk-through (issue 43): under load recommend said "timing suspect ... re-run on an idle machine" and the demo
+    went on to say "speculation with a derived draft is slower than target-only here on every night"."""
+    demo, out = _demo(tmp_path, monkeypatch)
+    suspect = _cand("derived:bf16", 0.94, c=0.62)
+    suspect.timing_suspect, suspect.reason = True, "timing suspect: the measured speedup is not a finding"
+    rec = _rec(suspect, _cand("ngram", 0.87, c=float("nan")), best=None)
+    assert _story_draft(rec, demo) == "derived:bf16"
+    text = " ".join(out.getvalue().split())
+    assert "no derived draft was shown to pay on this machine" in text and "slower" not in text
+    assert "could not tell on this busy machine" in text and "re-run on an idle machine" in text
