@@ -103,7 +103,8 @@ def measure_decode(run: ValidationRun, subset: HeldoutSet, calibration: Calibrat
                 proposals[j][subset.prompts[i].id] = (list(d.obj.blocks), list(d.obj.contexts))
             run.progress("decode", done, len(subset.prompts), [r.row for r in runs])
         first = _pooled(subset_runs, len(duts), config, calibration)
-        before = _retime_band_outliers(subset, subset_runs, setup, first)
+        before = _retime_band_outliers(subset, subset_runs, setup, first,
+                                       lambda done, total, rows: run.progress("re-time", done, total, rows))
     out = _pooled(subset_runs, len(duts), config, calibration) if any(not math.isnan(b) for b in before) else first
     for dd, b, p in zip(out, before, proposals):
         dd.overall.speedup_before_retime, dd.proposals = b, p
@@ -125,10 +126,12 @@ def _pooled(subset_runs: list, n: int, config: ValidationConfig, calibration: Ca
 
 
 def _retime_band_outliers(subset: HeldoutSet, subset_runs: list, setup: DecodeSetup,
-                          first: list[DecodedDrafter]) -> list[float]:
+                          first: list[DecodedDrafter], progress) -> list[float]:
     """A drafter whose measured speedup disagrees with the speed model beyond ``TIMING_BAND`` has its slow
     (or fast) prompts timed once more (:func:`specdec.validation.runner.band_outliers`, B = 1 only); returns
-    per drafter the median speedup before (NaN where nothing was re-timed). The verdict uses the re-timed runs."""
+    per drafter the median speedup before (NaN where nothing was re-timed). The verdict uses the re-timed runs.
+    ``progress(done, total, rows)`` is told after each re-timed prompt (phase ``re-time``: on a busy machine it
+    can take as long as the first pass)."""
     before = [math.nan] * len(setup.drafters)
     if setup.config.batch_size != 1:
         return before
@@ -139,6 +142,7 @@ def _retime_band_outliers(subset: HeldoutSet, subset_runs: list, setup: DecodeSe
             ids.update(out)
             before[j] = dd.overall.speedup
     todo = [(i, p, prompt_token_ids(p, setup.tokenizer)) for i, p in enumerate(subset.prompts) if p.id in ids]
-    for i, runs in retime_prompts(todo, setup):
+    for done, (i, runs) in enumerate(retime_prompts(todo, setup), 1):
         subset_runs[i] = runs
+        progress(done, len(todo), [r.row for r in runs])
     return before
