@@ -38,7 +38,7 @@ from registry.models import (
 from registry.pairfile import PAIR_FILE, full_tags, overlay_tags, read_pair_doc
 from registry.service import Registry, mlflow_errors, open_registry
 from registry.settings import get_settings
-from specdec.redact import redact_url
+from specdec.redact import shown_url
 from specdec.core.config import SpeculativeConfig
 from specdec.models.resolve import SMOLLM2_GGUF_SHA256
 from specdec.validation.serving import engine_config
@@ -512,9 +512,9 @@ def engine_tags(url: str, flags: list[str] | None, concurrency: int = 1) -> tupl
         clean, had_userinfo = strip_userinfo(text)
         host = urlsplit(clean).hostname
     except ValueError as e:
-        raise ValueError(f"--url {redact_url(text)!r} does not parse ({e})") from None
+        raise ValueError(f"--url {shown_url(text)!r} does not parse ({e})") from None
     if not text or urlsplit(clean).scheme not in ("http", "https") or not host:
-        raise ValueError(f"--url must be the engine's http(s)://HOST[:PORT] base URL, got {redact_url(text)!r}")
+        raise ValueError(f"--url must be the engine's http(s)://HOST[:PORT] base URL, got {shown_url(text)!r}")
     if int(concurrency) < 1:
         raise ValueError(f"--concurrency must be at least 1, got {concurrency}")
     dropped = ["the user info in --url is not stored (the engine check authenticates with SPECDEC_ENGINE_API_KEY)"

@@ -29,6 +29,17 @@ def redact_url(url: str) -> str:
     return f"{parts.scheme}://{host}/…"
 
 
+def shown_url(url: str, limit: int = 80) -> str:
+    """An endpoint URL as an error message may show it, so the user sees what was wrong with it
+    (``notaurl``, ``htp://host``, ``http://[::1``): the user info masked (``***@``), the query and fragment
+    dropped (where tokens go), at most ``limit`` characters. For an engine's base URL, which carries no secret
+    in its path; a webhook URL (a secret path) is shown with :func:`redact_url`."""
+    text = mask_userinfo(str(url)).split("?", 1)[0].split("#", 1)[0]
+    if "://" not in text and "@" in text:  # user:password@host without a scheme
+        text = "***@" + text.rsplit("@", 1)[1]
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 # the user info of a URL of any scheme (http://user:password@host, postgresql://user:password@host)
 _USERINFO_RE = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^\s/@'\"<>]*@")
 

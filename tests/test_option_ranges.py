@@ -25,6 +25,11 @@ CASES = {
     "nightly-pair-empty": (["nightly", "run", "--pair", ""], "invalid registered model name ''"),
     "pair-engine-url-empty": (["pair", "engine", "p", "1", "--url", ""], "--url must be the engine's http(s)://"),
     "pair-engine-url-unclosed-ipv6": (["pair", "engine", "p", "1", "--url", "http://[::1"], "does not parse"),
+    # the walk-through: every bad URL read '<redacted>', so the user could not see what was wrong with it
+    "engine-url-not-a-url": (["validate", "--target", "x", "--draft", "ngram", "--engine-url", "notaurl"],
+                             "base URL, got 'notaurl'"),
+    "pair-engine-url-credentials": (["pair", "engine", "p", "1", "--url", "htp://ops:s3cret@host:8080/?key=k3y"],
+                                    "base URL, got 'htp://***@host:8080/'"),
 }
 
 
@@ -41,5 +46,6 @@ def test_a_bad_option_is_one_line_before_any_work(tmp_path, case):
     assert p.returncode not in (0, None), said[-2000:]
     assert "Traceback" not in said and "│" not in said, said[-2000:]
     assert expected in said, said[-2000:]
+    assert "s3cret" not in said and "k3y" not in said  # credentials never shown
     assert not (tmp_path / "elsewhere").exists()  # nothing created at the path given
     assert not (tmp_path / "home" / "prefect").exists() and not list((tmp_path / "home").glob("logs/nightly-*"))

@@ -269,14 +269,14 @@ def _check_engine_url(flag: str, url: str) -> None:
     is not a number) or is not ``http(s)://HOST``; the URL itself is shown without its user info."""
     from urllib.parse import urlsplit
 
-    from specdec.redact import redact_url, strip_userinfo
+    from specdec.redact import shown_url, strip_userinfo
 
     try:
         parts = urlsplit(strip_userinfo(url)[0])
     except ValueError as e:
-        _fail(f"{flag} {redact_url(url)!r} does not parse ({e})")
+        _fail(f"{flag} {shown_url(url)!r} does not parse ({e})")
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        _fail(f"{flag} must be the engine's http(s)://HOST[:PORT] base URL, got {redact_url(url)!r}")
+        _fail(f"{flag} must be the engine's http(s)://HOST[:PORT] base URL, got {shown_url(url)!r}")
 
 
 def _check_out_dirs(draft: list[str], out_dir: Path, overwrite: bool) -> list[Path]:
