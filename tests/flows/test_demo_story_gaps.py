@@ -16,7 +16,7 @@ def test_an_overloaded_night_3_is_named_with_its_reason(monkeypatch):
     speeds = {"inconclusive": {"speed_rule": "inconclusive", "speed_reason": "machine overloaded"}}
     monkeypatch.setattr(demo, "_night_speed", lambda res, _s: speeds.get(res.status, {"speed_rule": "ok",
                                                                                         "speed_reason": None}))
-    fake = SimpleNamespace(settings=SimpleNamespace(monitoring=None), floors={"nightly_2": {"fired": ["absolute"]}})
+    fake = SimpleNamespace(settings=SimpleNamespace(monitoring=None), floors={"nightly_2": {"fired": ["absolute"], "status": "firing"}})
     gaps = demo._story_gaps(fake, _night("failed", "fire"), _night("inconclusive", None), promoted=True)
     assert gaps == ["night 3 did not resolve (status inconclusive, speed inconclusive (machine overloaded): "
                     "rerun on an idle machine)"]
