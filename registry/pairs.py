@@ -519,6 +519,11 @@ def engine_tags(url: str, flags: list[str] | None, concurrency: int = 1) -> tupl
         raise ValueError(f"--concurrency must be at least 1, got {concurrency}")
     dropped = ["the user info in --url is not stored (the engine check authenticates with SPECDEC_ENGINE_API_KEY)"
                ] if had_userinfo else []
+    parts = urlsplit(clean)
+    if parts.query or parts.fragment:  # where tokens go; the engine check asks the base URL's own paths
+        clean = parts._replace(query="", fragment="").geturl()
+        dropped.append("the query of --url is not stored (the engine check asks the engine's base URL; it "
+                       "authenticates with SPECDEC_ENGINE_API_KEY)")
     tags = {"engine_url": clean, "engine_concurrency": str(int(concurrency))}
     if flags is not None:
         if not flags:

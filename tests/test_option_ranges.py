@@ -28,6 +28,9 @@ CASES = {
     # the walk-through: every bad URL read '<redacted>', so the user could not see what was wrong with it
     "engine-url-not-a-url": (["validate", "--target", "x", "--draft", "ngram", "--engine-url", "notaurl"],
                              "base URL, got 'notaurl'"),
+    # llama.cpp's own name is the llamacpp engine (before: "the engine check asks vllm or llamacpp")
+    "engine-named-llama.cpp": (["validate", "--target", "x", "--draft", "ngram", "--engine", "llama.cpp"],
+                               "--engine llamacpp needs --engine-url"),
     "pair-engine-url-credentials": (["pair", "engine", "p", "1", "--url", "htp://ops:s3cret@host:8080/?key=k3y"],
                                     "base URL, got 'htp://***@host:8080/'"),
 }

@@ -144,12 +144,12 @@ def _validate(opts: "_Options") -> None:
     out_dir = opts.out or _default_out(hs.name, "+".join(draft))
     out_dirs = _check_out_dirs(draft, out_dir, opts.overwrite)
     config = _check_drafters_and_config(opts, speculative)
-    engine = opts.engine
+    engine = {"llama.cpp": "llamacpp", "llama-server": "llamacpp"}.get(opts.engine, opts.engine)  # the project's name too
     checks_engine = engine_url is not None or engine is not None
     if checks_engine and len(draft) != 1:
         _fail("the engine check checks one pair: give one --draft (the draft the engine serves)")
     if engine is not None and engine not in ("vllm", "llamacpp"):
-        _fail(f"--engine {engine}: the engine check asks vllm or llamacpp")
+        _fail(f"--engine {engine!r} is not an engine the check can ask: use vllm or llamacpp (llama.cpp's llama-server)")
     if engine == "llamacpp" and engine_url is None:
         _fail("--engine llamacpp needs --engine-url (a running llama-server; `specdec engine serve` starts one)")
     from specdec.core.finite import BrokenModel, NonFiniteLogits
