@@ -28,6 +28,8 @@ def read_pair_doc(client, mv) -> dict[str, Any]:
 #: ``pair.json`` records is the registration's identity (weights, config, drafter recipe) and an edit in MLflow does
 #: not change it: the night validates, and the serving config serves, what was registered
 MUTABLE_REGISTRATION_TAGS = frozenset({"engine"})
+#: (tag, edited value) pairs already warned about in this process
+_WARNED: set[tuple[str, str]] = set()
 
 
 def overlay_tags(registered: Mapping[str, Any] | None, current: Mapping[str, str] | None) -> dict[str, str]:
@@ -41,9 +43,6 @@ def overlay_tags(registered: Mapping[str, Any] | None, current: Mapping[str, str
         _log.warning("tag %s was edited in MLflow (%.80r); the registered value %.80r holds (register a new pair "
                      "version to change it)", k, cur[k], kept[k])
     return {**reg, **cur, **kept}
-
-
-_WARNED: set[tuple[str, str]] = set()
 
 
 def full_tags(client, mv, doc: Mapping[str, Any] | None = None) -> dict[str, str]:

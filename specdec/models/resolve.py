@@ -76,8 +76,10 @@ def atomic_cache_dir(final: Path, build: Callable[[Path], None]) -> Path:
     return final
 
 
-def _write_source(dir_: Path, source: dict) -> None:
-    (dir_ / SOURCE_FILE).write_text(json.dumps(source, indent=2, sort_keys=True) + "\n")
+def _write_source(dir_: Path, source: dict, name: str = SOURCE_FILE) -> Path:
+    path = dir_ / name
+    path.write_text(json.dumps(source, indent=2, sort_keys=True) + "\n")
+    return path
 
 
 def _read_source(dir_: Path) -> dict:
@@ -116,9 +118,7 @@ def _backfill_wheel(cache: Path, gguf_path: Path) -> None:
     """Add the wheel provenance to a conversion cached before it was recorded (written atomically)."""
     source, wheel = _read_source(cache), _wheel_of(gguf_path)
     if wheel and "wheel" not in source:
-        tmp = cache / f".{SOURCE_FILE}.{os.getpid()}"
-        tmp.write_text(json.dumps({**source, **wheel}, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, cache / SOURCE_FILE)
+        os.replace(_write_source(cache, {**source, **wheel}, f".{SOURCE_FILE}.{os.getpid()}"), cache / SOURCE_FILE)
 
 
 def convert_gguf(gguf_path: str | Path, *, extra_source: dict | None = None,
