@@ -3,7 +3,7 @@ watch every file it opens (``strace -f -e trace=open,openat``, and Python's ``op
 nightly process does when an engine serves the target (not product code).
 
 Usage: ``python -m tests.support.engine_night SPEC.json`` where the spec names ``target_dir`` (config and
-tokenizer; its weight files may be there), ``draft_dir``, ``heldout``, ``engine_url``, ``cache``, ``out``,
+tokenizer; its weight files may be there), ``draft_dir``, ``heldout``, ``engine_url``, ``engine`` (optional, the profile: ``llamacpp``), ``cache``, ``out``,
 ``k``, ``max_new_tokens``, ``limit``, ``kmax``, ``opens`` (where Python-level opens are listed).
 """
 
@@ -32,7 +32,7 @@ def main(spec_path: str) -> None:
     draft = load_causal_lm(spec["draft_dir"])
     cfg = ValidationConfig(num_speculative_tokens=spec["k"], max_new_tokens=spec["max_new_tokens"], limit=spec["limit"],
                            warmup=False)
-    engine = connect_engine(EngineEndpoint(url=spec["engine_url"]))
+    engine = connect_engine(EngineEndpoint(url=spec["engine_url"], engine=spec.get("engine", "llamacpp")))
     reports = validate(ValidationRequest(served_target(spec["target_dir"]), [NgramDrafter(), draft.model],
                                          load_heldout(spec["heldout"]), cfg, method="replay", engine=engine,
                                          cache=ContinuationCache(spec["cache"]), kmax=spec["kmax"]))

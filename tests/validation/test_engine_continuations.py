@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -22,8 +21,8 @@ from specdec.engines.llama_server import LlamaServerFlags
 from specdec.validation.api import ValidationRequest, validate
 from specdec.validation.config import ValidationConfig
 from specdec.validation.continuation_cache import ContinuationCache
-from specdec.validation.served_target import WEIGHT_SUFFIXES
 from tests.support.engine import draft_gguf, engine_or_skip, start_server, target_gguf
+from tests.support.weight_watch import target_weights, watched, weight_opens
 
 pytestmark = pytest.mark.slow
 K, NEW_TOKENS, PROMPTS, KMAX = 4, 32, 12, 6
@@ -56,32 +55,15 @@ def heldout(tmp_path_factory):
     return path
 
 
-def _watched(cmd: list[str], trace: Path) -> list[str]:
-    """``cmd`` under ``strace -f -e trace=open,openat`` (when installed) writing ``trace``; returns the command."""
-    strace = shutil.which("strace")
-    return [strace, "-f", "-qq", "-e", "trace=open,openat", "-o", str(trace)] + cmd if strace else cmd
-
-
-def _weight_opens(trace: Path, python_opens: list[str], weights: list[Path]) -> list[str]:
-    """The opens of any of ``weights`` (resolved paths) seen by strace or by the audit hook."""
-    names = {str(w) for w in weights} | {str(w.resolve()) for w in weights}
-    seen = re.findall(r'open(?:at)?\([^"]*"([^"]+)"', trace.read_text()) if trace.exists() else []
-    return [p for p in seen + python_opens if p in names or os.path.realpath(p) in names]
-
-
-def _target_weights(target_dir: Path) -> list[Path]:
-    return [p for p in target_dir.iterdir() if p.name.endswith(WEIGHT_SUFFIXES)] + [target_gguf()]
-
-
 def test_the_watch_sees_a_weight_file_opened(pair, tmp_path):
     """The watch itself: a process that does read the target's weights is caught (the test can fail)."""
     target_dir = Path(pair[0].path)
-    weights = _target_weights(target_dir)
+    weights = target_weights(target_dir, target_gguf())
     trace = tmp_path / "trace"
     code = f"import safetensors.torch as s; s.load_file({str(weights[0])!r})"
-    subprocess.run(_watched([sys.executable, "-c", code], trace), check=True, cwd=ROOT)
-    assert _weight_opens(trace, [], weights) or not shutil.which("strace")
-    assert _weight_opens(tmp_path / "none", [str(weights[0])], weights)
+    subprocess.run(watched([sys.executable, "-c", code], trace), check=True, cwd=ROOT)
+    assert weight_opens(trace, [], weights) or not shutil.which("strace")
+    assert weight_opens(tmp_path / "none", [str(weights[0])], weights)
 
 
 def test_engine_night_matches_core_night_without_reading_target_weights(engine, pair, heldout, tmp_path):
@@ -99,11 +81,11 @@ def test_engine_night_matches_core_night_without_reading_target_weights(engine, 
     with start_server(engine, flags, tmp_path) as server:
         spec["engine_url"] = server.url
         (tmp_path / "spec.json").write_text(json.dumps(spec))
-        proc = subprocess.run(_watched([sys.executable, "-m", "tests.support.engine_night", str(tmp_path / "spec.json")],
+        proc = subprocess.run(watched([sys.executable, "-m", "tests.support.engine_night", str(tmp_path / "spec.json")],
                                        trace), cwd=ROOT, capture_output=True, text=True,
                               env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert _weight_opens(trace, json.loads((tmp_path / "opens.json").read_text()), _target_weights(Path(target.path))) == []
+    assert weight_opens(trace, json.loads((tmp_path / "opens.json").read_text()), target_weights(Path(target.path), target_gguf())) == []
     served = json.loads((tmp_path / "reports.json").read_text())
     for c, e in zip(core, served):
         lo, hi = c.overall.acceptance_rate_ci
