@@ -17,7 +17,7 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	@echo "installing specdec and its dependencies into $(VENV) (a few minutes on first use)"
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,ray]'
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -40,6 +40,9 @@ def run_cmd(
              "throughput on GPUs; on a 2-core CPU batch > 1 mostly adds padding cost.")] = None,
     parallel: Annotated[bool, typer.Option(help="Validate pair versions in parallel on a local Dask cluster.")] = False,
     dask_address: Annotated[Optional[str], typer.Option(help="Existing Dask scheduler (implies --parallel).")] = None,
+    ray_address: Annotated[Optional[str], typer.Option(
+        help="Run the tasks on Ray instead of Dask (prefect-ray): local | auto | ray://host:port "
+             "(default: SPECDEC_NIGHTLY_RAY_ADDRESS).")] = None,
     method: Annotated[Optional[str], typer.Option(help="both | replay | decode (default: SPECDEC_NIGHTLY_METHOD).")] = None,
     shards: Annotated[Optional[int], typer.Option(
         min=1, help="Split each pair's replay over this many tasks (with --parallel: Dask workers); the report "
@@ -79,6 +82,7 @@ def run_cmd(
         for p in pair or s.pairs:
             validate_name(p)
         check_device(device or s.device)
+        check_ray(ray_address or s.ray_address)
     except ValueError as e:
         err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
@@ -88,13 +92,22 @@ def run_cmd(
     run = NightlyRun(section=s, options={"pairs": pair or None, "aliases": alias or None, "heldout": heldout,
                                          "limit": limit, "device": device, "batch_size": batch_size,
                                          "method": method, "shards": shards, "continuations": continuations},
-                     parallel=parallel or bool(dask_address), dask_workers=s.dask_workers, dask_address=dask_address)
+                     parallel=parallel or bool(dask_address), dask_workers=s.dask_workers, dask_address=dask_address,
+                     ray_address=ray_address or s.ray_address)
     # SIGTERM or a second Ctrl-C: now; a first Ctrl-C: after the current prompt. One line, exit 143 / 130;
     # Prefect's TerminationSignal raised by its own handler inside the flow is the same stop
     with stopping.stoppable(_stopped_line, kept="history claims still held are taken over by the next run"):
         with ReadableTerminal(str(tree.home), "nightly", debug=debug) as term:
             err.print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
             _run(tree, run, term, fail_on_alert=fail_on_alert)
+
+
+def check_ray(address: str | None) -> None:
+    """Raises ValueError (one line) when ``address`` asks for Ray and ``prefect-ray`` is not installed."""
+    import importlib.util
+
+    if address and importlib.util.find_spec("prefect_ray") is None:
+        raise ValueError(f"--ray-address {address}: the Ray task runner needs prefect-ray: pip install 'specdec[ray]'")
 
 
 def check_device(device: str) -> str:
@@ -180,7 +193,7 @@ class NightlyRun:
     Attributes:
         section: :class:`flows.settings.NightlySettings`.
         options: flow parameters given on the command line (None: not given, the section's value holds).
-        parallel / dask_workers / dask_address: the task runner (:func:`flows.nightly.nightly_flow_for`).
+        parallel / dask_workers / dask_address / ray_address: the task runner (:func:`flows.nightly.nightly_flow_for`).
     """
 
     section: NightlySettings
@@ -188,6 +201,7 @@ class NightlyRun:
     parallel: bool = False
     dask_workers: int = 2
     dask_address: str | None = None
+    ray_address: str | None = None
     method: str = "both"
     shards: int = 1
     continuations: str = "core"
@@ -225,7 +239,8 @@ def _run(tree, run: NightlyRun, term, *, fail_on_alert: bool) -> None:
         term.refresh()
         if dead:
             crash_dead_flow_runs(home, dead)
-        flow = nightly_flow_for(parallel=run.parallel, dask_workers=run.dask_workers, dask_address=run.dask_address)
+        flow = nightly_flow_for(parallel=run.parallel, dask_workers=run.dask_workers, dask_address=run.dask_address,
+                                ray_address=run.ray_address)
         try:
             with using(tree):  # the flow runs with this command's settings, read once
                 results = flow(**run.parameters())

@@ -26,6 +26,6 @@ def serve_nightly(s: NightlySettings) -> None:
     (blocks)."""
     from flows.nightly import nightly_flow_for
 
-    f = nightly_flow_for(parallel=s.parallel, dask_workers=s.dask_workers)
+    f = nightly_flow_for(parallel=s.parallel, dask_workers=s.dask_workers, ray_address=s.ray_address)
     f.serve(name=s.deployment_name, cron=s.cron, parameters=deployment_parameters(s),
             tags=["specdec", "nightly"], description="Validate champion/challenger pairs and alert on drift.")

@@ -732,14 +732,22 @@ class _Inline:
         return self.value
 
 
-def nightly_flow_for(parallel: bool = False, dask_workers: int = 2, dask_address: str | None = None):
-    """The nightly flow with a task runner: threads (default, one at a time) or Dask.
+def nightly_flow_for(parallel: bool = False, dask_workers: int = 2, dask_address: str | None = None,
+                     ray_address: str | None = None):
+    """The nightly flow with a task runner: threads (default, one at a time), Dask or Ray.
 
-    ``parallel=True`` validates pair versions concurrently on a Dask cluster through
-    ``prefect-dask``: a local cluster of ``dask_workers`` single-threaded processes, or an existing
-    scheduler at ``dask_address`` (e.g. one ``dask worker`` per GPU, each with its own
-    ``CUDA_VISIBLE_DEVICES``).
+    ``parallel=True`` validates pair versions (and a sharded pair's shards, :mod:`flows.sharding`) concurrently
+    on a Dask cluster through ``prefect-dask``: a local cluster of ``dask_workers`` single-threaded processes, or
+    an existing scheduler at ``dask_address`` (e.g. one ``dask worker`` per GPU, each with its own
+    ``CUDA_VISIBLE_DEVICES``). ``ray_address`` runs the same tasks on Ray through ``prefect-ray``'s
+    ``RayTaskRunner`` instead (implies parallel): ``"local"`` starts a local Ray of ``dask_workers`` CPUs for
+    the flow, ``"auto"`` joins the cluster this machine belongs to, ``ray://host:10001`` a remote one.
+
+    Raises:
+        ValueError: ``ray_address`` given without ``prefect-ray`` installed (``pip install 'specdec[ray]'``).
     """
+    if ray_address:
+        return nightly_validation_flow.with_options(task_runner=_ray_runner(ray_address, dask_workers))
     if not parallel:
         return nightly_validation_flow
     from prefect_dask import DaskTaskRunner
@@ -750,3 +758,16 @@ def nightly_flow_for(parallel: bool = False, dask_workers: int = 2, dask_address
         runner = DaskTaskRunner(cluster_kwargs={"n_workers": dask_workers, "threads_per_worker": 1,
                                                 "processes": True, "dashboard_address": None})
     return nightly_validation_flow.with_options(task_runner=runner)
+
+
+def _ray_runner(address: str, workers: int):
+    """``prefect-ray``'s runner for ``address`` (``"local"``: a Ray of ``workers`` CPUs started for the flow, no
+    dashboard, a small object store: the tasks exchange per-prompt rows and counters, not tensors)."""
+    try:
+        from prefect_ray import RayTaskRunner
+    except ImportError:
+        raise ValueError("the Ray task runner needs prefect-ray: pip install 'specdec[ray]'") from None
+    if address == "local":
+        return RayTaskRunner(init_kwargs={"num_cpus": workers, "include_dashboard": False,
+                                          "object_store_memory": 256 << 20, "log_to_driver": False})
+    return RayTaskRunner(address=address)

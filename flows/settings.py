@@ -57,7 +57,9 @@ class NightlySettings(BaseSettings):
             on a small CPU batch > 1 mostly adds padding cost. Speed metrics are measured at this batch size.
         work_pool / deployment_name: the Prefect work pool and deployment name of ``prefect deploy``.
         parallel: validate several pair versions at once through ``prefect-dask``'s ``DaskTaskRunner``.
-        dask_workers: local Dask workers when ``parallel``.
+        dask_workers: local Dask workers when ``parallel`` (and local Ray CPUs with ``ray_address="local"``).
+        ray_address: run the flow's tasks on Ray (``prefect-ray``, ``pip install 'specdec[ray]'``) instead of
+            Dask: ``local`` (a Ray started for the flow), ``auto`` (this machine's cluster) or ``ray://host:port``.
         shards: each pair's replay split over this many tasks (``SPECDEC_NIGHTLY_SHARDS=8`` with ``parallel``:
             one per Dask worker).
         continuations: ``core`` or ``engine`` (the target's greedy continuations from the engine the pair
@@ -81,6 +83,7 @@ class NightlySettings(BaseSettings):
     deployment_name: str = "nightly-validation"
     parallel: bool = False
     dask_workers: int = 2
+    ray_address: str | None = None
     shards: int = Field(default=1, ge=1)
     continuations: Literal["core", "engine"] = "core"
 

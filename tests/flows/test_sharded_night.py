@@ -40,8 +40,10 @@ def _same_parts(report_dir: str) -> dict:
                             for p in csv.DictReader((Path(report_dir) / "prompts.csv").open())]}
 
 
-def test_sharded_night_on_two_dask_workers_equals_the_one_process_night(env):
-    from flows.nightly import nightly_flow_for, nightly_validation_flow
+def _night_equals_the_one_process_night(env, flow):
+    """One pair's night sharded in two on ``flow`` (a nightly flow with a parallel runner) equals the one-process
+    night on the same prompts: same counters, CIs and rows, the rows produced by the shards."""
+    from flows.nightly import nightly_validation_flow
     from flows.register import register_pair_flow
 
     target = save_tiny_checkpoint(env / "tiny")
@@ -52,7 +54,6 @@ def test_sharded_night_on_two_dask_workers_equals_the_one_process_night(env):
                  dtype="float32", method="replay")
     [one] = nightly_validation_flow(**night, scheduled_date=dt.date(2026, 11, 1))
     shutil.rmtree(env / "home" / "continuations")  # the shards make their own continuations
-    flow = nightly_flow_for(parallel=True, dask_workers=2)
     [sharded] = flow(**night, shards=2, scheduled_date=dt.date(2026, 11, 2))
     assert one.status == sharded.status and one.status in {"passed", "failed", "inconclusive"}, (one, sharded)
     a, b = _same_parts(one.report_dir), _same_parts(sharded.report_dir)
@@ -62,6 +63,25 @@ def test_sharded_night_on_two_dask_workers_equals_the_one_process_night(env):
     rows = json.loads((Path(sharded.report_dir) / "report.json").read_text())["replay"]["prompts"]
     assert {r["produced_by"] for r in rows} != {"cache"}  # the shards produced them, not the first night's cache
     assert (one.acceptance_rate, one.acceptance_rate_ci) == (sharded.acceptance_rate, sharded.acceptance_rate_ci)
+
+
+def test_sharded_night_on_two_dask_workers_equals_the_one_process_night(env):
+    from flows.nightly import nightly_flow_for
+
+    _night_equals_the_one_process_night(env, nightly_flow_for(parallel=True, dask_workers=2))
+
+
+def test_sharded_night_on_a_local_ray_equals_the_one_process_night(env):
+    """The same night with the shards on Ray (prefect-ray's RayTaskRunner, a local Ray of 2 CPUs): each shard ran
+    on Ray's worker processes."""
+    pytest.importorskip("prefect_ray", reason="prefect-ray is not installed: pip install 'specdec[ray]'")
+    from flows.nightly import nightly_flow_for
+
+    from prefect_ray import RayTaskRunner
+
+    flow = nightly_flow_for(ray_address="local", dask_workers=2)
+    assert isinstance(flow.task_runner, RayTaskRunner) and flow.task_runner.init_kwargs["num_cpus"] == 2
+    _night_equals_the_one_process_night(env, flow)
 
 
 def test_sharding_parameters_are_checked(env):
