@@ -59,7 +59,7 @@ def main() -> int:
         raise SystemExit(f"no fine-tuned target at {args.finetuned}: run `make demo` first, or pass --finetuned DIR")
 
     from specdec.models import load_causal_lm
-    from specdec.models.drafter_spec import resolve_drafter
+    from specdec.kinds import resolve_drafter
     from specdec.validation import ValidationRequest, validate
     from specdec.validation.config import ValidationConfig
     from specdec.validation.heldout import load_heldout

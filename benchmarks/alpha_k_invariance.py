@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _pairs(args):
     from specdec.models import load_causal_lm
-    from specdec.models.drafter_spec import resolve_drafter
+    from specdec.kinds import resolve_drafter
 
     base = load_causal_lm(args.target, dtype="float32", device="cpu")
     bf16 = resolve_drafter("derived:bf16", base)

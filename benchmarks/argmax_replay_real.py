@@ -84,7 +84,7 @@ def main() -> None:
     from specdec import SamplingConfig
     from specdec.core.inputs import stop_token_ids
     from specdec.models import load_causal_lm
-    from specdec.models.drafter_spec import resolve_drafter
+    from specdec.kinds import resolve_drafter
     from specdec.validation.heldout import load_heldout, prompt_token_ids
     from specdec.validation.machine import cpu_model
 

@@ -76,7 +76,7 @@ class Bench:
 
     # ------------------------------------------------------------------ setup
     def load(self) -> None:
-        from specdec.models.drafter_spec import resolve_drafter
+        from specdec.kinds import resolve_drafter
         from specdec.validation.heldout import load_heldout, prompt_token_ids
         from specdec.models import load_causal_lm
         from specdec.validation.provenance import eos_token_ids

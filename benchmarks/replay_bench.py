@@ -48,7 +48,7 @@ def _load() -> list[float]:
 
 def bench_drafter(tgt, spec: str, heldout, config, cache_root: Path) -> dict:
     """Cold both (fraction 1) + warm replay for one drafter; returns the measurements."""
-    from specdec.models.drafter_spec import resolve_drafter
+    from specdec.kinds import resolve_drafter
     from specdec.validation.api import ValidationRequest, validate
     from specdec.validation.continuation_cache import ContinuationCache
 
@@ -98,7 +98,7 @@ def bench_drafter(tgt, spec: str, heldout, config, cache_root: Path) -> dict:
 
 def night(tgt, spec: str, config, cache_root: Path, limit: int | None) -> dict:
     """The re-run night: every prompt's continuation produced (untimed), then a timed warm replay."""
-    from specdec.models.drafter_spec import resolve_drafter
+    from specdec.kinds import resolve_drafter
     from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.api import ValidationRequest, validate
     from specdec.validation.heldout import load_heldout

@@ -37,7 +37,7 @@ def main() -> None:
 
     from specdec.core.config import SamplingConfig, SpeculativeConfig
     from specdec.models import load_causal_lm
-    from specdec.models.drafter_spec import resolve_drafter
+    from specdec.kinds import resolve_drafter
     from specdec.validation.config import ValidationConfig
     from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.heldout import load_heldout

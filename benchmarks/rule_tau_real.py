@@ -243,7 +243,7 @@ def main() -> None:
     import torch
 
     from specdec.models import load_causal_lm
-    from specdec.models.drafter_spec import resolve_drafter
+    from specdec.kinds import resolve_drafter
     from specdec.validation.api import calibrate_on, drafter_parts
     from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.heldout import load_heldout

@@ -71,7 +71,7 @@ def main() -> int:
     import torch
 
     from specdec.models import load_causal_lm
-    from specdec.models.drafter_spec import resolve_drafter
+    from specdec.kinds import resolve_drafter
     from specdec.validation.api import ValidationRequest, calibrate_on, drafter_parts, validate
     from specdec.validation.config import ValidationConfig
     from specdec.validation.heldout import load_heldout

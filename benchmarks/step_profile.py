@@ -214,7 +214,7 @@ def main() -> int:
     transformers.logging.set_verbosity_error()
     import specdec
     from specdec.models import load_causal_lm
-    from specdec.models.drafter_spec import resolve_drafter
+    from specdec.kinds import resolve_drafter
     from specdec.validation.heldout import load_heldout, prompt_token_ids
     from specdec.validation.machine import cpu_model
 

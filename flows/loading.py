@@ -16,7 +16,7 @@ The drafter is loaded by its kind (:meth:`specdec.kinds.DrafterKind.load`, artif
   files are downloaded (:func:`served_checkpoint`), its weights neither downloaded nor read; derived drafts
   (derived from the target's weights) and EAGLE-3 heads (which draft from its hidden states) load it;
 * ``eagle3`` drafter: the registered head version (``speculators`` format), downloaded once per worker
-  and loaded against the pair's target (:func:`specdec.models.drafter_spec.resolve_drafter` with
+  and loaded against the pair's target (:func:`specdec.kinds.resolve_drafter` with
   ``eagle3:<dir>``: compatibility checked, embeddings taken from the target where the head has none).
   A pair whose target was fine-tuned keeps its old head, which is the point.
 
@@ -162,7 +162,7 @@ def cached_target(key: tuple):
 
 
 def cached_drafter(key: tuple):
-    """The :class:`specdec.models.drafter_spec.ResolvedDrafter` for :func:`specdec.validation.validate`."""
+    """The :class:`specdec.kinds.ResolvedDrafter` for :func:`specdec.validation.validate`."""
     obj = model_cache.cached(key, lambda: (_ for _ in ()).throw(KeyError(f"drafter not loaded: {key}")))
     return obj
 

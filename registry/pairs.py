@@ -42,11 +42,44 @@ from specdec.redact import shown_url
 from specdec.core.config import SpeculativeConfig
 from specdec.models.resolve import SMOLLM2_GGUF_SHA256
 from specdec.validation.serving import engine_config
-from specdec.kinds import kind_of_label, stored_labels
+from specdec.kinds import DERIVED, EAGLE3, LAYERSKIP, MODEL, NGRAM, KindTable, kind_of_label, stored_labels
 
 PAIR_SCHEMA_VERSION = 1
 DRAFTER_KINDS = stored_labels()  # the kinds registry's stored labels (specdec.kinds)
 CHANGED_VALUES = ("initial", "target", "draft", "both", "config", "none")
+
+
+@dataclass(frozen=True)
+class DraftSide:
+    """How a kind's pair version records its draft side (one :data:`DRAFT_SIDES` entry).
+
+    Attributes:
+        draft_version: the pair names a registered draft version (a checkpoint, a derived recipe, a head);
+            else ``draft`` is ``none``.
+        pair_recipe: the kind's recipe is the pair's own (tag ``drafter_recipe``, part of its identity;
+            :meth:`specdec.kinds.DrafterKind.pair_recipe`); else a recipe lives on the draft version.
+        lineage_prefix: the draft version's tags with this prefix are copied as ``draft.<tag>`` (a head's
+            lineage, :mod:`registry.heads`), or None.
+        served_from: what an engine loads as the draft (:func:`registry.runs`' serving config): ``draft``
+            (the draft version's ``draft.serve_ref``), ``target`` (the target's checkpoint plus the recipe)
+            or ``none`` (no model).
+    """
+
+    draft_version: bool
+    pair_recipe: bool = False
+    lineage_prefix: str | None = None
+    served_from: str = "draft"
+
+
+#: how each drafter kind's pair version is tagged (tests/registry/test_kind_tables.py fails until a new kind has
+#: its entry)
+DRAFT_SIDES: KindTable[DraftSide] = KindTable("the pair draft sides (registry.pairs.DRAFT_SIDES)", {
+    NGRAM: DraftSide(draft_version=False, pair_recipe=True, served_from="none"),
+    DERIVED: DraftSide(draft_version=True, served_from="target"),
+    EAGLE3: DraftSide(draft_version=True, lineage_prefix="eagle3."),
+    LAYERSKIP: DraftSide(draft_version=False, pair_recipe=True, served_from="target"),
+    MODEL: DraftSide(draft_version=True),
+})
 
 
 @dataclass
@@ -246,16 +279,18 @@ def register_pair(
 
 
 def _checked_drafter(drafter_kind: str, draft: Any, drafter_recipe: dict | None):
-    """``(kind, recipe)`` of a pair's drafter arguments: the kind of the label, and a model-free kind's recipe
-    (its defaults when None). Raises ValueError on an unknown label or a draft/recipe the kind does not take."""
+    """``(kind, recipe)`` of a pair's drafter arguments: the kind of the label, and the pair's recipe for a kind
+    that keeps one (:data:`DRAFT_SIDES`; the kind's defaults when None). Raises ValueError on an unknown label or
+    a draft/recipe the kind does not take."""
     if drafter_kind not in DRAFTER_KINDS:
         raise ValueError(f"unknown drafter kind {drafter_kind!r}; use one of {', '.join(DRAFTER_KINDS)}")
     kind = kind_of_label(drafter_kind)
-    if kind.model_free and draft is not None:
+    side = DRAFT_SIDES[kind]
+    if not side.draft_version and draft is not None:
         raise ValueError(f"an {drafter_kind} pair has no draft model: pass draft=None")
-    if not kind.model_free and draft is None:
+    if side.draft_version and draft is None:
         raise ValueError(f"drafter kind {drafter_kind!r} needs a draft model version")
-    if kind.model_free:
+    if side.pair_recipe:
         return kind, kind.pair_recipe(drafter_kind) if drafter_recipe is None else drafter_recipe
     if drafter_recipe is not None:
         raise ValueError(f"a {drafter_kind} pair keeps its recipe on its draft version, not as drafter_recipe")
@@ -263,14 +298,15 @@ def _checked_drafter(drafter_kind: str, draft: Any, drafter_recipe: dict | None)
 
 
 def _draft_side_tags(kind, draft_ref: ModelVersionRef | None, drafter_recipe: dict | None) -> dict[str, str]:
-    """The draft side's serving, lineage and recipe tags (none of them for a model-free drafter but its recipe)."""
+    """The draft side's serving, lineage and recipe tags (a pair without a draft version: only its recipe)."""
     if draft_ref is None:
         return {DRAFTER_RECIPE_TAG: canonical_json(drafter_recipe)} if drafter_recipe is not None else {}
     tags = serve_tags("draft", draft_ref.source)
     if draft_ref.derived_from:
         tags["draft.derived_from"] = draft_ref.derived_from
-    if kind.retrainable:  # the head's lineage (registry.heads)
-        tags.update({f"draft.{k}": v for k, v in draft_ref.tags.items() if k.startswith("eagle3.")})
+    prefix = DRAFT_SIDES[kind].lineage_prefix
+    if prefix:  # e.g. a head's lineage (registry.heads)
+        tags.update({f"draft.{k}": v for k, v in draft_ref.tags.items() if k.startswith(prefix)})
     return tags
 
 

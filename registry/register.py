@@ -5,16 +5,17 @@ This is what ``specdec pair register`` and the Prefect ``register_pair_flow`` bo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from registry.models import ModelVersionRef
 from registry.pairs import PairVersion
 from specdec.core.config import SpeculativeConfig
-from specdec.kinds import DERIVED, MODEL, kind_of, kind_of_label
+from specdec.kinds import DERIVED, EAGLE3, LAYERSKIP, MODEL, NGRAM, DrafterKind, KindTable, kind_of, kind_of_label
 
 
 @dataclass
@@ -170,55 +171,136 @@ def registration_lock(pair: str, tracking_uri: str | None) -> Iterator[None]:
         lock.release()
 
 
+@dataclass(frozen=True)
+class RegistrationRequest:
+    """One :func:`register_pair_from_refs` call, its drafter spec parsed (``kind``); what a :data:`REGISTRARS`
+    entry takes. Fields as that function's arguments; ``spec``: the stripped drafter spec."""
+
+    target: str
+    spec: str
+    kind: DrafterKind
+    name: str | None
+    target_name: str | None
+    draft_name: str | None
+    config: SpeculativeConfig
+    revision: str | None
+    model_card: str | None
+    tracking_uri: str | None
+    engine: str | None
+
+
+@dataclass
+class DraftPlan:
+    """What a kind's draft side registers, decided before the target is registered (:func:`_register_with`).
+
+    Attributes:
+        label: the stored drafter kind label. compat: the compatibility result (a dict) stored with the pair.
+        drafter_recipe: the pair's own recipe (a kind without a draft version), else None.
+        version: an already registered draft version. checkpoint: a resolved draft checkpoint to register
+            (:func:`resolve_checkpoint`). derive: a recipe to register as a derived-recipe version of the target.
+    """
+
+    label: str
+    compat: dict[str, Any]
+    drafter_recipe: dict | None = None
+    version: ModelVersionRef | None = None
+    checkpoint: dict[str, Any] | None = None
+    derive: dict | None = None
+
+
 def _register_pair_from_refs(target: str, draft: str, *, name, target_name, draft_name, config, revision,
                              model_card, tracking_uri, engine) -> PairRegistration:
-    """:func:`register_pair_from_refs`, under its lock."""
-    from registry.models import get_model_version, register_derived_draft, register_model_version
-    from registry.pairs import compatibility_to_dict, register_pair
-    from specdec.models import check_pair_compatible
-
+    """:func:`register_pair_from_refs`, under its lock: the registrar of the spec's kind (:data:`REGISTRARS`)."""
     spec = draft.strip()
-    dkind = kind_of(spec)
-    if dkind.retrainable:  # an EAGLE-3 head, with its lineage tags (registry.heads)
-        return register_eagle3_pair(target, dkind.ref(spec), name=name, head_name=draft_name,
-                                    config=config, tracking_uri=tracking_uri, engine=engine)
-    t = resolve_checkpoint(target, revision, tracking_uri)
-    check_budget_fits(config, t["config"])
-    d = None
-    dref: ModelVersionRef | None = None
-    recipe = drafter_recipe = None
-    if dkind.model_free:
-        kind, drafter_recipe = dkind.label(spec), dkind.pair_recipe(spec)  # e.g. ngram:3:1 -> ngram + its sizes
-        compat: dict[str, Any] = {"compatible": True, "notes": dkind.compatibility_notes(kind)}
-    elif dkind.derives_from_target:
-        recipe = DERIVED.recipe(spec)
-        kind = dkind.label(spec)
-        compat = compatibility_to_dict(check_pair_compatible(t["tokenizer"], t["tokenizer"], t["config"], t["config"]))
-        compat.setdefault("notes", []).append(f"{kind} draft is re-derived from the target at load time")
-    elif spec.startswith("models:/") and get_model_version(spec, tracking_uri=tracking_uri).artifact == "derived-recipe":
-        dref = get_model_version(spec, tracking_uri=tracking_uri)
-        kind = DERIVED.label_of((dref.recipe or {}).get('kind') or dref.tags.get('derived.kind', 'int8'))
-        base = resolve_checkpoint(str(dref.derived_from), None, tracking_uri)
-        compat = compatibility_to_dict(check_pair_compatible(t["tokenizer"], base["tokenizer"], t["config"], base["config"]))
-        compat.setdefault("notes", []).append(f"{kind} draft derived from {dref.derived_from}")
-    else:
-        kind = MODEL.label(spec)
-        d = resolve_checkpoint(MODEL.ref(spec), None, tracking_uri)
-        compat = compatibility_to_dict(check_pair_compatible(t["tokenizer"], d["tokenizer"], t["config"], d["config"]))
+    kind = kind_of(spec)
+    req = RegistrationRequest(target=target, spec=spec, kind=kind, name=name, target_name=target_name,
+                              draft_name=draft_name, config=config, revision=revision, model_card=model_card,
+                              tracking_uri=tracking_uri, engine=engine)
+    return REGISTRARS[kind](req)
+
+
+def _register_with(plan_draft: Callable[[RegistrationRequest, dict[str, Any]], DraftPlan],
+                   req: RegistrationRequest) -> PairRegistration:
+    """Resolve the target, plan the draft side (``plan_draft(req, resolved target)``), then register the target,
+    the draft (as planned) and the pair version."""
+    from registry.models import register_derived_draft, register_model_version
+    from registry.pairs import register_pair
     from registry.settings import get_settings
 
-    pair = name or get_settings().pair_name
-    tref = t["registered"] or register_model_version(target_name or default_model_name(t, pair, "target"), t["path"],
-                                                     source=t["source"], model_card=model_card,
-                                                     tracking_uri=tracking_uri)
-    if recipe is not None and dref is None:
-        dref = register_derived_draft(tref, recipe.to_dict(), name=draft_name, tracking_uri=tracking_uri)
+    t = resolve_checkpoint(req.target, req.revision, req.tracking_uri)
+    check_budget_fits(req.config, t["config"])
+    plan = plan_draft(req, t)
+    pair = req.name or get_settings().pair_name
+    tref = t["registered"] or register_model_version(req.target_name or default_model_name(t, pair, "target"),
+                                                     t["path"], source=t["source"], model_card=req.model_card,
+                                                     tracking_uri=req.tracking_uri)
+    dref, d = plan.version, plan.checkpoint
+    if plan.derive is not None:
+        dref = register_derived_draft(tref, plan.derive, name=req.draft_name, tracking_uri=req.tracking_uri)
     elif d is not None:
-        dref = d["registered"] or register_model_version(draft_name or default_model_name(d, pair, "draft"), d["path"],
-                                                         source=d["source"], tracking_uri=tracking_uri)
-    pv = register_pair(tref, dref, drafter_kind=kind, config=config, compatibility=compat, name=name,
-                       tracking_uri=tracking_uri, engine=engine, drafter_recipe=drafter_recipe)
-    return PairRegistration(pair=pv, target=tref, draft=dref, drafter_kind=kind)
+        dref = d["registered"] or register_model_version(req.draft_name or default_model_name(d, pair, "draft"),
+                                                         d["path"], source=d["source"], tracking_uri=req.tracking_uri)
+    pv = register_pair(tref, dref, drafter_kind=plan.label, config=req.config, compatibility=plan.compat,
+                       name=req.name, tracking_uri=req.tracking_uri, engine=req.engine,
+                       drafter_recipe=plan.drafter_recipe)
+    return PairRegistration(pair=pv, target=tref, draft=dref, drafter_kind=plan.label)
+
+
+def _compat(t: dict[str, Any], d: dict[str, Any], note: str | None = None) -> dict[str, Any]:
+    """The compatibility of target ``t`` and draft ``d`` (resolved checkpoints) as a dict, plus ``note``."""
+    from registry.pairs import compatibility_to_dict
+    from specdec.models import check_pair_compatible
+
+    compat = compatibility_to_dict(check_pair_compatible(t["tokenizer"], d["tokenizer"], t["config"], d["config"]))
+    if note:
+        compat.setdefault("notes", []).append(note)
+    return compat
+
+
+def _model_free_draft(req: RegistrationRequest, t: dict[str, Any]) -> DraftPlan:
+    """No draft version: the label and the pair's recipe (``ngram:3:1`` -> ``ngram`` + its sizes)."""
+    label = req.kind.label(req.spec)
+    return DraftPlan(label=label, compat={"compatible": True, "notes": req.kind.compatibility_notes(label)},
+                     drafter_recipe=req.kind.pair_recipe(req.spec))
+
+
+def _derived_draft(req: RegistrationRequest, t: dict[str, Any]) -> DraftPlan:
+    """A derived-recipe version of the target (``derived:int8``), re-derived at load time."""
+    label = DERIVED.label(req.spec)
+    return DraftPlan(label=label, compat=_compat(t, t, f"{label} draft is re-derived from the target at load time"),
+                     derive=DERIVED.recipe(req.spec).to_dict())
+
+
+def _layerskip_draft(req: RegistrationRequest, t: dict[str, Any]) -> DraftPlan:
+    """No draft version: the target's own first N layers; the pair keeps ``{"num_layers": N}`` (plain
+    ``layerskip``: half the target's layers, fixed now so the pair loads and serves one N)."""
+    label = LAYERSKIP.label(req.spec)
+    recipe = LAYERSKIP.recipe_for(req.spec, int(t["config"].num_hidden_layers))
+    compat = _compat(t, t)
+    compat.setdefault("notes", []).extend(LAYERSKIP.compatibility_notes(label))
+    return DraftPlan(label=label, compat=compat, drafter_recipe=recipe)
+
+
+def _model_draft(req: RegistrationRequest, t: dict[str, Any]) -> DraftPlan:
+    """A draft checkpoint (registered now, or already: ``models:/<name>/<v>``); a registered derived-recipe
+    version (an old derived draft kept after a target-only fine-tune) is paired as the derived draft it is."""
+    from registry.models import get_model_version
+
+    if req.spec.startswith("models:/"):
+        dref = get_model_version(req.spec, tracking_uri=req.tracking_uri)
+        if dref.artifact == "derived-recipe":
+            label = DERIVED.label_of((dref.recipe or {}).get("kind") or dref.tags.get("derived.kind", "int8"))
+            base = resolve_checkpoint(str(dref.derived_from), None, req.tracking_uri)
+            return DraftPlan(label=label, compat=_compat(t, base, f"{label} draft derived from {dref.derived_from}"),
+                             version=dref)
+    d = resolve_checkpoint(MODEL.ref(req.spec), None, req.tracking_uri)
+    return DraftPlan(label=MODEL.label(req.spec), compat=_compat(t, d), checkpoint=d)
+
+
+def _eagle3_registrar(req: RegistrationRequest) -> PairRegistration:
+    """An EAGLE-3 head with its lineage tags (:func:`register_eagle3_pair`)."""
+    return register_eagle3_pair(req.target, req.kind.ref(req.spec), name=req.name, head_name=req.draft_name,
+                                config=req.config, tracking_uri=req.tracking_uri, engine=req.engine)
 
 
 def register_eagle3_pair(target: str, head: str, *, name: str | None = None, head_name: str | None = None,
@@ -293,3 +375,15 @@ def head_registry_hooks():
 
     return HeadRegistry(register=register_trained_head, head_directory=head_directory,
                         checkpoint_directory=lambda ref: resolve_checkpoint(ref)["path"])
+
+
+#: how each drafter kind's pair is registered from references (tests/registry/test_kind_tables.py fails until a
+#: new kind has its entry)
+REGISTRARS: KindTable[Callable[[RegistrationRequest], PairRegistration]] = KindTable(
+    "the pair registrars (registry.register.REGISTRARS)", {
+        NGRAM: partial(_register_with, _model_free_draft),
+        DERIVED: partial(_register_with, _derived_draft),
+        EAGLE3: _eagle3_registrar,
+        LAYERSKIP: partial(_register_with, _layerskip_draft),
+        MODEL: partial(_register_with, _model_draft),
+    })

@@ -43,7 +43,7 @@ from registry.describe import describe_run, refresh_description, validation_vers
 from specdec.core.config import SpeculativeConfig
 from registry.errors import PairNotFound
 from registry.pairfile import full_tags
-from registry.pairs import get_pair_model_version
+from registry.pairs import DRAFT_SIDES, get_pair_model_version
 from registry.plots import ACCEPTANCE_KEYS, SPEED_KEYS, night_of, write_run_plots
 from registry.gate import GateConfig, GateResult, evaluate_gate
 from registry.service import Registry, get_or_create_experiment, mlflow_errors, open_registry
@@ -311,11 +311,11 @@ def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -
         return refused
     dkind = kind_of(kind)
     target, download = _loadable(pair_tags, "target")
-    if dkind.model_free:
-        draft = None
-    elif dkind.derives_from_target:
-        draft = target  # the engine loads the target's checkpoint and casts/quantizes it (recipe)
-    else:
+    served_from = DRAFT_SIDES[dkind].served_from
+    draft = None  # served_from "none": no draft model
+    if served_from == "target":
+        draft = target  # the engine loads the target's checkpoint and casts/quantizes/cuts it (recipe)
+    elif served_from == "draft":
         draft, d_dl = _loadable(pair_tags, "draft")
         download += d_dl
     try:

@@ -40,6 +40,16 @@ def _wide_without_terminal() -> None:
 def _load_plugins() -> None:
     for ep in sorted(entry_points(group="specdec.cli"), key=lambda e: e.name):
         ep.load()(app)
+    _add_draft_train()
+
+
+def _add_draft_train() -> None:
+    """``specdec draft train`` joins validation's ``draft`` group here, at the root: training sits above
+    validation (it reads held-out sets), so validation never imports it."""
+    from specdec.training.cli import train_app
+    from specdec.validation.recommend_cli import draft_app
+
+    draft_app.add_typer(train_app, name="train")
 
 
 _wide_without_terminal()  # before the sub-commands create their consoles

@@ -154,6 +154,26 @@ def test_dependencies_point_one_way(package, forbidden):
     assert bad == []
 
 
+@pytest.mark.parametrize(
+    "lower, upper",
+    [
+        ("specdec.core", ("specdec.models", "specdec.kinds", "specdec.validation", "specdec.training")),
+        ("specdec.models", ("specdec.kinds", "specdec.validation", "specdec.training")),
+        ("specdec.validation", ("specdec.training",)),
+    ],
+)
+def test_specdec_layers_point_down(lower, upper):
+    """Inside specdec: core <- models <- kinds <- validation <- training (the lower never imports the upper)."""
+    bad = [
+        f"{MODULES[m].relative_to(ROOT)}:{line} imports {target}"
+        for m in MODULES
+        if m == lower or m.startswith(lower + ".")
+        for target, _, line in _imports(m)
+        if any(target == u or target.startswith(u + ".") for u in upper)
+    ]
+    assert bad == []
+
+
 def _body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     """Lines from the first statement after the docstring to the end of the function."""
     body = node.body

@@ -31,6 +31,8 @@ from specdec.kinds import (
     NGRAM,
     DrafterKind,
     DrafterSpecError,
+    KindTable,
+    MissingKindEntry,
     RegisteredDrafter,
     ResolvedDrafter,
     draft_identity,
@@ -89,7 +91,7 @@ EXCEPTIONS = {
 }
 
 
-def _product_files() -> list[Path]:
+def _product_files() -> list[Path]:  # every product module but the kinds registry's
     return [p for pkg in PRODUCT for p in sorted((ROOT / pkg).rglob("*.py"))
             if REGISTRY_PACKAGE not in p.parents and "migrations" not in p.parts]
 
@@ -357,7 +359,30 @@ class _MtpKind(DrafterKind):
         return spec.strip()
 
 
-def test_a_fifth_kind_is_one_class_and_one_registration(monkeypatch):
+def kind_tables() -> dict[str, KindTable]:
+    """Every module-level :class:`KindTable` of the product, found in the source (``module.NAME`` -> the table),
+    so a table added later is covered without listing it here."""
+    import importlib
+
+    found = {}
+    for p in _product_files():
+        for node in ast.parse(p.read_text()).body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "KindTable":
+                name = (node.targets[0] if isinstance(node, ast.Assign) else node.target).id
+                module = ".".join(p.relative_to(ROOT).with_suffix("").parts)
+                found[f"{module}.{name}"] = getattr(importlib.import_module(module), name)
+    return found
+
+
+def test_the_per_layer_tables_are_found_and_complete():
+    tables = kind_tables()
+    assert {"specdec.validation.replay.TRACERS", "registry.register.REGISTRARS", "registry.pairs.DRAFT_SIDES"} <= set(tables)
+    assert all(isinstance(t, KindTable) for t in tables.values())
+    assert {name: t.missing() for name, t in tables.items()} == {name: [] for name in tables}
+
+
+def test_a_fifth_kind_is_one_class_one_registration_and_one_entry_per_table(monkeypatch, tmp_path):
     import specdec.kinds as registry
     from specdec.validation.serving import serving_config
 
@@ -370,3 +395,19 @@ def test_a_fifth_kind_is_one_class_and_one_registration(monkeypatch):
     assert serving_config("vllm", "mtp", 2, draft="./head")["speculative_config"]["method"] == "mtp"
     assert serving_config("sglang", "mtp", 2, draft="./head")["args"][:2] == ["--speculative-algorithm", "NEXTN"]
     assert draft_identity("mtp", "w", "t") == ("model-or-derived", "w", "t")
+    # registered but not filed: every layer's table names it, and refuses it, until it has its entry there
+    tables = kind_tables()
+    assert {name: t.missing() for name, t in tables.items()} == {name: ["mtp"] for name in tables}
+    for name, table in tables.items():
+        with pytest.raises(MissingKindEntry, match=r"drafter kind\(s\) mtp"):
+            table.check()
+        with pytest.raises(MissingKindEntry, match="'mtp' has no entry"):
+            table[mtp]
+    from registry.register import register_pair_from_refs
+
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path))  # the registration lock's directory
+    with pytest.raises(MissingKindEntry, match="'mtp' has no entry in the pair registrars"):
+        register_pair_from_refs("./target", "mtp:./head", name="mtp-pair", tracking_uri=f"sqlite:///{tmp_path}/never-opened.db")
+    for table in tables.values():  # filed like a draft model: complete again
+        monkeypatch.setitem(table._entries, mtp, table[MODEL])
+    assert all(t.missing() == [] for t in kind_tables().values())

@@ -55,7 +55,7 @@ def measure(args) -> dict:
     from specdec import SamplingConfig, autoregressive_generate, speculative_generate
     from specdec.core.static import use_passes
     from specdec.models import load_causal_lm
-    from specdec.models.drafter_spec import resolve_drafter
+    from specdec.kinds import resolve_drafter
     from specdec.validation.heldout import load_heldout, prompt_token_ids
     from specdec.validation.timing import calibrate
 

@@ -44,16 +44,22 @@ The interface (:class:`~specdec.kinds.base.DrafterKind`; defaults are a draft mo
 
 Lookup: :func:`kind_of` (a spec, a stored label or a :class:`ResolvedDrafter`; a plain reference is
 a ``model``), :func:`kind_of_label` (a stored label or None), :func:`stored_labels`,
-:func:`drafter_parts` (what validation needs of a drafter object).
+:func:`claiming_kind` (the kind of a decoding object), :func:`drafter_parts` (what validation needs of a
+drafter object); :func:`check_drafter_spec` and :func:`resolve_drafter` (a ``--draft`` spec).
+
+Per-layer behaviour (how replay traces a kind's drafter, how the registry registers and tags its pair)
+is not here: each layer keeps a :class:`KindTable` keyed by the kind objects, whose exhaustiveness test
+fails until a new kind has its entry (``docs/drafters.md`` lists the tables).
 
 Adding a kind (MTP, DFlash, an engine's own n-gram): one class in a new module here, subclassing
-:class:`DrafterKind` and overriding what differs, and one :func:`register` line below; see
-``docs/drafters.md``.
+:class:`DrafterKind` and overriding what differs, one :func:`register` line below, and an entry in every
+layer's :class:`KindTable`; see ``docs/drafters.md``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Generic, TypeVar
 
 from specdec.kinds.base import (
     DraftLoader,
@@ -71,6 +77,7 @@ from specdec.kinds.ngram import NgramKind
 
 __all__ = ["DrafterKind", "DrafterSpecError", "ResolvedDrafter", "RegisteredDrafter", "DraftLoader", "ServingRequest",
            "register", "kinds", "kind_of", "kind_of_label", "stored_labels", "drafter_parts", "draft_identity",
+           "claiming_kind", "KindTable", "MissingKindEntry", "check_drafter_spec", "resolve_drafter",
            "MODEL", "NGRAM", "DERIVED", "EAGLE3", "LAYERSKIP", "SPEC_FORMS"]
 
 _KINDS: list[DrafterKind] = []
@@ -141,11 +148,84 @@ def drafter_parts(drafter: Any) -> tuple[Any, Any, str, str | None, dict | None]
         obj, label, ref, recipe = drafter.drafter, drafter.kind, drafter.ref, drafter.recipe
     else:
         obj, label, ref, recipe = drafter, None, None, None
+    kind = claiming_kind(obj)
+    return obj, kind.draft_model(obj), label or kind.name, ref, kind.recipe_of(obj) if recipe is None else recipe
+
+
+def claiming_kind(obj: Any) -> DrafterKind:
+    """The first registered kind that :meth:`~DrafterKind.claims` the decoding object ``obj`` (a draft causal
+    LM, ``ModelDrafter``, ``NgramDrafter``, ``Eagle3Drafter``, ...).
+
+    Raises:
+        TypeError: no kind claims it.
+    """
     kind = next((k for k in kinds() if k.claims(obj)), None)
     if kind is None:
         raise TypeError(f"drafter must be a causal LM, an NgramDrafter, an Eagle3Drafter or a ResolvedDrafter, "
                         f"got {type(obj).__name__}")
-    return obj, kind.draft_model(obj), label or kind.name, ref, kind.recipe_of(obj) if recipe is None else recipe
+    return kind
+
+
+def check_drafter_spec(spec: str) -> str:
+    """Check a drafter spec's syntax without loading anything (so a CLI refuses ``derived:int3`` before the
+    target loads). Returns the stripped spec; ``auto`` passes (a ``model`` reference here).
+
+    Raises:
+        DrafterSpecError: empty or malformed spec (one line naming the accepted forms).
+    """
+    spec = (spec or "").strip()
+    return kind_of(spec).check(spec)
+
+
+def resolve_drafter(spec: str, target: Any, *, dtype: Any = None, device: Any = None) -> ResolvedDrafter:
+    """Build the drafter a spec names (``ngram:4``, ``derived:int8``, ``eagle3:<dir>``, ``layerskip:N``,
+    ``model:<ref>`` or a plain reference) for ``target`` (a :class:`~specdec.models.LoadedModel`), by its
+    kind (:meth:`DrafterKind.resolve`); ``dtype``/``device`` for a draft model or a head (default: the
+    target model's).
+
+    Raises:
+        DrafterSpecError: empty or malformed spec (e.g. ``derived:int3``, ``ngram:x``).
+        specdec.models.ModelNotFoundError: the draft model reference cannot be found.
+        specdec.IncompatiblePairError: the draft's tokenizer/vocabulary does not match the target's.
+    """
+    spec = (spec or "").strip()
+    return kind_of(spec).resolve(spec, target, dtype=dtype, device=device)
+
+
+V = TypeVar("V")
+
+
+class MissingKindEntry(LookupError):
+    """A registered drafter kind has no entry in a layer's :class:`KindTable` (the message names both)."""
+
+
+class KindTable(Generic[V]):
+    """``{kind: entry}`` for one layer (``layer``: where the table is, for messages). What a layer does
+    differently per kind lives in its own table, not in the kind class nor in branches on kind facts;
+    :meth:`missing` is checked against the registry as it is at the call (a kind registered later counts),
+    and each table's exhaustiveness test asserts it is empty (``docs/drafters.md``, adding a kind)."""
+
+    def __init__(self, layer: str, entries: Mapping[DrafterKind, V]) -> None:
+        self.layer = layer
+        self._entries = dict(entries)
+
+    def __getitem__(self, kind: DrafterKind) -> V:
+        """The entry of ``kind``. Raises MissingKindEntry: none (a kind added without filling this table)."""
+        try:
+            return self._entries[kind]
+        except KeyError:
+            raise MissingKindEntry(f"drafter kind {kind.name!r} has no entry in {self.layer}: add one "
+                                   "(docs/drafters.md, adding a kind)") from None
+
+    def missing(self) -> list[str]:
+        """The names of registered kinds with no entry (empty when the table is complete)."""
+        return [k.name for k in kinds() if k not in self._entries]
+
+    def check(self) -> None:
+        """Raise MissingKindEntry listing every registered kind without an entry (nothing when complete)."""
+        if missing := self.missing():
+            raise MissingKindEntry(f"{self.layer} has no entry for drafter kind(s) {', '.join(missing)}: add one "
+                                   "per kind (docs/drafters.md, adding a kind)")
 
 
 NGRAM = register(NgramKind())

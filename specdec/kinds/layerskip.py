@@ -55,10 +55,24 @@ class LayerSkipKind(DrafterKind):
         recipe = getattr(obj, "derived_recipe", None)
         return recipe.to_dict() if recipe is not None else None
 
+    def recipe_for(self, spec: str, target_layers: int) -> dict:
+        """The recipe ``{"num_layers": N}`` of ``spec`` for a target of ``target_layers`` decoder layers (plain
+        ``layerskip``: half of them), what a registered pair stores so it loads and serves the same N.
+
+        Raises:
+            DrafterSpecError: a bad spec, or N not below the target's layers.
+        """
+        n = self.num_layers(spec)
+        n = n if n is not None else max(1, target_layers // 2)
+        if n >= target_layers:
+            raise DrafterSpecError(f"a layer-skip draft keeps fewer layers than the target: num_layers must be in "
+                                   f"1..{target_layers - 1}, got {n}")
+        return {"num_layers": n}
+
     def _built(self, target_model: Any, num_layers: int | None) -> ResolvedDrafter:
         from specdec.models.layerskip import LayerSkipRecipe, derive_layerskip, num_target_layers
 
-        n = num_layers if num_layers is not None else max(1, num_target_layers(target_model) // 2)
+        n = num_layers if num_layers is not None else self.recipe_for(self.name, num_target_layers(target_model))["num_layers"]
         recipe = LayerSkipRecipe(num_layers=n)
         try:
             draft = derive_layerskip(target_model, recipe)

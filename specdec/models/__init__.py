@@ -3,7 +3,7 @@
 Modules: :mod:`~specdec.models.resolve` (reference -> local safetensors checkpoint),
 :mod:`~specdec.models.load` (:func:`load_causal_lm`), :mod:`~specdec.models.hashes`,
 :mod:`~specdec.models.compat` (:func:`check_pair_compatible`), :mod:`~specdec.models.derived`
-(quantized drafts derived from the target), :mod:`~specdec.models.drafter_spec` (``--draft`` specs).
+(quantized drafts derived from the target). ``--draft`` specs are the drafter kinds' (:mod:`specdec.kinds`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``specdec draft train eagle3``: train (or warm-start re-train) an EAGLE-3 head for a target.
 
-Registered on the ``draft`` group by :func:`specdec.validation.recommend_cli.register`. ``--register``
+Added to the ``draft`` group (:mod:`specdec.validation.recommend_cli`) by :mod:`specdec.cli`. ``--register``
 and ``models:/`` references need the registry, which specdec never imports: the ``registry`` package
 installs its functions here (:func:`set_head_registry`) when it adds its own commands.
 """

@@ -101,10 +101,10 @@ class Recommendation:
 
 def resolve_candidates(target: Any, specs: Sequence[str]) -> tuple[list[CandidateResult], dict[str, Any]]:
     """One :class:`CandidateResult` per spec (unavailable ones say why) and ``{spec: resolved drafter}``
-    for the available ones (:func:`specdec.models.drafter_spec.resolve_drafter`)."""
+    for the available ones (:func:`specdec.kinds.resolve_drafter`)."""
     from specdec.models.derived import UnsupportedRecipeError
     from specdec.kinds import kind_of
-    from specdec.models.drafter_spec import DrafterSpecError, resolve_drafter
+    from specdec.kinds import DrafterSpecError, resolve_drafter
 
     results, drafters = [], {}
     target_dtype = next(target.model.parameters()).dtype

@@ -299,7 +299,7 @@ def _refuse_existing_report(od: Path, overwrite: bool) -> None:
 
 def _check_drafters_and_config(opts: _Options, speculative: Any) -> Any:
     """Refuses a malformed ``--draft`` before the target loads; returns the ``ValidationConfig``."""
-    from specdec.models.drafter_spec import DrafterSpecError, check_drafter_spec
+    from specdec.kinds import DrafterSpecError, check_drafter_spec
     from specdec.validation import ValidationConfig
 
     for spec in opts.draft:
@@ -318,7 +318,7 @@ def _load_pair(opts: _Options, out_dir: Path, out_dirs: list[Path]) -> tuple[Any
     """Loads the target, resolves ``--draft auto`` (which may change the output directories) and prepares every
     drafter; returns ``(target model, drafters, output directories)``."""
     from specdec.models import load_causal_lm
-    from specdec.models.drafter_spec import resolve_drafter
+    from specdec.kinds import resolve_drafter
 
     target, draft = opts.target, opts.draft
     _step(f"loading target {target} ...")

@@ -20,10 +20,7 @@ _err = Console(stderr=True, emoji=False)
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``draft`` sub-command group to the ``specdec`` app (with ``draft train``)."""
-    from specdec.training.cli import train_app
-
-    draft_app.add_typer(train_app, name="train")
+    """Add the ``draft`` sub-command group to the ``specdec`` app (``draft train`` joins it in :mod:`specdec.cli`)."""
     app.add_typer(draft_app, name="draft")
 
 

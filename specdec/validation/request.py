@@ -51,7 +51,7 @@ class ValidationRequest:
     Attributes:
         target: a :class:`specdec.models.LoadedModel` (model + tokenizer), or a bare causal LM with ``tokenizer``.
         drafters: each a draft causal LM, an :class:`~specdec.NgramDrafter`, an EAGLE-3 drafter, or a
-            :class:`specdec.models.drafter_spec.ResolvedDrafter` (which carries its kind, ref and recipe).
+            :class:`specdec.kinds.ResolvedDrafter` (which carries its kind, ref and recipe).
         heldout: the prompts; ``config.limit`` takes a stratified subset (seeded by ``config.seed``).
         config: :class:`ValidationConfig` (None: k=4, 64 new tokens, greedy).
         method: one of :data:`METHODS`.

@@ -9,7 +9,7 @@ import torch
 
 from specdec import SamplingConfig, autoregressive_generate, speculative_generate
 from specdec.models.derived import DerivedDraftRecipe, UnsupportedRecipeError, derive_draft, recipe_support
-from specdec.models.drafter_spec import DrafterSpecError, resolve_drafter
+from specdec.kinds import DrafterSpecError, resolve_drafter
 from specdec.validation.machine import native_bf16
 from tests.support.models import tiny_llama
 

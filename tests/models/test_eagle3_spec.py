@@ -11,7 +11,7 @@ import torch
 
 from specdec import SamplingConfig, autoregressive_generate, speculative_generate
 from specdec.models.compat import IncompatiblePairError
-from specdec.models.drafter_spec import DrafterSpecError, check_drafter_spec, resolve_drafter
+from specdec.kinds import DrafterSpecError, check_drafter_spec, resolve_drafter
 from specdec.models.eagle3 import save_eagle3
 from specdec.models.eagle3.compat import check_head_target, read_d2t
 from tests.support.eagle3 import head_config, random_head, tiny_target
