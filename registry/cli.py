@@ -115,8 +115,9 @@ def register_cmd(
         try:
             if alias:
                 from registry.promotion import check_alias_name
+                from registry.settings import get_settings
 
-                check_alias_name(alias)  # a typo is refused before any model is loaded
+                check_alias_name(alias, get_settings().aliases)  # a typo is refused before any model is loaded
             sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
             config = SpeculativeConfig(num_speculative_tokens, sampling, max_new_tokens, draft_sampling or "sampled",
                                        assistant_confidence_threshold)  # "sampled" = no explicit rule: the engine's
