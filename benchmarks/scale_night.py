@@ -52,7 +52,7 @@ def _config(spec: Spec):
 def _engine_request(spec: Spec):
     """A request whose continuations come from the engine (served target, no weights); its load seconds."""
     from specdec import load_causal_lm
-    from specdec.engines.profile import EngineEndpoint
+    from specdec.engines.profile import EngineEndpoint, EngineLimits
     from specdec.validation.api import ValidationRequest
     from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.engine_continuations import connect_engine
@@ -62,7 +62,7 @@ def _engine_request(spec: Spec):
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     target, draft = served_target(spec.target_dir), load_causal_lm(spec.draft_dir)
-    engine = connect_engine(EngineEndpoint(url=spec.url))
+    engine = connect_engine(EngineEndpoint(url=spec.url), EngineLimits())
     req = ValidationRequest(target, [draft.model], load_heldout("spec_bench"), _config(spec), method="replay",
                             kmax=KMAX, cache=ContinuationCache(spec.cache), engine=engine)
     return req, time.perf_counter() - t0
