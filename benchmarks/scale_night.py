@@ -151,12 +151,13 @@ def main() -> None:
     from specdec import load_causal_lm
     from specdec.engines.llama_server import LlamaServer, LlamaServerFlags, quantize_gguf
     from specdec.engines.llamacpp_build import installed_llama_cpp
+    from specdec.settings import get_settings
     from specdec.models.resolve import smollm2_gguf
     from specdec.validation.machine import cpu_model
     from specdec.validation.speed import NightPlan, night_seconds
 
     torch.set_num_threads(1)
-    install, gguf = installed_llama_cpp(), smollm2_gguf()
+    install, gguf = installed_llama_cpp(get_settings().engines_dir), smollm2_gguf()
     if install is None:
         raise SystemExit("llama-server is not built: `make engine` first")
     draft_gguf = quantize_gguf(install.quantize, gguf, gguf.parent / "draft-Q8_0.gguf", "Q8_0")

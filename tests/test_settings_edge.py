@@ -28,7 +28,6 @@ BELOW_THE_EDGE = {
     "monitoring/pipeline.py": 4,
     "registry/gate.py": 8,
     "registry/service.py": 1,
-    "specdec/engines/llamacpp_build.py": 2,
     "specdec/engines/vllm_install.py": 2,
     "specdec/models/resolve.py": 4,
     "specdec/validation/continuation_cache.py": 1,
