@@ -157,7 +157,7 @@ class NightlyJob:
                "revert_ungated": self.revert_ungated, "fail_on_failure": self.fail_on_failure}
         return out if self.scheduled_date is None else {**out, "scheduled_date": self.scheduled_date}
 
-    def check(self, *, date_type: type = dt.date, allowed_aliases: list[str] | None = None) -> "NightlyJob":
+    def check(self, *, allowed_aliases: list[str], date_type: type = dt.date) -> "NightlyJob":
         """``self``, once its values are valid (``allowed_aliases``: the registry section's ``SPECDEC_ALIASES``).
 
         Raises:
