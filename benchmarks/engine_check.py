@@ -32,6 +32,7 @@ from specdec.engines.llama_server import LlamaServer, LlamaServerFlags, quantize
 from specdec.engines.llamacpp_build import ensure_llama_cpp
 from specdec.models import load_causal_lm
 from specdec.models.resolve import smollm2_gguf
+from specdec.settings import get_settings
 from specdec.validation.config import ValidationConfig
 from specdec.validation.engine_check import EngineCheckRequest, EngineEndpoint, check_engine
 from specdec.validation.heldout import load_heldout
@@ -95,7 +96,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    install = ensure_llama_cpp()
+    install = ensure_llama_cpp(get_settings())
     t_gguf = smollm2_gguf()
     target = load_causal_lm(str(t_gguf))
     held = load_heldout("spec_bench")

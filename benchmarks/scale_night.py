@@ -52,7 +52,7 @@ def _config(spec: Spec):
 def _engine_request(spec: Spec):
     """A request whose continuations come from the engine (served target, no weights); its load seconds."""
     from specdec import load_causal_lm
-    from specdec.engines.profile import EngineEndpoint
+    from specdec.engines.profile import EngineEndpoint, EngineLimits
     from specdec.validation.api import ValidationRequest
     from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.engine_continuations import connect_engine
@@ -62,7 +62,7 @@ def _engine_request(spec: Spec):
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     target, draft = served_target(spec.target_dir), load_causal_lm(spec.draft_dir)
-    engine = connect_engine(EngineEndpoint(url=spec.url))
+    engine = connect_engine(EngineEndpoint(url=spec.url), EngineLimits())
     req = ValidationRequest(target, [draft.model], load_heldout("spec_bench"), _config(spec), method="replay",
                             kmax=KMAX, cache=ContinuationCache(spec.cache), engine=engine)
     return req, time.perf_counter() - t0
@@ -151,12 +151,13 @@ def main() -> None:
     from specdec import load_causal_lm
     from specdec.engines.llama_server import LlamaServer, LlamaServerFlags, quantize_gguf
     from specdec.engines.llamacpp_build import installed_llama_cpp
+    from specdec.settings import get_settings
     from specdec.models.resolve import smollm2_gguf
     from specdec.validation.machine import cpu_model
     from specdec.validation.speed import NightPlan, night_seconds
 
     torch.set_num_threads(1)
-    install, gguf = installed_llama_cpp(), smollm2_gguf()
+    install, gguf = installed_llama_cpp(get_settings().engines_dir), smollm2_gguf()
     if install is None:
         raise SystemExit("llama-server is not built: `make engine` first")
     draft_gguf = quantize_gguf(install.quantize, gguf, gguf.parent / "draft-Q8_0.gguf", "Q8_0")

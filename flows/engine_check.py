@@ -22,10 +22,10 @@ ENGINE_URL_TAG, ENGINE_FLAGS_TAG, ENGINE_CONCURRENCY_TAG = "engine_url", "engine
 log = logging.getLogger("specdec.nightly")
 
 
-def engine_endpoint(pv) -> Any:
-    """The :class:`~specdec.validation.engine_check.EngineEndpoint` a pair version names, or None."""
+def engine_endpoint(pv, *, api_key: str | None) -> Any:
+    """The :class:`~specdec.validation.engine_check.EngineEndpoint` a pair version names (asked with ``api_key``,
+    the core section's ``engine_api_key``), or None."""
     from specdec.redact import redact_argv
-    from specdec.settings import get_settings
     from specdec.validation.engine_check import EngineEndpoint
 
     tags = pv.tags or {}
@@ -34,7 +34,7 @@ def engine_endpoint(pv) -> Any:
         return None
     flags = tags.get(ENGINE_FLAGS_TAG)
     # a credential in flags tagged before `pair engine` redacted them never reaches the history (specdec.redact)
-    return EngineEndpoint(url=url, engine=tags.get("engine", "llamacpp"), api_key=get_settings().engine_api_key,
+    return EngineEndpoint(url=url, engine=tags.get("engine", "llamacpp"), api_key=api_key,
                           flags=tuple(redact_argv(json.loads(flags))) if flags else None)
 
 
@@ -69,13 +69,12 @@ def run_engine_check(night, target, params) -> NightlyResult | None:
     from monitoring import engine_checks
     from specdec.engines.client import safe_url
     from specdec.engines.errors import EngineRequestError
-    from specdec.settings import get_settings
     from specdec.kinds import kind_of
     from specdec.validation.api import drafter_parts
     from specdec.validation.engine_check import EngineCheckRequest, check_engine
 
     pv = target.pv
-    endpoint = engine_endpoint(pv)
+    endpoint = engine_endpoint(pv, api_key=night.core.engine_api_key)
     if endpoint is None:
         return None
     tkey, dkey = load_pair_models(pv, device=params.device, dtype=params.dtype)
@@ -89,7 +88,7 @@ def run_engine_check(night, target, params) -> NightlyResult | None:
         report = check_engine(EngineCheckRequest(
             target=loaded, draft=draft_model, heldout=night.held, config=config, endpoint=endpoint,
             concurrency=int((pv.tags or {}).get(ENGINE_CONCURRENCY_TAG, 1)), target_ref=pv.target_uri,
-            drafter_ref=ref, limits=get_settings().engine_limits(), pair=pair_identity(pv, loaded)))
+            drafter_ref=ref, limits=night.core.engine_limits(), pair=pair_identity(pv, loaded)))
     except EngineRequestError as e:
         log.error("%s: %s", where, e)
         transition = engine_checks.alert_engine_error(

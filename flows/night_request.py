@@ -85,11 +85,14 @@ def validate_and_write(request, out_dir: str):
 
 
 def _engine_continuations(pv):
+    """The engine continuations of the engine ``pv`` names, with this flow run's core section (key, limits)."""
     from flows.engine_check import engine_endpoint
+    from flows.settings import for_this_run
     from specdec.validation.engine_continuations import connect_engine
 
-    ep = engine_endpoint(pv)
+    core = for_this_run().core
+    ep = engine_endpoint(pv, api_key=core.engine_api_key)
     if ep is None:
         raise ValueError(f"{pv.name} v{pv.version} names no engine (tag engine_url): continuations='engine' needs "
                          "one (`specdec pair engine`)")
-    return connect_engine(ep)
+    return connect_engine(ep, core.engine_limits())

@@ -157,7 +157,7 @@ class NightlyJob:
                "revert_ungated": self.revert_ungated, "fail_on_failure": self.fail_on_failure}
         return out if self.scheduled_date is None else {**out, "scheduled_date": self.scheduled_date}
 
-    def check(self, *, date_type: type = dt.date, allowed_aliases: list[str] | None = None) -> "NightlyJob":
+    def check(self, *, allowed_aliases: list[str], date_type: type = dt.date) -> "NightlyJob":
         """``self``, once its values are valid (``allowed_aliases``: the registry section's ``SPECDEC_ALIASES``).
 
         Raises:
@@ -189,6 +189,7 @@ class Night:
     lease: Any  # flows.recovery.NightlyLease
     beat: Any  # flows.recovery.Heartbeat
     holder_dead: Any  # flows.recovery.holder_dead(home)
+    core: Any  # specdec.settings.CoreSettings: the engine check's key and limits
 
     @property
     def home(self) -> Path:
@@ -422,7 +423,7 @@ def _broken(db, pair: str, alias: str, version: str | None, error: BaseException
 
 def open_night(job: NightlyJob, tree) -> Night:
     """The night's date, settings (the monitoring section of ``tree``, a :class:`flows.settings.Settings`),
-    history store, MLflow service, lease (with this flow run's id) and heartbeat."""
+    history store, MLflow service, lease (with this flow run's id), heartbeat and core section."""
     import monitoring
     from flows.recovery import Heartbeat, NightlyLease, holder_dead
     from registry.service import Registry
@@ -441,7 +442,7 @@ def open_night(job: NightlyJob, tree) -> Night:
     registry = Registry(tree.registry, check=False)  # no probe: resolving the aliases retries a server briefly down
     return Night(job.scheduled_date or scheduled_date_of_run(), settings, db, registry,
                  load_heldout(job.validation.heldout), lease, Heartbeat(db, settings.claim_stale_after_s / 10),
-                 holder_dead(settings.home))
+                 holder_dead(settings.home), tree.core)
 
 
 def check_ungated_pairs(night: Night, job: NightlyJob) -> dict[str, dict[str, Any]]:

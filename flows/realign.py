@@ -78,7 +78,7 @@ def locate_task(pair: str, alias: str, target: str | None, registry) -> HeadLoca
     return HeadLocation(pair_version=pv.version, target_ref=target_ref, head_uri=pv.draft_uri,
                         config=pv.config.to_dict(), engine=pv.tags.get("engine"),
                         head_dir=str(head_directory(pv.draft_uri, registry=registry)),
-                        target_dir=str(resolve_checkpoint(target_ref, None, registry.uri)["path"]))
+                        target_dir=str(resolve_checkpoint(target_ref, registry=registry)["path"]))
 
 
 @task(task_run_name="warm-start re-train {where.head_uri}")
@@ -107,7 +107,7 @@ def register_task(request: HeadRegistration, registry) -> dict:
     r = request
     return register_trained_head(r.out_dir, r.pair, r.target_ref, alias=r.alias, head_name=r.head_name,
                                  config=SpeculativeConfig.from_dict(r.config), engine=r.engine,
-                                 tracking_uri=registry.uri).to_dict()
+                                 registry=registry).to_dict()
 
 
 def _out_dir(home: Path, pair: str, version: str, target_dir: str) -> Path:

@@ -33,7 +33,7 @@ def register_task(request: PairRequest, registry) -> dict:
     from registry.register import register_pair_from_refs
 
     reg = register_pair_from_refs(request.target, request.draft, name=request.name, target_name=request.target_name,
-                                  draft_name=request.draft_name, config=request.config, tracking_uri=registry.uri)
+                                  draft_name=request.draft_name, config=request.config, registry=registry)
     return reg.pair.to_dict()
 
 

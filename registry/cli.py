@@ -115,8 +115,9 @@ def register_cmd(
         try:
             if alias:
                 from registry.promotion import check_alias_name
+                from registry.settings import get_settings
 
-                check_alias_name(alias)  # a typo is refused before any model is loaded
+                check_alias_name(alias, get_settings().aliases)  # a typo is refused before any model is loaded
             sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
             config = SpeculativeConfig(num_speculative_tokens, sampling, max_new_tokens, draft_sampling or "sampled",
                                        assistant_confidence_threshold)  # "sampled" = no explicit rule: the engine's
@@ -164,8 +165,9 @@ def _apply_floor(pv, floor: float | None, tracking_uri: str | None) -> tuple[str
     try:
         if floor is not None:
             tags[FLOOR_TAG] = str(set_acceptance_floor(pv.name, pv.version, floor, tracking_uri=tracking_uri))
-        label = floor_for(get_policy(), tags).label()
-        return label, registration_floor_note(pv, tracking_uri=tracking_uri, tags=tags)
+        policy = get_policy()
+        return floor_for(policy, tags).label(), registration_floor_note(pv, policy=policy, tracking_uri=tracking_uri,
+                                                                         tags=tags)
     except _user_errors() as e:
         _fail(f"registered {pv.uri} but could not set its floor: {e}")
 

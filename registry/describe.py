@@ -29,8 +29,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from registry.pairfile import full_tags, read_pair_doc
-from specdec.policy import FLOOR_TAG, METRICS, VERDICTS
-from specdec.settings.policy import get_policy
+from specdec.policy import FLOOR_TAG, METRICS, VERDICTS, AcceptancePolicy
 
 #: the only tags a pair version carries (registration 5 + its own floor when set, validation 4, promotion 1);
 #: ``policy`` names the judged metric (``acceptance_rate ci_low>=0.40``), the description shows its value beside α
@@ -282,7 +281,7 @@ def facts_for(client, mv, run=None, aliases: Mapping[str, str] | None = None,
         held = run.data.params.get("heldout_name") or run.data.tags.get("specdec.heldout", "")
         f.status = run.data.tags.get("validation_status")
         policy = _run_policy(run)
-        metric = METRICS[policy.get("estimator", get_policy().estimator)][0]
+        metric = METRICS[policy.get("estimator", AcceptancePolicy().estimator)][0]  # unrecorded: the default
         f.metric = "α" if metric == "per_token_acceptance" else "acc"
         f.acceptance_rate = m.get(metric)
         f.acceptance_ci = _pair(m, metric)

@@ -13,8 +13,7 @@ from typing import Any, Mapping
 
 from registry.service import Registry, mlflow_errors, open_registry
 from registry.settings import VALIDATION_EXPERIMENT
-from specdec.policy import FLOOR_TAG, below_floor_note, floor_for, parse_floor, rates_by_k
-from specdec.settings.policy import get_policy
+from specdec.policy import FLOOR_TAG, AcceptancePolicy, below_floor_note, floor_for, parse_floor, rates_by_k
 
 
 def set_acceptance_floor(pair: str, version: str | int, floor: float | str, *, registry: Registry | None = None,
@@ -56,13 +55,14 @@ def validated_rates(client, pair: str, target_uri: str, draft_uri: str | None,
     return rates_by_k(positions)
 
 
-def registration_floor_note(pv: Any, *, registry: Registry | None = None, tracking_uri: str | None = None,
-                            tags: Mapping[str, str] | None = None) -> str | None:
+def registration_floor_note(pv: Any, *, policy: AcceptancePolicy, registry: Registry | None = None,
+                            tracking_uri: str | None = None, tags: Mapping[str, str] | None = None) -> str | None:
     """``acceptance rate 0.23 at k = 5 is already below floor 0.40 (policy default); at smaller k: ...`` when
     the pair version ``pv`` (a :class:`registry.PairVersion`) was registered at a k whose validated rate
-    (:func:`validated_rates`) is below its floor; None otherwise or when nothing was validated yet."""
+    (:func:`validated_rates`) is below its floor (``policy``'s, or the version's own in ``tags``, default
+    ``pv.tags``); None otherwise or when nothing was validated yet."""
     reg = open_registry(registry, tracking_uri)
     with mlflow_errors(reg.client.tracking_uri):
         rates = validated_rates(reg.client, pv.name, pv.target_uri, pv.draft_uri)
-    floor = floor_for(get_policy(), tags if tags is not None else pv.tags)
+    floor = floor_for(policy, tags if tags is not None else pv.tags)
     return below_floor_note(rates, int(pv.config.num_speculative_tokens), floor)

@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from specdec.policy import FAILED, INCONCLUSIVE, METRICS, PASSED, Floor, combine, floor_for, judge
+from specdec.policy import FAILED, INCONCLUSIVE, METRICS, PASSED, AcceptancePolicy, Floor, combine, floor_for, judge
 from specdec.settings.policy import get_policy
 
 
@@ -72,8 +72,7 @@ class GateConfig:
         """
         from dataclasses import replace
 
-        policy = get_policy()
-        floor = floor_for(replace(policy, threshold=float(self.min_acceptance_rate), floor_source=self.floor_source), tags)
+        floor = floor_for(AcceptancePolicy(threshold=float(self.min_acceptance_rate), floor_source=self.floor_source), tags)
         return replace(self, min_acceptance_rate=floor.value, floor_source=floor.source)
 
 

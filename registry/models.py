@@ -37,7 +37,7 @@ from typing import Any
 
 from registry.errors import ModelNotFound, RegistryError, WeightsMismatch
 from registry.service import Registry, get_or_create_experiment, mlflow_errors, open_registry
-from registry.settings import REGISTRY_EXPERIMENT, get_settings
+from registry.settings import REGISTRY_EXPERIMENT
 
 log = logging.getLogger(__name__)
 
@@ -361,10 +361,12 @@ def client_get_model_version(client, uri_or_name: str, version: str | int | None
     return _ref_from_mv(mv)
 
 
-def client_download_model_version(client, ref: ModelVersionRef, dst: str | Path | None = None) -> Path:
+def client_download_model_version(client, ref: ModelVersionRef, dst: str | Path | None = None, *,
+                                  cache_dir: Path) -> Path:
     """Download a model version's artifacts (checkpoint directory, or ``recipe.json`` for a derived draft).
 
-    Downloads go to ``dst`` or to ``<cache_dir>/<name>/<version>-<weights_sha256[:12]>``; a completed
+    Downloads go to ``dst`` or to ``<cache_dir>/<name>/<version>-<weights_sha256[:12]>`` (``cache_dir``: the
+    registry section's, :attr:`registry.settings.RegistrySettings.cache_dir`); a completed
     entry (marker file ``.specdec-complete``) is reused, so workers download each version once. The
     download lands in a staging directory and is renamed into place, so an interrupted download never
     leaves a half-filled entry.
@@ -379,7 +381,7 @@ def client_download_model_version(client, ref: ModelVersionRef, dst: str | Path 
 
     from registry.verify import verify_checkpoint
 
-    memo = get_settings().cache_dir
+    memo = cache_dir
     target = Path(dst) if dst else memo / ref.name / f"{ref.version}-{ref.weights_sha256[:12]}"  # type: ignore[operator]
     marker = target / ".specdec-complete"
     if marker.exists():
@@ -452,4 +454,4 @@ def download_model_version(ref: ModelVersionRef, *, dst: str | Path | None = Non
     """The local directory of a model version's artifacts (cached; :func:`client_download_model_version`)."""
     reg = open_registry(registry, tracking_uri)
     with reg.errors():
-        return client_download_model_version(reg.client, ref, dst)
+        return client_download_model_version(reg.client, ref, dst, cache_dir=reg.settings.cache_dir)

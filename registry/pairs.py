@@ -37,7 +37,6 @@ from registry.models import (
 )
 from registry.pairfile import PAIR_FILE, full_tags, overlay_tags, read_pair_doc
 from registry.service import Registry, mlflow_errors, open_registry
-from registry.settings import get_settings
 from specdec.redact import shown_url
 from specdec.core.config import SpeculativeConfig
 from specdec.models.resolve import SMOLLM2_GGUF_SHA256
@@ -206,7 +205,7 @@ def register_pair(
             recorded; a draft derived from an older target is allowed and shows as such).
         config: decoding config (k, sampling, max_new_tokens).
         compatibility: the compatibility-check result (``CompatibilityResult`` or dict), stored verbatim.
-        name: pair registered model (default ``SPECDEC_PAIR_NAME`` / ``specdec-pair``).
+        name: pair registered model (default: the registry section's ``pair_name``, ``SPECDEC_PAIR_NAME`` / ``specdec-pair``).
         description: optional version description.
         tracking_uri: MLflow URI (default: :mod:`registry.settings`).
         engine: the serving engine profile (``vllm``, ``sglang``, ``transformers``), recorded in
@@ -226,8 +225,8 @@ def register_pair(
     if not isinstance(config, SpeculativeConfig):
         raise TypeError(f"config must be a specdec.SpeculativeConfig, got {type(config).__name__}")
     kind, drafter_recipe = _checked_drafter(drafter_kind, draft, drafter_recipe)
-    name = validate_name(name or get_settings().pair_name)
-    client = open_registry(registry, tracking_uri).client
+    reg = open_registry(registry, tracking_uri)
+    client, name = reg.client, validate_name(name or reg.settings.pair_name)
     uri = client.tracking_uri
     with mlflow_errors(uri):
         t = _resolve_model(client, target)
@@ -471,13 +470,15 @@ def client_resolve_alias(client, pair: str, alias: str) -> str:
 MAX_VERSION = 2**31 - 1  # the largest version number MLflow's stores hold
 
 
-def client_get_pair_version(client, pair: str, version: str | int, *, download: bool = True) -> PairVersion:
+def client_get_pair_version(client, pair: str, version: str | int, *, cache_dir: Path,
+                            download: bool = True) -> PairVersion:
     """Load one pair version from MLflow: ``pair.json`` (authoritative), current tags and aliases, and
     (if ``download``) the target and draft artifacts into the local cache.
 
     Args:
         pair: pair registered model name.
         version: a version number (``3`` / ``"3"``), or an alias (``"champion"``, ``"@champion"``).
+        cache_dir: where downloads go (the registry section's ``cache_dir``).
         download: also download target/draft artifacts (cached per version and hash).
     Returns:
         :class:`PairVersion` with ``target_path`` / ``draft_path`` set when ``download``.
@@ -491,22 +492,23 @@ def client_get_pair_version(client, pair: str, version: str | int, *, download: 
         v = client_resolve_alias(client, pair, v)
     pv = _pair_from_artifact(client, get_pair_model_version(client, pair, v))
     if download:
-        pv.target_path = client_download_model_version(client, client_get_model_version(client, pv.target_uri))
+        pv.target_path = client_download_model_version(client, client_get_model_version(client, pv.target_uri),
+                                                       cache_dir=cache_dir)
         if pv.draft_uri:
-            pv.draft_path = client_download_model_version(client, client_get_model_version(client, pv.draft_uri))
+            pv.draft_path = client_download_model_version(client, client_get_model_version(client, pv.draft_uri),
+                                                          cache_dir=cache_dir)
     return pv
 
 
 def list_pair_versions(pair: str | None = None, *, tracking_uri: str | None = None, registry: Registry | None = None) -> list[PairVersion]:
-    """All versions of ``pair`` (default pair name), newest first, from their tags and ``pair.json``
+    """All versions of ``pair`` (default: the registry section's ``pair_name``), newest first, from their tags and ``pair.json``
     (one small download per version; model artifacts are not downloaded).
 
     Raises:
         PairNotFound: no registered model ``pair``.
     """
-    pair = pair or get_settings().pair_name
     reg = open_registry(registry, tracking_uri)
-    client = reg.client
+    client, pair = reg.client, pair or reg.settings.pair_name
     with mlflow_errors(client.tracking_uri):
         aliases = pair_aliases(client, pair)
         out = []
@@ -529,7 +531,7 @@ def get_pair_version(pair: str, version: str | int, *, download: bool = True, tr
     ``version``: a number or an alias. Raises PairNotFound, AliasNotFound."""
     reg = open_registry(registry, tracking_uri)
     with reg.errors():
-        return client_get_pair_version(reg.client, pair, version, download=download)
+        return client_get_pair_version(reg.client, pair, version, cache_dir=reg.settings.cache_dir, download=download)
 
 
 def engine_tags(url: str, flags: list[str] | None, concurrency: int = 1) -> tuple[dict[str, str], list[str]]:
@@ -577,6 +579,6 @@ def set_engine(pair: str, version: str | int, *, tags: dict[str, str], tracking_
     endpoint they name (:mod:`flows.engine_check`). Raises PairNotFound for an unknown version."""
     reg = open_registry(registry, tracking_uri)
     with reg.errors():
-        client_get_pair_version(reg.client, pair, version, download=False)  # unknown version: a clear error
+        client_get_pair_version(reg.client, pair, version, cache_dir=reg.settings.cache_dir, download=False)  # unknown version: a clear error
         for k, v in tags.items():
             reg.client.set_model_version_tag(pair, str(version), k, v)

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from specdec.policy import METRICS, TREND_ESTIMATOR
-from specdec.settings.policy import get_policy
 from specdec.validation.report import ValidationReport
 
 
@@ -54,19 +53,19 @@ def plot_per_position(report: ValidationReport, path: str | Path) -> Path:
     return out
 
 
-def _judged_label() -> tuple[str, str, str]:
-    """(GroupMetrics / MLflow metric name, its CI field, axis label) of the policy's judged metric."""
-    metric, ci, label = METRICS[get_policy().estimator]
+def _judged_label(estimator: str) -> tuple[str, str, str]:
+    """(GroupMetrics / MLflow metric name, its CI field, axis label) of ``estimator``'s judged metric."""
+    metric, ci, label = METRICS[estimator]
     return metric, ci, ("per-token acceptance α (same at every k)" if metric == "per_token_acceptance" else "acceptance rate")
 
 
-def plot_per_category(report: ValidationReport, path: str | Path, threshold: float | None = None) -> Path:
-    """Per-category bars of the judged acceptance metric (the policy's: per-token α̂ by default) with
-    95% CI error bars and the gate threshold line; vLLM's acceptance rate at k is marked beside
-    each bar when the bars are per-token."""
+def plot_per_category(report: ValidationReport, path: str | Path, *, threshold: float, estimator: str) -> Path:
+    """Per-category bars of the metric ``estimator`` judges (the acceptance policy's: ``pooled`` or
+    ``per_token``) with 95% CI error bars and the floor line at ``threshold``; vLLM's acceptance rate at k
+    is marked beside each bar when the bars are per-token."""
     fig = _figure(max(6.4, 0.7 * (len(report.categories) + 1) + 2))
     ax = fig.add_subplot(1, 1, 1)
-    metric, ci_name, ylabel = _judged_label()
+    metric, ci_name, ylabel = _judged_label(estimator)
     k = report.config.get("num_speculative_tokens", "?")
     groups = [("all", report.overall)] + sorted(report.categories.items())
     names, vals, lo, hi, rates = [], [], [], [], []
@@ -88,7 +87,6 @@ def plot_per_category(report: ValidationReport, path: str | Path, threshold: flo
         alphas = [g.per_token_acceptance if _ok(g.per_token_acceptance) else math.nan for _n, g in groups]
         ax.plot(range(len(names)), alphas, linestyle="none", marker="_", markersize=14, color="#DD8452",
                 label="per-token acceptance α (same at every k)")
-    threshold = get_policy().threshold if threshold is None else threshold  # the acceptance policy's line
     ax.axhline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"floor {threshold:.2f} ({metric})")
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
@@ -121,7 +119,8 @@ def _series(pts: list[dict[str, Any]]) -> dict[tuple[str, str], list[int]]:
     return out
 
 
-def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: float | None = None, title: str = "") -> Path:
+def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, *, threshold: float, estimator: str,
+               title: str = "") -> Path:
     """Acceptance (top panel) and measured speedup (bottom panel, when measured) over past validation runs
     of a pair: the per-token acceptance α (solid: the cross-version trend, the same at every k) and the
     acceptance rate at each version's k (dashed: what the floor judges by default, line at the floor), one
@@ -133,6 +132,7 @@ def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: f
             else the date of ``time``), ``pair_version`` and ``source`` (``"nightly"``,
             the default, or ``"production"``: windows of the serving engine's counters, dotted), and
             ``speedup`` / ``speedup_ci_low`` / ``speedup_ci_high`` (measured speedup with its CI).
+        threshold / estimator: the floor line and the metric it judges (the acceptance policy's).
     """
     trend, rate = METRICS[TREND_ESTIMATOR][0], "acceptance_rate"
     pts = [h for h in history if _ok(h.get(trend)) or _ok(h.get(rate))]
@@ -157,8 +157,7 @@ def plot_trend(history: Sequence[dict[str, Any]], path: str | Path, threshold: f
             lo = [y - float(pts[i]["speedup_ci_low"]) if _ok(pts[i].get("speedup_ci_low")) else 0.0 for y, i in zip(sy, sx)]
             hi = [float(pts[i]["speedup_ci_high"]) - y if _ok(pts[i].get("speedup_ci_high")) else 0.0 for y, i in zip(sy, sx)]
             ax2.errorbar(sx, sy, yerr=[lo, hi], marker="s", color=color, capsize=3, label=f"v{ver}")
-    threshold = get_policy().threshold if threshold is None else threshold  # the acceptance policy's line
-    judged = METRICS[get_policy().estimator][2]
+    judged = METRICS[estimator][2]
     ax.axhline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"floor {threshold:.2f} ({judged})")
     ax.set_ylim(0, 1.02)
     ax.set_ylabel("per-token acceptance α (solid, same at every k)\nacceptance rate at k (dashed)")
@@ -197,14 +196,16 @@ def night_of(run_name: str | None) -> str | None:
 
 
 def write_run_plots(report: ValidationReport, out: Path, *, history: list, run_id: str, version: str,
-                    metrics: dict[str, float], threshold: float, pair: str, night: str | None = None) -> Path:
+                    metrics: dict[str, float], threshold: float, estimator: str, pair: str,
+                    night: str | None = None) -> Path:
     """The plots of one validation run into ``out``: per-position and per-category acceptance, and
-    the trend of ``history`` (earlier runs, :func:`registry.runs.validation_history`) plus this run."""
+    the trend of ``history`` (earlier runs, :func:`registry.runs.validation_history`) plus this run;
+    ``threshold`` / ``estimator``: the gate's floor and judged metric (:class:`registry.gate.GateConfig`)."""
     out.mkdir(parents=True, exist_ok=True)
     plot_per_position(report, out / "per_position_acceptance.png")
-    plot_per_category(report, out / "per_category_acceptance.png", threshold=threshold)
+    plot_per_category(report, out / "per_category_acceptance.png", threshold=threshold, estimator=estimator)
     point = {"time": datetime.now(timezone.utc), "run_id": run_id, "pair_version": version, "night": night,
              **{k: metrics.get(k, math.nan) for k in ACCEPTANCE_KEYS + SPEED_KEYS}}
-    plot_trend(list(history) + [point], out / "acceptance_trend.png", threshold=threshold,
+    plot_trend(list(history) + [point], out / "acceptance_trend.png", threshold=threshold, estimator=estimator,
                title=f"{pair}: per-token acceptance, acceptance rate at k and speedup over validation runs")
     return out

@@ -58,15 +58,13 @@ def _user() -> str:
         return "unknown"
 
 
-def check_alias_name(alias: str, allowed: list[str] | None = None) -> str:
-    """``alias`` if it is one specdec knows (``SPECDEC_ALIASES``, default champion / challenger).
+def check_alias_name(alias: str, allowed: list[str]) -> str:
+    """``alias`` if it is in ``allowed`` (the registry section's ``aliases``: ``SPECDEC_ALIASES``, default
+    champion / challenger).
 
     Raises:
         ValueError: a typo such as ``champoin`` (one line naming the allowed aliases).
     """
-    from registry.settings import get_settings
-
-    allowed = list(allowed if allowed is not None else get_settings().aliases)
     if alias not in allowed:
         raise ValueError(f"unknown alias {alias!r}: use one of {', '.join(allowed)} "
                          "(other aliases must be listed in SPECDEC_ALIASES)")
@@ -135,11 +133,11 @@ def promote(
         RegistryUnavailable: server unreachable.
     """
     version = str(version)
-    check_alias_name(alias, registry.settings.aliases if registry is not None else None)
     if force and not (reason and reason.strip()):
         raise ValueError("a forced promotion needs a reason (--reason)")
     actor = actor or _user()
     reg = open_registry(registry, tracking_uri)
+    check_alias_name(alias, reg.settings.aliases)
     client = reg.client
     uri = client.tracking_uri
     with mlflow_errors(uri):

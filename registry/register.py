@@ -14,6 +14,7 @@ from typing import Any
 
 from registry.models import ModelVersionRef
 from registry.pairs import PairVersion
+from registry.service import Registry, open_registry
 from specdec.core.config import SpeculativeConfig
 from specdec.kinds import DERIVED, EAGLE3, LAYERSKIP, MODEL, NGRAM, DrafterKind, KindTable, kind_of, kind_of_label
 
@@ -28,11 +29,11 @@ class PairRegistration:
     drafter_kind: str
 
 
-def resolve_checkpoint(ref: str, revision: str | None = None, tracking_uri: str | None = None) -> dict[str, Any]:
+def resolve_checkpoint(ref: str, revision: str | None = None, *, registry: Registry | None = None) -> dict[str, Any]:
     """Resolve a model reference to a local checkpoint + tokenizer + config, without registering.
 
     ``ref``: Hub id, local dir, ``.gguf`` file, ``smollm2``, or ``models:/<name>/<v>`` (an already
-    registered checkpoint version, downloaded to the cache). Returns a dict with ``path``,
+    registered checkpoint version, downloaded to the cache of ``registry``). Returns a dict with ``path``,
     ``source``, ``registered`` (ModelVersionRef or None), ``tokenizer``, ``config``, ``ref``.
 
     Raises:
@@ -43,10 +44,10 @@ def resolve_checkpoint(ref: str, revision: str | None = None, tracking_uri: str 
     if ref.startswith("models:/"):
         from registry.models import download_model_version, get_model_version
 
-        mref = get_model_version(ref, tracking_uri=tracking_uri)
+        mref = get_model_version(ref, registry=registry)
         if mref.artifact != "checkpoint":
             raise ValueError(f"{ref} is a {mref.artifact}, not a checkpoint")
-        path, source, registered = download_model_version(mref, tracking_uri=tracking_uri), mref.source, mref
+        path, source, registered = download_model_version(mref, registry=registry), mref.source, mref
     else:
         from specdec.models import resolve_model_ref
 
@@ -96,6 +97,7 @@ def register_pair_from_refs(
     revision: str | None = None,
     model_card: str | None = None,
     tracking_uri: str | None = None,
+    registry: Registry | None = None,
     engine: str | None = None,
 ) -> PairRegistration:
     """Check compatibility, then register (or reuse) the target, the draft and the pair version.
@@ -108,8 +110,9 @@ def register_pair_from_refs(
             reference, optionally ``model:<ref>``; or ``models:/<name>/<v>`` of an already
             registered draft, including a derived-recipe version (e.g. an old derived draft kept
             after a target-only fine-tune).
-        name: pair registered model (default ``specdec-pair``).
+        name: pair registered model (default: the registry section's ``pair_name``, ``specdec-pair``).
         config: decoding config recorded with the pair.
+        registry: the job's registry service (else one opened for ``tracking_uri``, for this call).
         engine: serving engine profile (``vllm`` / ``sglang`` / ``transformers``; see
             :func:`specdec.validation.serving.engine_config`), None to read it from the config.
     Returns:
@@ -119,26 +122,27 @@ def register_pair_from_refs(
         registry.RegistryError subclasses; ValueError on a bad name or spec.
     """
     from registry.models import validate_name
-    from registry.settings import get_settings
 
     for n in (name, target_name, draft_name):
         if n:
             validate_name(n)
-    with registration_lock(name or get_settings().pair_name, tracking_uri):
+    reg = open_registry(registry, tracking_uri)
+    name = name or reg.settings.pair_name
+    with registration_lock(name, reg):
         return _register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
                                         config=config, revision=revision, model_card=model_card,
-                                        tracking_uri=tracking_uri, engine=engine)
+                                        registry=reg, engine=engine)
 
 
 REGISTRATION_LOCK_TIMEOUT_S = 1800.0  # a registration uploads checkpoints: minutes for a large one
 
 
 @contextmanager
-def registration_lock(pair: str, tracking_uri: str | None) -> Iterator[None]:
+def registration_lock(pair: str, registry: Registry) -> Iterator[None]:
     """Serialise registrations of ``pair`` into one MLflow store on this machine: a second
     ``pair register`` of the same pair waits (saying so on stderr) for the first, then finds its version
-    (reused) instead of racing it into MLflow. A file lock under ``<SPECDEC_HOME>/locks``, keyed by the
-    store and the pair; released when the process ends, even by ``kill -9``.
+    (reused) instead of racing it into MLflow. A file lock under ``<home>/locks`` (``registry``'s section),
+    keyed by ``registry``'s URI and the pair; released when the process ends, even by ``kill -9``.
 
     Raises:
         RegistryError: still held after :data:`REGISTRATION_LOCK_TIMEOUT_S` seconds.
@@ -149,11 +153,9 @@ def registration_lock(pair: str, tracking_uri: str | None) -> Iterator[None]:
     from filelock import FileLock, Timeout
 
     from registry.errors import RegistryError
-    from registry.settings import get_settings
 
-    s = get_settings()
-    key = hashlib.sha256(f"{tracking_uri or s.tracking_uri}\0{pair}".encode()).hexdigest()[:16]
-    locks = s.home / "locks"
+    key = hashlib.sha256(f"{registry.uri}\0{pair}".encode()).hexdigest()[:16]
+    locks = registry.settings.home / "locks"
     locks.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(locks / f"register-{key}.lock"))
     try:
@@ -185,7 +187,7 @@ class RegistrationRequest:
     config: SpeculativeConfig
     revision: str | None
     model_card: str | None
-    tracking_uri: str | None
+    registry: Registry
     engine: str | None
 
 
@@ -208,14 +210,14 @@ class DraftPlan:
     derive: dict | None = None
 
 
-def _register_pair_from_refs(target: str, draft: str, *, name, target_name, draft_name, config, revision,
-                             model_card, tracking_uri, engine) -> PairRegistration:
+def _register_pair_from_refs(target: str, draft: str, *, name: str, target_name, draft_name, config, revision,
+                             model_card, registry: Registry, engine) -> PairRegistration:
     """:func:`register_pair_from_refs`, under its lock: the registrar of the spec's kind (:data:`REGISTRARS`)."""
     spec = draft.strip()
     kind = kind_of(spec)
     req = RegistrationRequest(target=target, spec=spec, kind=kind, name=name, target_name=target_name,
                               draft_name=draft_name, config=config, revision=revision, model_card=model_card,
-                              tracking_uri=tracking_uri, engine=engine)
+                              registry=registry, engine=engine)
     return REGISTRARS[kind](req)
 
 
@@ -225,23 +227,21 @@ def _register_with(plan_draft: Callable[[RegistrationRequest, dict[str, Any]], D
     the draft (as planned) and the pair version."""
     from registry.models import register_derived_draft, register_model_version
     from registry.pairs import register_pair
-    from registry.settings import get_settings
-
-    t = resolve_checkpoint(req.target, req.revision, req.tracking_uri)
+    t = resolve_checkpoint(req.target, req.revision, registry=req.registry)
     check_budget_fits(req.config, t["config"])
     plan = plan_draft(req, t)
-    pair = req.name or get_settings().pair_name
+    pair = req.name
     tref = t["registered"] or register_model_version(req.target_name or default_model_name(t, pair, "target"),
                                                      t["path"], source=t["source"], model_card=req.model_card,
-                                                     tracking_uri=req.tracking_uri)
+                                                     registry=req.registry)
     dref, d = plan.version, plan.checkpoint
     if plan.derive is not None:
-        dref = register_derived_draft(tref, plan.derive, name=req.draft_name, tracking_uri=req.tracking_uri)
+        dref = register_derived_draft(tref, plan.derive, name=req.draft_name, registry=req.registry)
     elif d is not None:
         dref = d["registered"] or register_model_version(req.draft_name or default_model_name(d, pair, "draft"),
-                                                         d["path"], source=d["source"], tracking_uri=req.tracking_uri)
+                                                         d["path"], source=d["source"], registry=req.registry)
     pv = register_pair(tref, dref, drafter_kind=plan.label, config=req.config, compatibility=plan.compat,
-                       name=req.name, tracking_uri=req.tracking_uri, engine=req.engine,
+                       name=req.name, registry=req.registry, engine=req.engine,
                        drafter_recipe=plan.drafter_recipe)
     return PairRegistration(pair=pv, target=tref, draft=dref, drafter_kind=plan.label)
 
@@ -287,24 +287,25 @@ def _model_draft(req: RegistrationRequest, t: dict[str, Any]) -> DraftPlan:
     from registry.models import get_model_version
 
     if req.spec.startswith("models:/"):
-        dref = get_model_version(req.spec, tracking_uri=req.tracking_uri)
+        dref = get_model_version(req.spec, registry=req.registry)
         if dref.artifact == "derived-recipe":
             label = DERIVED.label_of((dref.recipe or {}).get("kind") or dref.tags.get("derived.kind", "int8"))
-            base = resolve_checkpoint(str(dref.derived_from), None, req.tracking_uri)
+            base = resolve_checkpoint(str(dref.derived_from), registry=req.registry)
             return DraftPlan(label=label, compat=_compat(t, base, f"{label} draft derived from {dref.derived_from}"),
                              version=dref)
-    d = resolve_checkpoint(MODEL.ref(req.spec), None, req.tracking_uri)
+    d = resolve_checkpoint(MODEL.ref(req.spec), registry=req.registry)
     return DraftPlan(label=MODEL.label(req.spec), compat=_compat(t, d), checkpoint=d)
 
 
 def _eagle3_registrar(req: RegistrationRequest) -> PairRegistration:
     """An EAGLE-3 head with its lineage tags (:func:`register_eagle3_pair`)."""
     return register_eagle3_pair(req.target, req.kind.ref(req.spec), name=req.name, head_name=req.draft_name,
-                                config=req.config, tracking_uri=req.tracking_uri, engine=req.engine)
+                                config=req.config, registry=req.registry, engine=req.engine)
 
 
 def register_eagle3_pair(target: str, head: str, *, name: str | None = None, head_name: str | None = None,
-                         config=None, tracking_uri: str | None = None, engine: str | None = None):
+                         config=None, tracking_uri: str | None = None, registry: Registry | None = None,
+                         engine: str | None = None):
     """Register (or reuse) the target, the head and the ``eagle3`` pair version.
 
     Args:
@@ -312,8 +313,10 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
         head: a head directory (registered with lineage; it must have been trained on ``target``), or
             an already registered head version ``models:/<name>/<v>`` (any target: a target-only
             fine-tune leaves the old head with the new target, and its lineage says so).
-        name: pair registered model. head_name: registered model of a new head (default ``<pair>-eagle3``:
-            the re-trained heads of a pair are versions of one registered model).
+        name: pair registered model (default: the registry section's ``pair_name``). head_name: registered
+            model of a new head (default ``<pair>-eagle3``: the re-trained heads of a pair are versions of one
+            registered model).
+        registry: the job's registry service (else one opened for ``tracking_uri``, for this call).
         config: ``SpeculativeConfig`` of the pair (default: its defaults).
     Returns:
         :class:`registry.register.PairRegistration` (drafter kind ``eagle3``).
@@ -326,45 +329,44 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
     from registry.pairs import register_pair
     from registry.models import download_model_version, get_model_version
 
+    reg = open_registry(registry, tracking_uri)
     href = None
     if head.startswith("models:/"):
-        href = get_model_version(head, tracking_uri=tracking_uri)
+        href = get_model_version(head, registry=reg)
         hkind = kind_of_label(href.tags.get("specdec.draft_kind"))
         if hkind is None or not hkind.retrainable:
             raise ValueError(f"{head} is not a registered EAGLE-3 head")
-        head_dir = download_model_version(href, tracking_uri=tracking_uri)
+        head_dir = download_model_version(href, registry=reg)
     else:
         head_dir = Path(head)
         if not (head_dir / "config.json").is_file():
             raise FileNotFoundError(f"no EAGLE-3 head at {head_dir}: config.json not found")
-    t = resolve_checkpoint(target, None, tracking_uri)
+    t = resolve_checkpoint(target, registry=reg)
     compat = head_compatibility(Path(head_dir), t["config"])
     if not compat["compatible"]:
         raise ValueError("head and target are incompatible: " + "; ".join(compat["problems"]))
-    from registry.settings import get_settings
-
-    pair_name = name or get_settings().pair_name
+    pair_name = name or reg.settings.pair_name
     tref = t["registered"] or register_model_version(default_model_name(t, pair_name, "target"), t["path"],
-                                                     source=t["source"], tracking_uri=tracking_uri)
-    href = href or register_eagle3_head(head_dir, tref, name=head_name or f"{pair_name}-eagle3",
-                                        tracking_uri=tracking_uri)
+                                                     source=t["source"], registry=reg)
+    href = href or register_eagle3_head(head_dir, tref, name=head_name or f"{pair_name}-eagle3", registry=reg)
     pv = register_pair(tref, href, drafter_kind="eagle3", config=config or SpeculativeConfig(),
-                       compatibility=compat, name=name, tracking_uri=tracking_uri, engine=engine)
+                       compatibility=compat, name=pair_name, registry=reg, engine=engine)
     return PairRegistration(pair=pv, target=tref, draft=href, drafter_kind="eagle3")
 
 
 def register_trained_head(head: str | Path, pair: str, target: str, *, head_name: str | None = None,
                           alias: str | None = "challenger", config=None, tracking_uri: str | None = None,
-                          engine: str | None = None):
+                          registry: Registry | None = None, engine: str | None = None):
     """:func:`register_eagle3_pair` under ``pair``, then point the ungated ``alias`` at the new version
     (``None`` leaves aliases alone). What ``specdec draft train eagle3 --register`` and the
     re-alignment flow call. Returns the :class:`registry.pairs.PairVersion`."""
     from registry.promotion import promote
 
+    service = open_registry(registry, tracking_uri)
     reg = register_eagle3_pair(target, str(head), name=pair, head_name=head_name, config=config,
-                               tracking_uri=tracking_uri, engine=engine)
+                               registry=service, engine=engine)
     if alias:
-        promote(pair, reg.pair.version, alias, tracking_uri=tracking_uri)
+        promote(pair, reg.pair.version, alias, registry=service)
     return reg.pair
 
 

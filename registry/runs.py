@@ -532,7 +532,8 @@ def _log_evidence(client, run_id: str, report: ValidationReport, rdir: Path, *, 
     (except a missing extra artifact, a caller's mistake: FileNotFoundError)."""
     try:
         plots = write_run_plots(report, rdir / "plots", history=trend.history, run_id=run_id, version=trend.version,
-                                metrics=metrics, threshold=trend.gate.min_acceptance_rate, pair=trend.pair,
+                                metrics=metrics, threshold=trend.gate.min_acceptance_rate,
+                                estimator=trend.gate.estimator, pair=trend.pair,
                                 night=trend.night)
         client.log_artifacts(run_id, str(plots), artifact_path="plots")
     except Exception as e:  # noqa: BLE001 (matplotlib and the artifact store raise many types; plots never block the run)

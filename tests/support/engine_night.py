@@ -23,7 +23,7 @@ def main(spec_path: str) -> None:
     from specdec.validation.api import ValidationRequest, validate
     from specdec.validation.config import ValidationConfig
     from specdec.validation.continuation_cache import ContinuationCache
-    from specdec.engines.profile import EngineEndpoint
+    from specdec.engines.profile import EngineEndpoint, EngineLimits
     from specdec.validation.engine_continuations import connect_engine
     from specdec.validation.heldout import load_heldout
     from specdec.validation.served_target import served_target
@@ -32,7 +32,7 @@ def main(spec_path: str) -> None:
     draft = load_causal_lm(spec["draft_dir"])
     cfg = ValidationConfig(num_speculative_tokens=spec["k"], max_new_tokens=spec["max_new_tokens"], limit=spec["limit"],
                            warmup=False)
-    engine = connect_engine(EngineEndpoint(url=spec["engine_url"], engine=spec.get("engine", "llamacpp")))
+    engine = connect_engine(EngineEndpoint(url=spec["engine_url"], engine=spec.get("engine", "llamacpp")), EngineLimits())
     reports = validate(ValidationRequest(served_target(spec["target_dir"]), [NgramDrafter(), draft.model],
                                          load_heldout(spec["heldout"]), cfg, method="replay", engine=engine,
                                          cache=ContinuationCache(spec["cache"]), kmax=spec["kmax"]))

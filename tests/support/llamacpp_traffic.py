@@ -124,8 +124,9 @@ if __name__ == "__main__":
     import tempfile
 
     from specdec.engines.llamacpp_build import installed_llama_cpp
+    from specdec.settings import get_settings
 
-    found = installed_llama_cpp()
+    found = installed_llama_cpp(get_settings().engines_dir)
     if found is None:
         sys.exit("llama-server is not built here: run `make engine` first")
     with tempfile.TemporaryDirectory() as d:

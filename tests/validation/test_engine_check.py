@@ -28,6 +28,7 @@ from monitoring.db import Incident, connect
 from monitoring.receiver import WebhookReceiver
 from monitoring.settings import MonitoringSettings
 from specdec.engines.llama_server import LlamaServerFlags
+from specdec.settings import CoreSettings
 from specdec.validation.config import ValidationConfig
 from specdec.validation.engine_check import EngineCheckRequest, EngineEndpoint, check_engine
 from specdec.validation.heldout import load_heldout
@@ -198,7 +199,8 @@ def test_gguf_pair_for_llamacpp_registers_shows_its_command_and_the_nightly_chec
                                 " ".join(server.command)], catch_exceptions=False)
         assert r.exit_code == 0, r.output
         settings = MonitoringSettings(db_url=f"sqlite:///{tmp_path / 'history.db'}")
-        night = type("Night", (), dict(held=heldout, db=connect(settings), settings=settings, date=dt.date(2026, 12, 2)))()
+        night = type("Night", (), dict(held=heldout, db=connect(settings), settings=settings, date=dt.date(2026, 12, 2),
+                                       core=CoreSettings()))()
         pv = R.get_pair_version("smol-gguf", "1", download=False)
         params = ValidationParams("short", PROMPTS, "cpu", "float32", 0, 1, "replay", 0.25)
         res = run_engine_check(night, Target("smol-gguf", "champion", pv, None), params)

@@ -15,7 +15,7 @@ import torch
 
 from specdec import NgramDrafter, SamplingConfig, autoregressive_generate, load_causal_lm
 from specdec.engines.errors import EngineRequestError
-from specdec.engines.profile import EngineEndpoint
+from specdec.engines.profile import EngineEndpoint, EngineLimits
 from specdec.validation import engine_continuations as ec
 from specdec.validation.api import ValidationRequest, validate
 from specdec.validation.config import ValidationConfig
@@ -70,7 +70,7 @@ def test_engine_night_with_a_served_target_equals_the_core_night(pair, tmp_path)
     cache = ContinuationCache(tmp_path / "engine")
 
     def night(eng):
-        engine = ec.connect_engine(EngineEndpoint(url=eng.url))
+        engine = ec.connect_engine(EngineEndpoint(url=eng.url), EngineLimits())
         try:
             return validate(ValidationRequest(served, drafters, _heldout(), CFG, method="replay", kmax=5, cache=cache,
                                               engine=engine, target_weights="w" * 64))
@@ -107,7 +107,7 @@ def test_engine_dying_mid_night_raises_one_line_and_keeps_whole_entries(pair, tm
         return real(self, *a, **kw)
 
     monkeypatch.setattr(ec.EngineContinuations, "continuation", dies_after_two)
-    engine = ec.connect_engine(EngineEndpoint(url=eng.url))
+    engine = ec.connect_engine(EngineEndpoint(url=eng.url), EngineLimits())
     with pytest.raises(EngineRequestError) as err:
         validate(ValidationRequest(served, [draft], _heldout(), CFG, method="replay", kmax=3, cache=cache, engine=engine))
     assert "\n" not in str(err.value) and "127.0.0.1" in str(err.value)
