@@ -29,7 +29,7 @@ does. The hint separates the two causes:
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import httpx
@@ -37,14 +37,14 @@ from sqlalchemy import select
 
 from monitoring import alerts, history, rules
 from monitoring.db import PASSED, Database, ValidationRun, utcnow
-from monitoring.rules import FIRING, INSUFFICIENT, OK, RuleResult
+from monitoring.rules import FIRING, INSUFFICIENT, OK, Evaluation, RuleResult
 from monitoring.settings import MonitoringSettings
 from specdec.core.stats import per_token_acceptance
 from specdec.validation.engine_report import EngineCheckReport
 from specdec.validation.metrics import bootstrap_ratio_ci
 from specdec.validation.report import GroupMetrics, nan_to_none
 
-__all__ = ["ENGINE_GAP_RULE", "ENGINE_SERVING_RULE", "EngineEvaluation", "source_of", "engine_record", "record_engine_check", "evaluate_engine_check",
+__all__ = ["ENGINE_GAP_RULE", "ENGINE_SERVING_RULE", "source_of", "engine_record", "record_engine_check", "evaluate_engine_check",
            "alert_engine_check", "alert_engine_error", "fingerprint_changes"]
 
 ENGINE_GAP_RULE = "engine_gap"
@@ -190,18 +190,6 @@ def _fields_of(engine: str) -> tuple[str, ...]:
     return profile.fingerprint_fields if profile is not None else FINGERPRINT_FIELDS
 
 
-@dataclass
-class EngineEvaluation:
-    """Rule outcome of one engine check: ``verdict`` (the row status), the results, the hint, the baseline."""
-
-    run_id: int
-    verdict: str
-    results: list[RuleResult]
-    root_cause_hint: str
-    baseline_run_id: int | None = None
-    baseline_label: str | None = None
-
-
 def _hint(engine: str, gap: RuleResult, health: list[RuleResult], changes: list[str], since: str | None,
           serving: RuleResult | None = None) -> str:
     if serving is not None and serving.firing:
@@ -220,7 +208,7 @@ def _hint(engine: str, gap: RuleResult, health: list[RuleResult], changes: list[
     return gap.message
 
 
-def evaluate_engine_check(db: Database, run_id: int, *, settings: MonitoringSettings) -> EngineEvaluation:
+def evaluate_engine_check(db: Database, run_id: int, *, settings: MonitoringSettings) -> Evaluation:
     """Health rules (engine counters) + the engine gap rule; stores verdict, results and hint on the row.
 
     Raises:
@@ -244,10 +232,10 @@ def evaluate_engine_check(db: Database, run_id: int, *, settings: MonitoringSett
     history.set_evaluation(db, run_id, status=verdict, rule_results=[r.to_dict() for r in results],
                            root_cause_hint=hint, baseline_run_id=base_row.id if base_row else None)
     label = f"{row.pair_name} v{base_row.pair_version} engine check run {base_row.id}" if base_row else None
-    return EngineEvaluation(run_id, verdict, results, hint, base_row.id if base_row else None, label)
+    return Evaluation(run_id, verdict, results, hint, base_row.id if base_row else None, label)
 
 
-def alert_engine_check(db: Database, ev: EngineEvaluation, *, settings: MonitoringSettings,
+def alert_engine_check(db: Database, ev: Evaluation, *, settings: MonitoringSettings,
                        now: dt.datetime | None = None, client: httpx.Client | None = None) -> str | None:
     """The incident lifecycle of an evaluated engine check (scope ``engine:<engine>``: one alert per
     incident, one resolve); returns the transition (``fire`` / ``remind-<n>`` / ``resolve`` / None)."""

@@ -27,34 +27,12 @@ from typing import Callable
 import httpx
 
 from monitoring import alerts, history, rules
+from monitoring.rules import Evaluation
 from monitoring.db import Database
 from monitoring.settings import MonitoringSettings, get_settings
 from specdec.validation.report import ValidationReport
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Evaluation:
-    """Drift-rule outcome of one run.
-
-    Attributes:
-        run_id: history row. verdict: ``passed`` | ``failed`` | ``inconclusive`` (also the row's
-            new status). results: every :class:`monitoring.rules.RuleResult`.
-        root_cause_hint: one line. baseline_run_id / baseline_label: the baseline used, if any.
-    """
-
-    run_id: int
-    verdict: str
-    results: list[rules.RuleResult]
-    root_cause_hint: str
-    baseline_run_id: int | None = None
-    baseline_label: str | None = None
-
-    @property
-    def firing(self) -> list[rules.RuleResult]:
-        """The rules that fire."""
-        return [r for r in self.results if r.firing]
 
 
 @dataclass
