@@ -211,10 +211,9 @@ def ingest_window(
         config = {"source": source.name, "engine": source.engine, "model": model, "window_seconds": window_s,
                   "num_speculative_tokens": g.num_speculative_tokens or None}
         try:
-            window = store.Window(pair=mapping.pair, version=version, alias=mapping.alias, source=source.name,
-                                  engine=source.engine, model=model, start=start, end=end, metrics=g, config=config,
-                                  code_version=code_version)
-            run_id = store.record_window(db, window, now=now)
+            run_id = store.record_window(db, store.Window(
+                pair=mapping.pair, version=version, alias=mapping.alias, source=source.name, engine=source.engine,
+                model=model, start=start, end=end, metrics=g, config=config, code_version=code_version), now=now)
         except store.ImpossibleMetrics as e:
             out += _refuse(source.name, {model: [str(e)]}, start, end)
             continue
