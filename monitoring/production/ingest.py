@@ -3,9 +3,9 @@ evaluate the rules, run the incident lifecycle.
 
 ::
 
-    db = monitoring.connect()
-    outcomes = ingest_window(db, source, start, end, settings=get_production_settings(),
-                             monitoring_settings=monitoring.get_settings())
+    db = monitoring.connect(tree.monitoring)      # the settings tree built at the edge (a CLI, a flow)
+    outcomes = ingest_window(db, source, start, end, settings=tree.production,
+                             monitoring_settings=tree.monitoring)
 
 Incidents: scope ``production:<source>`` for the health rules (one fire message, reminders at most
 daily, one resolve), scope ``representativeness:<source>`` for the nightly comparison (opened when
