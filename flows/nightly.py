@@ -16,8 +16,9 @@ The steps, in the order :func:`nightly_validation_flow` and :func:`record_night`
 6. alert (one per incident, a reminder at most daily, one resolve message);
 7. describe the version (its one-line description in MLflow) and return a :class:`NightlyResult`.
 
-Steps 3-6 are :func:`monitoring.pipeline.record_and_evaluate` (the composition the monitoring tests
-test), with the MLflow run as its ``before_alert`` step. The flow builds its settings tree once
+Steps 3-4 are :func:`monitoring.pipeline.record_evidence`, step 5 is the flow's (MLflow is not
+monitoring's business), step 6 is :func:`monitoring.pipeline.alert_evidence` with the MLflow run's links
+(the two halves of :func:`monitoring.pipeline.record_and_evaluate`). The flow builds its settings tree once
 (:func:`flows.settings.for_this_run`) and carries one :class:`NightlyJob` through its steps; the steps
 announce themselves as step events (:mod:`specdec.events`).
 
@@ -325,9 +326,9 @@ def log_night_to_mlflow(night: Night, job: Job, history_run_id: int, drift, verd
 
 
 def record_night(night: Night, job: Job, report) -> NightlyResult:
-    """Steps 3-7 for one validated pair version: history, rules, evidence, MLflow, alert
-    (:func:`monitoring.pipeline.record_and_evaluate`, with the MLflow run as its ``before_alert`` step),
-    then the description.
+    """Steps 3-7 for one validated pair version: history, rules, evidence
+    (:func:`monitoring.pipeline.record_evidence`), the MLflow run, the alert with the run's links
+    (:func:`monitoring.pipeline.alert_evidence`), then the description.
 
     The history row, the rules and the alert always happen; the Evidently report, the MLflow run and
     the description are best-effort (logged, and the alert still goes out).
@@ -341,18 +342,12 @@ def record_night(night: Night, job: Job, report) -> NightlyResult:
     t = job.target
     events.announce("history", pair=t.pair, version=t.version)
     lineage = Lineage.from_report(report, target_hash=t.pv.target_weights_sha256, draft_hash=t.pv.draft_weights_sha256)
-    logged = []
     settings, gate = judged_by(night.settings, t.pv.tags, report)
-
-    def log_run(history_run_id: int, evaluation, drift) -> dict[str, str]:                             # 5
-        logged.append(log_night_to_mlflow(night, job, history_run_id, drift, evaluation.verdict))
-        return logged[0].links
-
-    out = pipeline.record_and_evaluate(night.db, report, job.key, lineage, claim=job.claim, alias=t.alias,  # 3, 4, 6
-                                       champion_version=t.champion_version, settings=settings,
-                                       evidently_dir=job.report_dir / "evidently", before_alert=log_run,
-                                       extra_results=[gate])
-    mlflow = logged[0]
+    evidence = pipeline.record_evidence(night.db, report, job.key, lineage, claim=job.claim, alias=t.alias,  # 3, 4
+                                        champion_version=t.champion_version, settings=settings,
+                                        evidently_dir=job.report_dir / "evidently", extra_results=[gate])
+    mlflow = log_night_to_mlflow(night, job, evidence.run_id, evidence.drift, evidence.evaluation.verdict)  # 5
+    out = pipeline.alert_evidence(night.db, evidence, links=mlflow.links, settings=settings)                # 6
     if mlflow.run_id is not None:                                                                           # 7
         _describe(night, t, mlflow.run_id)
     return _result(job, report, out.evaluation, out.drift, mlflow, out.alert)
@@ -407,7 +402,7 @@ def _finite_or_none(x) -> float | None:
     return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
-def _broken(db, pair: str, alias: str, version: str | None, error: BaseException, what: str) -> NightlyResult:
+def _broken(night: Night, pair: str, alias: str, version: str | None, error: BaseException, what: str) -> NightlyResult:
     """One clear log line and one alert for a (pair, alias) that could not be validated."""
     from monitoring.pipeline import alert_broken
 
@@ -415,7 +410,7 @@ def _broken(db, pair: str, alias: str, version: str | None, error: BaseException
     _logger().error("%s (the other aliases are still validated)", msg)
     transition = None
     try:
-        transition = alert_broken(db, pair, alias, msg, version=version).transition
+        transition = alert_broken(night.db, pair, alias, msg, version=version, settings=night.settings).transition
     except Exception as e:  # noqa: BLE001 (the store or a channel failing here must not hide the original error or the other aliases)
         _logger().error("%s@%s: the alert for this error could not be queued: %s: %s", pair, alias, type(e).__name__, e)
     return NightlyResult(pair, alias, version, "error", message=msg, alert_transition=transition)
@@ -484,7 +479,7 @@ def resolve_targets(night: Night, job: NightlyJob) -> tuple[list[Target], list[N
         except RegistryUnavailable:
             raise
         except (RegistryError, MlflowException) as e:  # a broken champion must not hide the challenger
-            results.append(_broken(night.db, pair, "champion", None, e, "cannot resolve the alias"))
+            results.append(_broken(night, pair, "champion", None, e, "cannot resolve the alias"))
             champion, wanted = None, [a for a in aliases if a != "champion"]
         else:
             wanted = list(aliases)
@@ -503,7 +498,7 @@ def resolve_targets(night: Night, job: NightlyJob) -> tuple[list[Target], list[N
             except RegistryUnavailable:
                 raise
             except (RegistryError, MlflowException, OSError, KeyError, ValueError) as e:  # one bad alias or pair.json: the rest go on
-                results.append(_broken(night.db, pair, alias, version, e, "cannot resolve the pair version"))
+                results.append(_broken(night, pair, alias, version, e, "cannot resolve the pair version"))
                 continue
             seen[(pair, version)] = alias
             targets.append(Target(pair, alias, pv, champion))
@@ -558,7 +553,7 @@ def finish_job(night: Night, job: Job) -> NightlyResult:
     except Exception as e:  # noqa: BLE001 (model loading and decoding raise any type; record it, free the key, alert)
         night.beat.remove(job.claim.run_id)
         _free_claim(night, job, f"{type(e).__name__}: {e}")
-        return _broken(night.db, t.pair, t.alias, t.version, e, "validation failed")
+        return _broken(night, t.pair, t.alias, t.version, e, "validation failed")
     night.beat.remove(job.claim.run_id)
     try:
         res = record_night(night, job, report)
@@ -568,7 +563,7 @@ def finish_job(night: Night, job: Job) -> NightlyResult:
         return NightlyResult(t.pair, t.alias, t.version, "already-running", message=str(e))
     except Exception as e:  # noqa: BLE001 (the history store or a channel failed: say so, go on with the other jobs)
         _free_claim(night, job, f"{type(e).__name__}: {e}")
-        return _broken(night.db, t.pair, t.alias, t.version, e, "recording the validation failed")
+        return _broken(night, t.pair, t.alias, t.version, e, "recording the validation failed")
     night.lease.drop_claim(job.claim.run_id)
     _logger().info("%s@%s v%s: %s, acceptance rate %.3f [%.3f, %.3f] at k=%s (per-token acceptance %.3f)%s", t.pair,
                    t.alias, t.version, res.status, res.acceptance_rate, *res.acceptance_rate_ci,
@@ -601,7 +596,7 @@ def engine_checks(night: Night, targets: list[Target], params: ValidationParams)
         try:
             res = run_engine_check(night, t, params)
         except Exception as e:  # noqa: BLE001 (a broken engine or store must not stop the other checks)
-            res = _broken(night.db, t.pair, t.alias, t.version, e, "engine check failed")
+            res = _broken(night, t.pair, t.alias, t.version, e, "engine check failed")
         if res is not None:
             out.append(res)
     return out
@@ -696,7 +691,8 @@ def run_night(job: NightlyJob, tree) -> list[NightlyResult]:
                 stopping.check()
                 results.append(finish_job(night, submitted))
         results += engine_checks(night, targets, params)                                # 8. the serving engine
-    report_ungated(night.db, ungated, results, registry=night.registry, revert=job.revert_ungated)  # tonight's verdict
+    report_ungated(night.db, ungated, results, registry=night.registry, settings=night.settings,  # tonight's verdict
+                   revert=job.revert_ungated)
     return finish_run(results, job.fail_on_failure)                     # summary artifact; fails the run if asked
 
 

@@ -74,14 +74,16 @@ def _revert(pair: str, version: str, registry) -> str:
     return f" Moved @{GATED_ALIAS} back to v{to}, the last version that passed the gate (specdec pair watch --revert)."
 
 
-def report_ungated(db, checks: dict[str, dict[str, Any]], results: list, *, registry, revert: bool = False) -> None:
+def report_ungated(db, checks: dict[str, dict[str, Any]], results: list, *, registry, settings,
+                   revert: bool = False) -> None:
     """Raise (or resolve) the ungated-promotion alert of each checked pair, after validation.
 
     The message names the version, when it was noticed, the gate's reasons and tonight's verdict;
     the champion's :class:`flows.tasks.NightlyResult` gets ``ungated_promotion`` (the message) and
     ``ungated_alert`` (the transition). A version that passes the gate tonight is adopted (no alert).
     With ``revert``, a version still ungated after tonight's validation loses @champion to the last
-    version that passed (:func:`registry.ungated.revert_alias`) and the alert says so.
+    version that passed (:func:`registry.ungated.revert_alias`) and the alert says so. ``settings``: the
+    monitoring section (:class:`monitoring.settings.MonitoringSettings`: channels, delivery).
     """
     from monitoring.promotion_alerts import alert_ungated_promotion
 
@@ -100,7 +102,8 @@ def report_ungated(db, checks: dict[str, dict[str, Any]], results: list, *, regi
             message += _revert(pair, f.version, registry)
         try:
             out = alert_ungated_promotion(db, pair, GATED_ALIAS, version=f.version if f else (champ.version if champ else None),
-                                          message=message, firing=f is not None, links=_links(pair, f, registry.uri))
+                                          message=message, firing=f is not None, links=_links(pair, f, registry.uri),
+                                          settings=settings)
         except Exception as e:  # noqa: BLE001 (the store or a channel failing must not stop the other pairs' alerts)
             log.error("%s: ungated-promotion alert not queued: %s: %s", pair, type(e).__name__, e)
             continue

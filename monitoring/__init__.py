@@ -24,7 +24,7 @@ _EXPORTS = {
     "evaluate_run": "monitoring.pipeline",
     "drift_report": "monitoring.pipeline",
     "alert": "monitoring.pipeline",
-    "Evaluation": "monitoring.pipeline",
+    "Evaluation": "monitoring.rules",
     "MonitoringOutcome": "monitoring.pipeline",
     "MonitoringSettings": "monitoring.settings",
     "get_settings": "monitoring.settings",

@@ -35,7 +35,7 @@ from monitoring import channels as ch
 from monitoring.channel_health import CHANNEL_HEALTH, REFUSED, enqueue_channel_health
 from monitoring.db import DELIVERED, FIRING, PENDING, RESOLVED, SENDING, AlertDelivery, Database, Incident, utcnow
 from monitoring.rules import FAILED_VERDICT, PASSED_VERDICT, RuleResult, change_since_baseline, severity_of, verdict
-from monitoring.settings import ChannelConfig, MonitoringSettings, get_settings
+from monitoring.settings import ChannelConfig, MonitoringSettings
 from specdec.validation.report import nan_to_none
 
 log = logging.getLogger(__name__)
@@ -296,20 +296,19 @@ def _transition(db: Database, ctx: AlertContext, results: Sequence[RuleResult], 
 
 def process(
     db: Database, ctx: AlertContext, results: Sequence[RuleResult], *,
-    settings: MonitoringSettings | None = None, now: dt.datetime | None = None,
+    settings: MonitoringSettings, now: dt.datetime | None = None,
     deliver: bool = True, client: httpx.Client | None = None,
 ) -> AlertOutcome:
     """Apply the incident lifecycle to one evaluated run and send what is due.
 
     Args:
         db: history store. ctx: pair facts and links. results: :func:`monitoring.rules.evaluate`.
-        settings: channels, reminder interval, delivery retries (env when ``None``).
+        settings: channels, reminder interval, delivery retries (the caller's section).
         now: injected clock (aware UTC). deliver: send now (else only enqueue).
         client: optional ``httpx.Client`` reused for all sends.
     Returns:
         :class:`AlertOutcome`. Delivery failures do not raise: the rows stay pending.
     """
-    settings = settings or get_settings()
     now = now or utcnow()
     v = verdict(results)
     if not settings.alert_channels:
@@ -381,7 +380,7 @@ def _finish(db: Database, row_id: int, result: ch.SendResult, now: dt.datetime, 
 
 
 def deliver_pending(
-    db: Database, *, settings: MonitoringSettings | None = None, now: dt.datetime | None = None,
+    db: Database, *, settings: MonitoringSettings, now: dt.datetime | None = None,
     client: httpx.Client | None = None, transition: str | None = None,
 ) -> list[Delivery]:
     """Send every pending outbox row (oldest first; of ``transition`` only, if given) to its channel.
@@ -403,7 +402,6 @@ def deliver_pending(
         The deliveries attempted in this call, with their new status (``delivered``, ``pending``,
         ``unconfirmed`` or ``failed``), channel-health alerts included.
     """
-    settings = settings or get_settings()
     now = now or utcnow()
     by_id = {c.channel_id: c for c in settings.alert_channels}
     stale = now - dt.timedelta(seconds=settings.delivery.stale_sending_s)
@@ -475,14 +473,13 @@ def open_incident(db: Database, pair_name: str, scope: str = "") -> Incident | N
             Incident.pair_name == pair_name, Incident.scope == scope, Incident.status == FIRING)).one_or_none()
 
 
-def send_test(settings: MonitoringSettings | None = None, *, client: httpx.Client | None = None,
+def send_test(settings: MonitoringSettings, *, client: httpx.Client | None = None,
               now: dt.datetime | None = None) -> list[tuple[ChannelConfig, ch.SendResult]]:
     """Send a test message to every configured channel (not through the outbox).
 
     Returns:
         ``(channel, result)`` per channel; print ``channel.display`` (never the URL).
     """
-    settings = settings or get_settings()
     now = now or utcnow()
     ctx = AlertContext(pair_name="(test)", pair_version="-",
                        root_cause_hint="this is a test message from `specdec alerts test`")

@@ -438,16 +438,17 @@ def connect(settings=None, *, url: str | None = None, upgrade: bool = True) -> D
     """Open the history store named by ``url`` or ``settings.db_url`` and bring it to ``head``.
 
     Args:
-        settings: :class:`monitoring.settings.MonitoringSettings` (read from env when ``None``).
-        url: overrides ``settings.db_url``.
+        settings: :class:`monitoring.settings.MonitoringSettings`, the caller's section (the CLI or
+            the flow builds it at the edge). url: overrides ``settings.db_url``.
         upgrade: run Alembic migrations first (default True; cheap when already at head).
     Raises:
+        ValueError: neither ``settings`` nor ``url``.
         sqlalchemy.exc.OperationalError: the database cannot be reached.
     """
     if url is None:
-        from monitoring.settings import get_settings
-
-        url = (settings or get_settings()).db_url
+        if settings is None:
+            raise ValueError("connect() needs the monitoring settings or a url")
+        url = settings.db_url
     db = Database(url)
     if upgrade:
         db.upgrade()

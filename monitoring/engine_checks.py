@@ -29,22 +29,22 @@ does. The hint separates the two causes:
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import httpx
 from sqlalchemy import select
 
 from monitoring import alerts, history, rules
-from monitoring.db import COMPLETED, PASSED, Database, ValidationRun, utcnow
-from monitoring.rules import FIRING, INSUFFICIENT, OK, RuleResult
+from monitoring.db import PASSED, Database, ValidationRun, utcnow
+from monitoring.rules import FIRING, INSUFFICIENT, OK, Evaluation, RuleResult
 from monitoring.settings import MonitoringSettings
 from specdec.core.stats import per_token_acceptance
 from specdec.validation.engine_report import EngineCheckReport
 from specdec.validation.metrics import bootstrap_ratio_ci
-from specdec.validation.report import GroupMetrics, ValidationReport, nan_to_none
+from specdec.validation.report import GroupMetrics, nan_to_none
 
-__all__ = ["ENGINE_GAP_RULE", "ENGINE_SERVING_RULE", "EngineEvaluation", "source_of", "record_engine_check", "evaluate_engine_check",
+__all__ = ["ENGINE_GAP_RULE", "ENGINE_SERVING_RULE", "source_of", "engine_record", "record_engine_check", "evaluate_engine_check",
            "alert_engine_check", "alert_engine_error", "fingerprint_changes"]
 
 ENGINE_GAP_RULE = "engine_gap"
@@ -83,49 +83,42 @@ def _metrics(report: EngineCheckReport, rows: list[Any] | None = None, group: An
     return g
 
 
-def record_engine_check(db: Database, report: EngineCheckReport, *, pair: str, version: str, alias: str,
-                        scheduled_date: dt.date, now: dt.datetime | None = None) -> int:
-    """Insert or update the engine-check row of one pair version on one night; returns its id."""
-    now = now or utcnow()
+def engine_record(report: EngineCheckReport, *, pair: str, version: str, alias: str, scheduled_date: dt.date,
+                  now: dt.datetime) -> history.RunRecord:
+    """The :class:`monitoring.history.RunRecord` of one engine check (row layout: the module docstring)."""
     source = source_of(report.engine)
     identity = {"engine": report.engine, "url": report.url, "heldout": report.heldout_name,
                 **{k: report.config.get(k) for k in ("num_speculative_tokens", "max_new_tokens", "temperature",
                                                      "top_k", "top_p", "seed", "limit")}}
+    return history.RunRecord(
+        source=source, pair_name=pair, pair_version=str(version), heldout_name=f"{source}:{report.heldout_name}"[:200],
+        heldout_version=report.heldout_version, config_hash=history.config_hash(identity), scheduled_date=scheduled_date,
+        overall=_metrics(report), categories={c: _metrics(report, [r for r in report.prompts if r.category == c], g)
+                                              for c, g in report.categories.items()},
+        config={**identity, "engine_check": nan_to_none(_evidence(report))}, alias=alias,
+        target_ref=report.target_ref, drafter_kind="model", drafter_ref=report.drafter_ref, code_version="",
+        wall_seconds=report.wall_seconds, report_created_at=now.isoformat(),
+    )
+
+
+def _evidence(report: EngineCheckReport) -> dict[str, Any]:
+    """What the check found that is not part of the row's key (the ``engine_check`` config entry)."""
     o = report.overall
-    evidence = {"core_acceptance_rate": o.core_acceptance_rate, "core_acceptance_rate_ci": o.core_acceptance_rate_ci,
-                "difference": o.difference, "difference_ci": o.difference_ci, "verdict": report.verdict,
-                "audit": report.audit, "speed": report.speed, "fingerprint": report.fingerprint,
-                "counters_source": report.counters_source, "core_per_position": report.core_per_position,
-                "findings": [{"kind": f.kind, "message": f.message} for f in report.findings],
-                "delivery": asdict(report.delivery) if report.delivery else None, "rule": report.rule}
-    vr = ValidationReport(
-        heldout_name=f"{source}:{report.heldout_name}"[:200], heldout_version=report.heldout_version,
-        target_ref=report.target_ref, drafter_kind="model", drafter_ref=report.drafter_ref,
-        config={**identity, "engine_check": nan_to_none(evidence)}, device=None, dtype=None, code_version="",
-        created_at=now.isoformat(), overall=_metrics(report),
-        categories={c: _metrics(report, [r for r in report.prompts if r.category == c], g)
-                    for c, g in report.categories.items()},
-        prompts=[], wall_seconds=report.wall_seconds)
-    values = history._metric_columns(vr)
-    chash = history.config_hash(identity)
-    with db.session() as s:
-        r = ValidationRun
-        row = s.scalars(select(r).where(r.source == source, r.pair_name == pair, r.pair_version == str(version),
-                                        r.heldout_name == vr.heldout_name, r.config_hash == chash,
-                                        r.scheduled_date == scheduled_date).with_for_update()).one_or_none()
-        if row is None:
-            row = ValidationRun(pair_name=pair, pair_version=str(version), heldout_name=vr.heldout_name,
-                                heldout_version=vr.heldout_version, config_hash=chash, scheduled_date=scheduled_date,
-                                source=source, started_at=now, attempts=0, mlflow_logged=False)
-            s.add(row)
-        for key, v in values.items():
-            setattr(row, key, v)
-        row.alias, row.source, row.status, row.error, row.claim_token = alias, source, COMPLETED, None, None
-        row.attempts = (row.attempts or 0) + 1
-        row.finished_at = row.updated_at = now
-        row.rule_results = row.root_cause_hint = row.baseline_run_id = None
-        s.flush()
-        return row.id
+    return {"core_acceptance_rate": o.core_acceptance_rate, "core_acceptance_rate_ci": o.core_acceptance_rate_ci,
+            "difference": o.difference, "difference_ci": o.difference_ci, "verdict": report.verdict,
+            "audit": report.audit, "speed": report.speed, "fingerprint": report.fingerprint,
+            "counters_source": report.counters_source, "core_per_position": report.core_per_position,
+            "findings": [{"kind": f.kind, "message": f.message} for f in report.findings],
+            "delivery": asdict(report.delivery) if report.delivery else None, "rule": report.rule}
+
+
+def record_engine_check(db: Database, report: EngineCheckReport, *, pair: str, version: str, alias: str,
+                        scheduled_date: dt.date, now: dt.datetime | None = None) -> int:
+    """Insert or update the engine-check row of one pair version on one night (:func:`monitoring.history.upsert`
+    of :func:`engine_record`); returns its id."""
+    now = now or utcnow()
+    record = engine_record(report, pair=pair, version=version, alias=alias, scheduled_date=scheduled_date, now=now)
+    return history.upsert(db, record, now=now)
 
 
 def engine_gap_rule(evidence: dict[str, Any], engine: str, tolerance: float = 0.0) -> RuleResult:
@@ -197,18 +190,6 @@ def _fields_of(engine: str) -> tuple[str, ...]:
     return profile.fingerprint_fields if profile is not None else FINGERPRINT_FIELDS
 
 
-@dataclass
-class EngineEvaluation:
-    """Rule outcome of one engine check: ``verdict`` (the row status), the results, the hint, the baseline."""
-
-    run_id: int
-    verdict: str
-    results: list[RuleResult]
-    root_cause_hint: str
-    baseline_run_id: int | None = None
-    baseline_label: str | None = None
-
-
 def _hint(engine: str, gap: RuleResult, health: list[RuleResult], changes: list[str], since: str | None,
           serving: RuleResult | None = None) -> str:
     if serving is not None and serving.firing:
@@ -227,7 +208,7 @@ def _hint(engine: str, gap: RuleResult, health: list[RuleResult], changes: list[
     return gap.message
 
 
-def evaluate_engine_check(db: Database, run_id: int, *, settings: MonitoringSettings) -> EngineEvaluation:
+def evaluate_engine_check(db: Database, run_id: int, *, settings: MonitoringSettings) -> Evaluation:
     """Health rules (engine counters) + the engine gap rule; stores verdict, results and hint on the row.
 
     Raises:
@@ -251,10 +232,10 @@ def evaluate_engine_check(db: Database, run_id: int, *, settings: MonitoringSett
     history.set_evaluation(db, run_id, status=verdict, rule_results=[r.to_dict() for r in results],
                            root_cause_hint=hint, baseline_run_id=base_row.id if base_row else None)
     label = f"{row.pair_name} v{base_row.pair_version} engine check run {base_row.id}" if base_row else None
-    return EngineEvaluation(run_id, verdict, results, hint, base_row.id if base_row else None, label)
+    return Evaluation(run_id, verdict, results, hint, base_row.id if base_row else None, label)
 
 
-def alert_engine_check(db: Database, ev: EngineEvaluation, *, settings: MonitoringSettings,
+def alert_engine_check(db: Database, ev: Evaluation, *, settings: MonitoringSettings,
                        now: dt.datetime | None = None, client: httpx.Client | None = None) -> str | None:
     """The incident lifecycle of an evaluated engine check (scope ``engine:<engine>``: one alert per
     incident, one resolve); returns the transition (``fire`` / ``remind-<n>`` / ``resolve`` / None)."""

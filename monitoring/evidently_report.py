@@ -141,8 +141,9 @@ def build_report(
         current_label / reference_label: what the two sides are (e.g. ``specdec-pair v2, night
             2026-11-30``), written at the top of the HTML with how to read it (:func:`explanation`).
         pooled: specdec's pooled acceptance rates (current, reference), quoted next to Evidently's mean.
-        judged: the column the threshold tests judge (default: the acceptance policy's metric,
-            ``acceptance_rate``; ``per_token_acceptance`` with the per-token estimator).
+        judged: the column the threshold tests judge (default: the default acceptance policy's metric,
+            ``acceptance_rate``; ``per_token_acceptance`` with the per-token estimator: the caller
+            passes its policy's).
     Returns:
         The :class:`DriftVerdict` read back from the saved JSON, or ``None`` when fewer than two
         measured prompts exist on either side for every column (nothing to compare).
@@ -160,9 +161,9 @@ def build_report(
     definition = DataDefinition(numerical_columns=cols)
     metrics: list[Any] = [ValueDrift(column=c, method=DRIFT_METHOD, threshold=DRIFT_THRESHOLD) for c in cols]
     if judged is None:
-        from specdec.settings.policy import get_policy
+        from specdec.policy import AcceptancePolicy
 
-        judged = get_policy().metric
+        judged = AcceptancePolicy().metric
     if judged in cols:
         tests = [gte(acceptance_threshold)]
         base_mean = float(ref[judged].mean())

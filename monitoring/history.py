@@ -5,8 +5,10 @@ date), a unique constraint on ``validation_runs``. The flow:
 
 1. :func:`claim_run` inserts the row in state ``running`` (or re-claims a finished or stale one).
    A second run with the same key while the first is alive gets :class:`RunAlreadyClaimed`.
-2. :func:`record_run` writes the report into that same row (upsert) and replaces its per-prompt
-   rows; a retried nightly run therefore updates its row and never duplicates it.
+2. :func:`record_run` writes the report into that same row and replaces its per-prompt rows; a
+   retried nightly run therefore updates its row and never duplicates it. It goes through
+   :func:`upsert`, the one writer of ``validation_runs`` rows, which every source (nightly run,
+   production window, engine check) calls with its own :class:`RunRecord`.
 3. :func:`mark_mlflow_logged` once the MLflow run exists; :func:`runs_pending_mlflow` lists rows
    whose MLflow logging must be retried.
 
@@ -48,7 +50,7 @@ from monitoring.rules import speed_only_inconclusive
 from specdec.validation.report import GroupMetrics, PromptResult, ValidationReport, group_metrics_from_dict, nan_to_none
 
 __all__ = ["RunAlreadyClaimed", "config_hash", "RunKey", "Lineage", "Claim", "DEFAULT_STALE_AFTER_S",
-           "RunSnapshot", "claim_run", "heartbeat", "record_run", "mark_error", "set_evaluation", "attach_evidently",
+           "RunSnapshot", "RunRecord", "record_of", "upsert", "claim_run", "heartbeat", "record_run", "mark_error", "set_evaluation", "attach_evidently",
            "mark_mlflow_logged", "runs_pending_mlflow", "get_run", "find_run", "list_runs", "newer_evaluated_run",
            "find_baseline", "snapshot", "snapshot_of", "prompt_results"]
 
@@ -190,8 +192,67 @@ def _ci(g: GroupMetrics, name: str) -> tuple[float | None, float | None]:
     return nan_to_none(float(ci[0])), nan_to_none(float(ci[1]))
 
 
-def _metric_columns(report: ValidationReport) -> dict[str, Any]:
-    g = report.overall
+@dataclass(frozen=True)
+class RunRecord:
+    """One ``validation_runs`` row as a source writes it (nightly run, production window, engine check).
+
+    Each source builds its record from its own report type (:func:`record_of` for a
+    :class:`ValidationReport`, :func:`monitoring.production.store.window_record`,
+    :func:`monitoring.engine_checks.engine_record`) and hands it to :func:`upsert`, the one writer.
+
+    Attributes:
+        source: ``nightly`` | ``production`` | ``engine:<engine>``.
+        pair_name / pair_version / heldout_name / heldout_version / config_hash / scheduled_date: the
+            row's identity (a production window, ``window_end`` set, is matched without ``pair_version``:
+            re-ingesting it updates the version its alias pointed at).
+        overall / categories: the measured metrics (the flat metric columns are derived from ``overall``).
+        config: the config JSON stored with the row. prompts: per-prompt rows (replace the row's).
+        Everything else: the column of the same name.
+    """
+
+    source: str
+    pair_name: str
+    pair_version: str
+    heldout_name: str
+    heldout_version: str
+    config_hash: str
+    scheduled_date: dt.date
+    overall: GroupMetrics
+    categories: dict[str, GroupMetrics] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    alias: str | None = None
+    prompts: list[PromptResult] = field(default_factory=list)
+    window_start: dt.datetime | None = None
+    window_end: dt.datetime | None = None
+    target_ref: str | None = None
+    drafter_kind: str | None = None
+    drafter_ref: str | None = None
+    target_hash: str | None = None
+    draft_hash: str | None = None
+    code_version: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    method: str | None = None
+    wall_seconds: float | None = None
+    report_created_at: str | None = None
+
+
+def record_of(report: ValidationReport, key: RunKey, lineage: Lineage, *, alias: str | None = None) -> RunRecord:
+    """The nightly :class:`RunRecord` of ``report`` under ``key`` (``report.config`` stored as the config JSON)."""
+    return RunRecord(
+        source=NIGHTLY, pair_name=key.pair_name, pair_version=key.pair_version, heldout_name=key.heldout_name,
+        heldout_version=key.heldout_version, config_hash=key.config_hash, scheduled_date=key.scheduled_date,
+        overall=report.overall, categories=dict(report.categories), config=dict(report.config), alias=alias,
+        prompts=list(report.prompts), target_ref=report.target_ref, drafter_kind=report.drafter_kind,
+        drafter_ref=report.drafter_ref, target_hash=lineage.target_hash, draft_hash=lineage.draft_hash,
+        code_version=lineage.code_version or report.code_version, device=report.device, dtype=report.dtype,
+        method=report.method, wall_seconds=report.wall_seconds, report_created_at=report.created_at,
+    )
+
+
+def _metric_columns(rec: RunRecord) -> dict[str, Any]:
+    """The row's column values of ``rec`` (flat metrics from ``rec.overall``, NaN -> None)."""
+    g = rec.overall
     names = ("acceptance_rate", "alpha_hat", "alpha_tf", "speedup", "per_token_acceptance")
     (ar_lo, ar_hi), (ah_lo, ah_hi), (tf_lo, tf_hi), (sp_lo, sp_hi), (pt_lo, pt_hi) = (_ci(g, f"{n}_ci") for n in names)
     cols = dict(
@@ -205,17 +266,21 @@ def _metric_columns(report: ValidationReport) -> dict[str, Any]:
         alpha_tf=g.alpha_tf, alpha_tf_ci_low=tf_lo, alpha_tf_ci_high=tf_hi,
         top1_agreement=g.top1_agreement, total_variation=g.total_variation,
         kl_divergence=g.kl_divergence, speedup=g.speedup, predicted_speedup=g.predicted_speedup,
-        target_only_seconds=g.target_only_seconds, speculative_seconds=g.speculative_seconds, wall_seconds=report.wall_seconds,
-        method=report.method, replay_decode_agreement=g.replay_decode_agreement, replay_beyond_numerics=g.replay_beyond_numerics,
+        target_only_seconds=g.target_only_seconds, speculative_seconds=g.speculative_seconds,
+        replay_decode_agreement=g.replay_decode_agreement, replay_beyond_numerics=g.replay_beyond_numerics,
         overall=nan_to_none(asdict(g)),
-        categories={k: nan_to_none(asdict(v)) for k, v in report.categories.items()},
-        target_ref=report.target_ref, drafter_kind=report.drafter_kind, drafter_ref=report.drafter_ref,
-        code_version=report.code_version,
-        config=json.loads(json.dumps(nan_to_none(dict(report.config)), default=str)),
-        num_speculative_tokens=g.num_speculative_tokens or report.config.get("num_speculative_tokens"),
-        device=report.device, dtype=report.dtype, report_created_at=report.created_at,
+        categories={k: nan_to_none(asdict(v)) for k, v in rec.categories.items()},
+        config=json.loads(json.dumps(nan_to_none(dict(rec.config)), default=str)),
+        num_speculative_tokens=g.num_speculative_tokens or rec.config.get("num_speculative_tokens"),
+        **{f: getattr(rec, f) for f in _PLAIN_COLUMNS},
     )
     return {k: nan_to_none(v) for k, v in cols.items()}
+
+
+#: record fields stored as they are in the column of the same name
+_PLAIN_COLUMNS = ("source", "pair_version", "window_start", "window_end", "target_ref", "drafter_kind", "drafter_ref",
+                  "target_hash", "draft_hash", "code_version", "device", "dtype", "method", "wall_seconds",
+                  "report_created_at")
 
 
 def _prompt_rows(run_id: int, prompts: list[PromptResult]) -> list[PromptRow]:
@@ -331,64 +396,98 @@ def record_run(
     db: Database, report: ValidationReport, key: RunKey, lineage: Lineage, *,
     claim: Claim | None = None, alias: str | None = None, now: dt.datetime | None = None,
 ) -> int:
-    """Write ``report`` into the row of ``key`` (upsert) and replace its per-prompt rows.
-
-    Status becomes ``completed`` (the drift rules later set passed/failed/inconclusive), the claim
-    is released, and ``mlflow_logged`` is reset to False when the metrics changed on a retry
-    (the flow logs the MLflow run after this call).
+    """Write the nightly ``report`` into the row of ``key``: :func:`upsert` of :func:`record_of`.
 
     Args:
         report: the validation report (``report.prompts`` are stored one row each).
         key: the idempotency key (its config hash is what identifies the row; ``report.config`` is
             stored as the config JSON). lineage: weight hashes and versions.
-        claim: the :class:`Claim` from :func:`claim_run`; without one, a row held by a live
-            ``running`` claim is refused. alias: alias the pair version was resolved through.
+        claim / alias / now: as :func:`upsert`.
     Returns:
         The run id (primary key of ``validation_runs``).
     Raises:
         RunAlreadyClaimed: the claim was lost, or (without a claim) another run holds the key.
         ValueError: duplicate prompt ids in the report.
     """
+    return upsert(db, record_of(report, key, lineage, alias=alias), claim=claim, now=now)
+
+
+def _find_row(s, rec: RunRecord) -> ValidationRun | None:
+    """The row of ``rec``'s identity, locked (see :class:`RunRecord` for a production window's)."""
+    r = ValidationRun
+    where = [r.source == rec.source, r.pair_name == rec.pair_name, r.heldout_name == rec.heldout_name,
+             r.heldout_version == rec.heldout_version, r.config_hash == rec.config_hash]
+    if rec.window_end is None:
+        where += [r.pair_version == rec.pair_version, r.scheduled_date == rec.scheduled_date]
+    return s.scalars(select(r).where(*where).with_for_update()).one_or_none()
+
+
+def _new_row(rec: RunRecord, now: dt.datetime) -> ValidationRun:
+    return ValidationRun(pair_name=rec.pair_name, pair_version=rec.pair_version, heldout_name=rec.heldout_name,
+                         heldout_version=rec.heldout_version, config_hash=rec.config_hash,
+                         scheduled_date=rec.scheduled_date, source=rec.source, started_at=now, attempts=0,
+                         mlflow_logged=False)
+
+
+def upsert(db: Database, record: RunRecord, *, claim: Claim | None = None, now: dt.datetime | None = None) -> int:
+    """The one writer of ``validation_runs``: insert or update the row of ``record`` and replace its prompts.
+
+    Status becomes ``completed`` (the rules later set passed/failed/inconclusive), the claim is
+    released, the previous evaluation, Evidently report and MLflow run are cleared (the nightly logs
+    its MLflow run after this call). ``attempts``: a nightly row counts them when claimed
+    (:func:`claim_run`), a row of any other source on each write.
+
+    Args:
+        record: the row (:class:`RunRecord`). claim: the :class:`Claim` from :func:`claim_run`;
+            without one, a row held by a live ``running`` claim is refused. now: injected clock (UTC).
+    Returns:
+        The row id.
+    Raises:
+        RunAlreadyClaimed: the claim was lost, or (without a claim) another run holds the row.
+        ValueError: duplicate prompt ids in ``record.prompts``.
+    """
     now = now or utcnow()
-    values = _metric_columns(report)
-    values.update(
-        target_hash=lineage.target_hash, draft_hash=lineage.draft_hash,
-        code_version=lineage.code_version or report.code_version,
-    )
+    values = _metric_columns(record)
     for attempt in range(2):
         try:
             with db.session() as s:
-                if claim is not None:
-                    row = _owned_row(s, claim)
-                else:
-                    row = s.scalars(_select_for_update(key)).one_or_none()
-                    if row is not None and row.status == RUNNING:
-                        raise RunAlreadyClaimed(key, row.id, row.claimed_at, "held by a running claim")
-                    if row is None:
-                        row = ValidationRun(
-                            pair_name=key.pair_name, pair_version=key.pair_version,
-                            heldout_name=key.heldout_name, heldout_version=key.heldout_version,
-                            config_hash=key.config_hash, scheduled_date=key.scheduled_date,
-                            started_at=now, attempts=1,
-                        )
-                        s.add(row)
-                        s.flush()
-                for k, v in values.items():
-                    setattr(row, k, v)
-                if alias is not None:
-                    row.alias = alias
-                row.status, row.claim_token, row.error = COMPLETED, None, None
-                row.finished_at = row.updated_at = now
-                row.mlflow_logged, row.mlflow_run_id = False, None
-                row.rule_results = row.root_cause_hint = row.baseline_run_id = None
-                row.evidently_html = row.evidently_json = row.evidently_verdict = None
-                s.execute(delete(PromptRow).where(PromptRow.run_id == row.id))
-                s.add_all(_prompt_rows(row.id, report.prompts))
+                row = _owned_row(s, claim) if claim is not None else _find_row(s, record)
+                if claim is None and row is not None and row.status == RUNNING:
+                    raise RunAlreadyClaimed(_key_of(record), row.id, row.claimed_at, "held by a running claim")
+                new = row is None
+                if new:
+                    row = _new_row(record, now)
+                    s.add(row)
+                    s.flush()
+                counted = claim is None and (new or record.source != NIGHTLY)
+                _write(s, row, record, values, now, counted=counted)
                 return row.id
         except IntegrityError:
             if attempt or claim is not None:
                 raise
     raise AssertionError("unreachable")
+
+
+def _write(s, row: ValidationRun, rec: RunRecord, values: dict[str, Any], now: dt.datetime, *, counted: bool) -> None:
+    """Set ``row`` from ``rec`` (``values``: its columns); ``counted``: one more attempt."""
+    for k, v in values.items():
+        setattr(row, k, v)
+    if rec.alias is not None:
+        row.alias = rec.alias
+    row.attempts = (row.attempts or 0) + counted
+    row.status, row.claim_token, row.error = COMPLETED, None, None
+    row.finished_at = row.updated_at = now
+    row.mlflow_logged, row.mlflow_run_id = False, None
+    row.rule_results = row.root_cause_hint = row.baseline_run_id = None
+    row.evidently_html = row.evidently_json = row.evidently_verdict = None
+    s.execute(delete(PromptRow).where(PromptRow.run_id == row.id))
+    s.add_all(_prompt_rows(row.id, rec.prompts))
+
+
+def _key_of(rec: RunRecord) -> RunKey:
+    """The :class:`RunKey` of ``rec``'s identity (for messages)."""
+    return RunKey(rec.pair_name, rec.pair_version, rec.heldout_name, rec.heldout_version, rec.config_hash,
+                  rec.scheduled_date)
 
 
 def mark_error(db: Database, claim: Claim, message: str, *, now: dt.datetime | None = None) -> None:

@@ -1,18 +1,20 @@
 """The monitoring steps of a validation, composed from history, rules, the Evidently report and alerts.
 
-Step by step (what :func:`record_and_evaluate` composes; the nightly flow calls that composition and
-logs its MLflow run in its ``before_alert`` step, between the evidence and the alert)::
+Step by step (what :func:`record_evidence` then :func:`alert_evidence` compose; the nightly flow calls
+the first, logs its MLflow run, then calls the second with the run's links)::
 
-    db = monitoring.connect()                                    # migrates to head
+    db = monitoring.connect(settings)                            # migrates to head
     claim = history.claim_run(db, key, alias="champion")         # RunAlreadyClaimed -> exit
     ... validate ...                                             # history.mark_error on failure
     run_id = history.record_run(db, report, key, lineage, claim=claim, alias="champion")
-    ev = evaluate_run(db, run_id, champion_version="3")          # rules + hint, sets status
-    drift = drift_evidence(db, ev)                               # Evidently HTML + JSON, or None
+    ev = evaluate_run(db, run_id, champion_version="3", settings=settings)  # rules + hint, sets status
+    drift = drift_evidence(db, ev, settings=settings)            # Evidently HTML + JSON, or None
     ... log the MLflow run; history.mark_mlflow_logged(db, run_id, mlflow_run_id) ...
-    outcome = alert(db, ev, links={"Evidently report": drift.html_path, "MLflow run": url})
+    outcome = alert(db, ev, links={"Evidently report": drift.html_path, "MLflow run": url}, settings=settings)
 
-or all at once with :func:`record_and_evaluate`. Everything crossing this boundary is plain data.
+or all at once with :func:`record_and_evaluate`. Everything crossing this boundary is plain data;
+``settings`` (:class:`monitoring.settings.MonitoringSettings`) is handed down by the caller (the CLI or
+the flow builds it at the edge).
 """
 
 from __future__ import annotations
@@ -22,55 +24,33 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import httpx
 
 from monitoring import alerts, history, rules
 from monitoring.db import Database
-from monitoring.settings import MonitoringSettings, get_settings
+from monitoring.rules import Evaluation
+from monitoring.settings import MonitoringSettings
+from specdec.policy import AcceptancePolicy
 from specdec.validation.report import ValidationReport
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class Evaluation:
-    """Drift-rule outcome of one run.
-
-    Attributes:
-        run_id: history row. verdict: ``passed`` | ``failed`` | ``inconclusive`` (also the row's
-            new status). results: every :class:`monitoring.rules.RuleResult`.
-        root_cause_hint: one line. baseline_run_id / baseline_label: the baseline used, if any.
-    """
-
-    run_id: int
-    verdict: str
-    results: list[rules.RuleResult]
-    root_cause_hint: str
-    baseline_run_id: int | None = None
-    baseline_label: str | None = None
-
-    @property
-    def firing(self) -> list[rules.RuleResult]:
-        """The rules that fire."""
-        return [r for r in self.results if r.firing]
-
-
-@dataclass
 class MonitoringOutcome:
-    """Everything :func:`record_and_evaluate` did."""
+    """Everything :func:`record_evidence` (then :func:`alert_evidence`) did: ``alert`` is ``None`` until alerted."""
 
     run_id: int
     evaluation: Evaluation
     drift: object | None  # monitoring.evidently_report.DriftVerdict
-    alert: alerts.AlertOutcome
+    alert: alerts.AlertOutcome | None = None
     links: dict[str, str] = field(default_factory=dict)
 
 
 def evaluate_run(
     db: Database, run_id: int, *, champion_version: str | int | None = None,
-    champion_alias: str = "champion", settings: MonitoringSettings | None = None,
+    champion_alias: str = "champion", settings: MonitoringSettings,
     extra_results: list[rules.RuleResult] | None = None,
 ) -> Evaluation:
     """Evaluate the drift rules on a recorded run against its baseline; store the outcome.
@@ -83,7 +63,6 @@ def evaluate_run(
     Raises:
         KeyError: unknown run. ValueError: the run has no recorded metrics.
     """
-    settings = settings or get_settings()
     current = history.snapshot(db, run_id)
     base_row = history.find_baseline(db, run_id, champion_version=champion_version,
                                      champion_alias=champion_alias)
@@ -104,8 +83,7 @@ def _safe(name: str) -> str:
 
 
 def drift_report(
-    db: Database, evaluation: Evaluation, *, out_dir: str | Path | None = None,
-    settings: MonitoringSettings | None = None,
+    db: Database, evaluation: Evaluation, *, settings: MonitoringSettings, out_dir: str | Path | None = None,
 ):
     """Evidently report of the run against its baseline, saved and attached to the history row.
 
@@ -117,7 +95,6 @@ def drift_report(
     """
     from monitoring import evidently_report
 
-    settings = settings or get_settings()
     if evaluation.baseline_run_id is None:
         log.info("run %s: no passing baseline run yet, so no Evidently drift report", evaluation.run_id)
         return None
@@ -129,6 +106,7 @@ def drift_report(
         history.prompt_results(db, evaluation.baseline_run_id), out,
         acceptance_threshold=settings.rules.absolute_threshold,
         relative_drop=settings.rules.relative_drop,
+        judged=AcceptancePolicy(estimator=settings.rules.estimator).metric,
         current_label=f"{row.pair_name} v{row.pair_version}, night {row.scheduled_date} (history run {row.id})",
         reference_label=f"{base.pair_name} v{base.pair_version}, night {base.scheduled_date} (history run {base.id}, "
                         "the last passing run of the champion)",
@@ -145,9 +123,8 @@ def drift_report(
 
 
 def alert(
-    db: Database, evaluation: Evaluation, *, links: dict[str, str] | None = None,
-    scope: str | None = None, settings: MonitoringSettings | None = None, now: dt.datetime | None = None,
-    client: httpx.Client | None = None,
+    db: Database, evaluation: Evaluation, *, settings: MonitoringSettings, links: dict[str, str] | None = None,
+    scope: str | None = None, now: dt.datetime | None = None, client: httpx.Client | None = None,
 ) -> alerts.AlertOutcome:
     """Run the incident lifecycle for an evaluated run and deliver what is due (plus old pending).
 
@@ -167,7 +144,6 @@ def alert(
     newer = history.newer_evaluated_run(db, row.id, alias=scope or None)
     if newer is not None:  # a late retry of an older night must not flip the incident
         log.info("run %s is older than evaluated run %s: incident left as is", row.id, newer.id)
-        settings = settings or get_settings()
         return alerts.AlertOutcome(None, None, evaluation.verdict,
                                    alerts.deliver_pending(db, settings=settings, now=now, client=client))
     ctx = alerts.AlertContext(
@@ -192,8 +168,8 @@ def _changed(row, base) -> str | None:
     return "both" if t and d else "target" if t else "draft" if d else None
 
 
-def drift_evidence(db: Database, evaluation: Evaluation, *, out_dir: str | Path | None = None,
-                   settings: MonitoringSettings | None = None):
+def drift_evidence(db: Database, evaluation: Evaluation, *, settings: MonitoringSettings,
+                   out_dir: str | Path | None = None):
     """:func:`drift_report`, best-effort: the report is evidence, not the alert path.
 
     Returns:
@@ -208,53 +184,73 @@ def drift_evidence(db: Database, evaluation: Evaluation, *, out_dir: str | Path 
         return None
 
 
-def record_and_evaluate(
+def record_evidence(
     db: Database, report: ValidationReport, key: history.RunKey, lineage: history.Lineage, *,
-    claim: history.Claim | None = None, alias: str | None = None,
-    champion_version: str | int | None = None, links: dict[str, str] | None = None,
-    scope: str | None = None, evidently: bool = True, settings: MonitoringSettings | None = None,
-    now: dt.datetime | None = None, client: httpx.Client | None = None,
-    evidently_dir: str | Path | None = None,
-    before_alert: Callable[[int, Evaluation, object | None], dict[str, str]] | None = None,
+    settings: MonitoringSettings, claim: history.Claim | None = None, alias: str | None = None,
+    champion_version: str | int | None = None, links: dict[str, str] | None = None, evidently: bool = True,
+    now: dt.datetime | None = None, evidently_dir: str | Path | None = None,
     extra_results: list[rules.RuleResult] | None = None,
 ) -> MonitoringOutcome:
-    """Record ``report`` (upsert on ``key``), evaluate the rules, build the Evidently report, alert.
+    """Record ``report`` (:func:`history.record_run` on ``key``), evaluate the rules, build the Evidently
+    report: everything before the alert (:func:`alert_evidence`).
 
-    The history row, the rules and the alert always happen; the Evidently report is best-effort
-    (:func:`drift_evidence`).
+    The history row and the rules always happen; the Evidently report is best-effort (:func:`drift_evidence`).
 
     Args:
+        links: name -> URL/path known already (the Evidently report's path is added after them).
         evidently_dir: where the Evidently files go (default: see :func:`drift_report`).
-        before_alert: a step between the evidence and the alert, called with ``(run_id, evaluation,
-            drift)``; the links it returns are added to the alert's (the nightly logs its MLflow run
-            there). It must not raise for the alert to go out.
         extra_results: more rule results judged with the rules (:func:`evaluate_run`).
     Returns:
-        :class:`MonitoringOutcome`. The Evidently report path is added to ``links``.
+        :class:`MonitoringOutcome` without ``alert``; ``links`` holds ``links`` and the Evidently report.
     Raises:
         RunAlreadyClaimed: the claim was lost / another live run holds the key.
     """
-    settings = settings or get_settings()
     run_id = history.record_run(db, report, key, lineage, claim=claim, alias=alias, now=now)
     ev = evaluate_run(db, run_id, champion_version=champion_version, settings=settings, extra_results=extra_results)
-    drift = None
-    links = dict(links or {})
+    drift, links = None, dict(links or {})
     if evidently:
         drift = drift_evidence(db, ev, settings=settings, out_dir=evidently_dir)
         if drift is not None:
             links.setdefault("Evidently report", str(drift.html_path))
     elif ev.baseline_run_id is not None:
         log.info("run %s: Evidently report skipped (disabled)", run_id)
-    if before_alert is not None:
-        links.update(before_alert(run_id, ev, drift))
-    outcome = alert(db, ev, links=links, scope=scope, settings=settings, now=now, client=client)
-    return MonitoringOutcome(run_id, ev, drift, outcome, links)
+    return MonitoringOutcome(run_id, ev, drift, links=links)
+
+
+def alert_evidence(
+    db: Database, evidence: MonitoringOutcome, *, settings: MonitoringSettings, links: dict[str, str] | None = None,
+    scope: str | None = None, now: dt.datetime | None = None, client: httpx.Client | None = None,
+) -> MonitoringOutcome:
+    """The alert step after :func:`record_evidence` (:func:`alert`), with ``links`` (the MLflow run...) added
+    after the evidence's (a name in both: ``links``' URL); ``scope`` as :func:`alert`.
+
+    Returns:
+        ``evidence`` with its ``alert`` set and the links the alert carried.
+    """
+    merged = {**evidence.links, **(links or {})}
+    outcome = alert(db, evidence.evaluation, links=merged, scope=scope, settings=settings, now=now, client=client)
+    return MonitoringOutcome(evidence.run_id, evidence.evaluation, evidence.drift, outcome, merged)
+
+
+def record_and_evaluate(
+    db: Database, report: ValidationReport, key: history.RunKey, lineage: history.Lineage, *,
+    settings: MonitoringSettings, scope: str | None = None, client: httpx.Client | None = None, **record: object,
+) -> MonitoringOutcome:
+    """:func:`record_evidence` then :func:`alert_evidence` at once (no step between them).
+
+    Args:
+        scope / client: as :func:`alert_evidence`. record: the keywords of :func:`record_evidence`
+            (claim, alias, champion_version, links, evidently, now, evidently_dir, extra_results).
+    Returns:
+        :class:`MonitoringOutcome`. Raises: as :func:`record_evidence`.
+    """
+    evidence = record_evidence(db, report, key, lineage, settings=settings, **record)
+    return alert_evidence(db, evidence, settings=settings, scope=scope, now=record.get("now"), client=client)
 
 
 def alert_broken(
-    db: Database, pair_name: str, alias: str, message: str, *, version: str | None = None,
-    settings: MonitoringSettings | None = None, now: dt.datetime | None = None,
-    client: httpx.Client | None = None,
+    db: Database, pair_name: str, alias: str, message: str, *, settings: MonitoringSettings,
+    version: str | None = None, now: dt.datetime | None = None, client: httpx.Client | None = None,
 ) -> alerts.AlertOutcome:
     """One alert for a (pair, alias) that could not be validated at all: a broken alias, a pair
     version or model that no longer exists, a model that does not load, a validation that raised.

@@ -27,7 +27,7 @@ def ungated_scope(alias: str) -> str:
 
 def alert_ungated_promotion(
     db: Database, pair_name: str, alias: str, *, version: str | None, message: str, firing: bool,
-    links: dict[str, str] | None = None, settings: MonitoringSettings | None = None,
+    settings: MonitoringSettings, links: dict[str, str] | None = None,
     now: dt.datetime | None = None, client: httpx.Client | None = None,
 ) -> alerts.AlertOutcome:
     """Open, remind or resolve the ungated-promotion incident of ``pair_name@alias``.

@@ -466,6 +466,34 @@ def verdict(results: Iterable[RuleResult]) -> str:
     return combine(rule_verdict(r) for r in results)
 
 
+@dataclass
+class Evaluation:
+    """The rule outcome of one history row, whatever its source (nightly run, production window, engine check).
+
+    Attributes:
+        run_id: history row. verdict: ``passed`` | ``failed`` | ``inconclusive`` (also the row's new
+            status). results: the rules the verdict was judged on (a production window: its health rules).
+        root_cause_hint: one line. baseline_run_id / baseline_label: the baseline used, if any.
+        representativeness / nightly_run_id / nightly_label: a production window only: the comparison with
+            the nightly run of the served pair version (its own incident), and that run.
+    """
+
+    run_id: int
+    verdict: str
+    results: list[RuleResult]
+    root_cause_hint: str
+    baseline_run_id: int | None = None
+    baseline_label: str | None = None
+    representativeness: RuleResult | None = None
+    nightly_run_id: int | None = None
+    nightly_label: str | None = None
+
+    @property
+    def firing(self) -> list[RuleResult]:
+        """The rules that fire (of :attr:`results`)."""
+        return [r for r in self.results if r.firing]
+
+
 def speed_only_inconclusive(rule_results: list[dict] | None) -> bool:
     """Stored rule results (``RuleResult.to_dict()``) of an ``inconclusive`` night whose acceptance
     passed and whose only doubt is a speed timed on a busy machine: such a night is a valid

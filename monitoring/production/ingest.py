@@ -3,9 +3,9 @@ evaluate the rules, run the incident lifecycle.
 
 ::
 
-    db = monitoring.connect()
-    outcomes = ingest_window(db, source, start, end, settings=get_production_settings(),
-                             monitoring_settings=monitoring.get_settings())
+    db = monitoring.connect(tree.monitoring)      # the settings tree built at the edge (a CLI, a flow)
+    outcomes = ingest_window(db, source, start, end, settings=tree.production,
+                             monitoring_settings=tree.monitoring)
 
 Incidents: scope ``production:<source>`` for the health rules (one fire message, reminders at most
 daily, one resolve), scope ``representativeness:<source>`` for the nightly comparison (opened when
@@ -28,11 +28,11 @@ from monitoring.production import store
 from monitoring.production.counters import pool_window, window_metrics
 from monitoring.production.engines import engine_metrics
 from monitoring.production.invariants import scrape_violations, window_violations
-from monitoring.production.rules import ProductionEvaluation, evaluate_window
+from monitoring.production.rules import evaluate_window
 from monitoring.production.settings import ProductionSettings, ProductionSource, find_mapping
 from monitoring.production.sources import query_raw_series, scrape_metrics, scrape_series
 from specdec.redact import redact_url
-from monitoring.rules import FIRING, OK
+from monitoring.rules import FIRING, OK, Evaluation
 from monitoring.settings import MonitoringSettings
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ def _refuse(source: str, bad: dict[str, list[str]], start: dt.datetime | None,
     return out
 
 
-def alert_window(db: Database, ev: ProductionEvaluation, *, source: str, settings: MonitoringSettings,
+def alert_window(db: Database, ev: Evaluation, *, source: str, settings: MonitoringSettings,
                  now: dt.datetime | None = None, client: httpx.Client | None = None,
                  links: dict[str, str] | None = None) -> tuple[str | None, str | None]:
     """Incident lifecycle for an evaluated window; returns ``(health transition, representativeness
@@ -126,7 +126,7 @@ def alert_window(db: Database, ev: ProductionEvaluation, *, source: str, setting
                   heldout=where, num_speculative_tokens=row.num_speculative_tokens, links=dict(links or {}))
     health = alerts.process(db, alerts.AlertContext(scope=f"production:{source}", baseline=ev.baseline_label,
                                                     root_cause_hint=ev.root_cause_hint, **common),
-                            ev.health, settings=settings, now=now, client=client)
+                            ev.results, settings=settings, now=now, client=client)
     rep = ev.representativeness
     rep_transition = None
     if rep.status in (FIRING, OK):  # not judged (no nightly run, too few tokens): leave it alone
@@ -211,9 +211,9 @@ def ingest_window(
         config = {"source": source.name, "engine": source.engine, "model": model, "window_seconds": window_s,
                   "num_speculative_tokens": g.num_speculative_tokens or None}
         try:
-            run_id = store.record_window(db, pair=mapping.pair, version=version, alias=mapping.alias,
-                                         source=source.name, engine=source.engine, model=model, start=start,
-                                         end=end, metrics=g, config=config, code_version=code_version, now=now)
+            run_id = store.record_window(db, store.Window(
+                pair=mapping.pair, version=version, alias=mapping.alias, source=source.name, engine=source.engine,
+                model=model, start=start, end=end, metrics=g, config=config, code_version=code_version), now=now)
         except store.ImpossibleMetrics as e:
             out += _refuse(source.name, {model: [str(e)]}, start, end)
             continue
@@ -222,7 +222,7 @@ def ingest_window(
         if alert:
             ht, rt = alert_window(db, ev, source=source.name, settings=monitoring_settings,
                                   now=now or utcnow(), client=client)
-        fired = [r.message for r in ev.health if r.firing]
+        fired = [r.message for r in ev.firing]
         out.append(WindowOutcome(
             source.name, model, ev.verdict, start, end, mapping.pair, mapping.alias, version, run_id,
             _num(g.acceptance_rate), [x for x in map(_num, g.acceptance_rate_ci) if x is not None],

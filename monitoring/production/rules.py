@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 
 from monitoring import history, rules
 from monitoring.db import Database, ValidationRun
 from monitoring.production import store
-from monitoring.rules import FIRING, INSUFFICIENT, NOT_APPLICABLE, OK, OVERALL, RuleResult
+from monitoring.rules import FIRING, INSUFFICIENT, NOT_APPLICABLE, OK, OVERALL, Evaluation, RuleResult
 from monitoring.settings import MonitoringSettings, RuleSettings
 from specdec.policy import AcceptancePolicy, Floor
 from specdec.validation.report import GroupMetrics, group_metrics_from_dict
@@ -81,28 +80,6 @@ def representativeness_rule(production: GroupMetrics, nightly: GroupMetrics | No
     return RuleResult(status=OK, **common, message=f"{text}: consistent")
 
 
-@dataclass
-class ProductionEvaluation:
-    """Rule outcome of one production window.
-
-    Attributes:
-        run_id: the window's row. verdict: health verdict (also the row status).
-        health: the health rules. representativeness: the comparison with the nightly run.
-        root_cause_hint: one line for the health incident. baseline_run_id / baseline_label: the
-            previous passing window. nightly_run_id / nightly_label: the nightly run compared with.
-    """
-
-    run_id: int
-    verdict: str
-    health: list[RuleResult]
-    representativeness: RuleResult
-    root_cause_hint: str
-    baseline_run_id: int | None = None
-    baseline_label: str | None = None
-    nightly_run_id: int | None = None
-    nightly_label: str | None = None
-
-
 def _window_label(row: ValidationRun) -> str:
     return f"{row.pair_name} v{row.pair_version} (window ending {row.heldout_version}, run {row.id})"
 
@@ -143,7 +120,7 @@ def floor_of_nightly(ref: ValidationRun | None, settings: RuleSettings) -> RuleS
     return settings.for_floor(Floor(float(found["threshold"]), m.group(1) if m else settings.floor_source))
 
 
-def evaluate_window(db: Database, run_id: int, *, settings: MonitoringSettings) -> ProductionEvaluation:
+def evaluate_window(db: Database, run_id: int, *, settings: MonitoringSettings) -> Evaluation:
     """Evaluate the health rules and the representativeness rule on a recorded window; store them. The floor
     is the one the served pair version's nightly run was judged by (:func:`floor_of_nightly`).
 
@@ -168,6 +145,6 @@ def evaluate_window(db: Database, run_id: int, *, settings: MonitoringSettings) 
     hint = production_hint(row, base_row, rep)
     history.set_evaluation(db, run_id, status=verdict, rule_results=[r.to_dict() for r in health + [rep]],
                            root_cause_hint=hint, baseline_run_id=base_row.id if base_row else None)
-    return ProductionEvaluation(run_id, verdict, health, rep, hint, base_row.id if base_row else None,
-                                _window_label(base_row) if base_row else None,
-                                ref.id if ref else None, ref_label)
+    return Evaluation(run_id, verdict, health, hint, base_row.id if base_row else None,
+                      _window_label(base_row) if base_row else None, representativeness=rep,
+                      nightly_run_id=ref.id if ref else None, nightly_label=ref_label)

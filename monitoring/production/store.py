@@ -15,6 +15,7 @@ window updates its own row):
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
@@ -22,7 +23,6 @@ from sqlalchemy import select
 from monitoring import history
 from monitoring.production.invariants import check_rates
 from monitoring.db import (
-    COMPLETED,
     FAILED,
     INCONCLUSIVE,
     NIGHTLY,
@@ -34,7 +34,7 @@ from monitoring.db import (
     utcnow,
 )
 from monitoring.production.sources import Scrape
-from specdec.validation.report import GroupMetrics, ValidationReport, nan_to_none
+from specdec.validation.report import GroupMetrics, nan_to_none
 
 EVALUATED = (PASSED, FAILED, INCONCLUSIVE)
 
@@ -54,59 +54,60 @@ class ImpossibleMetrics(ValueError):
     """A window's metrics that cannot be true (a rate outside [0, 1], a CI with lower > upper)."""
 
 
-def record_window(
-    db: Database, *, pair: str, version: str | None, alias: str, source: str, engine: str, model: str,
-    start: dt.datetime, end: dt.datetime, metrics: GroupMetrics, config: dict[str, Any],
-    code_version: str | None = None, now: dt.datetime | None = None,
-) -> int:
-    """Insert or update the production row of one window (idempotent per pair/source/model/window).
+@dataclass(frozen=True)
+class Window:
+    """One production window of one served model: what :func:`record_window` stores.
 
-    Args:
+    Attributes:
         pair / version / alias: the registered pair serving this model, the version its alias
             pointed at (``None`` -> ``"unknown"``), and the alias.
         source / engine / model: where the counters came from. start / end: the window (aware UTC).
         metrics: :func:`monitoring.production.counters.window_metrics`. config: what identifies the
-            measurement (hashed; must not contain secrets).
+            measurement (hashed; must not contain secrets). code_version: the ingesting code's version.
+    """
+
+    pair: str
+    version: str | None
+    alias: str
+    source: str
+    engine: str
+    model: str
+    start: dt.datetime
+    end: dt.datetime
+    metrics: GroupMetrics
+    config: dict[str, Any]
+    code_version: str | None = None
+
+
+def window_record(w: Window, *, now: dt.datetime) -> history.RunRecord:
+    """The :class:`monitoring.history.RunRecord` of window ``w`` (row layout: the module docstring)."""
+    return history.RunRecord(
+        source=PRODUCTION, pair_name=w.pair, pair_version=str(w.version) if w.version is not None else "unknown",
+        heldout_name=heldout_name(w.source, w.model), heldout_version=window_label(w.end),
+        config_hash=history.config_hash(w.config), scheduled_date=w.end.astimezone(dt.timezone.utc).date(),
+        overall=w.metrics, config=dict(w.config), alias=w.alias, window_start=w.start, window_end=w.end,
+        target_ref=f"production:{w.engine}", drafter_kind=w.engine, code_version=w.code_version or "",
+        wall_seconds=(w.end - w.start).total_seconds(), report_created_at=now.isoformat(),
+    )
+
+
+def record_window(db: Database, window: Window, *, now: dt.datetime | None = None) -> int:
+    """Insert or update the production row of one window (idempotent per pair/source/model/window).
+
+    Args:
+        window: the :class:`Window`. now: injected clock (UTC).
     Returns:
-        The row id. Status is ``completed`` until the rules are evaluated.
+        The row id (:func:`monitoring.history.upsert`). Status is ``completed`` until the rules are evaluated.
     Raises:
         ImpossibleMetrics: a rate outside [0, 1] or a CI with lower > upper (nothing written).
     """
-    now = now or utcnow()
+    w = window
     try:
-        check_rates(metrics, f"source {source}, model {model!r}")
+        check_rates(w.metrics, f"source {w.source}, model {w.model!r}")
     except ValueError as e:
         raise ImpossibleMetrics(str(e)) from None
-    version = str(version) if version is not None else "unknown"
-    name, label = heldout_name(source, model), window_label(end)
-    chash = history.config_hash(config)
-    report = ValidationReport(
-        heldout_name=name, heldout_version=label, target_ref=f"production:{engine}", drafter_kind=engine,
-        drafter_ref=None, config=dict(config), device=None, dtype=None, code_version=code_version or "",
-        created_at=now.isoformat(), overall=metrics, categories={}, prompts=[],
-        wall_seconds=(end - start).total_seconds(),
-    )
-    values = history._metric_columns(report)
-    with db.session() as s:
-        r = ValidationRun
-        row = s.scalars(select(r).where(
-            r.source == PRODUCTION, r.pair_name == pair, r.heldout_name == name, r.heldout_version == label,
-            r.config_hash == chash).with_for_update()).one_or_none()
-        if row is None:
-            row = ValidationRun(pair_name=pair, pair_version=version, heldout_name=name, heldout_version=label,
-                                config_hash=chash, scheduled_date=end.astimezone(dt.timezone.utc).date(),
-                                source=PRODUCTION, started_at=now, attempts=0, mlflow_logged=False)
-            s.add(row)
-        for k, v in values.items():
-            setattr(row, k, v)
-        row.pair_version, row.alias, row.source = version, alias, PRODUCTION
-        row.window_start, row.window_end = start, end
-        row.status, row.error, row.claim_token = COMPLETED, None, None
-        row.attempts = (row.attempts or 0) + 1
-        row.finished_at = row.updated_at = now
-        row.rule_results = row.root_cause_hint = row.baseline_run_id = None
-        s.flush()
-        return row.id
+    now = now or utcnow()
+    return history.upsert(db, window_record(w, now=now), now=now)
 
 
 def _sibling_window(db: Database, run_id: int, *, before: bool, statuses: tuple[str, ...]) -> ValidationRun | None:

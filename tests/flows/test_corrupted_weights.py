@@ -42,7 +42,7 @@ def _copies_of(original: Path, root: Path) -> list[Path]:
 def test_corrupted_draft_weights_are_refetched_or_refused_never_measured(tmp_path, monkeypatch, prefect_harness):
     from flows import model_cache
     from flows.nightly import nightly_validation_flow
-    from monitoring import connect, history
+    from monitoring import connect, get_settings, history
     from registry import promote
     from registry.register import register_pair_from_refs
     from specdec import SpeculativeConfig
@@ -86,6 +86,6 @@ def test_corrupted_draft_weights_are_refetched_or_refused_never_measured(tmp_pat
         assert "weights_sha256" in bad.message and recorded[:16] in bad.message, bad.message
         alerts = [r.body for r in rx.accepted if "weights_sha256" in json.dumps(r.body)]
         assert len(alerts) == 1, [r.body.get("title") for r in rx.accepted]
-    db = connect()
+    db = connect(get_settings())
     (row3,) = [r for r in history.list_runs(db, pair_name="cw") if r.scheduled_date == dt.date(2026, 11, 3)]
     assert row3.acceptance_rate is None and row3.status == "error"

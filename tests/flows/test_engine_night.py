@@ -58,7 +58,7 @@ def test_engine_dying_mid_night_leaves_the_night_error_and_nothing_half_recorded
     [res] = [r for r in results if r.alias == "challenger" and "validation failed" in r.message]
     assert res.status == "error" and res.mlflow_run_id is None, res
     assert "\n" not in res.message and "EngineRequestError" in res.message and "Traceback" not in res.message
-    [row] = list_runs(monitoring.connect(), pair_name="pair-e", source="nightly")
+    [row] = list_runs(monitoring.connect(monitoring.get_settings()), pair_name="pair-e", source="nightly")
     assert row.status == "error" and row.acceptance_rate is None and "EngineRequestError" in row.error
     assert not list((env / "home").rglob("report.json"))
     entries = list((env / "home" / "continuations").rglob("*.json"))

@@ -43,7 +43,7 @@ def test_history_kept_and_mlflow_logging_retried(tmp_path, monkeypatch, prefect_
         pvo = get_pair_version("down-pair", pv["version"], download=False)
         key = history.RunKey.build("down-pair", pv["version"], held.name, held.version,
                                    pvo.config.to_dict(), dt.date(2026, 11, 2))
-        db = monitoring.connect()
+        db = monitoring.connect(monitoring.get_settings())
         claim = history.claim_run(db, key, alias="challenger")
         out = report_dir_for(monitoring.get_settings().home, key)
         params = ValidationParams(str(tmp_path / "h.jsonl"), None, "cpu", "float32", 0, 1, "decode", 0.25)

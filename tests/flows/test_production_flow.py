@@ -43,12 +43,15 @@ def test_flow_ingests_windows_and_draws_both_sources(tmp_path, monkeypatch, pref
     monkeypatch.setenv("SPECDEC_ALERT_CHANNELS", "[]")
     monkeypatch.setenv("SPECDEC_PRODUCTION_SOURCES", "[]")
     assert production_acceptance_flow() == []  # nothing configured: nothing to do, no failure
-    db = connect()
+    from monitoring.settings import get_settings
+
+    db = connect(get_settings())
     d0, t0, a0, _ = histogram_counts(GOOD_A, K)  # the nightly agrees with traffic on the floor's per-token metric
     rep = make_report(0.58, ci_half=0.03, num_draft_tokens=2000, k=K, hat_half=0.03,
                       alpha_hat=DecodingStats(K, num_drafts=d0, num_draft_tokens=t0, num_accepted_tokens=a0).per_token_acceptance)
     key = history.RunKey.build("pair-a", "1", rep.heldout_name, rep.heldout_version, rep.config, "2026-11-30")
-    pipeline.evaluate_run(db, history.record_run(db, rep, key, history.Lineage(), alias="champion"))
+    pipeline.evaluate_run(db, history.record_run(db, rep, key, history.Lineage(), alias="champion"),
+                          settings=get_settings())
     with ScriptedExporter(states) as ex:
         monkeypatch.setenv("SPECDEC_PRODUCTION_SOURCES", json.dumps(
             [{"name": "vllm-test", "kind": "metrics", "url": ex.url, "engine": "vllm"}]))

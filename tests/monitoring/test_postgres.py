@@ -68,11 +68,11 @@ def test_postgres_migrate_upsert_claim_and_incident(pg_url):
     # a production window (monitoring.production) next to the nightly row, evaluated on Postgres
     from monitoring.production.counters import WindowCounters, window_metrics
     from monitoring.production.rules import evaluate_window
-    from monitoring.production.store import record_window
+    from monitoring.production.store import Window, record_window
 
     g = window_metrics(WindowCounters("m", 300, 900, 520, [245, 180, 95]))
-    pid = record_window(db, pair="pair-a", version="2", alias="champion", source="vllm", engine="vllm", model="m",
-                        start=t0, end=t0 + dt.timedelta(minutes=15), metrics=g, config={"window_seconds": 900})
+    pid = record_window(db, Window(pair="pair-a", version="2", alias="champion", source="vllm", engine="vllm", model="m",
+                                   start=t0, end=t0 + dt.timedelta(minutes=15), metrics=g, config={"window_seconds": 900}))
     ev = evaluate_window(db, pid, settings=s)
     assert ev.verdict == "passed" and ev.representativeness.status == "not_applicable"  # nightly v2 not evaluated
     assert [r.id for r in history.list_runs(db, source="production")] == [pid]

@@ -144,6 +144,7 @@ def test_the_store_refuses_a_rate_outside_0_1_or_a_reversed_ci(tmp_path):
         g = GroupMetrics(num_speculative_tokens=K, num_drafts=10, num_draft_tokens=30, num_accepted_tokens=12,
                          acceptance_rate=rate, acceptance_rate_ci=ci)
         with pytest.raises(store.ImpossibleMetrics, match="not"):
-            store.record_window(db, pair="pair-a", version="1", alias="champion", source="s", engine="vllm",
-                                model="tiny", start=now - dt.timedelta(hours=1), end=now, metrics=g, config={})
+            store.record_window(db, store.Window(pair="pair-a", version="1", alias="champion", source="s", engine="vllm",
+                                                 model="tiny", start=now - dt.timedelta(hours=1), end=now, metrics=g,
+                                                 config={}))
     assert history.list_runs(db, source=PRODUCTION) == []
