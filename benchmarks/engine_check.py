@@ -34,7 +34,9 @@ from specdec.models import load_causal_lm
 from specdec.models.resolve import smollm2_gguf
 from specdec.settings import get_settings
 from specdec.validation.config import ValidationConfig
-from specdec.validation.engine_check import EngineCheckRequest, EngineEndpoint, check_engine
+from specdec.kinds import ResolvedDrafter
+from specdec.validation.api import ValidationRequest, validate
+from specdec.validation.engine_check import EngineCheck, EngineEndpoint
 from specdec.validation.heldout import load_heldout
 from specdec.validation.machine import cpu_model
 
@@ -142,10 +144,11 @@ def _one(c: _Ctx, flags: LlamaServerFlags, q: str) -> dict:
     """One engine check of draft ``q`` served with ``flags`` (the flags are not declared: the numbers must show it)."""
     t0 = time.time()
     with LlamaServer(c.install.server, flags, c.logs / f"spec-{q}-{flags.p_min:g}.log").start() as srv:
-        rep = check_engine(EngineCheckRequest(
-            c.target, c.draft.model, c.held, c.cfg, EngineEndpoint(url=srv.url, baseline_url=c.base.url),
-            target_ref=str(c.t_gguf), drafter_ref=str(c.d_gguf),
-            progress=lambda d, n: print(f"\r{q} p_min {flags.p_min:g}: {d}/{n}", end="", flush=True)))
+        rep = validate(ValidationRequest(
+            c.target, [ResolvedDrafter(c.draft.model, "model", str(c.d_gguf))], c.held, c.cfg, method="engine",
+            target_ref=str(c.t_gguf), engine_check=EngineCheck(EngineEndpoint(url=srv.url, baseline_url=c.base.url)),
+            progress=lambda p: print(f"\r{q} p_min {flags.p_min:g}: {p.done}/{p.total}", end="", flush=True)))
+        rep = rep[0].engine_check
     d = rep.to_dict()
     d["draft"], d["p_min"], d["wall_seconds"], d["command"] = q, flags.p_min, time.time() - t0, srv.command
     d["prompts"] = [p.__dict__ for p in rep.prompts]

@@ -29,7 +29,9 @@ from specdec.engines.vllm_server import VllmServer
 from specdec.models import load_causal_lm
 from specdec.models.resolve import cast_checkpoint, fetch_smollm2
 from specdec.validation.config import ValidationConfig
-from specdec.validation.engine_check import EngineCheckRequest, EngineEndpoint, check_engine
+from specdec.kinds import ResolvedDrafter
+from specdec.validation.api import ValidationRequest, validate
+from specdec.validation.engine_check import EngineCheck, EngineEndpoint
 from specdec.validation.heldout import load_heldout
 from specdec.validation.machine import cpu_model
 from specdec.validation.serving import serving_config
@@ -107,10 +109,11 @@ def main() -> None:
             t0 = time.perf_counter()
             with VllmServer(VllmEngineArgs(model=str(target_dir), speculative_config=spec, enforce_eager=args.eager),
                             logs / f"{method}.log") as server:
-                rep = check_engine(EngineCheckRequest(
-                    target, NgramDrafter(3, 2) if kind == "ngram" else draft.model, heldout, cfg,
-                    EngineEndpoint(url=server.url, engine="vllm", baseline_url=baseline.url),
-                    target_ref=str(target_dir), drafter_ref=None if kind == "ngram" else str(draft_dir)))
+                drafter = NgramDrafter(3, 2) if kind == "ngram" else ResolvedDrafter(draft.model, "model",
+                                                                                     str(draft_dir))
+                check = EngineCheck(EngineEndpoint(url=server.url, engine="vllm", baseline_url=baseline.url))
+                rep = validate(ValidationRequest(target, [drafter], heldout, cfg, method="engine",
+                                                 target_ref=str(target_dir), engine_check=check))[0].engine_check
             d = rep.to_dict()
             d.update(method=method, speculative_config=spec, wall_seconds=time.perf_counter() - t0,
                      start_seconds=round(server.start_seconds, 1))

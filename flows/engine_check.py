@@ -1,7 +1,7 @@
 """The nightly's engine step: for each pair version that names an engine endpoint (pair-version tags
 ``engine_url`` and, optionally, ``engine_flags``: the command line the deployment runs the engine
 with, as a JSON list), send tonight's held-out prompts to the running engine, compare its counters
-with the core's for the same prompts (:func:`specdec.validation.engine_check.check_engine`), record a
+with the core's for the same prompts (:func:`specdec.validation.validate`, method ``engine``), record a
 history row with source ``engine:<engine>``, evaluate it and run its incident lifecycle
 (:mod:`monitoring.engine_checks`).
 
@@ -69,26 +69,22 @@ def run_engine_check(night, target, params) -> NightlyResult | None:
     from monitoring import engine_checks
     from specdec.engines.client import safe_url
     from specdec.engines.errors import EngineRequestError
-    from specdec.kinds import kind_of
-    from specdec.validation.api import drafter_parts
-    from specdec.validation.engine_check import EngineCheckRequest, check_engine
+    from specdec.validation.api import ValidationRequest, validate
+    from specdec.validation.engine_check import EngineCheck
 
     pv = target.pv
     endpoint = engine_endpoint(pv, api_key=night.core.engine_api_key)
     if endpoint is None:
         return None
     tkey, dkey = load_pair_models(pv, device=params.device, dtype=params.dtype)
-    obj, draft_model, kind, ref, _ = drafter_parts(cached_drafter(dkey))
-    if draft_model is None and kind_of(kind).model_free:
-        draft_model = obj  # the n-gram lookup (vLLM serves it; the core replays the engine's rule)
     config = build_validation_config(pv.config, limit=params.limit, seed=params.seed)
     where = f"{target.pair}@{target.alias} v{target.version} engine check ({endpoint.engine})"
     loaded = cached_target(tkey)
     try:
-        report = check_engine(EngineCheckRequest(
-            target=loaded, draft=draft_model, heldout=night.held, config=config, endpoint=endpoint,
-            concurrency=int((pv.tags or {}).get(ENGINE_CONCURRENCY_TAG, 1)), target_ref=pv.target_uri,
-            drafter_ref=ref, limits=night.core.engine_limits(), pair=pair_identity(pv, loaded)))
+        check = EngineCheck(endpoint, concurrency=int((pv.tags or {}).get(ENGINE_CONCURRENCY_TAG, 1)),
+                            limits=night.core.engine_limits(), pair=pair_identity(pv, loaded))
+        report = validate(ValidationRequest(loaded, [cached_drafter(dkey)], night.held, config, method="engine",
+                                            target_ref=pv.target_uri, engine_check=check))[0].engine_check
     except EngineRequestError as e:
         log.error("%s: %s", where, e)
         transition = engine_checks.alert_engine_error(

@@ -33,6 +33,9 @@ CASES = {
                                "--engine llamacpp needs --engine-url"),
     "pair-engine-url-credentials": (["pair", "engine", "p", "1", "--url", "htp://ops:s3cret@host:8080/?key=k3y"],
                                     "base URL, got 'htp://***@host:8080/'"),
+    # the engine check is validate()'s third measurement: --method engine names it, the engine must be given
+    "method-engine-without-an-engine": (["validate", "--target", "x", "--draft", "ngram", "--method", "engine"],
+                                        "--method engine is the engine check: give --engine-url"),
 }
 
 

@@ -18,7 +18,8 @@ An :class:`EngineProfile` says, for one engine (llama.cpp, vLLM, SGLang, transfo
   (:meth:`EngineProfile.served_rule`) and a synthetic-acceptance mode (:meth:`EngineProfile.refusal`).
 
 A new engine is one subclass and one registration (:mod:`specdec.engines.profiles`). The engine check
-(:func:`specdec.validation.engine_check.check_engine`) only talks to these objects.
+(:func:`specdec.validation.engine_check.measure_engine`, the engine measurement of
+:func:`specdec.validation.validate`) only talks to these objects.
 """
 
 from __future__ import annotations
@@ -262,6 +263,7 @@ class EngineProfile(ABC):
         metrics: its ``/metrics`` names by role (:class:`~specdec.engines.metrics.EngineMetrics`), None without.
         checkable: the engine check can ask it (:meth:`connect` is implemented).
         synthetic_flags: command-line flags that switch on a synthetic-acceptance mode (refused).
+        serves_lookup: it runs the n-gram prompt lookup the core replays (a model-free drafter can be checked).
         fingerprint_fields: fingerprint keys whose change between nights is named as a likely cause, in order.
     """
 
@@ -271,6 +273,7 @@ class EngineProfile(ABC):
     metrics: ClassVar[EngineMetrics | None] = None
     checkable: ClassVar[bool] = False
     synthetic_flags: ClassVar[tuple[str, ...]] = ()
+    serves_lookup: ClassVar[bool] = False
     fingerprint_fields: ClassVar[tuple[str, ...]] = ("draft_sha256", "model_sha256", "flags", "build_info")
 
     # ---- the proposal rule -----------------------------------------------------------------

@@ -222,6 +222,7 @@ class VllmProfile(EngineProfile):
     draft_sampling = "argmax"
     metrics = ENGINES["vllm"]
     checkable = True
+    serves_lookup = True
     fingerprint_fields = ("speculative_config", "vllm_version", "model_runner", "draft_sha256", "model_sha256",
                           "draft_weights_sha256", "model_weights_sha256", "compilation_config", "dtype", "draft_path",
                           "model_path")

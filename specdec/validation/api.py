@@ -1,6 +1,6 @@
 """The one validation entry: :func:`validate` of a :class:`ValidationRequest`, with the core that serves the pair.
 
-Two measurements, each with a typed result:
+Three measurements, each with a typed result:
 
 - **decode** (:func:`specdec.validation.decode.measure_decode` -> :class:`~specdec.validation.decode.DecodeMeasurement`):
   per group of prompts (:mod:`specdec.validation.runner`; B = 1 by default) target-only decoding, speculative
@@ -10,10 +10,15 @@ Two measurements, each with a typed result:
 - **replay** (:func:`specdec.validation.replay_report.measure_replay` ->
   :class:`~specdec.validation.replay_report.ReplayMeasurement`): the target's (cached) continuation of every
   prompt and one teacher-forced pass per drafter: counters for every k (docs/metrics.md "Replay").
+- **engine** (:func:`specdec.validation.engine_check.measure_engine` ->
+  :class:`~specdec.validation.engine_report.EngineCheckReport`), with ``engine_check``: the held-out prompts through
+  the engine serving the pair, its counters against the core's exact replay of the same tokens (docs/engine-check.md);
+  the drafter's report carries it as ``engine_check``.
 
-``method`` picks what runs: ``"decode"``, ``"replay"``, or ``"both"`` (replay every prompt, decode a
-stratified subsample, :func:`decode_subsample`, and compare the two). Each report is built from the
-measurement that gates (:func:`gate_method`: with fp32 on both sides the
+``method`` picks what runs: ``"decode"``, ``"replay"``, ``"both"`` (replay every prompt, decode a
+stratified subsample, :func:`decode_subsample`, and compare the two), or ``"engine"`` (the engine check alone: its
+report holds no decoding or replay figures); with ``engine_check`` the engine measurement runs after the others.
+Each report is built from the measurement that gates (:func:`gate_method`: with fp32 on both sides the
 replay, on every prompt; with a reduced-precision side, bf16 / fp16 / fp8, or counters a replay cannot count
 exactly, decoding); speed, c, v and exactness always come from decoding when it ran. Counters are pooled per
 category and overall (never averaging per-prompt ratios), with 95% bootstrap CIs over prompts and the one
@@ -36,6 +41,9 @@ from specdec.validation.heldout import HeldoutSet
 from specdec.validation.prompt_run import DrafterUnderTest, context_limit
 from specdec.validation.provenance import ALPHA_HAT_ESTIMATOR, code_version, environment, eos_token_ids
 from specdec.validation.decode import DecodeMeasurement, measure_decode
+from specdec.validation.engine_check import measure_engine
+from specdec.validation.engine_report import EngineCheckReport
+from specdec.validation.report import GroupMetrics
 from specdec.validation.replay_report import ReplayMeasurement, measure_replay, replay_result
 from specdec.validation.report import ValidationReport
 from specdec.validation.served_target import is_served
@@ -56,30 +64,55 @@ def validate(request: ValidationRequest) -> list[ValidationReport]:
         per-category :class:`~specdec.validation.report.GroupMetrics`, one
         :class:`~specdec.validation.report.PromptResult` per prompt (skipped prompts carry ``status="skipped"``
         and the reason; with ``"both"`` the decoded subsample's), ``method``, and for a replay its ``replay``
-        section. Rates in [0, 1], lengths in tokens, times in seconds, KL in nats.
+        section; with ``engine_check`` its ``engine_check`` section (method ``engine``: that section alone, the
+        figures of ``overall`` unmeasured). Rates in [0, 1], lengths in tokens, times in seconds, KL in nats.
     Raises:
-        ValueError: unknown method, bad ``decode_fraction``, bad config, no drafter, no tokenizer for a bare model.
+        ValueError: unknown method, bad ``decode_fraction``, bad config, no drafter, no tokenizer for a bare model;
+            method ``engine`` without ``engine_check``, or ``engine_check`` with more than one drafter; a drafter the
+            engine check cannot compare.
         TypeError: unsupported drafter type; ``config`` not a ValidationConfig; ``heldout`` not a HeldoutSet.
         specdec.core.finite.BrokenModel: a model produced non-finite logits.
+        specdec.engines.errors.EngineRequestError: the engine check could not measure the engine (one line;
+            :func:`~specdec.validation.engine_check.measure_engine`).
     """
     run = prepare_run(request)
-    method = request.method
-    sub = decode_subsample(run.subset, request.decode_fraction, run.config.seed) if method == "both" else run.subset
     was_training = run.model.training
     run.model.eval()
     try:
-        replayed = measure_replay(run) if method != "decode" else None
-        decoded = None
-        if method != "replay":
-            calibration = request.calibration if replayed is None else replayed.calibration
-            decoded = measure_decode(run, sub, calibration, record=method == "both" and run.config.batch_size == 1)
+        decoded, replayed = _measure(run)
+        engine = measure_engine(run) if request.engine_check is not None else None
     finally:
         run.model.train(was_training)
+    if request.method == "engine":
+        return [_engine_report(run, engine)]
     reports = [_report(run, j, decoded, replayed) for j in range(len(run.drafters))]
+    reports[0].engine_check = engine
     if is_served(run.model):  # the target's weights never were on this device
         for r in reports:
             r.device, r.dtype = f"engine:{request.engine.name}", r.replay["target"]["served_dtype"]
     return reports
+
+
+def _measure(run: ValidationRun) -> tuple[DecodeMeasurement | None, ReplayMeasurement | None]:
+    """The decode and replay measurements the request's method asks for (None where one does not run)."""
+    request, method = run.request, run.request.method
+    replayed = measure_replay(run) if method in ("replay", "both") else None
+    decoded = None
+    if method in ("decode", "both"):
+        sub = decode_subsample(run.subset, request.decode_fraction, run.config.seed) if method == "both" else run.subset
+        calibration = request.calibration if replayed is None else replayed.calibration
+        decoded = measure_decode(run, sub, calibration, record=method == "both" and run.config.batch_size == 1)
+    return decoded, replayed
+
+
+def _engine_report(run: ValidationRun, engine: EngineCheckReport) -> ValidationReport:
+    """Method ``engine``: the drafter's report with the engine check as its only measurement."""
+    d = run.drafters[0]
+    report = ValidationReport(**report_common(run.subset, run.target_ref, run.config, run.model), drafter_kind=d.kind,
+                              drafter_ref=d.ref, drafter_recipe=d.recipe, overall=GroupMetrics(), method="engine",
+                              engine_check=engine)
+    report.wall_seconds = engine.wall_seconds
+    return report
 
 
 def decode_subsample(subset: HeldoutSet, fraction: float, seed: int) -> HeldoutSet:
@@ -96,7 +129,7 @@ def decode_subsample(subset: HeldoutSet, fraction: float, seed: int) -> HeldoutS
 
 def prepare_run(request: ValidationRequest) -> ValidationRun:
     """The :class:`ValidationRun` of ``request``, after checking its types and values (raises as :func:`validate`;
-    ValueError also for a served target without an engine or with a method that decodes)."""
+    ValueError also for a served target without an engine or with a method other than replay)."""
     config = ValidationConfig() if request.config is None else request.config
     if request.method not in METHODS:
         raise ValueError(f"unknown method {request.method!r}; use one of {', '.join(METHODS)}")
@@ -107,9 +140,15 @@ def prepare_run(request: ValidationRequest) -> ValidationRun:
                         f"{type(request.heldout).__name__}")
     if not request.drafters:
         raise ValueError("validate needs at least one drafter")
+    if request.engine_check is not None and len(request.drafters) != 1:
+        raise ValueError("the engine check checks one pair: give one drafter (the draft the engine serves)")
+    if request.method == "engine" and request.engine_check is None:
+        raise ValueError("method 'engine' needs engine_check (the engine serving the pair)")
     model, tok, target_ref = _target_parts(request.target, request.tokenizer, request.target_ref)
     if is_served(model) and (request.engine is None or request.method != "replay"):
         raise ValueError("a served target (no weights here) needs engine continuations and method='replay'")
+    if is_served(model) and request.engine_check is not None:
+        raise ValueError("the engine check replays on the target's weights: a served target has none here")
     drafters = _drafters_under_test(list(request.drafters), model)
     return ValidationRun(request, config, model, tok, target_ref, request.heldout.subset(config.limit, seed=config.seed),
                          eos_token_ids(tok, model), context_limit(model, *[d.model for d in drafters]), drafters)

@@ -98,7 +98,8 @@ def validate(
             "--method",
             help="decode: speculative decoding on every prompt (speed, exactness). replay: acceptance for every k from "
             "one teacher-forced draft pass over the target's (cached) continuation. both: replay every prompt and "
-            "decode a stratified subsample (--decode-fraction), reporting replay_decode_agreement.",
+            "decode a stratified subsample (--decode-fraction), reporting replay_decode_agreement. engine: the engine "
+            "check alone (what --engine-url / --engine run).",
         ),
     ] = "decode",
     decode_fraction: Annotated[
@@ -248,6 +249,8 @@ def _check_run_arguments(opts: _Options) -> tuple[Any, Any]:
             _check_engine_url(flag, url)
     if opts.method not in METHODS:
         _fail(f"unknown --method {opts.method!r}: use decode, replay or both")
+    if opts.method == "engine" and opts.engine_url is None and opts.engine is None:
+        _fail("--method engine is the engine check: give --engine-url (or --engine vllm)")
     if not 0 < opts.decode_fraction <= 1:
         _fail(f"--decode-fraction must be in (0, 1], got {opts.decode_fraction}")
     try:

@@ -1,5 +1,6 @@
-"""The engine check: the held-out prompts through the running serving engine, the core as the exact
-reference (definitions: :mod:`specdec.validation.engine_report`, docs/engine-check.md).
+"""The engine check, the third measurement of :func:`specdec.validation.validate`: the held-out prompts through
+the running serving engine, the core as the exact reference (definitions: :mod:`specdec.validation.engine_report`,
+docs/engine-check.md).
 
 The engine is an :class:`~specdec.engines.profile.EngineProfile` (:func:`specdec.engines.profiles.engine_profile`);
 the check only talks to it:
@@ -23,7 +24,10 @@ the check only talks to it:
 5. Greedy: the engine's output against the core's target-only continuation (continuation cache).
 6. With ``baseline_url`` (the same target served without speculation), the engine's paired speedup.
 
-Usage: :func:`check_engine` with an :class:`EngineCheckRequest`; ``specdec validate --engine-url``.
+Usage: ``validate(ValidationRequest(..., engine_check=EngineCheck(endpoint), method="engine"))`` (the engine
+check alone; with ``decode`` / ``replay`` / ``both`` it runs after them) returns the drafter's report with its
+``engine_check`` section; :func:`measure_engine` is the measurement itself (on the :class:`ValidationRun`: its
+target, drafter, held-out subset, config and continuation cache); ``specdec validate --engine-url``.
 """
 
 from __future__ import annotations
@@ -51,45 +55,34 @@ from specdec.validation.engine_delivery import EngineFinding, audit_finding, del
 from specdec.validation.engine_report import (NEAR_TIE_LOGITS, EngineCheckReport, EnginePromptResult, summarize,
                                               verdict_of)
 from specdec.validation.heldout import HeldoutSet, prompt_token_ids
-from specdec.validation.prompt_run import context_limit, skip_reason
-from specdec.validation.provenance import eos_token_ids
+from specdec.validation.prompt_run import DrafterUnderTest, context_limit, skip_reason
 from specdec.validation.replay import draft_trace, replay_counters
+from specdec.validation.request import ValidationRun
 from specdec.validation.speed import bootstrap_speedup_ci, paired_speedup
 from specdec.validation.teacher_forcing import teacher_forced_logits
 
-__all__ = ["EngineEndpoint", "EngineLimits", "PairIdentity", "EngineCheckRequest", "check_engine", "pair_identity"]
+__all__ = ["EngineEndpoint", "EngineLimits", "PairIdentity", "EngineCheck", "measure_engine", "pair_identity"]
 
 CHECK_DEADLINE = "the engine check (SPECDEC_ENGINE_CHECK_TIMEOUT_S)"
 
 
-@dataclass
-class EngineCheckRequest:
-    """One engine check.
+@dataclass(frozen=True)
+class EngineCheck:
+    """The engine measurement of one validation (``ValidationRequest.engine_check``): what the run does not
+    already hold. The target, the drafter (the request's one drafter: its model, or on an engine that
+    :attr:`~specdec.engines.profile.EngineProfile.serves_lookup` its n-gram lookup), the held-out subset, the config
+    (k, max_new_tokens, sampling, seed), the names recorded (``target_ref``, the drafter's ref: a file path is
+    hashed for the identity), the continuation cache and progress (phase ``"engine"``) come from the request.
 
     Attributes:
-        target: the pair's target as the core loads it (a LoadedModel: ``.model``, ``.tokenizer``).
-        draft: the pair's draft as the core replays it (a causal LM: the draft GGUF dequantized; or an
-            ``NgramDrafter``).
-        heldout: the prompts (``config.limit`` takes a stratified subset, as in validation).
-        config: k, max_new_tokens, sampling, seed (:class:`ValidationConfig`).
         endpoint: :class:`~specdec.engines.profile.EngineEndpoint` (its ``engine`` names the profile).
         concurrency: requests in flight at once (1: one at a time).
-        target_ref / drafter_ref: names recorded in the report (a file path: hashed for the identity).
-        progress: ``progress(done, total)`` after each prompt.
         limits: the overall deadlines (:class:`~specdec.engines.profile.EngineLimits`).
-        pair: what the registered pair says the engine must serve; None: :func:`pair_identity` of this request.
+        pair: what the registered pair says the engine must serve; None: :func:`pair_identity` of the run.
     """
 
-    target: Any
-    draft: Any
-    heldout: HeldoutSet
-    config: ValidationConfig
     endpoint: EngineEndpoint
     concurrency: int = 1
-    target_ref: str = ""
-    drafter_ref: str | None = None
-    progress: Callable[[int, int], None] | None = None
-    cache: Any = None
     limits: EngineLimits = field(default_factory=EngineLimits)
     pair: PairIdentity | None = None
 
@@ -104,9 +97,13 @@ class _Prompt:
 
 @dataclass
 class _Run:
-    """What every step of one check shares."""
+    """What every step of one check shares: the validation run, its engine check, the draft the core replays
+    and the drafter's ref."""
 
-    req: EngineCheckRequest
+    vr: ValidationRun
+    check: EngineCheck
+    draft: Any
+    drafter_ref: str | None
     profile: EngineProfile
     rule: ProposalRule
     deadline: Deadline
@@ -128,13 +125,13 @@ def _file_identity(ref: str | None) -> tuple[str | None, str | None]:
     return Path(ref).name, file_sha256(ref)
 
 
-def pair_identity(req: EngineCheckRequest, rule: ProposalRule | None = None) -> PairIdentity:
-    """What the request's pair says the engine must serve: the target/draft files named by ``target_ref`` /
+def pair_identity(run: ValidationRun, drafter_ref: str | None, rule: ProposalRule | None = None) -> PairIdentity:
+    """What the run's pair says the engine must serve: the target/draft files named by ``run.target_ref`` /
     ``drafter_ref`` (when they are files here; a GGUF target loaded by name: its ``source``), the target
     tokenizer's vocabulary and BOS/EOS strings."""
-    tok, model = req.target.tokenizer, req.target.model
-    (t_name, t_sha), (d_name, d_sha) = _file_identity(req.target_ref), _file_identity(req.drafter_ref)
-    source = getattr(req.target, "source", None) or {}
+    tok, model = run.tokenizer, run.model
+    (t_name, t_sha), (d_name, d_sha) = _file_identity(run.target_ref), _file_identity(drafter_ref)
+    source = getattr(run.request.target, "source", None) or {}
     if t_sha is None and source.get("gguf_sha256"):  # a GGUF target loaded by name (e.g. "smollm2")
         t_name, t_sha = Path(str(source.get("gguf_file") or "")).name or None, str(source["gguf_sha256"])
     rows = model.get_output_embeddings().weight.shape[0]
@@ -145,15 +142,16 @@ def pair_identity(req: EngineCheckRequest, rule: ProposalRule | None = None) -> 
 
 def _identify(run: _Run, session: EngineSession) -> bool:
     """Fingerprint, refusal, identity and declared rule (step 1); True when the numbers can be compared."""
-    req, profile = run.req, run.profile
-    run.fingerprint = profile.fingerprint(session, req.endpoint, run.deadline)
+    check, profile = run.check, run.profile
+    run.fingerprint = profile.fingerprint(session, check.endpoint, run.deadline)
     run.served = profile.served_rule(run.fingerprint, run.rule)
     refusal = profile.refusal(run.fingerprint)
     if refusal is None and run.served is not None and run.served.synthetic:
         refusal = f"the engine runs with {run.served.synthetic} (synthetic acceptance): restart it without it"
     if refusal:
         raise EngineRefusedError(f"refused: {refusal}")
-    mismatches = profile.identity_mismatches(run.fingerprint, req.pair or pair_identity(req, run.rule))
+    pair = check.pair or pair_identity(run.vr, run.drafter_ref, run.rule)
+    mismatches = profile.identity_mismatches(run.fingerprint, pair)
     run.findings += [EngineFinding("fingerprint", m) for m in mismatches.values()]
     if run.served is not None:
         why = run.served.drafts_less_than(run.rule)
@@ -165,13 +163,16 @@ def _identify(run: _Run, session: EngineSession) -> bool:
 
 def _ask(run: _Run, session: EngineSession, prompts: list[_Prompt]) -> None:
     """Every ``ok`` prompt through the engine, checked, with the server-wide counters around it (step 2)."""
-    req, config = run.req, run.req.config
+    config = run.vr.config
     todo = [p for p in prompts if p.row.status == "ok"]
     params = CompletionParams(max_tokens=config.max_new_tokens, sampling=config.sampling, seed=config.seed,
                               draft_sampling=run.rule.draft_sampling)
     before = session.counters(run.deadline)
-    answers = session.complete_all([p.ids for p in todo], params, concurrency=req.concurrency, deadline=run.deadline,
-                                   progress=req.progress, accept=_checker(run, todo, "engine"))
+    def progress(done: int, total: int) -> None:
+        run.vr.progress("engine", done, total)
+
+    answers = session.complete_all([p.ids for p in todo], params, concurrency=run.check.concurrency,
+                                   deadline=run.deadline, progress=progress, accept=_checker(run, todo, "engine"))
     after = session.counters(run.deadline)
     for p, c in zip(todo, answers):
         p.engine = c
@@ -187,14 +188,14 @@ def _checker(run: _Run, todo: list[_Prompt], who: str) -> Callable[[int, EngineC
 
 def _baseline(run: _Run, prompts: list[_Prompt]) -> None:
     """The same prompts through the baseline server (no speculation), for the speedup."""
-    ep = run.req.endpoint
+    ep = run.check.endpoint
     base = EngineEndpoint(url=ep.baseline_url, engine=ep.engine, api_key=ep.api_key, served_model=ep.served_model,
                           options=ep.options)
     todo = [p for p in prompts if p.row.status == "ok"]
-    config = run.req.config
+    config = run.vr.config
     params = CompletionParams(max_tokens=config.max_new_tokens, sampling=config.sampling, seed=config.seed)
-    with run.profile.connect(base, run.req.limits) as session:
-        answers = session.complete_all([p.ids for p in todo], params, concurrency=run.req.concurrency,
+    with run.profile.connect(base, run.check.limits) as session:
+        answers = session.complete_all([p.ids for p in todo], params, concurrency=run.check.concurrency,
                                        deadline=run.deadline, accept=_checker(run, todo, "baseline"))
     for p, c in zip(todo, answers):
         p.baseline = c
@@ -202,16 +203,16 @@ def _baseline(run: _Run, prompts: list[_Prompt]) -> None:
 
 def _core_counters(run: _Run, p: _Prompt, y: list[int]) -> None:
     """The core's exact counters under the validated rule along the engine's tokens ``y`` into ``p.row``."""
-    req, stop, rule = run.req, run.stop, run.rule
+    config, stop, rule = run.vr.config, run.stop, run.rule
     k = rule.num_speculative_tokens
-    complete = len(y) == req.config.max_new_tokens or (y and y[-1] in stop)
+    complete = len(y) == config.max_new_tokens or (y and y[-1] in stop)
     if not y or not complete:
         p.row.status, p.row.skip_reason = "skipped", "the engine's output ended early without a stop token"
         return
     # llama.cpp drafts n_max tokens whatever the draft proposes after a rejection: the fast trace counts the same
-    trace = draft_trace(run.profile.replay_drafter(req.draft), p.ids, y, run.vocab, kmax=k, stop_token_ids=stop, exact=False,
+    trace = draft_trace(run.profile.replay_drafter(run.draft), p.ids, y, run.vocab, kmax=k, stop_token_ids=stop, exact=False,
                         adopts_prefix=rule.first_token_from_prefill)
-    st = replay_counters(trace, y, num_speculative_tokens=k, max_new_tokens=req.config.max_new_tokens,
+    st = replay_counters(trace, y, num_speculative_tokens=k, max_new_tokens=config.max_new_tokens,
                          stop_token_ids=stop, drafts_past_stop=rule.drafts_past_stop)
     p.row.core_drafts, p.row.core_draft_tokens = st.num_drafts, st.num_draft_tokens
     p.row.core_accepted_tokens = st.num_accepted_tokens
@@ -236,19 +237,22 @@ def _audit(model: torch.nn.Module, p: _Prompt, y_engine: list[int], y_core: list
     row.divergence = "near-tie" if row.divergence_margin <= NEAR_TIE_LOGITS else "divergence"
 
 
-def _core_continuations(req: EngineCheckRequest, subset: HeldoutSet, model, tok, eos) -> dict[str, list[int]]:
+def _core_continuations(run: _Run) -> dict[str, list[int]]:
     """The core's target-only greedy continuation of each prompt (cached; :func:`replay_prompts`)."""
     from specdec.validation.continuation_cache import ContinuationCache, model_weights_hash
     from specdec.validation.replay_run import replay_prompts
 
-    cache = req.cache or ContinuationCache()
-    replayed = replay_prompts(subset, model, tok, [req.draft], req.config, eos=eos,
-                              ctx_limit=context_limit(model, req.draft), cache=cache, target_weights=model_weights_hash(model), kmax=1, replay=False)
+    vr, model = run.vr, run.vr.model
+    cache = vr.request.cache or ContinuationCache()
+    replayed = replay_prompts(vr.subset, model, vr.tokenizer, [run.draft], vr.config, eos=vr.eos,
+                              ctx_limit=context_limit(model, run.draft), cache=cache,
+                              target_weights=model_weights_hash(model), kmax=1, replay=False)
     return {rp.prompt.id: rp.continuation for rp in replayed if rp.status == "ok"}
 
 
-def check_engine(req: EngineCheckRequest) -> EngineCheckReport:
-    """Run the engine check (module docstring).
+def measure_engine(vr: ValidationRun) -> EngineCheckReport:
+    """The engine check of the run's one drafter against the engine of ``vr.request.engine_check`` (module
+    docstring); :func:`specdec.validation.validate` runs it and attaches the result to the drafter's report.
 
     Returns:
         :class:`EngineCheckReport` (``findings`` lists what the serving stack does differently).
@@ -256,36 +260,52 @@ def check_engine(req: EngineCheckRequest) -> EngineCheckReport:
         specdec.engines.errors.EngineRequestError: the engine is unreachable; its subclasses: an answer is
             malformed or impossible (``EngineAnswerError``), a request or the check ran past its deadline
             (``EngineDeadlineError``), a synthetic-acceptance mode is on (``EngineRefusedError``). One line each.
-        ValueError: ``concurrency`` < 1; an engine the check cannot ask.
+        ValueError: ``concurrency`` < 1; an engine the check cannot ask; a drafter it cannot compare (a head; an
+            n-gram lookup on an engine that does not serve one).
     """
-    if req.concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {req.concurrency}")
+    check: EngineCheck = vr.request.engine_check
+    if check.concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {check.concurrency}")
     t0 = time.perf_counter()
-    model, tok = req.target.model, req.target.tokenizer
+    model, config, profile = vr.model, vr.config, engine_profile(check.endpoint.engine)
+    d = vr.drafters[0]
+    run = _Run(vr, check, _replayed_draft(d, profile), d.ref, profile,
+               profile.validated_rule(config.num_speculative_tokens),
+               Deadline.after(check.limits.check_timeout_s, CHECK_DEADLINE),
+               vocab=int(model.get_output_embeddings().weight.shape[0]), stop=stop_token_ids(vr.eos))
     model.eval()
-    if hasattr(req.draft, "eval"):
-        req.draft.eval()
-    config, profile = req.config, engine_profile(req.endpoint.engine)
-    subset = req.heldout.subset(config.limit, seed=config.seed)
-    eos = eos_token_ids(tok, model)
-    run = _Run(req, profile, profile.validated_rule(config.num_speculative_tokens),
-               Deadline.after(req.limits.check_timeout_s, CHECK_DEADLINE),
-               vocab=int(model.get_output_embeddings().weight.shape[0]), stop=stop_token_ids(eos))
-    prompts = _prompts(subset, tok, config, context_limit(model, req.draft))
-    with profile.connect(req.endpoint, req.limits) as session:
+    if hasattr(run.draft, "eval"):
+        run.draft.eval()
+    prompts = _prompts(vr.subset, vr.tokenizer, config, context_limit(model, run.draft))
+    with profile.connect(check.endpoint, check.limits) as session:
         run.source = session.counters_source
         compared = _identify(run, session)
         if compared:
             _ask(run, session, prompts)
     if not compared:
-        return _report(run, subset, prompts, time.perf_counter() - t0, compared=False)
-    if req.endpoint.baseline_url:
+        return _report(run, prompts, time.perf_counter() - t0, compared=False)
+    if check.endpoint.baseline_url:
         _baseline(run, prompts)
-    core = _core_continuations(req, subset, model, tok, eos) if config.sampling.is_greedy else {}
+    core = _core_continuations(run) if config.sampling.is_greedy else {}
     with torch.inference_mode():
         for p in prompts:
             _fill(run, p, core.get(p.row.prompt_id), model)
-    return _report(run, subset, prompts, time.perf_counter() - t0)
+    return _report(run, prompts, time.perf_counter() - t0)
+
+
+def _replayed_draft(d: DrafterUnderTest, profile: EngineProfile) -> Any:
+    """The draft the core replays for ``profile``: the drafter's model, or its n-gram lookup where the engine
+    serves one (:attr:`~specdec.engines.profile.EngineProfile.serves_lookup`).
+
+    Raises:
+        ValueError: any other drafter (a head; an n-gram lookup on an engine without one)."""
+    from specdec.kinds import kind_of
+
+    if d.model is not None:
+        return d.model
+    if kind_of(d.kind).model_free and profile.serves_lookup:
+        return d.obj
+    raise ValueError(f"the engine check of {profile.name} needs a draft model (got a {d.kind} drafter)")
 
 
 def _prompts(subset: HeldoutSet, tok, config: ValidationConfig, ctx_limit: int | None) -> list[_Prompt]:
@@ -305,7 +325,7 @@ def _fill(run: _Run, p: _Prompt, y_core: list[int] | None, model: torch.nn.Modul
     row, c = p.row, p.engine
     if row.status != "ok" or c is None:
         return
-    y = engine_tokens(c.token_ids, run.stop, run.req.config.max_new_tokens)
+    y = engine_tokens(c.token_ids, run.stop, run.vr.config.max_new_tokens)
     row.new_tokens = len(y)
     row.engine_draft_tokens, row.engine_accepted_tokens = c.num_draft_tokens, c.num_accepted_tokens
     row.engine_tokens_per_second, row.engine_seconds = c.tokens_per_second, c.predicted_ms / 1e3
@@ -357,15 +377,14 @@ def _engine_steps(prompts: list[_Prompt], scrapes: tuple[EngineCounters | None, 
     return delta.drafts, list(delta.per_position or [])
 
 
-def _report(run: _Run, subset: HeldoutSet, prompts: list[_Prompt], wall: float, *,
-            compared: bool = True) -> EngineCheckReport:
-    req = run.req
+def _report(run: _Run, prompts: list[_Prompt], wall: float, *, compared: bool = True) -> EngineCheckReport:
+    vr, ep, config, subset = run.vr, run.check.endpoint, run.vr.config, run.vr.subset
     rows = [p.row for p in prompts]
     ok = [r for r in rows if r.status == "ok"] if compared else []
     notes: list[str] = []
     drafts, per_pos = _engine_steps(prompts, run.scrapes, notes) if compared else (None, [])
-    overall = summarize(ok, seed=req.config.seed)
-    delivery = delivery_of(ok, drafts, per_pos, seed=req.config.seed) if compared else None
+    overall = summarize(ok, seed=config.seed)
+    delivery = delivery_of(ok, drafts, per_pos, seed=config.seed) if compared else None
     audit = {"checked": sum(r.exact_match is not None for r in ok), "identical": sum(bool(r.exact_match) for r in ok),
              "near_tie": sum(r.divergence == "near-tie" for r in ok),
              "divergent": sum(r.divergence == "divergence" for r in ok)}
@@ -377,11 +396,11 @@ def _report(run: _Run, subset: HeldoutSet, prompts: list[_Prompt], wall: float, 
     else:
         notes.append("no number was compared: the engine does not serve the pair's target (findings)")
     return EngineCheckReport(
-        engine=req.endpoint.engine, url=safe_url(req.endpoint.url or f"offline:{req.endpoint.engine}"),
-        heldout_name=subset.name, heldout_version=subset.version, target_ref=req.target_ref,
-        drafter_ref=req.drafter_ref, config=req.config.to_dict(), concurrency=req.concurrency,
+        engine=ep.engine, url=safe_url(ep.url or f"offline:{ep.engine}"),
+        heldout_name=subset.name, heldout_version=subset.version, target_ref=vr.target_ref,
+        drafter_ref=run.drafter_ref, config=config.to_dict(), concurrency=run.check.concurrency,
         fingerprint=run.fingerprint, counters_source=run.source, overall=overall,
-        categories={c: summarize([r for r in ok if r.category == c], seed=req.config.seed)
+        categories={c: summarize([r for r in ok if r.category == c], seed=config.seed)
                     for c in sorted({r.category for r in ok})},
         engine_per_position=per_pos, core_per_position=delivery.core.per_position if delivery else [],
         engine_num_drafts=drafts, audit=audit, speed=_speed(ok), verdict=verdict_of(overall) if compared else "not compared",

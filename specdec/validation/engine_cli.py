@@ -1,5 +1,6 @@
-"""``specdec validate --engine-url URL``: the engine check from the command line (the glue only;
-the check is :func:`specdec.validation.engine_check.check_engine`)."""
+"""``specdec validate --engine-url URL``: the engine check from the command line (the glue only; the check is
+the engine measurement of :func:`specdec.validation.validate`, method ``engine``:
+:func:`specdec.validation.engine_check.measure_engine`)."""
 
 from __future__ import annotations
 
@@ -20,28 +21,23 @@ ENGINE_REPORT_FILE = "engine_check.json"
 def run_engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, endpoint: Any, concurrency: int,
                      target_ref: str, err: Console, limits: Any = None) -> EngineCheckReport:
     """The engine check of ``drafter`` (a resolved model drafter; on vLLM also an n-gram drafter) served at
-    ``endpoint``.
+    ``endpoint``: ``validate(..., method="engine")``, its report's ``engine_check`` section.
 
     Raises:
         ValueError: a drafter the engine check cannot compare (a head; n-gram on an engine other than vLLM).
+        specdec.engines.errors.EngineRequestError: the engine could not be measured (one line).
     """
-    from specdec.validation.api import drafter_parts
-    from specdec.validation.engine_check import EngineCheckRequest, check_engine
+    from specdec.validation.api import ValidationRequest, validate
+    from specdec.validation.engine_check import EngineCheck
 
-    from specdec.kinds import kind_of
-
-    obj, draft_model, kind, ref, _ = drafter_parts(drafter)
-    lookup = kind_of(kind).model_free and endpoint.engine == "vllm"  # vLLM runs the n-gram lookup the core replays
-    draft = draft_model if draft_model is not None else (obj if lookup else None)
-    if draft is None:
-        raise ValueError(f"the engine check of {endpoint.engine} needs a draft model (got a {kind} drafter)")
+    check = EngineCheck(endpoint, concurrency=concurrency, **({"limits": limits} if limits else {}))
     with err.status("engine check: sending the held-out prompts to the engine ...") as status:
-        def progress(done: int, total: int) -> None:
-            status.update(f"engine check: {done}/{total} prompts answered by the engine ...")
+        def progress(step: Any) -> None:
+            status.update(f"engine check: {step.done}/{step.total} prompts answered by the engine ...")
 
-        return check_engine(EngineCheckRequest(
-            target=tgt, draft=draft, heldout=hs, config=config, endpoint=endpoint, concurrency=concurrency,
-            target_ref=target_ref, drafter_ref=ref, progress=progress, **({"limits": limits} if limits else {})))
+        request = ValidationRequest(tgt, [drafter], hs, config, method="engine", target_ref=target_ref,
+                                    progress=progress, engine_check=check)
+        return validate(request)[0].engine_check
 
 
 def vllm_offline_endpoint(target_ref: str, drafter: Any, config: Any, *, python: str | None = None) -> Any:

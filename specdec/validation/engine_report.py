@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
-from specdec.validation.engine_delivery import Delivery, EngineFinding
+from specdec.validation.engine_delivery import Delivery, EngineFinding, StepFigures
 from specdec.validation.metrics import bootstrap_ratio_ci
-from specdec.validation.report import nan_to_none
+from specdec.validation.jsonsafe import nan_to_none
 
 __all__ = ["ENGINE_CHECK_SCHEMA", "NEAR_TIE_LOGITS", "EnginePromptResult", "EngineGroup", "EngineCheckReport",
            "summarize", "paired_difference_ci"]
@@ -146,6 +146,42 @@ class EngineCheckReport:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EngineCheckReport":
+        """Inverse of :meth:`to_dict` (``None`` back to nan where a float was; unknown keys dropped).
+
+        Raises:
+            KeyError / TypeError: ``d`` is not an engine check report's dict.
+        """
+        d = _restored(cls, d)
+        d["overall"] = EngineGroup(**_restored(EngineGroup, d["overall"]))
+        d["categories"] = {k: EngineGroup(**_restored(EngineGroup, v)) for k, v in (d.get("categories") or {}).items()}
+        d["prompts"] = [EnginePromptResult(**_restored(EnginePromptResult, r)) for r in d.get("prompts") or []]
+        d["findings"] = [EngineFinding(**f) for f in d.get("findings") or []]
+        d["speed"] = {k: [math.nan if x is None else x for x in v] if isinstance(v, list) else
+                      (math.nan if v is None else v) for k, v in (d.get("speed") or {}).items()}
+        if d.get("delivery") is not None:
+            dl = _restored(Delivery, d["delivery"])
+            dl["engine"], dl["core"] = (StepFigures(**_restored(StepFigures, dl[side])) for side in ("engine", "core"))
+            d["delivery"] = Delivery(**dl)
+        return cls(**d)
+
+
+def _restored(cls: type, d: dict[str, Any]) -> dict[str, Any]:
+    """``d``'s keys that are fields of the dataclass ``cls``, with ``None`` back to nan in its ``float`` and
+    ``list[float]`` fields (JSON has no NaN: :func:`~specdec.validation.jsonsafe.nan_to_none`)."""
+    out: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in d:
+            continue
+        v = d[f.name]
+        if f.type == "float" and v is None:
+            v = math.nan
+        elif f.type == "list[float]" and v is not None:
+            v = [math.nan if x is None else x for x in v]
+        out[f.name] = v
+    return out
 
 
 def paired_difference_ci(a_num: list[float], a_den: list[float], b_num: list[float], b_den: list[float], *,

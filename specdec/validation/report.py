@@ -12,12 +12,18 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from specdec.validation.jsonsafe import nan_to_none
+
+if TYPE_CHECKING:
+    from specdec.validation.engine_report import EngineCheckReport
 
 SCHEMA_VERSION = 4
 #: Schema 1 named k ``num_draft_tokens_k`` (metrics) / ``num_draft_tokens`` (config) and the
 #: recommended k ``recommended_num_draft_tokens``; :meth:`ValidationReport.from_dict` reads it.
 #: Schema 3 added ``method`` and the ``replay`` section (schema 1/2 reports read as ``method="decode"``).
+#: (Schema 4 also carries ``engine_check``, the engine check section, null when it did not run; older read as null.)
 #: Schema 4: one speed model (``predicted_speedup`` from the run's counters, measured c and the v(n) curve
 #: ``verify_cost_by_n``; ``predicted_speedup_verify_adjusted`` is gone), ``speedup`` the median of paired
 #: per-prompt ratios (``speedup_pooled`` the old ratio of sums), ``timing_suspect``.
@@ -178,6 +184,9 @@ class ValidationReport:
     #: (acceptance by k, per-method counters, replay_decode_agreement, gate method; docs/metrics.md)
     method: str = "decode"
     replay: dict[str, Any] | None = None
+    #: the engine check of this drafter where it is served (``ValidationRequest.engine_check``; method ``engine``:
+    #: the report's only measurement), None when it did not run
+    engine_check: EngineCheckReport | None = None
 
     # convenience accessors for the headline metrics
     def __getattr__(self, name: str) -> Any:  # only called when normal lookup fails
@@ -218,6 +227,10 @@ class ValidationReport:
         if prompts is None and rows is not None:
             prompts = [PromptResult(**_restore_prompt(r)) for r in rows]
         d["prompts"] = prompts or []
+        if d.get("engine_check") is not None:
+            from specdec.validation.engine_report import EngineCheckReport
+
+            d["engine_check"] = EngineCheckReport.from_dict(d["engine_check"])
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
 
@@ -267,20 +280,6 @@ def group_metrics_from_dict(d: dict[str, Any] | None) -> GroupMetrics:
     d = _fix_group({_RENAMED_GROUP_FIELDS.get(k, k): v for k, v in (d or {}).items()})
     known = {f.name for f in fields(GroupMetrics)}
     return GroupMetrics(**{k: v for k, v in d.items() if k in known})
-
-
-def nan_to_none(x: Any) -> Any:
-    """``x`` with every non-finite float (nan, inf) inside dicts, lists and tuples replaced by ``None``.
-
-    JSON has no NaN or Infinity (Postgres JSON columns reject them); tuples come back as lists.
-    """
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: nan_to_none(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [nan_to_none(v) for v in x]
-    return x
 
 
 _FLOAT_GROUP_FIELDS = {f.name for f in fields(GroupMetrics) if f.type in ("float",)}

@@ -1,8 +1,9 @@
-"""The one validation entry's typed request, its resolved form, and the rules both measurements share.
+"""The one validation entry's typed request, its resolved form, and the rules the measurements share.
 
 :class:`ValidationRequest` is what every caller builds for :func:`specdec.validation.validate`;
 :class:`ValidationRun` is the request resolved once (target, tokenizer, subset, drafters under test) and
-handed to the two measurements (:mod:`specdec.validation.decode`, :mod:`specdec.validation.replay_report`);
+handed to the measurements (:mod:`specdec.validation.decode`, :mod:`specdec.validation.replay_report`, and with
+``engine_check`` :mod:`specdec.validation.engine_check`);
 :func:`gate_method` decides which measurement a report is built from; :func:`calibrate_on` measures the pass
 costs both share.
 """
@@ -26,16 +27,17 @@ __all__ = ["ValidationRequest", "ValidationProgress", "ValidationRun", "METHODS"
 
 #: the v(n) curve is measured for n up to at least this (the recommended k is chosen among 1..it)
 CALIBRATED_KMAX = 8
-#: what a validation measures: speculative decoding, replay, or replay with a decoded subsample
-METHODS = ("decode", "replay", "both")
+#: what a validation measures: speculative decoding, replay, replay with a decoded subsample, or only the engine
+#: check (``engine``: needs ``engine_check``; with the others ``engine_check`` runs after them)
+METHODS = ("decode", "replay", "both", "engine")
 #: activations computed in these precisions make replay and decoding two measurements (decoding gates)
 REDUCED_PRECISIONS = ("bf16", "fp16", "fp8")
 
 
 @dataclass(frozen=True)
 class ValidationProgress:
-    """One step of a validation, for a progress callback: ``phase`` (``"replay"`` or ``"decode"``), prompts
-    ``done`` of ``total``, and in the decode phase each drafter's :class:`PromptResult` of the prompt just done
+    """One step of a validation, for a progress callback: ``phase`` (``"replay"``, ``"decode"`` or ``"engine"``),
+    prompts ``done`` of ``total``, and in the decode phase each drafter's :class:`PromptResult` of the prompt just done
     (skipped prompts as they are found; with ``batch_size`` > 1 once per prompt after its group)."""
 
     phase: str
@@ -71,6 +73,10 @@ class ValidationRequest:
             hashing the weight files; None: hashed here, or for a served target its config's hash).
         replayed: a replay measured elsewhere (:func:`specdec.validation.shard.pool` of a night's shards):
             the report is built from it instead of replaying here.
+        engine_check: the engine check of the (one) drafter where it is served
+            (:class:`~specdec.validation.engine_check.EngineCheck`: endpoint, concurrency, limits, pair identity);
+            its :class:`~specdec.validation.engine_report.EngineCheckReport` is the report's ``engine_check``.
+            Method ``engine`` runs only it.
     """
 
     target: Any
@@ -89,11 +95,12 @@ class ValidationRequest:
     engine: Any = None  # specdec.validation.engine_continuations.EngineContinuations
     target_weights: str | None = None
     replayed: Any = None  # specdec.validation.replay_report.ReplayMeasurement
+    engine_check: Any = None  # specdec.validation.engine_check.EngineCheck
 
 
 @dataclass(frozen=True)
 class ValidationRun:
-    """A request resolved once for both measurements: the target (model, tokenizer, ref), the config, the
+    """A request resolved once for the measurements: the target (model, tokenizer, ref), the config, the
     held-out subset, EOS ids, the models' smallest context and the drafters under test."""
 
     request: ValidationRequest

@@ -12,7 +12,11 @@ not; benchmarks/results/*-engine-check-cpu.md.)
 (c) a drafting threshold the pair was not validated with (``--spec-draft-p-min 0.8``, undeclared) drafts far
     less: a ``delivery`` finding, although the engine's acceptance rate goes up;
 (d) another target file behind the engine is a ``fingerprint`` finding before any number; a server started with
-    a synthetic-acceptance mode is refused (docs/engine-check.md).
+    a synthetic-acceptance mode is refused (docs/engine-check.md);
+(e) the engine check is a measurement of ``validate()``: next to the replay, the drafter's report carries exactly
+    what the check measured, and it round-trips with the report.
+
+The check runs through the one validation entry, ``validate(ValidationRequest(..., engine_check=...))``.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from monitoring.settings import MonitoringSettings
 from specdec.engines.llama_server import LlamaServerFlags
 from specdec.settings import CoreSettings
 from specdec.validation.config import ValidationConfig
-from specdec.validation.engine_check import EngineCheckRequest, EngineEndpoint, check_engine
+from specdec.kinds import ResolvedDrafter
+from specdec.validation.api import ValidationRequest, validate
+from specdec.validation.engine_check import EngineCheck, EngineEndpoint
 from specdec.validation.heldout import load_heldout
 from tests.support.engine import draft_gguf, engine_or_skip, start_server, target_gguf
 from tests.support.nightly import webhook_settings
@@ -71,12 +77,17 @@ def _flags(t_gguf, d_gguf, **over) -> LlamaServerFlags:
     return LlamaServerFlags(model=str(t_gguf), draft=str(d_gguf), n_max=K, ctx_size=2048, threads=1, **over)
 
 
-def _check(pair, heldout, server, flags, *, declare: bool = True) -> object:
+def _request(pair, heldout, server, *, declare: bool = True, method: str = "engine") -> ValidationRequest:
+    """The engine check of the pair (target and draft named by their GGUF files) at ``server``."""
     target, draft = pair[0], pair[1]
     cfg = ValidationConfig(num_speculative_tokens=K, max_new_tokens=NEW_TOKENS, limit=PROMPTS)
     ep = EngineEndpoint(url=server.url, flags=tuple(server.command) if declare else None)
-    return check_engine(EngineCheckRequest(target, draft.model, heldout, cfg, ep, target_ref=str(pair[2]),
-                                           drafter_ref=str(pair[3])))
+    return ValidationRequest(target, [ResolvedDrafter(draft.model, "model", str(pair[3]))], heldout, cfg, method=method,
+                             target_ref=str(pair[2]), engine_check=EngineCheck(ep))
+
+
+def _check(pair, heldout, server, flags, *, declare: bool = True) -> object:
+    return validate(_request(pair, heldout, server, declare=declare))[0].engine_check
 
 
 def test_engine_and_core_agree_on_the_real_pair(engine, pair, heldout, tmp_path):
@@ -153,6 +164,26 @@ def test_another_target_file_is_a_finding_before_any_number_and_synthetic_accept
     with start_server(engine, synth, tmp_path / "synthetic") as server:
         with pytest.raises(EngineRefusedError, match="--spec-synth-len"):
             _check(pair, heldout, server, None)
+
+
+def test_validate_carries_what_the_engine_check_measured_next_to_the_replay(engine, pair, heldout, tmp_path, monkeypatch):
+    """``validate()`` with ``engine_check`` and method replay: the drafter's report is the replay's, its engine section
+    is the very :class:`EngineCheckReport` the engine measurement returned, and it round-trips with the report."""
+    import specdec.validation.api as api
+    from specdec.validation.report import ValidationReport
+
+    measured, measure = [], api.measure_engine
+    monkeypatch.setattr(api, "measure_engine", lambda run: measured.append(measure(run)) or measured[-1])
+    with start_server(engine, _flags(pair[2], pair[3]), tmp_path) as server:
+        [rep] = validate(_request(pair, heldout, server, method="replay"))
+    assert len(measured) == 1 and rep.engine_check is measured[0]
+    assert rep.method == "replay" and rep.replay is not None and rep.overall.num_prompts == PROMPTS
+    e = rep.engine_check
+    assert e.overall.num_prompts == PROMPTS and e.findings == [] and e.verdict == "agrees", (e.verdict, e.findings)
+    assert (e.engine, e.target_ref, e.drafter_ref) == ("llamacpp", str(pair[2]), str(pair[3]))
+    back = ValidationReport.read(rep.write(tmp_path / "report"))
+    assert back.engine_check is not None and back.engine_check.to_dict() == e.to_dict()
+    assert back.to_dict() == rep.to_dict()
 
 
 def test_gguf_pair_for_llamacpp_registers_shows_its_command_and_the_nightly_checks_its_engine(

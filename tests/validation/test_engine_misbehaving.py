@@ -25,7 +25,8 @@ from specdec.engines.errors import EngineAnswerError, EngineDeadlineError, Engin
 from specdec.engines.profile import EngineEndpoint, EngineLimits, PairIdentity
 from specdec.models.load import LoadedModel
 from specdec.validation.config import ValidationConfig
-from specdec.validation.engine_check import EngineCheckRequest, check_engine
+from specdec.validation.api import ValidationRequest, validate
+from specdec.validation.engine_check import EngineCheck
 from specdec.validation.heldout import load_heldout
 from specdec.validation.replay import draft_trace, replay_counters
 from tests.support.models import perturbed_copy, tiny_llama, tiny_tokenizer
@@ -65,14 +66,20 @@ def greedy_answer(tiny, *, draft_share: float = 1.0, accept_all: bool = False):
     return answer
 
 
-def _request(tiny, url: str, *, limits: EngineLimits | None = None, flags=None, pair=None) -> EngineCheckRequest:
+def _request(tiny, url: str, *, limits: EngineLimits | None = None, flags=None, pair=None) -> ValidationRequest:
     target, draft, held = tiny
     ep = EngineEndpoint(url=url, flags=tuple(flags) if flags else None)
-    return EngineCheckRequest(target, draft, held, ValidationConfig(num_speculative_tokens=K, max_new_tokens=NEW),
-                              ep, limits=limits or EngineLimits(), pair=pair)
+    return ValidationRequest(target, [draft], held, ValidationConfig(num_speculative_tokens=K, max_new_tokens=NEW),
+                             method="engine", target_ref="", engine_check=EngineCheck(ep, limits=limits or EngineLimits(),
+                                                                                      pair=pair))
 
 
-def _bounded(req: EngineCheckRequest, within_s: float):
+def check_engine(req: ValidationRequest):
+    """The engine check through the one validation entry: the report's engine section."""
+    return validate(req)[0].engine_check
+
+
+def _bounded(req: ValidationRequest, within_s: float):
     """check_engine(req) in a thread: its result or exception, and its wall time; fails past ``within_s``
     (the old client waited 600 s per read, forever for a dripping engine)."""
     pool = ThreadPoolExecutor(1)

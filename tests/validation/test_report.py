@@ -125,3 +125,29 @@ def test_reads_schema_2_reports_as_decode_method(report):
     old["schema_version"] = 2
     back = ValidationReport.from_dict(old)
     assert back.method == "decode" and back.replay is None and back.to_dict() == d
+
+
+def test_the_engine_check_section_round_trips(report, tmp_path):
+    """A report's ``engine_check`` section (an :class:`EngineCheckReport`) is written and read back with the report,
+    nan included; a report without one (and one written before the section existed) reads it as None."""
+    from specdec.validation.engine_delivery import Delivery, EngineFinding, StepFigures
+    from specdec.validation.engine_report import EngineCheckReport, EngineGroup, EnginePromptResult
+
+    engine = EngineCheckReport(
+        engine="llamacpp", url="http://127.0.0.1:1", heldout_name="rt", heldout_version="1", target_ref="t.gguf",
+        drafter_ref="d.gguf", config={"num_speculative_tokens": 3}, concurrency=1, fingerprint={"flags": ("-m", "t")},
+        counters_source="per-request timings", overall=EngineGroup(num_prompts=2, engine_acceptance_rate=0.5),
+        categories={"x": EngineGroup(num_prompts=1)}, engine_per_position=[3, 1], core_per_position=[3, 1],
+        engine_num_drafts=None, audit={"checked": 2}, speed={"speedup": math.nan, "speedup_ci": [math.nan, math.nan]},
+        verdict="agrees", prompts=[EnginePromptResult("r0", "x", engine_seconds=0.5)],
+        findings=[EngineFinding("delivery", "drafts less")], delivery=Delivery(StepFigures(drafts=4), StepFigures()))
+    with_engine = copy.deepcopy(report)
+    with_engine.engine_check = engine
+    back = ValidationReport.read(with_engine.write(tmp_path / "engine"))
+    assert isinstance(back.engine_check, EngineCheckReport) and back.engine_check.to_dict() == engine.to_dict()
+    assert math.isnan(back.engine_check.overall.core_acceptance_rate) and back.engine_check.findings[0].kind == "delivery"
+    assert back.engine_check.delivery.engine.drafts == 4 and math.isnan(back.engine_check.speed["speedup"])
+    assert report.engine_check is None and ValidationReport.read(report.write(tmp_path / "plain")).engine_check is None
+    older = report.to_dict()
+    older.pop("engine_check")
+    assert ValidationReport.from_dict(older).engine_check is None

@@ -23,7 +23,9 @@ from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSetti
 from specdec.core.drafters import NgramDrafter
 from specdec.models.hashes import weights_sha256
 from specdec.validation.config import ValidationConfig
-from specdec.validation.engine_check import EngineCheckRequest, EngineEndpoint, check_engine
+from specdec.kinds import ResolvedDrafter
+from specdec.validation.api import ValidationRequest, validate
+from specdec.validation.engine_check import EngineCheck, EngineEndpoint
 from tests.support.vllm import K, MAX_TOKENS, draft_dir, draft_model_config, target_dir
 
 pytestmark = pytest.mark.slow
@@ -32,8 +34,9 @@ pytestmark = pytest.mark.slow
 def _check(real_pair, heldout, endpoint: EngineEndpoint, *, ngram: bool = False):
     target, draft = real_pair
     cfg = ValidationConfig(num_speculative_tokens=K, max_new_tokens=MAX_TOKENS)
-    return check_engine(EngineCheckRequest(target, NgramDrafter(3, 2) if ngram else draft.model, heldout, cfg, endpoint,
-                                           target_ref=str(target_dir()), drafter_ref=None if ngram else str(draft_dir())))
+    drafter = NgramDrafter(3, 2) if ngram else ResolvedDrafter(draft.model, "model", str(draft_dir()))
+    return validate(ValidationRequest(target, [drafter], heldout, cfg, method="engine", target_ref=str(target_dir()),
+                                      engine_check=EngineCheck(endpoint)))[0].engine_check
 
 
 def _offline(spec: dict, log) -> EngineEndpoint:
