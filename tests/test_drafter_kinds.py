@@ -287,6 +287,7 @@ def test_parts_of_a_bare_causal_lm_and_a_derived_draft():
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "transformers"])
 def test_serving_of_each_kind_names_its_method(engine):
+    from specdec.engines.profiles import engine_profile
     from specdec.validation.serving import serving_config
 
     methods = {k.name: (k.vllm_method, k.sglang_algorithm) for k in kinds()}
@@ -296,7 +297,7 @@ def test_serving_of_each_kind_names_its_method(engine):
             with pytest.raises(ValueError, match="early-exit"):
                 serving_config(engine, label, 3, draft="d")
             continue
-        if not kind.serves_on(engine):
+        if not engine_profile(engine).serves(kind):
             with pytest.raises(ValueError, match="vllm or sglang"):
                 serving_config(engine, label, 3, draft="d")
             continue
@@ -377,7 +378,9 @@ def kind_tables() -> dict[str, KindTable]:
 
 def test_the_per_layer_tables_are_found_and_complete():
     tables = kind_tables()
-    assert {"specdec.validation.replay.TRACERS", "registry.register.REGISTRARS", "registry.pairs.DRAFT_SIDES"} <= set(tables)
+    assert {"specdec.validation.replay.TRACERS", "registry.register.REGISTRARS", "registry.pairs.DRAFT_SIDES",
+            "specdec.engines.vllm.VLLM_SERVING", "specdec.engines.serving_profiles.SGLANG_SERVING",
+            "specdec.engines.serving_profiles.TRANSFORMERS_SERVING", "specdec.engines.llamacpp.LLAMACPP_SERVING"} <= set(tables)
     assert all(isinstance(t, KindTable) for t in tables.values())
     assert {name: t.missing() for name, t in tables.items()} == {name: [] for name in tables}
 
@@ -392,8 +395,6 @@ def test_a_fifth_kind_is_one_class_one_registration_and_one_entry_per_table(monk
     assert kind_of("mtp:./head").label("mtp:./head") == "mtp" and kind_of("./other") is MODEL
     with pytest.raises(DrafterSpecError, match="needs the target's MTP module"):
         kind_of("mtp").check("mtp")
-    assert serving_config("vllm", "mtp", 2, draft="./head")["speculative_config"]["method"] == "mtp"
-    assert serving_config("sglang", "mtp", 2, draft="./head")["args"][:2] == ["--speculative-algorithm", "NEXTN"]
     assert draft_identity("mtp", "w", "t") == ("model-or-derived", "w", "t")
     # registered but not filed: every layer's table names it, and refuses it, until it has its entry there
     tables = kind_tables()
@@ -408,6 +409,10 @@ def test_a_fifth_kind_is_one_class_one_registration_and_one_entry_per_table(monk
     monkeypatch.setenv("SPECDEC_HOME", str(tmp_path))  # the registration lock's directory
     with pytest.raises(MissingKindEntry, match="'mtp' has no entry in the pair registrars"):
         register_pair_from_refs("./target", "mtp:./head", name="mtp-pair", tracking_uri=f"sqlite:///{tmp_path}/never-opened.db")
+    with pytest.raises(MissingKindEntry, match="'mtp' has no entry in the vLLM serving table"):
+        serving_config("vllm", "mtp", 2, draft="./head")  # serving is each engine profile's table
     for table in tables.values():  # filed like a draft model: complete again
         monkeypatch.setitem(table._entries, mtp, table[MODEL])
     assert all(t.missing() == [] for t in kind_tables().values())
+    assert serving_config("vllm", "mtp", 2, draft="./head")["speculative_config"]["method"] == "mtp"
+    assert serving_config("sglang", "mtp", 2, draft="./head")["args"][:2] == ["--speculative-algorithm", "NEXTN"]

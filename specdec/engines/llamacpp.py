@@ -23,9 +23,10 @@ from specdec.engines.errors import EngineAnswerError, EngineRequestError
 from specdec.engines.http import Deadline
 from specdec.engines.metrics import ENGINES
 from specdec.engines.profile import (CompletionParams, EngineEndpoint, EngineLimits, EngineProfile, EngineSession,
-                                     ProposalRule)
+                                     ProposalRule, Refusal)
+from specdec.kinds import DERIVED, EAGLE3, LAYERSKIP, MODEL, NGRAM, DrafterKind, KindTable, ServingRequest
 
-__all__ = ["LlamaCppProfile", "LlamaCppSession", "flag_value"]
+__all__ = ["LlamaCppProfile", "LlamaCppSession", "LLAMACPP_SERVING", "flag_value"]
 
 #: llama-server's default ``--spec-draft-n-max`` (``common/common.h``)
 DEFAULT_N_MAX = 3
@@ -39,6 +40,31 @@ def flag_value(flags: list[str] | tuple[str, ...], *names: str) -> str | None:
         if key in names:
             found = val if eq else (str(flags[i + 1]) if i + 1 < len(flags) else "")
     return found
+
+
+def _llama_server(kind: DrafterKind, req: ServingRequest) -> dict[str, Any]:
+    """``args`` / ``command`` of ``llama-server`` for a draft of GGUF files (the rule the core validated: fixed k,
+    argmax drafts, no threshold). Raises ValueError: a target/draft reference that is not a ``.gguf`` file."""
+    from specdec.engines.llama_server import LlamaServerFlags
+
+    for what, ref in (("target", req.target), ("draft", req.draft)):
+        if not ref or not str(ref).endswith(".gguf"):
+            raise ValueError(f"llama.cpp serves GGUF files: the {what} reference is {ref!r}, not a .gguf file")
+    args = LlamaServerFlags(model=str(req.target), draft=str(req.draft), n_max=req.k).args()
+    return {"args": args, "command": shlex.join(["llama-server", *args])}
+
+
+def _served_differently(kind: DrafterKind, req: ServingRequest) -> str:
+    return (f"llama.cpp serves a {req.label} drafter differently from how the core validated it: register the draft as "
+            "a GGUF model (a derived copy: `llama-quantize` the target GGUF, e.g. Q8_0 for int8, Q4_0 for int4) and "
+            "validate that pair")
+
+
+_REFUSED = Refusal(_served_differently)
+#: llama-server's flags of each drafter kind: ``draft-simple`` serves a GGUF draft model as validated; its n-gram
+#: types are lookups of its own, and it has no head or early-exit drafter
+LLAMACPP_SERVING: KindTable = KindTable("the llama.cpp serving table", {
+    NGRAM: _REFUSED, DERIVED: _REFUSED, EAGLE3: _REFUSED, LAYERSKIP: _REFUSED, MODEL: _llama_server})
 
 
 class LlamaCppSession(EngineSession):
@@ -107,6 +133,7 @@ class LlamaCppProfile(EngineProfile):
     draft_sampling = "argmax"
     metrics = ENGINES["llamacpp"]
     checkable = True
+    serving_table = LLAMACPP_SERVING
     synthetic_flags = ("--spec-synth-len", "--spec-synth-rates", "--spec-synthetic-acceptance-length",
                        "--spec-synthetic-acceptance-rates")
     fingerprint_fields = ("draft_sha256", "model_sha256", "flags", "build_info", "model_ftype", "model_path",
@@ -136,26 +163,6 @@ class LlamaCppProfile(EngineProfile):
         synth = next((f"{f} {flag_value(flags, f)}" for f in self.synthetic_flags if flag_value(flags, f) is not None), None)
         return ProposalRule(num_speculative_tokens=0 if off else k, draft_sampling=sampling, min_draft_tokens=n_min,
                             p_min=p_min, drafts_past_stop=True, synthetic=synth)
-
-    def serving_config(self, kind: Any, req: Any) -> dict[str, Any]:
-        """``args`` / ``command`` of ``llama-server`` for a draft of GGUF files (the rule the core validated:
-        fixed k, argmax drafts, no threshold).
-
-        Raises:
-            ValueError: a kind llama.cpp does not serve as validated (e.g. n-gram, a head: its lookups are its own),
-                or a target/draft reference that is not a ``.gguf`` file.
-        """
-        from specdec.engines.llama_server import LlamaServerFlags
-
-        if not kind.serves_on(self.name):
-            raise ValueError(f"llama.cpp serves a {req.label} drafter differently from how the core validated it: register "
-                             "the draft as a GGUF model (a derived copy: `llama-quantize` the target GGUF, e.g. Q8_0 for "
-                             "int8, Q4_0 for int4) and validate that pair")
-        for what, ref in (("target", req.target), ("draft", req.draft)):
-            if not ref or not str(ref).endswith(".gguf"):
-                raise ValueError(f"llama.cpp serves GGUF files: the {what} reference is {ref!r}, not a .gguf file")
-        args = LlamaServerFlags(model=str(req.target), draft=str(req.draft), n_max=req.k).args()
-        return {"args": args, "command": shlex.join(["llama-server", *args])}
 
     def start(self, config: dict[str, Any], log_path: Path, settings: Any) -> Any:
         """A :class:`~specdec.engines.llama_server.LlamaServer` (not started: use it as a context manager) running

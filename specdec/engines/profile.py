@@ -6,7 +6,10 @@ An :class:`EngineProfile` says, for one engine (llama.cpp, vLLM, SGLang, transfo
   that rule on the engine's own output tokens (k, the proposal sampling, llama.cpp's ``p_min`` /
   ``n_min``, the n-gram sizes, the bookkeeping of the first token and of drafts past a stop token);
 * **its serving config** for a validated pair (:meth:`EngineProfile.serving_config`: vLLM's
-  ``--speculative-config``, llama.cpp's flags, SGLang's arguments, transformers' ``generate`` keywords);
+  ``--speculative-config``, llama.cpp's flags, SGLang's arguments, transformers' ``generate`` keywords),
+  from its **serving table** (:attr:`EngineProfile.serving_table`): a module-level
+  :class:`~specdec.kinds.KindTable` mapping every drafter kind to the function that builds its settings on
+  this engine, or to a :class:`Refusal` for a kind the engine cannot serve as the core validated it;
 * **how to start it here** (:meth:`EngineProfile.start`, optional: llama.cpp starts ``llama-server``);
 * **how to ask it** (:meth:`EngineProfile.connect` returns an :class:`EngineSession`: prompts as token ids
   in, output token ids and per-request counters out, each request within an overall deadline);
@@ -17,7 +20,7 @@ An :class:`EngineProfile` says, for one engine (llama.cpp, vLLM, SGLang, transfo
   (:meth:`EngineProfile.identity_mismatches`), the rule it declares it serves
   (:meth:`EngineProfile.served_rule`) and a synthetic-acceptance mode (:meth:`EngineProfile.refusal`).
 
-A new engine is one subclass and one registration (:mod:`specdec.engines.profiles`). The engine check
+A new engine is one subclass (with its serving table) and one registration (:mod:`specdec.engines.profiles`). The engine check
 (:func:`specdec.validation.engine_check.measure_engine`, the engine measurement of
 :func:`specdec.validation.validate`) only talks to these objects.
 """
@@ -37,12 +40,46 @@ from specdec.engines.http import Deadline
 from specdec.engines.metrics import EngineMetrics
 
 __all__ = ["ProposalRule", "EngineEndpoint", "EngineLimits", "PairIdentity", "CompletionParams", "EngineSession",
-           "EngineProfile", "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_CHECK_TIMEOUT_S"]
+           "EngineProfile", "Refusal", "ServingFn", "draft_of", "no_early_exit", "DEFAULT_REQUEST_TIMEOUT_S",
+           "DEFAULT_CHECK_TIMEOUT_S"]
 
 #: default overall deadline of one engine request (s; ``SPECDEC_ENGINE_REQUEST_TIMEOUT_S``)
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
 #: default overall deadline of one whole engine check (s; ``SPECDEC_ENGINE_CHECK_TIMEOUT_S``)
 DEFAULT_CHECK_TIMEOUT_S = 7200.0
+
+#: a serving-table entry: ``(DrafterKind, ServingRequest) -> the engine's settings``; raises ValueError (one line)
+#: when it cannot. (This module imports no :mod:`specdec.kinds`: the settings import it, and the kinds the settings.)
+ServingFn = Callable[[Any, Any], dict[str, Any]]
+
+
+def draft_of(req: Any) -> str:
+    """The draft reference an engine loads. Raises ValueError: the request has none."""
+    if not req.draft:
+        raise ValueError(f"a {req.label} drafter needs its draft model reference")
+    return req.draft
+
+
+def no_early_exit(kind: Any, req: Any) -> str:
+    """The refusal of an engine with no early-exit (layer-skip) method (a :class:`Refusal`'s ``why``)."""
+    return (f"{req.engine} has no early-exit (layer-skip) speculative method: serve this pair with transformers "
+            "(assistant_early_exit), or validate another drafter for this engine")
+
+
+class Refusal:
+    """The serving-table entry of a kind an engine cannot serve as the core validated it: calling it runs
+    ``checks`` (each ``(kind, req)``, raising first where the engine checked that before refusing) and then
+    raises ``ValueError(why(kind, req))``, one line saying what to do instead."""
+
+    def __init__(self, why: Callable[[Any, Any], str], *checks: Callable[..., Any]) -> None:
+        self.why = why
+        self.checks = checks
+
+    def __call__(self, kind: Any, req: Any) -> dict[str, Any]:
+        """Raises ValueError, always (a check's own, else the refusal)."""
+        for check in self.checks:
+            check(kind, req)
+        raise ValueError(self.why(kind, req))
 
 
 @dataclass(frozen=True)
@@ -265,6 +302,8 @@ class EngineProfile(ABC):
         synthetic_flags: command-line flags that switch on a synthetic-acceptance mode (refused).
         serves_lookup: it runs the n-gram prompt lookup the core replays (a model-free drafter can be checked).
         fingerprint_fields: fingerprint keys whose change between nights is named as a likely cause, in order.
+        serving_table: its module-level :class:`~specdec.kinds.KindTable` of :data:`ServingFn` (a
+            :class:`Refusal` for a kind it cannot serve): every kind has an entry (the table's exhaustiveness test).
     """
 
     name: ClassVar[str] = ""
@@ -275,6 +314,7 @@ class EngineProfile(ABC):
     synthetic_flags: ClassVar[tuple[str, ...]] = ()
     serves_lookup: ClassVar[bool] = False
     fingerprint_fields: ClassVar[tuple[str, ...]] = ("draft_sha256", "model_sha256", "flags", "build_info")
+    serving_table: ClassVar[Any]  # a specdec.kinds.KindTable of ServingFn
 
     # ---- the proposal rule -----------------------------------------------------------------
     def validated_rule(self, num_speculative_tokens: int, *, draft_sampling: str | None = None,
@@ -296,14 +336,28 @@ class EngineProfile(ABC):
 
     # ---- the serving config ----------------------------------------------------------------
     def serving_config(self, kind: Any, req: Any) -> dict[str, Any]:
-        """The engine's settings for a validated pair (``speculative_config``/``args``/``command``/``generate_kwargs``).
+        """The engine's settings for a validated pair (``speculative_config``/``args``/``command``/``generate_kwargs``):
+        the entry of ``kind`` in :attr:`serving_table` applied to ``req``.
 
         Args:
             kind: the :class:`~specdec.kinds.DrafterKind`; req: the :class:`~specdec.kinds.ServingRequest`.
         Raises:
             ValueError: the engine cannot serve this kind as validated, or a reference is missing.
+            MissingKindEntry: the kind has no entry in this engine's serving table.
         """
-        return kind.serving(req)
+        return self.serving_table[kind](kind, req)
+
+    def serves(self, kind: Any) -> bool:
+        """Whether this engine serves ``kind`` as the core validated it (its entry is not a :class:`Refusal`).
+
+        Raises:
+            MissingKindEntry: the kind has no entry in this engine's serving table.
+        """
+        return not isinstance(self.serving_table[kind], Refusal)
+
+    def tau_applies(self, kind: Any) -> bool:
+        """Whether this engine's settings carry the validated confidence threshold for ``kind`` (default: no)."""
+        return False
 
     # ---- running and asking ----------------------------------------------------------------
     def start(self, config: dict[str, Any], log_path: Path, settings: Any) -> Any:

@@ -28,15 +28,41 @@ from specdec.engines.errors import EngineAnswerError, EngineDeadlineError, Engin
 from specdec.engines.http import Deadline
 from specdec.engines.metrics import ENGINES
 from specdec.engines.profile import (CompletionParams, EngineEndpoint, EngineLimits, EngineProfile, EngineSession,
-                                     ProposalRule)
+                                     ProposalRule, Refusal, draft_of, no_early_exit)
+from specdec.kinds import DERIVED, EAGLE3, LAYERSKIP, MODEL, NGRAM, DrafterKind, KindTable, ServingRequest
 
-__all__ = ["VllmProfile", "VllmServeSession", "VllmOfflineSession", "DRAFT_SAMPLE_METHOD", "per_position_of"]
+__all__ = ["VllmProfile", "VllmServeSession", "VllmOfflineSession", "DRAFT_SAMPLE_METHOD", "VLLM_SERVING",
+           "per_position_of"]
 
 #: the product's proposal rule names -> vLLM's ``draft_sample_method``
 DRAFT_SAMPLE_METHOD = {"argmax": "greedy", "sampled": "probabilistic"}
 PER_REQUEST = "per-request metrics (vLLM spec_decode_metrics)"
 METRICS_DELTAS = "/metrics deltas around each request (one at a time, no other traffic)"
 GET_METRICS_DELTAS = "LLM.get_metrics() deltas around each request"
+
+
+def _spec_args(spec: dict[str, Any]) -> dict[str, Any]:
+    """``{"speculative_config": spec, "args": ["--speculative-config", <compact json>]}``."""
+    return {"speculative_config": spec, "args": ["--speculative-config", json.dumps(spec, separators=(",", ":"))]}
+
+
+def _draft_model(kind: DrafterKind, req: ServingRequest) -> dict[str, Any]:
+    """A drafter with a model vLLM loads: ``method`` the kind's ``vllm_method``, ``model`` the draft, k.
+    Raises ValueError: no draft reference."""
+    return _spec_args({"method": kind.vllm_method, "model": draft_of(req), "num_speculative_tokens": req.k})
+
+
+def _ngram(kind: DrafterKind, req: ServingRequest) -> dict[str, Any]:
+    """vLLM's n-gram lookup with the validated sizes (``prompt_lookup_max``/``min``). Raises DrafterSpecError: bad recipe."""
+    max_n, min_n = kind.sizes_of(req.recipe)
+    return _spec_args({"method": kind.vllm_method, "num_speculative_tokens": req.k,
+                       "prompt_lookup_max": max_n, "prompt_lookup_min": min_n})
+
+
+#: vLLM's ``--speculative-config`` of each drafter kind (draft_sample_method is added by the profile)
+VLLM_SERVING: KindTable = KindTable("the vLLM serving table", {
+    NGRAM: _ngram, DERIVED: _draft_model, EAGLE3: _draft_model, LAYERSKIP: Refusal(no_early_exit),
+    MODEL: _draft_model})
 
 
 def per_position_of(histogram: list[int]) -> list[int]:
@@ -223,6 +249,7 @@ class VllmProfile(EngineProfile):
     metrics = ENGINES["vllm"]
     checkable = True
     serves_lookup = True
+    serving_table = VLLM_SERVING
     fingerprint_fields = ("speculative_config", "vllm_version", "model_runner", "draft_sha256", "model_sha256",
                           "draft_weights_sha256", "model_weights_sha256", "compilation_config", "dtype", "draft_path",
                           "model_path")
@@ -248,10 +275,11 @@ class VllmProfile(EngineProfile):
                             draft_sampling="sampled" if spec.get("draft_sample_method") == "probabilistic" else "argmax",
                             ngram=ngram, first_token_from_prefill=True, synthetic=synth)
 
-    def serving_config(self, kind: Any, req: Any) -> dict[str, Any]:
-        """The kind's ``--speculative-config`` plus ``draft_sample_method`` set explicitly for a draft model (the
-        validated argmax rule: ``greedy``; a config that leaves it out changes meaning when vLLM's default does)."""
-        out = kind.serving(req)
+    def serving_config(self, kind: DrafterKind, req: ServingRequest) -> dict[str, Any]:
+        """The kind's ``--speculative-config`` (:data:`VLLM_SERVING`) plus ``draft_sample_method`` set explicitly for
+        a draft model (the validated argmax rule: ``greedy``; a config that leaves it out changes meaning when vLLM's
+        default does). Raises ValueError: as the table's entry does."""
+        out = super().serving_config(kind, req)
         spec = out.get("speculative_config")
         if spec is not None and not kind.model_free:
             spec = {**spec, "draft_sample_method": DRAFT_SAMPLE_METHOD[self.draft_sampling]}

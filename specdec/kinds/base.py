@@ -8,13 +8,11 @@ class with its defaults, the spec error, :class:`ResolvedDrafter` (a drafter rea
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-__all__ = ["DrafterKind", "DrafterSpecError", "ResolvedDrafter", "RegisteredDrafter", "DraftLoader", "ServingRequest",
-           "sglang_chain"]
+__all__ = ["DrafterKind", "DrafterSpecError", "ResolvedDrafter", "RegisteredDrafter", "DraftLoader", "ServingRequest"]
 
 
 class DrafterSpecError(ValueError):
@@ -88,7 +86,8 @@ class DraftLoader(Protocol):
 
 @dataclass(frozen=True)
 class ServingRequest:
-    """One engine profile's serving settings asked of a kind (:func:`specdec.validation.serving.serving_config`).
+    """What an engine profile's serving table is given for a validated pair
+    (:meth:`specdec.engines.profile.EngineProfile.serving_config`, :func:`specdec.validation.serving.serving_config`).
 
     Attributes:
         engine: ``vllm``, ``sglang``, ``transformers`` or ``llamacpp``.
@@ -130,13 +129,10 @@ class DrafterKind:
     reads_target_features: ClassVar[bool] = False
     #: it can be re-trained (warm-started) when its target changes (:mod:`flows.realign`)
     retrainable: ClassVar[bool] = False
-    #: vLLM ``speculative_config.method`` / SGLang ``--speculative-algorithm`` for this kind
+    #: vLLM ``speculative_config.method`` / SGLang ``--speculative-algorithm`` for this kind: names the engines
+    #: give it (what the engines' serving tables write, and Model Optimizer's method name); "" where they have none
     vllm_method: ClassVar[str] = "draft_model"
     sglang_algorithm: ClassVar[str] = "STANDALONE"
-    #: llama.cpp ``--spec-type draft-simple`` serves it as the core validated it (GGUF draft files)
-    llamacpp_serves: ClassVar[bool] = False
-    #: transformers' assisted generation serves it (``assistant_model`` or prompt lookup)
-    transformers_serves: ClassVar[bool] = True
     #: the :meth:`pair_recipe` a pair version registered before the kind stored one means (None: no recipe)
     legacy_recipe: ClassVar[dict | None] = None
 
@@ -222,43 +218,10 @@ class DrafterKind:
         """Why this drafter would be the target itself for a target of ``target_dtype`` (None: it is not)."""
         return None
 
-    # ---- serving ---------------------------------------------------------------------------
-    def serves_on(self, engine: str) -> bool:
-        """Whether ``engine`` can serve this kind as the core validated it."""
-        return {"transformers": self.transformers_serves, "llamacpp": self.llamacpp_serves}.get(engine, True)
-
-    def serving(self, req: ServingRequest) -> dict[str, Any]:
-        """This kind's settings on vLLM (``speculative_config``/``args``), SGLang (``args``) or transformers
-        (``generate_kwargs``). llama.cpp's flags are its engine profile's
-        (:meth:`specdec.engines.llamacpp.LlamaCppProfile.serving_config`), which asks :meth:`serves_on` only.
-
-        Raises:
-            ValueError: the engine cannot serve this kind as validated, or a reference is missing.
-        """
-        if not req.draft:
-            raise ValueError(f"a {req.label} drafter needs its draft model reference")
-        if req.engine == "transformers" and not self.transformers_serves:
-            raise ValueError(f"transformers' assisted generation cannot serve {self.describe(req.label)}: serve this pair "
-                             "with vllm or sglang")
-        if req.engine == "vllm":
-            spec = {"method": self.vllm_method, "model": req.draft, "num_speculative_tokens": req.k}
-            return {"speculative_config": spec, "args": ["--speculative-config", json.dumps(spec, separators=(",", ":"))]}
-        if req.engine == "sglang":
-            return {"args": ["--speculative-algorithm", self.sglang_algorithm, "--speculative-draft-model-path",
-                             str(req.draft), *sglang_chain(req.k)]}
-        kw: dict[str, Any] = {"assistant_model": req.draft, "num_assistant_tokens": req.k,
-                              "num_assistant_tokens_schedule": "constant"}
-        if req.tau is not None:
-            kw["assistant_confidence_threshold"] = req.tau
-        return {"generate_kwargs": kw}
-
+    # ---- serving (the settings themselves are the engine profiles' serving tables) -------------
     def serving_note(self, label: str) -> str | None:
         """How an engine serves this drafter beyond the settings (None: nothing to add)."""
         return None
-
-    def tau_applies(self, engine: str) -> bool:
-        """Whether ``engine``'s settings carry the validated confidence threshold (transformers, a model's drafts)."""
-        return engine == "transformers" and not self.model_free
 
     # ---- description -----------------------------------------------------------------------
     def describe(self, label: str, ref: str | None = None) -> str:
@@ -278,7 +241,3 @@ class DrafterKind:
         """The draft causal LM inside ``obj`` (None: the kind has none, or it is not a causal LM)."""
         return None
 
-
-def sglang_chain(k: int) -> list[str]:
-    """SGLang's flags for a chain of ``k`` drafts (top-1 per step; the draft tokens plus the root)."""
-    return ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(k + 1)]

@@ -26,7 +26,6 @@ class Eagle3Kind(DrafterKind):
     retrainable = True
     vllm_method = "eagle3"
     sglang_algorithm = "EAGLE3"
-    transformers_serves = False
 
     def head_config(self, spec: str):
         """``(head directory, Eagle3Config)`` of an ``eagle3:`` spec; reads only ``config.json``.

@@ -4,14 +4,14 @@ Specs: ``layerskip`` (N = half the target's layers) or ``layerskip:N``. The draf
 weights (:func:`specdec.models.layerskip.derive_layerskip`): no checkpoint of its own, re-derived from each
 target version it is paired with, like a derived draft; its recipe ``{"num_layers": N}`` is the pair's
 recipe. transformers serves it as ``assistant_early_exit=N``; vLLM, SGLang and llama.cpp have no such
-method (serving raises with the reason).
+method (their serving tables, :mod:`specdec.engines`, refuse it with the reason).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from specdec.kinds.base import DrafterKind, DrafterSpecError, RegisteredDrafter, ResolvedDrafter, ServingRequest
+from specdec.kinds.base import DrafterKind, DrafterSpecError, RegisteredDrafter, ResolvedDrafter
 
 __all__ = ["LayerSkipKind"]
 
@@ -100,19 +100,6 @@ class LayerSkipKind(DrafterKind):
 
     def compatibility_notes(self, label: str) -> list[str]:
         return ["layer-skip draft: the target's own first layers, embeddings and LM head (same tokenizer)"]
-
-    def serves_on(self, engine: str) -> bool:
-        return engine == "transformers"
-
-    def serving(self, req: ServingRequest) -> dict[str, Any]:
-        """transformers: ``assistant_early_exit=N``. Raises ValueError: another engine, or no recipe."""
-        if req.engine != "transformers":
-            raise ValueError(f"{req.engine} has no early-exit (layer-skip) speculative method: serve this pair with "
-                             "transformers (assistant_early_exit), or validate another drafter for this engine")
-        if not req.recipe or "num_layers" not in req.recipe:
-            raise ValueError("a layerskip pair needs its recipe {'num_layers': N} to be served")
-        return {"generate_kwargs": {"assistant_early_exit": int(req.recipe["num_layers"]), "num_assistant_tokens": req.k,
-                                    "num_assistant_tokens_schedule": "constant"}}
 
     def claims(self, obj: Any) -> bool:
         from specdec.models.layerskip import LayerSkipRecipe

@@ -19,7 +19,6 @@ class ModelKind(DrafterKind):
 
     name = "model"
     needs_draft_weights = True
-    llamacpp_serves = True
 
     def check(self, spec: str) -> str:
         spec = spec.strip()

@@ -9,10 +9,9 @@ registered before recipes were stored ran the then default ``3:1`` (:attr:`Ngram
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from specdec.kinds.base import DrafterKind, DrafterSpecError, RegisteredDrafter, ResolvedDrafter, ServingRequest, sglang_chain
+from specdec.kinds.base import DrafterKind, DrafterSpecError, RegisteredDrafter, ResolvedDrafter
 
 __all__ = ["NgramKind"]
 
@@ -100,20 +99,6 @@ class NgramKind(DrafterKind):
 
     def compatibility_notes(self, label: str) -> list[str]:
         return ["n-gram drafter: proposes target-tokenizer ids copied from the context"]
-
-    def serving(self, req: ServingRequest) -> dict[str, Any]:
-        max_n, min_n = self.sizes_of(req.recipe)
-        if req.engine == "vllm":
-            spec = {"method": self.vllm_method, "num_speculative_tokens": req.k,
-                    "prompt_lookup_max": max_n, "prompt_lookup_min": min_n}
-            return {"speculative_config": spec, "args": ["--speculative-config", json.dumps(spec, separators=(",", ":"))]}
-        if req.engine == "sglang":
-            return {"args": ["--speculative-algorithm", self.sglang_algorithm, *sglang_chain(req.k)]}
-        out: dict[str, Any] = {"generate_kwargs": {"prompt_lookup_num_tokens": req.k,
-                                                   "max_matching_ngram_size": max_n}}
-        if min_n > 1:  # transformers' prompt lookup matches down to 1 token: it proposes more
-            out["not_applied"] = {"prompt_lookup_min": min_n}
-        return out
 
     def claims(self, obj: Any) -> bool:
         from specdec.core.drafters import NgramDrafter

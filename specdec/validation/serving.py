@@ -47,7 +47,8 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
     Args:
         engine: ``vllm``, ``sglang``, ``transformers`` or ``llamacpp``.
         drafter_kind: a stored label (``model``, ``ngram``, ``derived:<kind>``, ``eagle3``): its kind
-            (:func:`specdec.kinds.kind_of`) builds the engine's settings (:meth:`~specdec.kinds.DrafterKind.serving`).
+            (:func:`specdec.kinds.kind_of`) is looked up in the engine profile's serving table
+            (:meth:`~specdec.engines.profile.EngineProfile.serving_config`).
         num_speculative_tokens: the validated k (>= 1).
         draft: the draft model reference the engine loads (path or Hub id; llama.cpp: a GGUF file);
             ignored for ``ngram``.
@@ -65,6 +66,7 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
     Raises:
         ValueError: unknown engine, k < 1, a model drafter without ``draft``, an EAGLE-3 head on transformers,
             llama.cpp without GGUF files or with a drafter kind it cannot serve as validated.
+        MissingKindEntry: the drafter kind has no entry in the engine's serving table.
     """
     profile = engine_profile(engine)
     k = int(num_speculative_tokens)
@@ -74,11 +76,11 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
     out: dict[str, Any] = {"engine": engine, "num_speculative_tokens": k, "drafter_kind": drafter_kind,
                            "draft_sampling": profile.draft_sampling}
     tau = assistant_confidence_threshold
-    if tau is not None and not kind.tau_applies(engine):
+    if tau is not None and not profile.tau_applies(kind):
         out["not_applied"] = {"assistant_confidence_threshold": tau}
     req = ServingRequest(engine=engine, label=drafter_kind, k=k, draft=None if kind.model_free else draft, target=target,
                          recipe=drafter_recipe,
-                         tau=tau if kind.tau_applies(engine) else None)
+                         tau=tau if profile.tau_applies(kind) else None)
     served = profile.serving_config(kind, req)
     if "not_applied" in out and "not_applied" in served:
         served["not_applied"] = {**out["not_applied"], **served["not_applied"]}
@@ -127,7 +129,7 @@ def report_serving_config(report: Any) -> dict[str, Any] | None:
     if refused is not None:
         return refused
     dkind = kind_of(kind)
-    if not dkind.serves_on(engine) and engine == "transformers":
+    if not engine_profile(engine).serves(dkind):
         engine = "vllm"  # e.g. transformers has no EAGLE-3 drafter; vLLM's rule differs only at T > 0 (said in the file)
     target = getattr(report, "target_ref", None)
     draft = target if dkind.derives_from_target else report.drafter_ref  # as `pair show` (registry.runs)
