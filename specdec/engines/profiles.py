@@ -2,8 +2,10 @@
 one entry in :data:`PROFILE_CLASSES` each.
 
 To add an engine: subclass :class:`~specdec.engines.profile.EngineProfile` in its own module under
-``specdec/engines/`` (set ``name``, ``title``, ``draft_sampling``, ``metrics``; implement ``connect`` and
-``fingerprint`` when the engine check can ask it) and add the class to :data:`PROFILE_CLASSES`.
+``specdec/engines/`` (set ``name``, ``title``, ``draft_sampling``, ``metrics`` and ``serving_table``: a
+module-level :class:`~specdec.kinds.KindTable` with an entry for every drafter kind, a
+:class:`~specdec.engines.profile.Refusal` for one it cannot serve; implement ``connect`` and ``fingerprint``
+when the engine check can ask it) and add the class to :data:`PROFILE_CLASSES`.
 Everything else (``--engine`` choices, serving configs, the engine check, ``engine:<name>`` history rows)
 finds it here. Profiles are stateless singletons.
 """

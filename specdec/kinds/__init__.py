@@ -25,8 +25,8 @@ The interface (:class:`~specdec.kinds.base.DrafterKind`; defaults are a draft mo
 - facts: ``name``; ``needs_draft_weights`` (a checkpoint/head of its own), ``model_free`` (no model
   pass, no draft version in a pair), ``derives_from_target`` (the target + a recipe),
   ``reads_target_features`` (target hidden states), ``retrainable`` (warm-start re-training,
-  :mod:`flows.realign`); serving facts ``vllm_method``, ``sglang_algorithm``, ``llamacpp_serves``,
-  ``transformers_serves``.
+  :mod:`flows.realign`); the names engines give it, ``vllm_method`` and ``sglang_algorithm`` (what the
+  engines' serving tables write).
 - specs and labels: ``owns(text)``, ``check(spec)`` (syntax only; :class:`DrafterSpecError`, one
   line), ``label(spec)`` (the stored label), ``labels()`` (all it stores), ``ref(spec)``,
   ``slug(spec)``, ``reuse_spec(spec, version_uri)``.
@@ -36,9 +36,9 @@ The interface (:class:`~specdec.kinds.base.DrafterKind`; defaults are a draft mo
   ``cache_key(registered, loader)`` (the worker-cache key: content hashes, device, dtype);
   ``identity(label, weights, tokenizer)`` (the draft side of a pair, :mod:`registry.changes`);
   ``registered_draft_problem(...)``, ``same_as_target(label, dtype)``.
-- serving: ``serves_on(engine)``, ``serving(ServingRequest)`` (the kind's spelling of vLLM / SGLang /
-  transformers settings; the engine profile builds the config, :mod:`specdec.engines.profiles`,
-  :func:`specdec.validation.serving.serving_config`), ``serving_note(label)``, ``tau_applies(engine)``.
+- serving: ``serving_note(label)`` only; the settings themselves are each engine profile's serving table
+  (:mod:`specdec.engines.profiles`, :func:`specdec.validation.serving.serving_config`), given a
+  :class:`ServingRequest`.
 - description: ``describe(label, ref)`` (one line), ``finding(group)`` (a note on a validated group).
 - decoding objects: ``claims(obj)`` (is this drafter object of the kind), ``draft_model(obj)``.
 
@@ -47,8 +47,8 @@ a ``model``), :func:`kind_of_label` (a stored label or None), :func:`stored_labe
 :func:`claiming_kind` (the kind of a decoding object), :func:`drafter_parts` (what validation needs of a
 drafter object); :func:`check_drafter_spec` and :func:`resolve_drafter` (a ``--draft`` spec).
 
-Per-layer behaviour (how replay traces a kind's drafter, how the registry registers and tags its pair)
-is not here: each layer keeps a :class:`KindTable` keyed by the kind objects, whose exhaustiveness test
+Per-layer behaviour (how replay traces a kind's drafter, how the registry registers and tags its pair,
+what each serving engine is told) is not here: each layer keeps a :class:`KindTable` keyed by the kind objects, whose exhaustiveness test
 fails until a new kind has its entry (``docs/drafters.md`` lists the tables).
 
 Adding a kind (MTP, DFlash, an engine's own n-gram): one class in a new module here, subclassing
