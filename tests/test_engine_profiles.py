@@ -30,6 +30,24 @@ def test_every_engine_list_comes_from_the_one_registry():
         engine_profile("sglang").connect(None, EngineLimits())
 
 
+def test_every_profile_owns_a_complete_module_level_serving_table():
+    """Serving is each engine's table (keyed by the kind): a module-level KindTable, so the drafter-kind suite's
+    exhaustiveness tests cover it; which kinds an engine serves and where tau applies are the profile's answers."""
+    import sys
+
+    from specdec.kinds import EAGLE3, LAYERSKIP, MODEL, NGRAM, KindTable
+
+    for p in ENGINE_PROFILES.values():
+        table = type(p).serving_table
+        assert isinstance(table, KindTable) and table.missing() == []
+        assert any(v is table for v in vars(sys.modules[type(p).__module__]).values())
+    served = {name: [k.name for k in (NGRAM, EAGLE3, LAYERSKIP, MODEL) if p.serves(k)] for name, p in ENGINE_PROFILES.items()}
+    assert served == {"vllm": ["ngram", "eagle3", "model"], "sglang": ["ngram", "eagle3", "model"],
+                      "transformers": ["ngram", "layerskip", "model"], "llamacpp": ["model"]}
+    assert [n for n, p in ENGINE_PROFILES.items() if p.tau_applies(MODEL)] == ["transformers"]
+    assert not engine_profile("transformers").tau_applies(NGRAM)
+
+
 def test_llamacpp_reads_the_rule_its_declared_flags_serve():
     p, k4 = engine_profile("llamacpp"), ProposalRule(4, drafts_past_stop=True)
     base = ["llama-server", "-m", "t.gguf", "--spec-type", "draft-simple", "--spec-draft-model", "d.gguf"]
