@@ -65,26 +65,19 @@ def run_engine_check(night, target, params) -> NightlyResult | None:
     row ``error`` with one log line and one alert of scope ``engine:<engine>``
     (:func:`monitoring.engine_checks.alert_engine_error`); nothing is recorded in the history.
     """
-    from flows.loading import build_validation_config, cached_drafter, cached_target, load_pair_models
+    from flows.loading import build_validation_config
     from monitoring import engine_checks
     from specdec.engines.client import safe_url
     from specdec.engines.errors import EngineRequestError
-    from specdec.validation.api import ValidationRequest, validate
-    from specdec.validation.engine_check import EngineCheck
 
     pv = target.pv
     endpoint = engine_endpoint(pv, api_key=night.core.engine_api_key)
     if endpoint is None:
         return None
-    tkey, dkey = load_pair_models(pv, device=params.device, dtype=params.dtype)
     config = build_validation_config(pv.config, limit=params.limit, seed=params.seed)
     where = f"{target.pair}@{target.alias} v{target.version} engine check ({endpoint.engine})"
-    loaded = cached_target(tkey)
     try:
-        check = EngineCheck(endpoint, concurrency=int((pv.tags or {}).get(ENGINE_CONCURRENCY_TAG, 1)),
-                            limits=night.core.engine_limits(), pair=pair_identity(pv, loaded))
-        report = validate(ValidationRequest(loaded, [cached_drafter(dkey)], night.held, config, method="engine",
-                                            target_ref=pv.target_uri, engine_check=check))[0].engine_check
+        report = _check(night, pv, params, endpoint, config)
     except EngineRequestError as e:
         log.error("%s: %s", where, e)
         transition = engine_checks.alert_engine_error(
@@ -107,6 +100,29 @@ def run_engine_check(night, target, params) -> NightlyResult | None:
                          acceptance_rate_ci=list(o.engine_acceptance_rate_ci), alert_transition=transition,
                          root_cause_hint=ev.root_cause_hint,
                          message="; ".join(r.message for r in ev.results if r.firing))
+
+
+def _check(night, pv, params, endpoint, config) -> Any:
+    """The engine check of ``pv`` through :func:`specdec.validation.validate` (method ``engine``). With
+    ``params.continuations == "engine"`` the target stays in its engine here too: a served target (no weights
+    read) and the engine's own target-only continuations, which the night's replay already cached."""
+    from flows.loading import cached_drafter, cached_target, load_pair_models
+    from flows.night_request import engine_continuations_for
+    from specdec.validation.api import ValidationRequest, validate
+    from specdec.validation.engine_check import EngineCheck
+
+    continuations = engine_continuations_for(pv) if params.continuations == "engine" else None
+    try:
+        tkey, dkey = load_pair_models(pv, device=params.device, dtype=params.dtype, served=continuations is not None)
+        loaded = cached_target(tkey)
+        check = EngineCheck(endpoint, concurrency=int((pv.tags or {}).get(ENGINE_CONCURRENCY_TAG, 1)),
+                            limits=night.core.engine_limits(), pair=pair_identity(pv, loaded))
+        extra = {"engine": continuations, "target_weights": pv.target_weights_sha256} if continuations else {}
+        return validate(ValidationRequest(loaded, [cached_drafter(dkey)], night.held, config, method="engine",
+                                          target_ref=pv.target_uri, engine_check=check, **extra))[0].engine_check
+    finally:
+        if continuations is not None:
+            continuations.close()
 
 
 def log_engine_check_run(night, target, report, history_run_id: int) -> str | None:

@@ -61,7 +61,7 @@ def validation_request(pv, params, progress=None, **extra):
 
     engine = None
     if params.continuations == "engine":
-        engine = _engine_continuations(pv)
+        engine = engine_continuations_for(pv)
         extra.setdefault("target_weights", pv.target_weights_sha256)
     tkey, dkey = load_pair_models(pv, device=params.device, dtype=params.dtype, served=engine is not None)
     config = build_validation_config(pv.config, limit=params.limit, seed=params.seed, batch_size=params.batch_size)
@@ -84,7 +84,7 @@ def validate_and_write(request, out_dir: str):
     return report
 
 
-def _engine_continuations(pv):
+def engine_continuations_for(pv):
     """The engine continuations of the engine ``pv`` names, with this flow run's core section (key, limits)."""
     from flows.engine_check import engine_endpoint
     from flows.settings import for_this_run

@@ -129,7 +129,7 @@ def decode_subsample(subset: HeldoutSet, fraction: float, seed: int) -> HeldoutS
 
 def prepare_run(request: ValidationRequest) -> ValidationRun:
     """The :class:`ValidationRun` of ``request``, after checking its types and values (raises as :func:`validate`;
-    ValueError also for a served target without an engine or with a method other than replay)."""
+    ValueError also for a served target without engine continuations or with a method that decodes)."""
     config = ValidationConfig() if request.config is None else request.config
     if request.method not in METHODS:
         raise ValueError(f"unknown method {request.method!r}; use one of {', '.join(METHODS)}")
@@ -145,10 +145,8 @@ def prepare_run(request: ValidationRequest) -> ValidationRun:
     if request.method == "engine" and request.engine_check is None:
         raise ValueError("method 'engine' needs engine_check (the engine serving the pair)")
     model, tok, target_ref = _target_parts(request.target, request.tokenizer, request.target_ref)
-    if is_served(model) and (request.engine is None or request.method != "replay"):
-        raise ValueError("a served target (no weights here) needs engine continuations and method='replay'")
-    if is_served(model) and request.engine_check is not None:
-        raise ValueError("the engine check replays on the target's weights: a served target has none here")
+    if is_served(model) and (request.engine is None or request.method not in ("replay", "engine")):
+        raise ValueError("a served target (no weights here) needs engine continuations and method 'replay' or 'engine'")
     drafters = _drafters_under_test(list(request.drafters), model)
     return ValidationRun(request, config, model, tok, target_ref, request.heldout.subset(config.limit, seed=config.seed),
                          eos_token_ids(tok, model), context_limit(model, *[d.model for d in drafters]), drafters)

@@ -59,6 +59,7 @@ from specdec.validation.prompt_run import DrafterUnderTest, context_limit, skip_
 from specdec.validation.replay import draft_trace, replay_counters
 from specdec.validation.request import ValidationRun
 from specdec.validation.speed import bootstrap_speedup_ci, paired_speedup
+from specdec.validation.served_target import is_served
 from specdec.validation.teacher_forcing import teacher_forced_logits
 
 __all__ = ["EngineEndpoint", "EngineLimits", "PairIdentity", "EngineCheck", "measure_engine", "pair_identity"]
@@ -220,7 +221,8 @@ def _core_counters(run: _Run, p: _Prompt, y: list[int]) -> None:
 
 
 def _audit(model: torch.nn.Module, p: _Prompt, y_engine: list[int], y_core: list[int], vocab: int) -> None:
-    """First divergence of the engine's greedy output from the core's, and the target's margin there."""
+    """First divergence of the engine's greedy output from the core's, and the target's margin there (none for a
+    served target: its weights are not here, so every divergence counts as one)."""
     row = p.row
     n = min(len(y_engine), len(y_core))
     d = next((i for i in range(n) if y_engine[i] != y_core[i]), None)
@@ -231,6 +233,9 @@ def _audit(model: torch.nn.Module, p: _Prompt, y_engine: list[int], y_core: list
     if d is None:  # one is a prefix of the other: the shorter one stopped
         row.first_divergence, row.divergence = n, "divergence"
         return
+    if is_served(model):
+        row.first_divergence, row.divergence = d, "divergence"
+        return
     z = fit_vocab(teacher_forced_logits(model, p.ids + y_core[:d], 1), vocab)[-1].float()  # predicts y[d]
     row.first_divergence = d
     row.divergence_margin = float(z[y_core[d]] - z[y_engine[d]])
@@ -238,15 +243,19 @@ def _audit(model: torch.nn.Module, p: _Prompt, y_engine: list[int], y_core: list
 
 
 def _core_continuations(run: _Run) -> dict[str, list[int]]:
-    """The core's target-only greedy continuation of each prompt (cached; :func:`replay_prompts`)."""
-    from specdec.validation.continuation_cache import ContinuationCache, model_weights_hash
+    """The target-only greedy continuation of each prompt (cached; :func:`replay_prompts`): the core's, or with
+    engine continuations (``request.engine``, a served target) the serving engine's own, under the replay's
+    cache key (a night's replay already made them)."""
+    from specdec.validation.continuation_cache import ContinuationCache
+    from specdec.validation.replay_report import continuation_target_weights
     from specdec.validation.replay_run import replay_prompts
 
     vr, model = run.vr, run.vr.model
     cache = vr.request.cache or ContinuationCache()
     replayed = replay_prompts(vr.subset, model, vr.tokenizer, [run.draft], vr.config, eos=vr.eos,
                               ctx_limit=context_limit(model, run.draft), cache=cache,
-                              target_weights=model_weights_hash(model), kmax=1, replay=False)
+                              target_weights=continuation_target_weights(vr, cache), kmax=1, replay=False,
+                              engine=vr.request.engine)
     return {rp.prompt.id: rp.continuation for rp in replayed if rp.status == "ok"}
 
 
@@ -395,6 +404,9 @@ def _report(run: _Run, prompts: list[_Prompt], wall: float, *, compared: bool = 
                                  audit_finding(audit)) if f is not None]
     else:
         notes.append("no number was compared: the engine does not serve the pair's target (findings)")
+    if is_served(vr.model):
+        notes.append("the target was not loaded here: the audit compares with the engine's own target-only "
+                     "continuations (the night's replay), and a divergence has no margin (that needs its weights)")
     return EngineCheckReport(
         engine=ep.engine, url=safe_url(ep.url or f"offline:{ep.engine}"),
         heldout_name=subset.name, heldout_version=subset.version, target_ref=vr.target_ref,

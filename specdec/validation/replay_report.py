@@ -58,7 +58,7 @@ def measure_replay(run: ValidationRun, *, calibrate: bool = True) -> ReplayMeasu
         calibration = calibrate_on(run.model, [d.model for d in run.drafters], run.subset, run.tokenizer,
                                    config.num_speculative_tokens, kmax=kmax)
     prompts = replay_prompts(run.subset, run.model, run.tokenizer, [d.obj for d in run.drafters], config,
-                             eos=run.eos, ctx_limit=run.ctx_limit, cache=cache, target_weights=_target_weights(run, cache),
+                             eos=run.eos, ctx_limit=run.ctx_limit, cache=cache, target_weights=continuation_target_weights(run, cache),
                              kmax=kmax, exact=req.exact, engine=req.engine,
                              progress=lambda done, total, _rp: run.progress("replay", done, total))
     return ReplayMeasurement(prompts, kmax, calibration)
@@ -70,7 +70,7 @@ def replay_kmax(run: ValidationRun) -> int:
     return max(req.kmax if config.sampling.is_greedy else min(req.kmax, 8), config.num_speculative_tokens)
 
 
-def _target_weights(run: ValidationRun, cache: ContinuationCache) -> str:
+def continuation_target_weights(run: ValidationRun, cache: ContinuationCache) -> str:
     """The continuation key's ``target_weights``: the request's (registered) sha256, a served target's config
     hash, else the weights' hash."""
     if run.request.target_weights:

@@ -67,3 +67,38 @@ def test_engine_dying_mid_night_leaves_the_night_error_and_nothing_half_recorded
     for p in entries:
         e = json.loads(p.read_text())
         assert e["produced_by"] == "engine" and e["key"]["engine"] and len(e["tokens"]) >= 1
+
+
+def test_engine_night_with_an_engine_step_never_loads_the_target(env, monkeypatch):
+    """A healthy engine night of a draft-model pair whose engine (llama-server with the Q8_0 draft, the flags the
+    pair declares) is checked too: the replay and the engine step both run with the target served, so the nightly
+    never loads the target's weights (every model load is recorded: only the draft's), the engine step finds
+    nothing, and its report says the audit used the engine's own continuations."""
+    from flows import loading
+    from flows.nightly import nightly_validation_flow
+    from flows.register import register_pair_flow
+    from registry.pairs import engine_tags, set_engine
+    from registry.service import open_registry
+    from tests.support.engine import draft_gguf
+
+    install = engine_or_skip()
+    d_gguf = draft_gguf(install, "Q8_0")
+    pv = register_pair_flow(str(target_gguf()), str(d_gguf), name="pair-d", max_new_tokens=16)
+    loads: list[str] = []
+    real_load = loading._RegistryLoader.load
+    monkeypatch.setattr(loading._RegistryLoader, "load", lambda self, uri: loads.append(uri) or real_load(self, uri))
+    flags = LlamaServerFlags(model=str(target_gguf()), draft=str(d_gguf), n_max=4, ctx_size=2048, threads=1)
+    with start_server(install, flags, env) as server:
+        set_engine("pair-d", pv["version"], tags=engine_tags(server.url, list(server.command))[0])
+        open_registry().client.set_model_version_tag("pair-d", str(pv["version"]), "engine", "llamacpp")
+        results = nightly_validation_flow(pairs=["pair-d"], aliases=("challenger",), heldout=str(env / "h.jsonl"),
+                                          limit=None, device="cpu", dtype="float32", method="replay",
+                                          continuations="engine", scheduled_date=dt.date(2026, 11, 4))
+    by_source = {"engine" if "engine" in r.alias else "nightly": r for r in results}
+    assert by_source["nightly"].status in {"passed", "failed", "inconclusive"}, by_source["nightly"]
+    assert by_source["engine"].status not in {"error"} and by_source["engine"].acceptance_rate is not None, by_source
+    assert loads and pv["target_uri"] not in loads, (pv["target_uri"], loads)  # the draft was loaded, never the target
+    [doc] = [json.loads(p.read_text()) for p in (env / "home" / "reports").rglob("engine_check.json")]
+    assert any("the target was not loaded here" in n for n in doc["notes"]), doc["notes"]
+    a = doc["audit"]
+    assert a["checked"] > 0 and a["identical"] + a["near_tie"] + a["divergent"] == a["checked"], a
