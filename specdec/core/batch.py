@@ -6,7 +6,9 @@ rejected drafts become masked-out columns instead of forcing a re-pad, and finis
 ``max_new_tokens``) leave the batch. Drafts come from the one drafter protocol
 (:mod:`specdec.core.drafters`), with every active row at once.
 
-The probability math is :func:`specdec.core.sampling.verify_batch` (Leviathan Alg. 1 per row);
+The probability math is :func:`specdec.core.sampling.verify_drafts` (Leviathan Alg. 1 per row, the
+verifier of the B = 1 loop too); the per-row bookkeeping is
+:meth:`specdec.core.results.GenerationResult.record_verified`, shared with B = 1 and the replay;
 nothing here decides acceptance.
 """
 
@@ -25,7 +27,7 @@ from specdec.core.inputs import (
 )
 from specdec.core.kv import MaskedKV, compact_rows, model_device, now
 from specdec.core.results import BatchGenerationResult, GenerationResult
-from specdec.core.sampling import NO_NEXT_TOKEN, logits_to_probs, one_hot_q, sample_rows, verify_batch
+from specdec.core.sampling import VerifyOutcome, logits_to_probs, sample_rows, verify_drafts
 from specdec.core.stats import DecodingStats
 
 __all__ = ["autoregressive_generate_batch", "speculative_generate_batch", "BatchGenerationResult"]
@@ -110,7 +112,7 @@ def speculative_generate_batch(
 
     Every step drafts up to k tokens for all active rows, scores all rows' blocks in one target
     forward pass ``[B, k + 1]`` (the first pass is the prefill), and verifies each row with
-    :func:`~specdec.core.sampling.verify_batch`. Rows accept different numbers of tokens; their
+    :func:`~specdec.core.sampling.verify_drafts`. Rows accept different numbers of tokens; their
     caches stay consistent through the validity mask (:class:`~specdec.core.kv.MaskedKV`). Each
     row's output is distributed as its own B = 1 target-only output; greedy rows are
     token-identical to it (up to float rounding differences between batched and single-row kernels).
@@ -154,20 +156,19 @@ def speculative_generate_batch(
         limits = [min(k, max_new_tokens - len(rows[b].token_ids) - 1) for b in active]
         t0 = now(device)
         proposal = drafter.propose([contexts[b] for b in active], limits, proposal_sampling, vocab_size, generator, stop)
-        drafts, num_drafts = proposal.tokens.to(device), proposal.num_drafts.to(device)
+        drafts = [r[:n] for r, n in zip(proposal.tokens.tolist(), proposal.num_drafts.tolist())]
         t1 = now(device)
-        out, features = _verify_rows(target_kv, pending_ids, pending_valid, proposal, drafts, num_drafts,
-                                     sampling=sampling, generator=generator, stop=stop, layer_ids=layer_ids)
-        num_accepted, next_tokens = out.num_accepted.tolist(), out.next_token.tolist()
-        drafter.accept(num_accepted, next_tokens, features)
+        outcomes, features = _verify_rows(target_kv, pending_ids, pending_valid, proposal, drafts, sampling=sampling,
+                                          generator=generator, stop=stop, layer_ids=layer_ids)
+        next_tokens = [o.next_token for o in outcomes]
+        drafter.accept([o.num_accepted for o in outcomes], next_tokens, features)
         t2 = now(device)
         target_wall += t2 - t1
         target_calls += 1
         draft_wall += t1 - t0
 
-        keep = _record_rows(rows, contexts, active, proposal.forward_passes, drafts.tolist(), num_drafts.tolist(),
-                            verified=(num_accepted, next_tokens, out.rejected.tolist()), draft_seconds=t1 - t0,
-                            target_seconds=t2 - t1, stop=stop, max_new_tokens=max_new_tokens)
+        keep = _record_rows(rows, contexts, active, drafts, outcomes, draft_passes=proposal.forward_passes,
+                            draft_seconds=t1 - t0, target_seconds=t2 - t1, stop=stop, max_new_tokens=max_new_tokens)
         if len(keep) < len(active):
             selected = torch.tensor(keep, dtype=torch.long, device=device)
             target_kv.select(selected)
@@ -198,60 +199,57 @@ def _started_drafter(target, drafter, contexts: list[list[int]], max_columns: in
     return drafter
 
 
-def _record_rows(rows: list[GenerationResult], contexts: list[list[int]], active: list[int], draft_passes: int,
-                 draft_rows: list[list[int]], drafted: list[int], *, verified: tuple[list[int], list[int], list[bool]],
-                 draft_seconds: float, target_seconds: float, stop: frozenset[int], max_new_tokens: int) -> list[int]:
-    """One step's per-row bookkeeping: each active row's stats (passes, seconds, vLLM counters), its
-    accepted drafts plus the recovered/bonus token appended to its result and context, and whether it
-    finished (an emitted stop token, or ``max_new_tokens`` reached). ``verified``: per active row the number of
-    accepted drafts, the recovered/bonus token (``NO_NEXT_TOKEN`` if none) and whether a draft was rejected.
+def _record_rows(rows: list[GenerationResult], contexts: list[list[int]], active: list[int], drafts: list[list[int]],
+                 outcomes: list[VerifyOutcome], *, draft_passes: int, draft_seconds: float, target_seconds: float,
+                 stop: frozenset[int], max_new_tokens: int) -> list[int]:
+    """One step's per-row bookkeeping: each active row's pass counts and seconds, then
+    :meth:`GenerationResult.record_verified` (the vLLM counters, its accepted drafts plus the recovered/bonus
+    token, EOS), the emitted tokens appended to its context, and whether it finished (an emitted stop token,
+    or ``max_new_tokens`` reached). ``drafts[i]`` / ``outcomes[i]``: active row i's drafts and verdict.
 
     Returns:
         the indices into ``active`` of the rows that go on.
     """
-    num_accepted, next_tokens, rejected = verified
     keep = []
     for i, b in enumerate(active):
         row, stats = rows[b], rows[b].stats
-        stats.target_forward_passes += 1
         stats.target_seconds += target_seconds
         stats.draft_seconds += draft_seconds
         stats.draft_forward_passes += draft_passes
-        stats.record_step(drafted[i], num_accepted[i], rejected=rejected[i])
-        emitted = draft_rows[i][: num_accepted[i]] + ([] if next_tokens[i] == NO_NEXT_TOKEN else [next_tokens[i]])
-        row.token_ids.extend(emitted)
-        contexts[b].extend(emitted)
-        if emitted and emitted[-1] in stop:
-            row.finish_reason = "eos"
-        elif len(row.token_ids) < max_new_tokens:
+        contexts[b].extend(row.record_verified(drafts[i], outcomes[i], stop_token_ids=stop))
+        if not row.finished(max_new_tokens):
             keep.append(i)
     return keep
 
 
-def _verify_rows(target_kv: MaskedKV, pending_ids, pending_valid, proposal: Proposal, drafts, num_drafts,
+def _verify_rows(target_kv: MaskedKV, pending_ids, pending_valid, proposal: Proposal, drafts: list[list[int]],
                  *, sampling: SamplingConfig, generator, stop: frozenset[int], layer_ids):
     """One target pass over every row's block (pending tokens ``[B, m]`` left-padded, then the
-    drafts ``[B, w]``, slots at or beyond ``num_drafts[b]`` invalid), :func:`verify_batch` per row
-    (``q`` one-hot on the drafts when the proposal's ``q`` is None), and the rollback of the
-    target cache to each row's last pending token + accepted drafts.
+    proposal's drafts ``[B, w]``, slots at or beyond ``num_drafts[b]`` invalid), the verification of
+    every row by :func:`~specdec.core.sampling.verify_drafts` (``drafts``: each row's proposed ids; its
+    greedy branch on the target's argmax ids under greedy decoding, else its sampling branch), and the
+    rollback of the target cache to each row's last pending token + accepted drafts.
 
     Returns:
-        ``(BatchVerifyOutcome, TargetFeatures | None)``: features of each row's fed positions,
+        ``(list[VerifyOutcome] per row, TargetFeatures | None)``: features of each row's fed positions,
         compacted to ``[B, n, D]`` (None when ``layer_ids`` is None).
+    Raises:
+        NonFiniteLogits: non-finite target logits at a valid slot.
     """
-    device = drafts.device
-    width = drafts.shape[1]
-    block = torch.cat([pending_ids, drafts], dim=1)
+    device = pending_ids.device
+    tokens, num_drafts = proposal.tokens.to(device), proposal.num_drafts.to(device)
+    width = tokens.shape[1]
+    block = torch.cat([pending_ids, tokens], dim=1)
     block_valid = torch.cat([pending_valid, torch.arange(width, device=device)[None, :] < num_drafts[:, None]], dim=1)
     logits, hidden = target_kv.forward_features(block, block_valid, width + 1, layer_ids)
-    p = logits_to_probs(logits, sampling)
-    if proposal.q is None:
-        q = one_hot_q(drafts, p.shape[-1])
+    if sampling.is_greedy:  # one host read: the target's argmax at each row's drafted and bonus slots
+        argmax = [a[: len(d) + 1] for a, d in zip(logits.argmax(dim=-1).tolist(), drafts)]
+        outcomes = verify_drafts(drafts, stop, target_argmax=argmax)
     else:
-        q = proposal.q.to(p.device)
-    out = verify_batch(drafts, num_drafts, p, q, generator, stop)
-    target_kv.invalidate_tail(out.num_accepted + 1, width + 1)  # keep the last pending token + accepted drafts
+        outcomes = verify_drafts(drafts, stop, p=logits_to_probs(logits, sampling), q=proposal.q, generator=generator)
+    num_accepted = torch.tensor([o.num_accepted for o in outcomes], dtype=torch.long, device=device)
+    target_kv.invalidate_tail(num_accepted + 1, width + 1)  # keep the last pending token + accepted drafts
     if hidden is None:
-        return out, None
+        return outcomes, None
     num_fed = block_valid.sum(dim=1)
-    return out, TargetFeatures(compact_rows(hidden, block_valid), num_fed, num_fed - num_drafts + out.num_accepted)
+    return outcomes, TargetFeatures(compact_rows(hidden, block_valid), num_fed, num_fed - num_drafts + num_accepted)

@@ -28,7 +28,7 @@ from specdec.core.inputs import (
 from specdec.core.finite import checked_argmax
 from specdec.core.kv import crop_cache, forward_tokens_features, model_device, new_cache, now
 from specdec.core.results import GenerationResult
-from specdec.core.sampling import NO_NEXT_TOKEN, VerifyOutcome, logits_to_probs, one_hot_q, sample, verify_block, verify_greedy
+from specdec.core.sampling import VerifyOutcome, logits_to_probs, sample, verify_drafts
 from specdec.core.stats import DecodingStats
 
 __all__ = ["autoregressive_generate", "speculative_generate", "GenerationResult"]
@@ -118,7 +118,7 @@ def speculative_generate(
     """Exact speculative decoding (Leviathan et al. 2022, Alg. 1; Chen et al. 2023, Alg. 2).
 
     Each step: the drafter proposes up to k tokens; one target forward pass scores them all;
-    :func:`~specdec.core.sampling.verify_block` accepts a prefix, then emits a recovered token (from
+    :func:`~specdec.core.sampling.verify_drafts` accepts a prefix, then emits a recovered token (from
     the residual ``norm(max(0, p − q))``) or, if all were accepted, a bonus token. Output is
     distributed exactly as :func:`autoregressive_generate`'s; greedy output is token-identical.
 
@@ -174,7 +174,7 @@ def speculative_generate(
     # a draft derived from this target adopts the target's prompt KV after a plain first step
     adopt = max_new_tokens > 0 and drafter.can_adopt_prefix(target, len(context))
 
-    while len(result.token_ids) < max_new_tokens:
+    while not result.finished(max_new_tokens):
         budget = min(k, max_new_tokens - len(result.token_ids) - 1)
         t0 = now(device)
         if adopt:
@@ -189,15 +189,10 @@ def speculative_generate(
         outcome, hidden = _verify(target, fed, cache, proposal, sampling, vocab_size, generator=generator, stop=stop,
                                   layer_ids=layer_ids)
         stats.target_seconds += now(device) - t1
-        stats.target_forward_passes += 1
-        stats.record_step(len(drafts), outcome.num_accepted, rejected=outcome.rejected)
-
-        emitted, num_cached = _advance(context, result, cache, drafter, drafts, outcome, hidden=hidden,
-                                       num_fed=len(fed), adopt=adopt)
+        emitted = result.record_verified(drafts, outcome, stop_token_ids=stop)  # counters, tokens, EOS
+        num_cached = _advance(context, emitted, cache, drafter, drafts, outcome, hidden=hidden, num_fed=len(fed),
+                              adopt=adopt)
         adopt = False
-        if emitted and emitted[-1] in stop:
-            result.finish_reason = "eos"
-            break
 
     stats.draft_forward_passes = drafter.forward_passes - draft_passes_before
     stats.num_emitted_tokens = len(result.token_ids)
@@ -223,50 +218,48 @@ def _checked_inputs(target, drafter, input_ids: torch.Tensor, attention_mask: to
     return context, drafter
 
 
-def _advance(context: list[int], result: GenerationResult, cache, drafter: Drafter, drafts: list[int],
-             outcome: VerifyOutcome, *, hidden: torch.Tensor | None, num_fed: int,
-             adopt: bool) -> tuple[list[int], int]:
-    """One step's bookkeeping after verification: the accepted drafts plus the recovered/bonus token (if any)
-    join ``context`` and ``result``; the target cache is cropped to the verified prefix (the rejected drafts
-    leave, the recovered/bonus token stays pending for the next step); the drafter learns the outcome (with the
-    target's features of the ``num_fed`` fed positions, and the target's prompt KV when it ``adopt``s it).
+def _advance(context: list[int], emitted: list[int], cache, drafter: Drafter, drafts: list[int],
+             outcome: VerifyOutcome, *, hidden: torch.Tensor | None, num_fed: int, adopt: bool) -> int:
+    """The caches' side of one step, after :meth:`GenerationResult.record_verified` counted it: the ``emitted``
+    tokens (accepted drafts plus the recovered/bonus token) join ``context``; the target cache is cropped to
+    the verified prefix (the rejected drafts leave, the recovered/bonus token stays pending for the next step);
+    the drafter learns the outcome (with the target's features of the ``num_fed`` fed positions, and the
+    target's prompt KV when it ``adopt``s it).
 
     Returns:
-        ``(emitted tokens, verified positions now held in the target cache)``.
+        the verified positions now held in the target cache (prompt + earlier tokens + accepted drafts).
     """
     n_acc = outcome.num_accepted
     verified = len(context) + n_acc  # prompt + emitted + accepted drafts
-    emitted = drafts[:n_acc] + ([] if outcome.next_token == NO_NEXT_TOKEN else [outcome.next_token])
     context.extend(emitted)
-    result.token_ids.extend(emitted)
     crop_cache(cache, verified)  # drop rejected drafts; the recovered/bonus token stays pending
     features = None if hidden is None else TargetFeatures(
         hidden, torch.tensor([num_fed]), torch.tensor([num_fed - len(drafts) + n_acc]))
     if adopt:
         drafter.adopt_prefix(cache, verified)
     drafter.accept([n_acc], [outcome.next_token], features)
-    return emitted, verified
+    return verified
 
 
 def _verify(target, fed: list[int], cache, proposal: Proposal, sampling: SamplingConfig, vocab_size: int,
             *, generator, stop: frozenset[int], layer_ids) -> tuple[VerifyOutcome, torch.Tensor | None]:
     """One target pass over ``fed`` (the tokens the cache lacks, then the drafts) and the
-    verification of row 0 of ``proposal`` (:func:`verify_greedy` on ids when ``q`` is None, else
-    :func:`verify_block`). Returns the outcome and the target features ``[1, len(fed), D]``
-    (None when ``layer_ids`` is None).
+    verification of row 0 of ``proposal`` by :func:`~specdec.core.sampling.verify_drafts` (its greedy
+    branch on the target's argmax ids under greedy decoding, one host read with the finiteness check
+    folded in; else its sampling branch). Returns the outcome and the target features
+    ``[1, len(fed), D]`` (None when ``layer_ids`` is None).
 
     Raises:
         ValueError: the target's logits do not have ``vocab_size`` entries.
+        NonFiniteLogits: non-finite target logits.
     """
     n = int(proposal.num_drafts[0])
     drafts = fed[len(fed) - n:] if n else []
-    ids_only = proposal.q is None and sampling.is_greedy  # see the Drafter protocol
     end = cache.get_seq_length() + len(fed)
-    logits, hidden = forward_tokens_features(target, fed, cache, n + 1, layer_ids, check=not ids_only)
+    logits, hidden = forward_tokens_features(target, fed, cache, n + 1, layer_ids, check=not sampling.is_greedy)
     if logits.shape[-1] != vocab_size:
         raise ValueError(f"target logits have {logits.shape[-1]} entries, expected {vocab_size}")
-    if ids_only:  # one host read: the acceptance decision, with the finiteness check folded in
-        return verify_greedy(drafts, checked_argmax(target, logits, end), stop), hidden
-    p = logits_to_probs(logits, sampling)
-    q = one_hot_q(proposal.tokens[0, :n], vocab_size) if proposal.q is None else proposal.q[0, :n]
-    return verify_block(drafts, p, q.to(p.device), generator, stop), hidden
+    if sampling.is_greedy:  # q is one-hot on the drafts or irrelevant: the target's argmax decides
+        return verify_drafts([drafts], stop, target_argmax=[checked_argmax(target, logits, end)])[0], hidden
+    p = logits_to_probs(logits, sampling)[None]
+    return verify_drafts([drafts], stop, p=p, q=proposal.q, generator=generator)[0], hidden

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specdec.core.sampling import NO_NEXT_TOKEN, VerifyOutcome
 from specdec.core.stats import DecodingStats
 
 
@@ -21,6 +22,39 @@ class GenerationResult:
     token_ids: list[int] = field(default_factory=list)
     stats: DecodingStats = field(default_factory=DecodingStats)
     finish_reason: str = "length"
+
+    def record_verified(self, drafts: list[int], outcome: VerifyOutcome, *, num_drafted: int | None = None,
+                        stop_token_ids: frozenset[int] = frozenset()) -> list[int]:
+        """One verified step of this row, the bookkeeping every loop shares (B = 1, B > 1, the replay).
+
+        Counts the target pass and the step in ``stats`` (vLLM's counters, per-position lists:
+        :meth:`DecodingStats.record_step`), appends the accepted drafts and the recovered / bonus
+        token (none after an accepted stop token) to ``token_ids``, and sets ``finish_reason`` to
+        ``"eos"`` when the last emitted token is in ``stop_token_ids``.
+
+        Args:
+            drafts: the verified draft ids (a prefix of them was accepted).
+            outcome: their :class:`~specdec.core.sampling.VerifyOutcome`.
+            num_drafted: drafts proposed this step, if more than ``len(drafts)`` were (the replay's
+                unseen ones); default ``len(drafts)``.
+            stop_token_ids: the ids that end generation.
+        Returns:
+            the emitted tokens (``list[int]``, possibly empty only if ``outcome`` emits nothing).
+        """
+        self.stats.target_forward_passes += 1
+        self.stats.record_step(len(drafts) if num_drafted is None else num_drafted, outcome.num_accepted,
+                               rejected=outcome.rejected)
+        emitted = drafts[: outcome.num_accepted]
+        if outcome.next_token != NO_NEXT_TOKEN:
+            emitted.append(outcome.next_token)
+        self.token_ids.extend(emitted)
+        if emitted and emitted[-1] in stop_token_ids:
+            self.finish_reason = "eos"
+        return emitted
+
+    def finished(self, max_new_tokens: int) -> bool:
+        """True once a stop token was emitted (``finish_reason == "eos"``) or ``max_new_tokens`` reached."""
+        return self.finish_reason == "eos" or len(self.token_ids) >= max_new_tokens
 
 
 @dataclass

@@ -18,6 +18,12 @@ vocabulary ``V``, after temperature / top-k / top-p have been applied *identical
 Greedy decoding (temperature 0) is the same algorithm with one-hot ``p`` and ``q``: a draft is
 accepted iff it equals the target's argmax, and the residual is the one-hot target argmax.
 
+The decoding loops (B = 1 and B > 1) and the greedy replay verify through one function,
+:func:`verify_drafts`, with a greedy branch (:func:`verify_greedy` on token ids, one host read per
+pass) and a sampling branch (:func:`verify_batch` on distributions), as vLLM's rejection sampler.
+:func:`verify_block` is the same algorithm for one row, written token by token as in the paper:
+the reference that :func:`verify_batch` is tested against.
+
 No function here holds state, touches a model, or allocates on a device other than the inputs'.
 """
 
@@ -48,6 +54,7 @@ __all__ = [
     "sample_rows",
     "verify_batch",
     "BatchVerifyOutcome",
+    "verify_drafts",
     "draft_step",
     "one_hot_q",
 ]
@@ -385,3 +392,52 @@ def _cut_at_stop(
     stopped = is_stop.any(dim=1)
     return torch.where(stopped, is_stop.long().argmax(dim=1) + 1, num_accepted), stopped
 
+
+
+def verify_drafts(
+    drafts: list[list[int]],
+    stop_token_ids: frozenset[int] = frozenset(),
+    *,
+    target_argmax: list[list[int]] | None = None,
+    p: torch.Tensor | None = None,
+    q: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> list[VerifyOutcome]:
+    """The one verifier of the decoding loops and the replay: ``B`` rows' draft blocks at once.
+
+    Greedy branch (``target_argmax`` given): :func:`verify_greedy` per row on token ids (a draft is
+    accepted iff it equals the target's argmax; the recovered / bonus token is the argmax), no
+    tensor work. Sampling branch (``p`` given): :func:`verify_batch` (Leviathan Alg. 1 per row),
+    ``q`` one-hot on the drafts when None (a deterministic proposal: the argmax rule, a lookup).
+    Both branches are the same algorithm (one-hot ``p`` and ``q`` under greedy decoding).
+
+    Args:
+        drafts: per row, its proposed ids (``len(drafts[b])`` = row b's number of drafts, may be 0).
+        stop_token_ids: an accepted draft in this set ends its row (``next_token = NO_NEXT_TOKEN``).
+        target_argmax: greedy branch: per row, ``len(drafts[b]) + 1`` target argmax ids.
+        p: sampling branch: float32 ``[B, w + 1, V]`` target distributions, ``w >= max len(drafts[b])``
+            (slots past a row's drafts are padding; ``p[b, len(drafts[b])]`` is its bonus distribution).
+        q: float ``[B, >= w, V]`` draft distributions the drafts were drawn from, or None (one-hot).
+        generator: coins and recovered / bonus draws of the sampling branch (the greedy branch draws none).
+    Returns:
+        one :class:`VerifyOutcome` per row.
+    Raises:
+        ValueError: neither or both of ``target_argmax`` and ``p``; shapes that do not match the drafts;
+            a draft id outside ``[0, V)`` (sampling branch).
+    """
+    if (target_argmax is None) == (p is None):
+        raise ValueError("verify_drafts needs exactly one of target_argmax (greedy) and p (sampling)")
+    if target_argmax is not None:
+        if len(target_argmax) != len(drafts):
+            raise ValueError(f"{len(target_argmax)} target argmax rows for {len(drafts)} draft rows")
+        return [verify_greedy(d, a, stop_token_ids) for d, a in zip(drafts, target_argmax)]
+    width = p.shape[1] - 1
+    if p.shape[0] != len(drafts) or any(len(d) > width for d in drafts):
+        raise ValueError(f"p {tuple(p.shape)} does not cover {len(drafts)} rows of up to {width} drafts")
+    tokens = torch.tensor([d + [0] * (width - len(d)) for d in drafts], dtype=torch.long, device=p.device)
+    tokens = tokens.reshape(len(drafts), width)
+    num_drafts = torch.tensor([len(d) for d in drafts], dtype=torch.long, device=p.device)
+    q = one_hot_q(tokens, p.shape[-1]) if q is None else q[:, :width].to(p.device)
+    out = verify_batch(tokens, num_drafts, p, q, generator, stop_token_ids)
+    flat = torch.stack([out.num_accepted, out.next_token, out.is_bonus.long()]).tolist()  # one host read
+    return [VerifyOutcome(n, x, bool(bonus)) for n, x, bonus in zip(*flat)]

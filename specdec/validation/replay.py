@@ -3,9 +3,9 @@
 Under greedy decoding the target's continuation ``y`` depends on neither the drafter nor k, and while a
 block's drafts match ``y`` they are the draft's argmax on the teacher-forced ``prompt + y``: ONE pass
 (:func:`draft_trace`; a tracer per drafter kind in :data:`TRACERS`, one trace class per decoding object, each
-rebuilding its blocks) gives every block of every k, verified with the core's :func:`~specdec.core.sampling.verify_greedy` and counted with the core's
-:meth:`~specdec.core.stats.DecodingStats.record_step` under the bookkeeping of
-:func:`specdec.speculative_generate` (:func:`replay_counters`). A fast trace cannot see a draft model's
+rebuilding its blocks) gives every block of every k (:func:`replay_counters`), verified with the core's verifier
+(the greedy branch of :func:`~specdec.core.sampling.verify_drafts`) and counted with the decoding loops' own
+per-row bookkeeping (:meth:`~specdec.core.results.GenerationResult.record_verified`). A fast trace cannot see a draft model's
 tokens after a rejected draft (they never change acceptance; it bounds ``num_draft_tokens``);
 ``exact=True`` runs the draft there. See docs/metrics.md "Replay".
 """
@@ -23,7 +23,8 @@ import torch
 from specdec.core.config import ProposalSampling, SamplingConfig
 from specdec.core.drafters import DrafterWrapper, ModelDrafter, NgramDrafter, TargetFeatures, fit_vocab, unwrap_drafter
 from specdec.core.head_drafter import Eagle3Drafter
-from specdec.core.sampling import NO_NEXT_TOKEN, verify_greedy
+from specdec.core.results import GenerationResult
+from specdec.core.sampling import verify_drafts
 from specdec.core.stats import DecodingStats
 from specdec.kinds import DERIVED, EAGLE3, LAYERSKIP, MODEL, NGRAM, KindTable, claiming_kind
 from specdec.validation.teacher_forcing import teacher_forced_logits
@@ -276,22 +277,20 @@ def replay_counters(trace: DraftTrace, continuation: list[int], *, num_speculati
         raise ValueError("continuation is longer than max_new_tokens or has a stop token before its end")
     if len(y) < max_new_tokens and (not y or y[-1] not in stop):
         raise ValueError("a continuation shorter than max_new_tokens must end with a stop token")
-    stats = DecodingStats(num_speculative_tokens=k)
-    m = 0
-    if trace.adopts_prefix and max_new_tokens > 0:  # the plain first step of a draft that adopts the prompt KV
-        m, stats.target_forward_passes = 1, 1
-    while m < len(y) and not (m and y[m - 1] in stop):
-        drafts = trace.block(y, m, min(k, max_new_tokens - m - 1), stop, assistant_confidence_threshold,
-                             drafts_past_stop)
+    row = GenerationResult(stats=DecodingStats(num_speculative_tokens=k))
+    adopt = trace.adopts_prefix  # a draft that adopts the prompt KV (or a head) starts with one plain target step
+    while not row.finished(max_new_tokens):
+        m = len(row.token_ids)
+        drafts = [] if adopt else trace.block(y, m, min(k, max_new_tokens - m - 1), stop,
+                                              assistant_confidence_threshold, drafts_past_stop)
+        adopt = False
         # UNSEEN drafts only follow a rejected one, so verification stops before them: verify the seen ones
         seen = drafts[:drafts.index(UNSEEN)] if UNSEEN in drafts else drafts
         pad = len(seen) + 1 - len(y[m:m + len(seen) + 1])
-        outcome = verify_greedy(seen, y[m:m + len(seen) + 1] + [UNSEEN] * pad, stop)
-        stats.record_step(len(drafts), outcome.num_accepted, rejected=outcome.rejected)
-        stats.target_forward_passes += 1
-        m += outcome.num_accepted + (outcome.next_token != NO_NEXT_TOKEN)
-    stats.num_emitted_tokens = m
-    return stats
+        outcome, = verify_drafts([seen], stop, target_argmax=[y[m:m + len(seen) + 1] + [UNSEEN] * pad])
+        row.record_verified(seen, outcome, num_drafted=len(drafts), stop_token_ids=stop)
+    row.stats.num_emitted_tokens = len(row.token_ids)
+    return row.stats
 
 
 def pooled(stats: list[DecodingStats], k: int) -> DecodingStats:
