@@ -38,6 +38,19 @@ def engine_endpoint(pv, *, api_key: str | None) -> Any:
                           flags=tuple(redact_argv(json.loads(flags))) if flags else None)
 
 
+def engine_continuations_for(pv):
+    """The engine continuations of the engine ``pv`` names, with this flow run's core section (key, limits)."""
+    from flows.settings import for_this_run
+    from specdec.validation.engine_continuations import connect_engine
+
+    core = for_this_run().core
+    ep = engine_endpoint(pv, api_key=core.engine_api_key)
+    if ep is None:
+        raise ValueError(f"{pv.name} v{pv.version} names no engine (tag engine_url): continuations='engine' needs "
+                         "one (`specdec pair engine`)")
+    return connect_engine(ep, core.engine_limits())
+
+
 def pair_identity(pv, target: Any) -> Any:
     """What a registered pair version says its engine must serve: the files its tags name
     (``<side>.serve_ref``, ``<side>.gguf_sha256``) and the loaded target's vocabulary and BOS/EOS."""
@@ -107,7 +120,6 @@ def _check(night, pv, params, endpoint, config) -> Any:
     ``params.continuations == "engine"`` the target stays in its engine here too: a served target (no weights
     read) and the engine's own target-only continuations, which the night's replay already cached."""
     from flows.loading import cached_drafter, cached_target, load_pair_models
-    from flows.night_request import engine_continuations_for
     from specdec.validation.api import ValidationRequest, validate
     from specdec.validation.engine_check import EngineCheck
 

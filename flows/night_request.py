@@ -61,6 +61,8 @@ def validation_request(pv, params, progress=None, **extra):
 
     engine = None
     if params.continuations == "engine":
+        from flows.engine_check import engine_continuations_for
+
         engine = engine_continuations_for(pv)
         extra.setdefault("target_weights", pv.target_weights_sha256)
     tkey, dkey = load_pair_models(pv, device=params.device, dtype=params.dtype, served=engine is not None)
@@ -82,17 +84,3 @@ def validate_and_write(request, out_dir: str):
             request.engine.close()
     report.write(out_dir)
     return report
-
-
-def engine_continuations_for(pv):
-    """The engine continuations of the engine ``pv`` names, with this flow run's core section (key, limits)."""
-    from flows.engine_check import engine_endpoint
-    from flows.settings import for_this_run
-    from specdec.validation.engine_continuations import connect_engine
-
-    core = for_this_run().core
-    ep = engine_endpoint(pv, api_key=core.engine_api_key)
-    if ep is None:
-        raise ValueError(f"{pv.name} v{pv.version} names no engine (tag engine_url): continuations='engine' needs "
-                         "one (`specdec pair engine`)")
-    return connect_engine(ep, core.engine_limits())
