@@ -174,7 +174,7 @@ def main() -> None:
         pilot_core, _ = _core_night(target, draft, spec(args.pilot, 7, "pilot-core"))
         pilot_engine, _ = _engine_night(spec(args.pilot, 7, "pilot-engine"))
         _, load_s = _engine_request(spec(args.pilot, 7, "pilot-engine"))
-        core_rates, engine_rates = _rates([pilot_core]), _rates([pilot_engine], engine_streams=2)
+        core_rates, engine_rates = _rates([pilot_core]), _rates([pilot_engine], engine_streams=1)  # -np 2 slots but -t 1: one stream of compute
         out["rates"] = {"core": dataclasses.asdict(core_rates), "engine": dataclasses.asdict(engine_rates),
                         "worker_load_s": round(load_s, 1)}
         plan = NightPlan(args.prompts, args.new_tokens)
