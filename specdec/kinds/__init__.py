@@ -203,7 +203,7 @@ class KindTable(Generic[V]):
     """``{kind: entry}`` for one layer (``layer``: where the table is, for messages). What a layer does
     differently per kind lives in its own table, not in the kind class nor in branches on kind facts;
     :meth:`missing` is checked against the registry as it is at the call (a kind registered later counts),
-    and each table's exhaustiveness test asserts it is empty (``docs/drafters.md``, adding a kind)."""
+    and each table's exhaustiveness test asserts it is empty (``docs/drafters.md``, "Adding a fifth kind")."""
 
     def __init__(self, layer: str, entries: Mapping[DrafterKind, V]) -> None:
         self.layer = layer
@@ -215,7 +215,7 @@ class KindTable(Generic[V]):
             return self._entries[kind]
         except KeyError:
             raise MissingKindEntry(f"drafter kind {kind.name!r} has no entry in {self.layer}: add one "
-                                   "(docs/drafters.md, adding a kind)") from None
+                                   "(docs/drafters.md, 'Adding a fifth kind')") from None
 
     def missing(self) -> list[str]:
         """The names of registered kinds with no entry (empty when the table is complete)."""
@@ -225,7 +225,7 @@ class KindTable(Generic[V]):
         """Raise MissingKindEntry listing every registered kind without an entry (nothing when complete)."""
         if missing := self.missing():
             raise MissingKindEntry(f"{self.layer} has no entry for drafter kind(s) {', '.join(missing)}: add one "
-                                   "per kind (docs/drafters.md, adding a kind)")
+                                   "per kind (docs/drafters.md, 'Adding a fifth kind')")
 
 
 NGRAM = register(NgramKind())

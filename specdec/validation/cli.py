@@ -106,7 +106,8 @@ def validate(
         float, typer.Option("--decode-fraction", help="--method both: share of prompts decoded (at least 2 per category).")
     ] = 0.25,
     engine_url: Annotated[str | None, typer.Option(
-        "--engine-url", help="Engine check: the URL of a running llama-server serving this pair; the held-out prompts go "
+        "--engine-url", help="Engine check: the URL of a running llama-server (or vllm serve, with --engine vllm) serving "
+                             "this pair; the held-out prompts go "
                              "to it and its own counters are compared with the core's for the same prompts "
                              "(writes engine_check.json). API key: SPECDEC_ENGINE_API_KEY.")] = None,
     engine_baseline_url: Annotated[str | None, typer.Option(
