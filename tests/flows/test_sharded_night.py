@@ -93,3 +93,17 @@ def test_sharding_parameters_are_checked(env):
         nightly_validation_flow(pairs=["x"], heldout=str(env / "h.jsonl"), method="replay", continuations="vllm")
     with pytest.raises(ValueError, match="method 'replay'"):
         nightly_validation_flow(pairs=["x"], heldout=str(env / "h.jsonl"), method="both", continuations="engine")
+
+
+def test_ray_without_prefect_ray_is_refused_in_one_line(monkeypatch):
+    """``--ray-address`` where prefect-ray is not installed: one line naming the extra, before any work."""
+    import importlib.util
+
+    from flows.cli import check_ray
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "prefect_ray" else real(name, *a))
+    check_ray(None)  # no Ray asked: nothing to check
+    with pytest.raises(ValueError, match=r"pip install 'specdec\[ray\]'") as e:
+        check_ray("auto")
+    assert "\n" not in str(e.value)
