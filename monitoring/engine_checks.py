@@ -91,8 +91,8 @@ def engine_record(report: EngineCheckReport, *, pair: str, version: str, alias: 
                 **{k: report.config.get(k) for k in ("num_speculative_tokens", "max_new_tokens", "temperature",
                                                      "top_k", "top_p", "seed", "limit")}}
     return history.RunRecord(
-        source=source, pair_name=pair, pair_version=str(version), heldout_name=f"{source}:{report.heldout_name}"[:200],
-        heldout_version=report.heldout_version, config_hash=history.config_hash(identity), scheduled_date=scheduled_date,
+        source=source, key=history.RunKey(pair, str(version), f"{source}:{report.heldout_name}"[:200],
+                                          report.heldout_version, history.config_hash(identity), scheduled_date),
         overall=_metrics(report), categories={c: _metrics(report, [r for r in report.prompts if r.category == c], g)
                                               for c, g in report.categories.items()},
         config={**identity, "engine_check": nan_to_none(_evidence(report))}, alias=alias,

@@ -202,21 +202,16 @@ class RunRecord:
 
     Attributes:
         source: ``nightly`` | ``production`` | ``engine:<engine>``.
-        pair_name / pair_version / heldout_name / heldout_version / config_hash / scheduled_date: the
-            row's identity (a production window, ``window_end`` set, is matched without ``pair_version``:
-            re-ingesting it updates the version its alias pointed at).
+        key: the row's identity, a :class:`RunKey` (a production window, ``window_end`` set, is matched
+            without ``pair_version`` and ``scheduled_date``: re-ingesting it updates the version its alias
+            pointed at).
         overall / categories: the measured metrics (the flat metric columns are derived from ``overall``).
         config: the config JSON stored with the row. prompts: per-prompt rows (replace the row's).
         Everything else: the column of the same name.
     """
 
     source: str
-    pair_name: str
-    pair_version: str
-    heldout_name: str
-    heldout_version: str
-    config_hash: str
-    scheduled_date: dt.date
+    key: RunKey
     overall: GroupMetrics
     categories: dict[str, GroupMetrics] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
@@ -240,9 +235,7 @@ class RunRecord:
 def record_of(report: ValidationReport, key: RunKey, lineage: Lineage, *, alias: str | None = None) -> RunRecord:
     """The nightly :class:`RunRecord` of ``report`` under ``key`` (``report.config`` stored as the config JSON)."""
     return RunRecord(
-        source=NIGHTLY, pair_name=key.pair_name, pair_version=key.pair_version, heldout_name=key.heldout_name,
-        heldout_version=key.heldout_version, config_hash=key.config_hash, scheduled_date=key.scheduled_date,
-        overall=report.overall, categories=dict(report.categories), config=dict(report.config), alias=alias,
+        source=NIGHTLY, key=key, overall=report.overall, categories=dict(report.categories), config=dict(report.config), alias=alias,
         prompts=list(report.prompts), target_ref=report.target_ref, drafter_kind=report.drafter_kind,
         drafter_ref=report.drafter_ref, target_hash=lineage.target_hash, draft_hash=lineage.draft_hash,
         code_version=lineage.code_version or report.code_version, device=report.device, dtype=report.dtype,
@@ -272,13 +265,13 @@ def _metric_columns(rec: RunRecord) -> dict[str, Any]:
         categories={k: nan_to_none(asdict(v)) for k, v in rec.categories.items()},
         config=json.loads(json.dumps(nan_to_none(dict(rec.config)), default=str)),
         num_speculative_tokens=g.num_speculative_tokens or rec.config.get("num_speculative_tokens"),
-        **{f: getattr(rec, f) for f in _PLAIN_COLUMNS},
+        pair_version=rec.key.pair_version, **{f: getattr(rec, f) for f in _PLAIN_COLUMNS},
     )
     return {k: nan_to_none(v) for k, v in cols.items()}
 
 
 #: record fields stored as they are in the column of the same name
-_PLAIN_COLUMNS = ("source", "pair_version", "window_start", "window_end", "target_ref", "drafter_kind", "drafter_ref",
+_PLAIN_COLUMNS = ("source", "window_start", "window_end", "target_ref", "drafter_kind", "drafter_ref",
                   "target_hash", "draft_hash", "code_version", "device", "dtype", "method", "wall_seconds",
                   "report_created_at")
 
@@ -414,19 +407,17 @@ def record_run(
 
 def _find_row(s, rec: RunRecord) -> ValidationRun | None:
     """The row of ``rec``'s identity, locked (see :class:`RunRecord` for a production window's)."""
-    r = ValidationRun
-    where = [r.source == rec.source, r.pair_name == rec.pair_name, r.heldout_name == rec.heldout_name,
-             r.heldout_version == rec.heldout_version, r.config_hash == rec.config_hash]
+    r, k = ValidationRun, rec.key
     if rec.window_end is None:
-        where += [r.pair_version == rec.pair_version, r.scheduled_date == rec.scheduled_date]
+        where = [r.source == rec.source, *k._where()]
+    else:
+        where = [r.source == rec.source, r.pair_name == k.pair_name, r.heldout_name == k.heldout_name,
+                 r.heldout_version == k.heldout_version, r.config_hash == k.config_hash]
     return s.scalars(select(r).where(*where).with_for_update()).one_or_none()
 
 
 def _new_row(rec: RunRecord, now: dt.datetime) -> ValidationRun:
-    return ValidationRun(pair_name=rec.pair_name, pair_version=rec.pair_version, heldout_name=rec.heldout_name,
-                         heldout_version=rec.heldout_version, config_hash=rec.config_hash,
-                         scheduled_date=rec.scheduled_date, source=rec.source, started_at=now, attempts=0,
-                         mlflow_logged=False)
+    return ValidationRun(**asdict(rec.key), source=rec.source, started_at=now, attempts=0, mlflow_logged=False)
 
 
 def upsert(db: Database, record: RunRecord, *, claim: Claim | None = None, now: dt.datetime | None = None) -> int:
@@ -453,7 +444,7 @@ def upsert(db: Database, record: RunRecord, *, claim: Claim | None = None, now: 
             with db.session() as s:
                 row = _owned_row(s, claim) if claim is not None else _find_row(s, record)
                 if claim is None and row is not None and row.status == RUNNING:
-                    raise RunAlreadyClaimed(_key_of(record), row.id, row.claimed_at, "held by a running claim")
+                    raise RunAlreadyClaimed(record.key, row.id, row.claimed_at, "held by a running claim")
                 new = row is None
                 if new:
                     row = _new_row(record, now)
@@ -482,12 +473,6 @@ def _write(s, row: ValidationRun, rec: RunRecord, values: dict[str, Any], now: d
     row.evidently_html = row.evidently_json = row.evidently_verdict = None
     s.execute(delete(PromptRow).where(PromptRow.run_id == row.id))
     s.add_all(_prompt_rows(row.id, rec.prompts))
-
-
-def _key_of(rec: RunRecord) -> RunKey:
-    """The :class:`RunKey` of ``rec``'s identity (for messages)."""
-    return RunKey(rec.pair_name, rec.pair_version, rec.heldout_name, rec.heldout_version, rec.config_hash,
-                  rec.scheduled_date)
 
 
 def mark_error(db: Database, claim: Claim, message: str, *, now: dt.datetime | None = None) -> None:

@@ -82,9 +82,9 @@ class Window:
 def window_record(w: Window, *, now: dt.datetime) -> history.RunRecord:
     """The :class:`monitoring.history.RunRecord` of window ``w`` (row layout: the module docstring)."""
     return history.RunRecord(
-        source=PRODUCTION, pair_name=w.pair, pair_version=str(w.version) if w.version is not None else "unknown",
-        heldout_name=heldout_name(w.source, w.model), heldout_version=window_label(w.end),
-        config_hash=history.config_hash(w.config), scheduled_date=w.end.astimezone(dt.timezone.utc).date(),
+        source=PRODUCTION, key=history.RunKey(
+            w.pair, str(w.version) if w.version is not None else "unknown", heldout_name(w.source, w.model),
+            window_label(w.end), history.config_hash(w.config), w.end.astimezone(dt.timezone.utc).date()),
         overall=w.metrics, config=dict(w.config), alias=w.alias, window_start=w.start, window_end=w.end,
         target_ref=f"production:{w.engine}", drafter_kind=w.engine, code_version=w.code_version or "",
         wall_seconds=(w.end - w.start).total_seconds(), report_created_at=now.isoformat(),
