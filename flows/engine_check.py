@@ -122,13 +122,15 @@ def _check(night, pv, params, endpoint, config) -> Any:
     from flows.loading import cached_drafter, cached_target, load_pair_models
     from specdec.validation.api import ValidationRequest, validate
     from specdec.validation.engine_check import EngineCheck
+    from specdec.validation.engine_continuations import connect_engine
 
-    continuations = engine_continuations_for(pv) if params.continuations == "engine" else None
+    limits = night.core.engine_limits()
+    continuations = connect_engine(endpoint, limits) if params.continuations == "engine" else None
     try:
         tkey, dkey = load_pair_models(pv, device=params.device, dtype=params.dtype, served=continuations is not None)
         loaded = cached_target(tkey)
         check = EngineCheck(endpoint, concurrency=int((pv.tags or {}).get(ENGINE_CONCURRENCY_TAG, 1)),
-                            limits=night.core.engine_limits(), pair=pair_identity(pv, loaded))
+                            limits=limits, pair=pair_identity(pv, loaded))
         extra = {"engine": continuations, "target_weights": pv.target_weights_sha256} if continuations else {}
         return validate(ValidationRequest(loaded, [cached_drafter(dkey)], night.held, config, method="engine",
                                           target_ref=pv.target_uri, engine_check=check, **extra))[0].engine_check
