@@ -11,7 +11,7 @@ into those regions and reports per step:
 * wall and process-CPU milliseconds per region (load dependent: the 1-minute load is recorded).
 
 Regions are ``record_function`` ranges opened by forward hooks on the two models and by wrappers
-around the loop's own functions (``specdec.core.decoding._verify``, ``crop_cache``, the drafter's
+around the loop's own functions (the target cache's ``score`` and ``crop_cache``, the verifier, the drafter's
 ``propose``/``accept``/``adopt_prefix``); an operator counts in its innermost region, the rest is
 "bookkeeping" (the loop itself). Nothing in the core is changed for the profile.
 
@@ -95,13 +95,26 @@ def _wrap(obj, attr: str, regions: Regions, name: str):
     return lambda: setattr(obj, attr, orig)
 
 
+def _wrap_loop(regions: Regions) -> list:
+    """Wrap the loop's verification and target crop: the one loop's (``specdec.core.loops._verify``,
+    ``StaticTargetCache.score`` minus its forward, ``target_cache.crop_cache``), or, for code from before the
+    loops were merged, ``specdec.core.decoding._verify`` and ``decoding.crop_cache``."""
+    import specdec.core.decoding as dec
+
+    if hasattr(dec, "_verify"):  # the code before issue 42's one loop
+        return [_wrap(dec, "_verify", regions, "verification"), _wrap(dec, "crop_cache", regions, "target_crop")]
+    import specdec.core.loops as loop
+    import specdec.core.target_cache as tc
+
+    return [_wrap(tc.StaticTargetCache, "score", regions, "verification"),
+            _wrap(loop, "_verify", regions, "verification"), _wrap(tc, "crop_cache", regions, "target_crop")]
+
+
 @contextmanager
 def instrumented(target, drafter, regions: Regions):
     """Hooks on both models and wrappers around the loop's functions (undone on exit)."""
-    import specdec.core.decoding as dec
-
-    undo = [_wrap(dec, "_verify", regions, "verification"), _wrap(dec, "crop_cache", regions, "target_crop"),
-            _wrap(drafter, "propose", regions, "draft_proposal_other"), _wrap(drafter, "accept", regions, "draft_rollback")]
+    undo = _wrap_loop(regions) + [_wrap(drafter, "propose", regions, "draft_proposal_other"),
+                                  _wrap(drafter, "accept", regions, "draft_rollback")]
     if hasattr(drafter, "adopt_prefix"):
         undo.append(_wrap(drafter, "adopt_prefix", regions, "adopt_prefix"))
     handles = []

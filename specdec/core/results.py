@@ -83,3 +83,13 @@ class BatchGenerationResult:
     def token_ids(self) -> list[list[int]]:
         """The new tokens of each row (``list[list[int]]``)."""
         return [r.token_ids for r in self.rows]
+
+
+def pool_stats(rows: list[GenerationResult], k: int, target_seconds: float, draft_seconds: float) -> DecodingStats:
+    """The rows' counters summed (:meth:`DecodingStats.merge`); ``target_seconds`` / ``draft_seconds`` are the
+    batch's wall seconds, given, not the sum over rows."""
+    pooled = DecodingStats(num_speculative_tokens=k)
+    for r in rows:
+        pooled = pooled.merge(r.stats)
+    pooled.target_seconds, pooled.draft_seconds = target_seconds, draft_seconds
+    return pooled
