@@ -2,8 +2,8 @@
 ``engine_url`` and, optionally, ``engine_flags``: the command line the deployment runs the engine
 with, as a JSON list), send tonight's held-out prompts to the running engine, compare its counters
 with the core's for the same prompts (:func:`specdec.validation.validate`, method ``engine``), record a
-history row with source ``engine:<engine>``, evaluate it and run its incident lifecycle
-(:mod:`monitoring.engine_checks`).
+history row with source ``engine`` and its ``engine`` (shown as ``engine:<engine>``), evaluate it and run
+its incident lifecycle (:mod:`monitoring.engine_checks`).
 
 The engine does the heavy work (for a large target: the team's own vLLM/llama.cpp deployment with
 its tensor or data parallelism); the nightly sends prompts, reads counters and replays the draft.

@@ -84,8 +84,10 @@ def history_cmd(
     """Table of past validation runs (nightly and production) with an acceptance-rate trend per pair."""
     from monitoring import history
 
-    if source not in (None, "nightly", "production") and not str(source).startswith("engine:"):
-        err.print(f"[red]--source must be 'nightly', 'production' or 'engine:<engine>', got {source!r}[/red]")
+    try:
+        source_col, engine = history.parse_source_label(source) if source is not None else (None, None)
+    except ValueError as e:
+        err.print(f"[red]--{e}[/red]")
         raise typer.Exit(code=2)
     missing = _missing_sqlite_file(db_url or _settings(None).db_url)
     if missing is not None:  # reading never creates a store: a mistyped --db-url is said so, not made
@@ -96,14 +98,14 @@ def history_cmd(
         err.print("no validation runs recorded (no history store yet)")
         raise typer.Exit(code=0)
     _, db = open_store(db_url, upgrade=True)
-    runs = history.list_runs(db, pair_name=pair, limit=limit, source=source)
+    runs = history.list_runs(db, pair_name=pair, limit=limit, source=source_col, engine=engine)
     if not runs:
         err.print("no validation runs recorded" + (f" for pair {pair!r}" if pair else ""))
         raise typer.Exit(code=0)
     _print_history_table(runs)
     by_pair: dict[tuple[str, str], list] = {}
     for r in reversed(runs):  # oldest first for the trend
-        by_pair.setdefault((r.pair_name, r.source), []).append(r)
+        by_pair.setdefault((r.pair_name, history.source_label(r.source, r.engine)), []).append(r)
     for (name, src), rows in by_pair.items():
         values = [r.acceptance_rate for r in rows]
         last = next((v for v in reversed(values) if v is not None), None)
@@ -142,16 +144,23 @@ def _print_history_table(runs) -> None:
 
 
 def _history_cells(r) -> tuple[str, ...]:
-    """One history row's cells, in :data:`_COLUMNS` order."""
+    """One history row's cells, in :data:`_COLUMNS` order (the held-out cell: ``<held-out>@<version>``, an engine
+    check's ``engine:<engine>:<held-out>@<version>``, a production window's ``<source>:<model> HH:MM-HH:MM``)."""
+    from monitoring.db import ENGINE, PRODUCTION
+    from monitoring.history import source_label
+
     style = {"passed": "green", "failed": "red", "inconclusive": "yellow", "error": "magenta"}
     ci = (f" ({_f(r.acceptance_rate_ci_low)}-{_f(r.acceptance_rate_ci_high)})"
           if r.acceptance_rate_ci_low is not None else "")
     st = style.get(r.status)
-    prod = r.source == "production"
+    prod = r.source == PRODUCTION
+    source = source_label(r.source, r.engine)
     when = f"{r.window_end:%Y-%m-%d %H:%M}" if prod and r.window_end else r.scheduled_date.isoformat()
-    heldout = (f"{r.heldout_name.removeprefix('production:')} {r.window_start:%H:%M}-{r.window_end:%H:%M}"
-               if prod and r.window_start and r.window_end else f"{r.heldout_name}@{r.heldout_version}")
-    return (str(r.id), when, r.source, f"{r.pair_name} v{r.pair_version}", r.alias or "",
+    heldout = (f"{r.production_source}:{r.heldout_name} {r.window_start:%H:%M}-{r.window_end:%H:%M}"
+               if prod and r.window_start and r.window_end else
+               f"{source}:{r.heldout_name}@{r.heldout_version}" if r.source == ENGINE else
+               f"{r.heldout_name}@{r.heldout_version}")
+    return (str(r.id), when, source, f"{r.pair_name} v{r.pair_version}", r.alias or "",
             heldout, str(r.num_speculative_tokens or "-"),
             f"{_f(r.acceptance_rate)}{ci}", _f(r.per_token_acceptance), _f(r.alpha_tf), _f(r.draft_tokens_per_step, 2),
             _speedup_cell(r), _f(r.load_avg_1m / r.num_cpus, 2) if r.load_avg_1m is not None and r.num_cpus else "-",

@@ -6,8 +6,11 @@ Six tables:
   config hash, scheduled date) -- the idempotency key, a unique constraint. Pooled metrics with
   their 95% CIs, lineage hashes, config, device, timings, status, MLflow run id and the
   ``mlflow_logged`` flag, rule results and the Evidently verdict. ``source`` says where the
-  numbers come from: ``nightly`` (a held-out validation) or ``production`` (a window of a serving
-  engine's counters, :mod:`monitoring.production`; ``window_start``/``window_end`` set).
+  numbers come from: ``nightly`` (a held-out validation), ``production`` (a window of a serving
+  engine's counters, :mod:`monitoring.production`; ``production_source``, ``engine``,
+  ``window_start``/``window_end`` set) or ``engine`` (an engine check, :mod:`monitoring.engine_checks`;
+  ``engine`` set). Identity lives in these columns, never in prefixes of other strings (migration
+  ``0009_source_columns``).
 - ``prompt_results``: one row per held-out prompt of a run (:class:`specdec.validation.report.PromptResult`).
 - ``incidents``: alert incidents per (pair name, scope); at most one ``firing`` per key.
 - ``alert_deliveries``: the outbox, one row per (incident transition, channel), unique
@@ -52,8 +55,8 @@ TERMINAL_STATUSES = (COMPLETED, PASSED, FAILED, INCONCLUSIVE, ERROR)
 FIRING, RESOLVED = "firing", "resolved"
 # delivery statuses
 PENDING, SENDING, DELIVERED = "pending", "sending", "delivered"
-# where a validation_runs row comes from
-NIGHTLY, PRODUCTION = "nightly", "production"
+# where a validation_runs row comes from (its ``source`` column)
+NIGHTLY, PRODUCTION, ENGINE = "nightly", "production", "engine"
 
 
 def utcnow() -> dt.datetime:
@@ -111,7 +114,11 @@ class ValidationRun(Base):
     scheduled_date: Mapped[dt.date] = mapped_column(Date)
     # claim / lifecycle
     alias: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    source: Mapped[str] = mapped_column(String(20), default=NIGHTLY, server_default=NIGHTLY)
+    source: Mapped[str] = mapped_column(String(20), default=NIGHTLY, server_default=NIGHTLY)  # NIGHTLY | PRODUCTION | ENGINE
+    # the serving engine (an engine check's, a production window's; NULL for a nightly run) and the
+    # production source name (a production window's): migration 0009_source_columns
+    engine: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    production_source: Mapped[str | None] = mapped_column(String(200), nullable=True)
     window_start: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
     window_end: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
     status: Mapped[str] = mapped_column(String(20), default=RUNNING)

@@ -3,8 +3,9 @@ drop to the serving stack or to the pair.
 
 Row layout (as production windows, so the nightly's queries never see these rows):
 
-* ``source = engine:<engine>`` (e.g. ``engine:llamacpp``), ``heldout_name = engine:<engine>:<held-out
-  name>``, ``heldout_version`` the held-out version, ``scheduled_date`` the night;
+* ``source = engine``, ``engine`` the engine (e.g. ``llamacpp``), ``heldout_name`` / ``heldout_version`` the
+  held-out set's, ``scheduled_date`` the night (every surface shows the source as ``engine:<engine>``,
+  :func:`monitoring.history.source_label`);
 * the acceptance columns hold **the engine's own counters** (what users get), so the drift rules and
   the incident lifecycle apply to them unchanged;
 * ``config`` holds what identifies the measurement (engine, URL without credentials, k, tokens,
@@ -36,7 +37,7 @@ import httpx
 from sqlalchemy import select
 
 from monitoring import alerts, history, rules
-from monitoring.db import PASSED, Database, ValidationRun, utcnow
+from monitoring.db import ENGINE, PASSED, Database, ValidationRun, utcnow
 from monitoring.rules import FIRING, INSUFFICIENT, OK, Evaluation, RuleResult
 from monitoring.settings import MonitoringSettings
 from specdec.core.stats import per_token_acceptance
@@ -55,8 +56,9 @@ FINGERPRINT_FIELDS = ("draft_sha256", "model_sha256", "flags", "build_info", "mo
 
 
 def source_of(engine: str) -> str:
-    """``engine:<engine>`` (the row's ``source``; the column holds 20 characters)."""
-    return f"engine:{engine}"[:20]
+    """``engine:<engine>``: how an engine's checks are shown and scoped (history table, MLflow tag ``specdec.source``,
+    incident scope); :func:`monitoring.history.source_label` of the row's ``source`` and ``engine`` columns."""
+    return history.source_label(ENGINE, engine)
 
 
 def _metrics(report: EngineCheckReport, rows: list[Any] | None = None, group: Any = None) -> GroupMetrics:
@@ -86,13 +88,13 @@ def _metrics(report: EngineCheckReport, rows: list[Any] | None = None, group: An
 def engine_record(report: EngineCheckReport, *, pair: str, version: str, alias: str, scheduled_date: dt.date,
                   now: dt.datetime) -> history.RunRecord:
     """The :class:`monitoring.history.RunRecord` of one engine check (row layout: the module docstring)."""
-    source = source_of(report.engine)
     identity = {"engine": report.engine, "url": report.url, "heldout": report.heldout_name,
                 **{k: report.config.get(k) for k in ("num_speculative_tokens", "max_new_tokens", "temperature",
                                                      "top_k", "top_p", "seed", "limit")}}
     return history.RunRecord(
-        source=source, key=history.RunKey(pair, str(version), f"{source}:{report.heldout_name}"[:200],
-                                          report.heldout_version, history.config_hash(identity), scheduled_date),
+        source=ENGINE, engine=report.engine,
+        key=history.RunKey(pair, str(version), report.heldout_name[:200], report.heldout_version,
+                           history.config_hash(identity), scheduled_date),
         overall=_metrics(report), categories={c: _metrics(report, [r for r in report.prompts if r.category == c], g)
                                               for c, g in report.categories.items()},
         config={**identity, "engine_check": nan_to_none(_evidence(report))}, alias=alias,
@@ -155,7 +157,8 @@ def _pct(x: float | None) -> str:
 def _previous_passing(db: Database, row: ValidationRun) -> ValidationRun | None:
     with db.session() as s:
         r = ValidationRun
-        return s.scalars(select(r).where(r.source == row.source, r.pair_name == row.pair_name,
+        return s.scalars(select(r).where(*history.same_origin(row.source, row.engine, row.production_source),
+                                         r.pair_name == row.pair_name,
                                          r.heldout_name == row.heldout_name, r.status == PASSED, r.id != row.id,
                                          r.scheduled_date <= row.scheduled_date)
                          .order_by(r.scheduled_date.desc(), r.id.desc()).limit(1)).one_or_none()
@@ -217,7 +220,7 @@ def evaluate_engine_check(db: Database, run_id: int, *, settings: MonitoringSett
     row = history.get_run(db, run_id)
     if row is None:
         raise KeyError(f"no validation run {run_id}")
-    engine = row.source.split(":", 1)[-1]
+    engine = row.engine
     evidence = (row.config or {}).get("engine_check") or {}
     base_row = _previous_passing(db, row)
     health = rules.evaluate(history.snapshot_of(row), history.snapshot_of(base_row) if base_row else None, settings.rules)
@@ -241,8 +244,9 @@ def alert_engine_check(db: Database, ev: Evaluation, *, settings: MonitoringSett
     incident, one resolve); returns the transition (``fire`` / ``remind-<n>`` / ``resolve`` / None)."""
     row = history.get_run(db, ev.run_id)
     fp = ((row.config or {}).get("engine_check") or {}).get("fingerprint") or {}
-    where = f"{row.source} at {(row.config or {}).get('url')} (build {fp.get('build_info', '?')}) on {row.heldout_name.split(':', 2)[-1]}"
-    ctx = alerts.AlertContext(pair_name=row.pair_name, pair_version=row.pair_version, run_id=row.id, scope=row.source,
+    scope = source_of(row.engine)
+    where = f"{scope} at {(row.config or {}).get('url')} (build {fp.get('build_info', '?')}) on {row.heldout_name}"
+    ctx = alerts.AlertContext(pair_name=row.pair_name, pair_version=row.pair_version, run_id=row.id, scope=scope,
                               alias=row.alias, heldout=where, num_speculative_tokens=row.num_speculative_tokens,
                               baseline=ev.baseline_label, root_cause_hint=ev.root_cause_hint)
     return alerts.process(db, ctx, ev.results, settings=settings, now=now, client=client).transition

@@ -33,6 +33,7 @@ from sqlalchemy.exc import IntegrityError
 
 from monitoring.db import (
     COMPLETED,
+    ENGINE,
     ERROR,
     FAILED,
     INCONCLUSIVE,
@@ -50,7 +51,8 @@ from monitoring.rules import speed_only_inconclusive
 from specdec.validation.report import GroupMetrics, PromptResult, ValidationReport, group_metrics_from_dict, nan_to_none
 
 __all__ = ["RunAlreadyClaimed", "config_hash", "RunKey", "Lineage", "Claim", "DEFAULT_STALE_AFTER_S",
-           "RunSnapshot", "RunRecord", "record_of", "upsert", "claim_run", "heartbeat", "record_run", "mark_error", "set_evaluation", "attach_evidently",
+           "RunSnapshot", "RunRecord", "source_label", "parse_source_label", "same_origin", "record_of", "upsert",
+           "claim_run", "heartbeat", "record_run", "mark_error", "set_evaluation", "attach_evidently",
            "mark_mlflow_logged", "runs_pending_mlflow", "get_run", "find_run", "list_runs", "newer_evaluated_run",
            "find_baseline", "snapshot", "snapshot_of", "prompt_results"]
 
@@ -201,10 +203,12 @@ class RunRecord:
     :func:`monitoring.engine_checks.engine_record`) and hands it to :func:`upsert`, the one writer.
 
     Attributes:
-        source: ``nightly`` | ``production`` | ``engine:<engine>``.
-        key: the row's identity, a :class:`RunKey` (a production window, ``window_end`` set, is matched
-            without ``pair_version`` and ``scheduled_date``: re-ingesting it updates the version its alias
-            pointed at).
+        source: ``nightly`` | ``production`` | ``engine`` (:data:`monitoring.db.NIGHTLY` ...).
+        engine: the serving engine (an engine check's, a production window's; ``None`` for a nightly run).
+        production_source: a production window's source name (``None`` otherwise).
+        key: the row's identity with ``source``, ``engine`` and ``production_source``, a :class:`RunKey`
+            (a production window, ``window_end`` set, is matched without ``pair_version`` and
+            ``scheduled_date``: re-ingesting it updates the version its alias pointed at).
         overall / categories: the measured metrics (the flat metric columns are derived from ``overall``).
         config: the config JSON stored with the row. prompts: per-prompt rows (replace the row's).
         Everything else: the column of the same name.
@@ -213,6 +217,8 @@ class RunRecord:
     source: str
     key: RunKey
     overall: GroupMetrics
+    engine: str | None = None
+    production_source: str | None = None
     categories: dict[str, GroupMetrics] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     alias: str | None = None
@@ -230,6 +236,27 @@ class RunRecord:
     method: str | None = None
     wall_seconds: float | None = None
     report_created_at: str | None = None
+
+
+def source_label(source: str, engine: str | None) -> str:
+    """A row's source as every surface shows it (history table, ``--source``, trend plot, MLflow tag, incident
+    scope): ``nightly`` | ``production`` | ``engine:<engine>`` (from the ``source`` and ``engine`` columns)."""
+    return f"{ENGINE}:{engine}" if source == ENGINE else source
+
+
+def parse_source_label(label: str) -> tuple[str, str | None]:
+    """``(source, engine)`` of a :func:`source_label` (``engine:llamacpp`` -> ``("engine", "llamacpp")``), for
+    input that names a source the way it is shown (``specdec history --source``).
+
+    Raises:
+        ValueError: not ``nightly``, ``production`` or ``engine:<engine>``.
+    """
+    if label in (NIGHTLY, PRODUCTION):
+        return label, None
+    source, _, engine = label.partition(":")
+    if source == ENGINE and engine:
+        return ENGINE, engine
+    raise ValueError(f"source must be 'nightly', 'production' or 'engine:<engine>', got {label!r}")
 
 
 def record_of(report: ValidationReport, key: RunKey, lineage: Lineage, *, alias: str | None = None) -> RunRecord:
@@ -271,8 +298,8 @@ def _metric_columns(rec: RunRecord) -> dict[str, Any]:
 
 
 #: record fields stored as they are in the column of the same name
-_PLAIN_COLUMNS = ("source", "window_start", "window_end", "target_ref", "drafter_kind", "drafter_ref",
-                  "target_hash", "draft_hash", "code_version", "device", "dtype", "method", "wall_seconds",
+_PLAIN_COLUMNS = ("source", "engine", "production_source", "window_start", "window_end", "target_ref", "drafter_kind",
+                  "drafter_ref", "target_hash", "draft_hash", "code_version", "device", "dtype", "method", "wall_seconds",
                   "report_created_at")
 
 
@@ -290,7 +317,7 @@ def _prompt_rows(run_id: int, prompts: list[PromptResult]) -> list[PromptRow]:
 
 
 def _select_for_update(key: RunKey):
-    return select(ValidationRun).where(*key._where()).with_for_update()
+    return select(ValidationRun).where(ValidationRun.source == NIGHTLY, *key._where()).with_for_update()
 
 
 def claim_run(
@@ -405,13 +432,27 @@ def record_run(
     return upsert(db, record_of(report, key, lineage, alias=alias), claim=claim, now=now)
 
 
+def same_origin(source: str, engine: str | None, production_source: str | None) -> list:
+    """The WHERE clauses of rows from the same origin: ``source``, ``engine`` and ``production_source`` equal
+    (``NULL`` matching ``NULL``)."""
+    r = ValidationRun
+    return [r.source == source, r.engine.is_(None) if engine is None else r.engine == engine,
+            r.production_source.is_(None) if production_source is None else r.production_source == production_source]
+
+
+def _origin_of(row: ValidationRun) -> list:
+    """:func:`same_origin` of ``row``."""
+    return same_origin(row.source, row.engine, row.production_source)
+
+
 def _find_row(s, rec: RunRecord) -> ValidationRun | None:
     """The row of ``rec``'s identity, locked (see :class:`RunRecord` for a production window's)."""
     r, k = ValidationRun, rec.key
+    origin = same_origin(rec.source, rec.engine, rec.production_source)
     if rec.window_end is None:
-        where = [r.source == rec.source, *k._where()]
+        where = [*origin, *k._where()]
     else:
-        where = [r.source == rec.source, r.pair_name == k.pair_name, r.heldout_name == k.heldout_name,
+        where = [*origin, r.pair_name == k.pair_name, r.heldout_name == k.heldout_name,
                  r.heldout_version == k.heldout_version, r.config_hash == k.config_hash]
     return s.scalars(select(r).where(*where).with_for_update()).one_or_none()
 
@@ -542,24 +583,26 @@ def get_run(db: Database, run_id: int) -> ValidationRun | None:
 
 
 def find_run(db: Database, key: RunKey) -> ValidationRun | None:
-    """The row of ``key`` (detached, read-only) or ``None``; lets the flow skip finished work."""
+    """The nightly row of ``key`` (detached, read-only) or ``None``; lets the flow skip finished work."""
     with db.session() as s:
-        return s.scalars(select(ValidationRun).where(*key._where())).one_or_none()
+        return s.scalars(select(ValidationRun).where(ValidationRun.source == NIGHTLY, *key._where())).one_or_none()
 
 
 def list_runs(db: Database, *, pair_name: str | None = None, limit: int = 20,
-              source: str | None = None) -> list[ValidationRun]:
+              source: str | None = None, engine: str | None = None) -> list[ValidationRun]:
     """Most recent runs first (by scheduled date, then production window end, then id); detached
-    rows. ``source``: only ``nightly`` or ``production`` rows (both when ``None``)."""
+    rows. ``source``: only ``nightly``, ``production`` or ``engine`` rows (all when ``None``);
+    ``engine``: only rows of that serving engine."""
     with db.session() as s:
         r = ValidationRun
-        q = select(r).where(*([r.pair_name == pair_name] if pair_name else []), *([r.source == source] if source else []))
+        q = select(r).where(*([r.pair_name == pair_name] if pair_name else []), *([r.source == source] if source else []),
+                            *([r.engine == engine] if engine else []))
         q = q.order_by(r.scheduled_date.desc(), r.window_end.desc().nulls_last(), r.id.desc()).limit(limit)
         return list(s.scalars(q))
 
 
 def newer_evaluated_run(db: Database, run_id: int, *, alias: str | None = None) -> ValidationRun | None:
-    """A run of the same pair and source scheduled *after* run ``run_id`` that was already evaluated
+    """A run of the same pair and origin (:func:`same_origin`) scheduled *after* run ``run_id`` that was already evaluated
     (passed/failed/inconclusive), restricted to ``alias`` when given; else ``None``.
 
     Used to keep a late retry of an older nightly run from reopening or resolving incidents.
@@ -570,7 +613,7 @@ def newer_evaluated_run(db: Database, run_id: int, *, alias: str | None = None) 
             raise KeyError(f"no validation run {run_id}")
         r = ValidationRun
         q = select(r).where(r.pair_name == cur.pair_name, r.scheduled_date > cur.scheduled_date,
-                            r.status.in_((PASSED, FAILED, INCONCLUSIVE)), r.source == cur.source)
+                            r.status.in_((PASSED, FAILED, INCONCLUSIVE)), *_origin_of(cur))
         if alias:
             q = q.where(r.alias == alias)
         return s.scalars(q.order_by(r.scheduled_date.desc()).limit(1)).first()
@@ -587,7 +630,7 @@ def find_baseline(
     any run of the same pair whose ``alias`` column is ``champion_alias``. Only runs on the same
     held-out set name (any version) and, with ``same_config``, the same config hash (same k,
     temperature, ...) qualify, since the acceptance rate depends on them. The run itself, runs
-    scheduled after it and runs of another ``source`` (nightly vs production) are excluded.
+    scheduled after it and runs of another origin (``source``, ``engine``, ``production_source``) are excluded.
     """
     with db.session() as s:
         cur = s.get(ValidationRun, run_id)
@@ -596,8 +639,7 @@ def find_baseline(
         r = ValidationRun
         q = select(r).where(
             r.pair_name == cur.pair_name, r.status.in_((PASSED, INCONCLUSIVE)), r.id != cur.id,
-            r.heldout_name == cur.heldout_name, r.scheduled_date <= cur.scheduled_date,
-            r.source == cur.source,
+            r.heldout_name == cur.heldout_name, r.scheduled_date <= cur.scheduled_date, *_origin_of(cur),
         )
         if champion_version is not None:
             q = q.where(r.pair_version == str(champion_version))
@@ -657,7 +699,7 @@ def trend_points(db: Database, pair: str, *, limit: int = 500, exclude_run: int 
     """Acceptance trend of ``pair`` from both sources, oldest first, as plain dicts for
     :func:`registry.plots.plot_trend`: ``time`` (production: window end; nightly: finish time, else
     the scheduled date), ``acceptance_rate``, ``acceptance_rate_ci_low``, ``per_token_acceptance``,
-    ``per_token_acceptance_ci_low``, ``pair_version``, ``source``,
+    ``per_token_acceptance_ci_low``, ``pair_version``, ``source`` (:func:`source_label`),
     ``run_id`` (history row), and the measured ``speedup`` / ``speedup_ci_low`` / ``speedup_ci_high`` /
     ``predicted_speedup`` (``None`` where not measured). The history store is the one source of the
     trend plots (the nightly hands these points to its MLflow run). ``exclude_run``: leave out that row
@@ -674,7 +716,7 @@ def trend_points(db: Database, pair: str, *, limit: int = 500, exclude_run: int 
         pts.append({"time": t, "acceptance_rate": r.acceptance_rate,
                     "acceptance_rate_ci_low": r.acceptance_rate_ci_low, "per_token_acceptance": r.per_token_acceptance,
                     "per_token_acceptance_ci_low": r.per_token_acceptance_ci_low, "pair_version": r.pair_version,
-                    "source": r.source, "run_id": r.id, "speedup": r.speedup, "speedup_ci_low": r.speedup_ci_low,
+                    "source": source_label(r.source, r.engine), "run_id": r.id, "speedup": r.speedup, "speedup_ci_low": r.speedup_ci_low,
                     "speedup_ci_high": r.speedup_ci_high, "predicted_speedup": r.predicted_speedup,
                     "night": None if r.source == PRODUCTION else r.scheduled_date.isoformat()})
     return sorted(pts, key=lambda p: (p["time"], p["run_id"]))

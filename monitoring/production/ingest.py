@@ -120,7 +120,7 @@ def alert_window(db: Database, ev: Evaluation, *, source: str, settings: Monitor
         log.info("window %s is older than an evaluated window: incidents left as they are", row.heldout_version)
         alerts.deliver_pending(db, settings=settings, now=now, client=client)
         return None, None
-    where = f"production {source}, model {row.heldout_name.split(':', 2)[-1]}, window " \
+    where = f"production {source}, model {row.heldout_name}, window " \
             f"{row.window_start:%Y-%m-%d %H:%M}-{row.window_end:%H:%M} UTC"
     common = dict(pair_name=row.pair_name, pair_version=row.pair_version, run_id=row.id, alias=row.alias,
                   heldout=where, num_speculative_tokens=row.num_speculative_tokens, links=dict(links or {}))

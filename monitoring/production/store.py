@@ -5,8 +5,10 @@ rules need (previous passing window, nightly champion run).
 Row layout (so the nightly queries never see production rows and vice versa, and a re-ingested
 window updates its own row):
 
-* ``heldout_name`` = ``production:<source>:<model label>``, ``heldout_version`` = the window end
-  (``YYYY-MM-DDTHH:MM:SS.mmmZ``), ``scheduled_date`` = the window end's UTC date;
+* ``production_source`` = the source name, ``engine`` = its serving engine, ``heldout_name`` = the model
+  label (``-`` without one), ``window_start`` / ``window_end`` the window, ``heldout_version`` = the
+  window end's label (``YYYY-MM-DDTHH:MM:SS.mmmZ``, part of the unique key; never parsed),
+  ``scheduled_date`` = the window end's UTC date;
 * ``config`` / ``config_hash``: source, engine, model label, window length, k;
 * ``alias``: the alias production serves (from the mapping), ``pair_version``: the version it
   pointed at when the window was ingested (``"unknown"`` if unresolved).
@@ -39,9 +41,9 @@ from specdec.validation.report import GroupMetrics, nan_to_none
 EVALUATED = (PASSED, FAILED, INCONCLUSIVE)
 
 
-def heldout_name(source: str, model: str) -> str:
-    """``production:<source>:<model>`` (at most 200 characters, the column size)."""
-    return f"production:{source}:{model or '-'}"[:200]
+def heldout_name(model: str) -> str:
+    """The model label, ``-`` without one (at most 200 characters, the column size)."""
+    return (model or "-")[:200]
 
 
 def window_label(end: dt.datetime) -> str:
@@ -82,8 +84,8 @@ class Window:
 def window_record(w: Window, *, now: dt.datetime) -> history.RunRecord:
     """The :class:`monitoring.history.RunRecord` of window ``w`` (row layout: the module docstring)."""
     return history.RunRecord(
-        source=PRODUCTION, key=history.RunKey(
-            w.pair, str(w.version) if w.version is not None else "unknown", heldout_name(w.source, w.model),
+        source=PRODUCTION, engine=w.engine, production_source=w.source, key=history.RunKey(
+            w.pair, str(w.version) if w.version is not None else "unknown", heldout_name(w.model),
             window_label(w.end), history.config_hash(w.config), w.end.astimezone(dt.timezone.utc).date()),
         overall=w.metrics, config=dict(w.config), alias=w.alias, window_start=w.start, window_end=w.end,
         target_ref=f"production:{w.engine}", drafter_kind=w.engine, code_version=w.code_version or "",
@@ -120,7 +122,8 @@ def _sibling_window(db: Database, run_id: int, *, before: bool, statuses: tuple[
         r = ValidationRun
         side = r.window_end < cur.window_end if before else r.window_end > cur.window_end
         return s.scalars(select(r).where(
-            r.source == PRODUCTION, r.pair_name == cur.pair_name, r.heldout_name == cur.heldout_name,
+            *history.same_origin(PRODUCTION, cur.engine, cur.production_source), r.pair_name == cur.pair_name,
+            r.heldout_name == cur.heldout_name,
             r.config_hash == cur.config_hash, r.status.in_(statuses), side,
         ).order_by(r.window_end.desc() if before else r.window_end).limit(1)).first()
 

@@ -100,7 +100,7 @@ def test_an_unmeasurable_engine_is_one_error_and_one_alert_and_nothing_stored(re
         assert events == ["fire", "resolve"], events
         assert "engine:llamacpp" in json.dumps(receiver.accepted[0].body)
     with db.session() as s:
-        rows = s.query(ValidationRun).filter_by(source="engine:llamacpp").all()
+        rows = s.query(ValidationRun).filter_by(source="engine", engine="llamacpp").all()
         assert [r.scheduled_date for r in rows] == [dt.date(2026, 12, 3)]  # only the healthy night's row
         assert rows[0].num_accepted_tokens <= rows[0].num_draft_tokens
         assert s.query(Incident).count() == 1

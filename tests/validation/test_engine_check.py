@@ -237,5 +237,5 @@ def test_gguf_pair_for_llamacpp_registers_shows_its_command_and_the_nightly_chec
         res = run_engine_check(night, Target("smol-gguf", "champion", pv, None), params)
     assert res is not None and res.status == "passed", res
     with night.db.session() as s:
-        row = s.query(ValidationRun).filter_by(source="engine:llamacpp").one()
+        row = s.query(ValidationRun).filter_by(source="engine", engine="llamacpp").one()
         assert row.num_draft_tokens > 100 and row.config["engine_check"]["fingerprint"]["draft_sha256"] == file_sha256(d_gguf)
