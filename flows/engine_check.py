@@ -56,18 +56,17 @@ def pair_identity(pv, target: Any) -> Any:
     (``<side>.serve_ref``, ``<side>.gguf_sha256``) and the loaded target's vocabulary and BOS/EOS."""
     from pathlib import Path
 
-    from specdec.engines.profile import PairIdentity
+    from specdec.engines.profile import PairFiles, PairIdentity
 
-    tags, tok = pv.tags or {}, target.tokenizer
+    tags = pv.tags or {}
 
     def side(name: str) -> tuple[str | None, str | None]:
         ref = tags.get(f"{name}.serve_ref")
         return (Path(ref).name if ref and str(ref).endswith(".gguf") else None), tags.get(f"{name}.gguf_sha256")
 
     (t_file, t_sha), (d_file, d_sha) = side("target"), side("draft")
-    return PairIdentity(target_file=t_file, target_sha256=t_sha, draft_file=d_file, draft_sha256=d_sha,
-                        vocab_size=len(tok), model_vocab_size=int(target.model.get_output_embeddings().weight.shape[0]),
-                        bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None))
+    files = PairFiles(target_file=t_file, target_sha256=t_sha, draft_file=d_file, draft_sha256=d_sha)
+    return PairIdentity.of_loaded(target.tokenizer, target.model, files)
 
 
 def run_engine_check(night, target, params) -> NightlyResult | None:

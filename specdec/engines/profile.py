@@ -39,7 +39,7 @@ from specdec.engines.answers import EngineCompletion, EngineCounters
 from specdec.engines.http import Deadline
 from specdec.engines.metrics import EngineMetrics
 
-__all__ = ["ProposalRule", "EngineEndpoint", "EngineLimits", "PairIdentity", "CompletionParams", "EngineSession",
+__all__ = ["ProposalRule", "EngineEndpoint", "EngineLimits", "PairIdentity", "PairFiles", "CompletionParams", "EngineSession",
            "EngineProfile", "Refusal", "ServingFn", "draft_of", "no_early_exit", "DEFAULT_REQUEST_TIMEOUT_S",
            "DEFAULT_CHECK_TIMEOUT_S"]
 
@@ -204,6 +204,27 @@ class PairIdentity:
     bos_token: str | None = None
     eos_token: str | None = None
     rule: ProposalRule | None = None
+
+    @classmethod
+    def of_loaded(cls, tokenizer, model, files: "PairFiles", rule: ProposalRule | None = None) -> "PairIdentity":
+        """The identity of a pair whose target is loaded here: ``files`` (names and sha256 as the caller knows
+        them: from the run's refs, or from a registered version's tags), the target ``tokenizer``'s vocabulary
+        and BOS/EOS strings, and the ``model``'s output rows."""
+        rows = model.get_output_embeddings().weight.shape[0]
+        return cls(target_file=files.target_file, target_sha256=files.target_sha256, draft_file=files.draft_file,
+                   draft_sha256=files.draft_sha256, vocab_size=len(tokenizer), model_vocab_size=int(rows),
+                   bos_token=getattr(tokenizer, "bos_token", None), eos_token=getattr(tokenizer, "eos_token", None),
+                   rule=rule)
+
+
+@dataclass(frozen=True)
+class PairFiles:
+    """The files of a pair as the caller knows them (basename and sha256 per side; None: not known here)."""
+
+    target_file: str | None = None
+    target_sha256: str | None = None
+    draft_file: str | None = None
+    draft_sha256: str | None = None
 
 
 @dataclass(frozen=True)

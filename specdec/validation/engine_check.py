@@ -47,7 +47,7 @@ from specdec.engines.client import safe_url
 from specdec.engines.errors import EngineRefusedError
 from specdec.engines.http import Deadline
 from specdec.engines.profile import (CompletionParams, EngineEndpoint, EngineLimits, EngineProfile, EngineSession,
-                                     PairIdentity, ProposalRule)
+                                     PairFiles, PairIdentity, ProposalRule)
 from specdec.engines.profiles import engine_profile
 from specdec.validation.config import ValidationConfig
 from specdec.validation.engine_continuations import engine_tokens
@@ -130,15 +130,12 @@ def pair_identity(run: ValidationRun, drafter_ref: str | None, rule: ProposalRul
     """What the run's pair says the engine must serve: the target/draft files named by ``run.target_ref`` /
     ``drafter_ref`` (when they are files here; a GGUF target loaded by name: its ``source``), the target
     tokenizer's vocabulary and BOS/EOS strings."""
-    tok, model = run.tokenizer, run.model
     (t_name, t_sha), (d_name, d_sha) = _file_identity(run.target_ref), _file_identity(drafter_ref)
     source = getattr(run.request.target, "source", None) or {}
     if t_sha is None and source.get("gguf_sha256"):  # a GGUF target loaded by name (e.g. "smollm2")
         t_name, t_sha = Path(str(source.get("gguf_file") or "")).name or None, str(source["gguf_sha256"])
-    rows = model.get_output_embeddings().weight.shape[0]
-    return PairIdentity(target_file=t_name, target_sha256=t_sha, draft_file=d_name, draft_sha256=d_sha,
-                        vocab_size=len(tok), model_vocab_size=int(rows), bos_token=getattr(tok, "bos_token", None),
-                        eos_token=getattr(tok, "eos_token", None), rule=rule)
+    files = PairFiles(target_file=t_name, target_sha256=t_sha, draft_file=d_name, draft_sha256=d_sha)
+    return PairIdentity.of_loaded(run.tokenizer, run.model, files, rule)
 
 
 def _identify(run: _Run, session: EngineSession) -> bool:
