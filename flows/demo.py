@@ -441,8 +441,8 @@ def _act_model(demo: _Demo) -> tuple[Path, Path, object]:
 def _budget(demo: _Demo, target_dir: Path) -> None:
     """The held-out size from the measured one-token pass (:mod:`flows.demo_budget`); env overrides win."""
     from flows import demo_budget
-    from registry.gate import GateConfig
     from specdec.models import load_causal_lm
+    from specdec.settings.policy import get_policy
 
     from specdec.validation.machine import current_load
 
@@ -454,7 +454,7 @@ def _budget(demo: _Demo, target_dir: Path) -> None:
     # the one-token pass measured on a busy machine is slower by about that factor: the size is chosen for the
     # idle machine, so the story is the same, and the demo says how much longer it will take now
     t1 = demo_budget.one_token_pass_seconds(load_causal_lm(str(target_dir), dtype="float32", device="cpu").model) / factor
-    b = demo_budget.choose(t1, GateConfig().min_draft_tokens)
+    b = demo_budget.choose(t1, get_policy().min_draft_tokens)  # the gate's evidence minimum (GateConfig.from_policy)
     demo.budget = b.to_dict()
     demo.per_cat = b.per_category if demo.per_cat is None else demo.per_cat
     demo.max_new = b.max_new_tokens if demo.max_new is None else demo.max_new
