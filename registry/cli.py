@@ -208,9 +208,10 @@ def list_cmd(
     _quiet_mlflow()
     from registry.pairs import list_pair_versions, pair_names
     from registry.service import Registry
+    from registry.settings import get_settings
 
     try:
-        registry = Registry(tracking_uri=tracking_uri)  # this command's one MLflow service
+        registry = Registry(get_settings(), tracking_uri=tracking_uri)  # this command's one MLflow service
         names = [name] if name else pair_names(registry=registry)
         if not names:
             _out().print("no pairs registered yet (specdec pair register --target ... --draft ...)", highlight=False)
@@ -252,9 +253,10 @@ def show_cmd(
     from registry.pairs import get_pair_version
     from registry.runs import latest_validation_run
     from registry.service import Registry
+    from registry.settings import get_settings
 
     try:
-        registry = Registry(tracking_uri=tracking_uri)  # this command's one MLflow service
+        registry = Registry(get_settings(), tracking_uri=tracking_uri)  # this command's one MLflow service
         pv = get_pair_version(name, version, download=False, registry=registry)
         run = latest_validation_run(name, pv.version, registry=registry)
     except _user_errors() as e:
