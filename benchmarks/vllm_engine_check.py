@@ -28,7 +28,9 @@ from specdec.engines.vllm_offline import VllmEngineArgs
 from specdec.engines.vllm_server import VllmServer
 from specdec.models import load_causal_lm
 from specdec.models.resolve import cast_checkpoint, fetch_smollm2
+from specdec.settings import get_settings
 from specdec.validation.config import ValidationConfig
+from specdec.validation.continuation_cache import ContinuationCache
 from specdec.kinds import ResolvedDrafter
 from specdec.validation.api import ValidationRequest, validate
 from specdec.validation.engine_check import EngineCheck, EngineEndpoint
@@ -113,7 +115,8 @@ def main() -> None:
                                                                                      str(draft_dir))
                 check = EngineCheck(EngineEndpoint(url=server.url, engine="vllm", baseline_url=baseline.url))
                 rep = validate(ValidationRequest(target, [drafter], heldout, cfg, method="engine",
-                                                 target_ref=str(target_dir), engine_check=check))[0].engine_check
+                                                 target_ref=str(target_dir), engine_check=check,
+                                                 cache=ContinuationCache.in_home(get_settings().home)))[0].engine_check
             d = rep.to_dict()
             d.update(method=method, speculative_config=spec, wall_seconds=time.perf_counter() - t0,
                      start_seconds=round(server.start_seconds, 1))

@@ -101,6 +101,8 @@ def _choose_draft(demo: "_Demo", target_dir: Path, held):
         return forced, k, None
     from specdec.validation.heldout import HeldoutSet
     from specdec.models import load_causal_lm
+    from specdec.settings import get_settings
+    from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.recommend import recommend_draft
     from specdec.validation.recommend_cli import print_recommendation
 
@@ -113,7 +115,8 @@ def _choose_draft(demo: "_Demo", target_dir: Path, held):
               f"on the {len(held.prompts)} prompts the nightly validates (so both CIs have the same width)")
     rec = recommend_draft(target, sub, candidates=DEMO_CANDIDATES, max_new_tokens=max_new,
                           k_values=tuple(range(1, 7)), cost_reps=10, target_ref="smollm2 (fp32)", speed_heldout=held,
-                          progress=lambda line: con.print(f"  {line}", highlight=False))
+                          progress=lambda line: con.print(f"  {line}", highlight=False),
+                          cache=ContinuationCache.in_home(get_settings().home))
     print_recommendation(rec, con)
     spec = _story_draft(rec, demo)
     cand = next(c for c in rec.candidates if c.spec == spec)

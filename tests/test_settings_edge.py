@@ -24,7 +24,6 @@ ENTRY_MODULES = {"specdec/cli.py", "flows/demo.py", "flows/demo_eagle3.py", "spe
 BELOW_THE_EDGE = {
     "specdec/engines/vllm_install.py": 2,
     "specdec/models/resolve.py": 4,
-    "specdec/validation/continuation_cache.py": 1,
 }
 
 

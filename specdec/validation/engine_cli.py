@@ -19,9 +19,10 @@ ENGINE_REPORT_FILE = "engine_check.json"
 
 
 def run_engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, endpoint: Any, concurrency: int,
-                     target_ref: str, err: Console, limits: Any = None) -> EngineCheckReport:
+                     target_ref: str, err: Console, cache: Any, limits: Any = None) -> EngineCheckReport:
     """The engine check of ``drafter`` (a resolved model drafter; on vLLM also an n-gram drafter) served at
-    ``endpoint``: ``validate(..., method="engine")``, its report's ``engine_check`` section.
+    ``endpoint``: ``validate(..., method="engine")``, its report's ``engine_check`` section; ``cache``: the
+    continuation cache of the core's continuations (:meth:`ContinuationCache.in_home` of the command's home).
 
     Raises:
         ValueError: a drafter the engine check cannot compare (a head; n-gram on an engine other than vLLM).
@@ -36,7 +37,7 @@ def run_engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, endpoint: 
             status.update(f"engine check: {step.done}/{step.total} prompts answered by the engine ...")
 
         request = ValidationRequest(tgt, [drafter], hs, config, method="engine", target_ref=target_ref,
-                                    progress=progress, engine_check=check)
+                                    progress=progress, engine_check=check, cache=cache)
         return validate(request)[0].engine_check
 
 

@@ -41,6 +41,7 @@ from specdec.validation.heldout import load_heldout
 from tests.support.engine import draft_gguf, engine_or_skip, start_server, target_gguf
 from tests.support.nightly import webhook_settings
 from tests.support.gate import policy_gate
+from tests.support.continuations import home_continuations
 
 pytestmark = pytest.mark.slow
 K, NEW_TOKENS, PROMPTS = 4, 32, 12
@@ -84,7 +85,7 @@ def _request(pair, heldout, server, *, declare: bool = True, method: str = "engi
     cfg = ValidationConfig(num_speculative_tokens=K, max_new_tokens=NEW_TOKENS, limit=PROMPTS)
     ep = EngineEndpoint(url=server.url, flags=tuple(server.command) if declare else None)
     return ValidationRequest(target, [ResolvedDrafter(draft.model, "model", str(pair[3]))], heldout, cfg, method=method,
-                             target_ref=str(pair[2]), engine_check=EngineCheck(ep))
+                             target_ref=str(pair[2]), engine_check=EngineCheck(ep), cache=home_continuations())
 
 
 def _check(pair, heldout, server, flags, *, declare: bool = True) -> object:
