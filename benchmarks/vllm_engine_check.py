@@ -103,14 +103,15 @@ def main() -> None:
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / "vllm-engine-check-logs"
     results = []
     base_args = VllmEngineArgs(model=str(target_dir), enforce_eager=args.eager)
-    with VllmServer(base_args, logs / "baseline.log") as baseline:
+    engines = get_settings().engines_dir
+    with VllmServer(base_args, logs / "baseline.log", engines_dir=engines) as baseline:
         meta["baseline_start_seconds"] = round(baseline.start_seconds, 1)
         for method in args.methods.split(","):
             kind = "ngram" if method == "ngram" else "model"
             spec = serving_config("vllm", kind, args.k, draft=None if kind == "ngram" else str(draft_dir))["speculative_config"]
             t0 = time.perf_counter()
             with VllmServer(VllmEngineArgs(model=str(target_dir), speculative_config=spec, enforce_eager=args.eager),
-                            logs / f"{method}.log") as server:
+                            logs / f"{method}.log", engines_dir=engines) as server:
                 drafter = NgramDrafter(3, 2) if kind == "ngram" else ResolvedDrafter(draft.model, "model",
                                                                                      str(draft_dir))
                 check = EngineCheck(EngineEndpoint(url=server.url, engine="vllm", baseline_url=baseline.url))

@@ -214,7 +214,8 @@ def _engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, target_ref: s
     settings = get_settings()
     if opts.engine_url is None:
         try:
-            endpoint = vllm_offline_endpoint(target_ref, drafter, config, python=opts.engine_python)
+            endpoint = vllm_offline_endpoint(target_ref, drafter, config, engines_dir=settings.engines_dir,
+                                             python=opts.engine_python)
         except ValueError as e:
             _fail(f"engine check: {e}")
         _err.print("engine check: starting vLLM offline in the engine venv (a first start compiles: minutes)",

@@ -41,9 +41,11 @@ def run_engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, endpoint: 
         return validate(request)[0].engine_check
 
 
-def vllm_offline_endpoint(target_ref: str, drafter: Any, config: Any, *, python: str | None = None) -> Any:
+def vllm_offline_endpoint(target_ref: str, drafter: Any, config: Any, *, engines_dir: Path,
+                          python: str | None = None) -> Any:
     """The :class:`~specdec.engines.profile.EngineEndpoint` of an offline vLLM check: the target checkpoint the
-    core loaded and the ``--speculative-config`` the pair's serving config prints (draft as a local checkpoint).
+    core loaded and the ``--speculative-config`` the pair's serving config prints (draft as a local checkpoint);
+    ``engines_dir``: the command's ``CoreSettings.engines_dir`` (the installed vLLM and its compile caches).
 
     Raises:
         ValueError: a drafter vLLM cannot be given here (no loadable draft reference).
@@ -61,7 +63,8 @@ def vllm_offline_endpoint(target_ref: str, drafter: Any, config: Any, *, python:
     draft_dir = None if kind_of(kind).model_free or not ref else str(resolve_model_ref(ref)[0])
     served = serving_config("vllm", kind, config.num_speculative_tokens, draft=draft_dir, drafter_recipe=recipe)
     options = [("model", str(resolve_model_ref(target_ref)[0])),
-               ("speculative_config", json.dumps(served["speculative_config"], separators=(",", ":")))]
+               ("speculative_config", json.dumps(served["speculative_config"], separators=(",", ":"))),
+               ("engines_dir", str(engines_dir))]
     if python:
         options.append(("python", python))
     return EngineEndpoint(url=None, engine="vllm", options=tuple(options))

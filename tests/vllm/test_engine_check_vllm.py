@@ -26,7 +26,7 @@ from specdec.validation.config import ValidationConfig
 from specdec.kinds import ResolvedDrafter
 from specdec.validation.api import ValidationRequest, validate
 from specdec.validation.engine_check import EngineCheck, EngineEndpoint
-from tests.support.vllm import K, MAX_TOKENS, draft_dir, draft_model_config, target_dir
+from tests.support.vllm import K, MAX_TOKENS, draft_dir, draft_model_config, engines_dir, target_dir
 from tests.support.continuations import home_continuations
 
 pytestmark = pytest.mark.slow
@@ -43,7 +43,8 @@ def _check(real_pair, heldout, endpoint: EngineEndpoint, *, ngram: bool = False)
 def _offline(spec: dict, log) -> EngineEndpoint:
     return EngineEndpoint(url=None, engine="vllm", options=(
         ("model", str(target_dir())), ("speculative_config", json.dumps(spec)), ("enforce_eager", "1"),
-        ("max_model_len", "1024"), ("kv_cache_memory_bytes", str(512 << 20)), ("log", str(log))))
+        ("max_model_len", "1024"), ("kv_cache_memory_bytes", str(512 << 20)), ("log", str(log)),
+        ("engines_dir", str(engines_dir()))))
 
 
 def _agrees(rep, n: int) -> None:
