@@ -28,6 +28,7 @@ from specdec.engines.vllm_offline import VllmEngineArgs
 from specdec.engines.vllm_server import VllmServer
 from specdec.models import load_causal_lm
 from specdec.models.resolve import cast_checkpoint, fetch_smollm2
+from specdec.models.store import ModelStore
 from specdec.settings import get_settings
 from specdec.validation.config import ValidationConfig
 from specdec.validation.continuation_cache import ContinuationCache
@@ -91,7 +92,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     target_dir = fetch_smollm2()
-    draft_dir = cast_checkpoint(target_dir, "bfloat16")
+    draft_dir = cast_checkpoint(target_dir, "bfloat16", ModelStore(get_settings().models_dir))
     target = load_causal_lm(str(target_dir), dtype="float32")
     draft = load_causal_lm(str(draft_dir), dtype="float32")
     heldout = load_heldout("spec_bench")

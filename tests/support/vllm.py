@@ -49,7 +49,10 @@ def draft_dir() -> Path:
     """The target's bfloat16 copy, saved as its own checkpoint (a derived draft vLLM loads by path)."""
     from specdec.models.resolve import cast_checkpoint
 
-    return cast_checkpoint(target_dir(), "bfloat16")
+    from specdec.models.store import ModelStore
+    from specdec.settings import get_settings
+
+    return cast_checkpoint(target_dir(), "bfloat16", ModelStore(get_settings().models_dir))
 
 
 def eagle3_head_dir() -> Path:
