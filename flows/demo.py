@@ -101,6 +101,8 @@ def _choose_draft(demo: "_Demo", target_dir: Path, held):
         return forced, k, None
     from specdec.validation.heldout import HeldoutSet
     from specdec.models import load_causal_lm
+    from specdec.settings import get_settings
+    from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.recommend import recommend_draft
     from specdec.validation.recommend_cli import print_recommendation
 
@@ -113,7 +115,8 @@ def _choose_draft(demo: "_Demo", target_dir: Path, held):
               f"on the {len(held.prompts)} prompts the nightly validates (so both CIs have the same width)")
     rec = recommend_draft(target, sub, candidates=DEMO_CANDIDATES, max_new_tokens=max_new,
                           k_values=tuple(range(1, 7)), cost_reps=10, target_ref="smollm2 (fp32)", speed_heldout=held,
-                          progress=lambda line: con.print(f"  {line}", highlight=False))
+                          progress=lambda line: con.print(f"  {line}", highlight=False),
+                          cache=ContinuationCache.in_home(get_settings().home))
     print_recommendation(rec, con)
     spec = _story_draft(rec, demo)
     cand = next(c for c in rec.candidates if c.spec == spec)
@@ -441,8 +444,8 @@ def _act_model(demo: _Demo) -> tuple[Path, Path, object]:
 def _budget(demo: _Demo, target_dir: Path) -> None:
     """The held-out size from the measured one-token pass (:mod:`flows.demo_budget`); env overrides win."""
     from flows import demo_budget
-    from registry.gate import GateConfig
     from specdec.models import load_causal_lm
+    from specdec.settings.policy import get_policy
 
     from specdec.validation.machine import current_load
 
@@ -454,7 +457,7 @@ def _budget(demo: _Demo, target_dir: Path) -> None:
     # the one-token pass measured on a busy machine is slower by about that factor: the size is chosen for the
     # idle machine, so the story is the same, and the demo says how much longer it will take now
     t1 = demo_budget.one_token_pass_seconds(load_causal_lm(str(target_dir), dtype="float32", device="cpu").model) / factor
-    b = demo_budget.choose(t1, GateConfig().min_draft_tokens)
+    b = demo_budget.choose(t1, get_policy().min_draft_tokens)  # the gate's evidence minimum (GateConfig.from_policy)
     demo.budget = b.to_dict()
     demo.per_cat = b.per_category if demo.per_cat is None else demo.per_cat
     demo.max_new = b.max_new_tokens if demo.max_new is None else demo.max_new

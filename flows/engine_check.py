@@ -117,9 +117,11 @@ def run_engine_check(night, target, params) -> NightlyResult | None:
 def _check(night, pv, params, endpoint, config) -> Any:
     """The engine check of ``pv`` through :func:`specdec.validation.validate` (method ``engine``). With
     ``params.continuations == "engine"`` the target stays in its engine here too: a served target (no weights
-    read) and the engine's own target-only continuations, which the night's replay already cached."""
+    read) and the engine's own target-only continuations, which the night's replay already cached (in the cache of
+    the night's home, ``night.core.home``)."""
     from flows.loading import cached_drafter, cached_target, load_pair_models
     from specdec.validation.api import ValidationRequest, validate
+    from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.engine_check import EngineCheck
     from specdec.validation.engine_continuations import connect_engine
 
@@ -132,7 +134,8 @@ def _check(night, pv, params, endpoint, config) -> Any:
                             limits=limits, pair=pair_identity(pv, loaded))
         extra = {"engine": continuations, "target_weights": pv.target_weights_sha256} if continuations else {}
         return validate(ValidationRequest(loaded, [cached_drafter(dkey)], night.held, config, method="engine",
-                                          target_ref=pv.target_uri, engine_check=check, **extra))[0].engine_check
+                                          target_ref=pv.target_uri, engine_check=check,
+                                          cache=ContinuationCache.in_home(night.core.home), **extra))[0].engine_check
     finally:
         if continuations is not None:
             continuations.close()

@@ -50,13 +50,16 @@ def validation_request(pv, params, progress=None, **extra):
     """The :class:`specdec.validation.ValidationRequest` of pair version ``pv`` with tonight's ``params``
     (:class:`flows.nightly.ValidationParams`): its models from this worker's cache; with
     ``params.continuations == "engine"`` the continuations come from the engine the pair version names (tag
-    ``engine_url``; the target served, :func:`load_pair_models`). ``extra``: further request fields.
+    ``engine_url``; the target served, :func:`load_pair_models`); replay's continuations go to the cache of the
+    flow run's home (:func:`flows.settings.for_this_run`, a worker's own). ``extra``: further request fields.
 
     Raises:
         ValueError: engine continuations for a pair version that names no engine; as :func:`load_pair_models`.
         specdec.engines.client.EngineRequestError: the engine is unreachable.
     """
+    from flows.settings import for_this_run
     from specdec.validation import ValidationRequest
+    from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.heldout import load_heldout
 
     engine = None
@@ -65,6 +68,7 @@ def validation_request(pv, params, progress=None, **extra):
 
         engine = engine_continuations_for(pv)
         extra.setdefault("target_weights", pv.target_weights_sha256)
+    extra.setdefault("cache", ContinuationCache.in_home(for_this_run().core.home))
     tkey, dkey = load_pair_models(pv, device=params.device, dtype=params.dtype, served=engine is not None)
     config = build_validation_config(pv.config, limit=params.limit, seed=params.seed, batch_size=params.batch_size)
     return ValidationRequest(cached_target(tkey), [cached_drafter(dkey)], load_heldout(params.heldout), config,

@@ -34,7 +34,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
@@ -49,6 +49,20 @@ from flows.night_request import worth_retrying
 from flows.ungated import check_ungated, report_ungated, version_link
 from specdec import events
 from specdec.policy import VERDICTS
+
+if TYPE_CHECKING:  # the types of what a night holds; imported only for checking (no import cycles, no load)
+    from prefect.futures import PrefectFuture
+
+    from flows.recovery import Heartbeat, NightlyLease
+    from monitoring.db import Database
+    from monitoring.history import Claim, RunKey
+    from monitoring.settings import MonitoringSettings
+    from registry.gate import GateConfig
+    from registry.pairs import PairVersion
+    from registry.service import Registry
+    from specdec.settings import CoreSettings
+    from specdec.validation.heldout import HeldoutSet
+    from specdec.validation.report import ValidationReport
 
 
 #: where a greedy replay night's target continuations come from: the core, or the engine serving the target
@@ -180,17 +194,24 @@ class NightlyJob:
 
 @dataclass
 class Night:
-    """What one nightly run holds open: settings, the history store, the registry, its lease and heartbeat."""
+    """What one nightly run holds open: settings, the history store, the registry, its lease and heartbeat.
+
+    Attributes:
+        registry: the one MLflow service of the night. holder_dead: :func:`flows.recovery.holder_dead` of the
+        home (``(run_id, token) -> bool``). core: the engine check's key and limits. gate: the promotion gate
+        of the night's acceptance policy (the MLflow run's tags, the ungated-promotion checks).
+    """
 
     date: dt.date
-    settings: Any  # monitoring.settings.MonitoringSettings
-    db: Any  # monitoring.db.Database
-    registry: Any  # registry.service.Registry: the one MLflow service of the night
-    held: Any  # specdec.validation.heldout.HeldoutSet
-    lease: Any  # flows.recovery.NightlyLease
-    beat: Any  # flows.recovery.Heartbeat
-    holder_dead: Any  # flows.recovery.holder_dead(home)
-    core: Any  # specdec.settings.CoreSettings: the engine check's key and limits
+    settings: MonitoringSettings
+    db: Database
+    registry: Registry
+    held: HeldoutSet
+    lease: NightlyLease
+    beat: Heartbeat
+    holder_dead: Callable[[int, str], bool]
+    core: CoreSettings
+    gate: GateConfig
 
     @property
     def home(self) -> Path:
@@ -203,7 +224,7 @@ class Target:
 
     pair: str
     alias: str
-    pv: Any  # registry.PairVersion
+    pv: PairVersion
     champion_version: str | None
 
     @property
@@ -216,10 +237,10 @@ class Job:
     """A claimed target whose validation was submitted (``future.result()`` is the report)."""
 
     target: Target
-    key: Any  # monitoring.history.RunKey
-    claim: Any  # monitoring.history.Claim
+    key: RunKey
+    claim: Claim
     report_dir: Path
-    future: Any
+    future: PrefectFuture[ValidationReport] | _Inline
 
 
 @dataclass
@@ -248,9 +269,9 @@ def run_validation(pv, params: ValidationParams, out_dir: str):
 
 
 @task(retries=2, retry_delay_seconds=[5, 20], cache_policy=NO_CACHE)
-def retry_pending_mlflow_logging(db, home: Path, registry) -> list[str]:
+def retry_pending_mlflow_logging(db, home: Path, registry, gate) -> list[str]:
     """Log to MLflow the history rows whose logging failed on an earlier night (oldest first), through the
-    night's history store ``db`` and MLflow service ``registry``; reports are under ``home``.
+    night's history store ``db``, MLflow service ``registry`` and gate ``gate``; reports are under ``home``.
 
     Returns the MLflow run ids logged now. Rows whose report directory is gone are reported and left.
     """
@@ -271,7 +292,7 @@ def retry_pending_mlflow_logging(db, home: Path, registry) -> list[str]:
                             key.scheduled_date.isoformat(), history.trend_points(db, row.pair_name, exclude_run=row.id),
                             row.status if row.status in VERDICTS else None)
         try:
-            run_id = log_to_mlflow.fn(job, registry)
+            run_id = log_to_mlflow.fn(job, registry, gate)
         except RegistryUnavailable as e:
             log.warning("MLflow still unreachable (%s); %s run(s) stay pending", e, "these")
             break
@@ -315,7 +336,7 @@ def log_night_to_mlflow(night: Night, job: Job, history_run_id: int, drift, verd
                                 job.key.scheduled_date.isoformat(),
                                 history.trend_points(night.db, t.pair, exclude_run=history_run_id), verdict)
     try:
-        run_id = log_to_mlflow(logging_job, night.registry)
+        run_id = log_to_mlflow(logging_job, night.registry, night.gate)
     except Exception as e:  # noqa: BLE001 (MLflow, its HTTP client, the artifact store and matplotlib raise many types; none may stop the alert)
         _logger().error("MLflow logging failed (%s: %s): history run %s kept, logged on the next run",
                         type(e).__name__, e, history_run_id)
@@ -366,8 +387,7 @@ def judged_by(settings, pair_tags: dict, report):
     rules = settings.rules
     floor = floor_for(rules.policy(), pair_tags)
     settings = settings.model_copy(update={"rules": rules.for_floor(floor)})
-    gate = GateConfig(min_acceptance_rate=rules.absolute_threshold, floor_source=rules.floor_source,
-                      estimator=rules.estimator, alert_side=rules.alert_side, min_draft_tokens=rules.min_draft_tokens)
+    gate = GateConfig.from_policy(rules.policy())
     word, reasons = judge_report(report, pair_tags, gate).result.beyond_acceptance()
     return settings, gate_result(word, reasons, rules.acceptance_severity)
 
@@ -418,9 +438,11 @@ def _broken(night: Night, pair: str, alias: str, version: str | None, error: Bas
 
 def open_night(job: NightlyJob, tree) -> Night:
     """The night's date, settings (the monitoring section of ``tree``, a :class:`flows.settings.Settings`),
-    history store, MLflow service, lease (with this flow run's id), heartbeat and core section."""
+    history store, MLflow service, lease (with this flow run's id), heartbeat, core section and gate (of
+    ``tree.policy``)."""
     import monitoring
     from flows.recovery import Heartbeat, NightlyLease, holder_dead
+    from registry.gate import GateConfig
     from registry.service import Registry
     from specdec.validation.heldout import load_heldout
 
@@ -437,7 +459,7 @@ def open_night(job: NightlyJob, tree) -> Night:
     registry = Registry(tree.registry, check=False)  # no probe: resolving the aliases retries a server briefly down
     return Night(job.scheduled_date or scheduled_date_of_run(), settings, db, registry,
                  load_heldout(job.validation.heldout), lease, Heartbeat(db, settings.claim_stale_after_s / 10),
-                 holder_dead(settings.home), tree.core)
+                 holder_dead(settings.home), tree.core, GateConfig.from_policy(tree.policy.policy()))
 
 
 def check_ungated_pairs(night: Night, job: NightlyJob) -> dict[str, dict[str, Any]]:
@@ -449,7 +471,7 @@ def check_ungated_pairs(night: Night, job: NightlyJob) -> dict[str, dict[str, An
     ungated = {}
     for pair in job.pairs:
         try:
-            ungated[pair] = check_ungated(pair, job.aliases, night.registry)
+            ungated[pair] = check_ungated(pair, job.aliases, night.registry, night.gate)
         except RegistryUnavailable:
             raise
         except (RegistryError, MlflowException) as e:  # a broken alias is reported per alias by resolve_targets
@@ -680,7 +702,7 @@ def run_night(job: NightlyJob, tree) -> list[NightlyResult]:
 
     params = job.validation
     night = open_night(job, tree)
-    retry_pending_mlflow_logging(night.db, night.home, night.registry)
+    retry_pending_mlflow_logging(night.db, night.home, night.registry, night.gate)
     ungated = check_ungated_pairs(night, job)
     targets, results = resolve_targets(night, job)                                      # 1. resolve aliases
     claimed = [claim_target(night, t, params) for t in targets]                         # 2. validate (submitted)
@@ -692,7 +714,7 @@ def run_night(job: NightlyJob, tree) -> list[NightlyResult]:
                 results.append(finish_job(night, submitted))
         results += engine_checks(night, targets, params)                                # 8. the serving engine
     report_ungated(night.db, ungated, results, registry=night.registry, settings=night.settings,  # tonight's verdict
-                   revert=job.revert_ungated)
+                   gate=night.gate, revert=job.revert_ungated)
     return finish_run(results, job.fail_on_failure)                     # summary artifact; fails the run if asked
 
 

@@ -22,20 +22,20 @@ class AliasMove:
 
 
 @task(retries=2, retry_delay_seconds=[5, 20], task_run_name="gate {pair}@v{version}", cache_policy=NO_CACHE)
-def check_promotion_gate(pair: str, version: str, registry) -> dict:
+def check_promotion_gate(pair: str, version: str, registry, gate) -> dict:
     """The gate verdict of the latest validation run of ``models:/<pair>/<version>`` (``registry``: the flow
-    run's :class:`registry.service.Registry`).
+    run's :class:`registry.service.Registry`; ``gate``: its :class:`registry.gate.GateConfig`).
 
     Returns ``GateResult`` as a dict (``passed``, ``reasons``, ``run_id``, ...).
     """
     from registry import check_gate
 
-    return asdict(check_gate(pair, version, registry=registry))
+    return asdict(check_gate(pair, version, gate=gate, registry=registry))
 
 
 @task(task_run_name="move @{move.alias} -> {move.pair}@v{move.version}", cache_policy=NO_CACHE)
-def move_alias(move: AliasMove, registry) -> dict:
-    """Move the alias through :func:`registry.promote` (which re-checks the gate).
+def move_alias(move: AliasMove, registry, gate) -> dict:
+    """Move the alias through :func:`registry.promote` (which re-checks ``gate``).
 
     Raises:
         registry.PromotionRefused: the gate failed (or the version was never validated) without force.
@@ -43,7 +43,7 @@ def move_alias(move: AliasMove, registry) -> dict:
     from registry import promote
 
     return asdict(promote(move.pair, move.version, move.alias, force=move.force, reason=move.reason, actor=move.actor,
-                          registry=registry))
+                          gate=gate, registry=registry))
 
 
 @flow(name="promote-pair", log_prints=True)
@@ -55,9 +55,12 @@ def promote_flow(pair: str = "specdec-pair", version: str = "1", alias: str = "c
         registry.PromotionRefused: with the gate's reasons, when it fails and ``force`` is False.
     """
     from flows.settings import for_this_run
+    from registry.gate import GateConfig
     from registry.service import Registry
 
-    registry = Registry(for_this_run().registry)  # this flow run's one MLflow service
-    gate = check_promotion_gate(pair, str(version), registry)
+    tree = for_this_run()
+    registry = Registry(tree.registry)  # this flow run's one MLflow service
+    policy_gate = GateConfig.from_policy(tree.policy.policy())
+    gate = check_promotion_gate(pair, str(version), registry, policy_gate)
     get_run_logger().info("gate for %s v%s: %s", pair, version, "pass" if gate.get("passed") else gate.get("reasons"))
-    return move_alias(AliasMove(pair, str(version), alias, force, reason, actor), registry)
+    return move_alias(AliasMove(pair, str(version), alias, force, reason, actor), registry, policy_gate)

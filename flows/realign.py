@@ -97,16 +97,17 @@ def retrain_task(where: HeadLocation, out_dir: str, config: dict) -> Retrained:
 
 
 @task(task_run_name="register {request.pair} (re-trained head) as @{request.alias}", cache_policy=NO_CACHE)
-def register_task(request: HeadRegistration, registry) -> dict:
+def register_task(request: HeadRegistration, registry, gate) -> dict:
     """Register the re-trained head (lineage: parent = the old head; a new version of the parent's registered
     model ``head_name``) and the pair version with the drifted version's decoding config (k, sampling, new
-    tokens) and serving engine profile; set the alias. Returns the pair version as a dict."""
+    tokens) and serving engine profile; set the alias (through ``gate``, the flow run's
+    :class:`registry.gate.GateConfig`). Returns the pair version as a dict."""
     from registry.register import register_trained_head
     from specdec.core.config import SpeculativeConfig
 
     r = request
     return register_trained_head(r.out_dir, r.pair, r.target_ref, alias=r.alias, head_name=r.head_name,
-                                 config=SpeculativeConfig.from_dict(r.config), engine=r.engine,
+                                 config=SpeculativeConfig.from_dict(r.config), engine=r.engine, gate=gate,
                                  registry=registry).to_dict()
 
 
@@ -133,6 +134,7 @@ def realign_eagle3_flow(pair: str = "specdec-pair", alias: str = "champion", *, 
         ``{"pair", "version", "head_uri", "parent_head", "target", "train_minutes", "step_agreement", ...}``.
     """
     from flows.settings import for_this_run
+    from registry.gate import GateConfig
     from registry.service import Registry
 
     log = get_run_logger()
@@ -142,7 +144,8 @@ def realign_eagle3_flow(pair: str = "specdec-pair", alias: str = "champion", *, 
     out = out_dir or str(_out_dir(tree.home, pair, where.pair_version, where.target_dir))
     trained = retrain_task(where, out, dict(config or {}))
     pv = register_task(HeadRegistration(trained.out_dir, pair, where.target_ref, register_alias, where.config,
-                                        where.engine, parse_model_uri(where.head_uri)[0]), registry)
+                                        where.engine, parse_model_uri(where.head_uri)[0]), registry,
+                       GateConfig.from_policy(tree.policy.policy()))
     log.info("re-trained head %s -> %s in %.1f min; %s v%s%s", where.head_uri, pv["draft_uri"],
              trained.metrics["train_minutes"], pair, pv["version"], f" is @{register_alias}" if register_alias else "")
     return {"pair": pair, "version": pv["version"], "head_uri": pv["draft_uri"], "parent_head": where.head_uri,

@@ -38,11 +38,12 @@ def register_task(request: PairRequest, registry) -> dict:
 
 
 @task(task_run_name="set @{alias} -> {pair}@v{version}", cache_policy=NO_CACHE)
-def set_alias_task(pair: str, version: str, alias: str, registry) -> None:
-    """Point an ungated alias (e.g. ``challenger``) at a version."""
+def set_alias_task(pair: str, version: str, alias: str, registry, gate) -> None:
+    """Point an ungated alias (e.g. ``challenger``) at a version (``gate``: the flow run's
+    :class:`registry.gate.GateConfig`, which decides whether ``alias`` is gated)."""
     from registry import promote
 
-    promote(pair, version, alias, registry=registry)
+    promote(pair, version, alias, gate=gate, registry=registry)
 
 
 @flow(name="register-pair", log_prints=True)
@@ -70,14 +71,16 @@ def register_pair_flow(
         the pair version as a dict (``name``, ``version``, ``changed``, ``target_uri``, ...).
     """
     from flows.settings import for_this_run
+    from registry.gate import GateConfig
     from registry.service import Registry
 
-    registry = Registry(for_this_run().registry)  # this flow run's one MLflow service
+    tree = for_this_run()
+    registry = Registry(tree.registry)  # this flow run's one MLflow service
     cfg = SpeculativeConfig(num_speculative_tokens, SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p),
                             max_new_tokens)
     pv = register_task(PairRequest(target, draft, name, target_name, draft_name, cfg), registry)
     if alias:
-        set_alias_task(pv["name"], pv["version"], alias, registry)
+        set_alias_task(pv["name"], pv["version"], alias, registry, GateConfig.from_policy(tree.policy.policy()))
     get_run_logger().info("pair %s v%s (%s changed)%s", pv["name"], pv["version"], pv["changed"],
                           f" is @{alias}" if alias else "")
     return pv

@@ -134,9 +134,10 @@ class MlflowLogging:
 
 
 @task(retries=3, retry_delay_seconds=[5, 15, 45], retry_condition_fn=retry_if_transient, cache_policy=NO_CACHE)
-def log_to_mlflow(job: MlflowLogging, registry=None) -> str:
+def log_to_mlflow(job: MlflowLogging, registry, gate) -> str:
     """Log the validation run (metrics, report, plots, Evidently files) and tag the pair version; the
-    descriptions are the nightly's last step (:func:`describe_version`).
+    descriptions are the nightly's last step (:func:`describe_version`). ``registry``: the night's MLflow
+    service; ``gate``: its :class:`registry.gate.GateConfig`.
 
     Retried on transient failures; the caller keeps the history row pending if it still fails.
     Returns the MLflow run id.
@@ -148,7 +149,7 @@ def log_to_mlflow(job: MlflowLogging, registry=None) -> str:
     return log_validation(job.pair, job.version, report, job.report_dir,
                           extra_artifacts=[p for p in job.extra if Path(p).exists()], history=job.trend,
                           run_key=job.run_key, run_name=f"{job.pair} v{job.version} night {job.night}", describe=False,
-                          registry=registry, verdict=job.verdict)
+                          gate=gate, registry=registry, verdict=job.verdict)
 
 
 @task(retries=2, retry_delay_seconds=[5, 20], retry_condition_fn=retry_if_transient, cache_policy=NO_CACHE)

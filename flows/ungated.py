@@ -16,9 +16,9 @@ log = logging.getLogger("flows.nightly")
 GATED_ALIAS = "champion"
 
 
-def check_ungated(pair: str, aliases: Sequence[str], registry=None) -> dict[str, Any]:
+def check_ungated(pair: str, aliases: Sequence[str], registry, gate) -> dict[str, Any]:
     """Check ``pair@champion`` (only when the nightly validates ``champion``); ``registry``: the night's
-    MLflow service (:class:`registry.service.Registry`).
+    MLflow service (:class:`registry.service.Registry`); ``gate``: the night's :class:`registry.gate.GateConfig`.
 
     Returns:
         ``{"checked": bool, "finding": registry.ungated.UngatedPromotion | None}``; an MLflow error
@@ -29,7 +29,7 @@ def check_ungated(pair: str, aliases: Sequence[str], registry=None) -> dict[str,
     from registry.ungated import check_alias
 
     try:
-        finding = check_alias(pair, GATED_ALIAS, registry=registry)
+        finding = check_alias(pair, GATED_ALIAS, gate=gate, registry=registry)
     except Exception as e:  # noqa: BLE001 (the validation itself must still run)
         log.error("%s@%s: ungated-promotion check failed: %s: %s", pair, GATED_ALIAS, type(e).__name__, e)
         return {"checked": False, "finding": None}
@@ -48,23 +48,23 @@ def _tonight(result) -> str:
     return f"tonight's validation: {result.status}" + (f" ({result.message})" if result.message else "")
 
 
-def _recheck(pair: str, f, registry):
+def _recheck(pair: str, f, registry, gate):
     """After tonight's validation of the ungated version: None when it now passes the gate (adopted)."""
     from registry.ungated import check_alias
 
     try:
-        return check_alias(pair, GATED_ALIAS, registry=registry)
+        return check_alias(pair, GATED_ALIAS, gate=gate, registry=registry)
     except Exception as e:  # noqa: BLE001 (keep the finding made before validating)
         log.error("%s@%s: re-check after validation failed: %s: %s", pair, GATED_ALIAS, type(e).__name__, e)
         return f
 
 
-def _revert(pair: str, version: str, registry) -> str:
+def _revert(pair: str, version: str, registry, gate) -> str:
     """Move @champion back (``revert=True``); the sentence the alert adds."""
     from registry.ungated import revert_alias
 
     try:
-        to = revert_alias(pair, GATED_ALIAS, version, registry=registry)
+        to = revert_alias(pair, GATED_ALIAS, version, gate=gate, registry=registry)
     except Exception as e:  # noqa: BLE001 (the alert still goes out)
         log.error("%s@%s: revert failed: %s: %s", pair, GATED_ALIAS, type(e).__name__, e)
         return f" Not moved back: {type(e).__name__}: {e}."
@@ -74,7 +74,7 @@ def _revert(pair: str, version: str, registry) -> str:
     return f" Moved @{GATED_ALIAS} back to v{to}, the last version that passed the gate (specdec pair watch --revert)."
 
 
-def report_ungated(db, checks: dict[str, dict[str, Any]], results: list, *, registry, settings,
+def report_ungated(db, checks: dict[str, dict[str, Any]], results: list, *, registry, settings, gate,
                    revert: bool = False) -> None:
     """Raise (or resolve) the ungated-promotion alert of each checked pair, after validation.
 
@@ -83,7 +83,8 @@ def report_ungated(db, checks: dict[str, dict[str, Any]], results: list, *, regi
     ``ungated_alert`` (the transition). A version that passes the gate tonight is adopted (no alert).
     With ``revert``, a version still ungated after tonight's validation loses @champion to the last
     version that passed (:func:`registry.ungated.revert_alias`) and the alert says so. ``settings``: the
-    monitoring section (:class:`monitoring.settings.MonitoringSettings`: channels, delivery).
+    monitoring section (:class:`monitoring.settings.MonitoringSettings`: channels, delivery); ``gate``: the
+    :class:`registry.gate.GateConfig` the re-check and the revert judge by.
     """
     from monitoring.promotion_alerts import alert_ungated_promotion
 
@@ -96,10 +97,10 @@ def report_ungated(db, checks: dict[str, dict[str, Any]], results: list, *, regi
         if f is not None and champ is not None and champ.status == "skipped" and champ.version == f.version:
             validated = next((r for r in results if r.pair == pair and r.version == f.version and r is not champ), champ)
         if f is not None and validated is not None and validated.status in ("passed", "inconclusive"):
-            f = _recheck(pair, f, registry)
+            f = _recheck(pair, f, registry, gate)
         message = f"{f.message()} {_tonight(validated).capitalize()}." if f is not None else f"{pair}@{GATED_ALIAS} is gated again"
         if f is not None and revert:
-            message += _revert(pair, f.version, registry)
+            message += _revert(pair, f.version, registry, gate)
         try:
             out = alert_ungated_promotion(db, pair, GATED_ALIAS, version=f.version if f else (champ.version if champ else None),
                                           message=message, firing=f is not None, links=_links(pair, f, registry.uri),

@@ -157,7 +157,7 @@ def make_app(watcher: Watcher):
     return Starlette(routes=[Route("/webhook", webhook, methods=["POST"]), Route("/health", health, methods=["GET"])])
 
 
-def deployment_starter(deployment: str = DEFAULT_DEPLOYMENT, *, registry, db, settings, revert: bool = False,
+def deployment_starter(deployment: str = DEFAULT_DEPLOYMENT, *, registry, db, settings, gate, revert: bool = False,
                        limit: int | None = None) -> Callable[[WatchJob], str | None]:
     """``WatchJob -> flow run id``: a run of the nightly deployment for exactly that version.
 
@@ -165,7 +165,8 @@ def deployment_starter(deployment: str = DEFAULT_DEPLOYMENT, *, registry, db, se
     (and ``revert_ungated``) after checking that @champion still points at the version (an
     out-of-order delivery about an older move starts nothing). ``limit`` (``pair watch --limit``) overrides
     the deployment's subset size; its other parameters (held-out set, device) stay as deployed.
-    ``registry`` / ``db`` / ``settings``: the watcher's MLflow service, history store and monitoring section.
+    ``registry`` / ``db`` / ``settings`` / ``gate``: the watcher's MLflow service, history store, monitoring section
+    and :class:`registry.gate.GateConfig`.
     """
 
     def start(job: WatchJob) -> str | None:
@@ -178,7 +179,7 @@ def deployment_starter(deployment: str = DEFAULT_DEPLOYMENT, *, registry, db, se
             if now != job.version:
                 log.info("%s@%s is v%s now, not v%s: that move has its own delivery", job.pair, GATED_ALIAS, now, job.version)
                 return None
-            if not _ungated(job.pair, registry, db, settings):
+            if not _ungated(job.pair, registry, db, settings, gate):
                 return None
             params = {"pairs": [job.pair], "aliases": [GATED_ALIAS], "versions": [], "revert_ungated": revert}
         else:
@@ -194,16 +195,16 @@ def deployment_starter(deployment: str = DEFAULT_DEPLOYMENT, *, registry, db, se
     return start
 
 
-def _ungated(pair: str, registry, db, settings) -> bool:
+def _ungated(pair: str, registry, db, settings, gate) -> bool:
     """Is ``pair@champion`` ungated now? If not (moved by specdec, or to a version whose latest
     validation passes the gate), an open ungated-promotion incident is resolved here and nothing runs."""
     from flows.ungated import check_ungated, report_ungated
 
-    check = check_ungated(pair, [GATED_ALIAS], registry)
+    check = check_ungated(pair, [GATED_ALIAS], registry, gate)
     if check["finding"] is not None or not check["checked"]:
         return True
     log.info("%s@%s is gated (moved by specdec or passes the gate): nothing to validate", pair, GATED_ALIAS)
-    report_ungated(db, {pair: check}, [], registry=registry, settings=settings)
+    report_ungated(db, {pair: check}, [], registry=registry, settings=settings, gate=gate)
     return False
 
 
@@ -225,14 +226,16 @@ def check_deployment(deployment: str, api_url: str | None) -> None:
             raise ValueError(f"Prefect API at {api_url} is unreachable: {type(e).__name__}") from None
 
 
-def serve(pairs: Sequence[str], secret: str, *, host: str, port: int, db, registry, settings,
+def serve(pairs: Sequence[str], secret: str, *, host: str, port: int, db, registry, settings, gate,
           deployment: str = DEFAULT_DEPLOYMENT, revert: bool = False, window_s: int = 300,
           limit: int | None = None) -> None:
     """Run the receiver until interrupted (blocks). ``registry``: the watcher's MLflow service;
-    ``settings``: its monitoring section; ``limit``: see :func:`deployment_starter`."""
+    ``settings``: its monitoring section; ``gate``: its :class:`registry.gate.GateConfig`; ``limit``: see
+    :func:`deployment_starter`."""
     import uvicorn
 
-    starter = deployment_starter(deployment, registry=registry, db=db, settings=settings, revert=revert, limit=limit)
+    starter = deployment_starter(deployment, registry=registry, db=db, settings=settings, gate=gate, revert=revert,
+                                 limit=limit)
     with Watcher(pairs, secret, db, starter, window_s=window_s) as w:
         uvicorn.Server(uvicorn.Config(make_app(w), host=host, port=port, log_level="warning",
                                       access_log=False)).run()

@@ -56,6 +56,7 @@ def watch_cmd(
         _fail(f"{SECRET_ENV} must hold the webhook secret (at least 16 characters)")
     host, port = _listen(listen)
     from registry.errors import RegistryError
+    from registry.gate import GateConfig
     from registry.service import Registry
     from registry.webhooks import subscribe
 
@@ -87,6 +88,6 @@ def watch_cmd(
             Console().print(f"watching {', '.join(pairs)} (webhook {hook}) on http://{host}:{port}/webhook; "
                             f"validations through {deployment}{'; --revert on' if revert else ''}", highlight=False)
             serve(pairs, secret, host=host, port=port, db=monitoring.connect(tree.monitoring), registry=registry,
-                  settings=tree.monitoring,
+                  settings=tree.monitoring, gate=GateConfig.from_policy(tree.policy.policy()),
                   deployment=deployment, revert=revert, window_s=window_s, limit=limit)
         stopping.check()  # a first Ctrl-C that uvicorn handled gracefully

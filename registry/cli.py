@@ -33,7 +33,16 @@ def register(app: typer.Typer) -> None:
     from registry.register import head_registry_hooks
     from specdec.training.cli import set_head_registry
 
-    set_head_registry(head_registry_hooks())
+    set_head_registry(head_registry_hooks(_policy_gate))
+
+
+def _policy_gate(**overrides):
+    """The promotion gate of the acceptance policy (``SPECDEC_POLICY__*``, read here, at the edge), with
+    ``overrides`` (:meth:`registry.gate.GateConfig.from_policy`). Raises ``ValueError`` on a malformed policy."""
+    from registry.gate import GateConfig
+    from specdec.settings.policy import get_policy
+
+    return GateConfig.from_policy(get_policy(), **overrides)
 
 
 def _out() -> Console:
@@ -136,7 +145,7 @@ def register_cmd(
             from registry.promotion import promote
 
             try:
-                moved = promote(pv.name, pv.version, alias, tracking_uri=tracking_uri)
+                moved = promote(pv.name, pv.version, alias, gate=_policy_gate(), tracking_uri=tracking_uri)
             except _user_errors() as e:
                 _fail(f"registered {pv.uri} but could not set @{alias}: {e}")
             _say_who_the_nightly_drops(pv, alias, moved.previous_version, tracking_uri)
@@ -199,9 +208,10 @@ def list_cmd(
     _quiet_mlflow()
     from registry.pairs import list_pair_versions, pair_names
     from registry.service import Registry
+    from registry.settings import get_settings
 
     try:
-        registry = Registry(tracking_uri=tracking_uri)  # this command's one MLflow service
+        registry = Registry(get_settings(), tracking_uri=tracking_uri)  # this command's one MLflow service
         names = [name] if name else pair_names(registry=registry)
         if not names:
             _out().print("no pairs registered yet (specdec pair register --target ... --draft ...)", highlight=False)
@@ -243,9 +253,10 @@ def show_cmd(
     from registry.pairs import get_pair_version
     from registry.runs import latest_validation_run
     from registry.service import Registry
+    from registry.settings import get_settings
 
     try:
-        registry = Registry(tracking_uri=tracking_uri)  # this command's one MLflow service
+        registry = Registry(get_settings(), tracking_uri=tracking_uri)  # this command's one MLflow service
         pv = get_pair_version(name, version, download=False, registry=registry)
         run = latest_validation_run(name, pv.version, registry=registry)
     except _user_errors() as e:
@@ -390,12 +401,11 @@ def promote_cmd(
     """Move an alias to a pair version if its latest validation passes the gate."""
     _quiet_mlflow()
     from registry.errors import PromotionRefused
-    from registry.gate import GateConfig
     from registry.promotion import promote
 
-    gate = GateConfig(min_predicted_speedup=min_predicted_speedup)
+    gate = _policy_gate(min_predicted_speedup=min_predicted_speedup)
     if min_acceptance_rate is not None:
-        gate = GateConfig(min_acceptance_rate=min_acceptance_rate, min_predicted_speedup=min_predicted_speedup)
+        gate = _policy_gate(min_acceptance_rate=min_acceptance_rate, min_predicted_speedup=min_predicted_speedup)
     try:
         res = promote(name, version, alias, force=force, reason=reason, actor=actor, gate=gate, tracking_uri=tracking_uri)
     except PromotionRefused as e:

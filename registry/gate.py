@@ -11,15 +11,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from specdec.policy import FAILED, INCONCLUSIVE, METRICS, PASSED, AcceptancePolicy, Floor, combine, floor_for, judge
-from specdec.settings.policy import get_policy
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GateConfig:
     """Promotion criteria.
 
-    Defaults come from the acceptance policy (:class:`specdec.policy.AcceptancePolicy`,
-    ``SPECDEC_POLICY__*``), the same one the drift rules, plots and Evidently report read.
+    The policy's values (floor, evidence minimums, sides, estimator) come from the caller's acceptance
+    policy (:class:`specdec.policy.AcceptancePolicy`, ``SPECDEC_POLICY__*``, read at the edge), the same one
+    the drift rules, plots and Evidently report read: build one with :meth:`from_policy`.
 
     Attributes:
         min_acceptance_rate: the floor: the ``gate_side`` end of the judged metric's 95% CI (default the
@@ -43,17 +43,30 @@ class GateConfig:
             it names the candidate that the nightly job validates next.
     """
 
-    min_acceptance_rate: float = field(default_factory=lambda: get_policy().threshold)
+    min_acceptance_rate: float
     require_exactness_clean: bool = True
     min_predicted_speedup: float | None = None
     require_matching_config: bool = True
-    min_num_prompts: int = field(default_factory=lambda: get_policy().min_prompts)
-    min_draft_tokens: int = field(default_factory=lambda: get_policy().min_draft_tokens)
-    gate_side: str = field(default_factory=lambda: get_policy().gate_side)
-    estimator: str = field(default_factory=lambda: get_policy().estimator)
+    min_num_prompts: int
+    min_draft_tokens: int
+    gate_side: str
+    estimator: str
     gated_aliases: tuple[str, ...] = ("champion",)
-    floor_source: str = field(default_factory=lambda: get_policy().floor_source)
-    alert_side: str = field(default_factory=lambda: get_policy().alert_side)
+    floor_source: str
+    alert_side: str
+
+    @classmethod
+    def from_policy(cls, policy: AcceptancePolicy, **overrides: Any) -> "GateConfig":
+        """The gate of ``policy`` (threshold, floor source, evidence minimums, sides, estimator), with
+        ``overrides`` (any field, e.g. ``min_predicted_speedup=``) replacing its values.
+
+        Raises:
+            TypeError: an override that is not a field.
+        """
+        values = dict(min_acceptance_rate=policy.threshold, min_num_prompts=policy.min_prompts,
+                      min_draft_tokens=policy.min_draft_tokens, gate_side=policy.gate_side,
+                      estimator=policy.estimator, floor_source=policy.floor_source, alert_side=policy.alert_side)
+        return cls(**{**values, **overrides})
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (for tags / logs)."""
@@ -202,7 +215,7 @@ def _speed(metrics: Mapping[str, Any], gate: GateConfig, reasons: list[str], see
     return PASSED
 
 
-def evaluate_gate(metrics: Mapping[str, Any], gate: GateConfig | None = None, run_id: str | None = None) -> GateResult:
+def evaluate_gate(metrics: Mapping[str, Any], gate: GateConfig, run_id: str | None = None) -> GateResult:
     """Judge one validation's metrics against ``gate``.
 
     Args:
@@ -216,7 +229,6 @@ def evaluate_gate(metrics: Mapping[str, Any], gate: GateConfig | None = None, ru
         the verdict word (:func:`specdec.policy.combine` of the criteria's: acceptance by
         :func:`specdec.policy.judge`, exactness/config ``failed``, too little evidence ``inconclusive``).
     """
-    gate = gate or GateConfig()
     reasons: list[str] = []
     seen: dict[str, float] = {}
     parts: dict[str, tuple[str, list[str]]] = {}

@@ -107,7 +107,7 @@ def promote(
     force: bool = False,
     reason: str | None = None,
     actor: str | None = None,
-    gate: GateConfig | None = None,
+    gate: GateConfig,
     experiment: str = VALIDATION_EXPERIMENT,
     tracking_uri: str | None = None,
     registry: Registry | None = None,
@@ -142,7 +142,6 @@ def promote(
     uri = client.tracking_uri
     with mlflow_errors(uri):
         get_pair_model_version(client, pair, version)
-        gate = gate or GateConfig()
         gated = alias in gate.gated_aliases
         verdict = client_check_gate(client, pair, version, gate, experiment)
         if gated and not verdict.passed and not force:
@@ -176,11 +175,11 @@ def demote(pair: str, alias: str, *, tracking_uri: str | None = None, registry: 
         refresh_version(client, pair, version)
 
 
-def check_gate(pair: str, version: str | int, *, gate: GateConfig | None = None,
+def check_gate(pair: str, version: str | int, *, gate: GateConfig,
                experiment: str = VALIDATION_EXPERIMENT, tracking_uri: str | None = None,
                registry: Registry | None = None) -> GateResult:
     """The gate's verdict on the latest finished validation run of ``pair`` v``version``
     (``passed=False``, "never validated", when there is none)."""
     reg = open_registry(registry, tracking_uri)
     with reg.errors():
-        return client_check_gate(reg.client, pair, version, gate or GateConfig(), experiment)
+        return client_check_gate(reg.client, pair, version, gate, experiment)

@@ -354,11 +354,12 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
     return PairRegistration(pair=pv, target=tref, draft=href, drafter_kind="eagle3")
 
 
-def register_trained_head(head: str | Path, pair: str, target: str, *, head_name: str | None = None,
+def register_trained_head(head: str | Path, pair: str, target: str, *, gate, head_name: str | None = None,
                           alias: str | None = "challenger", config=None, tracking_uri: str | None = None,
                           registry: Registry | None = None, engine: str | None = None):
     """:func:`register_eagle3_pair` under ``pair``, then point the ungated ``alias`` at the new version
-    (``None`` leaves aliases alone). What ``specdec draft train eagle3 --register`` and the
+    (``None`` leaves aliases alone) through :func:`registry.promotion.promote` with ``gate`` (a
+    :class:`registry.gate.GateConfig`). What ``specdec draft train eagle3 --register`` and the
     re-alignment flow call. Returns the :class:`registry.pairs.PairVersion`."""
     from registry.promotion import promote
 
@@ -366,16 +367,21 @@ def register_trained_head(head: str | Path, pair: str, target: str, *, head_name
     reg = register_eagle3_pair(target, str(head), name=pair, head_name=head_name, config=config,
                                registry=service, engine=engine)
     if alias:
-        promote(pair, reg.pair.version, alias, registry=service)
+        promote(pair, reg.pair.version, alias, gate=gate, registry=service)
     return reg.pair
 
 
-def head_registry_hooks():
-    """The registry functions ``specdec draft train eagle3`` uses (:class:`specdec.training.cli.HeadRegistry`)."""
+def head_registry_hooks(gate_of):
+    """The registry functions ``specdec draft train eagle3`` uses (:class:`specdec.training.cli.HeadRegistry`);
+    ``gate_of``: ``() -> GateConfig``, the command's gate, built when a head is registered (the policy is read
+    then, at the edge)."""
     from registry.heads import head_directory
     from specdec.training.cli import HeadRegistry
 
-    return HeadRegistry(register=register_trained_head, head_directory=head_directory,
+    def register(*args, **kwargs):
+        return register_trained_head(*args, gate=gate_of(), **kwargs)
+
+    return HeadRegistry(register=register, head_directory=head_directory,
                         checkpoint_directory=lambda ref: resolve_checkpoint(ref)["path"])
 
 

@@ -175,7 +175,7 @@ class JudgedReport:
     result: GateResult
 
 
-def judge_report(report: ValidationReport, pair_tags: Mapping[str, str], gate: GateConfig | None = None) -> JudgedReport:
+def judge_report(report: ValidationReport, pair_tags: Mapping[str, str], gate: GateConfig) -> JudgedReport:
     """The gate's verdict on ``report`` for the pair version whose (full) tags are ``pair_tags``: the same
     judgement :func:`log_validation` records, available before any MLflow run exists (the nightly adds its
     non-acceptance part to the drift rules, so one run has one verdict word).
@@ -186,7 +186,7 @@ def judge_report(report: ValidationReport, pair_tags: Mapping[str, str], gate: G
     metrics = report_metrics(report)
     mismatch = config_mismatch(report.config or {}, pair_tags)
     metrics["config_mismatch"] = float(bool(mismatch))
-    gate = (gate or GateConfig()).for_pair(pair_tags)
+    gate = gate.for_pair(pair_tags)
     return JudgedReport(metrics, mismatch, gate, evaluate_gate(metrics, gate))
 
 
@@ -235,7 +235,7 @@ def client_validation_history(client, pair: str, experiment: str = VALIDATION_EX
 
 def set_validation_tags(pair: str, version: str | int, *, status: str, run_id: str | None,
                         metrics: Mapping[str, float], heldout: str | None = None, reasons: Sequence[str] = (),
-                        gate: GateConfig | None = None, tracking_uri: str | None = None, registry: Registry | None = None) -> None:
+                        gate: GateConfig, tracking_uri: str | None = None, registry: Registry | None = None) -> None:
     """Tag a pair version with its latest validation, so the MLflow UI's version list shows it.
 
     Tags (:func:`registry.describe.validation_version_tags`): ``validation_status``
@@ -253,10 +253,10 @@ def set_validation_tags(pair: str, version: str | int, *, status: str, run_id: s
 
 
 def validation_tags(*, status: str, run_id: str | None, metrics: Mapping[str, float], heldout: str | None = None,
-                    reasons: Sequence[str] = (), gate: GateConfig | None = None) -> dict[str, str]:
+                    reasons: Sequence[str] = (), gate: GateConfig) -> dict[str, str]:
     """The pair-version tags :func:`set_validation_tags` writes (see there; ``run_id``, ``heldout`` and
     ``reasons`` are recorded in the run, not on the version). Raises ``ValueError`` on a bad status."""
-    return validation_version_tags(status, metrics, gate or GateConfig())
+    return validation_version_tags(status, metrics, gate)
 
 
 def refresh_version(client, pair: str, version: str | int, experiment: str = VALIDATION_EXPERIMENT) -> str:
@@ -352,7 +352,7 @@ def log_validation(
     *,
     extra_artifacts: Sequence[str | Path] = (),
     history: Sequence[Mapping[str, Any]] | None = None,
-    gate: GateConfig | None = None,
+    gate: GateConfig,
     experiment: str = VALIDATION_EXPERIMENT,
     run_name: str | None = None,
     tracking_uri: str | None = None,
@@ -397,7 +397,7 @@ def log_validation(
         RegistryUnavailable: server unreachable. If logging fails after the run was created, the run is
         marked FAILED (the gate ignores it) and the pair version is not tagged.
     """
-    version, gate = str(version), gate or GateConfig()
+    version = str(version)
     reg = open_registry(registry, tracking_uri)
     client = reg.client
     rdir = Path(report_dir)

@@ -17,14 +17,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from registry.errors import RegistryError, RegistryUnavailable
-from registry.settings import RegistrySettings, get_settings, is_local_store, local_artifacts_root, redact_uri
+from registry.settings import RegistrySettings, is_local_store, local_artifacts_root, redact_uri, single_call_section
 
 
 class Registry:
     """The MLflow registry specdec reads and writes, opened once.
 
     Args:
-        settings: the registry section (default: read from the environment, for a single call).
+        settings: the registry section (the job's, handed down from the entry point; :func:`open_registry`
+            reads one for a single call).
         tracking_uri: MLflow URI overriding the section's (``--tracking-uri``).
         check: probe ``<uri>/health`` of a server now (fail fast).
     Attributes:
@@ -34,9 +35,7 @@ class Registry:
         RegistryUnavailable: the server did not answer; RegistryError: an unparseable or unsupported URI.
     """
 
-    def __init__(self, settings: RegistrySettings | None = None, *, tracking_uri: str | None = None,
-                 check: bool = True) -> None:
-        settings = settings or get_settings()
+    def __init__(self, settings: RegistrySettings, *, tracking_uri: str | None = None, check: bool = True) -> None:
         if tracking_uri and tracking_uri != settings.tracking_uri:
             settings = settings.model_copy(update={"tracking_uri": tracking_uri})
         self.settings = settings
@@ -54,10 +53,11 @@ class Registry:
 
 def open_registry(registry: Registry | None = None, tracking_uri: str | None = None, *,
                   check: bool = True) -> Registry:
-    """``registry`` (the job's service) when given, else one opened for ``tracking_uri`` (a single call)."""
+    """``registry`` (the job's service) when given, else one opened for ``tracking_uri`` (a single call: the
+    section :func:`registry.settings.single_call_section` reads from the environment)."""
     if registry is not None:
         return registry
-    return Registry(tracking_uri=tracking_uri, check=check)
+    return Registry(single_call_section(), tracking_uri=tracking_uri, check=check)
 
 
 _SCHEMES = {"sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks", "file"}

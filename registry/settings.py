@@ -82,6 +82,13 @@ def get_settings() -> RegistrySettings:
     return RegistrySettings()
 
 
+def single_call_section() -> RegistrySettings:
+    """The registry section of an operation called alone (``tracking_uri=`` and no job's
+    :class:`registry.service.Registry`: :func:`registry.service.open_registry`), read from the environment
+    here, in the settings module. Raises ``ValueError`` (pydantic's) on a malformed setting."""
+    return get_settings()
+
+
 def resolve_tracking_uri(tracking_uri: str | None = None) -> str:
     """``tracking_uri`` if given, else the settings' URI (``SPECDEC_TRACKING_URI`` /
     ``MLFLOW_TRACKING_URI`` / ``sqlite:///<home>/mlflow.db``)."""

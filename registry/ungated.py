@@ -64,14 +64,14 @@ def _noticed_at(label: str | None, alias: str) -> str | None:
     return label[len(prefix):] if label and label.startswith(prefix) else None
 
 
-def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig | None = None,
+def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig,
                 experiment: str = VALIDATION_EXPERIMENT, now: datetime | None = None,
                 tracking_uri: str | None = None, registry: Registry | None = None) -> UngatedPromotion | None:
     """Is ``pair@alias`` an ungated promotion? (See the module docstring for the rules.)
 
     Args:
         pair: pair registered model. alias: the gated alias to check (default ``champion``).
-        gate: the gate criteria (default :class:`GateConfig`). now: injected clock (aware UTC).
+        gate: the gate criteria (:meth:`GateConfig.from_policy`). now: injected clock (aware UTC).
     Returns:
         :class:`UngatedPromotion`, or None (alias unset, moved by specdec, or its version passes).
         Side effects in MLflow: the record is adopted, or the version's ``promotion`` tag and
@@ -84,7 +84,6 @@ def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig | None =
     from registry.promotion import clear_stale_promotions
     from registry.runs import client_latest_validation_run
 
-    gate = gate or GateConfig()
     reg = open_registry(registry, tracking_uri)
     client = reg.client
     with mlflow_errors(client.tracking_uri):
@@ -117,7 +116,7 @@ def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig | None =
 
 
 def last_passing_version(pair: str, alias: str = "champion", *, exclude: str | None = None,
-                         gate: GateConfig | None = None, experiment: str = VALIDATION_EXPERIMENT,
+                         gate: GateConfig, experiment: str = VALIDATION_EXPERIMENT,
                          tracking_uri: str | None = None, registry: Registry | None = None) -> str | None:
     """The version to move ``alias`` back to: the one specdec last set it to, if its latest
     validation passes the gate, else the newest version whose latest validation passes (never
@@ -125,7 +124,6 @@ def last_passing_version(pair: str, alias: str = "champion", *, exclude: str | N
     from registry.gate import evaluate_gate
     from registry.runs import client_latest_validation_run
 
-    gate = gate or GateConfig()
     reg = open_registry(registry, tracking_uri)
     client = reg.client
     with mlflow_errors(client.tracking_uri):
@@ -139,7 +137,7 @@ def last_passing_version(pair: str, alias: str = "champion", *, exclude: str | N
 
 
 def revert_alias(pair: str, alias: str, from_version: str, *, actor: str = "specdec pair watch --revert",
-                 gate: GateConfig | None = None, tracking_uri: str | None = None,
+                 gate: GateConfig, tracking_uri: str | None = None,
                  registry: Registry | None = None) -> str | None:
     """Move ``pair@alias`` from the ungated ``from_version`` back to :func:`last_passing_version`.
 

@@ -157,7 +157,8 @@ class VllmOfflineSession(EngineSession):
     ``endpoint.options``: ``model`` (the target checkpoint the engine loads), ``speculative_config`` (JSON; its
     ``draft_sample_method`` is set from the validated rule when absent), optional ``python`` (a venv with vLLM),
     ``dtype`` (default float32), ``enforce_eager`` (``1``), ``max_model_len``, ``kv_cache_memory_bytes``, ``log``
-    (the worker's log file).
+    (the worker's log file), ``engines_dir`` (the installed vLLM venv and its compile caches: the entry point's
+    ``CoreSettings.engines_dir``; required).
     """
 
     counters_source = PER_REQUEST
@@ -168,6 +169,8 @@ class VllmOfflineSession(EngineSession):
         opts = dict(endpoint.options)
         if not opts.get("model"):
             raise EngineRequestError("an offline vLLM check needs the target checkpoint (option model)")
+        if not opts.get("engines_dir"):
+            raise EngineRequestError("an offline vLLM check needs the engines directory (option engines_dir)")
         spec = json.loads(opts["speculative_config"]) if opts.get("speculative_config") else None
         if spec is not None and spec.get("model"):  # a draft model or head (the n-gram lookup has none)
             spec.setdefault("draft_sample_method", DRAFT_SAMPLE_METHOD[draft_sampling])
@@ -176,7 +179,8 @@ class VllmOfflineSession(EngineSession):
                               enforce_eager=opts.get("enforce_eager", "0") == "1",
                               kv_cache_memory_bytes=int(opts.get("kv_cache_memory_bytes", 1 << 30)))
         log = Path(opts.get("log") or Path(opts["model"]).parent / "vllm-worker.log")
-        self.worker = VllmOffline(args, log, python=opts.get("python"), startup_timeout=limits.check_timeout_s)
+        self.worker = VllmOffline(args, log, engines_dir=Path(opts["engines_dir"]), python=opts.get("python"),
+                                  startup_timeout=limits.check_timeout_s)
         self.worker.start()
 
     def describe(self, deadline: Deadline | None = None) -> dict[str, Any]:
@@ -296,7 +300,7 @@ class VllmProfile(EngineProfile):
         args = VllmEngineArgs(model=str(config["target"]), speculative_config=config.get("speculative_config"),
                               dtype=config.get("dtype", "float32"), enforce_eager=bool(config.get("enforce_eager")),
                               max_model_len=int(config.get("max_model_len", 2048)))
-        return VllmServer(args, log_path)
+        return VllmServer(args, log_path, engines_dir=settings.engines_dir)
 
     def connect(self, endpoint: EngineEndpoint, limits: EngineLimits) -> EngineSession:
         if endpoint.url:

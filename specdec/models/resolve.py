@@ -32,6 +32,7 @@ import torch
 
 from specdec.models.errors import ModelNotFoundError
 from specdec.models.hashes import file_sha256, files_sha256, tokenizer_sha256, weights_sha256
+from specdec.models.store import ModelStore
 from specdec.settings import get_settings
 
 SMOLLM2_ALIASES = ("smollm2", "smollm2-135m-instruct")
@@ -164,11 +165,11 @@ def convert_gguf(gguf_path: str | Path, *, extra_source: dict | None = None,
     return atomic_cache_dir(final, build)
 
 
-def cast_checkpoint(src: str | Path, dtype: str) -> Path:
+def cast_checkpoint(src: str | Path, dtype: str, store: ModelStore) -> Path:
     """A copy of the checkpoint directory ``src`` with its weights cast to ``dtype`` (``bfloat16`` /
     ``float16``), saved once as its own safetensors checkpoint (a derived draft an engine loads by path, e.g.
-    vLLM's ``draft_model``) under ``<models_dir>/cast/<weights sha256[:16]>-<dtype>/``; its ``source.json``
-    names the source and both weight hashes.
+    vLLM's ``draft_model``) in ``store`` (:meth:`ModelStore.cast_dir`); its ``source.json`` names the source
+    and both weight hashes.
 
     Raises:
         ModelNotFoundError: ``src`` is not a checkpoint directory with safetensors weights.
@@ -180,7 +181,7 @@ def cast_checkpoint(src: str | Path, dtype: str) -> Path:
     if not any(src.glob("*.safetensors")):
         raise ModelNotFoundError(f"{src} is not a checkpoint directory with *.safetensors weights")
     src_sha = weights_sha256(src)
-    final = get_settings().models_dir / "cast" / f"{src_sha[:16]}-{dtype}"
+    final = store.cast_dir(src_sha, dtype)
 
     def build(tmp: Path) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -206,6 +206,7 @@ def _engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, target_ref: s
     """``--engine-url`` / ``--engine``: run the engine check, write and print it; one error line when the engine fails."""
     from specdec.engines.errors import EngineRequestError
     from specdec.settings import get_settings
+    from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.engine_check import EngineEndpoint
     from specdec.validation.engine_cli import run_engine_check, vllm_offline_endpoint, write_and_print
 
@@ -213,7 +214,8 @@ def _engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, target_ref: s
     settings = get_settings()
     if opts.engine_url is None:
         try:
-            endpoint = vllm_offline_endpoint(target_ref, drafter, config, python=opts.engine_python)
+            endpoint = vllm_offline_endpoint(target_ref, drafter, config, engines_dir=settings.engines_dir,
+                                             python=opts.engine_python)
         except ValueError as e:
             _fail(f"engine check: {e}")
         _err.print("engine check: starting vLLM offline in the engine venv (a first start compiles: minutes)",
@@ -226,7 +228,8 @@ def _engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, target_ref: s
                "SPECDEC_ENGINE_CHECK_TIMEOUT_S)", highlight=False)
     try:
         report = run_engine_check(tgt, drafter, hs, config, endpoint=endpoint, concurrency=concurrency,
-                                  target_ref=target_ref, err=_err, limits=limits)
+                                  target_ref=target_ref, err=_err, limits=limits,
+                                  cache=ContinuationCache.in_home(settings.home))
     except (EngineRequestError, ValueError) as e:
         _fail(f"engine check: {e}")
     write_and_print(report, out_dir, _out)
@@ -373,7 +376,9 @@ def _run(opts: _Options, tgt: Any, drafters: list[Any], hs: Any, config: Any) ->
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from specdec import stopping
+    from specdec.settings import get_settings
     from specdec.validation import ValidationRequest, validate
+    from specdec.validation.continuation_cache import ContinuationCache
 
     n = min(config.limit or len(hs), len(hs))
     replaying = "replay every prompt (cached continuations), " if opts.method != "decode" else ""
@@ -397,7 +402,8 @@ def _run(opts: _Options, tgt: Any, drafters: list[Any], hs: Any, config: Any) ->
                 _err.print(f"[{count}] {desc}".rstrip(), highlight=False)
 
         return validate(ValidationRequest(tgt, drafters, hs, config, method=opts.method,
-                                          decode_fraction=opts.decode_fraction, target_ref=opts.target, progress=tick))
+                                          decode_fraction=opts.decode_fraction, target_ref=opts.target, progress=tick,
+                                          cache=ContinuationCache.in_home(get_settings().home)))
 
 
 def _prompt_line(rows: Any) -> str:

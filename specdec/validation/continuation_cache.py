@@ -104,22 +104,22 @@ class ContinuationKey:
 
 
 class ContinuationCache:
-    """Continuations stored as ``<root>/<digest[:2]>/<digest>.json`` (``root`` default
-    ``$SPECDEC_HOME/continuations``).
+    """Continuations stored as ``<root>/<digest[:2]>/<digest>.json`` (a home's: :meth:`in_home`).
 
     Args:
         root: the cache directory (created on first write).
     """
 
-    def __init__(self, root: str | Path | None = None) -> None:
-        if root is None:
-            from specdec.settings import get_settings
-
-            root = get_settings().home / "continuations"
+    def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.hits = 0
         self.misses = 0
         self.rejected = 0  # entries present but failing their check (recomputed by the caller)
+
+    @classmethod
+    def in_home(cls, home: str | Path) -> "ContinuationCache":
+        """The cache of a ``SPECDEC_HOME`` (``<home>/continuations``; the entry point hands its home down)."""
+        return cls(Path(home) / "continuations")
 
     @property
     def weights_memo(self) -> Path:

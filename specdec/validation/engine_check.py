@@ -243,12 +243,11 @@ def _core_continuations(run: _Run) -> dict[str, list[int]]:
     """The target-only greedy continuation of each prompt (cached; :func:`replay_prompts`): the core's, or with
     engine continuations (``request.engine``, a served target) the serving engine's own, under the replay's
     cache key (a night's replay already made them)."""
-    from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.replay_report import continuation_target_weights
     from specdec.validation.replay_run import replay_prompts
 
     vr, model = run.vr, run.vr.model
-    cache = vr.request.cache or ContinuationCache()
+    cache = vr.continuation_cache()
     replayed = replay_prompts(vr.subset, model, vr.tokenizer, [run.draft], vr.config, eos=vr.eos,
                               ctx_limit=context_limit(model, run.draft), cache=cache,
                               target_weights=continuation_target_weights(vr, cache), kmax=1, replay=False,

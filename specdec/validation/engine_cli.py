@@ -19,9 +19,10 @@ ENGINE_REPORT_FILE = "engine_check.json"
 
 
 def run_engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, endpoint: Any, concurrency: int,
-                     target_ref: str, err: Console, limits: Any = None) -> EngineCheckReport:
+                     target_ref: str, err: Console, cache: Any, limits: Any = None) -> EngineCheckReport:
     """The engine check of ``drafter`` (a resolved model drafter; on vLLM also an n-gram drafter) served at
-    ``endpoint``: ``validate(..., method="engine")``, its report's ``engine_check`` section.
+    ``endpoint``: ``validate(..., method="engine")``, its report's ``engine_check`` section; ``cache``: the
+    continuation cache of the core's continuations (:meth:`ContinuationCache.in_home` of the command's home).
 
     Raises:
         ValueError: a drafter the engine check cannot compare (a head; n-gram on an engine other than vLLM).
@@ -36,13 +37,15 @@ def run_engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, endpoint: 
             status.update(f"engine check: {step.done}/{step.total} prompts answered by the engine ...")
 
         request = ValidationRequest(tgt, [drafter], hs, config, method="engine", target_ref=target_ref,
-                                    progress=progress, engine_check=check)
+                                    progress=progress, engine_check=check, cache=cache)
         return validate(request)[0].engine_check
 
 
-def vllm_offline_endpoint(target_ref: str, drafter: Any, config: Any, *, python: str | None = None) -> Any:
+def vllm_offline_endpoint(target_ref: str, drafter: Any, config: Any, *, engines_dir: Path,
+                          python: str | None = None) -> Any:
     """The :class:`~specdec.engines.profile.EngineEndpoint` of an offline vLLM check: the target checkpoint the
-    core loaded and the ``--speculative-config`` the pair's serving config prints (draft as a local checkpoint).
+    core loaded and the ``--speculative-config`` the pair's serving config prints (draft as a local checkpoint);
+    ``engines_dir``: the command's ``CoreSettings.engines_dir`` (the installed vLLM and its compile caches).
 
     Raises:
         ValueError: a drafter vLLM cannot be given here (no loadable draft reference).
@@ -60,7 +63,8 @@ def vllm_offline_endpoint(target_ref: str, drafter: Any, config: Any, *, python:
     draft_dir = None if kind_of(kind).model_free or not ref else str(resolve_model_ref(ref)[0])
     served = serving_config("vllm", kind, config.num_speculative_tokens, draft=draft_dir, drafter_recipe=recipe)
     options = [("model", str(resolve_model_ref(target_ref)[0])),
-               ("speculative_config", json.dumps(served["speculative_config"], separators=(",", ":")))]
+               ("speculative_config", json.dumps(served["speculative_config"], separators=(",", ":"))),
+               ("engines_dir", str(engines_dir))]
     if python:
         options.append(("python", python))
     return EngineEndpoint(url=None, engine="vllm", options=tuple(options))

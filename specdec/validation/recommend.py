@@ -29,10 +29,11 @@ __all__ = ["CandidateResult", "Recommendation", "recommend_draft", "default_cand
 def recommend_draft(target: Any, heldout: Any, *, candidates: Sequence[str] | None = None, max_new_tokens: int = 32,
                     k_values: Sequence[int] = tuple(range(1, 9)), cost_reps: int = 7, bootstrap_resamples: int = 2000,
                     seed: int = 0, target_ref: str | None = None, speed_heldout: Any = None,
-                    progress: Callable[[str], None] | None = None) -> Recommendation:
+                    progress: Callable[[str], None] | None = None, cache: Any) -> Recommendation:
     """Validate ``candidates`` (default :func:`default_candidates`) against ``target`` (a LoadedModel) on
     ``heldout`` (a small stratified set, :func:`specdec.validation.short_prompts.short_prompts`) at the k in
-    ``k_values``; ``progress`` gets one line per phase.
+    ``k_values``; ``progress`` gets one line per phase; ``cache``: the replay's continuation cache (the entry
+    point's, :meth:`specdec.validation.continuation_cache.ContinuationCache.in_home`).
 
     ``speed_heldout``: the prompts of the speed check (phase 4), default ``heldout``. Pass the set the
     nightly will validate on: the speed CI is a bootstrap over prompts, so the same prompt set size
@@ -62,7 +63,7 @@ def recommend_draft(target: Any, heldout: Any, *, candidates: Sequence[str] | No
     say(expected_time(cal, len(heldout.prompts), len(speed_set.prompts), max_new_tokens))
     say(f"phase 2/4: acceptance at every k (replay of {len(heldout.prompts)} prompts, every candidate at once)")
     replays = validate(ValidationRequest(target, [drafters[s] for s in specs], heldout, cfg, method="replay",
-                                         kmax=ks[-1], calibration=cal, target_ref=target_ref,
+                                         kmax=ks[-1], calibration=cal, target_ref=target_ref, cache=cache,
                                          progress=_per_prompt(say, "phase 2/4"))) if specs else []
     say("phase 3/4: best k")
     for j, (s, rep) in enumerate(zip(specs, replays)):

@@ -110,7 +110,10 @@ def run_recommend(target: Any, *, heldout: str = "spec_bench", candidates: list[
                   k_max: int = 8, seed: int = 0, target_ref: str | None = None,
                   console: Console = _err) -> Any:
     """Load the held-out set, pick the short stratified prompts and run
-    :func:`specdec.validation.recommend.recommend_draft` with a status line. Returns the Recommendation."""
+    :func:`specdec.validation.recommend.recommend_draft` with a status line, replaying into this home's
+    continuation cache (``SPECDEC_HOME``, read here: an entry module). Returns the Recommendation."""
+    from specdec.settings import get_settings
+    from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.heldout import load_heldout
     from specdec.validation.recommend import recommend_draft
     from specdec.validation.short_prompts import short_prompts
@@ -125,7 +128,8 @@ def run_recommend(target: Any, *, heldout: str = "spec_bench", candidates: list[
 
         return recommend_draft(target, held, candidates=candidates, max_new_tokens=max_new_tokens,
                                k_values=tuple(range(1, k_max + 1)), seed=seed,
-                               target_ref=target_ref, progress=progress)
+                               target_ref=target_ref, progress=progress,
+                               cache=ContinuationCache.in_home(get_settings().home))
 
 
 @draft_app.command("recommend")

@@ -52,7 +52,7 @@ def measure_replay(run: ValidationRun, *, calibrate: bool = True) -> ReplayMeasu
             raise ValueError("the replayed prompts are not this run's held-out subset (another limit, seed or set)")
         return req.replayed
     kmax = replay_kmax(run)
-    cache = req.cache or ContinuationCache()
+    cache = run.continuation_cache()
     calibration = req.calibration
     if calibration is None and calibrate and config.warmup and config.batch_size == 1 and not is_served(run.model):
         calibration = calibrate_on(run.model, [d.model for d in run.drafters], run.subset, run.tokenizer,

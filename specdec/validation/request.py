@@ -60,7 +60,8 @@ class ValidationRequest:
         decode_fraction: ``"both"``: share of the prompts decoded, in (0, 1] (:func:`decode_subsample`).
         kmax: largest k of the replayed acceptance-by-k table (sampling: at most 8).
         exact: greedy replay: also run the draft after each rejected token (exact ``num_draft_tokens``).
-        cache: replay's continuation cache (None: ``$SPECDEC_HOME/continuations``).
+        cache: the continuation cache of replay and of the engine check's core continuations (the entry
+            point's, :meth:`ContinuationCache.in_home`); needed by methods ``replay``, ``both`` and ``engine``.
         calibration: pass costs to reuse (:func:`specdec.validation.timing.calibrate`); None: measured after a
             warm-up when ``config.warmup`` and ``batch_size`` is 1.
         target_ref: name recorded in the reports (None: the LoadedModel's source ref or path).
@@ -112,6 +113,17 @@ class ValidationRun:
     eos: Any
     ctx_limit: int | None
     drafters: list[DrafterUnderTest]
+
+    def continuation_cache(self) -> Any:
+        """The request's :class:`~specdec.validation.continuation_cache.ContinuationCache`.
+
+        Raises:
+            ValueError: the request has none (one line: the caller hands its home's cache down).
+        """
+        if self.request.cache is None:
+            raise ValueError(f"method {self.request.method!r} replays continuations: give the request a continuation "
+                             "cache (ValidationRequest.cache = ContinuationCache.in_home(home))")
+        return self.request.cache
 
     def progress(self, phase: str, done: int, total: int, rows: Sequence[PromptResult] = ()) -> None:
         """Tell the request's progress callback, if any."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from flows import demo_budget as B
+from tests.support.gate import policy_gate
 
 
 def test_size_shrinks_with_the_one_token_pass_and_fits_the_budget():
@@ -25,9 +26,7 @@ def test_the_size_gives_the_promotion_gate_its_evidence():
     """On a CPU with a 99 ms pass the sizes within the margin are too small for the gate (1 x 40 tokens
     drafted 175 tokens at 84 ms, the gate wants 200, and the demo stopped before promoting). With the
     gate's floor the demo takes the cheapest size that has it, as long as it fits the whole budget."""
-    from registry.gate import GateConfig
-
-    floor = GateConfig().min_draft_tokens
+    floor = policy_gate().min_draft_tokens
     bare, gated = B.choose(0.099), B.choose(0.099, floor)
     assert (bare.per_category, bare.max_new_tokens) == (1, 32) and not B.has_evidence(1, 40, floor)
     assert (gated.per_category, gated.max_new_tokens) == (1, 48) and B.has_evidence(1, 48, floor)

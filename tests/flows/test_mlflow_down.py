@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.mlflow_server import MlflowServer
 from tests.support.models import save_tiny_checkpoint
+from tests.support.gate import policy_gate
 
 pytestmark = pytest.mark.server
 
@@ -26,6 +27,7 @@ def test_history_kept_and_mlflow_logging_retried(tmp_path, monkeypatch, prefect_
     from monitoring import history
     from registry import get_pair_version, latest_validation_run
     from registry.service import Registry
+    from registry.settings import get_settings as registry_settings
     from specdec.settings import CoreSettings
     from specdec.validation.heldout import load_heldout
 
@@ -48,8 +50,8 @@ def test_history_kept_and_mlflow_logging_retried(tmp_path, monkeypatch, prefect_
         out = report_dir_for(monitoring.get_settings().home, key)
         params = ValidationParams(str(tmp_path / "h.jsonl"), None, "cpu", "float32", 0, 1, "decode", 0.25)
         report = run_validation.fn(pvo, params, str(out))
-        night = Night(key.scheduled_date, monitoring.get_settings(), db, Registry(check=False), held, lease=None,
-                      beat=None, holder_dead=None, core=CoreSettings())
+        night = Night(key.scheduled_date, monitoring.get_settings(), db, Registry(registry_settings(), check=False), held, lease=None,
+                      beat=None, holder_dead=None, core=CoreSettings(), gate=policy_gate())
         server.stop()  # MLflow goes down before the run is logged
         job = Job(Target("down-pair", "challenger", pvo, None), key, claim, out, future=None)
         monkeypatch.setattr("flows.nightly.log_to_mlflow", log_to_mlflow.with_options(retries=0))  # fail now, not in 65 s
@@ -63,12 +65,12 @@ def test_history_kept_and_mlflow_logging_retried(tmp_path, monkeypatch, prefect_
 
     back = MlflowServer(tmp_path / "mlflow", port=server.port, keep_existing=True).start()
     try:
-        registry = Registry()
-        logged = retry_pending_mlflow_logging.fn(db, night.home, registry)
+        registry = Registry(registry_settings())
+        logged = retry_pending_mlflow_logging.fn(db, night.home, registry, gate=policy_gate())
         assert len(logged) == 1
         assert history.runs_pending_mlflow(db) == []
         assert history.get_run(db, res.history_run_id).mlflow_run_id == logged[0]
         assert latest_validation_run("down-pair", pv["version"]).info.run_id == logged[0]
-        assert retry_pending_mlflow_logging.fn(db, night.home, registry) == []  # never logged twice
+        assert retry_pending_mlflow_logging.fn(db, night.home, registry, gate=policy_gate()) == []  # never logged twice
     finally:
         back.stop()

@@ -117,13 +117,14 @@ def _one_word(res, alert: dict) -> None:
     from flows.summary import summary_markdown
     from monitoring import history
     from registry.service import Registry
+    from registry.settings import get_settings as registry_settings
     from specdec.cli import app
 
     word = res.status
     assert word in ("passed", "failed")
     assert f"| **{word}** |" in summary_markdown([res])
     assert history.get_run(monitoring.connect(monitoring.get_settings()), res.history_run_id).status == word
-    client = Registry().client
+    client = Registry(registry_settings()).client
     assert client.get_run(res.mlflow_run_id).data.tags["validation_status"] == word
     mv = client.get_model_version(PAIR, res.version)
     assert mv.tags["validation_status"] == word and mv.description.startswith(f"{word}: acc ")

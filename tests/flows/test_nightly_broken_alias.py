@@ -12,6 +12,7 @@ import pytest
 
 from monitoring.receiver import WebhookReceiver
 from tests.support.models import save_tiny_checkpoint
+from tests.support.gate import policy_gate
 
 
 def test_broken_champion_alerts_once_and_challenger_is_validated(tmp_path, monkeypatch, prefect_harness):
@@ -35,8 +36,8 @@ def test_broken_champion_alerts_once_and_challenger_is_validated(tmp_path, monke
                                   target_name="old-target", config=cfg)
     new = register_pair_from_refs(str(save_tiny_checkpoint(tmp_path / "b", seed=2)), "ngram", name="bp",
                                   target_name="new-target", config=cfg)
-    promote("bp", old.pair.version, "champion", force=True, reason="test setup")
-    promote("bp", new.pair.version, "challenger")
+    promote("bp", old.pair.version, "champion", force=True, reason="test setup", gate=policy_gate())
+    promote("bp", new.pair.version, "challenger", gate=policy_gate())
     MlflowClient(resolve_tracking_uri()).delete_model_version("old-target", old.target.version)
 
     with WebhookReceiver() as rx:

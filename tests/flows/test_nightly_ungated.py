@@ -13,6 +13,7 @@ import pytest
 from monitoring.receiver import WebhookReceiver
 from tests.support.models import save_tiny_checkpoint
 from tests.support.nightly import nightly_by_alias
+from tests.support.gate import policy_gate
 
 PAIR = "ungated-pair"
 
@@ -71,7 +72,7 @@ def test_hand_moved_champion_is_validated_first_and_alerted(env):
     assert pv2.description.startswith("failed: acc ") and "@champion outside specdec, noticed" in pv2.description
 
     # specdec moves the alias (forced, with a reason): the next nightly resolves the ungated incident
-    promote(PAIR, "1", force=True, reason="roll back the hand promotion", actor="ops")
+    promote(PAIR, "1", force=True, reason="roll back the hand promotion", actor="ops", gate=policy_gate())
     night2 = _nightly(env, dt.date(2026, 11, 2))
     assert night2["champion"].version == "1" and night2["champion"].ungated_alert == "resolve"
     assert night2["champion"].ungated_promotion is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.training.eagle3_support import TINY_LAYER_IDS, quick_config, tiny_target_dir
+from tests.support.gate import policy_gate
 
 PAIR = "pair-realign"
 
@@ -26,11 +27,11 @@ def stale(tmp_path_factory, prefect_harness):
                            config=quick_config(epochs=1, num_sequences=8))
     from registry.register import register_trained_head
 
-    v1 = register_trained_head(h1.out_dir, PAIR, str(t1), alias=None, head_name="tiny-head")
+    v1 = register_trained_head(h1.out_dir, PAIR, str(t1), alias=None, head_name="tiny-head", gate=policy_gate())
     from specdec.core.config import SamplingConfig, SpeculativeConfig
 
     served = SpeculativeConfig(3, SamplingConfig(temperature=0.7, top_p=0.9), 48, draft_sampling="argmax")
-    v2 = register_trained_head(v1.draft_uri, PAIR, str(t2), alias="challenger", config=served, engine="vllm")
+    v2 = register_trained_head(v1.draft_uri, PAIR, str(t2), alias="challenger", config=served, engine="vllm", gate=policy_gate())
     yield {"t2": t2, "v1": v1, "v2": v2}
     mp.undo()
 

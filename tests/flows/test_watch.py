@@ -28,6 +28,7 @@ from tests.support.net import free_port
 from tests.support.mlflow_server import MlflowServer
 from registry.webhooks import sign
 from tests.support.models import save_tiny_checkpoint
+from tests.support.gate import policy_gate
 
 pytestmark = pytest.mark.server
 REPO = Path(__file__).resolve().parents[2]
@@ -178,11 +179,11 @@ def test_watch_validates_new_versions_and_gates_a_hand_moved_champion(stack, tmp
     # registering a version triggers its validation
     assert _register(stack, str(v1_dir), "derived:int8") == "1"
     _wait(lambda: _status(stack, "1"), 240, "v1's validation", logs=stack["tmp"])
-    assert check_gate(PAIR, "1", tracking_uri=stack["server"].uri).passed  # speed may be inconclusive under load
-    promote(PAIR, "1", actor="test", tracking_uri=stack["server"].uri)  # through the gate: nothing to do
+    assert check_gate(PAIR, "1", tracking_uri=stack["server"].uri, gate=policy_gate()).passed  # speed may be inconclusive under load
+    promote(PAIR, "1", actor="test", tracking_uri=stack["server"].uri, gate=policy_gate())  # through the gate: nothing to do
     assert _register(stack, str(v2_dir), "models:/watch-int8/1") == "2"
     assert _wait(lambda: _status(stack, "2"), 240, "v2's validation", logs=stack["tmp"]) == "failed"
-    assert not check_gate(PAIR, "2", tracking_uri=stack["server"].uri).passed
+    assert not check_gate(PAIR, "2", tracking_uri=stack["server"].uri, gate=policy_gate()).passed
     assert len(_flow_runs(stack, f"watch validate {PAIR} v1")) == 1 and len(_flow_runs(stack, f"watch validate {PAIR} v2")) == 1
 
     # @champion moved by hand to the failing v2: validated and alerted within 2 minutes

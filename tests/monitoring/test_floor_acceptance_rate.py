@@ -24,7 +24,7 @@ from monitoring.production.engines import ACCEPTED, DRAFT_TOKENS, DRAFTS, ENGINE
 from monitoring.production.sources import Scrape, parse_exposition, scrape_series
 from monitoring.receiver import WebhookReceiver
 from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings, RuleSettings
-from registry.gate import GateConfig, evaluate_gate
+from registry.gate import evaluate_gate
 from specdec.core.stats import DecodingStats
 from specdec.policy import FLOOR_TAG, AcceptancePolicy, below_floor_note, floor_for, rates_by_k
 from specdec.validation.aggregate import aggregate
@@ -32,6 +32,7 @@ from specdec.validation.prompt_run import PromptRun
 from specdec.validation.report import PromptResult, nan_to_none
 from tests.support.exporters import histogram_state, render_vllm
 from tests.support.reports import make_report
+from tests.support.gate import policy_gate
 
 FAST = DeliverySettings(max_attempts=2, backoff_initial_s=0.01, backoff_max_s=0.05, timeout_s=2)
 NIGHTS = [dt.date(2026, 12, 1), dt.date(2026, 12, 2), dt.date(2026, 12, 3)]
@@ -109,8 +110,8 @@ def test_a_pair_with_its_own_floor_of_0_20_passes_at_0_23_and_says_which_floor()
     # the gate uses the same floor, and names it when it refuses
     metrics = {"acceptance_rate": 0.23, "acceptance_rate_ci_low": 0.215, "acceptance_rate_ci_high": 0.245,
                "per_token_acceptance": 0.55, "num_speculative_tokens": 5.0, "num_prompts": 40.0, "num_draft_tokens": 4000.0}
-    assert evaluate_gate(metrics, GateConfig().for_pair(tags)).status == "passed"
-    refused = evaluate_gate(metrics, GateConfig().for_pair({}))
+    assert evaluate_gate(metrics, policy_gate().for_pair(tags)).status == "passed"
+    refused = evaluate_gate(metrics, policy_gate().for_pair({}))
     assert refused.status == "failed" and "< floor 0.40 (policy default)" in refused.reasons[0]
     with pytest.raises(ValueError, match="acceptance_floor must be a number in"):
         floor_for(base.policy(), {FLOOR_TAG: "high"})

@@ -11,9 +11,10 @@ import pytest
 from monitoring import rules
 from monitoring.settings import MonitoringSettings
 from tests.support.reports import make_report
-from registry.gate import GateConfig, evaluate_gate
+from registry.gate import evaluate_gate
 from specdec.policy import AcceptancePolicy
 from specdec.settings.policy import get_policy
+from tests.support.gate import policy_gate
 
 OK = {"acceptance_rate": 0.62, "acceptance_rate_ci_low": 0.55, "acceptance_rate_ci_high": 0.69,
       "per_token_acceptance": 0.66, "per_token_acceptance_ci_low": 0.60, "per_token_acceptance_ci_high": 0.72, "num_speculative_tokens": 4.0,
@@ -22,12 +23,12 @@ OK = {"acceptance_rate": 0.62, "acceptance_rate_ci_low": 0.55, "acceptance_rate_
 
 @pytest.mark.parametrize("var", ["SPECDEC_POLICY__THRESHOLD", "SPECDEC_RULES__ABSOLUTE_THRESHOLD"])
 def test_one_threshold_moves_alerts_and_gate_together(monkeypatch, var):
-    assert evaluate_gate(OK).passed and MonitoringSettings().rules.absolute_threshold == 0.40
+    assert evaluate_gate(OK, gate=policy_gate()).passed and MonitoringSettings().rules.absolute_threshold == 0.40
     monkeypatch.setenv(var, "0.7")
     assert get_policy().threshold == 0.7
     assert MonitoringSettings().rules.absolute_threshold == 0.7
-    assert GateConfig().min_acceptance_rate == 0.7
-    verdict = evaluate_gate(OK)
+    assert policy_gate().min_acceptance_rate == 0.7
+    verdict = evaluate_gate(OK, gate=policy_gate())
     assert not verdict.passed and "0.70" in verdict.reasons[0]
     # the reason names the metric it judged (the acceptance rate at k, issue 41) and the floor with its
     # source, with the per-token acceptance beside it
@@ -45,9 +46,9 @@ def test_sides_and_evidence_are_policy(monkeypatch):
     assert rules.verdict(rules.evaluate(report, None, MonitoringSettings().rules)) == "failed"
     monkeypatch.setenv("SPECDEC_POLICY__GATE_SIDE", "point")
     monkeypatch.setenv("SPECDEC_POLICY__MIN_DRAFT_TOKENS", "5000")
-    g = GateConfig()
+    g = policy_gate()
     assert (g.gate_side, g.min_draft_tokens) == ("point", 5000)
-    assert any("too little evidence" in r for r in evaluate_gate(OK).reasons)
+    assert any("too little evidence" in r for r in evaluate_gate(OK, gate=policy_gate()).reasons)
     assert MonitoringSettings().rules.min_draft_tokens == 5000
 
 
@@ -84,7 +85,7 @@ def test_policy_recorded_with_the_mlflow_run(tmp_path, monkeypatch):
 
     t = R.register_model_version("target", save_tiny_checkpoint(tmp_path / "tiny"), tracking_uri=uri)
     pv = R.register_pair(t, None, drafter_kind="ngram", name="pol-pair", tracking_uri=uri)
-    run_id = R.log_validation("pol-pair", pv.version, make_report(0.62), tmp_path / "r", tracking_uri=uri)
+    run_id = R.log_validation("pol-pair", pv.version, make_report(0.62), tmp_path / "r", tracking_uri=uri, gate=policy_gate())
     from mlflow import MlflowClient
 
     tags = MlflowClient(uri).get_run(run_id).data.tags
@@ -101,7 +102,7 @@ def test_estimator_is_policy_and_every_verdict_names_its_metric(monkeypatch):
     assert ab.status == "firing" and ab.metric == "acceptance_rate"
     assert ab.message.startswith("overall: acceptance rate 0.300 (95% CI 0.270-0.330) at k=4 < floor 0.400 (policy default)")
     assert "per-token acceptance 0.600" in ab.message
-    g = GateConfig()
+    g = policy_gate()
     assert g.estimator == "pooled"
     assert evaluate_gate({**OK, "acceptance_rate_ci_low": 0.35}, g).reasons[0].startswith(
         "acceptance rate (acceptance_rate) at k=4 CI lower bound 0.350 < floor 0.40 (policy default)")
@@ -110,6 +111,6 @@ def test_estimator_is_policy_and_every_verdict_names_its_metric(monkeypatch):
     (ab,) = [r for r in res if r.rule == "absolute" and r.scope == "overall"]
     assert ab.status == "ok" and ab.metric == "per_token_acceptance"
     assert "per-token acceptance 0.600" in ab.message and "acceptance rate 0.300 at k=4" in ab.message
-    assert GateConfig().estimator == "per_token"
+    assert policy_gate().estimator == "per_token"
     with pytest.raises(ValueError, match="estimator"):
         AcceptancePolicy(estimator="mean")

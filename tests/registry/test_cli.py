@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from tests.support.mlflow_server import sqlite_store
 from tests.support.reports import tiny_report
 from tests.support.models import save_tiny_checkpoint
+from tests.support.gate import policy_gate
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def test_register_list_show_promote(cli, ckpts, tmp_path):
     pv2 = R.get_pair_version("specdec-pair", "2", download=False)
     assert pv2.compatibility["compatible"] is True and pv2.drafter_kind == "derived:int8"
 
-    R.log_validation("specdec-pair", "1", tiny_report(0.75, (0.7, 0.8), num_speculative_tokens=3), tmp_path / "rep")
+    R.log_validation("specdec-pair", "1", tiny_report(0.75, (0.7, 0.8), num_speculative_tokens=3), tmp_path / "rep", gate=policy_gate())
 
     r = cli("list")
     assert r.exit_code == 0, r.output

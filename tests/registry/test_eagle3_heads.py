@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.mlflow_server import sqlite_store
 from tests.training.eagle3_support import TINY_LAYER_IDS, quick_config, tiny_target_dir
+from tests.support.gate import policy_gate
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +39,8 @@ def test_lineage_round_trips_through_the_store(uri, heads):
     import registry as R
     from registry.register import register_trained_head
 
-    pv1 = register_trained_head(heads["h1"].out_dir, "pair-e", str(heads["t1"]), tracking_uri=uri)
-    pv2 = register_trained_head(heads["h2"].out_dir, "pair-e", str(heads["t2"]), tracking_uri=uri)
+    pv1 = register_trained_head(heads["h1"].out_dir, "pair-e", str(heads["t1"]), tracking_uri=uri, gate=policy_gate())
+    pv2 = register_trained_head(heads["h2"].out_dir, "pair-e", str(heads["t2"]), tracking_uri=uri, gate=policy_gate())
     assert (pv1.drafter_kind, pv2.drafter_kind) == ("eagle3", "eagle3")
     h1 = R.get_model_version(pv1.draft_uri, tracking_uri=uri)
     h2 = R.get_model_version(pv2.draft_uri, tracking_uri=uri)
@@ -54,7 +55,7 @@ def test_lineage_round_trips_through_the_store(uri, heads):
     assert back.version == pv2.version and back.changed == "both"
     assert back.tags["draft.eagle3.parent"] == "models:/pair-e-eagle3/1"
     assert back.tags["draft.eagle3.target"] == "models:/pair-e-target/2"
-    again = register_trained_head(heads["h2"].out_dir, "pair-e", str(heads["t2"]), tracking_uri=uri)
+    again = register_trained_head(heads["h2"].out_dir, "pair-e", str(heads["t2"]), tracking_uri=uri, gate=policy_gate())
     assert again.reused and again.version == pv2.version
 
 
@@ -62,7 +63,7 @@ def test_a_head_registered_with_another_target_is_refused(uri, heads):
     from registry.register import register_trained_head
 
     with pytest.raises(ValueError, match="was trained on a target with weights"):
-        register_trained_head(heads["h1"].out_dir, "pair-x", str(heads["t2"]), tracking_uri=uri)
+        register_trained_head(heads["h1"].out_dir, "pair-x", str(heads["t2"]), tracking_uri=uri, gate=policy_gate())
 
 
 def test_the_head_of_a_pair_alias_downloads_for_a_warm_start(uri, heads):
@@ -72,7 +73,7 @@ def test_the_head_of_a_pair_alias_downloads_for_a_warm_start(uri, heads):
     from registry.register import register_trained_head
     from specdec.models.eagle3 import load_eagle3
 
-    register_trained_head(heads["h1"].out_dir, "pair-d", str(heads["t1"]), tracking_uri=uri)
+    register_trained_head(heads["h1"].out_dir, "pair-d", str(heads["t1"]), tracking_uri=uri, gate=policy_gate())
     for ref in ("models:/pair-d@challenger", "models:/pair-d-eagle3/1"):
         head = load_eagle3(head_directory(ref, tracking_uri=uri))
         assert torch.equal(head.fc.weight, heads["h1"].head.fc.weight.cpu()), ref

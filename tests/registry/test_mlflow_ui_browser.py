@@ -26,6 +26,7 @@ import pytest
 from tests.support.mlflow_server import MlflowServer
 from tests.support.reports import tiny_report
 from tests.support.models import save_tiny_checkpoint
+from tests.support.gate import policy_gate
 
 pytestmark = pytest.mark.server
 
@@ -69,7 +70,7 @@ def console(tmp_path_factory):
         expected = {"1": ("passed", 0.72, (0.65, 0.79)), "2": ("failed", 0.31, (0.24, 0.38)),
                     "3": ("passed", 0.69, (0.62, 0.76))}
         runs = {v: R.log_validation(PAIR, v, tiny_report(acc, ci, num_speculative_tokens=4, heldout_name="spec_bench"),
-                                    tmp / f"report-v{v}", tracking_uri=uri)
+                                    tmp / f"report-v{v}", tracking_uri=uri, gate=policy_gate())
                 for v, (_, acc, ci) in expected.items()}
         # v2's night again, with the Evidently report the nightly attaches (v2 against v1, its baseline)
         from monitoring.evidently_report import build_report
@@ -81,9 +82,9 @@ def console(tmp_path_factory):
                              pooled=(0.31, 0.72))
         runs["2"] = R.log_validation(PAIR, "2", tiny_report(0.31, (0.24, 0.38), num_speculative_tokens=4,
                                                              heldout_name="spec_bench"), tmp / "report-v2b",
-                                     extra_artifacts=[drift.html_path, drift.json_path], tracking_uri=uri)
-        R.promote(PAIR, "1", actor="alice", tracking_uri=uri)
-        R.promote(PAIR, "2", "challenger", actor="alice", tracking_uri=uri)
+                                     extra_artifacts=[drift.html_path, drift.json_path], tracking_uri=uri, gate=policy_gate())
+        R.promote(PAIR, "1", actor="alice", tracking_uri=uri, gate=policy_gate())
+        R.promote(PAIR, "2", "challenger", actor="alice", tracking_uri=uri, gate=policy_gate())
         yield {"uri": uri, "expected": expected, "runs": runs}
     mp.undo()
 

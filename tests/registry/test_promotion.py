@@ -8,6 +8,7 @@ from tests.support.mlflow_server import sqlite_store
 from tests.support.net import free_port
 from tests.support.reports import tiny_report
 from tests.support.models import save_tiny_checkpoint
+from tests.support.gate import policy_gate
 
 
 @pytest.fixture(scope="module")
@@ -33,17 +34,17 @@ def test_refused_then_passing_promotion(env, tmp_path):
 
     uri, pair = env, "specdec-pair"
     with pytest.raises(R.PromotionRefused) as never:
-        R.promote(pair, "1", tracking_uri=uri)
+        R.promote(pair, "1", tracking_uri=uri, gate=policy_gate())
     assert never.value.reasons == ["version 1 was never validated (no finished validation run)"]
 
     # low acceptance (CI lower bound under 0.40 although the point estimate is above) and a failed audit
     bad = tiny_report(0.45, (0.33, 0.57), exactness_mismatches=1, num_speculative_tokens=3)
-    R.log_validation(pair, "1", bad, tmp_path / "bad", tracking_uri=uri)
+    R.log_validation(pair, "1", bad, tmp_path / "bad", tracking_uri=uri, gate=policy_gate())
     pv = R.get_pair_version(pair, "1", download=False, tracking_uri=uri)
     assert pv.validation_status == "failed" and pv.tags["acceptance_rate"] == "0.450"
     assert pv.description.startswith("failed: acc 0.45 [0.33-0.57] at k=3 (α 0.45) · floor 0.40 (policy default)")
     with pytest.raises(R.PromotionRefused) as refused:
-        R.promote(pair, "1", tracking_uri=uri)
+        R.promote(pair, "1", tracking_uri=uri, gate=policy_gate())
     assert len(refused.value.reasons) == 2
     assert ("acceptance rate (acceptance_rate) at k=3 CI lower bound 0.330 < floor 0.40 (policy default)"
             in refused.value.reasons[0])
@@ -55,8 +56,8 @@ def test_refused_then_passing_promotion(env, tmp_path):
 
     # a newer, passing validation of the same version: the gate judges the latest run
     good = tiny_report(0.8, (0.72, 0.86), num_speculative_tokens=3)
-    run_good = R.log_validation(pair, "1", good, tmp_path / "good", tracking_uri=uri)
-    res = R.promote(pair, "1", actor="alice", tracking_uri=uri)
+    run_good = R.log_validation(pair, "1", good, tmp_path / "good", tracking_uri=uri, gate=policy_gate())
+    res = R.promote(pair, "1", actor="alice", tracking_uri=uri, gate=policy_gate())
     assert res.gate.passed and res.gate.run_id == run_good and not res.forced and res.previous_version is None
     assert R.resolve_alias(pair, "champion", tracking_uri=uri) == "1"
     tags = R.get_pair_version(pair, "1", download=False, tracking_uri=uri).tags
@@ -64,23 +65,23 @@ def test_refused_then_passing_promotion(env, tmp_path):
     assert tags["validation_status"] == "passed"
 
     # the optional speedup criterion (off by default)
-    gate = R.GateConfig(min_predicted_speedup=2.0)
+    gate = policy_gate(min_predicted_speedup=2.0)
     with pytest.raises(R.PromotionRefused, match=r"predicted speedup 1.50 < 2.00"):
         R.promote(pair, "1", gate=gate, tracking_uri=uri)
 
     # a validation run with another k than the pair serves does not count as validating this pair
     other_k = tiny_report(0.9, (0.85, 0.95), num_speculative_tokens=5)
-    run_k = R.log_validation(pair, "1", other_k, tmp_path / "k5", tracking_uri=uri)
+    run_k = R.log_validation(pair, "1", other_k, tmp_path / "k5", tracking_uri=uri, gate=policy_gate())
     from mlflow import MlflowClient
 
     assert MlflowClient(uri).get_run(run_k).data.tags["specdec.config_mismatch"] == "num_speculative_tokens: validated 5, pair serves 3"
     with pytest.raises(R.PromotionRefused, match="different decoding config"):
-        R.promote(pair, "1", tracking_uri=uri)
-    assert R.promote(pair, "1", gate=R.GateConfig(require_matching_config=False), tracking_uri=uri).gate.passed
+        R.promote(pair, "1", tracking_uri=uri, gate=policy_gate())
+    assert R.promote(pair, "1", gate=policy_gate(require_matching_config=False), tracking_uri=uri).gate.passed
 
     # a later failing validation of the champion blocks re-promotion of that version
-    R.log_validation(pair, "1", bad, tmp_path / "bad2", tracking_uri=uri)
-    assert not R.check_gate(pair, "1", tracking_uri=uri).passed
+    R.log_validation(pair, "1", bad, tmp_path / "bad2", tracking_uri=uri, gate=policy_gate())
+    assert not R.check_gate(pair, "1", tracking_uri=uri, gate=policy_gate()).passed
 
 
 def test_force_records_who_and_why(env):
@@ -88,8 +89,8 @@ def test_force_records_who_and_why(env):
 
     uri, pair = env, "specdec-pair"
     with pytest.raises(ValueError, match="needs a reason"):
-        R.promote(pair, "2", force=True, tracking_uri=uri)
-    res = R.promote(pair, "2", force=True, reason="hotfix: v1 target withdrawn", actor="bob", tracking_uri=uri)
+        R.promote(pair, "2", force=True, tracking_uri=uri, gate=policy_gate())
+    res = R.promote(pair, "2", force=True, reason="hotfix: v1 target withdrawn", actor="bob", tracking_uri=uri, gate=policy_gate())
     assert res.forced and res.reasons_overridden and res.gate.run_id is None
     tags = R.get_pair_version(pair, "2", download=False, tracking_uri=uri).tags
     assert tags["promotion"].endswith(" by bob, forced: hotfix: v1 target withdrawn")
@@ -103,7 +104,7 @@ def test_challenger_is_not_gated_and_ui_alias_moves_are_seen(env):
     import registry as R
 
     uri, pair = env, "specdec-pair"
-    res = R.promote(pair, "2", alias="challenger", tracking_uri=uri)
+    res = R.promote(pair, "2", alias="challenger", tracking_uri=uri, gate=policy_gate())
     assert not res.forced and res.gate.run_id is None
     assert R.resolve_alias(pair, "challenger", tracking_uri=uri) == "2"
     # a person moves the aliases in the MLflow UI (same REST call the UI makes)
@@ -130,9 +131,9 @@ def test_missing_things_give_clear_errors(env, tmp_path):
     with pytest.raises(R.AliasNotFound, match="@champion"):
         R.get_pair_version("specdec-pair", "champion", tracking_uri=uri)
     with pytest.raises(R.PairNotFound):
-        R.promote("specdec-pair", "9", tracking_uri=uri)
+        R.promote("specdec-pair", "9", tracking_uri=uri, gate=policy_gate())
     with pytest.raises(R.PairNotFound):
-        R.log_validation("specdec-pair", "9", tiny_report(), tmp_path / "r", tracking_uri=uri)
+        R.log_validation("specdec-pair", "9", tiny_report(), tmp_path / "r", tracking_uri=uri, gate=policy_gate())
     with pytest.raises(R.ModelNotFound, match="models:/ghost/1"):
         R.get_model_version("models:/ghost/1", tracking_uri=uri)
     with pytest.raises(R.ModelNotFound, match="models:/target/7"):
@@ -163,21 +164,21 @@ def test_unreachable_server_fails_fast(monkeypatch, tmp_path):
 
 
 def test_gate_is_a_pure_function_of_metrics():
-    from registry.gate import GateConfig, evaluate_gate
+    from registry.gate import evaluate_gate
 
     ok = {"acceptance_rate": 0.6, "acceptance_rate_ci_low": 0.41, "per_token_acceptance": 0.7,
           "exactness_mismatches": 0.0, "num_prompts": 12.0, "num_draft_tokens": 400.0}
-    assert evaluate_gate(ok).passed
-    few = evaluate_gate({**ok, "num_prompts": 4.0})
+    assert evaluate_gate(ok, gate=policy_gate()).passed
+    few = evaluate_gate({**ok, "num_prompts": 4.0}, gate=policy_gate())
     assert not few.passed and "4 prompts" in few.reasons[0] and few.status == "inconclusive"  # too little evidence
-    assert not evaluate_gate({**ok, "num_draft_tokens": 60.0}).passed
-    assert evaluate_gate({**ok, "num_prompts": 1.0}, GateConfig(min_num_prompts=0)).passed
-    assert evaluate_gate({**ok, "acceptance_rate_ci_low": 0.399}).reasons[0].startswith(
+    assert not evaluate_gate({**ok, "num_draft_tokens": 60.0}, gate=policy_gate()).passed
+    assert evaluate_gate({**ok, "num_prompts": 1.0}, policy_gate(min_num_prompts=0)).passed
+    assert evaluate_gate({**ok, "acceptance_rate_ci_low": 0.399}, gate=policy_gate()).reasons[0].startswith(
         "acceptance rate (acceptance_rate) CI lower bound 0.399 < floor 0.40 (policy default)")
-    assert "missing" in evaluate_gate({"per_token_acceptance": 0.9}).reasons[0]
-    assert evaluate_gate({**ok, "acceptance_rate_ci_low": float("nan")}).passed is False
+    assert "missing" in evaluate_gate({"per_token_acceptance": 0.9}, gate=policy_gate()).reasons[0]
+    assert evaluate_gate({**ok, "acceptance_rate_ci_low": float("nan")}, gate=policy_gate()).passed is False
     credibly_below = {**ok, "acceptance_rate": 0.30, "acceptance_rate_ci_low": 0.25, "acceptance_rate_ci_high": 0.35}
-    assert evaluate_gate(credibly_below).status == "failed"  # the same judgement as the drift rules' floor
-    assert evaluate_gate({**ok, "exactness_mismatches": 2.0}, GateConfig(require_exactness_clean=False)).passed
-    assert not evaluate_gate(ok, GateConfig(min_acceptance_rate=0.5)).passed
-    assert not evaluate_gate(ok, GateConfig(min_predicted_speedup=1.1)).passed  # speedup missing
+    assert evaluate_gate(credibly_below, gate=policy_gate()).status == "failed"  # the same judgement as the drift rules' floor
+    assert evaluate_gate({**ok, "exactness_mismatches": 2.0}, policy_gate(require_exactness_clean=False)).passed
+    assert not evaluate_gate(ok, policy_gate(min_acceptance_rate=0.5)).passed
+    assert not evaluate_gate(ok, policy_gate(min_predicted_speedup=1.1)).passed  # speedup missing

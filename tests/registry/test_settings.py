@@ -41,10 +41,11 @@ def test_tracking_uri_precedence(clean_env, monkeypatch):
 
 def test_local_store_experiments_get_artifacts_under_home(clean_env):
     from registry.service import Registry
+    from registry.settings import get_settings as registry_settings
     from tests.support.mlflow_server import sqlite_store
 
     uri = sqlite_store(clean_env / "store")
-    registry = Registry(tracking_uri=uri)
+    registry = Registry(registry_settings(), tracking_uri=uri)
     client = registry.client
     eid = registry.experiment("specdec-validation")
     assert registry.experiment("specdec-validation") == eid
@@ -54,16 +55,17 @@ def test_local_store_experiments_get_artifacts_under_home(clean_env):
 def test_dead_server_is_registry_unavailable_quickly(clean_env):
     from registry.errors import RegistryUnavailable
     from registry.service import Registry, mlflow_errors
+    from registry.settings import get_settings as registry_settings
     from registry.settings import redact_uri
     from tests.support.net import free_port
 
     dead = f"http://user:pw@127.0.0.1:{free_port()}"
     t0 = time.monotonic()
     with pytest.raises(RegistryUnavailable) as e:
-        Registry(tracking_uri=dead)
+        Registry(registry_settings(), tracking_uri=dead)
     assert "pw" not in str(e.value) and "127.0.0.1" in str(e.value)
     # a server that dies after the client was built: MLflow's retry error becomes RegistryUnavailable too
-    client = Registry(tracking_uri=dead, check=False).client
+    client = Registry(registry_settings(), tracking_uri=dead, check=False).client
     with pytest.raises(RegistryUnavailable, match="unreachable"):
         with mlflow_errors(client.tracking_uri):
             client.get_registered_model("specdec-pair")

@@ -6,6 +6,7 @@ import math
 
 from tests.support.reports import make_report
 from registry.runs import report_metrics, validation_tags
+from tests.support.gate import policy_gate
 
 
 def test_speed_metrics_and_tags():
@@ -16,7 +17,7 @@ def test_speed_metrics_and_tags():
     assert (m["speedup"], m["speedup_ci_low"], m["speedup_ci_high"]) == (1.21, 1.12, 1.30)
     assert (m["load_avg_1m"], m["load_avg_1m_max"], m["num_cpus"]) == (2.1, 2.4, 2.0)
     assert "predicted_speedup" in m
-    tags = validation_tags(status="passed", run_id="r", metrics=m)
+    tags = validation_tags(status="passed", run_id="r", metrics=m, gate=policy_gate())
     assert tags["speedup"] == "1.21"
     g.speedup_ci = [math.nan, math.nan]
     assert "speedup_ci_low" not in report_metrics(rep)

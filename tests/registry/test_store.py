@@ -13,6 +13,7 @@ import pytest
 from tests.support.mlflow_server import MlflowServer, sqlite_store
 from tests.support.reports import tiny_report
 from tests.support.models import save_tiny_checkpoint
+from tests.support.gate import policy_gate
 
 
 @pytest.fixture(scope="session")
@@ -81,7 +82,7 @@ def test_round_trip(store, ckpts, tmp_path):
     report = tiny_report(0.72, (0.65, 0.79), num_speculative_tokens=3)
     evidently = tmp_path / "evidently.html"
     evidently.write_text("<html>drift</html>")
-    run_id = R.log_validation(pair, "1", report, tmp_path / "report", extra_artifacts=[evidently], tracking_uri=store)
+    run_id = R.log_validation(pair, "1", report, tmp_path / "report", extra_artifacts=[evidently], tracking_uri=store, gate=policy_gate())
     client = MlflowClient(tracking_uri=store, registry_uri=store)
     run = client.get_run(run_id)
     m, p = run.data.metrics, run.data.params
@@ -113,12 +114,12 @@ def test_round_trip(store, ckpts, tmp_path):
     assert client.get_model_version(pair, "1").description.startswith("passed: acc 0.72 [0.65-0.79] at k=3")
 
     # promotion through the gate, alias read back
-    res = R.promote(pair, "1", tracking_uri=store)
+    res = R.promote(pair, "1", tracking_uri=store, gate=policy_gate())
     assert res.gate.passed and res.gate.run_id == run_id and not res.forced
     assert R.resolve_alias(pair, "champion", tracking_uri=store) == "1"
     champ = R.get_pair_version(pair, "@champion", download=False, tracking_uri=store)
     assert champ.version == "1" and champ.aliases == ["champion"]
     with pytest.raises(R.PromotionRefused, match="never validated"):
-        R.promote(pair, "2", tracking_uri=store)
+        R.promote(pair, "2", tracking_uri=store, gate=policy_gate())
     listed = R.list_pair_versions(pair, tracking_uri=store)
     assert [(x.version, x.aliases, x.validation_status) for x in listed] == [("2", [], None), ("1", ["champion"], "passed")]

@@ -11,6 +11,7 @@ from registry.describe import (TABLE_DESCRIPTION_CHARS, VERSION_TAG_KEYS, Versio
 from tests.support.mlflow_server import sqlite_store
 from tests.support.reports import tiny_report
 from tests.support.models import save_tiny_checkpoint
+from tests.support.gate import policy_gate
 
 
 def test_headline_fits_the_versions_table():
@@ -61,11 +62,11 @@ def test_register_validate_promote_keeps_ten_tags_and_one_line(ckpts, tmp_path, 
     assert client.get_model_version("specdec-pair", "2").description == f"not validated at k=3 · target changed since v1 · registered {day}"
 
     run1 = R.log_validation("specdec-pair", "1", tiny_report(0.72, (0.65, 0.79), num_speculative_tokens=3), tmp_path / "r1",
-                            tracking_uri=uri)
+                            tracking_uri=uri, gate=policy_gate())
     R.log_validation("specdec-pair", "2", tiny_report(0.30, (0.22, 0.38), num_speculative_tokens=3), tmp_path / "r2",
-                     tracking_uri=uri)
-    R.promote("specdec-pair", "1", actor="alice", tracking_uri=uri)
-    R.promote("specdec-pair", "2", "challenger", actor="alice", tracking_uri=uri)
+                     tracking_uri=uri, gate=policy_gate())
+    R.promote("specdec-pair", "1", actor="alice", tracking_uri=uri, gate=policy_gate())
+    R.promote("specdec-pair", "2", "challenger", actor="alice", tracking_uri=uri, gate=policy_gate())
 
     v1, v2 = (client.get_model_version("specdec-pair", v) for v in ("1", "2"))
     for mv in (v1, v2):
@@ -101,7 +102,7 @@ def test_register_validate_promote_keeps_ten_tags_and_one_line(ckpts, tmp_path, 
     assert f"(#/experiments/{run.info.experiment_id}/runs/{run1}/artifactPath/report.json?workflowType=machine_learning)" in note
 
     # promotion moved @champion to v2 by force: both descriptions follow (v1 no longer holds it)
-    R.promote("specdec-pair", "2", force=True, reason="hotfix", actor="bob", tracking_uri=uri)
+    R.promote("specdec-pair", "2", force=True, reason="hotfix", actor="bob", tracking_uri=uri, gate=policy_gate())
     v1, v2 = (client.get_model_version("specdec-pair", v) for v in ("1", "2"))
     # stored as Markdown: "\@" keeps the MLflow UI from linking @champion to a GitHub user; plain in the CLI
     assert " · was \\@champion " in v1.description and "by bob, forced: hotfix · [validation run](#/" in v2.description
@@ -124,6 +125,6 @@ def test_sampling_mismatch_is_caught_from_pair_json(ckpts, tmp_path, monkeypatch
                     tracking_uri=uri)
     assert "temperature" not in MlflowClient(uri, registry_uri=uri).get_model_version("specdec-pair", "1").tags
     run = R.log_validation("specdec-pair", "1", tiny_report(0.9, (0.85, 0.95), num_speculative_tokens=3), tmp_path / "r",
-                           tracking_uri=uri)
+                           tracking_uri=uri, gate=policy_gate())
     assert "temperature: validated 0.0, pair serves 0.7" in MlflowClient(uri).get_run(run).data.tags["specdec.config_mismatch"]
-    assert not R.check_gate("specdec-pair", "1", tracking_uri=uri).passed
+    assert not R.check_gate("specdec-pair", "1", tracking_uri=uri, gate=policy_gate()).passed

@@ -101,6 +101,7 @@ def test_a_second_watcher_does_not_silently_take_the_first_ones_webhook(tmp_path
     from registry import RegistryError
     from registry.webhooks import _all_webhooks, subscribe
     from registry.service import Registry
+    from registry.settings import get_settings as registry_settings
     from tests.support.mlflow_server import MlflowServer
 
     monkeypatch.setenv("MLFLOW_WEBHOOK_ALLOWED_SCHEMES", "http,https")
@@ -111,11 +112,11 @@ def test_a_second_watcher_does_not_silently_take_the_first_ones_webhook(tmp_path
         assert subscribe(["pw"], "http://127.0.0.1:8765/webhook", "s" * 20, tracking_uri=server.uri) == first
         with pytest.raises(RegistryError, match="already sends to http://127.0.0.1:8765/.*--replace"):
             subscribe(["pw"], "http://127.0.0.1:9999/webhook", "s" * 20, tracking_uri=server.uri)
-        [hook] = _all_webhooks(Registry(tracking_uri=server.uri).client)
+        [hook] = _all_webhooks(Registry(registry_settings(), tracking_uri=server.uri).client)
         assert hook.url == "http://127.0.0.1:8765/webhook"  # the first watcher still receives its events
         assert subscribe(["pw"], "http://127.0.0.1:9999/webhook", "s" * 20, tracking_uri=server.uri,
                          replace=True) == first
-        [hook] = _all_webhooks(Registry(tracking_uri=server.uri).client)
+        [hook] = _all_webhooks(Registry(registry_settings(), tracking_uri=server.uri).client)
         assert hook.url == "http://127.0.0.1:9999/webhook"
     finally:
         server.stop()

@@ -1,7 +1,7 @@
 """The real vLLM for tests: the installed engine venv (or a skip that says how to install it), the converted
 SmolLM2-135M-Instruct checkpoint as the target, its bfloat16 copy as the draft, and short held-out prompts.
 
-``.ci/run`` installs vLLM before ``make test`` (``python -m specdec.engines.vllm_install``); a contributor runs
+``.ci/run`` installs vLLM before ``make test`` (``python -m specdec.engines.vllm_install_cli``); a contributor runs
 ``make engine`` once. Where it is not installed the vLLM tests skip with one line. vLLM starts are slow (a
 first start compiles): the test modules share one engine per configuration (module- or session-scoped
 fixtures) and start it with ``enforce_eager`` (no torch.compile: the same tokens, a faster start).
@@ -23,9 +23,16 @@ MAX_TOKENS = 32
 NGRAM = {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 3, "prompt_lookup_min": 2}
 
 
+def engines_dir() -> Path:
+    """The test home's engines directory (``SPECDEC_ENGINES_DIR``, read now), where ``make engine`` installs vLLM."""
+    from specdec.settings import get_settings
+
+    return get_settings().engines_dir
+
+
 def vllm_or_skip() -> VllmInstall:
     """The installed vLLM, or ``pytest.skip`` with :data:`SKIP_REASON`."""
-    found = installed_vllm()
+    found = installed_vllm(engines_dir())
     if found is None:
         pytest.skip(SKIP_REASON)
     return found
@@ -42,7 +49,10 @@ def draft_dir() -> Path:
     """The target's bfloat16 copy, saved as its own checkpoint (a derived draft vLLM loads by path)."""
     from specdec.models.resolve import cast_checkpoint
 
-    return cast_checkpoint(target_dir(), "bfloat16")
+    from specdec.models.store import ModelStore
+    from specdec.settings import get_settings
+
+    return cast_checkpoint(target_dir(), "bfloat16", ModelStore(get_settings().models_dir))
 
 
 def eagle3_head_dir() -> Path:

@@ -40,6 +40,8 @@ from specdec.validation.engine_check import EngineCheck, EngineEndpoint
 from specdec.validation.heldout import load_heldout
 from tests.support.engine import draft_gguf, engine_or_skip, start_server, target_gguf
 from tests.support.nightly import webhook_settings
+from tests.support.gate import policy_gate
+from tests.support.continuations import home_continuations
 
 pytestmark = pytest.mark.slow
 K, NEW_TOKENS, PROMPTS = 4, 32, 12
@@ -83,7 +85,7 @@ def _request(pair, heldout, server, *, declare: bool = True, method: str = "engi
     cfg = ValidationConfig(num_speculative_tokens=K, max_new_tokens=NEW_TOKENS, limit=PROMPTS)
     ep = EngineEndpoint(url=server.url, flags=tuple(server.command) if declare else None)
     return ValidationRequest(target, [ResolvedDrafter(draft.model, "model", str(pair[3]))], heldout, cfg, method=method,
-                             target_ref=str(pair[2]), engine_check=EngineCheck(ep))
+                             target_ref=str(pair[2]), engine_check=EngineCheck(ep), cache=home_continuations())
 
 
 def _check(pair, heldout, server, flags, *, declare: bool = True) -> object:
@@ -212,7 +214,7 @@ def test_gguf_pair_for_llamacpp_registers_shows_its_command_and_the_nightly_chec
     pv = R.get_pair_version("smol-gguf", "1", download=False)
     assert pv.tags["engine"] == "llamacpp"
     assert pv.tags["target.gguf_sha256"] == file_sha256(t_gguf) and pv.tags["draft.gguf_sha256"] == file_sha256(d_gguf)
-    R.log_validation("smol-gguf", "1", tiny_report(0.6, (0.55, 0.65), num_speculative_tokens=K), tmp_path / "rep")
+    R.log_validation("smol-gguf", "1", tiny_report(0.6, (0.55, 0.65), num_speculative_tokens=K), tmp_path / "rep", gate=policy_gate())
     r = runner.invoke(app, ["pair", "show", "smol-gguf", "1"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert "llama-server -m" in r.output and "--spec-draft-model" in r.output  # the table's serving config row

@@ -24,6 +24,7 @@ from specdec.validation.heldout import HeldoutPrompt, HeldoutSet, content_versio
 from specdec.validation.served_target import is_served, served_target
 from tests.support.models import perturbed_copy, save_tiny_checkpoint
 from tests.support.scripted_engine import ScriptedEngine, llamacpp_props
+from tests.support.continuations import home_continuations
 
 CFG = ValidationConfig(max_new_tokens=10, bootstrap_resamples=200, warmup=False, seed=3)
 
@@ -132,4 +133,4 @@ def test_a_served_target_is_refused_where_the_target_would_run(pair):
 
     with pytest.raises(ValueError, match="greedy"):
         replay_prompts(_heldout(), served.model, served.tokenizer, [draft], hot, eos=2, ctx_limit=None,
-                       cache=ContinuationCache(), target_weights="w", engine=object())
+                       cache=home_continuations(), target_weights="w", engine=object())

@@ -31,6 +31,7 @@ from specdec.validation.heldout import load_heldout
 from specdec.validation.replay import draft_trace, replay_counters
 from tests.support.models import perturbed_copy, tiny_llama, tiny_tokenizer
 from tests.support.scripted_engine import ScriptedEngine, llamacpp_metrics, llamacpp_props
+from tests.support.continuations import home_continuations
 
 K, NEW = 4, 12
 PROMPTS = [("p0", "qa", "hello there"), ("p1", "qa", "what is speculation"), ("p2", "math", "add 2 and 3"),
@@ -70,8 +71,8 @@ def _request(tiny, url: str, *, limits: EngineLimits | None = None, flags=None, 
     target, draft, held = tiny
     ep = EngineEndpoint(url=url, flags=tuple(flags) if flags else None)
     return ValidationRequest(target, [draft], held, ValidationConfig(num_speculative_tokens=K, max_new_tokens=NEW),
-                             method="engine", target_ref="", engine_check=EngineCheck(ep, limits=limits or EngineLimits(),
-                                                                                      pair=pair))
+                             method="engine", target_ref="", cache=home_continuations(),
+                             engine_check=EngineCheck(ep, limits=limits or EngineLimits(), pair=pair))
 
 
 def check_engine(req: ValidationRequest):

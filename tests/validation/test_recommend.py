@@ -17,6 +17,7 @@ from specdec.validation.recommend import CandidateResult, recommend_draft
 from specdec.validation.report import ValidationReport
 from specdec.validation.short_prompts import short_prompts
 from tests.support.models import save_tiny_checkpoint
+from tests.support.continuations import home_continuations
 
 runner = CliRunner()
 
@@ -60,7 +61,7 @@ def test_recommend_draft_phases_on_tiny_models(target_dir, heldout_file):
     lines = []
     rec = recommend_draft(tgt, held, candidates=["derived:bf16", "derived:int8", "ngram", "derived:fp8"],
                           max_new_tokens=12, k_values=(1, 2, 3), cost_reps=3, bootstrap_resamples=200,
-                          progress=lines.append)
+                          progress=lines.append, cache=home_continuations())
     assert any("phase 4/4" in x for x in lines) and any("replay" in x for x in lines)
     by = {c.spec: c for c in rec.candidates}
     assert not by["derived:fp8"].available and "CUDA" in by["derived:fp8"].reason

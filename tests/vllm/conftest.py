@@ -17,7 +17,8 @@ import time
 import pytest
 import torch
 
-from tests.support.vllm import K, draft_dir, eagle3_head_dir, engine_args, target_dir, vllm_or_skip
+from tests.support.vllm import K, draft_dir, eagle3_head_dir, engine_args, engines_dir, target_dir, vllm_or_skip
+from tests.support.gate import policy_gate
 
 def SERVE_DIR(tmp) -> "os.PathLike":  # noqa: N802 - the directory the printed commands run in (vllm serve's cwd)
     d = tmp / "serve"
@@ -85,7 +86,7 @@ def printed_configs(vllm_install, tmp_path_factory):
             assert r.exit_code == 0, r.output
             rep = tiny_report(0.6, num_speculative_tokens=K)
             rep.drafter_kind, rep.drafter_ref, rep.drafter_recipe = kind, ref, recipe
-            R.log_validation(name, "1", rep, tmp / f"rep-{name}")
+            R.log_validation(name, "1", rep, tmp / f"rep-{name}", gate=policy_gate())
             shown = runner.invoke(app, ["pair", "show", name, "1", "--json"], catch_exceptions=False)
             assert shown.exit_code == 0, shown.output
             cfg = json.loads(shown.stdout)["serving_config"]
@@ -108,7 +109,7 @@ def _serve(name: str, spec: dict, log_dir, cwd=None):
     from specdec.engines.vllm_server import VllmServer
 
     t0 = time.monotonic()
-    server = VllmServer(engine_args(spec), log_dir / f"vllm-serve-{name}.log", cwd=cwd).start()
+    server = VllmServer(engine_args(spec), log_dir / f"vllm-serve-{name}.log", engines_dir=engines_dir(), cwd=cwd).start()
     STARTS[f"vllm serve {name}"] = time.monotonic() - t0
     return server
 

@@ -26,7 +26,8 @@ from specdec.validation.config import ValidationConfig
 from specdec.kinds import ResolvedDrafter
 from specdec.validation.api import ValidationRequest, validate
 from specdec.validation.engine_check import EngineCheck, EngineEndpoint
-from tests.support.vllm import K, MAX_TOKENS, draft_dir, draft_model_config, target_dir
+from tests.support.vllm import K, MAX_TOKENS, draft_dir, draft_model_config, engines_dir, target_dir
+from tests.support.continuations import home_continuations
 
 pytestmark = pytest.mark.slow
 
@@ -36,13 +37,14 @@ def _check(real_pair, heldout, endpoint: EngineEndpoint, *, ngram: bool = False)
     cfg = ValidationConfig(num_speculative_tokens=K, max_new_tokens=MAX_TOKENS)
     drafter = NgramDrafter(3, 2) if ngram else ResolvedDrafter(draft.model, "model", str(draft_dir()))
     return validate(ValidationRequest(target, [drafter], heldout, cfg, method="engine", target_ref=str(target_dir()),
-                                      engine_check=EngineCheck(endpoint)))[0].engine_check
+                                      engine_check=EngineCheck(endpoint), cache=home_continuations()))[0].engine_check
 
 
 def _offline(spec: dict, log) -> EngineEndpoint:
     return EngineEndpoint(url=None, engine="vllm", options=(
         ("model", str(target_dir())), ("speculative_config", json.dumps(spec)), ("enforce_eager", "1"),
-        ("max_model_len", "1024"), ("kv_cache_memory_bytes", str(512 << 20)), ("log", str(log))))
+        ("max_model_len", "1024"), ("kv_cache_memory_bytes", str(512 << 20)), ("log", str(log)),
+        ("engines_dir", str(engines_dir()))))
 
 
 def _agrees(rep, n: int) -> None:
