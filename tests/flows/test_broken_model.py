@@ -45,10 +45,11 @@ def _register(home, target: str, draft: str, temperature: float) -> None:
         "from registry.register import register_pair_from_refs\n"
         "from specdec import SamplingConfig, SpeculativeConfig\n"
         "from registry import promote\n"
+        "from tests.support.gate import policy_gate\n"
         f"reg = register_pair_from_refs({target!r}, {draft!r}, name={PAIR!r}, target_name='nan-target',"
         f" draft_name='nan-draft', config=SpeculativeConfig(max_new_tokens=8,"
         f" sampling=SamplingConfig(temperature={temperature})))\n"
-        "promote(reg.pair.name, reg.pair.version, 'challenger')\n"
+        "promote(reg.pair.name, reg.pair.version, 'challenger', gate=policy_gate())\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "SPECDEC_TRACKING"))}
     p = subprocess.run([sys.executable, "-c", code], env={**env, "SPECDEC_HOME": str(home)}, capture_output=True,

@@ -64,9 +64,10 @@ def _register(setup, home: Path) -> None:
         "from registry.register import register_pair_from_refs\n"
         "from specdec import SpeculativeConfig\n"
         "from registry import promote\n"
+        "from tests.support.gate import policy_gate\n"
         f"reg = register_pair_from_refs({setup['ckpt']!r}, 'ngram:3:1', name={PAIR!r}, target_name='crash-target',"
         " config=SpeculativeConfig(max_new_tokens=8))\n"
-        "promote(reg.pair.name, reg.pair.version, 'challenger')\n"
+        "promote(reg.pair.name, reg.pair.version, 'challenger', gate=policy_gate())\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "SPECDEC_TRACKING"))}
     subprocess.run([sys.executable, "-c", code], check=True, env={**env, "SPECDEC_HOME": str(home)}, timeout=300)
