@@ -62,10 +62,12 @@ def _register(setup, home: Path) -> None:
     # that never drafts measures nothing (the nightly would be inconclusive, not passed or failed)
     code = (
         "from registry.register import register_pair_from_refs\n"
+        "from specdec.models import ModelStore\n"
+        "from specdec.settings import get_settings\n"
         "from specdec import SpeculativeConfig\n"
         "from registry import promote\n"
         f"reg = register_pair_from_refs({setup['ckpt']!r}, 'ngram:3:1', name={PAIR!r}, target_name='crash-target',"
-        " config=SpeculativeConfig(max_new_tokens=8))\n"
+        " config=SpeculativeConfig(max_new_tokens=8), store=ModelStore(get_settings().models_dir))\n"
         "promote(reg.pair.name, reg.pair.version, 'challenger')\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "SPECDEC_TRACKING"))}
