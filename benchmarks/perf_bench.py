@@ -20,6 +20,15 @@ import perf_report as rep
 from specdec import NgramDrafter
 
 
+def _store():
+    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
+    a benchmark is an entry point)."""
+    from specdec.models.store import ModelStore
+    from specdec.settings import get_settings
+
+    return ModelStore(get_settings().models_dir)
+
+
 def _load() -> float:
     import os
 
@@ -84,14 +93,14 @@ class Bench:
         a = self.args
         t0 = time.perf_counter()
         self.log(f"loading target {a.target} ({a.device}, {a.dtype}) ...")
-        self.tgt = load_causal_lm(a.target, dtype=a.dtype, device=a.device)
+        self.tgt = load_causal_lm(a.target, dtype=a.dtype, device=a.device, store=_store())
         self.model, self.tok = self.tgt.model.eval(), self.tgt.tokenizer
         self.device = pm.device_of(self.model)
         self.drafters: dict[str, Any] = {}
         self.drafter_kinds: dict[str, str] = {}
         for spec in a.drafter_specs:
             self.log(f"preparing drafter {spec} ...")
-            r = resolve_drafter(spec, self.tgt)
+            r = resolve_drafter(spec, self.tgt, store=_store())
             obj = r.drafter
             if not isinstance(obj, NgramDrafter):
                 obj = obj.eval()

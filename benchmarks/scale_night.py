@@ -29,6 +29,15 @@ RESULTS = Path(__file__).resolve().parent / "results"
 K, KMAX = 4, 8
 
 
+def _store():
+    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
+    a benchmark is an entry point)."""
+    from specdec.models.store import ModelStore
+    from specdec.settings import get_settings
+
+    return ModelStore(get_settings().models_dir)
+
+
 @dataclasses.dataclass(frozen=True)
 class Spec:
     """What every process of a night needs (plain data: it travels to the Dask workers)."""
@@ -61,7 +70,7 @@ def _engine_request(spec: Spec):
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    target, draft = served_target(spec.target_dir), load_causal_lm(spec.draft_dir)
+    target, draft = served_target(spec.target_dir), load_causal_lm(spec.draft_dir, store=_store())
     engine = connect_engine(EngineEndpoint(url=spec.url), EngineLimits())
     req = ValidationRequest(target, [draft.model], load_heldout("spec_bench"), _config(spec), method="replay",
                             kmax=KMAX, cache=ContinuationCache(spec.cache), engine=engine)
@@ -157,11 +166,11 @@ def main() -> None:
     from specdec.validation.speed import NightPlan, night_seconds
 
     torch.set_num_threads(1)
-    install, gguf = installed_llama_cpp(get_settings().engines_dir), smollm2_gguf()
+    install, gguf = installed_llama_cpp(get_settings().engines_dir), smollm2_gguf(_store())
     if install is None:
         raise SystemExit("llama-server is not built: `make engine` first")
     draft_gguf = quantize_gguf(install.quantize, gguf, gguf.parent / "draft-Q8_0.gguf", "Q8_0")
-    target, draft = load_causal_lm(str(gguf)), load_causal_lm(str(draft_gguf))
+    target, draft = load_causal_lm(str(gguf), store=_store()), load_causal_lm(str(draft_gguf), store=_store())
     load0, tmp = os.getloadavg(), Path(tempfile.mkdtemp(prefix="scale-night-"))
     flags = LlamaServerFlags(model=str(gguf), spec_type="none", ctx_size=8192, parallel=2, threads=1)
     out: dict = {"date": dt.date.today().isoformat(), "cpu": cpu_model(), "nproc": os.cpu_count(), "prompts": args.prompts,

@@ -37,6 +37,15 @@ DRAFTERS = ("ngram", "derived:bf16", "derived:int8")
 KS = tuple(range(1, 9))
 
 
+def _store():
+    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
+    a benchmark is an entry point)."""
+    from specdec.models.store import ModelStore
+    from specdec.settings import get_settings
+
+    return ModelStore(get_settings().models_dir)
+
+
 def _load() -> float:
     return os.getloadavg()[0]
 
@@ -90,10 +99,10 @@ def main() -> int:
     args = ap.parse_args()
     t_start, loads = time.perf_counter(), [_load()]
     torch.set_num_threads(args.threads or max(1, os.cpu_count() or 1))
-    target = load_causal_lm("smollm2", dtype="float32", device="cpu")
+    target = load_causal_lm("smollm2", dtype="float32", device="cpu", store=_store())
     held = short_prompts(load_heldout("spec_bench"), target.tokenizer, per_category=args.per_category,
                          max_prompt_tokens=192, seed=0)
-    drafters = [resolve_drafter(s, target) for s in DRAFTERS]
+    drafters = [resolve_drafter(s, target, store=_store()) for s in DRAFTERS]
     cal = calibrate_on(target.model, [drafter_parts(d)[1] for d in drafters], held, target.tokenizer, max(KS), kmax=max(KS))
     loads.append(_load())
     cfg = ValidationConfig(num_speculative_tokens=4, max_new_tokens=args.max_new_tokens, seed=0)

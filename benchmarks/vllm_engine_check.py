@@ -42,6 +42,12 @@ from specdec.validation.serving import serving_config
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def _store():
+    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
+    a benchmark is an entry point)."""
+    return ModelStore(get_settings().models_dir)
+
+
 def _f(x, fmt: str = ".3f") -> str:
     return "-" if x is None or (isinstance(x, float) and x != x) else format(x, fmt)
 
@@ -91,10 +97,10 @@ def main() -> None:
     ap.add_argument("--eager", action="store_true", help="enforce_eager (no torch.compile): faster start, slower decode")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    target_dir = fetch_smollm2()
-    draft_dir = cast_checkpoint(target_dir, "bfloat16", ModelStore(get_settings().models_dir))
-    target = load_causal_lm(str(target_dir), dtype="float32")
-    draft = load_causal_lm(str(draft_dir), dtype="float32")
+    target_dir = fetch_smollm2(_store())
+    draft_dir = cast_checkpoint(target_dir, "bfloat16", _store())
+    target = load_causal_lm(str(target_dir), dtype="float32", store=_store())
+    draft = load_causal_lm(str(draft_dir), dtype="float32", store=_store())
     heldout = load_heldout("spec_bench")
     meta = {"date": dt.date.today().isoformat(), "cpu": cpu_model(), "nproc": os.cpu_count(), "load_start": _load(),
             "limit": args.limit, "max_new_tokens": args.max_new_tokens, "k": args.k, "enforce_eager": args.eager,

@@ -106,7 +106,7 @@ def _choose_draft(demo: "_Demo", target_dir: Path, held):
     from specdec.validation.recommend import recommend_draft
     from specdec.validation.recommend_cli import print_recommendation
 
-    target = load_causal_lm(str(target_dir), dtype="float32", device="cpu")
+    target = load_causal_lm(str(target_dir), store=demo.store, dtype="float32", device="cpu")
     first = {}
     for p in held.prompts:  # one (short) prompt per category is enough to choose each candidate's k
         first.setdefault(p.category, p)
@@ -116,7 +116,7 @@ def _choose_draft(demo: "_Demo", target_dir: Path, held):
     rec = recommend_draft(target, sub, candidates=DEMO_CANDIDATES, max_new_tokens=max_new,
                           k_values=tuple(range(1, 7)), cost_reps=10, target_ref="smollm2 (fp32)", speed_heldout=held,
                           progress=lambda line: con.print(f"  {line}", highlight=False),
-                          cache=ContinuationCache.in_home(get_settings().home))
+                          cache=ContinuationCache.in_home(get_settings().home), store=demo.store)
     print_recommendation(rec, con)
     spec = _story_draft(rec, demo)
     cand = next(c for c in rec.candidates if c.spec == spec)
@@ -280,6 +280,14 @@ class _Demo:
         return tree.model_copy(update={"monitoring": tree.monitoring.model_copy(
             update={"alert_channels": [channel], "rules": rules})})
 
+    @property
+    def store(self):
+        """The model caches of the demo's settings tree (:class:`specdec.models.ModelStore` of
+        ``core.models_dir``)."""
+        from specdec.models.store import ModelStore
+
+        return ModelStore(self.settings.core.models_dir)
+
     def rules(self, **overrides) -> None:
         """Override drift-rule settings for the rest of the demo (e.g. ``speed_enabled=False``)."""
         self._rules.update(overrides)
@@ -430,7 +438,7 @@ def _act_model(demo: _Demo) -> tuple[Path, Path, object]:
 
     from specdec.models import resolve_model_ref
 
-    target_dir, _source = resolve_model_ref("smollm2")
+    target_dir, _source = resolve_model_ref("smollm2", store=demo.store)
     demo.lap("fetch_model", t0)
     demo.con.print(f"target checkpoint: {target_dir}  ({demo.timings['fetch_model']:.0f}s), served in fp32 on the CPU")
     _budget(demo, target_dir)
@@ -456,7 +464,8 @@ def _budget(demo: _Demo, target_dir: Path) -> None:
     factor = demo_budget.busy_factor(load, cpus)
     # the one-token pass measured on a busy machine is slower by about that factor: the size is chosen for the
     # idle machine, so the story is the same, and the demo says how much longer it will take now
-    t1 = demo_budget.one_token_pass_seconds(load_causal_lm(str(target_dir), dtype="float32", device="cpu").model) / factor
+    t1 = demo_budget.one_token_pass_seconds(load_causal_lm(str(target_dir), store=demo.store, dtype="float32",
+                                                                 device="cpu").model) / factor
     b = demo_budget.choose(t1, get_policy().min_draft_tokens)  # the gate's evidence minimum (GateConfig.from_policy)
     demo.budget = b.to_dict()
     demo.per_cat = b.per_category if demo.per_cat is None else demo.per_cat
@@ -519,7 +528,8 @@ def _act_finetune(demo: _Demo, target_dir: Path, draft: str, draft_name: str, co
     demo.step(f"4. target-only fine-tune on Tiny Shakespeare ({DEMO_RECIPE['steps']} AdamW steps, "
               f"lr {DEMO_RECIPE['lr']:g}); draft unchanged")
     t0 = time.perf_counter()
-    ft = finetune_target(target_dir, demo.home / "checkpoints" / "smollm2-shakespeare", **DEMO_RECIPE)
+    ft = finetune_target(target_dir, demo.home / "checkpoints" / "smollm2-shakespeare", store=demo.store,
+                         **DEMO_RECIPE)
     demo.lap("finetune", t0)
     demo.con.print(f"fine-tuned target: {ft.path}  loss {ft.losses[0]:.2f} -> {ft.final_loss:.2f}  ({ft.seconds:.0f}s)")
     v1_draft = f"models:/{draft_name}/1"  # the registered draft / head of v1, unchanged

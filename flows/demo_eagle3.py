@@ -37,9 +37,10 @@ HEAD_NAME = "smollm2-135m-instruct-eagle3"
 HEAD_FLOOR = 0.05
 
 
-def demo_head(con, target_dir: Path, given: str | None = None) -> Path:
+def demo_head(con, target_dir: Path, store, given: str | None = None) -> Path:
     """The head the story starts with: ``given`` (``SPECDEC_DEMO_HEAD``), a head trained earlier for these
-    target weights and settings, or one trained now (progress to the demo log; a killed run resumes)."""
+    target weights and settings, or one trained now (progress to the demo log; a killed run resumes; the target
+    loaded through ``store``, the demo's :class:`specdec.models.ModelStore`)."""
     from specdec.models import load_causal_lm
     from specdec.models.hashes import weights_sha256
     from specdec.training import Eagle3TrainConfig, train_eagle3_head
@@ -60,7 +61,7 @@ def demo_head(con, target_dir: Path, given: str | None = None) -> Path:
               f"sequences, {config.epochs} epochs, draft vocabulary {config.draft_vocab_size}); the first run takes "
               f"up to 30 minutes on an idle 2-core CPU, later runs reuse it: {out}")
     t0 = time.perf_counter()
-    res = train_eagle3_head(load_causal_lm(str(target_dir), dtype="float32", device="cpu"), out_dir=out,
+    res = train_eagle3_head(load_causal_lm(str(target_dir), store=store, dtype="float32", device="cpu"), out_dir=out,
                             config=config, progress=False)
     m = res.metrics
     con.print(f"head trained in {(time.perf_counter() - t0) / 60:.1f} min ({m['steps']} steps; teacher-forced "
@@ -72,7 +73,7 @@ def act_choose_head(demo, target_dir: Path) -> tuple[str, int, None]:
     """2. the head: ``("eagle3:<dir>", k, None)`` (no Recommendation: the head is the story's draft)."""
     demo.step("2. an EAGLE-3 head for the target (specdec draft train eagle3)")
     t0 = time.perf_counter()
-    head = demo_head(demo.con, target_dir, demo.opts.head)
+    head = demo_head(demo.con, target_dir, demo.store, demo.opts.head)
     demo.lap("head", t0)
     k = demo.opts.k if demo.opts.k is not None else HEAD_K
     # The story is the head's acceptance going stale and coming back; whether a head trained here in 30

@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from specdec.models.store import ModelStore
+
 #: Tiny Shakespeare, shipped with the package (public domain text; see ATTRIBUTION.md there).
 DEFAULT_CORPUS = Path(__file__).resolve().parent / "data" / "tinyshakespeare" / "input.txt"
 #: Metadata file written next to the fine-tuned weights.
@@ -48,7 +50,7 @@ class FinetuneResult:
 
     Attributes:
         path: the checkpoint directory (safetensors weights, ``config.json``, tokenizer files,
-            ``finetune.json``); load it with ``specdec.load_causal_lm(str(path))``.
+            ``finetune.json``); load it with ``specdec.load_causal_lm(str(path), store=...)``.
         steps: optimizer steps taken.
         lr: peak learning rate (after warm-up).
         final_loss: training cross-entropy (nats/token) of the last step's batch.
@@ -99,8 +101,9 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _load_base(base: Any) -> tuple[Any, Any, Path | None, dict]:
-    """(private model copy in fp32, tokenizer, base checkpoint dir or None, base source dict)."""
+def _load_base(base: Any, store: ModelStore) -> tuple[Any, Any, Path | None, dict]:
+    """(private model copy in fp32, tokenizer, base checkpoint dir or None, base source dict); a reference is
+    loaded through ``store`` (a :class:`specdec.models.ModelStore`)."""
     import torch
 
     from specdec.models import LoadedModel, load_causal_lm
@@ -109,7 +112,7 @@ def _load_base(base: Any) -> tuple[Any, Any, Path | None, dict]:
         model = copy.deepcopy(base.model)  # never train the caller's object
         tokenizer, base_dir, source = base.tokenizer, Path(base.path) if base.path else None, dict(base.source)
     elif isinstance(base, (str, Path)):
-        loaded = load_causal_lm(str(base))
+        loaded = load_causal_lm(str(base), store=store)
         model, tokenizer, base_dir, source = loaded.model, loaded.tokenizer, Path(loaded.path), dict(loaded.source)
     else:
         raise TypeError(f"base must be a specdec LoadedModel or a model reference (path/str), got {type(base).__name__}")
@@ -159,6 +162,7 @@ def finetune_target(
     num_threads: int = 2,
     overwrite: bool = False,
     on_step: Callable[[int, float], None] | None = None,
+    store: ModelStore,
 ) -> FinetuneResult:
     """Fine-tune a copy of a target causal LM on a text corpus and save it as a new checkpoint.
 
@@ -186,6 +190,8 @@ def finetune_target(
         overwrite: replace an existing non-empty ``out_dir`` instead of raising.
         on_step: optional callback ``on_step(step_index_1_based, loss)`` after every step
             (progress bars).
+        store: the :class:`specdec.models.ModelStore` a reference ``base`` is fetched/converted into (the
+            caller's, built at the edge).
     Returns:
         :class:`FinetuneResult` (``path == out_dir``).
     Raises:
@@ -211,7 +217,7 @@ def finetune_target(
     prev_threads = torch.get_num_threads()
     torch.set_num_threads(num_threads)
     try:
-        model, tokenizer, base_dir, base_source = _load_base(base)
+        model, tokenizer, base_dir, base_source = _load_base(base, store)
         try:
             base_sha = weights_sha256(base_dir) if base_dir is not None else None
         except ModelNotFoundError:

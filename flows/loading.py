@@ -46,10 +46,10 @@ def _resolve_device_dtype(core, device: str, dtype: str):
 
 class _RegistryLoader:
     """:class:`specdec.kinds.DraftLoader` over one MLflow service (``registry``) and this worker's model cache,
-    loading on ``dev`` in ``dt``."""
+    loading on ``dev`` in ``dt`` (``store``: the flow run's :class:`specdec.models.ModelStore`)."""
 
-    def __init__(self, registry, dev: str, dt) -> None:
-        self.registry, self.dev, self.dt = registry, dev, dt
+    def __init__(self, registry, dev: str, dt, store) -> None:
+        self.registry, self.dev, self.dt, self.store = registry, dev, dt, store
 
     def weights_sha256(self, uri: str) -> str:
         from registry import get_model_version
@@ -60,7 +60,7 @@ class _RegistryLoader:
         """The checkpoint of model version ``uri`` loaded with :func:`specdec.load_causal_lm` (not cached)."""
         from specdec import load_causal_lm
 
-        return load_causal_lm(str(self.directory(uri)), dtype=self.dt, device=self.dev)
+        return load_causal_lm(str(self.directory(uri)), store=self.store, dtype=self.dt, device=self.dev)
 
     def checkpoint(self, uri: str, *, shared: bool = False):
         """The checkpoint ``uri`` loaded (``shared``: cached under the target key, so a draft derived from the
@@ -133,10 +133,12 @@ def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto", served: b
     from flows.settings import for_this_run
     from registry.service import Registry
     from specdec.kinds import RegisteredDrafter, kind_of
+    from specdec.models.store import ModelStore
 
     tree = for_this_run()  # the flow run's settings (a task on a Dask worker reads its own)
     dev, dt = _resolve_device_dtype(tree.core, device, dtype)
-    loader = _RegistryLoader(Registry(tree.registry, check=False), dev, dt)  # no probe: the flow resolved the pair
+    loader = _RegistryLoader(Registry(tree.registry, check=False), dev, dt,  # no probe: the flow resolved the pair
+                             ModelStore(tree.core.models_dir))
     target_key = ("target", pv.target_uri, pv.target_weights_sha256, dev, str(dt))
     if served and pv.drafter_kind.split(":")[0] in SERVED_TARGET_KINDS:
         from specdec.validation.served_target import served_target

@@ -59,9 +59,10 @@ class HeadRegistration:
 
 
 @task(task_run_name="locate {pair}@{alias}", cache_policy=NO_CACHE)
-def locate_task(pair: str, alias: str, target: str | None, registry) -> HeadLocation:
-    """The pair version behind ``alias``: its target (or ``target``) and head, with local directories
-    (``registry``: the flow run's :class:`registry.service.Registry`).
+def locate_task(pair: str, alias: str, target: str | None, registry, store) -> HeadLocation:
+    """The pair version behind ``alias``: its target (or ``target``, resolved into ``store``, the flow run's
+    :class:`specdec.models.ModelStore`) and head, with local directories (``registry``: the flow run's
+    :class:`registry.service.Registry`).
 
     Raises:
         ValueError: the pair's drafter is not an EAGLE-3 head.
@@ -78,37 +79,39 @@ def locate_task(pair: str, alias: str, target: str | None, registry) -> HeadLoca
     return HeadLocation(pair_version=pv.version, target_ref=target_ref, head_uri=pv.draft_uri,
                         config=pv.config.to_dict(), engine=pv.tags.get("engine"),
                         head_dir=str(head_directory(pv.draft_uri, registry=registry)),
-                        target_dir=str(resolve_checkpoint(target_ref, registry=registry)["path"]))
+                        target_dir=str(resolve_checkpoint(target_ref, store=store, registry=registry)["path"]))
 
 
 @task(task_run_name="warm-start re-train {where.head_uri}")
-def retrain_task(where: HeadLocation, out_dir: str, config: dict) -> Retrained:
+def retrain_task(where: HeadLocation, out_dir: str, config: dict, store) -> Retrained:
     """Train the head ``where`` names further on its target with the warm-start settings
     (:meth:`specdec.training.Eagle3TrainConfig.warm_start`: ``config`` over
     ``specdec.training.eagle3.WARM_START_DEFAULTS``, sized for <= 10 minutes on a 2-core CPU), into
-    ``out_dir``. Resumes a killed run from ``out_dir/checkpoint``."""
+    ``out_dir`` (``store``: the flow run's :class:`specdec.models.ModelStore`). Resumes a killed run from
+    ``out_dir/checkpoint``."""
     from specdec.models import load_causal_lm
     from specdec.training import Eagle3TrainConfig, train_eagle3_head
 
-    target = load_causal_lm(where.target_dir, dtype="auto", device="auto")
+    target = load_causal_lm(where.target_dir, store=store, dtype="auto", device="auto")
     res = train_eagle3_head(target, out_dir=out_dir, init_from=where.head_dir,
                             config=Eagle3TrainConfig.warm_start(**config), device="auto", progress=False)
     return Retrained(out_dir=str(res.out_dir), metrics=res.metrics, lineage=res.lineage)
 
 
 @task(task_run_name="register {request.pair} (re-trained head) as @{request.alias}", cache_policy=NO_CACHE)
-def register_task(request: HeadRegistration, registry, gate) -> dict:
+def register_task(request: HeadRegistration, registry, gate, store) -> dict:
     """Register the re-trained head (lineage: parent = the old head; a new version of the parent's registered
     model ``head_name``) and the pair version with the drifted version's decoding config (k, sampling, new
     tokens) and serving engine profile; set the alias (through ``gate``, the flow run's
-    :class:`registry.gate.GateConfig`). Returns the pair version as a dict."""
+    :class:`registry.gate.GateConfig`; ``store``: the flow run's :class:`specdec.models.ModelStore`). Returns the
+    pair version as a dict."""
     from registry.register import register_trained_head
     from specdec.core.config import SpeculativeConfig
 
     r = request
     return register_trained_head(r.out_dir, r.pair, r.target_ref, alias=r.alias, head_name=r.head_name,
                                  config=SpeculativeConfig.from_dict(r.config), engine=r.engine, gate=gate,
-                                 registry=registry).to_dict()
+                                 registry=registry, store=store).to_dict()
 
 
 def _out_dir(home: Path, pair: str, version: str, target_dir: str) -> Path:
@@ -136,16 +139,17 @@ def realign_eagle3_flow(pair: str = "specdec-pair", alias: str = "champion", *, 
     from flows.settings import for_this_run
     from registry.gate import GateConfig
     from registry.service import Registry
+    from specdec.models.store import ModelStore
 
     log = get_run_logger()
     tree = for_this_run()
-    registry = Registry(tree.registry)  # this flow run's one MLflow service
-    where = locate_task(pair, alias, target, registry)
+    registry, store = Registry(tree.registry), ModelStore(tree.core.models_dir)  # this flow run's services
+    where = locate_task(pair, alias, target, registry, store)
     out = out_dir or str(_out_dir(tree.home, pair, where.pair_version, where.target_dir))
-    trained = retrain_task(where, out, dict(config or {}))
+    trained = retrain_task(where, out, dict(config or {}), store)
     pv = register_task(HeadRegistration(trained.out_dir, pair, where.target_ref, register_alias, where.config,
                                         where.engine, parse_model_uri(where.head_uri)[0]), registry,
-                       GateConfig.from_policy(tree.policy.policy()))
+                       GateConfig.from_policy(tree.policy.policy()), store)
     log.info("re-trained head %s -> %s in %.1f min; %s v%s%s", where.head_uri, pv["draft_uri"],
              trained.metrics["train_minutes"], pair, pv["version"], f" is @{register_alias}" if register_alias else "")
     return {"pair": pair, "version": pv["version"], "head_uri": pv["draft_uri"], "parent_head": where.head_uri,

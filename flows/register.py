@@ -24,16 +24,18 @@ class PairRequest:
 
 @task(retries=2, retry_delay_seconds=[5, 20], task_run_name="register {request.target} + {request.draft}",
       cache_policy=NO_CACHE)
-def register_task(request: PairRequest, registry) -> dict:
+def register_task(request: PairRequest, registry, store) -> dict:
     """Compatibility check, then register (or reuse) target, draft and pair version in ``registry`` (the
-    flow run's :class:`registry.service.Registry`).
+    flow run's :class:`registry.service.Registry`), references resolved into ``store`` (the flow run's
+    :class:`specdec.models.ModelStore`).
 
     Returns the pair version as a dict (:meth:`registry.PairVersion.to_dict`) plus ``target_uri``/``draft_uri``.
     """
     from registry.register import register_pair_from_refs
 
     reg = register_pair_from_refs(request.target, request.draft, name=request.name, target_name=request.target_name,
-                                  draft_name=request.draft_name, config=request.config, registry=registry)
+                                  draft_name=request.draft_name, config=request.config, registry=registry,
+                                  store=store)
     return reg.pair.to_dict()
 
 
@@ -73,12 +75,14 @@ def register_pair_flow(
     from flows.settings import for_this_run
     from registry.gate import GateConfig
     from registry.service import Registry
+    from specdec.models.store import ModelStore
 
     tree = for_this_run()
     registry = Registry(tree.registry)  # this flow run's one MLflow service
     cfg = SpeculativeConfig(num_speculative_tokens, SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p),
                             max_new_tokens)
-    pv = register_task(PairRequest(target, draft, name, target_name, draft_name, cfg), registry)
+    pv = register_task(PairRequest(target, draft, name, target_name, draft_name, cfg), registry,
+                       ModelStore(tree.core.models_dir))
     if alias:
         set_alias_task(pv["name"], pv["version"], alias, registry, GateConfig.from_policy(tree.policy.policy()))
     get_run_logger().info("pair %s v%s (%s changed)%s", pv["name"], pv["version"], pv["changed"],

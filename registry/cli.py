@@ -33,7 +33,16 @@ def register(app: typer.Typer) -> None:
     from registry.register import head_registry_hooks
     from specdec.training.cli import set_head_registry
 
-    set_head_registry(head_registry_hooks(_policy_gate))
+    set_head_registry(head_registry_hooks(_policy_gate, _model_store))
+
+
+def _model_store():
+    """The model caches (:class:`specdec.models.ModelStore` of ``CoreSettings.models_dir``, read here, at the
+    edge) a reference is fetched/converted into."""
+    from specdec.models.store import ModelStore
+    from specdec.settings import get_settings
+
+    return ModelStore(get_settings().models_dir)
 
 
 def _policy_gate(**overrides):
@@ -136,7 +145,7 @@ def register_cmd(
             card = model_card.read_text() if model_card else None
             reg = register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
                                           config=config, revision=revision, model_card=card, tracking_uri=tracking_uri,
-                                          engine=engine)
+                                          engine=engine, store=_model_store())
         except _user_errors() as e:
             _fail(str(e))
         pv, tref, dref, kind = reg.pair, reg.target, reg.draft, reg.drafter_kind

@@ -40,6 +40,7 @@ from registry.service import Registry, mlflow_errors, open_registry
 from specdec.redact import shown_url
 from specdec.core.config import SpeculativeConfig
 from specdec.models.resolve import SMOLLM2_GGUF_SHA256
+from specdec.models.store import ModelStore
 from specdec.validation.serving import engine_config
 from specdec.kinds import DERIVED, EAGLE3, LAYERSKIP, MODEL, NGRAM, KindTable, kind_of_label, stored_labels
 
@@ -191,6 +192,7 @@ def register_pair(
     registry: Registry | None = None,
     engine: str | None = None,
     drafter_recipe: dict | None = None,
+    store: ModelStore | None = None,
 ) -> PairVersion:
     """Register a pair version referencing exact target/draft model versions.
 
@@ -215,6 +217,8 @@ def register_pair(
         drafter_recipe: a model-free drafter's settings beyond its label (``ngram``: ``{"max_ngram",
             "min_ngram"}``, :meth:`specdec.kinds.DrafterKind.pair_recipe`; None: the kind's defaults now),
             stored as tag ``drafter_recipe`` and part of the pair's identity.
+        store: the caller's model caches (:class:`~specdec.models.ModelStore`), where the SmolLM2 GGUF file of a
+            conversion cached before ``gguf_path`` was kept is found (:func:`serve_tags`); None: no such lookup.
     Returns:
         :class:`PairVersion` (no artifacts downloaded). ``reused=True`` if an identical pair existed.
     Raises:
@@ -247,8 +251,8 @@ def register_pair(
             "compatible": _optional(compat.get("compatible", True if compat else None)).lower(),
             "compatibility": canonical_json(compat)[:5000], "engine": engine,
         }
-        tags.update(serve_tags("target", t.source))
-        tags.update(_draft_side_tags(kind, draft_ref, drafter_recipe))
+        tags.update(serve_tags("target", t.source, store))
+        tags.update(_draft_side_tags(kind, draft_ref, drafter_recipe, store))
         existing = _pair_versions(client, name)
         for mv in existing:
             mt = mv.tags or {}
@@ -296,11 +300,13 @@ def _checked_drafter(drafter_kind: str, draft: Any, drafter_recipe: dict | None)
     return kind, None
 
 
-def _draft_side_tags(kind, draft_ref: ModelVersionRef | None, drafter_recipe: dict | None) -> dict[str, str]:
-    """The draft side's serving, lineage and recipe tags (a pair without a draft version: only its recipe)."""
+def _draft_side_tags(kind, draft_ref: ModelVersionRef | None, drafter_recipe: dict | None,
+                     store: ModelStore | None) -> dict[str, str]:
+    """The draft side's serving (:func:`serve_tags` with ``store``), lineage and recipe tags (a pair without a
+    draft version: only its recipe)."""
     if draft_ref is None:
         return {DRAFTER_RECIPE_TAG: canonical_json(drafter_recipe)} if drafter_recipe is not None else {}
-    tags = serve_tags("draft", draft_ref.source)
+    tags = serve_tags("draft", draft_ref.source, store)
     if draft_ref.derived_from:
         tags["draft.derived_from"] = draft_ref.derived_from
     prefix = DRAFT_SIDES[kind].lineage_prefix
@@ -314,11 +320,12 @@ def _same_settings(a: dict[str, str], b: dict[str, str]) -> bool:
     return same_config(a, b) and drafter_recipe_of(a) == drafter_recipe_of(b)
 
 
-def serve_tags(side: str, source: dict[str, Any] | None) -> dict[str, str]:
+def serve_tags(side: str, source: dict[str, Any] | None, store: ModelStore | None = None) -> dict[str, str]:
     """What a serving engine loads for one side of the pair, from the model's ``source``:
     ``<side>.serve_ref`` (a Hub id, a local checkpoint directory, or the GGUF file itself) and, for
     a GGUF, ``<side>.gguf_sha256`` (the file's hash: the lineage an engine serving the file can be
-    checked against). Empty for a derived draft (it is the target's checkpoint plus its recipe)."""
+    checked against). Empty for a derived draft (it is the target's checkpoint plus its recipe). ``store``: where
+    the SmolLM2 GGUF file of a conversion cached before ``gguf_path`` was kept lies (None: no serve_ref then)."""
     source = source or {}
     kind = source.get("kind")
     ref = None
@@ -326,10 +333,10 @@ def serve_tags(side: str, source: dict[str, Any] | None) -> dict[str, str]:
         ref = source.get("repo_id") or source.get("ref")
     elif kind == "gguf":
         ref = source.get("gguf_path") or (source.get("ref") if str(source.get("ref", "")).endswith(".gguf") else None)
-        if ref is None and source.get("gguf_sha256") == SMOLLM2_GGUF_SHA256:  # converted before gguf_path was kept
-            from specdec.models.resolve import smollm2_gguf
+        if ref is None and store is not None and source.get("gguf_sha256") == SMOLLM2_GGUF_SHA256:
+            from specdec.models.resolve import smollm2_gguf  # converted before gguf_path was kept
 
-            ref = str(smollm2_gguf())
+            ref = str(smollm2_gguf(store))
     elif kind in ("local", "cast"):  # a cast copy (specdec model cast) is served from its own directory
         ref = source.get("path") or source.get("ref")
     out = {f"{side}.serve_ref": str(ref)} if ref else {}

@@ -17,6 +17,7 @@ from registry.pairs import PairVersion
 from registry.service import Registry, open_registry
 from specdec.core.config import SpeculativeConfig
 from specdec.kinds import DERIVED, EAGLE3, LAYERSKIP, MODEL, NGRAM, DrafterKind, KindTable, kind_of, kind_of_label
+from specdec.models.store import ModelStore
 
 
 @dataclass
@@ -29,11 +30,13 @@ class PairRegistration:
     drafter_kind: str
 
 
-def resolve_checkpoint(ref: str, revision: str | None = None, *, registry: Registry | None = None) -> dict[str, Any]:
+def resolve_checkpoint(ref: str, revision: str | None = None, *, store: ModelStore,
+                       registry: Registry | None = None) -> dict[str, Any]:
     """Resolve a model reference to a local checkpoint + tokenizer + config, without registering.
 
-    ``ref``: Hub id, local dir, ``.gguf`` file, ``smollm2``, or ``models:/<name>/<v>`` (an already
-    registered checkpoint version, downloaded to the cache of ``registry``). Returns a dict with ``path``,
+    ``ref``: Hub id, local dir, ``.gguf`` file, ``smollm2`` (fetched/converted into ``store``, the caller's
+    :class:`~specdec.models.ModelStore`), or ``models:/<name>/<v>`` (an already registered checkpoint version,
+    downloaded to the cache of ``registry``). Returns a dict with ``path``,
     ``source``, ``registered`` (ModelVersionRef or None), ``tokenizer``, ``config``, ``ref``.
 
     Raises:
@@ -51,7 +54,7 @@ def resolve_checkpoint(ref: str, revision: str | None = None, *, registry: Regis
     else:
         from specdec.models import resolve_model_ref
 
-        path, source = resolve_model_ref(ref, revision=revision)
+        path, source = resolve_model_ref(ref, store=store, revision=revision)
         registered = None
     return {"ref": ref, "path": Path(path), "source": source, "registered": registered,
             "tokenizer": AutoTokenizer.from_pretrained(path), "config": AutoConfig.from_pretrained(path)}
@@ -99,6 +102,7 @@ def register_pair_from_refs(
     tracking_uri: str | None = None,
     registry: Registry | None = None,
     engine: str | None = None,
+    store: ModelStore,
 ) -> PairRegistration:
     """Check compatibility, then register (or reuse) the target, the draft and the pair version.
 
@@ -115,6 +119,8 @@ def register_pair_from_refs(
         registry: the job's registry service (else one opened for ``tracking_uri``, for this call).
         engine: serving engine profile (``vllm`` / ``sglang`` / ``transformers``; see
             :func:`specdec.validation.serving.engine_config`), None to read it from the config.
+        store: the model caches references are fetched/converted into (the entry point's
+            :class:`~specdec.models.ModelStore`).
     Returns:
         :class:`PairRegistration`.
     Raises:
@@ -131,7 +137,7 @@ def register_pair_from_refs(
     with registration_lock(name, reg):
         return _register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
                                         config=config, revision=revision, model_card=model_card,
-                                        registry=reg, engine=engine)
+                                        registry=reg, engine=engine, store=store)
 
 
 REGISTRATION_LOCK_TIMEOUT_S = 1800.0  # a registration uploads checkpoints: minutes for a large one
@@ -189,6 +195,7 @@ class RegistrationRequest:
     model_card: str | None
     registry: Registry
     engine: str | None
+    store: ModelStore
 
 
 @dataclass
@@ -211,13 +218,13 @@ class DraftPlan:
 
 
 def _register_pair_from_refs(target: str, draft: str, *, name: str, target_name, draft_name, config, revision,
-                             model_card, registry: Registry, engine) -> PairRegistration:
+                             model_card, registry: Registry, engine, store: ModelStore) -> PairRegistration:
     """:func:`register_pair_from_refs`, under its lock: the registrar of the spec's kind (:data:`REGISTRARS`)."""
     spec = draft.strip()
     kind = kind_of(spec)
     req = RegistrationRequest(target=target, spec=spec, kind=kind, name=name, target_name=target_name,
                               draft_name=draft_name, config=config, revision=revision, model_card=model_card,
-                              registry=registry, engine=engine)
+                              registry=registry, engine=engine, store=store)
     return REGISTRARS[kind](req)
 
 
@@ -227,7 +234,7 @@ def _register_with(plan_draft: Callable[[RegistrationRequest, dict[str, Any]], D
     the draft (as planned) and the pair version."""
     from registry.models import register_derived_draft, register_model_version
     from registry.pairs import register_pair
-    t = resolve_checkpoint(req.target, req.revision, registry=req.registry)
+    t = resolve_checkpoint(req.target, req.revision, store=req.store, registry=req.registry)
     check_budget_fits(req.config, t["config"])
     plan = plan_draft(req, t)
     pair = req.name
@@ -242,7 +249,7 @@ def _register_with(plan_draft: Callable[[RegistrationRequest, dict[str, Any]], D
                                                          d["path"], source=d["source"], registry=req.registry)
     pv = register_pair(tref, dref, drafter_kind=plan.label, config=req.config, compatibility=plan.compat,
                        name=req.name, registry=req.registry, engine=req.engine,
-                       drafter_recipe=plan.drafter_recipe)
+                       drafter_recipe=plan.drafter_recipe, store=req.store)
     return PairRegistration(pair=pv, target=tref, draft=dref, drafter_kind=plan.label)
 
 
@@ -290,22 +297,22 @@ def _model_draft(req: RegistrationRequest, t: dict[str, Any]) -> DraftPlan:
         dref = get_model_version(req.spec, registry=req.registry)
         if dref.artifact == "derived-recipe":
             label = DERIVED.label_of((dref.recipe or {}).get("kind") or dref.tags.get("derived.kind", "int8"))
-            base = resolve_checkpoint(str(dref.derived_from), registry=req.registry)
+            base = resolve_checkpoint(str(dref.derived_from), store=req.store, registry=req.registry)
             return DraftPlan(label=label, compat=_compat(t, base, f"{label} draft derived from {dref.derived_from}"),
                              version=dref)
-    d = resolve_checkpoint(MODEL.ref(req.spec), registry=req.registry)
+    d = resolve_checkpoint(MODEL.ref(req.spec), store=req.store, registry=req.registry)
     return DraftPlan(label=MODEL.label(req.spec), compat=_compat(t, d), checkpoint=d)
 
 
 def _eagle3_registrar(req: RegistrationRequest) -> PairRegistration:
     """An EAGLE-3 head with its lineage tags (:func:`register_eagle3_pair`)."""
     return register_eagle3_pair(req.target, req.kind.ref(req.spec), name=req.name, head_name=req.draft_name,
-                                config=req.config, registry=req.registry, engine=req.engine)
+                                config=req.config, registry=req.registry, engine=req.engine, store=req.store)
 
 
 def register_eagle3_pair(target: str, head: str, *, name: str | None = None, head_name: str | None = None,
                          config=None, tracking_uri: str | None = None, registry: Registry | None = None,
-                         engine: str | None = None):
+                         engine: str | None = None, store: ModelStore):
     """Register (or reuse) the target, the head and the ``eagle3`` pair version.
 
     Args:
@@ -318,6 +325,8 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
             registered model).
         registry: the job's registry service (else one opened for ``tracking_uri``, for this call).
         config: ``SpeculativeConfig`` of the pair (default: its defaults).
+        store: the model caches the target reference is fetched/converted into (the caller's
+            :class:`~specdec.models.ModelStore`).
     Returns:
         :class:`registry.register.PairRegistration` (drafter kind ``eagle3``).
     Raises:
@@ -341,7 +350,7 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
         head_dir = Path(head)
         if not (head_dir / "config.json").is_file():
             raise FileNotFoundError(f"no EAGLE-3 head at {head_dir}: config.json not found")
-    t = resolve_checkpoint(target, registry=reg)
+    t = resolve_checkpoint(target, store=store, registry=reg)
     compat = head_compatibility(Path(head_dir), t["config"])
     if not compat["compatible"]:
         raise ValueError("head and target are incompatible: " + "; ".join(compat["problems"]))
@@ -350,39 +359,40 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
                                                      source=t["source"], registry=reg)
     href = href or register_eagle3_head(head_dir, tref, name=head_name or f"{pair_name}-eagle3", registry=reg)
     pv = register_pair(tref, href, drafter_kind="eagle3", config=config or SpeculativeConfig(),
-                       compatibility=compat, name=pair_name, registry=reg, engine=engine)
+                       compatibility=compat, name=pair_name, registry=reg, engine=engine, store=store)
     return PairRegistration(pair=pv, target=tref, draft=href, drafter_kind="eagle3")
 
 
 def register_trained_head(head: str | Path, pair: str, target: str, *, gate, head_name: str | None = None,
                           alias: str | None = "challenger", config=None, tracking_uri: str | None = None,
-                          registry: Registry | None = None, engine: str | None = None):
-    """:func:`register_eagle3_pair` under ``pair``, then point the ungated ``alias`` at the new version
-    (``None`` leaves aliases alone) through :func:`registry.promotion.promote` with ``gate`` (a
-    :class:`registry.gate.GateConfig`). What ``specdec draft train eagle3 --register`` and the
+                          registry: Registry | None = None, engine: str | None = None, store: ModelStore):
+    """:func:`register_eagle3_pair` under ``pair`` (the target resolved into ``store``), then point the ungated
+    ``alias`` at the new version (``None`` leaves aliases alone) through :func:`registry.promotion.promote` with
+    ``gate`` (a :class:`registry.gate.GateConfig`). What ``specdec draft train eagle3 --register`` and the
     re-alignment flow call. Returns the :class:`registry.pairs.PairVersion`."""
     from registry.promotion import promote
 
     service = open_registry(registry, tracking_uri)
     reg = register_eagle3_pair(target, str(head), name=pair, head_name=head_name, config=config,
-                               registry=service, engine=engine)
+                               registry=service, engine=engine, store=store)
     if alias:
         promote(pair, reg.pair.version, alias, gate=gate, registry=service)
     return reg.pair
 
 
-def head_registry_hooks(gate_of):
+def head_registry_hooks(gate_of, store_of):
     """The registry functions ``specdec draft train eagle3`` uses (:class:`specdec.training.cli.HeadRegistry`);
     ``gate_of``: ``() -> GateConfig``, the command's gate, built when a head is registered (the policy is read
-    then, at the edge)."""
+    then, at the edge); ``store_of``: ``() -> ModelStore``, the command's model caches, built when a reference
+    is resolved (the settings are read then, at the edge)."""
     from registry.heads import head_directory
     from specdec.training.cli import HeadRegistry
 
     def register(*args, **kwargs):
-        return register_trained_head(*args, gate=gate_of(), **kwargs)
+        return register_trained_head(*args, gate=gate_of(), store=store_of(), **kwargs)
 
     return HeadRegistry(register=register, head_directory=head_directory,
-                        checkpoint_directory=lambda ref: resolve_checkpoint(ref)["path"])
+                        checkpoint_directory=lambda ref: resolve_checkpoint(ref, store=store_of())["path"])
 
 
 #: how each drafter kind's pair is registered from references (tests/registry/test_kind_tables.py fails until a

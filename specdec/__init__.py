@@ -4,7 +4,7 @@ Public API::
 
     from specdec import (SamplingConfig, SpeculativeConfig, autoregressive_generate,
                          speculative_generate, NgramDrafter, DecodingStats, GenerationResult,
-                         check_pair_compatible, IncompatiblePairError, load_causal_lm)
+                         check_pair_compatible, IncompatiblePairError, load_causal_lm, ModelStore)
 
 Subpackages: :mod:`specdec.core` (the decoding core), :mod:`specdec.models` (loading, hashes,
 compatibility, derived drafts), :mod:`specdec.validation` (held-out sets, validation, reports).
@@ -32,6 +32,7 @@ _EXPORTS = {
     "IncompatiblePairError": "specdec.models.compat",
     "load_causal_lm": "specdec.models.load",
     "LoadedModel": "specdec.models.load",
+    "ModelStore": "specdec.models.store",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

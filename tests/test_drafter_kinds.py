@@ -44,6 +44,8 @@ from specdec.kinds import (
     stored_labels,
 )
 
+from tests.support.store import model_store
+
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("specdec", "registry", "monitoring", "flows")
 REGISTRY_PACKAGE = ROOT / "specdec" / "kinds"
@@ -264,7 +266,7 @@ def test_a_registered_ngram_loads_its_recipe_sizes():
 
 
 def test_resolve_and_parts_of_an_ngram():
-    r = kind_of("ngram:4:2").resolve("ngram:4:2", None)
+    r = kind_of("ngram:4:2").resolve("ngram:4:2", None, store=model_store())
     assert (r.kind, r.ref, r.drafter.max_ngram, r.drafter.min_ngram) == ("ngram", "max_ngram=4,min_ngram=2", 4, 2)
     obj, model, label, ref, recipe = drafter_parts(r)
     assert obj is r.drafter and model is None and label == "ngram" and ref == r.ref and recipe == {"max_ngram": 4, "min_ngram": 2}
@@ -277,7 +279,7 @@ def test_parts_of_a_bare_causal_lm_and_a_derived_draft():
     target = tiny_llama(61, hidden_size=32)
     obj, model, label, _, _ = drafter_parts(target)
     assert obj is model is target and label == "model"
-    r = kind_of("derived:bf16").resolve("derived:bf16", SimpleNamespace(model=target))
+    r = kind_of("derived:bf16").resolve("derived:bf16", SimpleNamespace(model=target), store=model_store())
     obj, model, label, _, recipe = drafter_parts(r)
     assert model is obj and model.dtype == torch.bfloat16 and label == "derived:bf16" and recipe["kind"] == "bf16"
     assert DERIVED.same_as_target("derived:bf16", torch.bfloat16) and DERIVED.same_as_target("derived:bf16", torch.float32) is None
@@ -316,14 +318,15 @@ def test_layerskip_kind_resolves_the_targets_own_layers_and_keys_on_the_target()
     from tests.support.models import tiny_llama
 
     target = tiny_llama(61, hidden_size=32, num_layers=4)
-    r = kind_of("layerskip:3").resolve("layerskip:3", SimpleNamespace(model=target))
+    r = kind_of("layerskip:3").resolve("layerskip:3", SimpleNamespace(model=target), store=model_store())
     assert (r.kind, r.recipe["num_layers"], r.drafter.config.num_hidden_layers) == ("layerskip", 3, 3)
     assert r.drafter.lm_head is target.lm_head and r.drafter.model.layers[2] is target.model.layers[2]
     obj, model, label, _, recipe = drafter_parts(r.drafter)  # a bare layer-skip draft is claimed by its kind
     assert model is obj and label == "layerskip" and recipe["num_layers"] == 3
-    assert kind_of("layerskip").resolve("layerskip", SimpleNamespace(model=target)).recipe["num_layers"] == 2
+    assert kind_of("layerskip").resolve("layerskip", SimpleNamespace(model=target),
+                                        store=model_store()).recipe["num_layers"] == 2
     with pytest.raises(DrafterSpecError, match="num_layers must be in 1..3"):
-        kind_of("layerskip:4").resolve("layerskip:4", SimpleNamespace(model=target))
+        kind_of("layerskip:4").resolve("layerskip:4", SimpleNamespace(model=target), store=model_store())
     loaded = LAYERSKIP.load(_reg("layerskip", recipe={"num_layers": 1}), SimpleNamespace(model=target), _Loader())
     assert loaded.drafter.config.num_hidden_layers == 1 and loaded.drafter.model.embed_tokens is target.model.embed_tokens
     key = LAYERSKIP.cache_key(_reg("layerskip", recipe={"num_layers": 1}), _Loader())
@@ -408,7 +411,8 @@ def test_a_fifth_kind_is_one_class_one_registration_and_one_entry_per_table(monk
 
     monkeypatch.setenv("SPECDEC_HOME", str(tmp_path))  # the registration lock's directory
     with pytest.raises(MissingKindEntry, match="'mtp' has no entry in the pair registrars"):
-        register_pair_from_refs("./target", "mtp:./head", name="mtp-pair", tracking_uri=f"sqlite:///{tmp_path}/never-opened.db")
+        register_pair_from_refs("./target", "mtp:./head", name="mtp-pair", tracking_uri=f"sqlite:///{tmp_path}/never-opened.db",
+                                store=model_store())
     with pytest.raises(MissingKindEntry, match="'mtp' has no entry in the vLLM serving table"):
         serving_config("vllm", "mtp", 2, draft="./head")  # serving is each engine profile's table
     for table in tables.values():  # filed like a draft model: complete again

@@ -31,8 +31,10 @@ def _gguf(ref: str) -> Path:
     """``smollm2`` (the model fetch's GGUF file) or a path to a .gguf file."""
     if ref.lower() in ("smollm2", "smollm2-135m-instruct"):
         from specdec.models.resolve import smollm2_gguf
+        from specdec.models.store import ModelStore
+        from specdec.settings import get_settings
 
-        return smollm2_gguf()
+        return smollm2_gguf(ModelStore(get_settings().models_dir))
     p = Path(ref).expanduser()
     if not p.is_file():
         _fail(f"{ref}: no such file (give a .gguf file, or 'smollm2')")

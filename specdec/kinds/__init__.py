@@ -74,6 +74,7 @@ from specdec.kinds.eagle3 import Eagle3Kind
 from specdec.kinds.layerskip import LayerSkipKind
 from specdec.kinds.model import ModelKind
 from specdec.kinds.ngram import NgramKind
+from specdec.models.store import ModelStore
 
 __all__ = ["DrafterKind", "DrafterSpecError", "ResolvedDrafter", "RegisteredDrafter", "DraftLoader", "ServingRequest",
            "register", "kinds", "kind_of", "kind_of_label", "stored_labels", "drafter_parts", "draft_identity",
@@ -177,11 +178,12 @@ def check_drafter_spec(spec: str) -> str:
     return kind_of(spec).check(spec)
 
 
-def resolve_drafter(spec: str, target: Any, *, dtype: Any = None, device: Any = None) -> ResolvedDrafter:
+def resolve_drafter(spec: str, target: Any, *, store: ModelStore, dtype: Any = None,
+                    device: Any = None) -> ResolvedDrafter:
     """Build the drafter a spec names (``ngram:4``, ``derived:int8``, ``eagle3:<dir>``, ``layerskip:N``,
     ``model:<ref>`` or a plain reference) for ``target`` (a :class:`~specdec.models.LoadedModel`), by its
-    kind (:meth:`DrafterKind.resolve`); ``dtype``/``device`` for a draft model or a head (default: the
-    target model's).
+    kind (:meth:`DrafterKind.resolve`); ``store``: the model caches a draft reference is fetched into (built
+    at the edge); ``dtype``/``device`` for a draft model or a head (default: the target model's).
 
     Raises:
         DrafterSpecError: empty or malformed spec (e.g. ``derived:int3``, ``ngram:x``).
@@ -189,7 +191,7 @@ def resolve_drafter(spec: str, target: Any, *, dtype: Any = None, device: Any = 
         specdec.IncompatiblePairError: the draft's tokenizer/vocabulary does not match the target's.
     """
     spec = (spec or "").strip()
-    return kind_of(spec).resolve(spec, target, dtype=dtype, device=device)
+    return kind_of(spec).resolve(spec, target, store=store, dtype=dtype, device=device)
 
 
 V = TypeVar("V")

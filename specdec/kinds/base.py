@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from specdec.models.store import ModelStore
+
 __all__ = ["DrafterKind", "DrafterSpecError", "ResolvedDrafter", "RegisteredDrafter", "DraftLoader", "ServingRequest"]
 
 
@@ -182,8 +184,10 @@ class DrafterKind:
         return spec
 
     # ---- loading ---------------------------------------------------------------------------
-    def resolve(self, spec: str, target: Any, *, dtype=None, device=None) -> ResolvedDrafter:
-        """Build the drafter ``spec`` names for ``target`` (a :class:`~specdec.models.LoadedModel`)."""
+    def resolve(self, spec: str, target: Any, *, store: ModelStore, dtype=None,
+                device=None) -> ResolvedDrafter:
+        """Build the drafter ``spec`` names for ``target`` (a :class:`~specdec.models.LoadedModel`); a draft
+        model reference is fetched/converted into ``store`` (the model caches, built at the edge)."""
         raise NotImplementedError(f"{type(self).__name__}.resolve")
 
     def load(self, reg: RegisteredDrafter, target: Any, loader: DraftLoader, *, dtype=None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from specdec.kinds.base import DrafterKind, DrafterSpecError, RegisteredDrafter, ResolvedDrafter
+from specdec.models.store import ModelStore
 
 __all__ = ["DerivedKind"]
 
@@ -66,7 +67,8 @@ class DerivedKind(DrafterKind):
     def reuse_spec(self, spec: str, version_uri: str) -> str:
         return version_uri  # the derived-recipe version: lineage to the target it was derived from
 
-    def resolve(self, spec: str, target: Any, *, dtype=None, device=None) -> ResolvedDrafter:
+    def resolve(self, spec: str, target: Any, *, store: ModelStore, dtype=None,
+                device=None) -> ResolvedDrafter:
         """Derive the draft from ``target.model`` (the recipe travels with it).
 
         Raises:

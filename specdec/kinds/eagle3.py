@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.kinds.base import DrafterKind, DrafterSpecError, RegisteredDrafter, ResolvedDrafter
+from specdec.models.store import ModelStore
 
 __all__ = ["Eagle3Kind"]
 
@@ -65,12 +66,18 @@ class Eagle3Kind(DrafterKind):
     def reuse_spec(self, spec: str, version_uri: str) -> str:
         return f"{self.name}:{version_uri}"  # the registered head version, with its lineage
 
-    def resolve(self, spec: str, target: Any, *, dtype=None, device=None) -> ResolvedDrafter:
-        """Check the head against ``target``, load it and wrap it in an Eagle3Drafter.
+    def resolve(self, spec: str, target: Any, *, store: ModelStore, dtype=None,
+                device=None) -> ResolvedDrafter:
+        """Check the head against ``target``, load it and wrap it in an Eagle3Drafter (a head directory:
+        ``store`` is not read).
 
         Raises:
             DrafterSpecError: bad spec or config. IncompatiblePairError: head and target do not fit.
         """
+        return self._head(spec, target, dtype=dtype, device=device)
+
+    def _head(self, spec: str, target: Any, *, dtype=None, device=None) -> ResolvedDrafter:
+        """:meth:`resolve` without a store (a head is a local directory; nothing is fetched)."""
         from specdec.core.head_drafter import Eagle3Drafter
         from specdec.models.eagle3 import load_eagle3
         from specdec.models.eagle3.compat import check_head_target, read_d2t
@@ -89,7 +96,7 @@ class Eagle3Kind(DrafterKind):
         from dataclasses import replace
 
         path = loader.directory(reg.uri)
-        return replace(self.resolve(f"{self.name}:{path}", target, dtype=dtype, device=device), ref=reg.uri)
+        return replace(self._head(f"{self.name}:{path}", target, dtype=dtype, device=device), ref=reg.uri)
 
     def cache_key(self, reg: RegisteredDrafter, loader) -> tuple:
         return (self.name, reg.uri, reg.weights_sha256, reg.target_key, reg.device, reg.dtype)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from specdec.kinds.base import DrafterKind, DrafterSpecError, RegisteredDrafter, ResolvedDrafter
+from specdec.models.store import ModelStore
 
 __all__ = ["LayerSkipKind"]
 
@@ -80,7 +81,8 @@ class LayerSkipKind(DrafterKind):
             raise DrafterSpecError(str(e)) from None
         return ResolvedDrafter(drafter=draft, kind=self.name, ref=f"num_layers={n}", recipe=recipe.to_dict())
 
-    def resolve(self, spec: str, target: Any, *, dtype=None, device=None) -> ResolvedDrafter:
+    def resolve(self, spec: str, target: Any, *, store: ModelStore, dtype=None,
+                device=None) -> ResolvedDrafter:
         """The first N layers of ``target.model`` (shared weights).
 
         Raises:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from specdec.kinds.base import DrafterKind, DrafterSpecError, RegisteredDrafter, ResolvedDrafter
+from specdec.models.store import ModelStore
 
 __all__ = ["ModelKind"]
 
@@ -26,8 +27,10 @@ class ModelKind(DrafterKind):
             raise DrafterSpecError("model: needs a reference, e.g. model:./my-draft or model:org/name")
         return spec
 
-    def resolve(self, spec: str, target: Any, *, dtype=None, device=None) -> ResolvedDrafter:
-        """Load the draft ``model:<ref>`` in the target's dtype/device (or ``dtype``/``device``) and check it.
+    def resolve(self, spec: str, target: Any, *, store: ModelStore, dtype=None,
+                device=None) -> ResolvedDrafter:
+        """Load the draft ``model:<ref>`` (through ``store``'s caches) in the target's dtype/device (or
+        ``dtype``/``device``) and check it.
 
         Raises:
             DrafterSpecError: no reference. specdec.models.ModelNotFoundError: not found.
@@ -37,7 +40,7 @@ class ModelKind(DrafterKind):
 
         ref = self.ref(self.check(spec))
         p = next(target.model.parameters())
-        loaded = load_causal_lm(ref, dtype=dtype or p.dtype, device=device or p.device)
+        loaded = load_causal_lm(ref, store=store, dtype=dtype or p.dtype, device=device or p.device)
         compat = check_loaded_pair(target, loaded)
         return ResolvedDrafter(drafter=loaded.model, kind=self.name, ref=str(loaded.source.get("ref") or ref),
                                loaded=loaded, compatibility=compat.to_dict() if hasattr(compat, "to_dict") else None)

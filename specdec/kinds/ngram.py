@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from specdec.kinds.base import DrafterKind, DrafterSpecError, RegisteredDrafter, ResolvedDrafter
+from specdec.models.store import ModelStore
 
 __all__ = ["NgramKind"]
 
@@ -88,7 +89,8 @@ class NgramKind(DrafterKind):
         return ResolvedDrafter(drafter=NgramDrafter(max_ngram=max_n, min_ngram=min_n), kind=self.name,
                                ref=f"max_ngram={max_n},min_ngram={min_n}", recipe=self._recipe(max_n, min_n))
 
-    def resolve(self, spec: str, target: Any = None, *, dtype=None, device=None) -> ResolvedDrafter:
+    def resolve(self, spec: str, target: Any = None, *, store: ModelStore, dtype=None,
+                device=None) -> ResolvedDrafter:
         return self._built(self.pair_recipe(spec))
 
     def load(self, reg: RegisteredDrafter, target: Any, loader, *, dtype=None, device=None) -> ResolvedDrafter:

@@ -13,6 +13,7 @@ from specdec.lazy import lazy_exports
 _EXPORTS = {
     "ModelNotFoundError": "specdec.models.errors",
     "LoadedModel": "specdec.models.load",
+    "ModelStore": "specdec.models.store",
     "load_causal_lm": "specdec.models.load",
     "resolve_model_ref": "specdec.models.resolve",
     "fetch_smollm2": "specdec.models.resolve",

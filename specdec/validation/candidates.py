@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from specdec.models.store import ModelStore
 from specdec.validation.report import nan_to_none
 from specdec.validation.speed import PAYS_ABOVE
 
@@ -99,9 +100,10 @@ class Recommendation:
         return nan_to_none(d)
 
 
-def resolve_candidates(target: Any, specs: Sequence[str]) -> tuple[list[CandidateResult], dict[str, Any]]:
+def resolve_candidates(target: Any, specs: Sequence[str], *, store: ModelStore
+                       ) -> tuple[list[CandidateResult], dict[str, Any]]:
     """One :class:`CandidateResult` per spec (unavailable ones say why) and ``{spec: resolved drafter}``
-    for the available ones (:func:`specdec.kinds.resolve_drafter`)."""
+    for the available ones (:func:`specdec.kinds.resolve_drafter`; a draft reference fetched into ``store``)."""
     from specdec.models.derived import UnsupportedRecipeError
     from specdec.kinds import kind_of
     from specdec.kinds import DrafterSpecError, resolve_drafter
@@ -110,7 +112,7 @@ def resolve_candidates(target: Any, specs: Sequence[str]) -> tuple[list[Candidat
     target_dtype = next(target.model.parameters()).dtype
     for spec in specs:
         try:
-            r = resolve_drafter(spec, target)
+            r = resolve_drafter(spec, target, store=store)
         except (UnsupportedRecipeError, DrafterSpecError) as e:
             results.append(CandidateResult(spec=spec, available=False, reason=str(e)))
             continue

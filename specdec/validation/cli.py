@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from specdec.models.store import ModelStore
 from specdec.validation.cli_options import ConfidenceThresholdOption, DraftSamplingOption
 
 _out = Console()
@@ -215,7 +216,7 @@ def _engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, target_ref: s
     if opts.engine_url is None:
         try:
             endpoint = vllm_offline_endpoint(target_ref, drafter, config, engines_dir=settings.engines_dir,
-                                             python=opts.engine_python)
+                                             store=ModelStore(settings.models_dir), python=opts.engine_python)
         except ValueError as e:
             _fail(f"engine check: {e}")
         _err.print("engine check: starting vLLM offline in the engine venv (a first start compiles: minutes)",
@@ -326,22 +327,23 @@ def _load_pair(opts: _Options, out_dir: Path, out_dirs: list[Path]) -> tuple[Any
     drafter; returns ``(target model, drafters, output directories)``."""
     from specdec.models import load_causal_lm
     from specdec.kinds import resolve_drafter
+    from specdec.settings import get_settings
 
-    target, draft = opts.target, opts.draft
+    target, draft, store = opts.target, opts.draft, ModelStore(get_settings().models_dir)
     _step(f"loading target {target} ...")
     with _err.status(f"loading target {target} ..."):
         try:
-            tgt = load_causal_lm(target, dtype=opts.dtype, device=opts.device)
+            tgt = load_causal_lm(target, store=store, dtype=opts.dtype, device=opts.device)
         except (FileNotFoundError, ValueError) as e:
             _fail(f"target: {e}")
     if "auto" in draft:
-        draft, out_dirs = _resolve_auto(tgt, opts, out_dir, out_dirs)
+        draft, out_dirs = _resolve_auto(tgt, opts, out_dir, out_dirs, store)
     drafters = []
     for spec in draft:
         _step(f"preparing drafter {spec} ...")
         with _err.status(f"preparing drafter {spec} ..."):
             try:
-                drafters.append(resolve_drafter(spec, tgt))
+                drafters.append(resolve_drafter(spec, tgt, store=store))
             except (FileNotFoundError, ValueError) as e:  # ModelNotFoundError, IncompatiblePairError, DrafterSpecError
                 _fail(f"drafter {spec}: {e}")
         for note in (drafters[-1].compatibility or {}).get("notes", []):
@@ -349,11 +351,13 @@ def _load_pair(opts: _Options, out_dir: Path, out_dirs: list[Path]) -> tuple[Any
     return tgt, drafters, out_dirs
 
 
-def _resolve_auto(tgt: Any, opts: _Options, out_dir: Path, out_dirs: list[Path]) -> tuple[list[str], list[Path]]:
-    """``--draft auto``: measures the candidates here and validates the one that pays (or the fastest)."""
+def _resolve_auto(tgt: Any, opts: _Options, out_dir: Path, out_dirs: list[Path], store: ModelStore
+                  ) -> tuple[list[str], list[Path]]:
+    """``--draft auto``: measures the candidates here (drafts fetched into ``store``, a
+    :class:`~specdec.models.ModelStore`) and validates the one that pays (or the fastest)."""
     from specdec.validation.recommend_cli import print_recommendation, run_recommend
 
-    rec = run_recommend(tgt, seed=opts.seed, target_ref=opts.target)
+    rec = run_recommend(tgt, seed=opts.seed, target_ref=opts.target, store=store)
     print_recommendation(rec)
     choice = rec.best or rec.fallback
     if choice is None:

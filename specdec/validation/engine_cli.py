@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from specdec.models.store import ModelStore
 from specdec.validation.engine_report import EngineCheckReport, EngineGroup
 
 ENGINE_REPORT_FILE = "engine_check.json"
@@ -41,11 +42,12 @@ def run_engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, endpoint: 
         return validate(request)[0].engine_check
 
 
-def vllm_offline_endpoint(target_ref: str, drafter: Any, config: Any, *, engines_dir: Path,
+def vllm_offline_endpoint(target_ref: str, drafter: Any, config: Any, *, engines_dir: Path, store: ModelStore,
                           python: str | None = None) -> Any:
     """The :class:`~specdec.engines.profile.EngineEndpoint` of an offline vLLM check: the target checkpoint the
     core loaded and the ``--speculative-config`` the pair's serving config prints (draft as a local checkpoint);
-    ``engines_dir``: the command's ``CoreSettings.engines_dir`` (the installed vLLM and its compile caches).
+    ``engines_dir``: the command's ``CoreSettings.engines_dir`` (the installed vLLM and its compile caches);
+    ``store``: its :class:`~specdec.models.ModelStore` (where the target and draft references resolve).
 
     Raises:
         ValueError: a drafter vLLM cannot be given here (no loadable draft reference).
@@ -60,9 +62,9 @@ def vllm_offline_endpoint(target_ref: str, drafter: Any, config: Any, *, engines
     from specdec.kinds import kind_of
 
     _, _, kind, ref, recipe = drafter_parts(drafter)
-    draft_dir = None if kind_of(kind).model_free or not ref else str(resolve_model_ref(ref)[0])
+    draft_dir = None if kind_of(kind).model_free or not ref else str(resolve_model_ref(ref, store=store)[0])
     served = serving_config("vllm", kind, config.num_speculative_tokens, draft=draft_dir, drafter_recipe=recipe)
-    options = [("model", str(resolve_model_ref(target_ref)[0])),
+    options = [("model", str(resolve_model_ref(target_ref, store=store)[0])),
                ("speculative_config", json.dumps(served["speculative_config"], separators=(",", ":"))),
                ("engines_dir", str(engines_dir))]
     if python:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from specdec import stopping
+from specdec.models.store import ModelStore
 from specdec.validation.candidates import (CandidateResult, Recommendation, default_candidates,
                                            resolve_candidates)
 from specdec.validation.findings import recommendation_summary
@@ -29,11 +30,12 @@ __all__ = ["CandidateResult", "Recommendation", "recommend_draft", "default_cand
 def recommend_draft(target: Any, heldout: Any, *, candidates: Sequence[str] | None = None, max_new_tokens: int = 32,
                     k_values: Sequence[int] = tuple(range(1, 9)), cost_reps: int = 7, bootstrap_resamples: int = 2000,
                     seed: int = 0, target_ref: str | None = None, speed_heldout: Any = None,
-                    progress: Callable[[str], None] | None = None, cache: Any) -> Recommendation:
+                    progress: Callable[[str], None] | None = None, cache: Any, store: ModelStore) -> Recommendation:
     """Validate ``candidates`` (default :func:`default_candidates`) against ``target`` (a LoadedModel) on
     ``heldout`` (a small stratified set, :func:`specdec.validation.short_prompts.short_prompts`) at the k in
     ``k_values``; ``progress`` gets one line per phase; ``cache``: the replay's continuation cache (the entry
-    point's, :meth:`specdec.validation.continuation_cache.ContinuationCache.in_home`).
+    point's, :meth:`specdec.validation.continuation_cache.ContinuationCache.in_home`); ``store``: the model caches a
+    candidate's draft reference is fetched into (the entry point's).
 
     ``speed_heldout``: the prompts of the speed check (phase 4), default ``heldout``. Pass the set the
     nightly will validate on: the speed CI is a bootstrap over prompts, so the same prompt set size
@@ -49,7 +51,7 @@ def recommend_draft(target: Any, heldout: Any, *, candidates: Sequence[str] | No
     t0, say, load = time.perf_counter(), progress or (lambda _m: None), LoadSampler()
     ks, model = sorted({int(k) for k in k_values}), target.model.eval()
     device = next(model.parameters()).device
-    results, drafters = resolve_candidates(target, candidates or default_candidates(device))
+    results, drafters = resolve_candidates(target, candidates or default_candidates(device), store=store)
     by_spec, specs = {c.spec: c for c in results}, list(drafters)
     cfg = ValidationConfig(num_speculative_tokens=ks[0], max_new_tokens=max_new_tokens, seed=seed,
                            bootstrap_resamples=bootstrap_resamples)

@@ -14,6 +14,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from specdec.models.store import ModelStore
+
 draft_app = typer.Typer(help="Choose a draft for a target on this machine.", no_args_is_help=True)
 _out = Console()
 _err = Console(stderr=True, emoji=False)
@@ -108,13 +110,17 @@ def floor_warnings(rec: Any) -> list[str]:
 def run_recommend(target: Any, *, heldout: str = "spec_bench", candidates: list[str] | None = None,
                   per_category: int = 1, max_prompt_tokens: int | None = 256, max_new_tokens: int = 32,
                   k_max: int = 8, seed: int = 0, target_ref: str | None = None,
-                  console: Console = _err) -> Any:
+                  console: Console = _err, store: ModelStore | None = None) -> Any:
     """Load the held-out set, pick the short stratified prompts and run
     :func:`specdec.validation.recommend.recommend_draft` with a status line, replaying into this home's
-    continuation cache (``SPECDEC_HOME``, read here: an entry module). Returns the Recommendation."""
+    continuation cache (``SPECDEC_HOME``, read here: an entry module) with candidate drafts fetched into ``store``
+    (default: the settings' models directory). Returns the Recommendation."""
     from specdec.settings import get_settings
     from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.heldout import load_heldout
+
+    settings = get_settings()
+    store = store or ModelStore(settings.models_dir)  # an entry module: the edge
     from specdec.validation.recommend import recommend_draft
     from specdec.validation.short_prompts import short_prompts
 
@@ -129,7 +135,7 @@ def run_recommend(target: Any, *, heldout: str = "spec_bench", candidates: list[
         return recommend_draft(target, held, candidates=candidates, max_new_tokens=max_new_tokens,
                                k_values=tuple(range(1, k_max + 1)), seed=seed,
                                target_ref=target_ref, progress=progress,
-                               cache=ContinuationCache.in_home(get_settings().home))
+                               cache=ContinuationCache.in_home(settings.home), store=store)
 
 
 @draft_app.command("recommend")
@@ -169,18 +175,20 @@ def _recommend(*, target, candidate, heldout, per_category, max_prompt_tokens, m
     import torch
 
     from specdec.models import load_causal_lm
+    from specdec.settings import get_settings
 
+    store = ModelStore(get_settings().models_dir)
     if device.startswith("cuda") and not torch.cuda.is_available():
         _fail("--device cuda requested but CUDA is not available")
     with _err.status(f"loading target {target} ..."):
         try:
-            tgt = load_causal_lm(target, dtype=dtype, device=device)
+            tgt = load_causal_lm(target, store=store, dtype=dtype, device=device)
         except (FileNotFoundError, ValueError) as e:
             _fail(f"target: {e}")
     from specdec.core.finite import BrokenModel, NonFiniteLogits
 
     try:
-        rec = run_recommend(tgt, heldout=heldout, candidates=candidate or None, per_category=per_category,
+        rec = run_recommend(tgt, store=store, heldout=heldout, candidates=candidate or None, per_category=per_category,
                             max_prompt_tokens=max_prompt_tokens or None, max_new_tokens=max_new_tokens,
                             k_max=k_max, seed=seed, target_ref=target)
     except NonFiniteLogits as e:  # a pass-cost or speed pass: the target, or a candidate drafter

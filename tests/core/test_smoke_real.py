@@ -15,6 +15,8 @@ import torch
 
 from specdec import NgramDrafter, SamplingConfig, autoregressive_generate, load_causal_lm, speculative_generate
 
+from tests.support.store import model_store
+
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 QUESTIONS = REPO / "specdec" / "data" / "heldout" / "spec_bench" / "question.jsonl"
@@ -29,7 +31,7 @@ def smollm2():
     mp.setenv("SPECDEC_HOME", os.environ.get("SPECDEC_HOME") or str(REPO / ".specdec"))
     threads = torch.get_num_threads()
     torch.set_num_threads(max(2, threads))  # a 135M model benefits from both cores
-    yield load_causal_lm("smollm2")
+    yield load_causal_lm("smollm2", store=model_store())
     torch.set_num_threads(threads)
     mp.undo()
 

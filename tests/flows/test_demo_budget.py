@@ -7,6 +7,7 @@ import pytest
 
 from flows import demo_budget as B
 from tests.support.gate import policy_gate
+from tests.support.store import model_store
 
 
 def test_size_shrinks_with_the_one_token_pass_and_fits_the_budget():
@@ -39,7 +40,8 @@ def test_one_token_pass_is_measured_on_the_model(tmp_path):
     from specdec.models import load_causal_lm
     from tests.support.models import save_tiny_checkpoint
 
-    model = load_causal_lm(str(save_tiny_checkpoint(tmp_path / "tiny")), dtype="float32", device="cpu").model
+    model = load_causal_lm(str(save_tiny_checkpoint(tmp_path / "tiny")), dtype="float32", device="cpu",
+                           store=model_store()).model
     t1 = B.one_token_pass_seconds(model, reps=3)
     assert 0 < t1 < 1.0
 

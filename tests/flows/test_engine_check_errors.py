@@ -24,6 +24,7 @@ from specdec.validation.replay import draft_trace, replay_counters
 from tests.support.models import save_tiny_checkpoint
 from tests.support.nightly import webhook_settings
 from tests.support.scripted_engine import ScriptedEngine
+from tests.support.store import model_store
 
 K, NEW = 4, 12
 
@@ -50,7 +51,7 @@ def registered(tmp_path, monkeypatch):
     held = tmp_path / "h.jsonl"
     held.write_text("".join(json.dumps({"id": f"q{i}", "category": c, "prompt": f"say {i} {c} things"}) + "\n"
                             for i, c in enumerate(["chat", "chat", "math", "math"])))
-    return R, held, load_causal_lm(str(target)), load_causal_lm(str(draft))
+    return R, held, load_causal_lm(str(target), store=model_store()), load_causal_lm(str(draft), store=model_store())
 
 
 def _healthy(target, draft):

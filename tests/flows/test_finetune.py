@@ -18,6 +18,7 @@ from flows.finetune import DEFAULT_CORPUS, FINETUNE_FILE, finetune_target, read_
 from specdec import load_causal_lm
 from specdec.models import weights_sha256
 from tests.support.models import save_tiny_checkpoint
+from tests.support.store import model_store
 
 RECIPE = dict(steps=3, lr=1e-2, batch_size=2, seq_len=16, num_threads=1)
 
@@ -29,7 +30,7 @@ def base_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def base(base_dir):
-    return load_causal_lm(str(base_dir))
+    return load_causal_lm(str(base_dir), store=model_store())
 
 
 def _state(model) -> dict[str, torch.Tensor]:
@@ -48,7 +49,8 @@ def test_finetune_saves_loadable_changed_checkpoint_and_leaves_base_untouched(ba
     before = _state(base.model)
     base_sha = weights_sha256(base_dir)
     seen: list[tuple[int, float]] = []
-    res = finetune_target(base, tmp_path / "ft", seed=0, on_step=lambda i, l: seen.append((i, l)), **RECIPE)
+    res = finetune_target(base, tmp_path / "ft", seed=0, on_step=lambda i, l: seen.append((i, l)), **RECIPE,
+                          store=model_store())
 
     assert res.path == tmp_path / "ft" and res.steps == 3 and len(res.losses) == 3
     assert [i for i, _ in seen] == [1, 2, 3] and [l for _, l in seen] == res.losses
@@ -62,7 +64,7 @@ def test_finetune_saves_loadable_changed_checkpoint_and_leaves_base_untouched(ba
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
     assert not base.model.training and weights_sha256(base_dir) == base_sha
 
-    ft = load_causal_lm(str(res.path))
+    ft = load_causal_lm(str(res.path), store=model_store())
     assert not ft.model.training
     ft_state = ft.model.state_dict()
     assert ft_state.keys() == before.keys()
@@ -80,9 +82,9 @@ def test_finetune_saves_loadable_changed_checkpoint_and_leaves_base_untouched(ba
 
 
 def test_same_seed_is_bit_identical_other_seed_differs(base_dir, tmp_path):
-    a = finetune_target(str(base_dir), tmp_path / "a", seed=7, **RECIPE)
-    b = finetune_target(str(base_dir), tmp_path / "b", seed=7, **RECIPE)
-    c = finetune_target(str(base_dir), tmp_path / "c", seed=8, **RECIPE)
+    a = finetune_target(str(base_dir), tmp_path / "a", seed=7, **RECIPE, store=model_store())
+    b = finetune_target(str(base_dir), tmp_path / "b", seed=7, **RECIPE, store=model_store())
+    c = finetune_target(str(base_dir), tmp_path / "c", seed=8, **RECIPE, store=model_store())
     assert a.losses == b.losses
     assert a.weights_sha256 == b.weights_sha256
     assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
@@ -93,7 +95,7 @@ def test_training_lowers_loss_on_learnable_corpus(base_dir, tmp_path):
     corpus = tmp_path / "abc.txt"
     corpus.write_text("abcdefgh" * 400)
     res = finetune_target(str(base_dir), tmp_path / "ft", corpus=corpus, steps=30, lr=1e-2, batch_size=4,
-                          seq_len=16, warmup_steps=0, num_threads=1)
+                          seq_len=16, warmup_steps=0, num_threads=1, store=model_store())
     assert sum(res.losses[-5:]) / 5 < 0.5 * sum(res.losses[:5]) / 5
 
 
@@ -108,7 +110,7 @@ def test_tied_embeddings_stay_tied(tmp_path):
     assert model.lm_head.weight is model.model.embed_tokens.weight
     model.save_pretrained(tmp_path / "tied")
     tiny_tokenizer().save_pretrained(tmp_path / "tied")
-    res = finetune_target(str(tmp_path / "tied"), tmp_path / "ft", **RECIPE)
+    res = finetune_target(str(tmp_path / "tied"), tmp_path / "ft", **RECIPE, store=model_store())
     ft = LlamaForCausalLM.from_pretrained(res.path)
     assert ft.config.tie_word_embeddings
     assert ft.lm_head.weight.data_ptr() == ft.model.embed_tokens.weight.data_ptr()
@@ -116,25 +118,25 @@ def test_tied_embeddings_stay_tied(tmp_path):
 
 def test_bad_inputs_fail_clearly_and_keep_existing_output(base_dir, tmp_path):
     with pytest.raises(ValueError, match="steps"):
-        finetune_target(str(base_dir), tmp_path / "x", **{**RECIPE, "steps": 0})
+        finetune_target(str(base_dir), tmp_path / "x", **{**RECIPE, "steps": 0}, store=model_store())
     with pytest.raises(ValueError, match="lr"):
-        finetune_target(str(base_dir), tmp_path / "x", **{**RECIPE, "lr": float("nan")})
+        finetune_target(str(base_dir), tmp_path / "x", **{**RECIPE, "lr": float("nan")}, store=model_store())
     with pytest.raises(FileNotFoundError, match="corpus"):
-        finetune_target(str(base_dir), tmp_path / "x", corpus=tmp_path / "missing.txt", **RECIPE)
+        finetune_target(str(base_dir), tmp_path / "x", corpus=tmp_path / "missing.txt", **RECIPE, store=model_store())
     short = tmp_path / "short.txt"
     short.write_text("abc")
     with pytest.raises(ValueError, match="fewer than seq_len"):
-        finetune_target(str(base_dir), tmp_path / "x", corpus=short, **RECIPE)
+        finetune_target(str(base_dir), tmp_path / "x", corpus=short, **RECIPE, store=model_store())
     assert not (tmp_path / "x").exists()
     with pytest.raises(TypeError):
-        finetune_target(42, tmp_path / "x", **RECIPE)
+        finetune_target(42, tmp_path / "x", **RECIPE, store=model_store())
 
     out = tmp_path / "existing"
     out.mkdir()
     (out / "keep.txt").write_text("data")
     with pytest.raises(FileExistsError):
-        finetune_target(str(base_dir), out, **RECIPE)
+        finetune_target(str(base_dir), out, **RECIPE, store=model_store())
     assert (out / "keep.txt").read_text() == "data"
-    res = finetune_target(str(base_dir), out, overwrite=True, **RECIPE)
+    res = finetune_target(str(base_dir), out, overwrite=True, **RECIPE, store=model_store())
     assert not (out / "keep.txt").exists() and (out / FINETUNE_FILE).is_file() and res.path == out
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]

@@ -13,6 +13,7 @@ import pytest
 from monitoring.receiver import WebhookReceiver
 from tests.support.models import save_tiny_checkpoint
 from tests.support.gate import policy_gate
+from tests.support.store import model_store
 
 
 def test_broken_champion_alerts_once_and_challenger_is_validated(tmp_path, monkeypatch, prefect_harness):
@@ -33,9 +34,9 @@ def test_broken_champion_alerts_once_and_challenger_is_validated(tmp_path, monke
     model_cache.clear()
     cfg = SpeculativeConfig(max_new_tokens=8)
     old = register_pair_from_refs(str(save_tiny_checkpoint(tmp_path / "a", seed=1)), "ngram", name="bp",
-                                  target_name="old-target", config=cfg)
+                                  target_name="old-target", config=cfg, store=model_store())
     new = register_pair_from_refs(str(save_tiny_checkpoint(tmp_path / "b", seed=2)), "ngram", name="bp",
-                                  target_name="new-target", config=cfg)
+                                  target_name="new-target", config=cfg, store=model_store())
     promote("bp", old.pair.version, "champion", force=True, reason="test setup", gate=policy_gate())
     promote("bp", new.pair.version, "challenger", gate=policy_gate())
     MlflowClient(resolve_tracking_uri()).delete_model_version("old-target", old.target.version)

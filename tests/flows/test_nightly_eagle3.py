@@ -12,6 +12,7 @@ import pytest
 from monitoring.receiver import WebhookReceiver
 from tests.flows.test_nightly import _heldout
 from tests.support.nightly import nightly_by_alias
+from tests.support.store import model_store
 from tests.training.eagle3_support import TINY_LAYER_IDS, quick_config, tiny_target_dir
 
 PAIR = "tiny-eagle3"
@@ -35,7 +36,7 @@ def env(tmp_path_factory, prefect_harness):
     receiver = WebhookReceiver().start()
     mp.setenv("SPECDEC_ALERT_CHANNELS", json.dumps([{"type": "webhook", "url": receiver.url("/hook"), "name": "ops"}]))
     t1, t2 = tiny_target_dir(tmp / "t1"), tiny_target_dir(tmp / "t2", perturb=1.0)
-    head = train_eagle3_head(load_causal_lm(str(t1)), out_dir=tmp / "h1", layer_ids=TINY_LAYER_IDS, progress=False,
+    head = train_eagle3_head(load_causal_lm(str(t1), store=model_store()), out_dir=tmp / "h1", layer_ids=TINY_LAYER_IDS, progress=False,
                              config=quick_config()).out_dir
     from flows import model_cache
 

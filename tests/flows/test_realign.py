@@ -7,6 +7,7 @@ import pytest
 
 from tests.training.eagle3_support import TINY_LAYER_IDS, quick_config, tiny_target_dir
 from tests.support.gate import policy_gate
+from tests.support.store import model_store
 
 PAIR = "pair-realign"
 
@@ -23,15 +24,17 @@ def stale(tmp_path_factory, prefect_harness):
     mp.delenv("MLFLOW_TRACKING_URI", raising=False)
     mp.delenv("SPECDEC_TRACKING_URI", raising=False)
     t1, t2 = tiny_target_dir(tmp / "t1"), tiny_target_dir(tmp / "t2", perturb=0.05)
-    h1 = train_eagle3_head(load_causal_lm(str(t1)), out_dir=tmp / "h1", layer_ids=TINY_LAYER_IDS, progress=False,
+    h1 = train_eagle3_head(load_causal_lm(str(t1), store=model_store()), out_dir=tmp / "h1", layer_ids=TINY_LAYER_IDS, progress=False,
                            config=quick_config(epochs=1, num_sequences=8))
     from registry.register import register_trained_head
 
-    v1 = register_trained_head(h1.out_dir, PAIR, str(t1), alias=None, head_name="tiny-head", gate=policy_gate())
+    v1 = register_trained_head(h1.out_dir, PAIR, str(t1), alias=None, head_name="tiny-head", gate=policy_gate(),
+                               store=model_store())
     from specdec.core.config import SamplingConfig, SpeculativeConfig
 
     served = SpeculativeConfig(3, SamplingConfig(temperature=0.7, top_p=0.9), 48, draft_sampling="argmax")
-    v2 = register_trained_head(v1.draft_uri, PAIR, str(t2), alias="challenger", config=served, engine="vllm", gate=policy_gate())
+    v2 = register_trained_head(v1.draft_uri, PAIR, str(t2), alias="challenger", config=served, engine="vllm", gate=policy_gate(),
+                               store=model_store())
     yield {"t2": t2, "v1": v1, "v2": v2}
     mp.undo()
 
@@ -64,6 +67,6 @@ def test_a_non_eagle3_pair_is_not_retrained(stale):
     from flows.realign import realign_eagle3_flow
     from registry.register import register_pair_from_refs
 
-    register_pair_from_refs(str(stale["t2"]), "ngram", name="pair-ngram")
+    register_pair_from_refs(str(stale["t2"]), "ngram", name="pair-ngram", store=model_store())
     with pytest.raises(ValueError, match="only EAGLE-3 heads are re-trained"):
         realign_eagle3_flow(pair="pair-ngram", alias="1")

@@ -29,6 +29,7 @@ from tests.support.mlflow_server import MlflowServer
 from registry.webhooks import sign
 from tests.support.models import save_tiny_checkpoint
 from tests.support.gate import policy_gate
+from tests.support.store import model_store
 
 pytestmark = pytest.mark.server
 REPO = Path(__file__).resolve().parents[2]
@@ -153,7 +154,8 @@ def _register(stack, target: str, draft: str) -> str:
     from specdec.core.config import SamplingConfig, SpeculativeConfig
 
     reg = register_pair_from_refs(target, draft, name=PAIR, target_name="watch-target", draft_name="watch-int8",
-                                  config=SpeculativeConfig(4, SamplingConfig(), 24), tracking_uri=stack["server"].uri)
+                                  config=SpeculativeConfig(4, SamplingConfig(), 24), tracking_uri=stack["server"].uri,
+                                  store=model_store())
     return reg.pair.version
 
 

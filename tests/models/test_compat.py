@@ -9,6 +9,7 @@ import pytest
 from specdec import IncompatiblePairError, check_pair_compatible
 from specdec.models import check_loaded_pair, load_causal_lm
 from tests.support.models import save_tiny_checkpoint, tiny_llama, tiny_tokenizer
+from tests.support.store import model_store
 
 
 def _rebuild(tok, edit_json=None, **kwargs):
@@ -108,8 +109,8 @@ def test_chat_template_difference_is_a_note():
 
 def test_check_loaded_pair(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
-    target = load_causal_lm(save_tiny_checkpoint(tmp_path / "t"))
-    draft = load_causal_lm(save_tiny_checkpoint(tmp_path / "d", seed=1, vocab_size=110))
+    target = load_causal_lm(save_tiny_checkpoint(tmp_path / "t"), store=model_store())
+    draft = load_causal_lm(save_tiny_checkpoint(tmp_path / "d", seed=1, vocab_size=110), store=model_store())
     res = check_loaded_pair(target, draft)
     assert res.compatible and res.shared_vocab_size == 103 and res.draft_vocab_size == 110
 

@@ -12,6 +12,7 @@ from specdec.models.derived import DerivedDraftRecipe, UnsupportedRecipeError, d
 from specdec.kinds import DrafterSpecError, resolve_drafter
 from specdec.validation.machine import native_bf16
 from tests.support.models import tiny_llama
+from tests.support.store import model_store
 
 
 def test_bf16_recipe_records_dtype_and_int8_dict_is_unchanged():
@@ -69,9 +70,9 @@ def test_fp8_refused_on_cpu_with_a_clear_error():
         tokenizer = None
 
     with pytest.raises(ValueError, match="needs a CUDA GPU"):
-        resolve_drafter("derived:fp8", Loaded())
+        resolve_drafter("derived:fp8", Loaded(), store=model_store())
     with pytest.raises(DrafterSpecError, match="derived:bf16"):
-        resolve_drafter("derived:fp16", Loaded())
+        resolve_drafter("derived:fp16", Loaded(), store=model_store())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

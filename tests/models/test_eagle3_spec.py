@@ -15,6 +15,7 @@ from specdec.kinds import DrafterSpecError, check_drafter_spec, resolve_drafter
 from specdec.models.eagle3 import save_eagle3
 from specdec.models.eagle3.compat import check_head_target, read_d2t
 from tests.support.eagle3 import head_config, random_head, tiny_target
+from tests.support.store import model_store
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def head_dir(target, tmp_path_factory):
 
 
 def test_eagle3_spec_resolves_to_an_exact_drafter(target, head_dir):
-    r = resolve_drafter(f"eagle3:{head_dir}", SimpleNamespace(model=target))
+    r = resolve_drafter(f"eagle3:{head_dir}", SimpleNamespace(model=target), store=model_store())
     assert r.kind == "eagle3" and r.compatibility["aux_layer_ids"] == [1, 2, 4]
     ids = torch.tensor([[5, 17, 33, 8]])
     ref = autoregressive_generate(target, ids, max_new_tokens=16, sampling=SamplingConfig()).token_ids

@@ -11,6 +11,8 @@ import torch
 
 from specdec.models import SOURCE_FILE, file_sha256, load_causal_lm, tokenizer_sha256, weights_sha256
 
+from tests.support.store import model_store
+
 CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
@@ -82,7 +84,7 @@ def test_gguf_converted_once_and_bit_identical(tmp_path, home):
 
     gguf_file = write_tiny_gguf(tmp_path / "tiny.gguf")
     sha = file_sha256(gguf_file)
-    lm = load_causal_lm(gguf_file)
+    lm = load_causal_lm(gguf_file, store=model_store())
     cache = home / "models" / "gguf" / sha
     assert lm.path == cache and (cache / SOURCE_FILE).is_file()
     assert sorted(p.name for p in cache.parent.iterdir() if not p.name.endswith(".lock")) == [sha]
@@ -107,8 +109,8 @@ def test_gguf_converted_once_and_bit_identical(tmp_path, home):
     # second load (from another path, same bytes) reuses the cache: nothing is rewritten
     mtime = (cache / "model.safetensors").stat().st_mtime_ns
     moved = gguf_file.rename(tmp_path / "elsewhere.gguf")
-    lm2 = load_causal_lm(moved)
+    lm2 = load_causal_lm(moved, store=model_store())
     assert lm2.path == cache and (cache / "model.safetensors").stat().st_mtime_ns == mtime
     assert lm2.source["ref"] == str(moved.resolve())
     # and the cache dir itself is a loadable local ref
-    assert load_causal_lm(cache).source["gguf_sha256"] == sha
+    assert load_causal_lm(cache, store=model_store()).source["gguf_sha256"] == sha

@@ -16,6 +16,7 @@ from specdec import SamplingConfig, autoregressive_generate, speculative_generat
 from specdec.kinds import kind_of
 from specdec.models.layerskip import LayerSkipRecipe, derive_layerskip
 from tests.support.models import tiny_llama, tiny_tokenizer
+from tests.support.store import model_store
 from tests.validation.heldouts import toy_heldout
 
 GREEDY = SamplingConfig(temperature=0.0)
@@ -76,7 +77,7 @@ def test_validates_exactly_with_method_both(target, tmp_path):
     from specdec.validation import ValidationConfig, ValidationRequest, validate
     from specdec.validation.continuation_cache import ContinuationCache
 
-    resolved = kind_of("layerskip:2").resolve("layerskip:2", SimpleNamespace(model=target))
+    resolved = kind_of("layerskip:2").resolve("layerskip:2", SimpleNamespace(model=target), store=model_store())
     cfg = ValidationConfig(num_speculative_tokens=3, max_new_tokens=16, bootstrap_resamples=200)
     [r] = validate(ValidationRequest(target, [resolved], toy_heldout(8, "abc", (5, 20)), cfg, method="both",
                                      decode_fraction=0.5, tokenizer=tiny_tokenizer(), target_ref="tiny",

@@ -18,6 +18,7 @@ from specdec.models import (
 from specdec.models.resolve import atomic_cache_dir
 from specdec.settings import get_settings
 from tests.support.models import save_tiny_checkpoint, tiny_llama, tiny_tokenizer
+from tests.support.store import model_store
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +51,7 @@ def test_settings_defaults_and_env(tmp_path, monkeypatch):
 
 
 def test_load_local_checkpoint(ckpt):
-    lm = load_causal_lm(ckpt)
+    lm = load_causal_lm(ckpt, store=model_store())
     assert isinstance(lm, LoadedModel)
     assert lm.path == ckpt.resolve() and lm.source == {"kind": "local", "ref": str(ckpt.resolve()), "revision": None}
     assert not lm.model.training
@@ -64,9 +65,9 @@ def test_load_local_checkpoint(ckpt):
 
 
 def test_load_dtype(ckpt):
-    lm = load_causal_lm(str(ckpt), dtype="bfloat16")
+    lm = load_causal_lm(str(ckpt), dtype="bfloat16", store=model_store())
     assert {p.dtype for p in lm.model.parameters()} == {torch.bfloat16}
-    lm = load_causal_lm(ckpt, dtype=torch.float16, device="cpu")
+    lm = load_causal_lm(ckpt, dtype=torch.float16, device="cpu", store=model_store())
     assert next(lm.model.parameters()).dtype is torch.float16
 
 
@@ -78,19 +79,19 @@ def test_load_dtype(ckpt):
 ])
 def test_missing_refs(ref, match):
     with pytest.raises(ModelNotFoundError, match=match) as e:
-        load_causal_lm(ref)
+        load_causal_lm(ref, store=model_store())
     assert isinstance(e.value, FileNotFoundError)
 
 
 def test_dir_without_config_and_plain_file(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelNotFoundError, match="no config.json"):
-        load_causal_lm(tmp_path / "empty")
+        load_causal_lm(tmp_path / "empty", store=model_store())
     (tmp_path / "weights.bin").write_bytes(b"x")
     with pytest.raises(ModelNotFoundError, match="is a file"):
-        load_causal_lm(tmp_path / "weights.bin")
+        load_causal_lm(tmp_path / "weights.bin", store=model_store())
     with pytest.raises(ValueError, match="revision"):
-        load_causal_lm(tmp_path / "empty", revision="main")
+        load_causal_lm(tmp_path / "empty", revision="main", store=model_store())
 
 
 def _fake_hub_cache(root: Path, repo_id: str, commit: str) -> Path:
@@ -109,15 +110,15 @@ def test_hub_id_from_offline_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     commit = "0123456789abcdef0123456789abcdef01234567"
     snap = _fake_hub_cache(tmp_path / "hub", "tiny-org/tiny-llama", commit)
-    lm = load_causal_lm("tiny-org/tiny-llama")
+    lm = load_causal_lm("tiny-org/tiny-llama", store=model_store())
     assert lm.path == snap
     assert lm.source["kind"] == "hub" and lm.source["revision"] == commit
     assert lm.source["ref"] == "tiny-org/tiny-llama"
     with pytest.raises(ModelNotFoundError, match="HF_HUB_OFFLINE=1") as e:
-        load_causal_lm("tiny-org/not-cached")
+        load_causal_lm("tiny-org/not-cached", store=model_store())
     assert "tiny-org/not-cached" in str(e.value)
     with pytest.raises(ModelNotFoundError, match="revision 'v9'"):
-        load_causal_lm("tiny-org/tiny-llama", revision="v9")
+        load_causal_lm("tiny-org/tiny-llama", revision="v9", store=model_store())
 
 
 def test_bin_checkpoint_converted_once_to_safetensors(tmp_path, tmp_home):
@@ -127,12 +128,12 @@ def test_bin_checkpoint_converted_once_to_safetensors(tmp_path, tmp_home):
     model.config.save_pretrained(src)
     torch.save(model.state_dict(), src / "pytorch_model.bin")
     tiny_tokenizer().save_pretrained(src)
-    lm = load_causal_lm(src)
+    lm = load_causal_lm(src, store=model_store())
     assert lm.path.parent == tmp_home / "models" / "converted"
     assert list(lm.path.glob("*.safetensors")) and lm.source["kind"] == "local"
     for (n, p), p2 in zip(lm.model.state_dict().items(), model.state_dict().values()):
         assert torch.equal(p, p2), n
-    assert load_causal_lm(src).path == lm.path
+    assert load_causal_lm(src, store=model_store()).path == lm.path
 
 
 def test_weights_sha256_deterministic_and_sensitive(tmp_path, ckpt):
@@ -159,7 +160,7 @@ def test_tokenizer_sha256(tmp_path, ckpt):
     assert len(h) == 64 and h == tokenizer_sha256(ckpt)
     # the same tokenizer, as an object or re-saved after a load, hashes the same
     assert tokenizer_sha256(tiny_tokenizer()) == h
-    lm = load_causal_lm(ckpt)
+    lm = load_causal_lm(ckpt, store=model_store())
     assert tokenizer_sha256(lm.tokenizer) == h
     assert tokenizer_sha256(tiny_tokenizer(chat_template=False)) != h
     other = tiny_tokenizer()

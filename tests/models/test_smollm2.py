@@ -16,6 +16,8 @@ import torch
 from specdec.models.derived import DerivedDraftRecipe, derive_draft
 from specdec.models import SMOLLM2_GGUF_SHA256, check_loaded_pair, load_causal_lm
 
+from tests.support.store import model_store
+
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,10 +28,10 @@ def smollm2():
     mp = pytest.MonkeyPatch()
     mp.setenv("SPECDEC_HOME", home)
     t0 = time.perf_counter()
-    first = load_causal_lm("smollm2")
+    first = load_causal_lm("smollm2", store=model_store())
     t1 = time.perf_counter()
     mtime = (first.path / "model.safetensors").stat().st_mtime_ns
-    second = load_causal_lm("smollm2-135m-instruct")
+    second = load_causal_lm("smollm2-135m-instruct", store=model_store())
     t2 = time.perf_counter()
     print(f"\nsmollm2 first load {t1 - t0:.1f}s, cached load {t2 - t1:.1f}s, cache {first.path}")
     yield first, second, mtime

@@ -14,6 +14,7 @@ import sys
 import textwrap
 
 from tests.support.models import save_tiny_checkpoint
+from tests.support.store import model_store
 
 
 def test_the_next_registration_fails_the_run_a_kill_left_running(tmp_path, monkeypatch):
@@ -34,7 +35,10 @@ def test_the_next_registration_fails_the_run_a_kill_left_running(tmp_path, monke
             os.kill(os.getpid(), signal.SIGKILL)  # killed mid-upload, as kill -9 would
         MlflowClient.log_model_artifacts = die
         from registry.register import register_pair_from_refs
-        register_pair_from_refs({str(ckpt)!r}, "ngram", name="kp", target_name="kp-target")
+        from specdec.models import ModelStore
+        from specdec.settings import get_settings
+        register_pair_from_refs({str(ckpt)!r}, "ngram", name="kp", target_name="kp-target",
+                                store=ModelStore(get_settings().models_dir))
     """)
     env = {**os.environ, "SPECDEC_HOME": str(home), "PYTHONPATH": os.getcwd()}
     for v in ("MLFLOW_TRACKING_URI", "SPECDEC_TRACKING_URI"):
@@ -45,7 +49,7 @@ def test_the_next_registration_fails_the_run_a_kill_left_running(tmp_path, monke
     exp = client.get_experiment_by_name(REGISTRY_EXPERIMENT)
     (left,) = client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'")
 
-    reg = register_pair_from_refs(str(ckpt), "ngram", name="kp", target_name="kp-target")
+    reg = register_pair_from_refs(str(ckpt), "ngram", name="kp", target_name="kp-target", store=model_store())
     assert reg.pair.version
     assert client.get_run(left.info.run_id).info.status == "FAILED"
     assert client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'") == []

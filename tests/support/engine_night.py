@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import sys
 
+from tests.support.store import model_store
+
 
 def main(spec_path: str) -> None:
     spec = json.loads(open(spec_path).read())
@@ -29,7 +31,7 @@ def main(spec_path: str) -> None:
     from specdec.validation.served_target import served_target
 
     torch.set_num_threads(1)
-    draft = load_causal_lm(spec["draft_dir"])
+    draft = load_causal_lm(spec["draft_dir"], store=model_store())
     cfg = ValidationConfig(num_speculative_tokens=spec["k"], max_new_tokens=spec["max_new_tokens"], limit=spec["limit"],
                            warmup=False)
     engine = connect_engine(EngineEndpoint(url=spec["engine_url"], engine=spec.get("engine", "llamacpp")), EngineLimits())

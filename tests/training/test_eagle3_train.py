@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support.store import model_store
 from tests.training.eagle3_support import TINY_LAYER_IDS, quick_config, tiny_target_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +28,7 @@ def target_dir(tmp_path_factory):
 def target(target_dir):
     from specdec.models import load_causal_lm
 
-    return load_causal_lm(str(target_dir))
+    return load_causal_lm(str(target_dir), store=model_store())
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +113,10 @@ _KILLABLE = """
 import sys
 from specdec.models import load_causal_lm
 from specdec.training import train_eagle3_head
+from tests.support.store import model_store
 from tests.training.eagle3_support import TINY_LAYER_IDS, quick_config
-train_eagle3_head(load_causal_lm(sys.argv[1]), out_dir=sys.argv[2], config=quick_config(checkpoint_every=2),
+train_eagle3_head(load_causal_lm(sys.argv[1],
+                                 store=model_store()), out_dir=sys.argv[2], config=quick_config(checkpoint_every=2),
                   layer_ids=TINY_LAYER_IDS, progress=False)
 """
 

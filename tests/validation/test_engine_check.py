@@ -42,6 +42,7 @@ from tests.support.engine import draft_gguf, engine_or_skip, start_server, targe
 from tests.support.nightly import webhook_settings
 from tests.support.gate import policy_gate
 from tests.support.continuations import home_continuations
+from tests.support.store import model_store
 
 pytestmark = pytest.mark.slow
 K, NEW_TOKENS, PROMPTS = 4, 32, 12
@@ -59,7 +60,8 @@ def pair(engine):
 
     torch.set_num_threads(1)
     t_gguf, d_gguf, bad_gguf = target_gguf(), draft_gguf(engine, "Q8_0"), draft_gguf(engine, "Q4_0")
-    return load_causal_lm(str(t_gguf)), load_causal_lm(str(d_gguf)), t_gguf, d_gguf, bad_gguf
+    store = model_store()
+    return load_causal_lm(str(t_gguf), store=store), load_causal_lm(str(d_gguf), store=store), t_gguf, d_gguf, bad_gguf
 
 
 @pytest.fixture(scope="module")

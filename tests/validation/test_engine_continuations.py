@@ -22,6 +22,7 @@ from specdec.validation.api import ValidationRequest, validate
 from specdec.validation.config import ValidationConfig
 from specdec.validation.continuation_cache import ContinuationCache
 from tests.support.engine import draft_gguf, engine_or_skip, start_server, target_gguf
+from tests.support.store import model_store
 from tests.support.weight_watch import target_weights, watched, weight_opens
 
 pytestmark = pytest.mark.slow
@@ -39,7 +40,8 @@ def pair(engine):
     from specdec.models import load_causal_lm
 
     torch.set_num_threads(1)
-    return load_causal_lm(str(target_gguf())), load_causal_lm(str(draft_gguf(engine, "Q8_0")))
+    store = model_store()
+    return load_causal_lm(str(target_gguf()), store=store), load_causal_lm(str(draft_gguf(engine, "Q8_0")), store=store)
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from specdec.validation.served_target import is_served, served_target
 from tests.support.models import perturbed_copy, save_tiny_checkpoint
 from tests.support.scripted_engine import ScriptedEngine, llamacpp_props
 from tests.support.continuations import home_continuations
+from tests.support.store import model_store
 
 CFG = ValidationConfig(max_new_tokens=10, bootstrap_resamples=200, warmup=False, seed=3)
 
@@ -38,7 +39,7 @@ def _heldout(n=6):
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     path = save_tiny_checkpoint(tmp_path_factory.mktemp("t") / "target")
-    target = load_causal_lm(str(path))
+    target = load_causal_lm(str(path), store=model_store())
     return target, perturbed_copy(target.model, scale=0.3, seed=4)
 
 

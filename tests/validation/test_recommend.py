@@ -18,6 +18,7 @@ from specdec.validation.report import ValidationReport
 from specdec.validation.short_prompts import short_prompts
 from tests.support.models import save_tiny_checkpoint
 from tests.support.continuations import home_continuations
+from tests.support.store import model_store
 
 runner = CliRunner()
 
@@ -37,7 +38,7 @@ def heldout_file(tmp_path_factory):
 
 
 def test_short_prompts_keeps_every_category_and_prefers_short(target_dir, heldout_file):
-    tgt = load_causal_lm(str(target_dir), device="cpu")
+    tgt = load_causal_lm(str(target_dir), device="cpu", store=model_store())
     held = load_heldout(str(heldout_file))
     from specdec.validation.heldout import prompt_token_ids
 
@@ -56,12 +57,12 @@ def test_short_prompts_keeps_every_category_and_prefers_short(target_dir, heldou
 
 
 def test_recommend_draft_phases_on_tiny_models(target_dir, heldout_file):
-    tgt = load_causal_lm(str(target_dir), device="cpu")
+    tgt = load_causal_lm(str(target_dir), device="cpu", store=model_store())
     held = short_prompts(load_heldout(str(heldout_file)), tgt.tokenizer, per_category=1, max_prompt_tokens=None)
     lines = []
     rec = recommend_draft(tgt, held, candidates=["derived:bf16", "derived:int8", "ngram", "derived:fp8"],
                           max_new_tokens=12, k_values=(1, 2, 3), cost_reps=3, bootstrap_resamples=200,
-                          progress=lines.append, cache=home_continuations())
+                          progress=lines.append, cache=home_continuations(), store=model_store())
     assert any("phase 4/4" in x for x in lines) and any("replay" in x for x in lines)
     by = {c.spec: c for c in rec.candidates}
     assert not by["derived:fp8"].available and "CUDA" in by["derived:fp8"].reason

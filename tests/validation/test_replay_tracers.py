@@ -12,6 +12,7 @@ from specdec.core.drafters import ModelDrafter
 from specdec.kinds import DrafterKind, MissingKindEntry, kinds, register
 from specdec.validation.replay import TRACERS, ModelTrace, NgramTrace, RecordingDrafter, draft_trace
 from tests.support.models import tiny_llama
+from tests.support.store import model_store
 
 
 def test_every_registered_kind_has_a_tracer():
@@ -33,7 +34,7 @@ def test_each_decoding_object_gets_its_kinds_trace(model):
     assert isinstance(bare, ModelTrace) and bare.argmax == wrapped.argmax and len(bare.argmax) == len(y)
     from specdec.kinds import kind_of
 
-    skip = kind_of("layerskip:1").resolve("layerskip:1", SimpleNamespace(model=model)).drafter
+    skip = kind_of("layerskip:1").resolve("layerskip:1", SimpleNamespace(model=model), store=model_store()).drafter
     assert isinstance(draft_trace(skip, ids, y, 61, kmax=3), ModelTrace)
     with pytest.raises(TypeError, match="drafter must be"):
         draft_trace(object(), ids, y, 61)

@@ -8,6 +8,8 @@ import pytest
 
 from specdec.validation.serving import serving_config
 
+from tests.support.store import model_store
+
 
 def test_vllm_speculative_config_json():
     sc = serving_config("vllm", "derived:int8", 5, draft="models:/smollm2-int8/3")
@@ -29,7 +31,7 @@ def test_a_validated_ngram_report_serves_its_own_sizes():
     from specdec.kinds import kind_of
     from specdec.validation.serving import report_serving_config
 
-    d = kind_of("ngram:2:1").resolve("ngram:2:1")
+    d = kind_of("ngram:2:1").resolve("ngram:2:1", store=model_store())
     assert (d.drafter.max_ngram, d.drafter.min_ngram) == (2, 1) and d.recipe == {"max_ngram": 2, "min_ngram": 1}
     rep = SimpleNamespace(config={"num_speculative_tokens": 3}, drafter_kind="ngram", drafter_ref=d.ref,
                           drafter_recipe=d.recipe)  # the fields of a ValidationReport it reads

@@ -19,6 +19,7 @@ import torch
 
 from tests.support.vllm import K, draft_dir, eagle3_head_dir, engine_args, engines_dir, target_dir, vllm_or_skip
 from tests.support.gate import policy_gate
+from tests.support.store import model_store
 
 def SERVE_DIR(tmp) -> "os.PathLike":  # noqa: N802 - the directory the printed commands run in (vllm serve's cwd)
     d = tmp / "serve"
@@ -41,7 +42,8 @@ def real_pair(vllm_install):
     from specdec.models import load_causal_lm
 
     torch.set_num_threads(1)
-    return load_causal_lm(str(target_dir()), dtype="float32"), load_causal_lm(str(draft_dir()), dtype="float32")
+    return load_causal_lm(str(target_dir()), dtype="float32",
+                          store=model_store()), load_causal_lm(str(draft_dir()), dtype="float32", store=model_store())
 
 
 @pytest.fixture(scope="session")
