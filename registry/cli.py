@@ -143,21 +143,25 @@ def register_cmd(
 
             engine, config = engine_config(engine, config)  # a bad engine is refused before any model loads
             card = model_card.read_text() if model_card else None
+            from registry.service import Registry
+            from registry.settings import get_settings
+
+            registry = Registry(get_settings(), tracking_uri=tracking_uri)  # this command's one MLflow service
             reg = register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
-                                          config=config, revision=revision, model_card=card, tracking_uri=tracking_uri,
+                                          config=config, revision=revision, model_card=card, registry=registry,
                                           engine=engine, store=_model_store())
         except _user_errors() as e:
             _fail(str(e))
         pv, tref, dref, kind = reg.pair, reg.target, reg.draft, reg.drafter_kind
-        floor_line = _apply_floor(pv, acceptance_floor, tracking_uri)
+        floor_line = _apply_floor(pv, acceptance_floor, registry)
         if alias:
             from registry.promotion import promote
 
             try:
-                moved = promote(pv.name, pv.version, alias, gate=_policy_gate(), tracking_uri=tracking_uri)
+                moved = promote(pv.name, pv.version, alias, gate=_policy_gate(), registry=registry)
             except _user_errors() as e:
                 _fail(f"registered {pv.uri} but could not set @{alias}: {e}")
-            _say_who_the_nightly_drops(pv, alias, moved.previous_version, tracking_uri)
+            _say_who_the_nightly_drops(pv, alias, moved.previous_version, registry)
         out = _out()
         verb = "already registered as" if pv.reused else "registered"
         out.print(f"[green]{verb}[/] {pv.uri}  (changed: {pv.changed}){f'  @{alias}' if alias else ''}", highlight=False)
@@ -173,7 +177,7 @@ def register_cmd(
             out.print(f"  [yellow]warning:[/] {floor_line[1]}", highlight=False)
 
 
-def _apply_floor(pv, floor: float | None, tracking_uri: str | None) -> tuple[str, str | None]:
+def _apply_floor(pv, floor: float | None, registry) -> tuple[str, str | None]:
     """Set the version's own floor when given; (its floor label, the below-floor warning or None)."""
     from registry.floor import registration_floor_note, set_acceptance_floor
     from specdec.policy import FLOOR_TAG, floor_for
@@ -182,15 +186,15 @@ def _apply_floor(pv, floor: float | None, tracking_uri: str | None) -> tuple[str
     tags = dict(pv.tags)
     try:
         if floor is not None:
-            tags[FLOOR_TAG] = str(set_acceptance_floor(pv.name, pv.version, floor, tracking_uri=tracking_uri))
+            tags[FLOOR_TAG] = str(set_acceptance_floor(pv.name, pv.version, floor, registry=registry))
         policy = get_policy()
-        return floor_for(policy, tags).label(), registration_floor_note(pv, policy=policy, tracking_uri=tracking_uri,
+        return floor_for(policy, tags).label(), registration_floor_note(pv, policy=policy, registry=registry,
                                                                          tags=tags)
     except _user_errors() as e:
         _fail(f"registered {pv.uri} but could not set its floor: {e}")
 
 
-def _say_who_the_nightly_drops(pv, alias: str, previous: str | None, tracking_uri: str | None) -> None:
+def _say_who_the_nightly_drops(pv, alias: str, previous: str | None, registry) -> None:
     """One loud line when moving ``alias`` to the new version leaves the previous one without any alias:
     the nightly validates aliases, so that version is no longer validated each night."""
     if not previous or str(previous) == str(pv.version):
@@ -198,7 +202,7 @@ def _say_who_the_nightly_drops(pv, alias: str, previous: str | None, tracking_ur
     from registry.pairs import get_pair_version
 
     try:
-        still = get_pair_version(pv.name, previous, download=False, tracking_uri=tracking_uri).aliases
+        still = get_pair_version(pv.name, previous, download=False, registry=registry).aliases
     except _user_errors():
         return
     if not still:
