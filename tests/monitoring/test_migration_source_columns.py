@@ -169,3 +169,19 @@ def test_recording_again_updates_the_migrated_rows_and_downgrade_gives_the_prefi
     assert rows == {r["id"]: (r["source"], r["heldout_name"], r["heldout_version"])
                     for r in FIXTURE["tables"]["validation_runs"]}
     assert prompts == len(FIXTURE["tables"]["prompt_results"])  # the table rebuild kept every prompt row
+
+
+def test_sqlite_downgrades_that_rebuild_the_runs_table_keep_every_prompt_row(tmp_path):
+    """SQLite's batch migrations drop and recreate ``validation_runs``; with foreign keys on, the drop cascades to
+    ``prompt_results``. A downgrade is a DBA's ``alembic downgrade`` (no specdec command runs one): Alembic's own
+    connection (``env.py`` from the URL) leaves SQLite's foreign keys off, so every downgrade down to 0002
+    (0008 -> 0003 rebuild the table) keeps the prompt rows of the runs it keeps."""
+    db = Database(f"sqlite:///{tmp_path / 'h.db'}")
+    load_0008(db)
+    db.dispose()
+    command.downgrade(alembic_config(db.url), "0002")  # as `alembic downgrade 0002` runs it
+    with Database(db.url).engine.connect() as conn:
+        runs = {r.id for r in conn.execute(sa.text("SELECT id FROM validation_runs"))}
+        prompts = conn.execute(sa.text("SELECT count(*) FROM prompt_results")).scalar()
+    kept = [p for p in FIXTURE["tables"]["prompt_results"] if p["run_id"] in runs]
+    assert runs and kept and prompts == len(kept)
