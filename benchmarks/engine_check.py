@@ -40,6 +40,7 @@ from specdec.validation.api import ValidationRequest, validate
 from specdec.validation.engine_check import EngineCheck, EngineEndpoint
 from specdec.validation.heldout import load_heldout
 from specdec.validation.machine import cpu_model
+from engine_check_md import fmt as _f, fmt_ci as _ci, group_table, position_and_speed  # noqa: E402 (benchmarks/ is the script's folder)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -63,17 +64,9 @@ def _md(results: list[dict], meta: dict) -> str:
              "Core figure = the core's exact replay of the registered draft along the engine's own output tokens "
              "(docs/metrics.md, \"Engine check\"). Difference = engine - core, paired bootstrap over prompts.", ""]
     for r in results:
-        o, s, a = r["overall"], r["speed"], r["audit"]
+        a = r["audit"]
         lines += [f"## Draft {r['draft']}, served with --spec-draft-p-min {r.get('p_min', 0)} ({r['verdict']})", "",
-                  "| group | prompts | engine | core (same tokens) | engine - core [95% CI] |", "|---|---|---|---|---|"]
-        for name, g in [("overall", o), *r["categories"].items()]:
-            lines.append(f"| {name} | {g['num_prompts']} | {_f(g['engine_acceptance_rate'])} {_ci(g['engine_acceptance_rate_ci'])} "
-                         f"| {_f(g['core_acceptance_rate'])} {_ci(g['core_acceptance_rate_ci'])} | "
-                         f"{_f(g['difference'], '+.3f')} {_ci(g['difference_ci'], '+.3f')} |")
-        lines += ["", f"Per position (accepted tokens): engine {r['engine_per_position']}, core {r['core_per_position']}.",
-                  f"Engine throughput: {_f(s['speculative_tokens_per_second'], '.1f')} tokens/s with speculation, "
-                  f"{_f(s['baseline_tokens_per_second'], '.1f')} without; paired speedup {_f(s['speedup'], '.2f')}x "
-                  f"{_ci(s['speedup_ci'], '.2f')}.",
+                  *group_table(r), "", *position_and_speed(r),
                   f"Exactness audit (engine greedy output vs the core's target-only continuation): {a['identical']}/"
                   f"{a['checked']} identical, {a['near_tie']} near-tie flips, {a['divergent']} divergences. "
                   f"Wall {r['wall_seconds']:.0f} s.", ""]
@@ -87,14 +80,6 @@ def _md(results: list[dict], meta: dict) -> str:
                       f"length {_f(e['mean_accepted_length'], '.2f')} vs {_f(c['mean_accepted_length'], '.2f')}.", ""]
         lines += [f"Finding ({f['kind']}): {f['message']}" for f in r.get("findings") or []] + [""]
     return "\n".join(lines) + "\n"
-
-
-def _f(x, fmt: str = ".3f") -> str:
-    return "-" if x is None else format(x, fmt)
-
-
-def _ci(ci, fmt: str = ".3f") -> str:
-    return "[-]" if not ci or None in ci else f"[{format(ci[0], fmt)}, {format(ci[1], fmt)}]"
 
 
 def main() -> None:

@@ -38,6 +38,7 @@ from specdec.validation.engine_check import EngineCheck, EngineEndpoint
 from specdec.validation.heldout import load_heldout
 from specdec.validation.machine import cpu_model
 from specdec.validation.serving import serving_config
+from engine_check_md import group_table, position_and_speed  # noqa: E402 (benchmarks/ is the script's folder)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -46,14 +47,6 @@ def _store():
     """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
     a benchmark is an entry point)."""
     return ModelStore(get_settings().models_dir)
-
-
-def _f(x, fmt: str = ".3f") -> str:
-    return "-" if x is None or (isinstance(x, float) and x != x) else format(x, fmt)
-
-
-def _ci(ci, fmt: str = ".3f") -> str:
-    return f"[{_f(ci[0], fmt)}, {_f(ci[1], fmt)}]"
 
 
 def _md(results: list[dict], meta: dict) -> str:
@@ -66,17 +59,9 @@ def _md(results: list[dict], meta: dict) -> str:
              "Core figure = the core's exact replay of the validated rule along the engine's own output tokens. "
              "Difference = engine - core, paired bootstrap over prompts.", ""]
     for r in results:
-        o, s, a = r["overall"], r["speed"], r["audit"]
+        a = r["audit"]
         lines += [f"## {r['method']} ({r['verdict']}; counters: {r['counters_source']})", "",
-                  "| group | prompts | engine | core (same tokens) | engine - core [95% CI] |", "|---|---|---|---|---|"]
-        for name, g in [("overall", o), *r["categories"].items()]:
-            lines.append(f"| {name} | {g['num_prompts']} | {_f(g['engine_acceptance_rate'])} {_ci(g['engine_acceptance_rate_ci'])} "
-                         f"| {_f(g['core_acceptance_rate'])} {_ci(g['core_acceptance_rate_ci'])} | "
-                         f"{_f(g['difference'], '+.3f')} {_ci(g['difference_ci'], '+.3f')} |")
-        lines += ["", f"Per position (accepted tokens): engine {r['engine_per_position']}, core {r['core_per_position']}.",
-                  f"Engine throughput: {_f(s['speculative_tokens_per_second'], '.1f')} tokens/s with speculation, "
-                  f"{_f(s['baseline_tokens_per_second'], '.1f')} without; paired speedup {_f(s['speedup'], '.2f')}x "
-                  f"{_ci(s['speedup_ci'], '.2f')}.",
+                  *group_table(r), "", *position_and_speed(r),
                   f"Greedy audit: {a['identical']}/{a['checked']} identical, {a['near_tie']} near-tie flips, "
                   f"{a['divergent']} divergences. Findings: {[f['message'] for f in r.get('findings', [])] or 'none'}. "
                   f"Engine start {r['start_seconds']:.0f} s (baseline {meta['baseline_start_seconds']:.0f} s); wall "

@@ -21,7 +21,7 @@ from specdec.core.inputs import (
     num_speculative_tokens_argument,
     stop_token_ids,
 )
-from specdec.core.kv import MaskedKV, model_device  # noqa: F401  (MaskedKV: re-exported, tests import it here)
+from specdec.core.kv import model_device
 from specdec.core.loops import StepPlan, speculate, target_only
 from specdec.core.results import BatchGenerationResult
 from specdec.core.target_cache import MaskedTargetCache

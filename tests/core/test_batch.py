@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from specdec import NgramDrafter, SamplingConfig, autoregressive_generate, speculative_generate
-from specdec.core.batch import BatchGenerationResult, MaskedKV
+from specdec.core.batch import BatchGenerationResult
+from specdec.core.kv import MaskedKV
 from tests.support.models import perturbed_copy, tiny_llama
 from tests.core.test_distribution import ALPHA, VOCAB, detectable_tv, gof
 from specdec.core.sampling import logits_to_probs
