@@ -136,6 +136,51 @@ def alert_window(db: Database, ev: Evaluation, *, source: str, settings: Monitor
     return health.transition, rep_transition
 
 
+@dataclass
+class _ReadWindow:
+    """One window read from a source: its series, bounds (aware datetimes), length in seconds, and, for a
+    ``metrics`` source, the scrape to store as the next baseline once the window is recorded."""
+
+    series: list
+    start: dt.datetime
+    end: dt.datetime
+    seconds: int
+    scrape: object | None = None
+
+
+def _read_window(db: Database, source: ProductionSource, start: dt.datetime | None, end: dt.datetime | None, *,
+                 settings: ProductionSettings, client: httpx.Client | None,
+                 now: dt.datetime | None) -> _ReadWindow | list[WindowOutcome]:
+    """Read :func:`ingest_window`'s window: ``prometheus``: the range ``(start, end]``; ``metrics``: scrape now
+    and diff against the stored previous scrape. Returns the outcomes instead when the run ends here (a first
+    scrape stored as the baseline; an empty or invariant-breaking first scrape refused). Raises ``ValueError``
+    for a prometheus source without bounds, ``ProductionSourceError`` when the source cannot be read."""
+    eng = engine_metrics(source.engine)
+    if source.kind == "prometheus":
+        if start is None or end is None:
+            raise ValueError("a prometheus source needs the window's start and end")
+        series = query_raw_series(source.url, eng, start, end, lookback_s=settings.lookback_minutes * 60.0,
+                                  selector=source.selector, timeout_s=settings.timeout_s, client=client)
+        return _ReadWindow(series, start, end, int(round((end - start).total_seconds())))
+    current = scrape_metrics(source.url, eng, timeout_s=settings.timeout_s, client=client, now=now)
+    if not current.series:
+        return _refuse(source.name, {"": [f"empty scrape of {redact_url(source.url)}: no {source.engine} "
+                                          "speculative-decoding series; the previous scrape stays the baseline"]},
+                       None, current.at)
+    previous = store.load_scrape(db, source.name)
+    if previous is None or previous.at >= current.at:
+        bad = scrape_violations(_single(current, eng))
+        if bad:  # not a baseline either
+            return _refuse(source.name, bad, None, current.at)
+        store.save_scrape(db, source.name, source.engine, current)
+        log.info("source %s: first scrape of %s stored; the next run ingests a window",
+                 source.name, redact_url(source.url))
+        return [WindowOutcome(source.name, "", "baseline", end=current.at,
+                              message="first scrape stored as the baseline of the next window")]
+    return _ReadWindow(scrape_series(previous, current, eng), previous.at, current.at,
+                       int(round(settings.window_minutes * 60)), current)
+
+
 def ingest_window(
     db: Database, source: ProductionSource, start: dt.datetime | None = None, end: dt.datetime | None = None, *,
     settings: ProductionSettings, monitoring_settings: MonitoringSettings,
@@ -144,9 +189,8 @@ def ingest_window(
 ) -> list[WindowOutcome]:
     """Read one window of ``source``, record one production row per mapped model, evaluate, alert.
 
-    Length: one window's protocol in the order it must happen (read, refuse what breaks the counter
-    invariants before anything is written, map, record, evaluate, alert); the two source kinds differ
-    only in the first block.
+    The protocol, in the order it must happen: read (:func:`_read_window`), refuse what breaks the counter
+    invariants before anything is written, map, record, evaluate, alert.
 
     Args:
         db: history store. source: where to read (``prometheus``: the window ``(start, end]``;
@@ -163,34 +207,10 @@ def ingest_window(
         monitoring.production.sources.ProductionSourceError: the source could not be read (nothing
             is written). ValueError: bad window or selector.
     """
-    eng = engine_metrics(source.engine)
-    current_scrape = None
-    if source.kind == "prometheus":
-        if start is None or end is None:
-            raise ValueError("a prometheus source needs the window's start and end")
-        lookback = settings.lookback_minutes * 60.0
-        series = query_raw_series(source.url, eng, start, end, lookback_s=lookback, selector=source.selector,
-                                  timeout_s=settings.timeout_s, client=client)
-        window_s = int(round((end - start).total_seconds()))
-    else:
-        current_scrape = scrape_metrics(source.url, eng, timeout_s=settings.timeout_s, client=client, now=now)
-        if not current_scrape.series:
-            return _refuse(source.name, {"": [f"empty scrape of {redact_url(source.url)}: no {source.engine} "
-                                              "speculative-decoding series; the previous scrape stays the baseline"]},
-                           None, current_scrape.at)
-        previous = store.load_scrape(db, source.name)
-        if previous is None or previous.at >= current_scrape.at:
-            bad = scrape_violations(_single(current_scrape, eng))
-            if bad:  # not a baseline either
-                return _refuse(source.name, bad, None, current_scrape.at)
-            store.save_scrape(db, source.name, source.engine, current_scrape)
-            log.info("source %s: first scrape of %s stored; the next run ingests a window",
-                     source.name, redact_url(source.url))
-            return [WindowOutcome(source.name, "", "baseline", end=current_scrape.at,
-                                  message="first scrape stored as the baseline of the next window")]
-        start, end = previous.at, current_scrape.at
-        series = scrape_series(previous, current_scrape, eng)
-        window_s = int(round(settings.window_minutes * 60))
+    read = _read_window(db, source, start, end, settings=settings, client=client, now=now)
+    if isinstance(read, list):  # a first scrape stored as the baseline, or an empty or broken one refused
+        return read
+    series, start, end, window_s, current_scrape = read.series, read.start, read.end, read.seconds, read.scrape
     bad = scrape_violations(series)
     pooled = pool_window([x for x in series if x.model not in bad], start.timestamp(), end.timestamp())
     bad.update({m: v for m, wc in pooled.items() if (v := window_violations(wc))})

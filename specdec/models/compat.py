@@ -82,9 +82,6 @@ def check_pair_compatible(target_tokenizer, draft_tokenizer, target_config, draf
                           draft_generation_config=None) -> CompatibilityResult:
     """Check that a draft model can propose tokens for a target model (same ids, same tokens).
 
-    Length: the five checks below run in the order listed, each a short block that adds to one result;
-    split apart they would pass the same half-built result around.
-
     Speculative decoding (Leviathan et al. 2022) compares p and q id by id, so every id the draft
     can propose must denote the same token for the target. Checked, in order:
 
@@ -118,48 +115,10 @@ def check_pair_compatible(target_tokenizer, draft_tokenizer, target_config, draf
     problems: list[str] = []
     notes: list[str] = []
     t_len, d_len = len(target_tokenizer), len(draft_tokenizer)
-
-    # 1. vocabulary
-    t_vocab = {i: tok for tok, i in target_tokenizer.get_vocab().items()}
-    d_vocab = {i: tok for tok, i in draft_tokenizer.get_vocab().items()}
-    if t_len != d_len:
-        problems.append(f"tokenizer vocabulary sizes differ: target {t_len} ids, draft {d_len} ids")
-    diffs = [(i, t_vocab.get(i), d_vocab.get(i))
-             for i in sorted(set(t_vocab) | set(d_vocab)) if t_vocab.get(i) != d_vocab.get(i)]
-    if diffs:
-        problems.append(f"tokenizer vocabulary differs at {len(diffs)} ids: {_fmt_ids(diffs)}")
-
-    # 2. special tokens
-    for name in _SPECIAL:
-        t_id = getattr(target_tokenizer, f"{name}_token_id", None)
-        d_id = getattr(draft_tokenizer, f"{name}_token_id", None)
-        if t_id != d_id:
-            problems.append(
-                f"special token {name} differs: target id {t_id} "
-                f"({getattr(target_tokenizer, f'{name}_token', None)!r}) vs draft id {d_id} "
-                f"({getattr(draft_tokenizer, f'{name}_token', None)!r})")
-    if set(target_tokenizer.all_special_ids) != set(draft_tokenizer.all_special_ids):
-        notes.append(f"special-token sets differ: target {sorted(target_tokenizer.all_special_ids)}"
-                     f" vs draft {sorted(draft_tokenizer.all_special_ids)}")
-
-    # 3. token text (only meaningful once the vocabularies agree)
-    if not diffs:
-        for text in PROBE_TEXTS:
-            t_ids = target_tokenizer.encode(text, add_special_tokens=False)
-            d_ids = draft_tokenizer.encode(text, add_special_tokens=False)
-            if t_ids != d_ids:
-                first = next((j for j, (a, b) in enumerate(zip(t_ids, d_ids)) if a != b),
-                             min(len(t_ids), len(d_ids)))
-                problems.append(
-                    f"token text: {text[:30]!r}... tokenizes differently (first difference at "
-                    f"position {first}: target {t_ids[first:first + 3]} vs draft {d_ids[first:first + 3]})")
-                break
-            t_txt = target_tokenizer.decode(t_ids)
-            d_txt = draft_tokenizer.decode(t_ids)
-            if t_txt != d_txt:
-                problems.append(f"token text: ids {t_ids[:6]}... decode to {t_txt[:30]!r} on the "
-                                f"target but {d_txt[:30]!r} on the draft")
-                break
+    same_vocabulary = _check_vocabulary(target_tokenizer, draft_tokenizer, problems)  # 1.
+    _check_special_tokens(target_tokenizer, draft_tokenizer, problems, notes)  # 2.
+    if same_vocabulary:  # 3. (token text is only meaningful once the vocabularies agree)
+        _check_token_text(target_tokenizer, draft_tokenizer, problems)
     if getattr(target_tokenizer, "chat_template", None) != getattr(draft_tokenizer, "chat_template", None):
         notes.append("chat templates differ (prompts are built with the target's template)")
 
@@ -185,6 +144,54 @@ def check_pair_compatible(target_tokenizer, draft_tokenizer, target_config, draf
         err.result = result
         raise err
     return result
+
+
+def _check_vocabulary(target_tokenizer, draft_tokenizer, problems: list[str]) -> bool:
+    """Step 1 of :func:`check_pair_compatible`: sizes and every id's token string. True when every id agrees."""
+    t_len, d_len = len(target_tokenizer), len(draft_tokenizer)
+    t_vocab = {i: tok for tok, i in target_tokenizer.get_vocab().items()}
+    d_vocab = {i: tok for tok, i in draft_tokenizer.get_vocab().items()}
+    if t_len != d_len:
+        problems.append(f"tokenizer vocabulary sizes differ: target {t_len} ids, draft {d_len} ids")
+    diffs = [(i, t_vocab.get(i), d_vocab.get(i))
+             for i in sorted(set(t_vocab) | set(d_vocab)) if t_vocab.get(i) != d_vocab.get(i)]
+    if diffs:
+        problems.append(f"tokenizer vocabulary differs at {len(diffs)} ids: {_fmt_ids(diffs)}")
+    return not diffs
+
+
+def _check_special_tokens(target_tokenizer, draft_tokenizer, problems: list[str], notes: list[str]) -> None:
+    """Step 2 of :func:`check_pair_compatible`: bos/eos/pad/unk ids equal (a problem), special-id sets (a note)."""
+    for name in _SPECIAL:
+        t_id = getattr(target_tokenizer, f"{name}_token_id", None)
+        d_id = getattr(draft_tokenizer, f"{name}_token_id", None)
+        if t_id != d_id:
+            problems.append(
+                f"special token {name} differs: target id {t_id} "
+                f"({getattr(target_tokenizer, f'{name}_token', None)!r}) vs draft id {d_id} "
+                f"({getattr(draft_tokenizer, f'{name}_token', None)!r})")
+    if set(target_tokenizer.all_special_ids) != set(draft_tokenizer.all_special_ids):
+        notes.append(f"special-token sets differ: target {sorted(target_tokenizer.all_special_ids)}"
+                     f" vs draft {sorted(draft_tokenizer.all_special_ids)}")
+
+
+def _check_token_text(target_tokenizer, draft_tokenizer, problems: list[str]) -> None:
+    """Step 3 of :func:`check_pair_compatible`: :data:`PROBE_TEXTS` encode to the same ids and decode to the same
+    text on both sides; the first difference found is the problem."""
+    for text in PROBE_TEXTS:
+        t_ids = target_tokenizer.encode(text, add_special_tokens=False)
+        d_ids = draft_tokenizer.encode(text, add_special_tokens=False)
+        if t_ids != d_ids:
+            first = next((j for j, (a, b) in enumerate(zip(t_ids, d_ids)) if a != b), min(len(t_ids), len(d_ids)))
+            problems.append(
+                f"token text: {text[:30]!r}... tokenizes differently (first difference at "
+                f"position {first}: target {t_ids[first:first + 3]} vs draft {d_ids[first:first + 3]})")
+            return
+        t_txt, d_txt = target_tokenizer.decode(t_ids), draft_tokenizer.decode(t_ids)
+        if t_txt != d_txt:
+            problems.append(f"token text: ids {t_ids[:6]}... decode to {t_txt[:30]!r} on the "
+                            f"target but {d_txt[:30]!r} on the draft")
+            return
 
 
 def _ids(value) -> frozenset[int]:
