@@ -132,9 +132,9 @@ def check_server(uri: str, timeout: float = 10.0) -> None:
 
 
 @contextmanager
-def mlflow_errors(tracking_uri: str):
-    """Turn MLflow's "API request ... failed" (connection refused, timeouts, retries exhausted) into
-    :class:`RegistryUnavailable`; other exceptions pass through unchanged."""
+def mlflow_errors(uri: str):
+    """Turn MLflow's "API request ... failed" (connection refused, timeouts, retries exhausted) at the tracking
+    URI ``uri`` into :class:`RegistryUnavailable` (``uri`` redacted); other exceptions pass through unchanged."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -142,8 +142,8 @@ def mlflow_errors(tracking_uri: str):
     except MlflowException as e:
         msg = str(e)
         if "API request to" in msg and ("failed with exception" in msg or "Max retries" in msg):
-            msg = msg.replace(tracking_uri, redact_uri(tracking_uri))
-            raise RegistryUnavailable(f"MLflow server at {redact_uri(tracking_uri)} is unreachable: {msg[:300]}") from e
+            msg = msg.replace(uri, redact_uri(uri))
+            raise RegistryUnavailable(f"MLflow server at {redact_uri(uri)} is unreachable: {msg[:300]}") from e
         raise
 
 

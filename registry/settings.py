@@ -82,9 +82,10 @@ def get_settings() -> RegistrySettings:
     return RegistrySettings()
 
 
-def is_local_store(tracking_uri: str) -> bool:
-    """True for a store this process opens itself (SQLite or another SQLAlchemy URL), False for a server."""
-    return not tracking_uri.startswith(("http://", "https://", "databricks"))
+def is_local_store(uri: str) -> bool:
+    """True for a store (tracking URI ``uri``) this process opens itself (SQLite or another SQLAlchemy URL),
+    False for a server."""
+    return not uri.startswith(("http://", "https://", "databricks"))
 
 
 def redact_uri(uri: str) -> str:
@@ -100,12 +101,12 @@ def redact_uri(uri: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def local_artifacts_root(tracking_uri: str, settings: RegistrySettings) -> Path:
-    """Artifact root for experiments on a local store at ``tracking_uri``: ``settings.artifacts_dir``
+def local_artifacts_root(uri: str, settings: RegistrySettings) -> Path:
+    """Artifact root for experiments on a local store at ``uri``: ``settings.artifacts_dir``
     (``SPECDEC_ARTIFACTS_DIR``) if set, else ``mlartifacts/`` next to the SQLite file, else
     ``<settings.home>/mlartifacts``."""
     if settings.artifacts_dir:
         return settings.artifacts_dir
-    if tracking_uri.startswith("sqlite:///") and tracking_uri != "sqlite:///:memory:":
-        return Path(tracking_uri[len("sqlite:///"):]).expanduser().resolve().parent / "mlartifacts"
+    if uri.startswith("sqlite:///") and uri != "sqlite:///:memory:":
+        return Path(uri[len("sqlite:///"):]).expanduser().resolve().parent / "mlartifacts"
     return settings.home / "mlartifacts"
