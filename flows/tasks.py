@@ -3,7 +3,7 @@ specdec, with retries declared where a failure is transient (a server that is br
 
 Plain data crosses task boundaries (PairVersion, ValidationReport, ids, paths), never models: the
 models stay in the worker's :mod:`flows.model_cache`. The tasks that talk to MLflow take the night's
-registry service (:class:`registry.service.Registry`; ``None``: one opened for the call) and are never
+registry service (:class:`registry.service.Registry`, required) and are never
 cached (``NO_CACHE``: they read or write the registry, and a service is no cache key).
 """
 
