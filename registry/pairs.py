@@ -531,7 +531,8 @@ def get_pair_version(pair: str, version: str | int, *, download: bool = True, re
     """One pair version (``pair.json``, tags, aliases; with ``download`` its models in the local cache).
     ``version``: a number or an alias. Raises PairNotFound, AliasNotFound."""
     with registry.errors():
-        return client_get_pair_version(registry.client, pair, version, cache_dir=registry.settings.cache_dir, download=download)
+        return client_get_pair_version(registry.client, pair, version, cache_dir=registry.settings.cache_dir,
+                                       download=download)
 
 
 def engine_tags(url: str, flags: list[str] | None, concurrency: int = 1) -> tuple[dict[str, str], list[str]]:
@@ -577,6 +578,7 @@ def set_engine(pair: str, version: str | int, *, tags: dict[str, str], registry:
     """Set the engine tags of a pair version (:func:`engine_tags`): the nightly's engine step checks the
     endpoint they name (:mod:`flows.engine_check`). Raises PairNotFound for an unknown version."""
     with registry.errors():
-        client_get_pair_version(registry.client, pair, version, cache_dir=registry.settings.cache_dir, download=False)  # unknown version: a clear error
+        # an unknown version: a clear error
+        client_get_pair_version(registry.client, pair, version, cache_dir=registry.settings.cache_dir, download=False)
         for k, v in tags.items():
             registry.client.set_model_version_tag(pair, str(version), k, v)
