@@ -57,9 +57,9 @@ def console(tmp_path_factory):
     mp.setenv("SPECDEC_HOME", str(tmp / "home"))
     mp.delenv("MLFLOW_TRACKING_URI", raising=False)
     mp.delenv("SPECDEC_TRACKING_URI", raising=False)
-    registry = open_registry_at(uri)
     with MlflowServer(tmp / "mlflow") as server:
         uri = server.uri
+        registry = open_registry_at(uri)
         t1 = R.register_model_version("tiny-target", save_tiny_checkpoint(tmp / "t1", seed=0), registry=registry)
         t2 = R.register_model_version("tiny-target", save_tiny_checkpoint(tmp / "t2", seed=0, perturb=0.05), registry=registry)
         d1 = R.register_model_version("tiny-draft", save_tiny_checkpoint(tmp / "d1", seed=0, perturb=0.01), registry=registry)
