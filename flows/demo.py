@@ -602,6 +602,7 @@ def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, *, ft, held) ->
     """What ``demo_summary.json`` records: per night acceptance and speed, the alerts, the timings."""
     from flows.finetune import DEMO_RECIPE
     from registry import resolve_alias
+    from registry.service import Registry
     from specdec.kinds import kind_of
 
     fix = "re-trained head" if kind_of(draft).retrainable else "re-derived"
@@ -627,7 +628,7 @@ def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, *, ft, held) ->
         "recommend_vs_night_1": _ci_check(rec, draft, demo.speeds.get("nightly_1", {})),
         "alerts_received": [m.body.get("event") if isinstance(m.body, dict) else None for m in accepted],
         "alert_texts": [m.body.get("text") if isinstance(m.body, dict) else None for m in accepted],
-        "champion": resolve_alias(demo.pair, "champion", tracking_uri=demo.settings.registry.tracking_uri),
+        "champion": resolve_alias(demo.pair, "champion", registry=Registry(demo.settings.registry)),
         "realign": demo.realign,
         "finetune": {**DEMO_RECIPE, "loss_first": ft.losses[0], "loss_final": ft.final_loss, "seconds": ft.seconds},
         "prompts": len(held), "categories": held.category_counts(), "max_new_tokens": demo.max_new,

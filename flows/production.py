@@ -21,7 +21,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.utilities.annotations import quote
 
-from flows.production_lib import resolve_version, window_end_of_run, write_trend_plots
+from flows.production_lib import version_resolver, window_end_of_run, write_trend_plots
 from flows.tasks import retry_when, run_logger
 from monitoring.production.sources import ProductionSourceError
 from specdec.validation.provenance import code_version
@@ -44,7 +44,7 @@ def ingest_source(source_name: str, start: dt.datetime, end: dt.datetime, tree) 
     db = monitoring.connect(ms)
     try:
         out = ingest_window(db, src, start, end, settings=ps, monitoring_settings=ms,
-                            resolve_version=resolve_version, code_version=code_version())
+                            resolve_version=version_resolver(tree.registry), code_version=code_version())
     finally:
         db.dispose()
     return [asdict(o) for o in out]

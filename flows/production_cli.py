@@ -90,10 +90,10 @@ def _settings(req: IngestRequest, ps):
     return ps, src
 
 
-def _invalid(e) -> None:
+def _invalid(e, section: str = "production") -> None:
     from specdec.settings.home import settings_error_line
 
-    err.print(f"[red]error:[/] invalid production settings: {settings_error_line(e)}")
+    err.print(f"[red]error:[/] invalid {section} settings: {settings_error_line(e)}")
     raise typer.Exit(2) from None
 
 
@@ -109,11 +109,24 @@ def _production_settings():
         _invalid(e)
 
 
+def _registry_settings():
+    """The registry section, read once by the command: where the mappings' aliases are resolved (a malformed
+    one: one line, exit 2)."""
+    from pydantic import ValidationError
+
+    from registry.settings import get_settings
+
+    try:
+        return get_settings()
+    except ValidationError as e:
+        _invalid(e, "registry")
+
+
 def _run(req: IngestRequest, ps) -> None:
     """Ingest the window of ``req`` with the production section ``ps``; print it; exit 1 when refused."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from flows.production_lib import resolve_version
+    from flows.production_lib import version_resolver
     from specdec.validation.provenance import code_version
     from monitoring.cli import open_store
     from monitoring.production.ingest import ingest_window
@@ -123,7 +136,8 @@ def _run(req: IngestRequest, ps) -> None:
     ms, db = open_store(req.db_url, upgrade=True)
     try:
         outcomes = ingest_window(db, src, req.start, req.end, settings=ps, monitoring_settings=ms,
-                                 resolve_version=resolve_version, alert=not req.no_alert, code_version=code_version())
+                                 resolve_version=version_resolver(_registry_settings()), alert=not req.no_alert,
+                                 code_version=code_version())
     except ProductionSourceError as e:
         err.print(f"[red]error:[/] {e}")
         raise typer.Exit(1) from None

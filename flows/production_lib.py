@@ -8,18 +8,29 @@ import datetime as dt
 from pathlib import Path
 
 
-def resolve_version(pair: str, alias: str) -> str | None:
-    """The version ``alias`` of ``pair`` points at now (MLflow registry); ``None`` without that alias.
+def version_resolver(section):
+    """``(pair, alias) -> version | None``: the version ``alias`` of ``pair`` points at now in the MLflow
+    registry of ``section`` (the :class:`registry.settings.RegistrySettings` the entry point read); ``None``
+    without that alias. Its :class:`registry.service.Registry` is opened at the first call that needs it and
+    kept for the later ones.
 
-    Raises:
-        registry.RegistryError: MLflow unreachable or the pair unknown (the caller falls back).
+    The returned function raises ``registry.RegistryError``: MLflow unreachable or the pair unknown (the
+    caller falls back).
     """
-    from registry import AliasNotFound, resolve_alias
+    opened = []
 
-    try:
-        return str(resolve_alias(pair, alias))
-    except AliasNotFound:
-        return None
+    def resolve(pair: str, alias: str) -> str | None:
+        from registry import AliasNotFound, resolve_alias
+        from registry.service import Registry
+
+        if not opened:
+            opened.append(Registry(section))
+        try:
+            return str(resolve_alias(pair, alias, registry=opened[0]))
+        except AliasNotFound:
+            return None
+
+    return resolve
 
 
 def window_end_of_run(settle_seconds: float = 60.0, now: dt.datetime | None = None) -> dt.datetime:

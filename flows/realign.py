@@ -156,9 +156,10 @@ def realign_eagle3_flow(pair: str = "specdec-pair", alias: str = "champion", *, 
             "target": where.target_ref, "out_dir": trained.out_dir, **trained.metrics}
 
 
-def remediate_drift(results: list, **kw) -> list[dict]:
+def remediate_drift(results: list, *, registry, **kw) -> list[dict]:
     """Run :func:`realign_eagle3_flow` for each nightly result (``flows.tasks.NightlyResult``) whose drift
-    alert fired on an eagle3 pair; ``kw`` go to the flow. Returns the flows' results."""
+    alert fired on an eagle3 pair (its drafter kind read through ``registry``, the caller's
+    :class:`registry.service.Registry`); ``kw`` go to the flow. Returns the flows' results."""
     from registry.pairs import get_pair_version
 
     from specdec.kinds import kind_of
@@ -166,6 +167,6 @@ def remediate_drift(results: list, **kw) -> list[dict]:
     for r in results:
         if r.status != "failed" or r.alert_transition != "fire" or r.version is None:
             continue
-        if kind_of(get_pair_version(r.pair, r.version, download=False).drafter_kind).retrainable:
+        if kind_of(get_pair_version(r.pair, r.version, download=False, registry=registry).drafter_kind).retrainable:
             done.append(realign_eagle3_flow(pair=r.pair, alias=r.alias, **kw))
     return done

@@ -3,7 +3,7 @@ specdec, with retries declared where a failure is transient (a server that is br
 
 Plain data crosses task boundaries (PairVersion, ValidationReport, ids, paths), never models: the
 models stay in the worker's :mod:`flows.model_cache`. The tasks that talk to MLflow take the night's
-registry service (:class:`registry.service.Registry`; ``None``: one opened for the call) and are never
+registry service (:class:`registry.service.Registry`, required) and are never
 cached (``NO_CACHE``: they read or write the registry, and a service is no cache key).
 """
 
@@ -91,8 +91,9 @@ retry_if_transient = retry_when(RegistryUnavailable)
 
 @task(retries=3, retry_delay_seconds=[5, 15, 45], retry_condition_fn=retry_if_transient,
       task_run_name="resolve {pair}@{alias}", cache_policy=NO_CACHE)
-def resolve_pair_version(pair: str, alias: str, registry=None) -> str | None:
-    """The pair version ``alias`` points at now (read from MLflow, so UI promotions count).
+def resolve_pair_version(pair: str, alias: str, registry) -> str | None:
+    """The pair version ``alias`` points at now (read from MLflow, so UI promotions count); ``registry``: the
+    night's MLflow service.
 
     Returns None when the pair has no such alias (e.g. no challenger tonight).
     Raises:
@@ -153,8 +154,9 @@ def log_to_mlflow(job: MlflowLogging, registry, gate) -> str:
 
 
 @task(retries=2, retry_delay_seconds=[5, 20], retry_condition_fn=retry_if_transient, cache_policy=NO_CACHE)
-def describe_version(pair: str, version: str, mlflow_run_id: str, registry=None) -> None:
-    """The pair version's and the run's one-line descriptions in MLflow (:func:`registry.runs.describe_validation`)."""
+def describe_version(pair: str, version: str, mlflow_run_id: str, registry) -> None:
+    """The pair version's and the run's one-line descriptions in MLflow (:func:`registry.runs.describe_validation`);
+    ``registry``: the night's MLflow service."""
     from registry.runs import describe_validation
 
     describe_validation(pair, version, mlflow_run_id, registry=registry)

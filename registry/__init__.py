@@ -1,8 +1,8 @@
 """MLflow registry for speculative-decoding draft/target pairs.
 
 Public API (operations over one MLflow service, :class:`registry.service.Registry`: every function
-takes ``registry=`` (the job's service, opened once) or, for a single call, ``tracking_uri=None``,
-meaning ``SPECDEC_TRACKING_URI`` / ``MLFLOW_TRACKING_URI`` / ``sqlite:///<SPECDEC_HOME>/mlflow.db``)::
+takes ``registry=``, required: the service its entry point opened once, ``Registry(section)``, for the
+whole job or command; nothing here reads the environment for a call)::
 
     from registry import (register_model_version, register_derived_draft, get_model_version,
                           register_pair, get_pair_version, list_pair_versions, resolve_alias,
@@ -48,7 +48,6 @@ _LAZY = {
     "demote": "registry.promotion",
     "PromotionResult": "registry.promotion",
     "Registry": "registry.service",
-    "open_registry": "registry.service",
     "set_engine": "registry.pairs",
     "get_settings": "registry.settings",
 }

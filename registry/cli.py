@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
     from registry.register import head_registry_hooks
     from specdec.training.cli import set_head_registry
 
-    set_head_registry(head_registry_hooks(_policy_gate, _model_store))
+    set_head_registry(head_registry_hooks(_policy_gate, _model_store, lambda: _command_registry(None)))
 
 
 def _model_store():
@@ -43,6 +43,16 @@ def _model_store():
     from specdec.settings import get_settings
 
     return ModelStore(get_settings().models_dir)
+
+
+def _command_registry(tracking_uri: str | None):
+    """This command's one MLflow service (:class:`registry.service.Registry`): the registry section read here,
+    at the edge, with ``--tracking-uri`` over its URI. Raises RegistryUnavailable / RegistryError (a bad or
+    unreachable URI) and ``ValueError`` (pydantic's) on a malformed setting."""
+    from registry.service import Registry
+    from registry.settings import get_settings
+
+    return Registry(get_settings(), tracking_uri=tracking_uri)
 
 
 def _policy_gate(**overrides):
@@ -143,10 +153,7 @@ def register_cmd(
 
             engine, config = engine_config(engine, config)  # a bad engine is refused before any model loads
             card = model_card.read_text() if model_card else None
-            from registry.service import Registry
-            from registry.settings import get_settings
-
-            registry = Registry(get_settings(), tracking_uri=tracking_uri)  # this command's one MLflow service
+            registry = _command_registry(tracking_uri)
             reg = register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
                                           config=config, revision=revision, model_card=card, registry=registry,
                                           engine=engine, store=_model_store())
@@ -220,11 +227,9 @@ def list_cmd(
     """List pair versions with aliases, lineage, last validation and the one-line description."""
     _quiet_mlflow()
     from registry.pairs import list_pair_versions, pair_names
-    from registry.service import Registry
-    from registry.settings import get_settings
 
     try:
-        registry = Registry(get_settings(), tracking_uri=tracking_uri)  # this command's one MLflow service
+        registry = _command_registry(tracking_uri)
         names = [name] if name else pair_names(registry=registry)
         if not names:
             _out().print("no pairs registered yet (specdec pair register --target ... --draft ...)", highlight=False)
@@ -265,11 +270,9 @@ def show_cmd(
     _quiet_mlflow()
     from registry.pairs import get_pair_version
     from registry.runs import latest_validation_run
-    from registry.service import Registry
-    from registry.settings import get_settings
 
     try:
-        registry = Registry(get_settings(), tracking_uri=tracking_uri)  # this command's one MLflow service
+        registry = _command_registry(tracking_uri)
         pv = get_pair_version(name, version, download=False, registry=registry)
         run = latest_validation_run(name, pv.version, registry=registry)
     except _user_errors() as e:
@@ -389,7 +392,7 @@ def engine_cmd(
     try:
         argv = shlex.split(flags) if flags is not None else None
         tags, dropped = engine_tags(url, argv, concurrency)
-        set_engine(name, version, tags=tags, tracking_uri=tracking_uri)
+        set_engine(name, version, tags=tags, registry=_command_registry(tracking_uri))
     except _user_errors() as e:
         _fail(str(e))
     for what in dropped:
@@ -420,7 +423,8 @@ def promote_cmd(
     if min_acceptance_rate is not None:
         gate = _policy_gate(min_acceptance_rate=min_acceptance_rate, min_predicted_speedup=min_predicted_speedup)
     try:
-        res = promote(name, version, alias, force=force, reason=reason, actor=actor, gate=gate, tracking_uri=tracking_uri)
+        res = promote(name, version, alias, force=force, reason=reason, actor=actor, gate=gate,
+                      registry=_command_registry(tracking_uri))
     except PromotionRefused as e:
         lines = "\n".join(f"  - {r}" for r in e.reasons)
         _fail(f"refused to move {name}@{alias} to version {version}:\n{lines}\n"

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from registry.service import Registry, mlflow_errors, open_registry
+from registry.service import Registry, mlflow_errors
 
 ENGINE_CHECK_EXPERIMENT = "specdec-engine-checks"
 _METRICS = {"engine_acceptance_rate": "engine_acceptance_rate", "core_acceptance_rate": "core_acceptance_rate",
@@ -34,8 +34,7 @@ def engine_check_metrics(overall: Mapping[str, Any]) -> dict[str, float]:
 
 
 def log_engine_check(pair: str, version: str | int, report_file: str | Path, report: Mapping[str, Any], *,
-                     source: str, night: str, registry: Registry | None = None,
-                     tracking_uri: str | None = None) -> str:
+                     source: str, night: str, registry: Registry) -> str:
     """Log one engine check of a pair version as a finished MLflow run; returns its id.
 
     Args:
@@ -46,10 +45,9 @@ def log_engine_check(pair: str, version: str | int, report_file: str | Path, rep
         RegistryUnavailable: the server did not answer; MLflow's errors otherwise. A run that fails after
         it was created is ended FAILED.
     """
-    reg = open_registry(registry, tracking_uri)
-    client = reg.client
+    client = registry.client
     with mlflow_errors(client.tracking_uri):
-        eid = reg.experiment(ENGINE_CHECK_EXPERIMENT)
+        eid = registry.experiment(ENGINE_CHECK_EXPERIMENT)
         tags = {"specdec.pair": pair, "specdec.pair_version": str(version),
                 "specdec.pair_uri": f"models:/{pair}/{version}", "specdec.source": source,
                 "specdec.engine_check.verdict": str(report.get("verdict")),

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from registry.service import Registry, mlflow_errors, open_registry
+from registry.service import Registry, mlflow_errors
 from registry.settings import VALIDATION_EXPERIMENT
 from specdec.policy import FLOOR_TAG, AcceptancePolicy, below_floor_note, floor_for, parse_floor, rates_by_k
 
 
-def set_acceptance_floor(pair: str, version: str | int, floor: float | str, *, registry: Registry | None = None,
-                         tracking_uri: str | None = None) -> float:
+def set_acceptance_floor(pair: str, version: str | int, floor: float | str, *, registry: Registry) -> float:
     """Tag pair version ``version`` with its own floor and refresh its description.
 
     Returns:
@@ -28,10 +27,9 @@ def set_acceptance_floor(pair: str, version: str | int, floor: float | str, *, r
     from registry.runs import refresh_version
 
     value = parse_floor(floor)
-    reg = open_registry(registry, tracking_uri)
-    with mlflow_errors(reg.client.tracking_uri):
-        reg.client.set_model_version_tag(pair, str(version), FLOOR_TAG, f"{value:g}")
-        refresh_version(reg.client, pair, str(version))
+    with mlflow_errors(registry.client.tracking_uri):
+        registry.client.set_model_version_tag(pair, str(version), FLOOR_TAG, f"{value:g}")
+        refresh_version(registry.client, pair, str(version))
     return value
 
 
@@ -55,14 +53,13 @@ def validated_rates(client, pair: str, target_uri: str, draft_uri: str | None,
     return rates_by_k(positions)
 
 
-def registration_floor_note(pv: Any, *, policy: AcceptancePolicy, registry: Registry | None = None,
-                            tracking_uri: str | None = None, tags: Mapping[str, str] | None = None) -> str | None:
+def registration_floor_note(pv: Any, *, policy: AcceptancePolicy, registry: Registry,
+                            tags: Mapping[str, str] | None = None) -> str | None:
     """``acceptance rate 0.23 at k = 5 is already below floor 0.40 (policy default); at smaller k: ...`` when
     the pair version ``pv`` (a :class:`registry.PairVersion`) was registered at a k whose validated rate
     (:func:`validated_rates`) is below its floor (``policy``'s, or the version's own in ``tags``, default
     ``pv.tags``); None otherwise or when nothing was validated yet."""
-    reg = open_registry(registry, tracking_uri)
-    with mlflow_errors(reg.client.tracking_uri):
-        rates = validated_rates(reg.client, pv.name, pv.target_uri, pv.draft_uri)
+    with mlflow_errors(registry.client.tracking_uri):
+        rates = validated_rates(registry.client, pv.name, pv.target_uri, pv.draft_uri)
     floor = floor_for(policy, tags if tags is not None else pv.tags)
     return below_floor_note(rates, int(pv.config.num_speculative_tokens), floor)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from registry.models import ModelVersionRef
-from registry.service import Registry, open_registry
+from registry.service import Registry
 
 LINEAGE_PREFIX = "eagle3."
 
@@ -74,7 +74,7 @@ def head_lineage_tags(head_dir: str | Path, target: ModelVersionRef, client) -> 
 
 
 def register_eagle3_head(head_dir: str | Path, target: ModelVersionRef, *, name: str | None = None,
-                         tracking_uri: str | None = None, registry: Registry | None = None) -> ModelVersionRef:
+                         registry: Registry) -> ModelVersionRef:
     """Register the head in ``head_dir`` as a version of ``name`` (default ``<target name>-eagle3``) with lineage.
 
     Returns:
@@ -89,10 +89,9 @@ def register_eagle3_head(head_dir: str | Path, target: ModelVersionRef, *, name:
     if not (head_dir / "config.json").is_file():
         raise FileNotFoundError(f"no EAGLE-3 head at {head_dir}: config.json not found")
     name = validate_name(name or f"{target.name}-eagle3")
-    reg = open_registry(registry, tracking_uri)
-    tags = head_lineage_tags(head_dir, target, reg.client)
+    tags = head_lineage_tags(head_dir, target, registry.client)
     return register_model_version(name, head_dir, source={"kind": "eagle3-head", "path": str(head_dir.resolve())},
-                                  registry=reg, extra_tags=tags)
+                                  registry=registry, extra_tags=tags)
 
 
 def head_compatibility(head_dir: Path, target_config: Any) -> dict[str, Any]:
@@ -114,7 +113,7 @@ def head_compatibility(head_dir: Path, target_config: Any) -> dict[str, Any]:
             "notes": [f"EAGLE-3 head, draft vocabulary {cfg.get('draft_vocab_size')}"]}
 
 
-def head_directory(ref: str, *, tracking_uri: str | None = None, registry: Registry | None = None) -> Path:
+def head_directory(ref: str, *, registry: Registry) -> Path:
     """A local directory of the head ``ref``: ``models:/<name>/<v>`` (downloaded to the cache), the draft of
     a pair version (``models:/<pair>@<alias>`` or ``models:/<pair>/<v>`` of an ``eagle3`` pair), or a path.
 
@@ -128,12 +127,11 @@ def head_directory(ref: str, *, tracking_uri: str | None = None, registry: Regis
     from registry.models import download_model_version, get_model_version, parse_model_uri
     from registry.pairs import get_pair_version
 
-    reg = open_registry(registry, tracking_uri)
     name, version, alias = parse_model_uri(ref)
-    mref = get_model_version(ref, registry=reg)
+    mref = get_model_version(ref, registry=registry)
     if mref.artifact == "pair" or mref.tags.get("drafter_kind"):
-        pv = get_pair_version(name, alias or version, download=False, registry=reg)
+        pv = get_pair_version(name, alias or version, download=False, registry=registry)
         if not kind_of(pv.drafter_kind).retrainable:
             raise ValueError(f"{ref} is a {pv.drafter_kind} pair, not an EAGLE-3 head")
-        mref = get_model_version(pv.draft_uri, registry=reg)
-    return download_model_version(mref, registry=reg)
+        mref = get_model_version(pv.draft_uri, registry=registry)
+    return download_model_version(mref, registry=registry)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from registry.errors import ModelNotFound, RegistryError, WeightsMismatch
-from registry.service import Registry, get_or_create_experiment, mlflow_errors, open_registry
+from registry.service import Registry, mlflow_errors
 from registry.settings import REGISTRY_EXPERIMENT
 
 log = logging.getLogger(__name__)
@@ -171,14 +171,16 @@ def ensure_registered_model(client, name: str, description: str) -> None:
                 raise
 
 
-def log_and_register(client, name: str, local_dir: Path, tags: dict[str, str], params: dict[str, str], *,
+def log_and_register(registry: Registry, name: str, local_dir: Path, tags: dict[str, str], params: dict[str, str], *,
                       model_type: str, description: str | None, extra_dir: Path | None = None,
                       run_tags: dict[str, str] | None = None, model_description: str | None = None):
     """Registration run -> logged model (artifacts = ``local_dir``) -> model version. Marks the run and
-    the logged model FAILED if anything goes wrong, then re-raises. Used for models and pairs alike."""
+    the logged model FAILED if anything goes wrong, then re-raises. Used for models and pairs alike
+    (``registry``: the job's service, whose settings place a local store's artifacts)."""
     from registry.sweep import owner_tags, sweep_dead_registration_runs
 
-    eid = get_or_create_experiment(client, REGISTRY_EXPERIMENT)
+    client = registry.client
+    eid = registry.experiment(REGISTRY_EXPERIMENT)
     sweep_dead_registration_runs(client, eid)  # runs a kill -9 left RUNNING
     run = client.create_run(eid, run_name=f"register-{name}",
                             tags={**(run_tags or {"specdec.model": name, "specdec.kind": model_type}), **owner_tags()})
@@ -217,8 +219,7 @@ def register_model_version(
     *,
     source: dict[str, Any] | None = None,
     model_card: str | None = None,
-    tracking_uri: str | None = None,
-    registry: Registry | None = None,
+    registry: Registry,
     extra_tags: dict[str, str] | None = None,
 ) -> ModelVersionRef:
     """Register a local checkpoint directory as a new version of registered model ``name``.
@@ -231,7 +232,7 @@ def register_model_version(
             Default ``{"kind": "local", "path": <absolute dir>}``. Stored as the JSON ``source`` tag.
         model_card: optional model card text (Markdown); logged as ``MODEL_CARD.md`` and used as the
             version description. Nothing is fetched from the Hub.
-        tracking_uri: MLflow URI (default: :mod:`registry.settings`).
+        registry: the job's registry service (:class:`registry.service.Registry`).
         extra_tags: more version tags (e.g. an EAGLE-3 head's lineage, :mod:`registry.heads`).
     Returns:
         :class:`ModelVersionRef`; ``reused=True`` if a version with the same ``weights_sha256`` and
@@ -248,8 +249,7 @@ def register_model_version(
     source = dict(source) if source else {"kind": "local", "path": str(ckpt)}
     source_kind = str(source.get("kind", "local"))
     weights, tok = _hashes(ckpt)
-    reg = open_registry(registry, tracking_uri)
-    client = reg.client
+    client = registry.client
     with mlflow_errors(client.tracking_uri):
         existing = _find_existing(client, name, weights, source_kind)
         if existing is not None:
@@ -270,7 +270,7 @@ def register_model_version(
             if model_card:
                 extra = Path(tmp)
                 (extra / "MODEL_CARD.md").write_text(model_card)
-            mv = log_and_register(client, name, ckpt, tags, params, model_type="checkpoint",
+            mv = log_and_register(registry, name, ckpt, tags, params, model_type="checkpoint",
                                   description=(model_card.strip().splitlines()[0][:500]
                                                if model_card and model_card.strip() else None),
                                   extra_dir=extra)
@@ -282,8 +282,7 @@ def register_derived_draft(
     recipe: dict[str, Any],
     *,
     name: str | None = None,
-    tracking_uri: str | None = None,
-    registry: Registry | None = None,
+    registry: Registry,
 ) -> ModelVersionRef:
     """Register a derived (quantized) draft: its artifact is ``recipe.json``; the weights are re-derived
     from the target at load time with ``specdec.models.derived.derive_draft(target_model, recipe)``.
@@ -292,7 +291,7 @@ def register_derived_draft(
         target: the target version it derives from (:class:`ModelVersionRef` or ``models:/<t>/<v>``).
         recipe: ``DerivedDraftRecipe.to_dict()``; must contain ``kind`` (``int8``, ``int4``, ``bf16`` or ``fp8``).
         name: registered model name for the draft (default ``<target>-derived-<kind>``).
-        tracking_uri: MLflow URI (default: :mod:`registry.settings`).
+        registry: the job's registry service (:class:`registry.service.Registry`).
     Returns:
         :class:`ModelVersionRef` with ``artifact="derived-recipe"``, ``derived_from=<target uri>``,
         ``tokenizer_sha256`` = the target's; ``reused=True`` if the same (target version, recipe)
@@ -303,8 +302,7 @@ def register_derived_draft(
     kind = str(recipe.get("kind", ""))
     if not kind:
         raise ValueError("derived-draft recipe needs a 'kind' (int8, int4, bf16 or fp8)")
-    reg = open_registry(registry, tracking_uri)
-    client = reg.client
+    client = registry.client
     with mlflow_errors(client.tracking_uri):
         tref = target if isinstance(target, ModelVersionRef) else client_get_model_version(client, target)
         name = validate_name(name or sanitize_name(f"{tref.name}-derived-{kind}"))
@@ -328,7 +326,7 @@ def register_derived_draft(
         params = {"derived_from": tref.uri, "derived.kind": kind, "recipe_sha256": recipe_sha}
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / RECIPE_FILE).write_text(json.dumps({"recipe": recipe, "derived_from": tref.uri}, indent=2))
-            mv = log_and_register(client, name, Path(tmp), tags, params, model_type="derived-recipe",
+            mv = log_and_register(registry, name, Path(tmp), tags, params, model_type="derived-recipe",
                                   description=f"{kind} draft derived from {tref.uri}")
         return _ref_from_mv(mv)
 
@@ -440,18 +438,14 @@ def download_version_artifacts(client, name: str, version: str, dst: str | Path,
                                                         tracking_uri=client.tracking_uri))
 
 
-def get_model_version(uri_or_name: str, version: str | int | None = None, *, tracking_uri: str | None = None,
-                      registry: Registry | None = None) -> ModelVersionRef:
+def get_model_version(uri_or_name: str, version: str | int | None = None, *, registry: Registry) -> ModelVersionRef:
     """A registered model version (``models:/<name>/<v>``, ``models:/<name>@<alias>``, or a name and
     ``version``). Raises ModelNotFound; ValueError for a malformed URI."""
-    reg = open_registry(registry, tracking_uri)
-    with reg.errors():
-        return client_get_model_version(reg.client, uri_or_name, version)
+    with registry.errors():
+        return client_get_model_version(registry.client, uri_or_name, version)
 
 
-def download_model_version(ref: ModelVersionRef, *, dst: str | Path | None = None, tracking_uri: str | None = None,
-                           registry: Registry | None = None) -> Path:
+def download_model_version(ref: ModelVersionRef, *, dst: str | Path | None = None, registry: Registry) -> Path:
     """The local directory of a model version's artifacts (cached; :func:`client_download_model_version`)."""
-    reg = open_registry(registry, tracking_uri)
-    with reg.errors():
-        return client_download_model_version(reg.client, ref, dst, cache_dir=reg.settings.cache_dir)
+    with registry.errors():
+        return client_download_model_version(registry.client, ref, dst, cache_dir=registry.settings.cache_dir)

@@ -36,7 +36,7 @@ from registry.models import (
     validate_name,
 )
 from registry.pairfile import PAIR_FILE, full_tags, overlay_tags, read_pair_doc
-from registry.service import Registry, mlflow_errors, open_registry
+from registry.service import Registry, mlflow_errors
 from specdec.redact import shown_url
 from specdec.core.config import SpeculativeConfig
 from specdec.models.resolve import SMOLLM2_GGUF_SHA256
@@ -188,8 +188,7 @@ def register_pair(
     compatibility: Any = None,
     name: str | None = None,
     description: str | None = None,
-    tracking_uri: str | None = None,
-    registry: Registry | None = None,
+    registry: Registry,
     engine: str | None = None,
     drafter_recipe: dict | None = None,
     store: ModelStore | None = None,
@@ -209,7 +208,7 @@ def register_pair(
         compatibility: the compatibility-check result (``CompatibilityResult`` or dict), stored verbatim.
         name: pair registered model (default: the registry section's ``pair_name``, ``SPECDEC_PAIR_NAME`` / ``specdec-pair``).
         description: optional version description.
-        tracking_uri: MLflow URI (default: :mod:`registry.settings`).
+        registry: the job's registry service (:class:`registry.service.Registry`).
         engine: the serving engine profile (``vllm``, ``sglang``, ``transformers``), recorded in
             ``pair.json`` (tag ``engine``); validations log its serving configuration, and the pair's
             proposal rule is the engine's (:func:`engine_config`). Not part of the identity:
@@ -229,8 +228,7 @@ def register_pair(
     if not isinstance(config, SpeculativeConfig):
         raise TypeError(f"config must be a specdec.SpeculativeConfig, got {type(config).__name__}")
     kind, drafter_recipe = _checked_drafter(drafter_kind, draft, drafter_recipe)
-    reg = open_registry(registry, tracking_uri)
-    client, name = reg.client, validate_name(name or reg.settings.pair_name)
+    client, name = registry.client, validate_name(name or registry.settings.pair_name)
     uri = client.tracking_uri
     with mlflow_errors(uri):
         t = _resolve_model(client, target)
@@ -277,7 +275,7 @@ def register_pair(
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "tags": tags, "description": description,
         }
-        mv = _log_pair(client, name, doc, tags, description)
+        mv = _log_pair(registry, name, doc, tags, description)
         return _from_doc(mv, doc, aliases=[])
 
 
@@ -345,7 +343,7 @@ def serve_tags(side: str, source: dict[str, Any] | None, store: ModelStore | Non
     return out
 
 
-def _log_pair(client, name: str, doc: dict[str, Any], tags: dict[str, str], description: str | None):
+def _log_pair(registry: Registry, name: str, doc: dict[str, Any], tags: dict[str, str], description: str | None):
     """Registration run (params = decoding config) -> logged model with ``pair.json`` -> pair version."""
     from registry.models import log_and_register
 
@@ -354,7 +352,7 @@ def _log_pair(client, name: str, doc: dict[str, Any], tags: dict[str, str], desc
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / PAIR_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True))
         return log_and_register(
-            client, name, Path(tmp), select_registration_tags(tags), params, model_type="specdec-pair",
+            registry, name, Path(tmp), select_registration_tags(tags), params, model_type="specdec-pair",
             description=registration_description(doc),
             run_tags={"specdec.pair": name, "specdec.kind": "pair"},
             model_description=PAIR_MODEL_DESCRIPTION)
@@ -364,10 +362,9 @@ PAIR_MODEL_DESCRIPTION = ("specdec draft/target pairs: each version is a pair.js
                           "target/draft model versions and the decoding config")
 
 
-def pair_names(*, tracking_uri: str | None = None, registry: Registry | None = None) -> list[str]:
+def pair_names(*, registry: Registry) -> list[str]:
     """The registered models that hold pairs (their description is :data:`PAIR_MODEL_DESCRIPTION`), sorted."""
-    reg = open_registry(registry, tracking_uri)
-    client = reg.client
+    client = registry.client
     with mlflow_errors(client.tracking_uri):
         names, token = [], None
         while True:
@@ -507,15 +504,14 @@ def client_get_pair_version(client, pair: str, version: str | int, *, cache_dir:
     return pv
 
 
-def list_pair_versions(pair: str | None = None, *, tracking_uri: str | None = None, registry: Registry | None = None) -> list[PairVersion]:
+def list_pair_versions(pair: str | None = None, *, registry: Registry) -> list[PairVersion]:
     """All versions of ``pair`` (default: the registry section's ``pair_name``), newest first, from their tags and ``pair.json``
     (one small download per version; model artifacts are not downloaded).
 
     Raises:
         PairNotFound: no registered model ``pair``.
     """
-    reg = open_registry(registry, tracking_uri)
-    client, pair = reg.client, pair or reg.settings.pair_name
+    client, pair = registry.client, pair or registry.settings.pair_name
     with mlflow_errors(client.tracking_uri):
         aliases = pair_aliases(client, pair)
         out = []
@@ -524,21 +520,19 @@ def list_pair_versions(pair: str | None = None, *, tracking_uri: str | None = No
     return out
 
 
-def resolve_alias(pair: str, alias: str, *, tracking_uri: str | None = None, registry: Registry | None = None) -> str:
+def resolve_alias(pair: str, alias: str, *, registry: Registry) -> str:
     """The version ``alias`` points at now (read on every call, so UI promotions are seen).
     Raises PairNotFound, AliasNotFound."""
-    reg = open_registry(registry, tracking_uri)
-    with reg.errors():
-        return client_resolve_alias(reg.client, pair, alias)
+    with registry.errors():
+        return client_resolve_alias(registry.client, pair, alias)
 
 
-def get_pair_version(pair: str, version: str | int, *, download: bool = True, tracking_uri: str | None = None,
-                     registry: Registry | None = None) -> PairVersion:
+def get_pair_version(pair: str, version: str | int, *, download: bool = True, registry: Registry) -> PairVersion:
     """One pair version (``pair.json``, tags, aliases; with ``download`` its models in the local cache).
     ``version``: a number or an alias. Raises PairNotFound, AliasNotFound."""
-    reg = open_registry(registry, tracking_uri)
-    with reg.errors():
-        return client_get_pair_version(reg.client, pair, version, cache_dir=reg.settings.cache_dir, download=download)
+    with registry.errors():
+        return client_get_pair_version(registry.client, pair, version, cache_dir=registry.settings.cache_dir,
+                                       download=download)
 
 
 def engine_tags(url: str, flags: list[str] | None, concurrency: int = 1) -> tuple[dict[str, str], list[str]]:
@@ -580,12 +574,11 @@ def engine_tags(url: str, flags: list[str] | None, concurrency: int = 1) -> tupl
     return tags, dropped
 
 
-def set_engine(pair: str, version: str | int, *, tags: dict[str, str], tracking_uri: str | None = None,
-               registry: Registry | None = None) -> None:
+def set_engine(pair: str, version: str | int, *, tags: dict[str, str], registry: Registry) -> None:
     """Set the engine tags of a pair version (:func:`engine_tags`): the nightly's engine step checks the
     endpoint they name (:mod:`flows.engine_check`). Raises PairNotFound for an unknown version."""
-    reg = open_registry(registry, tracking_uri)
-    with reg.errors():
-        client_get_pair_version(reg.client, pair, version, cache_dir=reg.settings.cache_dir, download=False)  # unknown version: a clear error
+    with registry.errors():
+        # an unknown version: a clear error
+        client_get_pair_version(registry.client, pair, version, cache_dir=registry.settings.cache_dir, download=False)
         for k, v in tags.items():
-            reg.client.set_model_version_tag(pair, str(version), k, v)
+            registry.client.set_model_version_tag(pair, str(version), k, v)

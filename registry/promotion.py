@@ -22,7 +22,7 @@ from registry.errors import PromotionRefused
 from registry.gate import GateConfig, GateResult, evaluate_gate
 from registry.pairs import client_resolve_alias, get_pair_model_version, pair_aliases
 from registry.runs import client_latest_validation_run, refresh_version
-from registry.service import Registry, mlflow_errors, open_registry
+from registry.service import Registry, mlflow_errors
 from registry.settings import VALIDATION_EXPERIMENT
 
 ALIASES = ("champion", "challenger")
@@ -109,8 +109,7 @@ def promote(
     actor: str | None = None,
     gate: GateConfig,
     experiment: str = VALIDATION_EXPERIMENT,
-    tracking_uri: str | None = None,
-    registry: Registry | None = None,
+    registry: Registry,
 ) -> PromotionResult:
     """Point ``alias`` of ``pair`` at ``version`` if the latest validation of that exact version passes.
 
@@ -136,9 +135,8 @@ def promote(
     if force and not (reason and reason.strip()):
         raise ValueError("a forced promotion needs a reason (--reason)")
     actor = actor or _user()
-    reg = open_registry(registry, tracking_uri)
-    check_alias_name(alias, reg.settings.aliases)
-    client = reg.client
+    check_alias_name(alias, registry.settings.aliases)
+    client = registry.client
     uri = client.tracking_uri
     with mlflow_errors(uri):
         get_pair_model_version(client, pair, version)
@@ -161,14 +159,13 @@ def promote(
                            reasons_overridden=list(verdict.reasons) if forced else [])
 
 
-def demote(pair: str, alias: str, *, tracking_uri: str | None = None, registry: Registry | None = None) -> None:
+def demote(pair: str, alias: str, *, registry: Registry) -> None:
     """Remove ``alias`` from ``pair`` (e.g. retire a challenger).
 
     Raises:
         PairNotFound / AliasNotFound: nothing to remove.
     """
-    reg = open_registry(registry, tracking_uri)
-    client = reg.client
+    client = registry.client
     with mlflow_errors(client.tracking_uri):
         version = client_resolve_alias(client, pair, alias)
         client.delete_registered_model_alias(pair, alias)
@@ -176,10 +173,8 @@ def demote(pair: str, alias: str, *, tracking_uri: str | None = None, registry: 
 
 
 def check_gate(pair: str, version: str | int, *, gate: GateConfig,
-               experiment: str = VALIDATION_EXPERIMENT, tracking_uri: str | None = None,
-               registry: Registry | None = None) -> GateResult:
+               experiment: str = VALIDATION_EXPERIMENT, registry: Registry) -> GateResult:
     """The gate's verdict on the latest finished validation run of ``pair`` v``version``
     (``passed=False``, "never validated", when there is none)."""
-    reg = open_registry(registry, tracking_uri)
-    with reg.errors():
-        return client_check_gate(reg.client, pair, version, gate, experiment)
+    with registry.errors():
+        return client_check_gate(registry.client, pair, version, gate, experiment)

@@ -14,7 +14,7 @@ from typing import Any
 
 from registry.models import ModelVersionRef
 from registry.pairs import PairVersion
-from registry.service import Registry, open_registry
+from registry.service import Registry
 from specdec.core.config import SpeculativeConfig
 from specdec.kinds import DERIVED, EAGLE3, LAYERSKIP, MODEL, NGRAM, DrafterKind, KindTable, kind_of, kind_of_label
 from specdec.models.store import ModelStore
@@ -31,7 +31,7 @@ class PairRegistration:
 
 
 def resolve_checkpoint(ref: str, revision: str | None = None, *, store: ModelStore,
-                       registry: Registry | None = None) -> dict[str, Any]:
+                       registry: Registry) -> dict[str, Any]:
     """Resolve a model reference to a local checkpoint + tokenizer + config, without registering.
 
     ``ref``: Hub id, local dir, ``.gguf`` file, ``smollm2`` (fetched/converted into ``store``, the caller's
@@ -99,8 +99,7 @@ def register_pair_from_refs(
     config: SpeculativeConfig = SpeculativeConfig(),
     revision: str | None = None,
     model_card: str | None = None,
-    tracking_uri: str | None = None,
-    registry: Registry | None = None,
+    registry: Registry,
     engine: str | None = None,
     store: ModelStore,
 ) -> PairRegistration:
@@ -116,7 +115,7 @@ def register_pair_from_refs(
             after a target-only fine-tune).
         name: pair registered model (default: the registry section's ``pair_name``, ``specdec-pair``).
         config: decoding config recorded with the pair.
-        registry: the job's registry service (else one opened for ``tracking_uri``, for this call).
+        registry: the job's registry service (:class:`registry.service.Registry`).
         engine: serving engine profile (``vllm`` / ``sglang`` / ``transformers``; see
             :func:`specdec.validation.serving.engine_config`), None to read it from the config.
         store: the model caches references are fetched/converted into (the entry point's
@@ -132,12 +131,11 @@ def register_pair_from_refs(
     for n in (name, target_name, draft_name):
         if n:
             validate_name(n)
-    reg = open_registry(registry, tracking_uri)
-    name = name or reg.settings.pair_name
-    with registration_lock(name, reg):
+    name = name or registry.settings.pair_name
+    with registration_lock(name, registry):
         return _register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
                                         config=config, revision=revision, model_card=model_card,
-                                        registry=reg, engine=engine, store=store)
+                                        registry=registry, engine=engine, store=store)
 
 
 REGISTRATION_LOCK_TIMEOUT_S = 1800.0  # a registration uploads checkpoints: minutes for a large one
@@ -311,7 +309,7 @@ def _eagle3_registrar(req: RegistrationRequest) -> PairRegistration:
 
 
 def register_eagle3_pair(target: str, head: str, *, name: str | None = None, head_name: str | None = None,
-                         config=None, tracking_uri: str | None = None, registry: Registry | None = None,
+                         config=None, registry: Registry,
                          engine: str | None = None, store: ModelStore):
     """Register (or reuse) the target, the head and the ``eagle3`` pair version.
 
@@ -323,7 +321,7 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
         name: pair registered model (default: the registry section's ``pair_name``). head_name: registered
             model of a new head (default ``<pair>-eagle3``: the re-trained heads of a pair are versions of one
             registered model).
-        registry: the job's registry service (else one opened for ``tracking_uri``, for this call).
+        registry: the job's registry service (:class:`registry.service.Registry`).
         config: ``SpeculativeConfig`` of the pair (default: its defaults).
         store: the model caches the target reference is fetched/converted into (the caller's
             :class:`~specdec.models.ModelStore`).
@@ -338,61 +336,62 @@ def register_eagle3_pair(target: str, head: str, *, name: str | None = None, hea
     from registry.pairs import register_pair
     from registry.models import download_model_version, get_model_version
 
-    reg = open_registry(registry, tracking_uri)
     href = None
     if head.startswith("models:/"):
-        href = get_model_version(head, registry=reg)
+        href = get_model_version(head, registry=registry)
         hkind = kind_of_label(href.tags.get("specdec.draft_kind"))
         if hkind is None or not hkind.retrainable:
             raise ValueError(f"{head} is not a registered EAGLE-3 head")
-        head_dir = download_model_version(href, registry=reg)
+        head_dir = download_model_version(href, registry=registry)
     else:
         head_dir = Path(head)
         if not (head_dir / "config.json").is_file():
             raise FileNotFoundError(f"no EAGLE-3 head at {head_dir}: config.json not found")
-    t = resolve_checkpoint(target, store=store, registry=reg)
+    t = resolve_checkpoint(target, store=store, registry=registry)
     compat = head_compatibility(Path(head_dir), t["config"])
     if not compat["compatible"]:
         raise ValueError("head and target are incompatible: " + "; ".join(compat["problems"]))
-    pair_name = name or reg.settings.pair_name
+    pair_name = name or registry.settings.pair_name
     tref = t["registered"] or register_model_version(default_model_name(t, pair_name, "target"), t["path"],
-                                                     source=t["source"], registry=reg)
-    href = href or register_eagle3_head(head_dir, tref, name=head_name or f"{pair_name}-eagle3", registry=reg)
+                                                     source=t["source"], registry=registry)
+    href = href or register_eagle3_head(head_dir, tref, name=head_name or f"{pair_name}-eagle3", registry=registry)
     pv = register_pair(tref, href, drafter_kind="eagle3", config=config or SpeculativeConfig(),
-                       compatibility=compat, name=pair_name, registry=reg, engine=engine, store=store)
+                       compatibility=compat, name=pair_name, registry=registry, engine=engine, store=store)
     return PairRegistration(pair=pv, target=tref, draft=href, drafter_kind="eagle3")
 
 
 def register_trained_head(head: str | Path, pair: str, target: str, *, gate, head_name: str | None = None,
-                          alias: str | None = "challenger", config=None, tracking_uri: str | None = None,
-                          registry: Registry | None = None, engine: str | None = None, store: ModelStore):
+                          alias: str | None = "challenger", config=None, registry: Registry,
+                          engine: str | None = None, store: ModelStore):
     """:func:`register_eagle3_pair` under ``pair`` (the target resolved into ``store``), then point the ungated
     ``alias`` at the new version (``None`` leaves aliases alone) through :func:`registry.promotion.promote` with
     ``gate`` (a :class:`registry.gate.GateConfig`). What ``specdec draft train eagle3 --register`` and the
     re-alignment flow call. Returns the :class:`registry.pairs.PairVersion`."""
     from registry.promotion import promote
 
-    service = open_registry(registry, tracking_uri)
     reg = register_eagle3_pair(target, str(head), name=pair, head_name=head_name, config=config,
-                               registry=service, engine=engine, store=store)
+                               registry=registry, engine=engine, store=store)
     if alias:
-        promote(pair, reg.pair.version, alias, gate=gate, registry=service)
+        promote(pair, reg.pair.version, alias, gate=gate, registry=registry)
     return reg.pair
 
 
-def head_registry_hooks(gate_of, store_of):
+def head_registry_hooks(gate_of, store_of, registry_of):
     """The registry functions ``specdec draft train eagle3`` uses (:class:`specdec.training.cli.HeadRegistry`);
     ``gate_of``: ``() -> GateConfig``, the command's gate, built when a head is registered (the policy is read
     then, at the edge); ``store_of``: ``() -> ModelStore``, the command's model caches, built when a reference
-    is resolved (the settings are read then, at the edge)."""
+    is resolved (the settings are read then, at the edge); ``registry_of``: ``() -> Registry``, the command's
+    MLflow service, opened by the entry point when a hook needs it (the registration and its alias move share
+    one)."""
     from registry.heads import head_directory
     from specdec.training.cli import HeadRegistry
 
     def register(*args, **kwargs):
-        return register_trained_head(*args, gate=gate_of(), store=store_of(), **kwargs)
+        return register_trained_head(*args, gate=gate_of(), store=store_of(), registry=registry_of(), **kwargs)
 
-    return HeadRegistry(register=register, head_directory=head_directory,
-                        checkpoint_directory=lambda ref: resolve_checkpoint(ref, store=store_of())["path"])
+    return HeadRegistry(register=register, head_directory=lambda ref: head_directory(ref, registry=registry_of()),
+                        checkpoint_directory=lambda ref: resolve_checkpoint(ref, store=store_of(),
+                                                                            registry=registry_of())["path"])
 
 
 #: how each drafter kind's pair is registered from references (tests/registry/test_kind_tables.py fails until a

@@ -46,7 +46,7 @@ from registry.pairfile import full_tags
 from registry.pairs import DRAFT_SIDES, get_pair_model_version
 from registry.plots import ACCEPTANCE_KEYS, SPEED_KEYS, night_of, write_run_plots
 from registry.gate import GateConfig, GateResult, evaluate_gate
-from registry.service import Registry, get_or_create_experiment, mlflow_errors, open_registry
+from registry.service import Registry, mlflow_errors
 from registry.settings import VALIDATION_EXPERIMENT
 from specdec import events
 from specdec.policy import combine
@@ -235,7 +235,7 @@ def client_validation_history(client, pair: str, experiment: str = VALIDATION_EX
 
 def set_validation_tags(pair: str, version: str | int, *, status: str, run_id: str | None,
                         metrics: Mapping[str, float], heldout: str | None = None, reasons: Sequence[str] = (),
-                        gate: GateConfig, tracking_uri: str | None = None, registry: Registry | None = None) -> None:
+                        gate: GateConfig, registry: Registry) -> None:
     """Tag a pair version with its latest validation, so the MLflow UI's version list shows it.
 
     Tags (:func:`registry.describe.validation_version_tags`): ``validation_status``
@@ -246,8 +246,7 @@ def set_validation_tags(pair: str, version: str | int, *, status: str, run_id: s
         ValueError: ``status`` not passed/failed; PairNotFound: no such pair version.
     """
     tags = validation_tags(status=status, run_id=run_id, metrics=metrics, heldout=heldout, reasons=reasons, gate=gate)
-    reg = open_registry(registry, tracking_uri)
-    client = reg.client
+    client = registry.client
     with mlflow_errors(client.tracking_uri):
         _set_version_tags(client, pair, str(version), tags)
 
@@ -355,8 +354,7 @@ def log_validation(
     gate: GateConfig,
     experiment: str = VALIDATION_EXPERIMENT,
     run_name: str | None = None,
-    tracking_uri: str | None = None,
-    registry: Registry | None = None,
+    registry: Registry,
     run_key: str | None = None,
     describe: bool = True,
     verdict: str | None = None,
@@ -398,8 +396,7 @@ def log_validation(
         marked FAILED (the gate ignores it) and the pair version is not tagged.
     """
     version = str(version)
-    reg = open_registry(registry, tracking_uri)
-    client = reg.client
+    client = registry.client
     rdir = Path(report_dir)
     if not (rdir / REPORT_FILE).exists():
         report.write(rdir)
@@ -412,7 +409,7 @@ def log_validation(
         word = combine([result.status, verdict or result.status])
         if history is None:
             history = client_validation_history(client, pair, experiment)
-        eid = get_or_create_experiment(client, experiment)
+        eid = registry.experiment(experiment)
         earlier = _end_crashed_runs(client, eid, run_key) if run_key else []
         tags = _run_tags(pair, version, report, ptags, verdict=result, mismatch=mismatch, run_key=run_key, gate=gate)
         tags["validation_status"] = word
@@ -433,15 +430,14 @@ def log_validation(
     return run_id
 
 
-def describe_validation(pair: str, version: str | int, run_id: str, *, tracking_uri: str | None = None, registry: Registry | None = None) -> None:
+def describe_validation(pair: str, version: str | int, run_id: str, *, registry: Registry) -> None:
     """Write the pair version's one-line description and the run's (the line plus links) from what is
     recorded now (:mod:`registry.describe`): what a person reads in the MLflow UI.
 
     Raises:
         RegistryUnavailable: server unreachable; mlflow's errors for an unknown run or version.
     """
-    reg = open_registry(registry, tracking_uri)
-    client = reg.client
+    client = registry.client
     with mlflow_errors(client.tracking_uri):
         describe_run(client, run_id, pair, str(version),
                      refresh_description(client, pair, str(version), client.get_run(run_id)))
@@ -554,17 +550,15 @@ def _runs_of_key(client, experiment_id: str, run_key: str) -> list:
 
 
 def latest_validation_run(pair: str, version: str | int, *, experiment: str = VALIDATION_EXPERIMENT,
-                          tracking_uri: str | None = None, registry: Registry | None = None):
+                          registry: Registry):
     """The most recent FINISHED validation run (``mlflow.entities.Run``) of ``pair`` v``version``, or None."""
-    reg = open_registry(registry, tracking_uri)
-    with reg.errors():
-        return client_latest_validation_run(reg.client, pair, version, experiment)
+    with registry.errors():
+        return client_latest_validation_run(registry.client, pair, version, experiment)
 
 
 def validation_history(pair: str, *, experiment: str = VALIDATION_EXPERIMENT, max_results: int = 200,
-                       tracking_uri: str | None = None, registry: Registry | None = None) -> list[dict]:
+                       registry: Registry) -> list[dict]:
     """Past finished validation runs of ``pair`` read back from MLflow, oldest first
     (:func:`client_validation_history`)."""
-    reg = open_registry(registry, tracking_uri)
-    with reg.errors():
-        return client_validation_history(reg.client, pair, experiment, max_results)
+    with registry.errors():
+        return client_validation_history(registry.client, pair, experiment, max_results)

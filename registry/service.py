@@ -5,9 +5,9 @@ job and handed to every registry operation.
 the URI scheme check, the ``/health`` probe of a server and MLflow's HTTP timeouts happen once, when it
 is opened. This is the one place an ``mlflow.MlflowClient`` is built. Every operation of the registry
 package (:mod:`registry.models`, :mod:`registry.pairs`, :mod:`registry.runs`, :mod:`registry.promotion`,
-:mod:`registry.ungated`, :mod:`registry.webhooks`, :mod:`registry.heads`) takes ``registry=`` (the job's
-service) or, for a single call, ``tracking_uri=`` (:func:`open_registry` opens one for it); MLflow's
-connection errors become :class:`registry.errors.RegistryUnavailable` (:meth:`Registry.errors`).
+:mod:`registry.ungated`, :mod:`registry.webhooks`, :mod:`registry.heads`, ...) takes ``registry=``, required:
+the job's service, opened by its entry point from the settings section it read; MLflow's connection errors
+become :class:`registry.errors.RegistryUnavailable` (:meth:`Registry.errors`).
 """
 
 from __future__ import annotations
@@ -17,15 +17,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from registry.errors import RegistryError, RegistryUnavailable
-from registry.settings import RegistrySettings, is_local_store, local_artifacts_root, redact_uri, single_call_section
+from registry.settings import RegistrySettings, is_local_store, local_artifacts_root, redact_uri
 
 
 class Registry:
     """The MLflow registry specdec reads and writes, opened once.
 
     Args:
-        settings: the registry section (the job's, handed down from the entry point; :func:`open_registry`
-            reads one for a single call).
+        settings: the registry section (the job's, handed down from the entry point that read it).
         tracking_uri: MLflow URI overriding the section's (``--tracking-uri``).
         check: probe ``<uri>/health`` of a server now (fail fast).
     Attributes:
@@ -49,15 +48,6 @@ class Registry:
     def experiment(self, name: str) -> str:
         """The id of experiment ``name`` (:func:`get_or_create_experiment`)."""
         return get_or_create_experiment(self.client, name, self.settings)
-
-
-def open_registry(registry: Registry | None = None, tracking_uri: str | None = None, *,
-                  check: bool = True) -> Registry:
-    """``registry`` (the job's service) when given, else one opened for ``tracking_uri`` (a single call: the
-    section :func:`registry.settings.single_call_section` reads from the environment)."""
-    if registry is not None:
-        return registry
-    return Registry(single_call_section(), tracking_uri=tracking_uri, check=check)
 
 
 _SCHEMES = {"sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks", "file"}
@@ -142,9 +132,9 @@ def check_server(uri: str, timeout: float = 10.0) -> None:
 
 
 @contextmanager
-def mlflow_errors(tracking_uri: str):
-    """Turn MLflow's "API request ... failed" (connection refused, timeouts, retries exhausted) into
-    :class:`RegistryUnavailable`; other exceptions pass through unchanged."""
+def mlflow_errors(uri: str):
+    """Turn MLflow's "API request ... failed" (connection refused, timeouts, retries exhausted) at the tracking
+    URI ``uri`` into :class:`RegistryUnavailable` (``uri`` redacted); other exceptions pass through unchanged."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -152,8 +142,8 @@ def mlflow_errors(tracking_uri: str):
     except MlflowException as e:
         msg = str(e)
         if "API request to" in msg and ("failed with exception" in msg or "Max retries" in msg):
-            msg = msg.replace(tracking_uri, redact_uri(tracking_uri))
-            raise RegistryUnavailable(f"MLflow server at {redact_uri(tracking_uri)} is unreachable: {msg[:300]}") from e
+            msg = msg.replace(uri, redact_uri(uri))
+            raise RegistryUnavailable(f"MLflow server at {redact_uri(uri)} is unreachable: {msg[:300]}") from e
         raise
 
 
@@ -162,7 +152,7 @@ def mlflow_errors(tracking_uri: str):
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 
 
-def get_or_create_experiment(client, name: str, settings: RegistrySettings | None = None) -> str:
+def get_or_create_experiment(client, name: str, settings: RegistrySettings) -> str:
     """The id of experiment ``name``, created if missing and tagged to open on its runs table in the
     MLflow UI. On a local store its artifacts go under ``<artifacts_dir>/<name>`` (not ``./mlruns``
     of whatever the working directory is; ``settings``: the registry section naming that root)."""

@@ -77,27 +77,15 @@ class RegistrySettings(HomeSection):
 
 
 def get_settings() -> RegistrySettings:
-    """The registry section read from the environment (an entry point's or a single call's own read; jobs
-    are handed theirs by :func:`flows.settings.load_settings`)."""
+    """The registry section read from the environment (an entry point's own read; jobs are handed theirs by
+    :func:`flows.settings.load_settings`)."""
     return RegistrySettings()
 
 
-def single_call_section() -> RegistrySettings:
-    """The registry section of an operation called alone (``tracking_uri=`` and no job's
-    :class:`registry.service.Registry`: :func:`registry.service.open_registry`), read from the environment
-    here, in the settings module. Raises ``ValueError`` (pydantic's) on a malformed setting."""
-    return get_settings()
-
-
-def resolve_tracking_uri(tracking_uri: str | None = None) -> str:
-    """``tracking_uri`` if given, else the settings' URI (``SPECDEC_TRACKING_URI`` /
-    ``MLFLOW_TRACKING_URI`` / ``sqlite:///<home>/mlflow.db``)."""
-    return tracking_uri or get_settings().tracking_uri  # type: ignore[return-value]
-
-
-def is_local_store(tracking_uri: str) -> bool:
-    """True for a store this process opens itself (SQLite or another SQLAlchemy URL), False for a server."""
-    return not tracking_uri.startswith(("http://", "https://", "databricks"))
+def is_local_store(uri: str) -> bool:
+    """True for a store (tracking URI ``uri``) this process opens itself (SQLite or another SQLAlchemy URL),
+    False for a server."""
+    return not uri.startswith(("http://", "https://", "databricks"))
 
 
 def redact_uri(uri: str) -> str:
@@ -113,12 +101,12 @@ def redact_uri(uri: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def local_artifacts_root(tracking_uri: str, settings: RegistrySettings | None = None) -> Path:
-    """Artifact root for experiments on a local store: ``SPECDEC_ARTIFACTS_DIR`` if set, else
-    ``mlartifacts/`` next to the SQLite file, else ``<home>/mlartifacts``."""
-    s = settings or get_settings()
-    if s.artifacts_dir:
-        return s.artifacts_dir
-    if tracking_uri.startswith("sqlite:///") and tracking_uri != "sqlite:///:memory:":
-        return Path(tracking_uri[len("sqlite:///"):]).expanduser().resolve().parent / "mlartifacts"
-    return s.home / "mlartifacts"
+def local_artifacts_root(uri: str, settings: RegistrySettings) -> Path:
+    """Artifact root for experiments on a local store at ``uri``: ``settings.artifacts_dir``
+    (``SPECDEC_ARTIFACTS_DIR``) if set, else ``mlartifacts/`` next to the SQLite file, else
+    ``<settings.home>/mlartifacts``."""
+    if settings.artifacts_dir:
+        return settings.artifacts_dir
+    if uri.startswith("sqlite:///") and uri != "sqlite:///:memory:":
+        return Path(uri[len("sqlite:///"):]).expanduser().resolve().parent / "mlartifacts"
+    return settings.home / "mlartifacts"

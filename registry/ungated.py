@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 
 from registry.describe import ALIAS_RECORD_PREFIX, PROMOTION_TAG_KEY, refresh_description
 from registry.gate import GateConfig
-from registry.service import Registry, mlflow_errors, open_registry
+from registry.service import Registry, mlflow_errors
 from registry.settings import VALIDATION_EXPERIMENT
 
 _NOTICED = " outside specdec, noticed "
@@ -66,7 +66,7 @@ def _noticed_at(label: str | None, alias: str) -> str | None:
 
 def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig,
                 experiment: str = VALIDATION_EXPERIMENT, now: datetime | None = None,
-                tracking_uri: str | None = None, registry: Registry | None = None) -> UngatedPromotion | None:
+                registry: Registry) -> UngatedPromotion | None:
     """Is ``pair@alias`` an ungated promotion? (See the module docstring for the rules.)
 
     Args:
@@ -84,8 +84,7 @@ def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig,
     from registry.promotion import clear_stale_promotions
     from registry.runs import client_latest_validation_run
 
-    reg = open_registry(registry, tracking_uri)
-    client = reg.client
+    client = registry.client
     with mlflow_errors(client.tracking_uri):
         aliases = pair_aliases(client, pair)
         version = aliases.get(alias)
@@ -117,15 +116,14 @@ def check_alias(pair: str, alias: str = "champion", *, gate: GateConfig,
 
 def last_passing_version(pair: str, alias: str = "champion", *, exclude: str | None = None,
                          gate: GateConfig, experiment: str = VALIDATION_EXPERIMENT,
-                         tracking_uri: str | None = None, registry: Registry | None = None) -> str | None:
+                         registry: Registry) -> str | None:
     """The version to move ``alias`` back to: the one specdec last set it to, if its latest
     validation passes the gate, else the newest version whose latest validation passes (never
     ``exclude``). None when no version passes."""
     from registry.gate import evaluate_gate
     from registry.runs import client_latest_validation_run
 
-    reg = open_registry(registry, tracking_uri)
-    client = reg.client
+    client = registry.client
     with mlflow_errors(client.tracking_uri):
         recorded = (client.get_registered_model(pair).tags or {}).get(ALIAS_RECORD_PREFIX + alias)
         versions = sorted({mv.version for mv in client.search_model_versions(f"name = '{pair}'")}, key=int, reverse=True)
@@ -137,8 +135,7 @@ def last_passing_version(pair: str, alias: str = "champion", *, exclude: str | N
 
 
 def revert_alias(pair: str, alias: str, from_version: str, *, actor: str = "specdec pair watch --revert",
-                 gate: GateConfig, tracking_uri: str | None = None,
-                 registry: Registry | None = None) -> str | None:
+                 gate: GateConfig, registry: Registry) -> str | None:
     """Move ``pair@alias`` from the ungated ``from_version`` back to :func:`last_passing_version`.
 
     Only while the alias still points at ``from_version`` (a later move is left alone). The reverted
@@ -150,16 +147,15 @@ def revert_alias(pair: str, alias: str, from_version: str, *, actor: str = "spec
     from registry.promotion import promote
     from registry.runs import refresh_version
 
-    reg = open_registry(registry, tracking_uri)
-    client = reg.client
+    client = registry.client
     with mlflow_errors(client.tracking_uri):
         if pair_aliases(client, pair).get(alias) != str(from_version):
             return None
-    to = last_passing_version(pair, alias, exclude=str(from_version), gate=gate, registry=reg)
+    to = last_passing_version(pair, alias, exclude=str(from_version), gate=gate, registry=registry)
     if to is None:
         return None
     promote(pair, to, alias, actor=actor, reason=f"v{from_version} was made @{alias} outside specdec and failed the gate",
-            gate=gate, registry=reg)
+            gate=gate, registry=registry)
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     with mlflow_errors(client.tracking_uri):
         client.set_model_version_tag(pair, str(from_version), PROMOTION_TAG_KEY,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from registry.errors import RegistryError
-from registry.service import Registry, mlflow_errors, open_registry
+from registry.service import Registry, mlflow_errors
 from specdec.redact import redact_url
 
 #: the registry events the watcher subscribes to
@@ -138,8 +138,7 @@ def webhook_name(pairs: list[str]) -> str:
     return ("specdec-watch-" + "-".join(sorted(pairs)))[:255]
 
 
-def subscribe(pairs: list[str], url: str, secret: str, *, tracking_uri: str | None = None,
-              registry: Registry | None = None, replace: bool = False) -> str:
+def subscribe(pairs: list[str], url: str, secret: str, *, registry: Registry, replace: bool = False) -> str:
     """Create (or update in place) the webhook that sends :data:`WATCH_EVENTS` to ``url``.
 
     A webhook for the same pairs that sends elsewhere belongs to another watcher: it is only taken
@@ -161,8 +160,7 @@ def subscribe(pairs: list[str], url: str, secret: str, *, tracking_uri: str | No
 
     if not secret:
         raise RegistryError("a webhook secret is required (SPECDEC_WATCH_SECRET)")
-    reg = open_registry(registry, tracking_uri)
-    client = reg.client
+    client = registry.client
     name = webhook_name(pairs)
     with mlflow_errors(client.tracking_uri):
         try:

@@ -45,6 +45,7 @@ from specdec.kinds import (
 )
 
 from tests.support.store import model_store
+from tests.support.registry import open_registry_at
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("specdec", "registry", "monitoring", "flows")
@@ -411,7 +412,7 @@ def test_a_fifth_kind_is_one_class_one_registration_and_one_entry_per_table(monk
 
     monkeypatch.setenv("SPECDEC_HOME", str(tmp_path))  # the registration lock's directory
     with pytest.raises(MissingKindEntry, match="'mtp' has no entry in the pair registrars"):
-        register_pair_from_refs("./target", "mtp:./head", name="mtp-pair", tracking_uri=f"sqlite:///{tmp_path}/never-opened.db",
+        register_pair_from_refs("./target", "mtp:./head", name="mtp-pair", registry=open_registry_at(f"sqlite:///{tmp_path}/never-opened.db"),
                                 store=model_store())
     with pytest.raises(MissingKindEntry, match="'mtp' has no entry in the vLLM serving table"):
         serving_config("vllm", "mtp", 2, draft="./head")  # serving is each engine profile's table

@@ -47,12 +47,16 @@ def _register(home, target: str, draft: str, temperature: float) -> None:
         "from specdec.settings import get_settings\n"
         "from specdec import SamplingConfig, SpeculativeConfig\n"
         "from registry import promote\n"
+        "from registry.service import Registry\n"
+        "from registry.settings import get_settings as registry_settings\n"
+        "registry = Registry(registry_settings())\n"
         f"reg = register_pair_from_refs({target!r}, {draft!r}, name={PAIR!r}, target_name='nan-target',"
         f" draft_name='nan-draft', config=SpeculativeConfig(max_new_tokens=8,"
-        f" sampling=SamplingConfig(temperature={temperature})), store=ModelStore(get_settings().models_dir))\n"
+        f" sampling=SamplingConfig(temperature={temperature})), store=ModelStore(get_settings().models_dir),"
+        " registry=registry)\n"
         "from registry.gate import GateConfig\n"
         "from specdec.settings.policy import get_policy\n"
-        "promote(reg.pair.name, reg.pair.version, 'challenger', gate=GateConfig.from_policy(get_policy()))\n"
+        "promote(reg.pair.name, reg.pair.version, 'challenger', gate=GateConfig.from_policy(get_policy()), registry=registry)\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "SPECDEC_TRACKING"))}
     p = subprocess.run([sys.executable, "-c", code], env={**env, "SPECDEC_HOME": str(home)}, capture_output=True,

@@ -25,6 +25,7 @@ from monitoring.receiver import WebhookReceiver
 from tests.support.models import save_tiny_checkpoint
 from tests.support.gate import policy_gate
 from tests.support.store import model_store
+from tests.support.registry import open_registry_at
 
 pytestmark = pytest.mark.server
 
@@ -57,9 +58,10 @@ def test_corrupted_draft_weights_are_refetched_or_refused_never_measured(tmp_pat
     (tmp_path / "h.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     target = save_tiny_checkpoint(tmp_path / "target", seed=0)
     draft = save_tiny_checkpoint(tmp_path / "draft", seed=0, perturb=0.05)
+    registry = open_registry_at()
     reg = register_pair_from_refs(str(target), str(draft), name="cw", target_name="cw-target", draft_name="cw-draft",
-                                  config=SpeculativeConfig(max_new_tokens=8), store=model_store())
-    promote("cw", reg.pair.version, "champion", force=True, reason="test setup", gate=policy_gate())
+                                  config=SpeculativeConfig(max_new_tokens=8), store=model_store(), registry=registry)
+    promote("cw", reg.pair.version, "champion", force=True, reason="test setup", gate=policy_gate(), registry=registry)
     recorded = reg.draft.weights_sha256
 
     def night(day: int):

@@ -25,6 +25,7 @@ from tests.support.models import save_tiny_checkpoint
 from tests.support.nightly import webhook_settings
 from tests.support.scripted_engine import ScriptedEngine
 from tests.support.store import model_store
+from tests.support.registry import open_registry_at
 
 K, NEW = 4, 12
 
@@ -89,7 +90,7 @@ def test_an_unmeasurable_engine_is_one_error_and_one_alert_and_nothing_stored(re
                 assert r.exit_code == 0, r.output
                 night = type("Night", (), dict(held=load_heldout(held), db=db, settings=settings, home=tmp_path, core=CoreSettings(),
                                                date=dt.date(2026, 12, 1) + dt.timedelta(days=i)))()
-                pv = R.get_pair_version("tiny", "1", download=False)
+                pv = R.get_pair_version("tiny", "1", download=False, registry=open_registry_at())
                 params = ValidationParams("h", None, "cpu", "float32", 0, 1, "replay", 0.25)
                 results.append((label, run_engine_check(night, Target("tiny", "champion", pv, None), params)))
         (_, hang), (_, bad), (_, ok) = results

@@ -12,6 +12,7 @@ import pytest
 
 from specdec.engines.llama_server import LlamaServerFlags
 from tests.support.engine import engine_or_skip, start_server, target_gguf
+from tests.support.registry import open_registry_at
 
 pytestmark = pytest.mark.slow
 DONE_BEFORE_DEATH = 3
@@ -33,15 +34,15 @@ def test_engine_dying_mid_night_leaves_the_night_error_and_nothing_half_recorded
     from flows.register import register_pair_flow
     from monitoring.history import list_runs
     from registry.pairs import engine_tags, set_engine
-    from registry.service import open_registry
     from specdec.validation import engine_continuations as ec
 
     install = engine_or_skip()
     pv = register_pair_flow(str(target_gguf()), "ngram", name="pair-e", max_new_tokens=16)
     flags = LlamaServerFlags(model=str(target_gguf()), spec_type="none", ctx_size=2048, threads=1)
     with start_server(install, flags, env) as server:
-        set_engine("pair-e", pv["version"], tags=engine_tags(server.url, None)[0])
-        open_registry().client.set_model_version_tag("pair-e", str(pv["version"]), "engine", "llamacpp")
+        registry = open_registry_at()
+        set_engine("pair-e", pv["version"], tags=engine_tags(server.url, None)[0], registry=registry)
+        registry.client.set_model_version_tag("pair-e", str(pv["version"]), "engine", "llamacpp")
         real, calls = ec.EngineContinuations.continuation, []
 
         def dies_after_some(self, *a, **kw):  # the real engine answers, then its process is killed
@@ -78,7 +79,6 @@ def test_engine_night_with_an_engine_step_never_loads_the_target(env, monkeypatc
     from flows.nightly import nightly_validation_flow
     from flows.register import register_pair_flow
     from registry.pairs import engine_tags, set_engine
-    from registry.service import open_registry
     from tests.support.engine import draft_gguf
 
     install = engine_or_skip()
@@ -89,8 +89,9 @@ def test_engine_night_with_an_engine_step_never_loads_the_target(env, monkeypatc
     monkeypatch.setattr(loading._RegistryLoader, "load", lambda self, uri: loads.append(uri) or real_load(self, uri))
     flags = LlamaServerFlags(model=str(target_gguf()), draft=str(d_gguf), n_max=4, ctx_size=2048, threads=1)
     with start_server(install, flags, env) as server:
-        set_engine("pair-d", pv["version"], tags=engine_tags(server.url, list(server.command))[0])
-        open_registry().client.set_model_version_tag("pair-d", str(pv["version"]), "engine", "llamacpp")
+        registry = open_registry_at()
+        set_engine("pair-d", pv["version"], tags=engine_tags(server.url, list(server.command))[0], registry=registry)
+        registry.client.set_model_version_tag("pair-d", str(pv["version"]), "engine", "llamacpp")
         results = nightly_validation_flow(pairs=["pair-d"], aliases=("challenger",), heldout=str(env / "h.jsonl"),
                                           limit=None, device="cpu", dtype="float32", method="replay",
                                           continuations="engine", scheduled_date=dt.date(2026, 11, 4))

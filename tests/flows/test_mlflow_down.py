@@ -12,6 +12,7 @@ import pytest
 from tests.support.mlflow_server import MlflowServer
 from tests.support.models import save_tiny_checkpoint
 from tests.support.gate import policy_gate
+from tests.support.registry import open_registry_at
 
 pytestmark = pytest.mark.server
 
@@ -42,7 +43,7 @@ def test_history_kept_and_mlflow_logging_retried(tmp_path, monkeypatch, prefect_
         pv = register_pair_flow(str(save_tiny_checkpoint(tmp_path / "tiny")), "ngram", name="down-pair",
                                 target_name="tiny-target", max_new_tokens=8)
         held = load_heldout(str(tmp_path / "h.jsonl"))
-        pvo = get_pair_version("down-pair", pv["version"], download=False)
+        pvo = get_pair_version("down-pair", pv["version"], download=False, registry=open_registry_at())
         key = history.RunKey.build("down-pair", pv["version"], held.name, held.version,
                                    pvo.config.to_dict(), dt.date(2026, 11, 2))
         db = monitoring.connect(monitoring.get_settings())
@@ -70,7 +71,7 @@ def test_history_kept_and_mlflow_logging_retried(tmp_path, monkeypatch, prefect_
         assert len(logged) == 1
         assert history.runs_pending_mlflow(db) == []
         assert history.get_run(db, res.history_run_id).mlflow_run_id == logged[0]
-        assert latest_validation_run("down-pair", pv["version"]).info.run_id == logged[0]
+        assert latest_validation_run("down-pair", pv["version"], registry=registry).info.run_id == logged[0]
         assert retry_pending_mlflow_logging.fn(db, night.home, registry, gate=policy_gate()) == []  # never logged twice
     finally:
         back.stop()

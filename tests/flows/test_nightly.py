@@ -13,6 +13,7 @@ import pytest
 from monitoring.receiver import WebhookReceiver
 from tests.support.models import save_tiny_checkpoint
 from tests.support.nightly import nightly_by_alias
+from tests.support.registry import open_registry_at
 
 PAIR = "tiny-pair"
 DAY1, DAY2, DAY3 = dt.date(2026, 11, 1), dt.date(2026, 11, 2), dt.date(2026, 11, 3)
@@ -61,14 +62,15 @@ def test_drift_scenario_fires_once_and_resolves(env):
 
     kw = dict(name=PAIR, target_name="tiny-target", draft_name="tiny-int8", max_new_tokens=24)
     pv1 = register_pair_flow(env["v1"], "derived:int8", **kw)
-    assert pv1["version"] == "1" and resolve_alias(PAIR, "challenger") == "1"
+    registry = open_registry_at()
+    assert pv1["version"] == "1" and resolve_alias(PAIR, "challenger", registry=registry) == "1"
 
     night1 = _nightly(env, DAY1)
     assert night1["champion"].status == "skipped"  # nobody is champion yet
     assert night1["challenger"].status == "passed", night1["challenger"]
     assert night1["challenger"].mlflow_run_id
     promote_flow(PAIR, "1")
-    assert resolve_alias(PAIR, "champion") == "1"
+    assert resolve_alias(PAIR, "champion", registry=registry) == "1"
 
     # target-only change: new target version, the OLD derived draft (derived from target v1)
     old_draft = f"models:/tiny-int8/{1}"
@@ -103,8 +105,8 @@ def test_drift_scenario_fires_once_and_resolves(env):
     assert len(bodies) == 2 and "resolve" in json.dumps(bodies[1]).lower()
     _one_word(night3["challenger"], bodies[1])
     result = promote_flow(PAIR, pv3["version"])
-    assert resolve_alias(PAIR, "champion") == pv3["version"]
-    assert get_pair_version(PAIR, "champion", download=False).validation_status == "passed"
+    assert resolve_alias(PAIR, "champion", registry=registry) == pv3["version"]
+    assert get_pair_version(PAIR, "champion", download=False, registry=registry).validation_status == "passed"
     assert result["alias"] == "champion"
 
 

@@ -14,6 +14,7 @@ from monitoring.receiver import WebhookReceiver
 from tests.support.models import save_tiny_checkpoint
 from tests.support.gate import policy_gate
 from tests.support.store import model_store
+from tests.support.registry import open_registry_at
 
 
 def test_broken_champion_alerts_once_and_challenger_is_validated(tmp_path, monkeypatch, prefect_harness):
@@ -24,7 +25,6 @@ def test_broken_champion_alerts_once_and_challenger_is_validated(tmp_path, monke
     from registry import promote
     from specdec import SpeculativeConfig
     from registry.register import register_pair_from_refs
-    from registry.settings import resolve_tracking_uri
 
     monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -33,13 +33,14 @@ def test_broken_champion_alerts_once_and_challenger_is_validated(tmp_path, monke
     (tmp_path / "h.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     model_cache.clear()
     cfg = SpeculativeConfig(max_new_tokens=8)
+    registry = open_registry_at()
     old = register_pair_from_refs(str(save_tiny_checkpoint(tmp_path / "a", seed=1)), "ngram", name="bp",
-                                  target_name="old-target", config=cfg, store=model_store())
+                                  target_name="old-target", config=cfg, store=model_store(), registry=registry)
     new = register_pair_from_refs(str(save_tiny_checkpoint(tmp_path / "b", seed=2)), "ngram", name="bp",
-                                  target_name="new-target", config=cfg, store=model_store())
-    promote("bp", old.pair.version, "champion", force=True, reason="test setup", gate=policy_gate())
-    promote("bp", new.pair.version, "challenger", gate=policy_gate())
-    MlflowClient(resolve_tracking_uri()).delete_model_version("old-target", old.target.version)
+                                  target_name="new-target", config=cfg, store=model_store(), registry=registry)
+    promote("bp", old.pair.version, "champion", force=True, reason="test setup", gate=policy_gate(), registry=registry)
+    promote("bp", new.pair.version, "challenger", gate=policy_gate(), registry=registry)
+    MlflowClient(registry.uri).delete_model_version("old-target", old.target.version)
 
     with WebhookReceiver() as rx:
         monkeypatch.setenv("SPECDEC_ALERT_CHANNELS", json.dumps([{"type": "webhook", "url": rx.url(), "name": "ops"}]))

@@ -66,11 +66,14 @@ def _register(setup, home: Path) -> None:
         "from specdec.settings import get_settings\n"
         "from specdec import SpeculativeConfig\n"
         "from registry import promote\n"
+        "from registry.service import Registry\n"
+        "from registry.settings import get_settings as registry_settings\n"
+        "registry = Registry(registry_settings())\n"
         f"reg = register_pair_from_refs({setup['ckpt']!r}, 'ngram:3:1', name={PAIR!r}, target_name='crash-target',"
-        " config=SpeculativeConfig(max_new_tokens=8), store=ModelStore(get_settings().models_dir))\n"
+        " config=SpeculativeConfig(max_new_tokens=8), store=ModelStore(get_settings().models_dir), registry=registry)\n"
         "from registry.gate import GateConfig\n"
         "from specdec.settings.policy import get_policy\n"
-        "promote(reg.pair.name, reg.pair.version, 'challenger', gate=GateConfig.from_policy(get_policy()))\n"
+        "promote(reg.pair.name, reg.pair.version, 'challenger', gate=GateConfig.from_policy(get_policy()), registry=registry)\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "SPECDEC_TRACKING"))}
     subprocess.run([sys.executable, "-c", code], check=True, env={**env, "SPECDEC_HOME": str(home)}, timeout=300)

@@ -14,6 +14,7 @@ from monitoring.receiver import WebhookReceiver
 from tests.support.models import save_tiny_checkpoint
 from tests.support.nightly import nightly_by_alias
 from tests.support.gate import policy_gate
+from tests.support.registry import open_registry_at
 
 PAIR = "ungated-pair"
 
@@ -50,12 +51,12 @@ def test_hand_moved_champion_is_validated_first_and_alerted(env):
 
     from flows.register import register_pair_flow
     from registry import get_pair_version, promote
-    from registry.settings import resolve_tracking_uri
+    from registry.settings import get_settings
 
     kw = dict(name=PAIR, target_name="tiny-target", draft_name="tiny-int8", max_new_tokens=24, alias=None)
     register_pair_flow(env["v1"], "derived:int8", **kw)  # v1
     register_pair_flow(env["v2"], "models:/tiny-int8/1", **kw)  # v2: new target, draft still derived from v1
-    uri = resolve_tracking_uri()
+    uri = get_settings().tracking_uri
     MlflowClient(uri, registry_uri=uri).set_registered_model_alias(PAIR, "champion", "2")  # by hand, no gate
 
     night1 = _nightly(env, dt.date(2026, 11, 1))
@@ -68,11 +69,12 @@ def test_hand_moved_champion_is_validated_first_and_alerted(env):
     ungated = [b for b in bodies if b["title"].startswith("Ungated promotion")]
     assert len(ungated) == 1 and ungated[0]["title"] == f"Ungated promotion: {PAIR} v2 (champion)"
     assert "never validated" in ungated[0]["text"] and "specdec never set it" in ungated[0]["text"]
-    pv2 = get_pair_version(PAIR, "2", download=False)
+    registry = open_registry_at()
+    pv2 = get_pair_version(PAIR, "2", download=False, registry=registry)
     assert pv2.description.startswith("failed: acc ") and "@champion outside specdec, noticed" in pv2.description
 
     # specdec moves the alias (forced, with a reason): the next nightly resolves the ungated incident
-    promote(PAIR, "1", force=True, reason="roll back the hand promotion", actor="ops", gate=policy_gate())
+    promote(PAIR, "1", force=True, reason="roll back the hand promotion", actor="ops", gate=policy_gate(), registry=registry)
     night2 = _nightly(env, dt.date(2026, 11, 2))
     assert night2["champion"].version == "1" and night2["champion"].ungated_alert == "resolve"
     assert night2["champion"].ungated_promotion is None

@@ -8,6 +8,7 @@ import pytest
 from tests.training.eagle3_support import TINY_LAYER_IDS, quick_config, tiny_target_dir
 from tests.support.gate import policy_gate
 from tests.support.store import model_store
+from tests.support.registry import open_registry_at
 
 PAIR = "pair-realign"
 
@@ -28,13 +29,14 @@ def stale(tmp_path_factory, prefect_harness):
                            config=quick_config(epochs=1, num_sequences=8))
     from registry.register import register_trained_head
 
+    registry = open_registry_at()
     v1 = register_trained_head(h1.out_dir, PAIR, str(t1), alias=None, head_name="tiny-head", gate=policy_gate(),
-                               store=model_store())
+                               store=model_store(), registry=registry)
     from specdec.core.config import SamplingConfig, SpeculativeConfig
 
     served = SpeculativeConfig(3, SamplingConfig(temperature=0.7, top_p=0.9), 48, draft_sampling="argmax")
     v2 = register_trained_head(v1.draft_uri, PAIR, str(t2), alias="challenger", config=served, engine="vllm", gate=policy_gate(),
-                               store=model_store())
+                               store=model_store(), registry=registry)
     yield {"t2": t2, "v1": v1, "v2": v2}
     mp.undo()
 
@@ -49,17 +51,18 @@ def test_remediation_retrains_the_head_from_its_last_version_and_registers_a_cha
     quiet = NightlyResult(pair=PAIR, alias="challenger", version=v2.version, status="passed")
     fired = NightlyResult(pair=PAIR, alias="challenger", version=v2.version, status="failed", alert_transition="fire")
     config = {"num_sequences": 8, "response_tokens": 40, "epochs": 1, "batch_size": 4}
-    assert remediate_drift([quiet], config=config) == []
-    (out,) = remediate_drift([quiet, fired], config=config)
+    registry = open_registry_at()
+    assert remediate_drift([quiet], config=config, registry=registry) == []
+    (out,) = remediate_drift([quiet, fired], config=config, registry=registry)
     assert out["parent_head"] == v1.draft_uri == "models:/tiny-head/1"
     # the re-trained head is the next version of its parent's registered model
     assert out["head_uri"] == "models:/tiny-head/2" and out["target"] == v2.target_uri
     assert out["steps"] == out["total_steps"] == 2
-    pv = R.get_pair_version(PAIR, "challenger", download=False)
+    pv = R.get_pair_version(PAIR, "challenger", download=False, registry=registry)
     assert pv.version == out["version"] == "3" and pv.changed == "draft" and pv.drafter_kind == "eagle3"
     assert pv.config == v2.config and pv.config.num_speculative_tokens == 3  # the drifted version's decoding config
     assert pv.tags.get("engine") == "vllm"
-    head = R.get_model_version(out["head_uri"])
+    head = R.get_model_version(out["head_uri"], registry=registry)
     assert head.tags["eagle3.parent"] == v1.draft_uri and head.tags["eagle3.target"] == v2.target_uri
 
 
@@ -67,6 +70,6 @@ def test_a_non_eagle3_pair_is_not_retrained(stale):
     from flows.realign import realign_eagle3_flow
     from registry.register import register_pair_from_refs
 
-    register_pair_from_refs(str(stale["t2"]), "ngram", name="pair-ngram", store=model_store())
+    register_pair_from_refs(str(stale["t2"]), "ngram", name="pair-ngram", store=model_store(), registry=open_registry_at())
     with pytest.raises(ValueError, match="only EAGLE-3 heads are re-trained"):
         realign_eagle3_flow(pair="pair-ngram", alias="1")

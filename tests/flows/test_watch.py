@@ -30,6 +30,7 @@ from registry.webhooks import sign
 from tests.support.models import save_tiny_checkpoint
 from tests.support.gate import policy_gate
 from tests.support.store import model_store
+from tests.support.registry import open_registry_at
 
 pytestmark = pytest.mark.server
 REPO = Path(__file__).resolve().parents[2]
@@ -154,7 +155,7 @@ def _register(stack, target: str, draft: str) -> str:
     from specdec.core.config import SamplingConfig, SpeculativeConfig
 
     reg = register_pair_from_refs(target, draft, name=PAIR, target_name="watch-target", draft_name="watch-int8",
-                                  config=SpeculativeConfig(4, SamplingConfig(), 24), tracking_uri=stack["server"].uri,
+                                  config=SpeculativeConfig(4, SamplingConfig(), 24), registry=open_registry_at(stack["server"].uri),
                                   store=model_store())
     return reg.pair.version
 
@@ -177,15 +178,16 @@ def test_watch_validates_new_versions_and_gates_a_hand_moved_champion(stack, tmp
     v2_dir = save_tiny_checkpoint(tmp_path / "target-v2", seed=0, hidden_size=64, perturb=0.05)
     _start_watcher(stack)
     port, client = stack["port"], _client(stack)
+    registry = open_registry_at(stack["server"].uri)
 
     # registering a version triggers its validation
     assert _register(stack, str(v1_dir), "derived:int8") == "1"
     _wait(lambda: _status(stack, "1"), 240, "v1's validation", logs=stack["tmp"])
-    assert check_gate(PAIR, "1", tracking_uri=stack["server"].uri, gate=policy_gate()).passed  # speed may be inconclusive under load
-    promote(PAIR, "1", actor="test", tracking_uri=stack["server"].uri, gate=policy_gate())  # through the gate: nothing to do
+    assert check_gate(PAIR, "1", registry=registry, gate=policy_gate()).passed  # speed may be inconclusive under load
+    promote(PAIR, "1", actor="test", registry=registry, gate=policy_gate())  # through the gate: nothing to do
     assert _register(stack, str(v2_dir), "models:/watch-int8/1") == "2"
     assert _wait(lambda: _status(stack, "2"), 240, "v2's validation", logs=stack["tmp"]) == "failed"
-    assert not check_gate(PAIR, "2", tracking_uri=stack["server"].uri, gate=policy_gate()).passed
+    assert not check_gate(PAIR, "2", registry=registry, gate=policy_gate()).passed
     assert len(_flow_runs(stack, f"watch validate {PAIR} v1")) == 1 and len(_flow_runs(stack, f"watch validate {PAIR} v2")) == 1
 
     # @champion moved by hand to the failing v2: validated and alerted within 2 minutes

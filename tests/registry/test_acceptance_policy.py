@@ -15,6 +15,7 @@ from registry.gate import evaluate_gate
 from specdec.policy import AcceptancePolicy
 from specdec.settings.policy import get_policy
 from tests.support.gate import policy_gate
+from tests.support.registry import open_registry_at
 
 OK = {"acceptance_rate": 0.62, "acceptance_rate_ci_low": 0.55, "acceptance_rate_ci_high": 0.69,
       "per_token_acceptance": 0.66, "per_token_acceptance_ci_low": 0.60, "per_token_acceptance_ci_high": 0.72, "num_speculative_tokens": 4.0,
@@ -83,9 +84,10 @@ def test_policy_recorded_with_the_mlflow_run(tmp_path, monkeypatch):
     import registry as R
     from tests.support.models import save_tiny_checkpoint
 
-    t = R.register_model_version("target", save_tiny_checkpoint(tmp_path / "tiny"), tracking_uri=uri)
-    pv = R.register_pair(t, None, drafter_kind="ngram", name="pol-pair", tracking_uri=uri)
-    run_id = R.log_validation("pol-pair", pv.version, make_report(0.62), tmp_path / "r", tracking_uri=uri, gate=policy_gate())
+    registry = open_registry_at(uri)
+    t = R.register_model_version("target", save_tiny_checkpoint(tmp_path / "tiny"), registry=registry)
+    pv = R.register_pair(t, None, drafter_kind="ngram", name="pol-pair", registry=registry)
+    run_id = R.log_validation("pol-pair", pv.version, make_report(0.62), tmp_path / "r", registry=registry, gate=policy_gate())
     from mlflow import MlflowClient
 
     tags = MlflowClient(uri).get_run(run_id).data.tags

@@ -12,6 +12,7 @@ from tests.support.mlflow_server import sqlite_store
 from tests.support.reports import tiny_report
 from tests.support.models import save_tiny_checkpoint
 from tests.support.gate import policy_gate
+from tests.support.registry import open_registry_at
 
 
 @pytest.fixture(scope="module")
@@ -57,12 +58,13 @@ def test_register_list_show_promote(cli, ckpts, tmp_path):
     r = cli("register", "--target", ckpts["target"], "--draft", "ngram", "--temperature", 0.7, "--top-p", 0.9)
     assert r.exit_code == 0 and "models:/specdec-pair/3" in r.output
 
-    pv3 = R.get_pair_version("specdec-pair", "3", download=False)
+    registry = open_registry_at()
+    pv3 = R.get_pair_version("specdec-pair", "3", download=False, registry=registry)
     assert pv3.drafter_kind == "ngram" and pv3.config.sampling.temperature == 0.7 and pv3.config.sampling.top_p == 0.9
-    pv2 = R.get_pair_version("specdec-pair", "2", download=False)
+    pv2 = R.get_pair_version("specdec-pair", "2", download=False, registry=registry)
     assert pv2.compatibility["compatible"] is True and pv2.drafter_kind == "derived:int8"
 
-    R.log_validation("specdec-pair", "1", tiny_report(0.75, (0.7, 0.8), num_speculative_tokens=3), tmp_path / "rep", gate=policy_gate())
+    R.log_validation("specdec-pair", "1", tiny_report(0.75, (0.7, 0.8), num_speculative_tokens=3), tmp_path / "rep", gate=policy_gate(), registry=registry)
 
     r = cli("list")
     assert r.exit_code == 0, r.output
@@ -109,7 +111,7 @@ def test_incompatible_draft_is_refused_before_registering(cli, ckpts):
     assert "incompatible draft/target pair" in r.output and "90 embedding rows" in r.output
     assert "Traceback" not in r.output
     with pytest.raises(R.ModelNotFound):  # nothing was registered
-        R.get_model_version("models:/specdec-pair-target/1")
+        R.get_model_version("models:/specdec-pair-target/1", registry=open_registry_at())
 
 
 def test_clear_errors(cli, ckpts, tmp_path):

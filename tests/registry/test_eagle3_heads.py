@@ -12,6 +12,7 @@ from tests.support.mlflow_server import sqlite_store
 from tests.training.eagle3_support import TINY_LAYER_IDS, quick_config, tiny_target_dir
 from tests.support.gate import policy_gate
 from tests.support.store import model_store
+from tests.support.registry import open_registry_at
 
 
 @pytest.fixture(scope="module")
@@ -40,25 +41,26 @@ def test_lineage_round_trips_through_the_store(uri, heads):
     import registry as R
     from registry.register import register_trained_head
 
-    pv1 = register_trained_head(heads["h1"].out_dir, "pair-e", str(heads["t1"]), tracking_uri=uri, gate=policy_gate(),
+    registry = open_registry_at(uri)
+    pv1 = register_trained_head(heads["h1"].out_dir, "pair-e", str(heads["t1"]), registry=registry, gate=policy_gate(),
                                 store=model_store())
-    pv2 = register_trained_head(heads["h2"].out_dir, "pair-e", str(heads["t2"]), tracking_uri=uri, gate=policy_gate(),
+    pv2 = register_trained_head(heads["h2"].out_dir, "pair-e", str(heads["t2"]), registry=registry, gate=policy_gate(),
                                 store=model_store())
     assert (pv1.drafter_kind, pv2.drafter_kind) == ("eagle3", "eagle3")
-    h1 = R.get_model_version(pv1.draft_uri, tracking_uri=uri)
-    h2 = R.get_model_version(pv2.draft_uri, tracking_uri=uri)
+    h1 = R.get_model_version(pv1.draft_uri, registry=registry)
+    h2 = R.get_model_version(pv2.draft_uri, registry=registry)
     doc1 = json.loads((heads["h1"].out_dir / "training.json").read_text())
     assert h1.tags["eagle3.target"] == pv1.target_uri == "models:/pair-e-target/1"
-    assert h1.tags["eagle3.target_weights_sha256"] == R.get_model_version(pv1.target_uri, tracking_uri=uri).weights_sha256
+    assert h1.tags["eagle3.target_weights_sha256"] == R.get_model_version(pv1.target_uri, registry=registry).weights_sha256
     assert h1.tags["eagle3.training_data_sha256"] == doc1["lineage"]["training_data_sha256"]
     assert (h1.tags["eagle3.parent"], h1.tags["eagle3.trained_by"]) == ("none", "specdec")
     assert h2.tags["eagle3.parent"] == pv1.draft_uri == "models:/pair-e-eagle3/1"
     assert (h2.tags["eagle3.target"], pv2.draft_uri) == ("models:/pair-e-target/2", "models:/pair-e-eagle3/2")
-    back = R.get_pair_version("pair-e", "challenger", download=False, tracking_uri=uri)
+    back = R.get_pair_version("pair-e", "challenger", download=False, registry=registry)
     assert back.version == pv2.version and back.changed == "both"
     assert back.tags["draft.eagle3.parent"] == "models:/pair-e-eagle3/1"
     assert back.tags["draft.eagle3.target"] == "models:/pair-e-target/2"
-    again = register_trained_head(heads["h2"].out_dir, "pair-e", str(heads["t2"]), tracking_uri=uri, gate=policy_gate(),
+    again = register_trained_head(heads["h2"].out_dir, "pair-e", str(heads["t2"]), registry=registry, gate=policy_gate(),
                                   store=model_store())
     assert again.reused and again.version == pv2.version
 
@@ -67,7 +69,7 @@ def test_a_head_registered_with_another_target_is_refused(uri, heads):
     from registry.register import register_trained_head
 
     with pytest.raises(ValueError, match="was trained on a target with weights"):
-        register_trained_head(heads["h1"].out_dir, "pair-x", str(heads["t2"]), tracking_uri=uri, gate=policy_gate(),
+        register_trained_head(heads["h1"].out_dir, "pair-x", str(heads["t2"]), registry=open_registry_at(uri), gate=policy_gate(),
                               store=model_store())
 
 
@@ -78,29 +80,31 @@ def test_the_head_of_a_pair_alias_downloads_for_a_warm_start(uri, heads):
     from registry.register import register_trained_head
     from specdec.models.eagle3 import load_eagle3
 
-    register_trained_head(heads["h1"].out_dir, "pair-d", str(heads["t1"]), tracking_uri=uri, gate=policy_gate(),
+    registry = open_registry_at(uri)
+    register_trained_head(heads["h1"].out_dir, "pair-d", str(heads["t1"]), registry=registry, gate=policy_gate(),
                           store=model_store())
     for ref in ("models:/pair-d@challenger", "models:/pair-d-eagle3/1"):
-        head = load_eagle3(head_directory(ref, tracking_uri=uri))
+        head = load_eagle3(head_directory(ref, registry=registry))
         assert torch.equal(head.fc.weight, heads["h1"].head.fc.weight.cpu()), ref
     from registry.register import register_pair_from_refs
 
-    pv = register_pair_from_refs(str(heads["t1"]), "ngram", name="pair-n", tracking_uri=uri, store=model_store())
+    pv = register_pair_from_refs(str(heads["t1"]), "ngram", name="pair-n", registry=registry, store=model_store())
     with pytest.raises(ValueError, match="is a ngram pair, not an EAGLE-3 head"):
-        head_directory(f"models:/pair-n/{pv.pair.version}", tracking_uri=uri)
+        head_directory(f"models:/pair-n/{pv.pair.version}", registry=registry)
 
 
 def test_pair_register_takes_an_eagle3_draft_spec(uri, heads):
     from registry.register import register_pair_from_refs
 
-    r1 = register_pair_from_refs(str(heads["t1"]), f"eagle3:{heads['h1'].out_dir}", name="pair-s", tracking_uri=uri,
+    registry = open_registry_at(uri)
+    r1 = register_pair_from_refs(str(heads["t1"]), f"eagle3:{heads['h1'].out_dir}", name="pair-s", registry=registry,
                                  store=model_store())
     assert (r1.drafter_kind, r1.draft.uri, r1.pair.changed) == ("eagle3", "models:/pair-s-eagle3/1", "initial")
     # the target-only fine-tune: the old head with the new target (its lineage still says t1)
-    r2 = register_pair_from_refs(str(heads["t2"]), "eagle3:models:/pair-s-eagle3/1", name="pair-s", tracking_uri=uri,
+    r2 = register_pair_from_refs(str(heads["t2"]), "eagle3:models:/pair-s-eagle3/1", name="pair-s", registry=registry,
                                  store=model_store())
     assert (r2.pair.changed, r2.pair.draft_uri) == ("target", "models:/pair-s-eagle3/1")
     assert r2.pair.tags["draft.eagle3.target"] == "models:/pair-s-target/1" != r2.pair.target_uri
     with pytest.raises(ValueError, match="is not a registered EAGLE-3 head"):
-        register_pair_from_refs(str(heads["t2"]), "eagle3:models:/pair-s-target/1", name="pair-s", tracking_uri=uri,
+        register_pair_from_refs(str(heads["t2"]), "eagle3:models:/pair-s-target/1", name="pair-s", registry=registry,
                                 store=model_store())

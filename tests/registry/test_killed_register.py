@@ -15,13 +15,14 @@ import textwrap
 
 from tests.support.models import save_tiny_checkpoint
 from tests.support.store import model_store
+from tests.support.registry import open_registry_at
 
 
 def test_the_next_registration_fails_the_run_a_kill_left_running(tmp_path, monkeypatch):
     from mlflow import MlflowClient
 
     from registry.register import register_pair_from_refs
-    from registry.settings import REGISTRY_EXPERIMENT, resolve_tracking_uri
+    from registry.settings import REGISTRY_EXPERIMENT, get_settings
 
     home = tmp_path / "home"
     monkeypatch.setenv("SPECDEC_HOME", str(home))
@@ -35,21 +36,23 @@ def test_the_next_registration_fails_the_run_a_kill_left_running(tmp_path, monke
             os.kill(os.getpid(), signal.SIGKILL)  # killed mid-upload, as kill -9 would
         MlflowClient.log_model_artifacts = die
         from registry.register import register_pair_from_refs
+        from registry.service import Registry
+        from registry.settings import get_settings as registry_settings
         from specdec.models import ModelStore
         from specdec.settings import get_settings
         register_pair_from_refs({str(ckpt)!r}, "ngram", name="kp", target_name="kp-target",
-                                store=ModelStore(get_settings().models_dir))
+                                store=ModelStore(get_settings().models_dir), registry=Registry(registry_settings()))
     """)
     env = {**os.environ, "SPECDEC_HOME": str(home), "PYTHONPATH": os.getcwd()}
     for v in ("MLFLOW_TRACKING_URI", "SPECDEC_TRACKING_URI"):
         env.pop(v, None)
     p = subprocess.run([sys.executable, "-c", code], env=env, timeout=300, capture_output=True, text=True)
     assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
-    client = MlflowClient(resolve_tracking_uri())
+    client = MlflowClient(get_settings().tracking_uri)
     exp = client.get_experiment_by_name(REGISTRY_EXPERIMENT)
     (left,) = client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'")
 
-    reg = register_pair_from_refs(str(ckpt), "ngram", name="kp", target_name="kp-target", store=model_store())
+    reg = register_pair_from_refs(str(ckpt), "ngram", name="kp", target_name="kp-target", store=model_store(), registry=open_registry_at())
     assert reg.pair.version
     assert client.get_run(left.info.run_id).info.status == "FAILED"
     assert client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'") == []

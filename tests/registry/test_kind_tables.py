@@ -9,6 +9,7 @@ import pytest
 from registry.pairs import DRAFT_SIDES
 from registry.register import REGISTRARS
 from specdec.kinds import DERIVED, EAGLE3, LAYERSKIP, MODEL, NGRAM, DrafterKind, MissingKindEntry, kinds, register
+from tests.support.registry import open_registry_at
 
 TABLES = {"REGISTRARS": REGISTRARS, "DRAFT_SIDES": DRAFT_SIDES}
 
@@ -49,9 +50,10 @@ def test_draft_sides_say_which_pairs_name_a_draft_version_and_what_an_engine_loa
 def test_register_pair_checks_the_draft_side_before_any_registry_call():
     from registry.pairs import register_pair
 
+    registry = open_registry_at()
     with pytest.raises(ValueError, match="an layerskip pair has no draft model"):
-        register_pair("models:/t/1", "models:/d/1", drafter_kind="layerskip")
+        register_pair("models:/t/1", "models:/d/1", drafter_kind="layerskip", registry=registry)
     with pytest.raises(ValueError, match="'model' needs a draft model version"):
-        register_pair("models:/t/1", None, drafter_kind="model")
+        register_pair("models:/t/1", None, drafter_kind="model", registry=registry)
     with pytest.raises(ValueError, match="keeps its recipe on its draft version"):
-        register_pair("models:/t/1", "models:/d/1", drafter_kind="derived:int8", drafter_recipe={"x": 1})
+        register_pair("models:/t/1", "models:/d/1", drafter_kind="derived:int8", drafter_recipe={"x": 1}, registry=registry)

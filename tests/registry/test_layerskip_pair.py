@@ -11,6 +11,7 @@ import pytest
 from tests.support.mlflow_server import sqlite_store
 from tests.support.models import save_tiny_checkpoint
 from tests.support.store import model_store
+from tests.support.registry import open_registry_at
 
 
 @pytest.fixture()
@@ -27,14 +28,15 @@ def test_a_layerskip_pair_registers_loads_and_serves(store, monkeypatch):
 
     uri, ckpt = store
     monkeypatch.setenv("SPECDEC_TRACKING_URI", uri)
-    reg = register_pair_from_refs(str(ckpt), "layerskip:1", name="ls", tracking_uri=uri, engine="transformers",
+    registry = open_registry_at(uri)
+    reg = register_pair_from_refs(str(ckpt), "layerskip:1", name="ls", registry=registry, engine="transformers",
                                   store=model_store())
     assert (reg.drafter_kind, reg.draft, reg.pair.draft_uri, reg.pair.recipe) == ("layerskip", None, None,
                                                                                  {"num_layers": 1})
     assert any("layer-skip draft" in n for n in reg.pair.compatibility.get("notes", []))
-    again = register_pair_from_refs(str(ckpt), "layerskip:1", name="ls", tracking_uri=uri, store=model_store()).pair
+    again = register_pair_from_refs(str(ckpt), "layerskip:1", name="ls", registry=registry, store=model_store()).pair
     assert again.reused and again.version == reg.pair.version
-    pv = get_pair_version("ls", reg.pair.version, download=False, tracking_uri=uri)
+    pv = get_pair_version("ls", reg.pair.version, download=False, registry=registry)
     assert pv.recipe == {"num_layers": 1} and pv.tags["draft"] == "none"
     _, key = load_pair_models(pv, device="cpu", dtype="float32")
     assert cached_drafter(key).drafter.config.num_hidden_layers == 1
@@ -47,7 +49,8 @@ def test_plain_layerskip_fixes_half_the_targets_layers_and_a_bad_n_is_one_line(s
     from specdec.kinds import DrafterSpecError
 
     uri, ckpt = store
-    plain = register_pair_from_refs(str(ckpt), "layerskip", name="ls2", tracking_uri=uri, store=model_store()).pair
+    registry = open_registry_at(uri)
+    plain = register_pair_from_refs(str(ckpt), "layerskip", name="ls2", registry=registry, store=model_store()).pair
     assert plain.recipe == {"num_layers": 1}  # the tiny checkpoint has 2 layers
     with pytest.raises(DrafterSpecError, match="num_layers must be in 1..1, got 2"):
-        register_pair_from_refs(str(ckpt), "layerskip:2", name="ls3", tracking_uri=uri, store=model_store())
+        register_pair_from_refs(str(ckpt), "layerskip:2", name="ls3", registry=registry, store=model_store())

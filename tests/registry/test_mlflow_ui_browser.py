@@ -27,6 +27,7 @@ from tests.support.mlflow_server import MlflowServer
 from tests.support.reports import tiny_report
 from tests.support.models import save_tiny_checkpoint
 from tests.support.gate import policy_gate
+from tests.support.registry import open_registry_at
 
 pytestmark = pytest.mark.server
 
@@ -58,19 +59,20 @@ def console(tmp_path_factory):
     mp.delenv("SPECDEC_TRACKING_URI", raising=False)
     with MlflowServer(tmp / "mlflow") as server:
         uri = server.uri
-        t1 = R.register_model_version("tiny-target", save_tiny_checkpoint(tmp / "t1", seed=0), tracking_uri=uri)
-        t2 = R.register_model_version("tiny-target", save_tiny_checkpoint(tmp / "t2", seed=0, perturb=0.05), tracking_uri=uri)
-        d1 = R.register_model_version("tiny-draft", save_tiny_checkpoint(tmp / "d1", seed=0, perturb=0.01), tracking_uri=uri)
-        d2 = R.register_model_version("tiny-draft", save_tiny_checkpoint(tmp / "d2", seed=0, perturb=0.06), tracking_uri=uri)
+        registry = open_registry_at(uri)
+        t1 = R.register_model_version("tiny-target", save_tiny_checkpoint(tmp / "t1", seed=0), registry=registry)
+        t2 = R.register_model_version("tiny-target", save_tiny_checkpoint(tmp / "t2", seed=0, perturb=0.05), registry=registry)
+        d1 = R.register_model_version("tiny-draft", save_tiny_checkpoint(tmp / "d1", seed=0, perturb=0.01), registry=registry)
+        d2 = R.register_model_version("tiny-draft", save_tiny_checkpoint(tmp / "d2", seed=0, perturb=0.06), registry=registry)
         cfg = R.SpeculativeConfig(4)
-        R.register_pair(t1, d1, config=cfg, name=PAIR, tracking_uri=uri)  # v1
-        R.register_pair(t2, d1, config=cfg, name=PAIR, tracking_uri=uri)  # v2: target fine-tuned, draft forgotten
-        R.register_pair(t2, d2, config=cfg, name=PAIR, tracking_uri=uri)  # v3: draft retrained
-        R.register_pair(t2, None, drafter_kind="ngram", config=cfg, name=PAIR, tracking_uri=uri)  # v4: never validated
+        R.register_pair(t1, d1, config=cfg, name=PAIR, registry=registry)  # v1
+        R.register_pair(t2, d1, config=cfg, name=PAIR, registry=registry)  # v2: target fine-tuned, draft forgotten
+        R.register_pair(t2, d2, config=cfg, name=PAIR, registry=registry)  # v3: draft retrained
+        R.register_pair(t2, None, drafter_kind="ngram", config=cfg, name=PAIR, registry=registry)  # v4: never validated
         expected = {"1": ("passed", 0.72, (0.65, 0.79)), "2": ("failed", 0.31, (0.24, 0.38)),
                     "3": ("passed", 0.69, (0.62, 0.76))}
         runs = {v: R.log_validation(PAIR, v, tiny_report(acc, ci, num_speculative_tokens=4, heldout_name="spec_bench"),
-                                    tmp / f"report-v{v}", tracking_uri=uri, gate=policy_gate())
+                                    tmp / f"report-v{v}", registry=registry, gate=policy_gate())
                 for v, (_, acc, ci) in expected.items()}
         # v2's night again, with the Evidently report the nightly attaches (v2 against v1, its baseline)
         from monitoring.evidently_report import build_report
@@ -82,9 +84,9 @@ def console(tmp_path_factory):
                              pooled=(0.31, 0.72))
         runs["2"] = R.log_validation(PAIR, "2", tiny_report(0.31, (0.24, 0.38), num_speculative_tokens=4,
                                                              heldout_name="spec_bench"), tmp / "report-v2b",
-                                     extra_artifacts=[drift.html_path, drift.json_path], tracking_uri=uri, gate=policy_gate())
-        R.promote(PAIR, "1", actor="alice", tracking_uri=uri, gate=policy_gate())
-        R.promote(PAIR, "2", "challenger", actor="alice", tracking_uri=uri, gate=policy_gate())
+                                     extra_artifacts=[drift.html_path, drift.json_path], registry=registry, gate=policy_gate())
+        R.promote(PAIR, "1", actor="alice", registry=registry, gate=policy_gate())
+        R.promote(PAIR, "2", "challenger", actor="alice", registry=registry, gate=policy_gate())
         yield {"uri": uri, "expected": expected, "runs": runs}
     mp.undo()
 

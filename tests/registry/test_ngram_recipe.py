@@ -11,6 +11,7 @@ from registry.changes import compute_changed, drafter_recipe_of
 from tests.support.mlflow_server import sqlite_store
 from tests.support.models import save_tiny_checkpoint
 from tests.support.store import model_store
+from tests.support.registry import open_registry_at
 
 CLASSIC = {"max_ngram": 3, "min_ngram": 1}
 DEFAULT = {"max_ngram": 3, "min_ngram": 2}
@@ -27,15 +28,16 @@ def test_register_keeps_the_sizes_and_they_are_part_of_the_identity(store):
     from registry.register import register_pair_from_refs
 
     uri, ckpt = store
-    classic = register_pair_from_refs(str(ckpt), "ngram:3:1", name="ng", tracking_uri=uri, store=model_store()).pair
+    registry = open_registry_at(uri)
+    classic = register_pair_from_refs(str(ckpt), "ngram:3:1", name="ng", registry=registry, store=model_store()).pair
     assert (classic.drafter_kind, classic.recipe) == ("ngram", CLASSIC)
-    again = register_pair_from_refs(str(ckpt), "ngram:3:1", name="ng", tracking_uri=uri, store=model_store()).pair
+    again = register_pair_from_refs(str(ckpt), "ngram:3:1", name="ng", registry=registry, store=model_store()).pair
     assert again.reused and again.version == classic.version
-    default = register_pair_from_refs(str(ckpt), "ngram", name="ng", tracking_uri=uri, store=model_store()).pair
+    default = register_pair_from_refs(str(ckpt), "ngram", name="ng", registry=registry, store=model_store()).pair
     assert not default.reused and default.recipe == DEFAULT and default.changed == "draft"
-    read = get_pair_version("ng", default.version, download=False, tracking_uri=uri)
+    read = get_pair_version("ng", default.version, download=False, registry=registry)
     assert read.recipe == DEFAULT and read.tags["drafter_recipe"] == '{"max_ngram":3,"min_ngram":2}'
-    assert {v.version: v.recipe for v in list_pair_versions("ng", tracking_uri=uri)} == {
+    assert {v.version: v.recipe for v in list_pair_versions("ng", registry=registry)} == {
         classic.version: CLASSIC, default.version: DEFAULT}
 
 
@@ -47,8 +49,9 @@ def test_the_nightly_loads_and_serves_the_registered_sizes(store, monkeypatch):
 
     uri, ckpt = store
     monkeypatch.setenv("SPECDEC_TRACKING_URI", uri)  # the loader reads the settings' URI, as the nightly does
-    pv = register_pair_from_refs(str(ckpt), "ngram:4:1", name="ng4", tracking_uri=uri, store=model_store()).pair
-    pv = get_pair_version("ng4", pv.version, download=False, tracking_uri=uri)
+    registry = open_registry_at(uri)
+    pv = register_pair_from_refs(str(ckpt), "ngram:4:1", name="ng4", registry=registry, store=model_store()).pair
+    pv = get_pair_version("ng4", pv.version, download=False, registry=registry)
     _, key = load_pair_models(pv, device="cpu", dtype="float32")
     d = cached_drafter(key).drafter
     assert (d.max_ngram, d.min_ngram) == (4, 1)
@@ -69,9 +72,10 @@ def test_a_model_pair_takes_no_drafter_recipe(store):
     import registry as R
 
     uri, ckpt = store
-    t = R.register_model_version("target", ckpt, tracking_uri=uri)
+    registry = open_registry_at(uri)
+    t = R.register_model_version("target", ckpt, registry=registry)
     with pytest.raises(ValueError, match="keeps its recipe on its draft version"):
-        R.register_pair(t, t, drafter_kind="model", drafter_recipe=CLASSIC, tracking_uri=uri)
+        R.register_pair(t, t, drafter_kind="model", drafter_recipe=CLASSIC, registry=registry)
 
 
 @pytest.mark.parametrize("edit", ["not json", '{"max_ngram": 100000, "min_ngram": 1}'])
@@ -87,13 +91,14 @@ def test_a_hand_edited_recipe_tag_changes_nothing_served_or_validated(store, mon
 
     uri, ckpt = store
     monkeypatch.setenv("SPECDEC_TRACKING_URI", uri)
-    pv = register_pair_from_refs(str(ckpt), "ngram:4:1", name="ng-edit", tracking_uri=uri, store=model_store()).pair
+    registry = open_registry_at(uri)
+    pv = register_pair_from_refs(str(ckpt), "ngram:4:1", name="ng-edit", registry=registry, store=model_store()).pair
     MlflowClient(tracking_uri=uri).set_model_version_tag("ng-edit", pv.version, "drafter_recipe", edit)
-    read = get_pair_version("ng-edit", pv.version, download=False, tracking_uri=uri)
+    read = get_pair_version("ng-edit", pv.version, download=False, registry=registry)
     assert read.recipe == {"max_ngram": 4, "min_ngram": 1} and read.tags["drafter_recipe"] == '{"max_ngram":4,"min_ngram":1}'
-    assert [v.recipe for v in list_pair_versions("ng-edit", tracking_uri=uri)] == [read.recipe]
+    assert [v.recipe for v in list_pair_versions("ng-edit", registry=registry)] == [read.recipe]
     d = cached_drafter(load_pair_models(read, device="cpu", dtype="float32")[1]).drafter
     assert (d.max_ngram, d.min_ngram) == (4, 1)
-    again = register_pair_from_refs(str(ckpt), "ngram:4:1", name="ng-edit", tracking_uri=uri, store=model_store()).pair
+    again = register_pair_from_refs(str(ckpt), "ngram:4:1", name="ng-edit", registry=registry, store=model_store()).pair
     assert again.reused and again.version == pv.version  # no duplicate version
     assert any("drafter_recipe was edited in MLflow" in r.getMessage() for r in caplog.records)

@@ -18,25 +18,26 @@ def clean_env(monkeypatch, tmp_path):
 
 
 def test_defaults_live_under_specdec_home(clean_env):
-    from registry.settings import get_settings, local_artifacts_root, resolve_tracking_uri
+    from registry.settings import get_settings, local_artifacts_root
 
     home = (clean_env / "home").resolve()
     s = get_settings()
-    assert s.tracking_uri == f"sqlite:///{home / 'mlflow.db'}" == resolve_tracking_uri()
+    assert s.tracking_uri == f"sqlite:///{home / 'mlflow.db'}"
     assert s.cache_dir == home / "registry-cache" and s.pair_name == "specdec-pair"
-    assert local_artifacts_root(s.tracking_uri) == home / "mlartifacts"
+    assert local_artifacts_root(s.tracking_uri, s) == home / "mlartifacts"
     # another SQLite store keeps its artifacts next to its own file
-    assert local_artifacts_root("sqlite:////data/x/mlflow.db") == Path("/data/x/mlartifacts")
+    assert local_artifacts_root("sqlite:////data/x/mlflow.db", s) == Path("/data/x/mlartifacts")
 
 
 def test_tracking_uri_precedence(clean_env, monkeypatch):
-    from registry.settings import get_settings, resolve_tracking_uri
+    from registry.service import Registry
+    from registry.settings import get_settings
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.internal:5000")
     assert get_settings().tracking_uri == "http://mlflow.internal:5000"
     monkeypatch.setenv("SPECDEC_TRACKING_URI", "sqlite:////srv/specdec.db")
     assert get_settings().tracking_uri == "sqlite:////srv/specdec.db"
-    assert resolve_tracking_uri("http://explicit:1") == "http://explicit:1"
+    assert Registry(get_settings(), tracking_uri="http://explicit:1", check=False).uri == "http://explicit:1"  # --tracking-uri
 
 
 def test_local_store_experiments_get_artifacts_under_home(clean_env):

@@ -14,6 +14,7 @@ from tests.support.mlflow_server import MlflowServer, sqlite_store
 from tests.support.reports import tiny_report
 from tests.support.models import save_tiny_checkpoint
 from tests.support.gate import policy_gate
+from tests.support.registry import open_registry_at
 
 
 @pytest.fixture(scope="session")
@@ -51,22 +52,23 @@ def test_round_trip(store, ckpts, tmp_path):
     tag = tmp_path.name[-12:].replace("_", "-").strip("-")
     tname, dname, pair = f"tgt-{tag}", f"drf-{tag}", f"pair-{tag}"
 
+    registry = open_registry_at(store)
     t = R.register_model_version(tname, ckpts["target"], source={"kind": "hub", "repo_id": "org/tiny", "revision": "abc123"},
-                                 model_card="# tiny target\nrandom weights", tracking_uri=store)
+                                 model_card="# tiny target\nrandom weights", registry=registry)
     assert (t.version, t.reused, t.weights_sha256) == ("1", False, weights_sha256(ckpts["target"]))
     assert t.tokenizer_sha256 == tokenizer_sha256(ckpts["target"])
-    d = R.register_model_version(dname, ckpts["draft"], tracking_uri=store)
-    dd = R.register_derived_draft(t, DerivedDraftRecipe(kind="int8").to_dict(), tracking_uri=store)
+    d = R.register_model_version(dname, ckpts["draft"], registry=registry)
+    dd = R.register_derived_draft(t, DerivedDraftRecipe(kind="int8").to_dict(), registry=registry)
     assert dd.derived_from == t.uri and dd.tokenizer_sha256 == t.tokenizer_sha256
 
     cfg = R.SpeculativeConfig(3, max_new_tokens=16)
     pv = R.register_pair(t, d.uri, drafter_kind="model", config=cfg, compatibility={"compatible": True}, name=pair,
-                         tracking_uri=store)
-    pv2 = R.register_pair(t, dd, drafter_kind="derived:int8", config=cfg, name=pair, tracking_uri=store)
+                         registry=registry)
+    pv2 = R.register_pair(t, dd, drafter_kind="derived:int8", config=cfg, name=pair, registry=registry)
     assert (pv.version, pv.changed, pv2.version, pv2.changed) == ("1", "initial", "2", "draft")
 
     # read back: pair.json + artifacts downloaded, hashes intact
-    back = R.get_pair_version(pair, "1", tracking_uri=store)
+    back = R.get_pair_version(pair, "1", registry=registry)
     assert back.target_uri == f"models:/{tname}/1" and back.draft_uri == f"models:/{dname}/1"
     assert back.config == cfg and back.compatibility == {"compatible": True}
     assert back.target_source == {"kind": "hub", "repo_id": "org/tiny", "revision": "abc123"}
@@ -74,7 +76,7 @@ def test_round_trip(store, ckpts, tmp_path):
     assert tokenizer_sha256(back.target_path) == t.tokenizer_sha256
     assert weights_sha256(back.draft_path) == d.weights_sha256
     assert (back.target_path / "MODEL_CARD.md").read_text().startswith("# tiny target")
-    derived = R.get_pair_version(pair, "2", tracking_uri=store)
+    derived = R.get_pair_version(pair, "2", registry=registry)
     assert derived.draft_path is not None and json.loads((derived.draft_path / "recipe.json").read_text())["derived_from"] == t.uri
     assert DerivedDraftRecipe.from_dict(derived.recipe) == DerivedDraftRecipe(kind="int8")
 
@@ -82,7 +84,7 @@ def test_round_trip(store, ckpts, tmp_path):
     report = tiny_report(0.72, (0.65, 0.79), num_speculative_tokens=3)
     evidently = tmp_path / "evidently.html"
     evidently.write_text("<html>drift</html>")
-    run_id = R.log_validation(pair, "1", report, tmp_path / "report", extra_artifacts=[evidently], tracking_uri=store, gate=policy_gate())
+    run_id = R.log_validation(pair, "1", report, tmp_path / "report", extra_artifacts=[evidently], registry=registry, gate=policy_gate())
     client = MlflowClient(tracking_uri=store, registry_uri=store)
     run = client.get_run(run_id)
     m, p = run.data.metrics, run.data.params
@@ -114,12 +116,12 @@ def test_round_trip(store, ckpts, tmp_path):
     assert client.get_model_version(pair, "1").description.startswith("passed: acc 0.72 [0.65-0.79] at k=3")
 
     # promotion through the gate, alias read back
-    res = R.promote(pair, "1", tracking_uri=store, gate=policy_gate())
+    res = R.promote(pair, "1", registry=registry, gate=policy_gate())
     assert res.gate.passed and res.gate.run_id == run_id and not res.forced
-    assert R.resolve_alias(pair, "champion", tracking_uri=store) == "1"
-    champ = R.get_pair_version(pair, "@champion", download=False, tracking_uri=store)
+    assert R.resolve_alias(pair, "champion", registry=registry) == "1"
+    champ = R.get_pair_version(pair, "@champion", download=False, registry=registry)
     assert champ.version == "1" and champ.aliases == ["champion"]
     with pytest.raises(R.PromotionRefused, match="never validated"):
-        R.promote(pair, "2", tracking_uri=store, gate=policy_gate())
-    listed = R.list_pair_versions(pair, tracking_uri=store)
+        R.promote(pair, "2", registry=registry, gate=policy_gate())
+    listed = R.list_pair_versions(pair, registry=registry)
     assert [(x.version, x.aliases, x.validation_status) for x in listed] == [("2", [], None), ("1", ["champion"], "passed")]

@@ -12,6 +12,7 @@ from tests.support.mlflow_server import sqlite_store
 from tests.support.reports import tiny_report
 from tests.support.models import save_tiny_checkpoint
 from tests.support.gate import policy_gate
+from tests.support.registry import open_registry_at
 
 T0 = dt.datetime(2026, 11, 30, 2, 0, tzinfo=dt.timezone.utc)
 
@@ -28,12 +29,13 @@ def store(tmp_path, monkeypatch, ckpt):
 
     monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
     uri = sqlite_store(tmp_path / "store")
-    t = R.register_model_version("target", ckpt, tracking_uri=uri)
+    registry = open_registry_at(uri)
+    t = R.register_model_version("target", ckpt, registry=registry)
     for k in (2, 3, 4):
-        R.register_pair(t, None, drafter_kind="ngram", config=R.SpeculativeConfig(k), tracking_uri=uri)
+        R.register_pair(t, None, drafter_kind="ngram", config=R.SpeculativeConfig(k), registry=registry)
     R.log_validation("specdec-pair", "1", tiny_report(0.8, (0.7, 0.9), num_speculative_tokens=2), tmp_path / "v1",
-                     tracking_uri=uri, gate=policy_gate())
-    R.promote("specdec-pair", "1", actor="alice", tracking_uri=uri, gate=policy_gate())
+                     registry=registry, gate=policy_gate())
+    R.promote("specdec-pair", "1", actor="alice", registry=registry, gate=policy_gate())
     return uri
 
 
@@ -47,49 +49,51 @@ def test_hand_move_to_unvalidated_version_is_noticed_once(store, tmp_path):
     import registry as R
     from registry.ungated import check_alias
 
-    assert check_alias("specdec-pair", tracking_uri=store, now=T0, gate=policy_gate()) is None  # promoted by specdec
+    registry = open_registry_at(store)
+    assert check_alias("specdec-pair", registry=registry, now=T0, gate=policy_gate()) is None  # promoted by specdec
     _ui_move(store, "2")
-    found = check_alias("specdec-pair", tracking_uri=store, now=T0, gate=policy_gate())
+    found = check_alias("specdec-pair", registry=registry, now=T0, gate=policy_gate())
     assert found is not None
     assert (found.version, found.recorded_version, found.gate_state, found.noticed_at) == (
         "2", "1", "never validated", "2026-11-30T02:00:00+00:00")
     msg = found.message()
     assert "specdec-pair@champion points at v2" in msg and "specdec last set v1" in msg
     assert "Noticed 2026-11-30 02:00:00 UTC" in msg
-    pv = R.get_pair_version("specdec-pair", "2", download=False, tracking_uri=store)
+    pv = R.get_pair_version("specdec-pair", "2", download=False, registry=registry)
     assert pv.tags["promotion"] == "champion outside specdec, noticed 2026-11-30T02:00:00+00:00"
     assert pv.description.startswith("not validated at k=3") and "@champion outside specdec, noticed 2026-11-30" in pv.description
 
     # the next check (still unvalidated) keeps the first time it was noticed
-    again = check_alias("specdec-pair", tracking_uri=store, now=T0 + dt.timedelta(days=1), gate=policy_gate())
+    again = check_alias("specdec-pair", registry=registry, now=T0 + dt.timedelta(days=1), gate=policy_gate())
     assert again is not None and again.noticed_at == found.noticed_at
 
     # a failing validation keeps it ungated, with the gate's reasons
     R.log_validation("specdec-pair", "2", tiny_report(0.3, (0.2, 0.4), num_speculative_tokens=3), tmp_path / "f",
-                     tracking_uri=store, gate=policy_gate())
-    failed = check_alias("specdec-pair", tracking_uri=store, gate=policy_gate())
+                     registry=registry, gate=policy_gate())
+    failed = check_alias("specdec-pair", registry=registry, gate=policy_gate())
     assert failed.gate_state == "failed" and "acceptance rate (acceptance_rate) at k=3 CI lower bound 0.200 < floor 0.40 (policy default)" in failed.reasons[0]
 
     # a passing validation adopts it; a later failure is then drift, not an ungated promotion
     R.log_validation("specdec-pair", "2", tiny_report(0.8, (0.7, 0.9), num_speculative_tokens=3), tmp_path / "p",
-                     tracking_uri=store, gate=policy_gate())
-    assert check_alias("specdec-pair", tracking_uri=store, gate=policy_gate()) is None
+                     registry=registry, gate=policy_gate())
+    assert check_alias("specdec-pair", registry=registry, gate=policy_gate()) is None
     R.log_validation("specdec-pair", "2", tiny_report(0.3, (0.2, 0.4), num_speculative_tokens=3), tmp_path / "f2",
-                     tracking_uri=store, gate=policy_gate())
-    assert check_alias("specdec-pair", tracking_uri=store, gate=policy_gate()) is None
+                     registry=registry, gate=policy_gate())
+    assert check_alias("specdec-pair", registry=registry, gate=policy_gate()) is None
 
 
 def test_moves_the_gate_allowed_or_specdec_made_are_not_ungated(store, tmp_path):
     import registry as R
     from registry.ungated import check_alias
 
+    registry = open_registry_at(store)
     R.log_validation("specdec-pair", "3", tiny_report(0.8, (0.7, 0.9), num_speculative_tokens=4), tmp_path / "v3",
-                     tracking_uri=store, gate=policy_gate())
+                     registry=registry, gate=policy_gate())
     _ui_move(store, "3")  # by hand, but to a version that passed
-    assert check_alias("specdec-pair", tracking_uri=store, gate=policy_gate()) is None
+    assert check_alias("specdec-pair", registry=registry, gate=policy_gate()) is None
     _ui_move(store, "1")  # back by hand to v1, which also passed
-    assert check_alias("specdec-pair", tracking_uri=store, gate=policy_gate()) is None
-    R.promote("specdec-pair", "2", force=True, reason="hotfix", actor="bob", tracking_uri=store, gate=policy_gate())  # forced, recorded
-    assert check_alias("specdec-pair", tracking_uri=store, gate=policy_gate()) is None
-    R.demote("specdec-pair", "champion", tracking_uri=store)
-    assert check_alias("specdec-pair", tracking_uri=store, gate=policy_gate()) is None  # no champion at all
+    assert check_alias("specdec-pair", registry=registry, gate=policy_gate()) is None
+    R.promote("specdec-pair", "2", force=True, reason="hotfix", actor="bob", registry=registry, gate=policy_gate())  # forced, recorded
+    assert check_alias("specdec-pair", registry=registry, gate=policy_gate()) is None
+    R.demote("specdec-pair", "champion", registry=registry)
+    assert check_alias("specdec-pair", registry=registry, gate=policy_gate()) is None  # no champion at all

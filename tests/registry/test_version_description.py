@@ -12,6 +12,7 @@ from tests.support.mlflow_server import sqlite_store
 from tests.support.reports import tiny_report
 from tests.support.models import save_tiny_checkpoint
 from tests.support.gate import policy_gate
+from tests.support.registry import open_registry_at
 
 
 def test_headline_fits_the_versions_table():
@@ -52,21 +53,22 @@ def test_register_validate_promote_keeps_ten_tags_and_one_line(ckpts, tmp_path, 
     monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
     uri = sqlite_store(tmp_path / "store")
     client = MlflowClient(uri, registry_uri=uri)
-    t1 = R.register_model_version("target", ckpts[0], tracking_uri=uri)
-    t2 = R.register_model_version("target", ckpts[1], tracking_uri=uri)
+    registry = open_registry_at(uri)
+    t1 = R.register_model_version("target", ckpts[0], registry=registry)
+    t2 = R.register_model_version("target", ckpts[1], registry=registry)
     pv1 = R.register_pair(t1, None, drafter_kind="ngram", config=R.SpeculativeConfig(3), description="baseline",
-                          tracking_uri=uri)
-    pv2 = R.register_pair(t2, None, drafter_kind="ngram", config=R.SpeculativeConfig(3), tracking_uri=uri)
+                          registry=registry)
+    pv2 = R.register_pair(t2, None, drafter_kind="ngram", config=R.SpeculativeConfig(3), registry=registry)
     day = pv1.created_at[:10]
     assert client.get_model_version("specdec-pair", "1").description == f"not validated at k=3 · first version · registered {day} · baseline"
     assert client.get_model_version("specdec-pair", "2").description == f"not validated at k=3 · target changed since v1 · registered {day}"
 
     run1 = R.log_validation("specdec-pair", "1", tiny_report(0.72, (0.65, 0.79), num_speculative_tokens=3), tmp_path / "r1",
-                            tracking_uri=uri, gate=policy_gate())
+                            registry=registry, gate=policy_gate())
     R.log_validation("specdec-pair", "2", tiny_report(0.30, (0.22, 0.38), num_speculative_tokens=3), tmp_path / "r2",
-                     tracking_uri=uri, gate=policy_gate())
-    R.promote("specdec-pair", "1", actor="alice", tracking_uri=uri, gate=policy_gate())
-    R.promote("specdec-pair", "2", "challenger", actor="alice", tracking_uri=uri, gate=policy_gate())
+                     registry=registry, gate=policy_gate())
+    R.promote("specdec-pair", "1", actor="alice", registry=registry, gate=policy_gate())
+    R.promote("specdec-pair", "2", "challenger", actor="alice", registry=registry, gate=policy_gate())
 
     v1, v2 = (client.get_model_version("specdec-pair", v) for v in ("1", "2"))
     for mv in (v1, v2):
@@ -88,10 +90,10 @@ def test_register_validate_promote_keeps_ten_tags_and_one_line(ckpts, tmp_path, 
                                       "target changed since v1 · 2026-01-01 · \\@challenger ")
 
     # what left the version tags is still in pair.json, and the API reads it back
-    back = R.get_pair_version("specdec-pair", "2", download=False, tracking_uri=uri)
+    back = R.get_pair_version("specdec-pair", "2", download=False, registry=registry)
     assert back.tags["target.weights_sha256"] == t2.weights_sha256 and "target.weights_sha256" not in v2.tags
     assert back.config == R.SpeculativeConfig(3) and back.description == plain_text(v2.description) and "[validation run]" not in back.description
-    listed = R.list_pair_versions("specdec-pair", tracking_uri=uri)
+    listed = R.list_pair_versions("specdec-pair", registry=registry)
     assert [x.target_weights_sha256 for x in listed] == [t2.weights_sha256, t1.weights_sha256]
 
     # the validation run: readable name, the same line plus links as its description
@@ -102,12 +104,12 @@ def test_register_validate_promote_keeps_ten_tags_and_one_line(ckpts, tmp_path, 
     assert f"(#/experiments/{run.info.experiment_id}/runs/{run1}/artifactPath/report.json?workflowType=machine_learning)" in note
 
     # promotion moved @champion to v2 by force: both descriptions follow (v1 no longer holds it)
-    R.promote("specdec-pair", "2", force=True, reason="hotfix", actor="bob", tracking_uri=uri, gate=policy_gate())
+    R.promote("specdec-pair", "2", force=True, reason="hotfix", actor="bob", registry=registry, gate=policy_gate())
     v1, v2 = (client.get_model_version("specdec-pair", v) for v in ("1", "2"))
     # stored as Markdown: "\@" keeps the MLflow UI from linking @champion to a GitHub user; plain in the CLI
     assert " · was \\@champion " in v1.description and "by bob, forced: hotfix · [validation run](#/" in v2.description
     assert " @champion " in v2.description.replace("\\@", "@") and " @champion" not in v2.description
-    assert " · was @champion " in R.get_pair_version("specdec-pair", "1", download=False, tracking_uri=uri).description
+    assert " · was @champion " in R.get_pair_version("specdec-pair", "1", download=False, registry=registry).description
     assert v1.tags["promotion"].startswith("was champion ")  # no stale "promotion: champion" chip
 
 
@@ -120,11 +122,12 @@ def test_sampling_mismatch_is_caught_from_pair_json(ckpts, tmp_path, monkeypatch
 
     monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
     uri = sqlite_store(tmp_path / "store")
-    t = R.register_model_version("target", ckpts[0], tracking_uri=uri)
+    registry = open_registry_at(uri)
+    t = R.register_model_version("target", ckpts[0], registry=registry)
     R.register_pair(t, None, drafter_kind="ngram", config=R.SpeculativeConfig(3, SamplingConfig(temperature=0.7)),
-                    tracking_uri=uri)
+                    registry=registry)
     assert "temperature" not in MlflowClient(uri, registry_uri=uri).get_model_version("specdec-pair", "1").tags
     run = R.log_validation("specdec-pair", "1", tiny_report(0.9, (0.85, 0.95), num_speculative_tokens=3), tmp_path / "r",
-                           tracking_uri=uri, gate=policy_gate())
+                           registry=registry, gate=policy_gate())
     assert "temperature: validated 0.0, pair serves 0.7" in MlflowClient(uri).get_run(run).data.tags["specdec.config_mismatch"]
-    assert not R.check_gate("specdec-pair", "1", tracking_uri=uri, gate=policy_gate()).passed
+    assert not R.check_gate("specdec-pair", "1", registry=registry, gate=policy_gate()).passed

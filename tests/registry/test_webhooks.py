@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from registry.webhooks import DeliveryRefused, parse_event, sign, verify_delivery
+from tests.support.registry import open_registry_at
 
 SECRET = "s3cret-value-for-tests-0123456789"
 
@@ -108,13 +109,13 @@ def test_a_second_watcher_does_not_silently_take_the_first_ones_webhook(tmp_path
     monkeypatch.setenv("MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS", "true")
     server = MlflowServer(tmp_path / "mlflow").start()
     try:
-        first = subscribe(["pw"], "http://127.0.0.1:8765/webhook", "s" * 20, tracking_uri=server.uri)
-        assert subscribe(["pw"], "http://127.0.0.1:8765/webhook", "s" * 20, tracking_uri=server.uri) == first
+        first = subscribe(["pw"], "http://127.0.0.1:8765/webhook", "s" * 20, registry=open_registry_at(server.uri))
+        assert subscribe(["pw"], "http://127.0.0.1:8765/webhook", "s" * 20, registry=open_registry_at(server.uri)) == first
         with pytest.raises(RegistryError, match="already sends to http://127.0.0.1:8765/.*--replace"):
-            subscribe(["pw"], "http://127.0.0.1:9999/webhook", "s" * 20, tracking_uri=server.uri)
+            subscribe(["pw"], "http://127.0.0.1:9999/webhook", "s" * 20, registry=open_registry_at(server.uri))
         [hook] = _all_webhooks(Registry(registry_settings(), tracking_uri=server.uri).client)
         assert hook.url == "http://127.0.0.1:8765/webhook"  # the first watcher still receives its events
-        assert subscribe(["pw"], "http://127.0.0.1:9999/webhook", "s" * 20, tracking_uri=server.uri,
+        assert subscribe(["pw"], "http://127.0.0.1:9999/webhook", "s" * 20, registry=open_registry_at(server.uri),
                          replace=True) == first
         [hook] = _all_webhooks(Registry(registry_settings(), tracking_uri=server.uri).client)
         assert hook.url == "http://127.0.0.1:9999/webhook"

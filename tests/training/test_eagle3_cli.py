@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.training.eagle3_support import tiny_target_dir
+from tests.support.registry import open_registry_at
 
 runner = CliRunner()
 QUICK = ["--sequences", "8", "--response-tokens", "40", "--draft-vocab-size", "64", "--epochs", "1",
@@ -61,5 +62,6 @@ def test_train_writes_a_head_and_registers_it_with_lineage(app, tmp_path, monkey
     assert warm["epochs"] == fresh["epochs"] == 1  # given options win over either default set
     import registry as R
 
-    head = R.get_model_version(R.get_pair_version("pair-cli", "challenger", download=False).draft_uri)
+    registry = open_registry_at()
+    head = R.get_model_version(R.get_pair_version("pair-cli", "challenger", download=False, registry=registry).draft_uri, registry=registry)
     assert head.tags["eagle3.parent"] == "models:/pair-cli-eagle3/1"

@@ -43,6 +43,7 @@ from tests.support.nightly import webhook_settings
 from tests.support.gate import policy_gate
 from tests.support.continuations import home_continuations
 from tests.support.store import model_store
+from tests.support.registry import open_registry_at
 
 pytestmark = pytest.mark.slow
 K, NEW_TOKENS, PROMPTS = 4, 32, 12
@@ -213,10 +214,11 @@ def test_gguf_pair_for_llamacpp_registers_shows_its_command_and_the_nightly_chec
     r = runner.invoke(app, ["pair", "register", "--target", str(t_gguf), "--draft", str(d_gguf), "--engine", "llamacpp",
                             "-k", str(K), "--name", "smol-gguf"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
-    pv = R.get_pair_version("smol-gguf", "1", download=False)
+    registry = open_registry_at()
+    pv = R.get_pair_version("smol-gguf", "1", download=False, registry=registry)
     assert pv.tags["engine"] == "llamacpp"
     assert pv.tags["target.gguf_sha256"] == file_sha256(t_gguf) and pv.tags["draft.gguf_sha256"] == file_sha256(d_gguf)
-    R.log_validation("smol-gguf", "1", tiny_report(0.6, (0.55, 0.65), num_speculative_tokens=K), tmp_path / "rep", gate=policy_gate())
+    R.log_validation("smol-gguf", "1", tiny_report(0.6, (0.55, 0.65), num_speculative_tokens=K), tmp_path / "rep", gate=policy_gate(), registry=registry)
     r = runner.invoke(app, ["pair", "show", "smol-gguf", "1"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert "llama-server -m" in r.output and "--spec-draft-model" in r.output  # the table's serving config row
@@ -236,7 +238,7 @@ def test_gguf_pair_for_llamacpp_registers_shows_its_command_and_the_nightly_chec
         settings = MonitoringSettings(db_url=f"sqlite:///{tmp_path / 'history.db'}")
         night = type("Night", (), dict(held=heldout, db=connect(settings), settings=settings, date=dt.date(2026, 12, 2),
                                        core=CoreSettings()))()
-        pv = R.get_pair_version("smol-gguf", "1", download=False)
+        pv = R.get_pair_version("smol-gguf", "1", download=False, registry=registry)
         params = ValidationParams("short", PROMPTS, "cpu", "float32", 0, 1, "replay", 0.25)
         res = run_engine_check(night, Target("smol-gguf", "champion", pv, None), params)
     assert res is not None and res.status == "passed", res

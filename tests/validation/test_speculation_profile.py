@@ -17,6 +17,7 @@ from specdec.validation.report import PromptResult
 from specdec.validation.report_profile import PROFILE_FILE, Counts, profile_from_counts, speculation_profile
 from tests.support.reports import tiny_report
 from tests.support.gate import policy_gate
+from tests.support.registry import open_registry_at
 
 K = 4
 
@@ -94,11 +95,12 @@ def test_the_profile_is_logged_with_the_mlflow_run(tmp_path, monkeypatch):
 
     monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
     uri = sqlite_store(tmp_path / "store")
-    t = R.register_model_version("target", save_tiny_checkpoint(tmp_path / "t", seed=3), tracking_uri=uri)
-    R.register_pair(t, None, drafter_kind="ngram", config=R.SpeculativeConfig(K), tracking_uri=uri)
+    registry = open_registry_at(uri)
+    t = R.register_model_version("target", save_tiny_checkpoint(tmp_path / "t", seed=3), registry=registry)
+    R.register_pair(t, None, drafter_kind="ngram", config=R.SpeculativeConfig(K), registry=registry)
     rep, _runs_, _hist = _report()
     rep.drafter_kind, rep.drafter_ref = "ngram", None  # what this pair version drafts with
-    run_id = R.log_validation("specdec-pair", "1", rep, tmp_path / "rep", tracking_uri=uri, gate=policy_gate())
+    run_id = R.log_validation("specdec-pair", "1", rep, tmp_path / "rep", registry=registry, gate=policy_gate())
     client = MlflowClient(uri)
     assert PROFILE_FILE in [a.path for a in client.list_artifacts(run_id)]
     logged = json.loads(open(client.download_artifacts(run_id, PROFILE_FILE, str(tmp_path))).read())

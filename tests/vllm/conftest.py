@@ -20,6 +20,7 @@ import torch
 from tests.support.vllm import K, draft_dir, eagle3_head_dir, engine_args, engines_dir, target_dir, vllm_or_skip
 from tests.support.gate import policy_gate
 from tests.support.store import model_store
+from tests.support.registry import open_registry_at
 
 def SERVE_DIR(tmp) -> "os.PathLike":  # noqa: N802 - the directory the printed commands run in (vllm serve's cwd)
     d = tmp / "serve"
@@ -88,7 +89,7 @@ def printed_configs(vllm_install, tmp_path_factory):
             assert r.exit_code == 0, r.output
             rep = tiny_report(0.6, num_speculative_tokens=K)
             rep.drafter_kind, rep.drafter_ref, rep.drafter_recipe = kind, ref, recipe
-            R.log_validation(name, "1", rep, tmp / f"rep-{name}", gate=policy_gate())
+            R.log_validation(name, "1", rep, tmp / f"rep-{name}", gate=policy_gate(), registry=open_registry_at())
             shown = runner.invoke(app, ["pair", "show", name, "1", "--json"], catch_exceptions=False)
             assert shown.exit_code == 0, shown.output
             cfg = json.loads(shown.stdout)["serving_config"]
