@@ -29,15 +29,6 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_FINETUNED = REPO / ".specdec" / "demo" / "checkpoints" / "smollm2-shakespeare"
 
 
-def _store():
-    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
-    a benchmark is an entry point)."""
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
-
-    return ModelStore(get_settings().models_dir)
-
-
 def _row(name: str, report, seconds: float) -> dict:
     g = report.overall
     return {"pair": name, "drafter_kind": report.drafter_kind, "k": g.num_speculative_tokens,
@@ -69,6 +60,7 @@ def main() -> int:
 
     from specdec.models import load_causal_lm
     from specdec.kinds import resolve_drafter
+    from specdec.settings import model_store
     from specdec.validation import ValidationRequest, validate
     from specdec.validation.config import ValidationConfig
     from specdec.validation.heldout import load_heldout
@@ -76,9 +68,9 @@ def main() -> int:
     from specdec.validation.report import nan_to_none
     from specdec.validation.short_prompts import short_prompts
 
-    original = load_causal_lm("smollm2", dtype="float32", device="cpu", store=_store())
+    original = load_causal_lm("smollm2", dtype="float32", device="cpu", store=model_store())
     stale_target = load_causal_lm(str(args.finetuned), dtype="float32", device="cpu",
-                                  store=_store()) if "stale" in wanted else None
+                                  store=model_store()) if "stale" in wanted else None
     held = short_prompts(load_heldout("spec_bench"), original.tokenizer, per_category=args.per_category,
                          max_prompt_tokens=192, seed=0)
     config = ValidationConfig(num_speculative_tokens=args.k, max_new_tokens=args.max_new_tokens, seed=0)
@@ -87,7 +79,7 @@ def main() -> int:
     for name in [p for p in pairs if p in wanted]:
         target, spec = pairs[name]
         drafter = resolve_drafter(spec, original,
-                                  store=_store())  # the stale pair's draft is the original target's copy
+                                  store=model_store())  # the stale pair's draft is the original target's copy
         t0 = time.perf_counter()
         [report] = validate(ValidationRequest(target=target, drafters=[drafter], heldout=held, config=config,
                                               target_ref=name))

@@ -35,24 +35,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _store():
-    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
-    a benchmark is an entry point)."""
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
-
-    return ModelStore(get_settings().models_dir)
-
-
 def _pairs(args):
     from specdec.models import load_causal_lm
     from specdec.kinds import resolve_drafter
+    from specdec.settings import model_store
 
-    base = load_causal_lm(args.target, dtype="float32", device="cpu", store=_store())
-    bf16 = resolve_drafter("derived:bf16", base, store=_store())
-    pairs = [("derived:bf16", base, bf16), ("ngram", base, resolve_drafter("ngram", base, store=_store()))]
+    base = load_causal_lm(args.target, dtype="float32", device="cpu", store=model_store())
+    bf16 = resolve_drafter("derived:bf16", base, store=model_store())
+    pairs = [("derived:bf16", base, bf16), ("ngram", base, resolve_drafter("ngram", base, store=model_store()))]
     if args.finetuned:
-        ft = load_causal_lm(args.finetuned, dtype="float32", device="cpu", store=_store())
+        ft = load_causal_lm(args.finetuned, dtype="float32", device="cpu", store=model_store())
         pairs.append(("stale derived:bf16 (fine-tuned target, old draft)", ft, bf16))
     return base, pairs
 

@@ -25,15 +25,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _store():
-    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
-    a benchmark is an entry point)."""
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
-
-    return ModelStore(get_settings().models_dir)
-
-
 def one_prompt(tgt, d, ids, args, sampling, stop, vocab) -> list[dict]:
     """Rows ``{seed, replay: (accepted, drafted), decode: (...), replay_on_decoded: (...), identical}``."""
     import torch
@@ -94,13 +85,14 @@ def main() -> None:
     from specdec.core.inputs import stop_token_ids
     from specdec.models import load_causal_lm
     from specdec.kinds import resolve_drafter
+    from specdec.settings import model_store
     from specdec.validation.heldout import load_heldout, prompt_token_ids
     from specdec.validation.machine import cpu_model
 
     torch.set_num_threads(1)
     t0, load0 = time.perf_counter(), Path("/proc/loadavg").read_text().split()[:3]
-    tgt = load_causal_lm(args.target, dtype="float32", device="cpu", store=_store())
-    d = resolve_drafter(args.draft, tgt, store=_store()).drafter
+    tgt = load_causal_lm(args.target, dtype="float32", device="cpu", store=model_store())
+    d = resolve_drafter(args.draft, tgt, store=model_store()).drafter
     sampling = SamplingConfig(temperature=0.7, top_p=0.9)
     stop, vocab = stop_token_ids(tgt.tokenizer.eos_token_id), tgt.model.get_output_embeddings().weight.shape[0]
     rows = []

@@ -32,15 +32,6 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 
-def _store():
-    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
-    a benchmark is an entry point)."""
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
-
-    return ModelStore(get_settings().models_dir)
-
-
 def _median_ms(fn, n: int) -> float:
     ts = []
     for _ in range(n):
@@ -75,8 +66,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     from specdec.models import load_causal_lm
+    from specdec.settings import model_store
 
-    target = load_causal_lm("smollm2", dtype="float32", device="cpu", store=_store()).model
+    target = load_causal_lm("smollm2", dtype="float32", device="cpu", store=model_store()).model
     draft = copy.deepcopy(target).to(torch.bfloat16).eval()  # plain cast: no kernel switch installed
     rows = []
     for r in range(a.rounds):

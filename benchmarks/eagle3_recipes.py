@@ -36,15 +36,6 @@ from specdec.validation.machine import cpu_model
 OUT = ROOT / "benchmarks" / "results" / "eagle3_recipes"
 
 
-def _store():
-    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
-    a benchmark is an entry point)."""
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
-
-    return ModelStore(get_settings().models_dir)
-
-
 def _cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -84,9 +75,10 @@ def main() -> None:
     args = ap.parse_args()
     from specdec.models import load_causal_lm
     from specdec.models.eagle3 import default_layer_ids
+    from specdec.settings import model_store
     from specdec.training.eagle3_eval import evaluation_features
 
-    target = load_causal_lm("smollm2", dtype=torch.float32, store=_store())
+    target = load_causal_lm("smollm2", dtype=torch.float32, store=model_store())
     c0, w0 = _cpu_s(), time.perf_counter()
     eval_feats = evaluation_features(target, default_layer_ids(target.model.config.num_hidden_layers),
                                      per_category=args.eval_per_category, max_new_tokens=args.eval_new_tokens)

@@ -32,7 +32,7 @@ from specdec.engines.llama_server import LlamaServer, LlamaServerFlags, quantize
 from specdec.engines.llamacpp_build import ensure_llama_cpp
 from specdec.models import load_causal_lm
 from specdec.models.resolve import smollm2_gguf
-from specdec.settings import get_settings
+from specdec.settings import get_settings, model_store
 from specdec.validation.config import ValidationConfig
 from specdec.validation.continuation_cache import ContinuationCache
 from specdec.kinds import ResolvedDrafter
@@ -40,7 +40,7 @@ from specdec.validation.api import ValidationRequest, validate
 from specdec.validation.engine_check import EngineCheck, EngineEndpoint
 from specdec.validation.heldout import load_heldout
 from specdec.validation.machine import cpu_model
-from engine_check_common import fmt as _f, fmt_ci as _ci, group_table, model_store, position_and_speed, run_line  # noqa: E402 (benchmarks/ is the script's folder)
+from engine_check_common import fmt as _f, fmt_ci as _ci, group_table, position_and_speed, run_line  # noqa: E402 (benchmarks/ is the script's folder)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

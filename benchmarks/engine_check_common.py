@@ -1,20 +1,11 @@
 """What both engine-check benchmarks share (``engine_check.py`` for llama.cpp, ``vllm_engine_check.py`` for vLLM):
-the model store they read, and their markdown: one engine-check result dict (``EngineCheck.to_dict()`` plus the
+their markdown: one engine-check result dict (``EngineCheck.to_dict()`` plus the
 benchmark's ``speed`` and ``audit``) or the run's ``meta`` in, lines of markdown out. Each script adds its own
 engine line and engine-specific lines around these."""
 
 from __future__ import annotations
 
 TABLE_HEAD = ["| group | prompts | engine | core (same tokens) | engine - core [95% CI] |", "|---|---|---|---|---|"]
-
-
-def model_store():
-    """The model caches of a benchmark (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
-    a benchmark is an entry point)."""
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
-
-    return ModelStore(get_settings().models_dir)
 
 
 def run_line(meta: dict) -> str:

@@ -41,15 +41,6 @@ POLICIES = {
 }
 
 
-def _store():
-    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
-    a benchmark is an entry point)."""
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
-
-    return ModelStore(get_settings().models_dir)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="smollm2")
@@ -67,6 +58,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(a.threads)
     transformers.logging.set_verbosity_error()
     import perf_methods as pm
+    from specdec.settings import model_store
     from specdec.validation.machine import cpu_model
 
     from specdec import NgramDrafter
@@ -78,7 +70,7 @@ def main(argv=None) -> int:
     from specdec.validation.speed import bootstrap_speedup_ci, pooled_speedup
 
     t_start = time.perf_counter()
-    tgt = load_causal_lm(a.target, dtype="float32", device="cpu", store=_store())
+    tgt = load_causal_lm(a.target, dtype="float32", device="cpu", store=model_store())
     model, tok = tgt.model.eval(), tgt.tokenizer
     eos = eos_token_ids(tok, model)
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id

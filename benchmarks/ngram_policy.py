@@ -29,15 +29,6 @@ import os
 import statistics
 from pathlib import Path
 
-def _store():
-    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
-    a benchmark is an entry point)."""
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
-
-    return ModelStore(get_settings().models_dir)
-
-
 def drafters() -> dict:
     """The policies as the product's :class:`specdec.core.drafters.NgramDrafter` (max_ngram 3 unless named)."""
     from specdec.core.drafters import NgramDrafter
@@ -88,12 +79,13 @@ def main() -> None:
     from specdec.core.config import SamplingConfig
     from specdec.core.decoding import autoregressive_generate
     from specdec.models import load_causal_lm
+    from specdec.settings import model_store
     from specdec.validation.heldout import load_heldout, prompt_token_ids
     from specdec.validation.machine import cpu_model
     from specdec.validation.timing import calibrate
 
     torch.set_num_threads(1)
-    target = load_causal_lm("smollm2", store=_store())
+    target = load_causal_lm("smollm2", store=model_store())
     tok, model = target.tokenizer, target.model.eval()
     subset = load_heldout("spec_bench").subset(6 * args.per_category, seed=0)
     ids0 = prompt_token_ids(subset.prompts[0], tok)

@@ -20,15 +20,6 @@ import perf_report as rep
 from specdec import NgramDrafter
 
 
-def _store():
-    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
-    a benchmark is an entry point)."""
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
-
-    return ModelStore(get_settings().models_dir)
-
-
 def _load() -> float:
     import os
 
@@ -86,6 +77,7 @@ class Bench:
     # ------------------------------------------------------------------ setup
     def load(self) -> None:
         from specdec.kinds import resolve_drafter
+        from specdec.settings import model_store
         from specdec.validation.heldout import load_heldout, prompt_token_ids
         from specdec.models import load_causal_lm
         from specdec.validation.provenance import eos_token_ids
@@ -93,14 +85,14 @@ class Bench:
         a = self.args
         t0 = time.perf_counter()
         self.log(f"loading target {a.target} ({a.device}, {a.dtype}) ...")
-        self.tgt = load_causal_lm(a.target, dtype=a.dtype, device=a.device, store=_store())
+        self.tgt = load_causal_lm(a.target, dtype=a.dtype, device=a.device, store=model_store())
         self.model, self.tok = self.tgt.model.eval(), self.tgt.tokenizer
         self.device = pm.device_of(self.model)
         self.drafters: dict[str, Any] = {}
         self.drafter_kinds: dict[str, str] = {}
         for spec in a.drafter_specs:
             self.log(f"preparing drafter {spec} ...")
-            r = resolve_drafter(spec, self.tgt, store=_store())
+            r = resolve_drafter(spec, self.tgt, store=model_store())
             obj = r.drafter
             if not isinstance(obj, NgramDrafter):
                 obj = obj.eval()

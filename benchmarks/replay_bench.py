@@ -36,19 +36,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from specdec.settings import model_store
 from specdec.validation.report import nan_to_none
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-
-
-def _store():
-    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
-    a benchmark is an entry point)."""
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
-
-    return ModelStore(get_settings().models_dir)
 
 
 def _load() -> list[float]:
@@ -61,7 +53,7 @@ def bench_drafter(tgt, spec: str, heldout, config, cache_root: Path) -> dict:
     from specdec.validation.api import ValidationRequest, validate
     from specdec.validation.continuation_cache import ContinuationCache
 
-    drafter = resolve_drafter(spec, tgt, store=_store())
+    drafter = resolve_drafter(spec, tgt, store=model_store())
     cache_dir = cache_root / spec.replace(":", "_")
     load0 = _load()
     t0 = time.perf_counter()
@@ -114,7 +106,7 @@ def night(tgt, spec: str, config, cache_root: Path, limit: int | None) -> dict:
 
     hs = load_heldout("spec_bench")
     cfg = type(config)(config.speculative, seed=config.seed, limit=limit, bootstrap_resamples=config.bootstrap_resamples)
-    drafter = resolve_drafter(spec, tgt, store=_store())
+    drafter = resolve_drafter(spec, tgt, store=model_store())
     cache = ContinuationCache(cache_root / "night")
     t0 = time.perf_counter()
     validate(ValidationRequest(tgt, [drafter], hs, cfg, method="replay", cache=cache, target_ref="smollm2"))
@@ -146,7 +138,7 @@ def main() -> None:
     from specdec.validation.heldout import load_heldout
 
     torch.set_num_threads(os.cpu_count() or 1)
-    tgt = load_causal_lm(args.target, dtype="float32", device="cpu", store=_store())
+    tgt = load_causal_lm(args.target, dtype="float32", device="cpu", store=model_store())
     config = ValidationConfig(SpeculativeConfig(args.k, SamplingConfig(), args.max_new_tokens), limit=args.limit)
     heldout = load_heldout("spec_bench")
     date = dt.date.today().isoformat()

@@ -25,15 +25,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _store():
-    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
-    a benchmark is an entry point)."""
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
-
-    return ModelStore(get_settings().models_dir)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="smollm2")
@@ -47,14 +38,15 @@ def main() -> None:
     from specdec.core.config import SamplingConfig, SpeculativeConfig
     from specdec.models import load_causal_lm
     from specdec.kinds import resolve_drafter
+    from specdec.settings import model_store
     from specdec.validation.config import ValidationConfig
     from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.heldout import load_heldout
     from specdec.validation.api import ValidationRequest, validate
 
     torch.set_num_threads(os.cpu_count() or 1)
-    tgt = load_causal_lm(args.target, dtype="float32", device="cpu", store=_store())
-    drafter = resolve_drafter(args.draft, tgt, store=_store())
+    tgt = load_causal_lm(args.target, dtype="float32", device="cpu", store=model_store())
+    drafter = resolve_drafter(args.draft, tgt, store=model_store())
     heldout = load_heldout("spec_bench")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -36,15 +36,6 @@ ROOT = Path(__file__).resolve().parent.parent
 TAUS = (0.3, 0.5, 0.8)
 
 
-def _store():
-    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
-    a benchmark is an entry point)."""
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
-
-    return ModelStore(get_settings().models_dir)
-
-
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -253,6 +244,7 @@ def main() -> None:
 
     from specdec.models import load_causal_lm
     from specdec.kinds import resolve_drafter
+    from specdec.settings import model_store
     from specdec.validation.api import calibrate_on, drafter_parts
     from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.heldout import load_heldout
@@ -261,8 +253,8 @@ def main() -> None:
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     load_before = Path("/proc/loadavg").read_text().split()[:3]
-    tgt = load_causal_lm(args.target, dtype="float32", device="cpu", store=_store())
-    drafter = resolve_drafter(args.draft, tgt, store=_store())
+    tgt = load_causal_lm(args.target, dtype="float32", device="cpu", store=model_store())
+    drafter = resolve_drafter(args.draft, tgt, store=model_store())
     subset = load_heldout("spec_bench").subset(args.limit, seed=0)
     log(f"loaded; {len(subset)} prompts; calibrating")
     calibration = calibrate_on(tgt.model, [drafter_parts(drafter)[1]], subset, tgt.tokenizer, 8, kmax=8)

@@ -29,15 +29,6 @@ RESULTS = Path(__file__).resolve().parent / "results"
 K, KMAX = 4, 8
 
 
-def _store():
-    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
-    a benchmark is an entry point)."""
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
-
-    return ModelStore(get_settings().models_dir)
-
-
 @dataclasses.dataclass(frozen=True)
 class Spec:
     """What every process of a night needs (plain data: it travels to the Dask workers)."""
@@ -62,6 +53,7 @@ def _engine_request(spec: Spec):
     """A request whose continuations come from the engine (served target, no weights); its load seconds."""
     from specdec import load_causal_lm
     from specdec.engines.profile import EngineEndpoint, EngineLimits
+    from specdec.settings import model_store
     from specdec.validation.api import ValidationRequest
     from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.engine_continuations import connect_engine
@@ -70,7 +62,7 @@ def _engine_request(spec: Spec):
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    target, draft = served_target(spec.target_dir), load_causal_lm(spec.draft_dir, store=_store())
+    target, draft = served_target(spec.target_dir), load_causal_lm(spec.draft_dir, store=model_store())
     engine = connect_engine(EngineEndpoint(url=spec.url), EngineLimits())
     req = ValidationRequest(target, [draft.model], load_heldout("spec_bench"), _config(spec), method="replay",
                             kmax=KMAX, cache=ContinuationCache(spec.cache), engine=engine)
@@ -162,15 +154,16 @@ def main() -> None:
     from specdec.engines.llamacpp_build import installed_llama_cpp
     from specdec.settings import get_settings
     from specdec.models.resolve import smollm2_gguf
+    from specdec.settings import model_store
     from specdec.validation.machine import cpu_model
     from specdec.validation.speed import NightPlan, night_seconds
 
     torch.set_num_threads(1)
-    install, gguf = installed_llama_cpp(get_settings().engines_dir), smollm2_gguf(_store())
+    install, gguf = installed_llama_cpp(get_settings().engines_dir), smollm2_gguf(model_store())
     if install is None:
         raise SystemExit("llama-server is not built: `make engine` first")
     draft_gguf = quantize_gguf(install.quantize, gguf, gguf.parent / "draft-Q8_0.gguf", "Q8_0")
-    target, draft = load_causal_lm(str(gguf), store=_store()), load_causal_lm(str(draft_gguf), store=_store())
+    target, draft = load_causal_lm(str(gguf), store=model_store()), load_causal_lm(str(draft_gguf), store=model_store())
     load0, tmp = os.getloadavg(), Path(tempfile.mkdtemp(prefix="scale-night-"))
     flags = LlamaServerFlags(model=str(gguf), spec_type="none", ctx_size=8192, parallel=2, threads=1)
     out: dict = {"date": dt.date.today().isoformat(), "cpu": cpu_model(), "nproc": os.cpu_count(), "prompts": args.prompts,

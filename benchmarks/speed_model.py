@@ -37,15 +37,6 @@ DRAFTERS = ("ngram", "derived:bf16", "derived:int8")
 KS = tuple(range(1, 9))
 
 
-def _store():
-    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
-    a benchmark is an entry point)."""
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
-
-    return ModelStore(get_settings().models_dir)
-
-
 def _load() -> float:
     return os.getloadavg()[0]
 
@@ -83,6 +74,7 @@ def main() -> int:
 
     from specdec.models import load_causal_lm
     from specdec.kinds import resolve_drafter
+    from specdec.settings import model_store
     from specdec.validation.api import ValidationRequest, calibrate_on, drafter_parts, validate
     from specdec.validation.config import ValidationConfig
     from specdec.validation.heldout import load_heldout
@@ -99,10 +91,10 @@ def main() -> int:
     args = ap.parse_args()
     t_start, loads = time.perf_counter(), [_load()]
     torch.set_num_threads(args.threads or max(1, os.cpu_count() or 1))
-    target = load_causal_lm("smollm2", dtype="float32", device="cpu", store=_store())
+    target = load_causal_lm("smollm2", dtype="float32", device="cpu", store=model_store())
     held = short_prompts(load_heldout("spec_bench"), target.tokenizer, per_category=args.per_category,
                          max_prompt_tokens=192, seed=0)
-    drafters = [resolve_drafter(s, target, store=_store()) for s in DRAFTERS]
+    drafters = [resolve_drafter(s, target, store=model_store()) for s in DRAFTERS]
     cal = calibrate_on(target.model, [drafter_parts(d)[1] for d in drafters], held, target.tokenizer, max(KS), kmax=max(KS))
     loads.append(_load())
     cfg = ValidationConfig(num_speculative_tokens=4, max_new_tokens=args.max_new_tokens, seed=0)

@@ -45,15 +45,6 @@ COPIES = ("aten::copy_", "aten::cat", "aten::clone", "aten::contiguous", "aten::
 SYNCS = ("aten::item", "aten::_local_scalar_dense")
 
 
-def _store():
-    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
-    a benchmark is an entry point)."""
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
-
-    return ModelStore(get_settings().models_dir)
-
-
 class Regions:
     """Stack of named regions: exclusive wall/CPU seconds per region and a profiler range per entry."""
 
@@ -237,10 +228,11 @@ def main() -> int:
     import specdec
     from specdec.models import load_causal_lm
     from specdec.kinds import resolve_drafter
+    from specdec.settings import model_store
     from specdec.validation.heldout import load_heldout, prompt_token_ids
     from specdec.validation.machine import cpu_model
 
-    tgt = load_causal_lm("smollm2", dtype="float32", device="cpu", store=_store())
+    tgt = load_causal_lm("smollm2", dtype="float32", device="cpu", store=model_store())
     prompts = sorted((prompt_token_ids(p, tgt.tokenizer), p.id, p.category)
                      for p in load_heldout("spec_bench").subset(12, seed=0).prompts)
     prompts.sort(key=lambda t: len(t[0]))
@@ -250,7 +242,7 @@ def main() -> int:
            "torch": torch.__version__, "transformers": transformers.__version__, "k": a.k, "new_tokens": a.new_tokens,
            "load_avg_1m_start": os.getloadavg()[0], "regions": list(REGIONS), "cases": {}}
     for spec in a.drafters.split(","):
-        r = resolve_drafter(spec, tgt, store=_store())
+        r = resolve_drafter(spec, tgt, store=model_store())
         d = r.drafter if isinstance(r.drafter, specdec.NgramDrafter) else specdec.ModelDrafter(r.drafter.eval())
         for name, (ids, pid, cat) in cases.items():
             res = profile_case(tgt.model, d, ids, a.k, a.new_tokens)

@@ -28,7 +28,7 @@ from specdec.engines.vllm_offline import VllmEngineArgs
 from specdec.engines.vllm_server import VllmServer
 from specdec.models import load_causal_lm
 from specdec.models.resolve import cast_checkpoint, fetch_smollm2
-from specdec.settings import get_settings
+from specdec.settings import get_settings, model_store
 from specdec.validation.config import ValidationConfig
 from specdec.validation.continuation_cache import ContinuationCache
 from specdec.kinds import ResolvedDrafter
@@ -37,7 +37,7 @@ from specdec.validation.engine_check import EngineCheck, EngineEndpoint
 from specdec.validation.heldout import load_heldout
 from specdec.validation.machine import cpu_model
 from specdec.validation.serving import serving_config
-from engine_check_common import group_table, model_store, position_and_speed, run_line  # noqa: E402 (benchmarks/ is the script's folder)
+from engine_check_common import group_table, position_and_speed, run_line  # noqa: E402 (benchmarks/ is the script's folder)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

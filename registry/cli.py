@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from specdec.settings import model_store
 from specdec.validation.cli_options import ConfidenceThresholdOption
 
 pair_app = typer.Typer(help="Draft/target pairs in the MLflow registry: register, list, show, promote.",
@@ -33,16 +34,7 @@ def register(app: typer.Typer) -> None:
     from registry.register import head_registry_hooks
     from specdec.training.cli import set_head_registry
 
-    set_head_registry(head_registry_hooks(_policy_gate, _model_store, lambda: _command_registry(None)))
-
-
-def _model_store():
-    """The model caches (:class:`specdec.models.ModelStore` of ``CoreSettings.models_dir``, read here, at the
-    edge) a reference is fetched/converted into."""
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
-
-    return ModelStore(get_settings().models_dir)
+    set_head_registry(head_registry_hooks(_policy_gate, model_store, lambda: _command_registry(None)))
 
 
 def _command_registry(tracking_uri: str | None):
@@ -156,7 +148,7 @@ def register_cmd(
             registry = _command_registry(tracking_uri)
             reg = register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
                                           config=config, revision=revision, model_card=card, registry=registry,
-                                          engine=engine, store=_model_store())
+                                          engine=engine, store=model_store())
         except _user_errors() as e:
             _fail(str(e))
         pv, tref, dref, kind = reg.pair, reg.target, reg.draft, reg.drafter_kind

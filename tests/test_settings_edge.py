@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("specdec", "registry", "monitoring", "flows")
-READERS = ("get_settings", "get_policy")
+READERS = ("get_settings", "get_policy", "model_store")  # model_store(): the models directory read from the environment
 SETTINGS_MODULES = {"specdec/settings", "registry/settings.py", "monitoring/settings.py",
                     "monitoring/production/settings.py", "flows/settings.py"}
 #: the command line's modules: each sub-command is an entry point (pyproject ``specdec.cli`` entry points)
@@ -37,7 +37,7 @@ def allowed(rel: str) -> bool:
 
 
 def reader_calls(source: str) -> int:
-    """How many calls of a function named ``get_settings`` / ``get_policy`` ``source`` makes (bare or as an
+    """How many calls of a function named in :data:`READERS` ``source`` makes (bare or as an
     attribute: ``monitoring.get_settings()`` counts)."""
     count = 0
     for node in ast.walk(ast.parse(source)):

@@ -30,15 +30,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _store():
-    """The model caches of this script (:class:`specdec.models.ModelStore` of ``SPECDEC_MODELS_DIR``, read here:
-    a benchmark is an entry point)."""
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
-
-    return ModelStore(get_settings().models_dir)
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="smollm2")
@@ -65,12 +56,13 @@ def measure(args) -> dict:
     from specdec.core.static import use_passes
     from specdec.models import load_causal_lm
     from specdec.kinds import resolve_drafter
+    from specdec.settings import model_store
     from specdec.validation.heldout import load_heldout, prompt_token_ids
     from specdec.validation.timing import calibrate
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    tgt = load_causal_lm(args.target, dtype=args.dtype, device=args.device, store=_store())
+    tgt = load_causal_lm(args.target, dtype=args.dtype, device=args.device, store=model_store())
     target = use_passes(tgt.model.eval(), args.passes)
     ctx = min(getattr(target.config, "max_position_embeddings", None) or 10**9, 10**9)
     limit = min(args.max_prompt_tokens, ctx - args.max_new_tokens - args.k - 1)
@@ -87,7 +79,7 @@ def measure(args) -> dict:
     rows = {}
     for spec in [s for s in args.drafters.split(",") if s]:
         try:
-            r = resolve_drafter(spec, tgt, store=_store())
+            r = resolve_drafter(spec, tgt, store=model_store())
         except Exception as e:  # noqa: BLE001  (a recipe the device cannot run is reported, not fatal)
             rows[spec] = {"error": f"{type(e).__name__}: {e}"}
             continue

@@ -31,10 +31,9 @@ def _gguf(ref: str) -> Path:
     """``smollm2`` (the model fetch's GGUF file) or a path to a .gguf file."""
     if ref.lower() in ("smollm2", "smollm2-135m-instruct"):
         from specdec.models.resolve import smollm2_gguf
-        from specdec.models.store import ModelStore
-        from specdec.settings import get_settings
+        from specdec.settings import model_store
 
-        return smollm2_gguf(ModelStore(get_settings().models_dir))
+        return smollm2_gguf(model_store())
     p = Path(ref).expanduser()
     if not p.is_file():
         _fail(f"{ref}: no such file (give a .gguf file, or 'smollm2')")

@@ -27,15 +27,14 @@ def _fail(msg: str) -> None:
 def _describe(ref: str, revision: str | None, load: bool) -> dict:
     from specdec.models import (
         ModelNotFoundError,
-        ModelStore,
         resolve_model_ref,
         tokenizer_sha256,
         weights_sha256,
     )
 
-    from specdec.settings import get_settings
+    from specdec.settings import model_store
 
-    store = ModelStore(get_settings().models_dir)
+    store = model_store()
     t0 = time.perf_counter()
     try:
         path, source = resolve_model_ref(ref, store=store, revision=revision)
@@ -115,11 +114,10 @@ def cast(
     loads by path, e.g. vLLM's draft_model); prints the directory."""
     from specdec.models.errors import ModelNotFoundError
     from specdec.models.resolve import cast_checkpoint, resolve_model_ref
-    from specdec.models.store import ModelStore
-    from specdec.settings import get_settings
+    from specdec.settings import model_store
 
     try:
-        store = ModelStore(get_settings().models_dir)
+        store = model_store()
         typer.echo(cast_checkpoint(resolve_model_ref(ref, store=store)[0], dtype, store))
     except (ModelNotFoundError, ValueError) as e:
         _fail(str(e))

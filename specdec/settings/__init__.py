@@ -17,9 +17,18 @@ from specdec.settings.core import CoreSettings
 from specdec.settings.home import home_dir
 from specdec.settings.policy import PolicySettings, get_policy
 
-__all__ = ["get_settings", "get_policy", "home_dir", "CoreSettings", "PolicySettings"]
+__all__ = ["get_settings", "get_policy", "model_store", "home_dir", "CoreSettings", "PolicySettings"]
 
 
 def get_settings() -> CoreSettings:
     """The core section, read afresh from the environment (cheap; tests may change the environment)."""
     return CoreSettings()
+
+
+def model_store():
+    """The model caches of ``SPECDEC_MODELS_DIR`` (:class:`specdec.models.store.ModelStore` of
+    ``CoreSettings.models_dir``), read from the environment now: for an entry point (a command, a benchmark
+    script), which hands it down. Raises ``ValueError`` (pydantic's) on a malformed setting."""
+    from specdec.models.store import ModelStore  # lazy: the settings package imports no model code at import
+
+    return ModelStore(get_settings().models_dir)

@@ -153,8 +153,8 @@ def _parse_ids(text: str | None) -> list[int] | None:
 def _train(target_ref: str, out: Path, init_from: str | None, cfg: Any, corpus: Path | None,
            layer_ids: list[int] | None, *, device: str, quiet: bool) -> Any:
     """Load the target, train; one-line errors for bad data, short memory, foreign checkpoints."""
-    from specdec.models import ModelNotFoundError, ModelStore, load_causal_lm
-    from specdec.settings import get_settings
+    from specdec.models import ModelNotFoundError, load_causal_lm
+    from specdec.settings import model_store
     from specdec.training import (CheckpointMismatchError, TrainingDataError, TrainingMemoryError,
                                   train_eagle3_head)
 
@@ -164,7 +164,7 @@ def _train(target_ref: str, out: Path, init_from: str | None, cfg: Any, corpus: 
         hf_logging.disable_progress_bar()
     with _err.status(f"loading target {target_ref} ..."):
         try:
-            tgt = load_causal_lm(target_ref, store=ModelStore(get_settings().models_dir), dtype="auto", device=device)
+            tgt = load_causal_lm(target_ref, store=model_store(), dtype="auto", device=device)
         except (ModelNotFoundError, FileNotFoundError, ValueError) as e:
             _fail(f"target: {e}")
     try:

@@ -327,9 +327,9 @@ def _load_pair(opts: _Options, out_dir: Path, out_dirs: list[Path]) -> tuple[Any
     drafter; returns ``(target model, drafters, output directories)``."""
     from specdec.models import load_causal_lm
     from specdec.kinds import resolve_drafter
-    from specdec.settings import get_settings
+    from specdec.settings import model_store
 
-    target, draft, store = opts.target, opts.draft, ModelStore(get_settings().models_dir)
+    target, draft, store = opts.target, opts.draft, model_store()
     _step(f"loading target {target} ...")
     with _err.status(f"loading target {target} ..."):
         try:

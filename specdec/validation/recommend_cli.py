@@ -175,9 +175,9 @@ def _recommend(*, target, candidate, heldout, per_category, max_prompt_tokens, m
     import torch
 
     from specdec.models import load_causal_lm
-    from specdec.settings import get_settings
+    from specdec.settings import model_store
 
-    store = ModelStore(get_settings().models_dir)
+    store = model_store()
     if device.startswith("cuda") and not torch.cuda.is_available():
         _fail("--device cuda requested but CUDA is not available")
     with _err.status(f"loading target {target} ..."):
