@@ -251,6 +251,7 @@ def main() -> int:
             print(spec, name, len(ids), "step", res["per_step_wall_ms"], "ms, outside forwards",
                   res["outside_forwards_wall_ms_per_step"], "ms", flush=True)
     out["load_avg_1m_end"] = os.getloadavg()[0]
+    a.out_dir.mkdir(parents=True, exist_ok=True)
     path = a.out_dir / f"{out['date']}-step-profile-{a.label}-cpu.json"
     path.write_text(json.dumps(out, indent=1))
     print("written", path)
