@@ -153,7 +153,7 @@ def _install(python: str, root: Path, version: str, progress: Callable[[str], No
         progress("checking `import vllm`")
         probe = "import json, torch, transformers, vllm; print(json.dumps([vllm.__version__, torch.__version__, " \
                 "transformers.__version__]))"
-        out = subprocess.run([vpy, "-c", probe], capture_output=True, text=True, env=vllm_env(), timeout=600)
+        out = subprocess.run([vpy, "-c", probe], capture_output=True, text=True, env=vllm_env(root.parent), timeout=600)
         fh.write(out.stdout + out.stderr)
     if out.returncode != 0:
         raise VllmInstallError(f"`import vllm` failed in {root} (exit {out.returncode}); its output is in {log}")
