@@ -181,6 +181,14 @@ class ValidationRun(Base):
     method: Mapped[str | None] = mapped_column(String(16), nullable=True)
     replay_decode_agreement: Mapped[float | None] = mapped_column(Float, nullable=True)
     replay_beyond_numerics: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # LoRA adapters and both acceptance rules (migration 0010_adapters_and_rules): the target's and the draft's
+    # adapter (registered name; NULL: the base as it is), the rule the floor judges and both rules' overall rates
+    target_adapter: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    target_adapter_hash: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    draft_adapter: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    acceptance_rule: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    exact_rule_acceptance: Mapped[float | None] = mapped_column(Float, nullable=True)
+    argmax_rule_acceptance: Mapped[float | None] = mapped_column(Float, nullable=True)
     overall: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # GroupMetrics as dict
     categories: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # name -> GroupMetrics dict
     # evaluation

@@ -236,6 +236,12 @@ class RunRecord:
     method: str | None = None
     wall_seconds: float | None = None
     report_created_at: str | None = None
+    # LoRA adapters (names as registered; None: the base as it is) and the served acceptance rule with both rules'
+    # overall rates (migration 0010_adapters_and_rules)
+    target_adapter: str | None = None
+    target_adapter_hash: str | None = None
+    draft_adapter: str | None = None
+    acceptance_rule: str | None = None
 
 
 def source_label(source: str, engine: str | None) -> str:
@@ -288,6 +294,7 @@ def _metric_columns(rec: RunRecord) -> dict[str, Any]:
         kl_divergence=g.kl_divergence, speedup=g.speedup, predicted_speedup=g.predicted_speedup,
         target_only_seconds=g.target_only_seconds, speculative_seconds=g.speculative_seconds,
         replay_decode_agreement=g.replay_decode_agreement, replay_beyond_numerics=g.replay_beyond_numerics,
+        exact_rule_acceptance=g.exact_rule_acceptance, argmax_rule_acceptance=g.argmax_rule_acceptance,
         overall=nan_to_none(asdict(g)),
         categories={k: nan_to_none(asdict(v)) for k, v in rec.categories.items()},
         config=json.loads(json.dumps(nan_to_none(dict(rec.config)), default=str)),
@@ -300,7 +307,7 @@ def _metric_columns(rec: RunRecord) -> dict[str, Any]:
 #: record fields stored as they are in the column of the same name
 _PLAIN_COLUMNS = ("source", "engine", "production_source", "window_start", "window_end", "target_ref", "drafter_kind",
                   "drafter_ref", "target_hash", "draft_hash", "code_version", "device", "dtype", "method", "wall_seconds",
-                  "report_created_at")
+                  "report_created_at", "target_adapter", "target_adapter_hash", "draft_adapter", "acceptance_rule")
 
 
 def _prompt_rows(run_id: int, prompts: list[PromptResult]) -> list[PromptRow]:

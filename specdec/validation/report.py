@@ -114,6 +114,15 @@ class GroupMetrics:
     # counters equal their replay, and the disagreements that rounding cannot explain (None: not measured)
     replay_decode_agreement: float = math.nan
     replay_beyond_numerics: int | None = None
+    # both acceptance rules from the same teacher-forced pass (docs/metrics.md#two-acceptance-rules): the exact rule
+    # (rejection sampling, sum_x min(p, q)) and the argmax rule (greedy drafting / exact-match verification, p(argmax q));
+    # overall rate with its 95% CI and one rate per draft position (nan / [] where not measured)
+    exact_rule_acceptance: float = math.nan
+    exact_rule_acceptance_ci: list[float] = field(default_factory=lambda: [math.nan, math.nan])
+    exact_rule_per_position: list[float] = field(default_factory=list)
+    argmax_rule_acceptance: float = math.nan
+    argmax_rule_acceptance_ci: list[float] = field(default_factory=lambda: [math.nan, math.nan])
+    argmax_rule_per_position: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -187,6 +196,13 @@ class ValidationReport:
     #: the engine check of this drafter where it is served (``ValidationRequest.engine_check``; method ``engine``:
     #: the report's only measurement), None when it did not run
     engine_check: EngineCheckReport | None = None
+    #: the rule the pair is served under and the floor judges: ``exact`` (rejection sampling) or ``argmax``
+    #: (greedy drafting / exact-match verification); None: not decided (older reports)
+    acceptance_rule: str | None = None
+    #: LoRA adapters of the pair (docs/adapters.md): ``{"name", "ref", "weights_hash", "base_hash", "rank",
+    #: "target_modules"}``; None: the base model as it is
+    target_adapter: dict[str, Any] | None = None
+    draft_adapter: dict[str, Any] | None = None
 
     # convenience accessors for the headline metrics
     def __getattr__(self, name: str) -> Any:  # only called when normal lookup fails
