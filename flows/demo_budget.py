@@ -62,7 +62,7 @@ VERIFY_T1 = {1: 1.1, 2: 1.15, 3: 1.2, 4: 1.25, 5: 1.35, 6: 1.7}
 OPTIMIZER_T1 = 10.0
 #: per-token acceptance of the healthy pair (nights 1 and 3: 0.978-0.997 measured) and of the stale one
 HEALTHY_ALPHA = 0.98
-STALE_ALPHA = 0.55
+STALE_ALPHA = 0.5
 #: the n-gram drafter's speculative run costs about a target-only run on these prompts (speedup 0.86-1.16 measured)
 NGRAM_T1_PER_TOKEN = 1.0
 #: k when no draft pays here (the story's k; flows.demo uses it too)
@@ -77,9 +77,9 @@ STALE_RATE = 0.25
 STALE_PROMPT_SD = 0.14
 FLOOR = 0.40
 #: the CI's upper end must be this far below the floor for a size to count as deciding (a run's rate varies)
-FLOOR_MARGIN = 0.03
+FLOOR_MARGIN = 0.05
 #: (prompts per category, new tokens), most informative first
-CHOICES = ((4, 32), (4, 24), (3, 32), (3, 24), (3, 16), (2, 32), (2, 24), (1, 48))
+CHOICES = ((4, 32), (4, 24), (3, 32), (3, 24), (2, 32), (2, 24), (1, 48))
 CATEGORIES = 6
 #: drafted tokens per emitted token of a healthy pair at k >= 4 (k / (k + 1))
 DRAFTED_PER_TOKEN = 0.8

@@ -33,11 +33,15 @@ EPYC = B.UnitCosts(t1_s=0.0595, prefill_s=0.0595 * 0.027, c=0.39, c_prefill=0.5)
 NO_BF16 = B.UnitCosts(t1_s=0.084, prefill_s=0.084 * 0.04, c=3.0, c_prefill=3.0)
 
 
+#: the fine-tune of those runs (DEMO_RECIPE before issue 48)
+RECIPE_40x4 = {"steps": 40, "lr": 5e-4, "batch_size": 4, "seq_len": 64, "seed": 0}
+
+
 def test_the_prediction_holds_for_a_measured_idle_run():
     """2026-12-04's re-run: 2 prompts per category x 40 tokens, k = 4, demo 595 s (recommend 173, night 1 86,
     fine-tune 75, night 2 127, night 3 89). The model is within the margin of it, phase by phase within a
     quarter."""
-    b = B.budget_for(EPYC, _size(2, 40), DEMO_RECIPE)
+    b = B.budget_for(EPYC, _size(2, 40), RECIPE_40x4)
     assert 0.85 * 595 <= b.predicted_s <= 1.1 * 595
     measured = {"recommend": 173.4, "nightly_1": 85.5, "finetune": 75.2, "nightly_2": 127.1, "nightly_3": 89.1}
     for phase, s in measured.items():
@@ -74,7 +78,7 @@ def test_the_size_decides_the_floor_where_one_fits():
     assert B.floor_upper(_size(4, 24)) < B.floor_upper(_size(2, 48)) < B.floor_upper(_size(1, 48))
     b = B.choose(EPYC, _sizes(), DEMO_RECIPE, policy_gate().min_draft_tokens)
     assert b.decides and b.predicted_s <= B.MARGIN * B.BUDGET_S
-    assert b.floor_upper <= B.FLOOR - B.FLOOR_MARGIN and b.per_category >= 3
+    assert b.floor_upper <= B.FLOOR - B.FLOOR_MARGIN and b.per_category >= 2
 
 
 def test_a_slow_machine_takes_the_most_decisive_size_that_fits_else_the_cheapest():
