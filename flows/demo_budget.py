@@ -20,10 +20,10 @@ tokens, the draft proposing k per step with per-token acceptance α:
   :data:`NIGHT_FIXED_S` (Prefect flow, model loads, report, Evidently, history);
 - recommend (none where the draft's c >= :data:`CANNOT_PAY_C`: no k can pay): the pass costs of the target and
   the draft at every k (``COST_ROUNDS x sum_k (v(k) + c) t1``), the
-  replay on one prompt per category (the pair's continuation, its teacher-forced passes), and the speed check
-  of the draft (at the k it would pick) and of the n-gram drafter on every prompt;
-- the fine-tune: ``steps x (3 batch seq p + OPTIMIZER_T1 t1)`` (forward and backward over the batch at the
-  prefill rate, the fused AdamW step over every weight at the memory-bound rate of a one-token pass);
+  replay on one prompt per category (the pair's continuation, its teacher-forced passes), and on those prompts
+  the speed check of the draft (at the k it would pick) and of the n-gram drafter;
+- the fine-tune: ``steps x (FINETUNE_PREFILLS batch seq p + OPTIMIZER_T1 t1)`` (forward and backward over the
+  batch at the prefill rate, the fused AdamW step over every weight at the memory-bound rate of a one-token pass);
 - :data:`FIXED_S`: model load and conversion cache hit, MLflow and Prefect, registrations, promotions.
 
 The constants are fitted to idle demo runs and checked against them in ``benchmarks/results/demo.md``; every
@@ -60,6 +60,9 @@ COST_ROUNDS = 11
 VERIFY_T1 = {1: 1.1, 2: 1.15, 3: 1.2, 4: 1.25, 5: 1.35, 6: 1.7}
 #: a fused AdamW step plus zeroing and clipping the gradients, in one-token passes (memory-bound: ~7 weight copies)
 OPTIMIZER_T1 = 10.0
+#: a training step's forward and backward over its batch, in prefills of as many tokens (fitted: 40 x 4 x 64
+#: took 75 s at t1 59.5 ms and 112 s at 82.5 ms with a prefill of about 0.045 t1 per token)
+FINETUNE_PREFILLS = 2.0
 #: per-token acceptance of the healthy pair (nights 1 and 3: 0.978-0.997 measured) and of the stale one
 HEALTHY_ALPHA = 0.98
 STALE_ALPHA = 0.5
@@ -183,24 +186,25 @@ def validation_seconds(units: UnitCosts, size: Size, *, alpha: float, k: int, ad
 
 
 def recommend_seconds(units: UnitCosts, size: Size) -> float:
-    """``specdec draft recommend`` as the demo runs it: the pass costs at every k, the replay on one prompt per
-    category, the speed check of the draft (at the k it picks) and of the n-gram drafter on every prompt."""
+    """``specdec draft recommend`` as the demo runs it: the pass costs at every k, then on one prompt per category
+    the replay and the speed check of the draft (at the k it picks) and of the n-gram drafter."""
     t, p, T = units.t1_s, units.prefill_s, size.max_new_tokens
     k_draft, _ = story_k(units)
     costs = COST_ROUNDS * sum(VERIFY_T1[k] + units.c for k in K_VALUES) * t
     one = CATEGORIES * sum(size.prompt_tokens) / size.prompts  # one prompt per category, of mean length
     replay = (CATEGORIES * (T - 1) * t * _speculative_t1_per_token(HEALTHY_ALPHA, k_draft, units.c)
               + p * (2 * one + CATEGORIES * T) + units.c_prefill * p * (one + CATEGORIES * T))
-    check = (validation_seconds(units, size, alpha=HEALTHY_ALPHA, k=k_draft)
-             + validation_seconds(units, size, alpha=0.0, k=NO_SPEED_K, ngram=True))
+    sub = Size(1, T, (round(one / CATEGORIES),) * CATEGORIES)
+    check = (validation_seconds(units, sub, alpha=HEALTHY_ALPHA, k=k_draft)
+             + validation_seconds(units, sub, alpha=0.0, k=NO_SPEED_K, ngram=True))
     return costs + replay + check
 
 
 def finetune_seconds(units: UnitCosts, recipe: dict) -> float:
-    """The fine-tune's training loop: per step, forward and backward over ``batch_size x seq_len`` tokens (3
-    prefills' worth) and the optimizer step (:data:`OPTIMIZER_T1` one-token passes)."""
+    """The fine-tune's training loop: per step, forward and backward over ``batch_size x seq_len`` tokens
+    (:data:`FINETUNE_PREFILLS` prefills' worth) and the optimizer step (:data:`OPTIMIZER_T1` one-token passes)."""
     steps, batch, seq = (int(recipe[k]) for k in FINETUNE_SHAPE)
-    return steps * (3 * batch * seq * units.prefill_s + OPTIMIZER_T1 * units.t1_s)
+    return steps * (FINETUNE_PREFILLS * batch * seq * units.prefill_s + OPTIMIZER_T1 * units.t1_s)
 
 
 def phase_seconds(units: UnitCosts, size: Size, recipe: dict) -> dict[str, float]:

@@ -28,9 +28,9 @@ def _sizes() -> list[B.Size]:
 
 
 #: the idle 2-core EPYC with native bf16 of benchmarks/results/2026-12-04-demo-idle-cpu.md (t1 59.5 ms, c 0.39)
-EPYC = B.UnitCosts(t1_s=0.0595, prefill_s=0.0595 * 0.027, c=0.39, c_prefill=0.5)
+EPYC = B.UnitCosts(t1_s=0.0595, prefill_s=0.0595 * 0.045, c=0.39, c_prefill=0.5)
 #: issue 48's idle 2-core EPYC without native bf16: t1 84 ms, the bf16 draft emulated (several target passes)
-NO_BF16 = B.UnitCosts(t1_s=0.084, prefill_s=0.084 * 0.04, c=3.0, c_prefill=3.0)
+NO_BF16 = B.UnitCosts(t1_s=0.084, prefill_s=0.084 * 0.06, c=3.0, c_prefill=3.0)
 
 
 #: the fine-tune of those runs (DEMO_RECIPE before issue 48)
