@@ -18,8 +18,8 @@ tokens, the draft proposing k per step with per-token acceptance α:
   (``c_p p (L + T)``) and, for a draft that cannot adopt the target's prompt KV (the stale pair), its own
   prompt (``c_p p L``); plus the pass-cost calibration (``CALIBRATION_ROUNDS (k + 1) (v + c) t1``) and
   :data:`NIGHT_FIXED_S` (Prefect flow, model loads, report, Evidently, history);
-- recommend (none where the draft's c >= :data:`CANNOT_PAY_C`: no k can pay): the pass costs of the target and
-  the draft at every k (``COST_ROUNDS x sum_k (v(k) + c) t1``), the
+- recommend (none where bf16 is emulated and the draft's c >= :data:`CANNOT_PAY_C`: no k can pay): the pass
+  costs of the target and the draft at every k (``COST_ROUNDS x sum_k (v(k) + c) t1``), the
   replay on one prompt per category (the pair's continuation, its teacher-forced passes), and on those prompts
   the speed check of the draft (at the k it would pick) and of the n-gram drafter;
 - the fine-tune: ``steps x (FINETUNE_PREFILLS batch seq p + OPTIMIZER_T1 t1)`` (forward and backward over the
@@ -40,8 +40,6 @@ budget; else the cheapest.
 from __future__ import annotations
 
 import math
-import statistics
-import time
 from dataclasses import dataclass, field
 
 BUDGET_S = 600.0
@@ -71,7 +69,7 @@ NGRAM_T1_PER_TOKEN = 1.0
 #: k when no draft pays here (the story's k; flows.demo uses it too)
 NO_SPEED_K = 4
 #: a draft whose one-token pass costs this many target passes cannot pay at any k (a step of k drafts costs at
-#: least k + 1 passes for at most k + 1 tokens): the demo does not time the candidates (no recommend phase)
+#: least k + 1 passes for at most k + 1 tokens): without native bf16 the demo does not time the candidates
 CANNOT_PAY_C = 1.0
 #: recommend's k candidates
 K_VALUES = tuple(range(1, 7))
@@ -95,12 +93,14 @@ FINETUNE_SHAPE = ("steps", "batch_size", "seq_len")
 class UnitCosts:
     """This machine's unit costs (:func:`measure`): ``t1_s`` the fp32 target's one-token pass (s), ``prefill_s``
     its prefill per prompt token (s, a pass over :data:`PROBE_TOKENS`), ``c`` the story draft's one-token pass
-    over ``t1_s`` and ``c_prefill`` its prefill over the target's (both 0 for a drafter without a model)."""
+    over ``t1_s`` and ``c_prefill`` its prefill over the target's (both 0 for a drafter without a model);
+    ``native_bf16``: the CPU runs bf16 natively (then the demo times the candidates whatever c reads)."""
 
     t1_s: float
     prefill_s: float
     c: float
     c_prefill: float
+    native_bf16: bool = False
 
     def __post_init__(self) -> None:
         if not (self.t1_s > 0 and self.prefill_s > 0 and self.c >= 0 and self.c_prefill >= 0):
@@ -108,7 +108,7 @@ class UnitCosts:
 
     def scaled(self, factor: float) -> "UnitCosts":
         """The same machine idle: the seconds divided by ``factor`` (:func:`busy_factor`), the ratios kept."""
-        return UnitCosts(self.t1_s / factor, self.prefill_s / factor, self.c, self.c_prefill)
+        return UnitCosts(self.t1_s / factor, self.prefill_s / factor, self.c, self.c_prefill, self.native_bf16)
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,8 @@ class DemoBudget:
         """Plain dict (``demo_summary.json``)."""
         return {"per_category": self.per_category, "max_new_tokens": self.max_new_tokens, "t1_ms": self.t1_ms,
                 "prefill_ms_per_token": self.units.prefill_s * 1e3, "draft_cost_ratio": self.units.c,
-                "draft_prefill_ratio": self.units.c_prefill, "k": self.k, "predicted_s": self.predicted_s,
+                "draft_prefill_ratio": self.units.c_prefill, "native_bf16": self.units.native_bf16, "k": self.k,
+                "predicted_s": self.predicted_s,
                 "phases": {k: round(v, 1) for k, v in self.phases.items()}, "fits": self.fits,
                 "floor_upper": self.floor_upper, "decides": self.decides, "budget_s": BUDGET_S}
 
@@ -213,7 +214,7 @@ def phase_seconds(units: UnitCosts, size: Size, recipe: dict) -> dict[str, float
     _, k = story_k(units)
     healthy = validation_seconds(units, size, alpha=HEALTHY_ALPHA, k=k) + NIGHT_FIXED_S
     stale = validation_seconds(units, size, alpha=STALE_ALPHA, k=k, adopts=False) + NIGHT_FIXED_S
-    rec = recommend_seconds(units, size) if units.c < CANNOT_PAY_C else 0.0
+    rec = recommend_seconds(units, size) if units.c < CANNOT_PAY_C or units.native_bf16 else 0.0
     return {"fixed": FIXED_S, "recommend": rec, "nightly_1": healthy,
             "finetune": finetune_seconds(units, recipe), "nightly_2": stale, "nightly_3": healthy}
 
@@ -291,46 +292,20 @@ def busy_note(load_1m: float, cpus: int, idle_s: float) -> str | None:
             f"{f:.1f}x as long as on an idle machine (~{f * idle_s / 60:.0f} min instead of ~{idle_s / 60:.0f})")
 
 
-def one_token_pass_seconds(model, reps: int = 9) -> float:
-    """Median wall seconds of a warm one-token forward pass of ``model`` (a 32-token KV cache), the unit
-    the cost model counts decoding in."""
-    import torch
-
-    from specdec.core.kv import new_cache
-
-    ids = torch.zeros(1, 32, dtype=torch.long)
-    with torch.inference_mode():
-        cache = new_cache(model)
-        model(input_ids=ids, past_key_values=cache, use_cache=True)
-        times = []
-        for _ in range(reps + 2):
-            t0 = time.perf_counter()
-            model(input_ids=ids[:, :1], past_key_values=cache, use_cache=True)
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times[2:])
-
-
-def prefill_seconds_per_token(model, reps: int = 3) -> float:
-    """Median wall seconds of a forward pass over :data:`PROBE_TOKENS` tokens (no cache), per token: the rate
-    of prefills, teacher-forced passes and the fine-tune's forward pass."""
-    import torch
-
-    vocab = model.get_input_embeddings().num_embeddings
-    ids = (torch.arange(PROBE_TOKENS) % max(1, vocab - 1) + 1)[None, :]  # any ids: a pass's cost is the same
-    with torch.inference_mode():
-        model(input_ids=ids[:, :32], use_cache=False)
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            model(input_ids=ids, use_cache=False)
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times) / PROBE_TOKENS
-
-
-def measure(target, draft=None) -> UnitCosts:
+def measure(target, draft=None, reps: int = 9) -> UnitCosts:
     """This machine's :class:`UnitCosts`: ``target`` the fp32 target model, ``draft`` the story draft's model
-    (a derived copy; None for a drafter without one, whose c is 0)."""
-    t1, p = one_token_pass_seconds(target), prefill_seconds_per_token(target)
+    (a derived copy; None for a drafter without one, whose c is 0). One-token passes by the validations' own
+    timer (:func:`specdec.validation.timing.pass_costs`: warm KV cache, target and draft interleaved, medians of
+    ``reps`` rounds), prefills by :func:`specdec.validation.timing.prefill_seconds` over :data:`PROBE_TOKENS`."""
+    from specdec.validation.machine import native_bf16
+    from specdec.validation.timing import pass_costs, prefill_seconds
+
+    vocab = target.get_input_embeddings().num_embeddings
+    ids = [i % max(1, vocab - 1) + 1 for i in range(PROBE_TOKENS)]  # any ids: a pass costs the same
+    models = {"target": (target, [1])} | ({"draft": (draft, [1])} if draft is not None else {})
+    one = pass_costs(models, ids[:32], reps)
+    t1, p = one["target"][1], prefill_seconds(target, ids) / PROBE_TOKENS
+    nb = bool(native_bf16("cpu")["native"])
     if draft is None:
-        return UnitCosts(t1, p, 0.0, 0.0)
-    return UnitCosts(t1, p, one_token_pass_seconds(draft) / t1, prefill_seconds_per_token(draft) / p)
+        return UnitCosts(t1, p, 0.0, 0.0, nb)
+    return UnitCosts(t1, p, one["draft"][1] / t1, prefill_seconds(draft, ids) / PROBE_TOKENS / p, nb)

@@ -37,15 +37,18 @@ NO_BF16 = B.UnitCosts(t1_s=0.084, prefill_s=0.084 * 0.06, c=3.0, c_prefill=3.0)
 RECIPE_40x4 = {"steps": 40, "lr": 5e-4, "batch_size": 4, "seq_len": 64, "seed": 0}
 
 
-def test_the_prediction_holds_for_a_measured_idle_run():
-    """2026-12-04's re-run: 2 prompts per category x 40 tokens, k = 4, demo 595 s (recommend 173, night 1 86,
-    fine-tune 75, night 2 127, night 3 89). The model is within the margin of it, phase by phase within a
-    quarter."""
-    b = B.budget_for(EPYC, _size(2, 40), RECIPE_40x4)
-    assert 0.85 * 595 <= b.predicted_s <= 1.1 * 595
-    measured = {"recommend": 173.4, "nightly_1": 85.5, "finetune": 75.2, "nightly_2": 127.1, "nightly_3": 89.1}
-    for phase, s in measured.items():
-        assert 0.75 * s <= b.phases[phase] <= 1.25 * s, (phase, b.phases[phase], s)
+def test_the_prediction_holds_for_measured_idle_runs():
+    """Idle EPYC runs of benchmarks/results/2026-12-04-demo-idle-cpu.md (t1 59.5 ms, 2 x 40, k 4) and
+    2026-12-02 (t1 82.5 ms, 1 x 48, k 5): nights and fine-tune, phase by phase, within 15% (recommend then
+    timed the candidates on every prompt; now on one per category, so it is left out here)."""
+    runs = [(EPYC, _size(2, 40), {"nightly_1": 85.5, "finetune": 75.2, "nightly_2": 127.1, "nightly_3": 89.1}),
+            (B.UnitCosts(0.0825, 0.0825 * 0.045, 0.42, 0.5), _size(1, 48),
+             {"nightly_1": 77.2, "finetune": 111.5, "nightly_2": 110.8, "nightly_3": 70.2})]
+    for units, size, measured in runs:
+        b = B.budget_for(units, size, RECIPE_40x4)
+        for phase, s in measured.items():
+            assert 0.85 * s <= b.phases[phase] <= 1.15 * s, (phase, b.phases[phase], s)
+        assert 0.85 * sum(measured.values()) <= sum(b.phases[p] for p in measured) <= 1.1 * sum(measured.values())
 
 
 def test_an_emulated_bf16_draft_is_counted():
@@ -57,6 +60,8 @@ def test_an_emulated_bf16_draft_is_counted():
     assert old_size.predicted_s > 600 and not old_size.fits
     # there the bf16 copy cannot pay at any k (c >= 1): the demo does not time the candidates
     assert old_size.phases["recommend"] == 0.0 and B.budget_for(EPYC, _size(1, 48), DEMO_RECIPE).phases["recommend"] > 0
+    busy_read = B.UnitCosts(0.0595, 0.0595 * 0.045, 2.54, 0.5, native_bf16=True)  # c read under load, native bf16
+    assert B.budget_for(busy_read, _size(1, 48), DEMO_RECIPE).phases["recommend"] > 0
     p = {c: B.budget_for(B.UnitCosts(0.084, 0.084 * 0.04, c, c), _size(2, 24), DEMO_RECIPE).phases
          for c in (0.4, 1.0, 3.0)}
     assert p[0.4]["nightly_1"] < p[1.0]["nightly_1"] < p[3.0]["nightly_1"] < p[3.0]["nightly_2"]
@@ -114,10 +119,10 @@ def test_unit_costs_are_measured_on_the_models(tmp_path):
 
     model = load_causal_lm(str(save_tiny_checkpoint(tmp_path / "tiny")), dtype="float32", device="cpu",
                            store=model_store()).model
-    alone = B.measure(model)
-    assert 0 < alone.t1_s < 1.0 and 0 < alone.prefill_s < alone.t1_s and alone.c == 0.0
-    paired = B.measure(model, model)  # the same model as its own draft: c about 1
-    assert 0.3 < paired.c < 3.0 and 0.3 < paired.c_prefill < 3.0
+    alone = B.measure(model)  # no draft model: c and c_prefill are 0 (an n-gram lookup, a head)
+    assert alone.t1_s > 0 and alone.prefill_s > 0 and (alone.c, alone.c_prefill) == (0.0, 0.0)
+    paired = B.measure(model, model)  # the same model as its own draft (the ratios' values are timings: not asserted)
+    assert paired.c > 0 and paired.c_prefill > 0
     idle = paired.scaled(2.0)
     assert math.isclose(idle.t1_s, paired.t1_s / 2) and idle.c == paired.c
 

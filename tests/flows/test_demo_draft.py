@@ -81,12 +81,15 @@ def test_a_draft_that_costs_a_target_pass_is_not_timed(tmp_path, monkeypatch):
     from flows.demo import _choose_draft
 
     demo, out = _demo(tmp_path, monkeypatch)
-    demo.budget, demo.max_new = {"draft_cost_ratio": 2.7}, 24
+    demo.budget, demo.max_new = {"draft_cost_ratio": 2.7, "native_bf16": False}, 24
     assert _choose_draft(demo, tmp_path / "no-model-needed", held=None) == ("derived:bf16", NO_SPEED_K, None)
     text = " ".join(out.getvalue().split())
     assert "costs 2.70 of the fp32 target's" in text and "no k can pay" in text
     assert demo.settings.monitoring.rules.speed_enabled is False
-    demo.budget = {"draft_cost_ratio": 0.39}  # a paying machine goes on to measure (here: fails for want of a model)
     from flows.demo import _draft_cannot_pay
 
+    demo.budget = {"draft_cost_ratio": 0.39, "native_bf16": False}  # a paying draft: the candidates are timed
+    assert _draft_cannot_pay(demo) is False
+    # with native bf16 they are timed whatever c reads: under load 10 on this EPYC it read 2.54 (0.39 idle)
+    demo.budget = {"draft_cost_ratio": 2.54, "native_bf16": True}
     assert _draft_cannot_pay(demo) is False
