@@ -180,10 +180,13 @@ class RunSnapshot:
     pair_name: str | None = None
     pair_version: str | None = None
     scheduled_date: dt.date | None = None
+    #: the acceptance rule the pair is served under (``exact`` | ``argmax``; None: not recorded)
+    acceptance_rule: str | None = None
 
     @classmethod
     def from_report(cls, report: ValidationReport, lineage: Lineage, **kw) -> "RunSnapshot":
         """Snapshot of an in-memory report (no database needed)."""
+        kw.setdefault("acceptance_rule", report.acceptance_rule)
         return cls(report.overall, dict(report.categories), lineage, **kw)
 
     def describe(self) -> str:
@@ -274,7 +277,8 @@ def parse_source_label(label: str) -> tuple[str, str | None]:
 
 
 def record_of(report: ValidationReport, key: RunKey, lineage: Lineage, *, alias: str | None = None) -> RunRecord:
-    """The nightly :class:`RunRecord` of ``report`` under ``key`` (``report.config`` stored as the config JSON)."""
+    """The nightly :class:`RunRecord` of ``report`` under ``key`` (``report.config`` stored as the config JSON; the
+    served ``acceptance_rule`` with both rules' rates, which :func:`_metric_columns` reads from ``report.overall``)."""
     return RunRecord(
         source=NIGHTLY, key=key, overall=report.overall, categories=dict(report.categories), config=dict(report.config), alias=alias,
         prompts=list(report.prompts), target_ref=report.target_ref, drafter_kind=report.drafter_kind,
@@ -283,7 +287,7 @@ def record_of(report: ValidationReport, key: RunKey, lineage: Lineage, *, alias:
         method=report.method, wall_seconds=report.wall_seconds, report_created_at=report.created_at,
         target_adapter=(report.target_adapter or {}).get("name"),
         target_adapter_hash=(report.target_adapter or {}).get("weights_hash"),
-        draft_adapter=(report.draft_adapter or {}).get("name"),
+        draft_adapter=(report.draft_adapter or {}).get("name"), acceptance_rule=report.acceptance_rule,
     )
 
 
@@ -745,7 +749,7 @@ def snapshot_of(row: ValidationRun) -> RunSnapshot:
         lineage=Lineage(row.target_hash, row.draft_hash, row.heldout_version, row.code_version, row.target_adapter,
                         row.target_adapter_hash),
         run_id=row.id, pair_name=row.pair_name, pair_version=row.pair_version,
-        scheduled_date=row.scheduled_date,
+        scheduled_date=row.scheduled_date, acceptance_rule=row.acceptance_rule,
     )
 
 

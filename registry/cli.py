@@ -286,6 +286,7 @@ def show_cmd(
     d = pv.to_dict()
     d["latest_validation"] = None if run is None else {
         "run_id": run.info.run_id, "status": run.data.tags.get("validation_status"),
+        "acceptance_rule": run.data.tags.get("specdec.acceptance_rule"),
         "metrics": {k: v for k, v in sorted(run.data.metrics.items()) if "." not in k}}
     serving = _serving_config(run)
     d["serving_config"] = serving
@@ -316,6 +317,7 @@ def show_cmd(
                   "alpha_tf", "speedup", "predicted_speedup"):
             if k in m:
                 rows.append((f"  {k}", f"{m[k]:.4f}"))
+        rows += _rule_rows(run.data.tags.get("specdec.acceptance_rule"), m)
     rows.append(("floor", _floor_label(pv.tags)))
     rows += _serving_rows(pv.tags, serving)
     for k, v in sorted(pv.tags.items()):
@@ -325,6 +327,23 @@ def show_cmd(
     for k, v in rows:
         table.add_row(k, v)
     _out().print(table)
+
+
+def _rule_rows(served: str | None, metrics) -> list[tuple[str, str]]:
+    """``pair show``'s rows of both acceptance rules (docs/metrics.md "Two acceptance rules") from the run's
+    metrics: the served rule (tag ``specdec.acceptance_rule``), each rule's rate with its CI and per draft position."""
+    rows = [("  acceptance rule", f"{served} (served; the floor judges it)" if served and served != "none"
+             else "not recorded")]
+    for rule in ("exact", "argmax"):
+        name = f"{rule}_rule_acceptance"
+        if name not in metrics:
+            continue
+        ci = (f" [{metrics[name + '_ci_low']:.3f}, {metrics[name + '_ci_high']:.3f}]"
+              if name + "_ci_low" in metrics and name + "_ci_high" in metrics else "")
+        per = [metrics[f"{name}.pos_{i}"] for i in range(64) if f"{name}.pos_{i}" in metrics]
+        positions = f"; per position {' '.join(f'{x:.2f}' for x in per)}" if per else ""
+        rows.append((f"  {name}", f"{metrics[name]:.4f}{ci}{positions}"))
+    return rows
 
 
 def _verdict_line(tags) -> str:
