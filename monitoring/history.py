@@ -148,18 +148,24 @@ class Lineage:
         target_hash / draft_hash: weight hashes (e.g. sha256 of safetensors); ``None`` for a
             weightless drafter (n-gram). heldout_version: held-out set version. code_version:
             ``specdec`` version + git commit.
+        target_adapter / target_adapter_hash: the LoRA adapter merged into the target (its name and weights
+            hash; ``target_hash`` stays the base's), ``None`` without one.
     """
 
     target_hash: str | None = None
     draft_hash: str | None = None
     heldout_version: str | None = None
     code_version: str | None = None
+    target_adapter: str | None = None
+    target_adapter_hash: str | None = None
 
     @classmethod
     def from_report(cls, report: ValidationReport, *, target_hash: str | None,
                     draft_hash: str | None) -> "Lineage":
-        """Lineage with held-out and code versions taken from ``report``."""
-        return cls(target_hash, draft_hash, report.heldout_version, report.code_version)
+        """Lineage with held-out and code versions, and the target's adapter, taken from ``report``."""
+        adapter = report.target_adapter or {}
+        return cls(target_hash, draft_hash, report.heldout_version, report.code_version, adapter.get("name"),
+                   adapter.get("weights_hash"))
 
 
 @dataclass(frozen=True)
@@ -184,10 +190,13 @@ class RunSnapshot:
     pair_name: str | None = None
     pair_version: str | None = None
     scheduled_date: dt.date | None = None
+    #: the acceptance rule the pair is served under (``exact`` | ``argmax``; None: not recorded)
+    acceptance_rule: str | None = None
 
     @classmethod
     def from_report(cls, report: ValidationReport, lineage: Lineage, **kw) -> "RunSnapshot":
         """Snapshot of an in-memory report (no database needed)."""
+        kw.setdefault("acceptance_rule", report.acceptance_rule)
         return cls(report.overall, dict(report.categories), lineage, **kw)
 
     def describe(self) -> str:
@@ -278,13 +287,17 @@ def parse_source_label(label: str) -> tuple[str, str | None]:
 
 
 def record_of(report: ValidationReport, key: RunKey, lineage: Lineage, *, alias: str | None = None) -> RunRecord:
-    """The nightly :class:`RunRecord` of ``report`` under ``key`` (``report.config`` stored as the config JSON)."""
+    """The nightly :class:`RunRecord` of ``report`` under ``key`` (``report.config`` stored as the config JSON; the
+    served ``acceptance_rule`` with both rules' rates, which :func:`_metric_columns` reads from ``report.overall``)."""
     return RunRecord(
         source=NIGHTLY, key=key.with_alias(alias), overall=report.overall, categories=dict(report.categories), config=dict(report.config), alias=alias,
         prompts=list(report.prompts), target_ref=report.target_ref, drafter_kind=report.drafter_kind,
         drafter_ref=report.drafter_ref, target_hash=lineage.target_hash, draft_hash=lineage.draft_hash,
         code_version=lineage.code_version or report.code_version, device=report.device, dtype=report.dtype,
         method=report.method, wall_seconds=report.wall_seconds, report_created_at=report.created_at,
+        target_adapter=(report.target_adapter or {}).get("name"),
+        target_adapter_hash=(report.target_adapter or {}).get("weights_hash"),
+        draft_adapter=(report.draft_adapter or {}).get("name"), acceptance_rule=report.acceptance_rule,
     )
 
 
@@ -750,9 +763,10 @@ def snapshot_of(row: ValidationRun) -> RunSnapshot:
     return RunSnapshot(
         overall=group_metrics_from_dict(row.overall),
         categories={k: group_metrics_from_dict(v) for k, v in (row.categories or {}).items()},
-        lineage=Lineage(row.target_hash, row.draft_hash, row.heldout_version, row.code_version),
+        lineage=Lineage(row.target_hash, row.draft_hash, row.heldout_version, row.code_version, row.target_adapter,
+                        row.target_adapter_hash),
         run_id=row.id, pair_name=row.pair_name, pair_version=row.pair_version,
-        scheduled_date=row.scheduled_date,
+        scheduled_date=row.scheduled_date, acceptance_rule=row.acceptance_rule,
     )
 
 
