@@ -580,11 +580,23 @@ def _head_label(ref: str | None) -> str:
     return f"head v{m.group(1)} ({ref})" if m else f"head {ref}" if ref else "its last head version"
 
 
+def _adapter_changed(current, baseline) -> str | None:
+    """The name of the target's LoRA adapter when it differs from the baseline's (added, removed or new weights;
+    ``None`` on both sides: no adapter), else None. Lineage without the adapter fields counts as no adapter."""
+    now = (getattr(current, "target_adapter", None), getattr(current, "target_adapter_hash", None))
+    then = (getattr(baseline, "target_adapter", None), getattr(baseline, "target_adapter_hash", None))
+    if now[1] == then[1]:
+        return None
+    return now[0] or then[0] or "of the target"
+
+
 def root_cause_hint(current, baseline, *, drafter_kind: str | None = None, drafter_ref: str | None = None) -> str:
     """A one-line likely cause from lineage facts (plain data: :class:`monitoring.history.Lineage`).
 
     Compares the current run's target hash, draft hash, held-out version and code version with
-    those of the baseline (the last passing run). ``None`` hashes count as unknown, not changed.
+    those of the baseline (the last passing run). ``None`` hashes count as unknown, not changed. A target LoRA
+    adapter whose weights hash differs while base and draft did not is named (``adapter support-v3 changed; draft
+    shared, unchanged``).
     For an EAGLE-3 head (``drafter_kind="eagle3"``, ``drafter_ref`` its version) whose target changed
     under it, the remedy named is a warm-start re-training from that head (``flows.realign``).
     """
@@ -600,7 +612,11 @@ def root_cause_hint(current, baseline, *, drafter_kind: str | None = None, draft
     d = changed(current.draft_hash, baseline.draft_hash)
     h = changed(current.heldout_version, baseline.heldout_version)
     c = changed(current.code_version, baseline.code_version)
-    if t and d:
+    a = _adapter_changed(current, baseline)
+    if a and not t and not d:
+        hint = (f"adapter {a} changed; draft shared, unchanged: the adapted target moved away from the draft "
+                "(re-derive the draft from base + adapter, or train a draft adapter)")
+    elif t and d:
         hint = "both target and draft changed since the last passing run: re-validate the new pair, " \
                "re-derive or retrain the draft from the new target"
     elif t and drafter_kind and kind_of(drafter_kind).retrainable:

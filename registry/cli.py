@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specdec.settings import model_store
-from specdec.validation.cli_options import ConfidenceThresholdOption
+from specdec.validation.cli_options import ConfidenceThresholdOption, DraftAdapterOption, TargetAdapterOption
 
 pair_app = typer.Typer(help="Draft/target pairs in the MLflow registry: register, list, show, promote.",
                        no_args_is_help=True)
@@ -115,6 +115,8 @@ def register_cmd(
         help="This pair version's own acceptance floor (tag acceptance_floor), e.g. 0.20 for an EAGLE-3 head whose "
              "healthy rate at k 5 is 0.23; default: the policy's (SPECDEC_POLICY__THRESHOLD, 0.40).")] = None,
     tracking_uri: TrackingOpt = None,
+    target_adapter: TargetAdapterOption = None,
+    draft_adapter: DraftAdapterOption = None,
 ) -> None:
     """Check draft/target compatibility, then register target, draft and the pair version (made the @challenger,
     so the nightly flow validates it). Says so at once when the pair's validated acceptance rate at this k is
@@ -148,7 +150,8 @@ def register_cmd(
             registry = _command_registry(tracking_uri)
             reg = register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
                                           config=config, revision=revision, model_card=card, registry=registry,
-                                          engine=engine, store=model_store())
+                                          engine=engine, store=model_store(), target_adapter=target_adapter,
+                                          draft_adapter=draft_adapter)
         except _user_errors() as e:
             _fail(str(e))
         pv, tref, dref, kind = reg.pair, reg.target, reg.draft, reg.drafter_kind
@@ -167,6 +170,7 @@ def register_cmd(
         out.print(f"  target  {tref.uri}{'  (reused)' if tref.reused else ''}  weights {tref.weights_sha256[:12]}", highlight=False)
         if dref is not None:
             out.print(f"  draft   {dref.uri}{'  (reused)' if dref.reused else ''}  weights {dref.weights_sha256[:12]}", highlight=False)
+        _print_adapters(reg, out)
         out.print(f"  drafter {kind}  {config.describe()}", highlight=False)
         out.print(f"  engine  {engine}", highlight=False)
         for note in (pv.compatibility or {}).get("notes", []):
@@ -174,6 +178,16 @@ def register_cmd(
         out.print(f"  floor   {floor_line[0]}", highlight=False)
         if floor_line[1]:
             out.print(f"  [yellow]warning:[/] {floor_line[1]}", highlight=False)
+
+
+def _print_adapters(reg, out: Console) -> None:
+    """One line per LoRA adapter of a registration: its version, name, rank and the base it is lineage to."""
+    for side, ref in (("target", reg.target_adapter), ("draft", reg.draft_adapter)):
+        if ref is not None:
+            t = ref.tags
+            out.print(f"  {side} adapter {ref.uri}{'  (reused)' if ref.reused else ''}  {t.get('adapter.name')} "
+                      f"r={t.get('adapter.rank')}  on {t.get('adapter.base')}  weights {ref.weights_sha256[:12]}",
+                      highlight=False)
 
 
 def _apply_floor(pv, floor: float | None, registry) -> tuple[str, str | None]:
@@ -285,6 +299,8 @@ def show_cmd(
     rows = [("aliases", ", ".join("@" + a for a in pv.aliases) or "-"), ("drafter kind", pv.drafter_kind),
             ("target", f"{pv.target_uri}  weights {pv.target_weights_sha256[:16]}"),
             ("draft", f"{pv.draft_uri}  weights {(pv.draft_weights_sha256 or '')[:16]}" if pv.draft_uri else "- (n-gram)"),
+            *[(f"{side} adapter", f"{a['uri']}  {a.get('name')}  weights {(a.get('weights_sha256') or '')[:16]}")
+              for side, a in (("target", pv.target_adapter), ("draft", pv.draft_adapter)) if a],
             ("config", json.dumps(pv.config.to_dict())), ("changed", f"{pv.changed} (vs v{pv.previous_version})" if pv.previous_version else pv.changed),
             ("compatibility", json.dumps(pv.compatibility)), ("created", pv.created_at or "-")]
     if pv.recipe:
