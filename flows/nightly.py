@@ -526,9 +526,28 @@ def resolve_targets(night: Night, job: NightlyJob) -> tuple[list[Target], list[N
             except (RegistryError, MlflowException, OSError, KeyError, ValueError) as e:  # one bad alias or pair.json: the rest go on
                 results.append(_broken(night, pair, alias, version, e, "cannot resolve the pair version"))
                 continue
+            try:
+                check_pair_tags(night, pv.tags)
+            except ValueError as e:  # before any model is loaded: the version's tag, not the storage, is wrong
+                results.append(_broken(night, pair, alias, version, e, "a tag of this pair version is malformed, "
+                                       "nothing validated (set the tag right in MLflow, or delete it)"))
+                continue
             seen[(pair, version)] = alias
             targets.append(Target(pair, alias, pv, champion))
     return targets, results
+
+
+def check_pair_tags(night: Night, tags: dict | None) -> None:
+    """Check the per-pair tags a verdict reads (the floor ``acceptance_floor`` of :func:`judged_by` and the gate)
+    before any model is loaded, so a malformed one ends this version at once instead of after its validation.
+
+    Raises:
+        ValueError: a tag that does not parse (the message names the tag and its value).
+    """
+    from specdec.policy import floor_for
+
+    floor_for(night.settings.rules.policy(), tags)
+    night.gate.for_pair(tags)
 
 
 def claim_target(night: Night, target: Target, params: ValidationParams) -> Job | NightlyResult:
