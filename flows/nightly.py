@@ -787,6 +787,7 @@ def nightly_flow_for(parallel: bool = False, dask_workers: int = 2, dask_address
 
     Raises:
         ValueError: ``ray_address`` given without ``prefect-ray`` installed (``pip install 'specdec[ray]'``).
+        flows.cluster.ClusterUnreachable: ``ray_address`` is ``auto`` and no Ray cluster runs here.
     """
     if ray_address:
         return nightly_validation_flow.with_options(task_runner=_ray_runner(ray_address, dask_workers))
@@ -809,7 +810,10 @@ def _ray_runner(address: str, workers: int):
         from prefect_ray import RayTaskRunner
     except ImportError:
         raise ValueError("the Ray task runner needs prefect-ray: pip install 'specdec[ray]'") from None
-    if address == "local":
+    from flows.cluster import ray_cluster_address
+
+    resolved = ray_cluster_address(address)  # "auto": the running cluster, never a local Ray started silently
+    if resolved is None:
         return RayTaskRunner(init_kwargs={"num_cpus": workers, "include_dashboard": False,
                                           "object_store_memory": 256 << 20, "log_to_driver": False})
-    return RayTaskRunner(address=address)
+    return RayTaskRunner(address=resolved)
