@@ -34,7 +34,7 @@ def engine_endpoint(pv, *, api_key: str | None) -> Any:
         return None
     flags = tags.get(ENGINE_FLAGS_TAG)
     # a credential in flags tagged before `pair engine` redacted them never reaches the history (specdec.redact)
-    return EngineEndpoint(url=url, engine=tags.get("engine", "llamacpp"), api_key=api_key,
+    return EngineEndpoint(url=url, engine=tags.get("engine"), api_key=api_key,  # no tag: the default engine
                           flags=tuple(redact_argv(json.loads(flags))) if flags else None)
 
 
