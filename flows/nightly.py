@@ -441,13 +441,15 @@ def open_night(job: NightlyJob, tree) -> Night:
     history store, MLflow service, lease (with this flow run's id), heartbeat, core section and gate (of
     ``tree.policy``)."""
     import monitoring
-    from flows.recovery import Heartbeat, NightlyLease, holder_dead
+    from flows.recovery import Heartbeat, NightlyLease, crash_dead_claims, holder_dead
     from registry.gate import GateConfig
     from registry.service import Registry
     from specdec.validation.heldout import load_heldout
 
     settings = tree.monitoring
     db = monitoring.connect(settings)
+    for run_id in crash_dead_claims(settings.home, db, stale_after_s=settings.claim_stale_after_s):
+        _logger().warning("history run %d was left running by a nightly process that died: marked crashed", run_id)
     lease = NightlyLease.mine(settings.home)
     try:
         from prefect.runtime import flow_run

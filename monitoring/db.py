@@ -50,7 +50,9 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 RUNNING, COMPLETED, PASSED, FAILED, INCONCLUSIVE, ERROR = (
     "running", "completed", "passed", "failed", "inconclusive", "error",
 )
-TERMINAL_STATUSES = (COMPLETED, PASSED, FAILED, INCONCLUSIVE, ERROR)
+# a run whose process died while it held the row (killed, SIGTERM, the host lost): its ``error`` says why
+CRASHED = "crashed"
+TERMINAL_STATUSES = (COMPLETED, PASSED, FAILED, INCONCLUSIVE, ERROR, CRASHED)
 # incident statuses
 FIRING, RESOLVED = "firing", "resolved"
 # delivery statuses

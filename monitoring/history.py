@@ -33,6 +33,7 @@ from sqlalchemy.exc import IntegrityError
 
 from monitoring.db import (
     COMPLETED,
+    CRASHED,
     ENGINE,
     ERROR,
     FAILED,
@@ -52,7 +53,7 @@ from specdec.validation.report import GroupMetrics, PromptResult, ValidationRepo
 
 __all__ = ["RunAlreadyClaimed", "config_hash", "RunKey", "Lineage", "Claim", "DEFAULT_STALE_AFTER_S",
            "RunSnapshot", "RunRecord", "source_label", "parse_source_label", "same_origin", "record_of", "upsert",
-           "claim_run", "heartbeat", "record_run", "mark_error", "set_evaluation", "attach_evidently",
+           "claim_run", "heartbeat", "record_run", "mark_error", "mark_crashed", "crash_stale_runs", "set_evaluation", "attach_evidently",
            "mark_mlflow_logged", "runs_pending_mlflow", "get_run", "find_run", "list_runs", "newer_evaluated_run",
            "find_baseline", "snapshot", "snapshot_of", "prompt_results"]
 
@@ -252,17 +253,18 @@ def source_label(source: str, engine: str | None) -> str:
 
 def parse_source_label(label: str) -> tuple[str, str | None]:
     """``(source, engine)`` of a :func:`source_label` (``engine:llamacpp`` -> ``("engine", "llamacpp")``), for
-    input that names a source the way it is shown (``specdec history --source``).
+    input that names a source the way it is shown (``specdec history --source``) or as it is stored (the
+    ``source`` column: ``engine`` alone is every engine's checks, ``(ENGINE, None)``).
 
     Raises:
-        ValueError: not ``nightly``, ``production`` or ``engine:<engine>``.
+        ValueError: not ``nightly``, ``production``, ``engine`` or ``engine:<engine>``.
     """
-    if label in (NIGHTLY, PRODUCTION):
+    if label in (NIGHTLY, PRODUCTION, ENGINE):
         return label, None
     source, _, engine = label.partition(":")
     if source == ENGINE and engine:
         return ENGINE, engine
-    raise ValueError(f"source must be 'nightly', 'production' or 'engine:<engine>', got {label!r}")
+    raise ValueError(f"source must be 'nightly', 'production', 'engine' or 'engine:<engine>', got {label!r}")
 
 
 def record_of(report: ValidationReport, key: RunKey, lineage: Lineage, *, alias: str | None = None) -> RunRecord:
@@ -380,6 +382,7 @@ def claim_run(
                 row.status, row.claim_token, row.error = RUNNING, token, None
                 row.claimed_at = row.heartbeat_at = row.started_at = row.updated_at = now
                 row.attempts = (row.attempts or 0) + 1
+                _clear_results(s, row)
                 if alias is not None:
                     row.alias = alias
                 return Claim(row.id, token, key, previous, row.attempts)
@@ -387,6 +390,26 @@ def claim_run(
             if attempt:
                 raise
     raise AssertionError("unreachable")
+
+
+#: what a row says about the work that was done on it, not what it is: cleared when the row is claimed again
+_KEPT_ON_RETRY = frozenset({
+    "id", "pair_name", "pair_version", "heldout_name", "heldout_version", "config_hash", "scheduled_date", "alias",
+    "source", "engine", "production_source", "window_start", "window_end", "status", "claim_token", "claimed_at",
+    "heartbeat_at", "attempts", "started_at", "updated_at", "error", "target_ref", "drafter_kind", "drafter_ref",
+    "target_hash", "draft_hash", "code_version", "config", "num_speculative_tokens", "device", "dtype",
+    "target_adapter", "target_adapter_hash", "draft_adapter", "acceptance_rule", "method", "mlflow_logged"})
+
+
+def _clear_results(s, row: ValidationRun) -> None:
+    """Clear what an earlier attempt measured and concluded on ``row`` (metrics, timings, rule results, Evidently,
+    MLflow run, per-prompt rows): a retried row shows none of the previous attempt's numbers while it runs, nor
+    after it ends in an error or a crash."""
+    for name in ValidationRun.__table__.columns.keys():
+        if name not in _KEPT_ON_RETRY:
+            setattr(row, name, None)
+    row.mlflow_logged = False
+    s.execute(delete(PromptRow).where(PromptRow.run_id == row.id))
 
 
 def store_now(s) -> dt.datetime:
@@ -537,6 +560,39 @@ def mark_error(db: Database, claim: Claim, message: str, *, now: dt.datetime | N
         row.finished_at = row.updated_at = now
 
 
+def mark_crashed(db: Database, run_id: int, token: str, reason: str, *, now: dt.datetime | None = None) -> bool:
+    """Record that the process holding claim ``token`` on row ``run_id`` died (status ``crashed``, ``reason`` as
+    its error; the row can be claimed again). Returns whether the row was still ``running`` under that claim
+    (a row another process took over, or that ended, is left alone)."""
+    with db.session() as s:
+        row = s.get(ValidationRun, run_id, with_for_update=True)
+        if row is None or row.claim_token != token or row.status != RUNNING:
+            return False
+        row.status, row.claim_token, row.error = CRASHED, None, reason[:4000]
+        row.finished_at = row.updated_at = now or store_now(s)
+        return True
+
+
+def crash_stale_runs(db: Database, *, stale_after_s: float, now: dt.datetime | None = None) -> list[int]:
+    """Mark ``crashed`` every nightly row still ``running`` whose heartbeat is older than ``stale_after_s``
+    seconds (its process died on any host: nothing refreshes it); the reason names the last heartbeat.
+    Returns the ids marked."""
+    with db.session() as s:
+        now = now or store_now(s)
+        r = ValidationRun
+        rows = s.scalars(select(r).where(r.source == NIGHTLY, r.status == RUNNING).with_for_update()).all()
+        marked = []
+        for row in rows:
+            beat = row.heartbeat_at or row.claimed_at
+            if beat is not None and (now - beat).total_seconds() >= stale_after_s:
+                row.status, row.claim_token = CRASHED, None
+                row.error = (f"its process stopped refreshing the claim at {beat:%Y-%m-%d %H:%M} UTC (killed, or its "
+                             f"host lost) and nothing was recorded; marked by a later nightly run")
+                row.finished_at = row.updated_at = now
+                marked.append(row.id)
+        return marked
+
+
 def set_evaluation(
     db: Database, run_id: int, *, status: str, rule_results: list[dict], root_cause_hint: str | None,
     baseline_run_id: int | None,
@@ -575,7 +631,7 @@ def runs_pending_mlflow(db: Database, pair_name: str | None = None) -> list[Vali
     """Finished nightly runs (not running, not error) not yet logged to MLflow (production never is), oldest first."""
     with db.session() as s:
         q = select(ValidationRun).where(
-            ValidationRun.mlflow_logged.is_(False), ValidationRun.status.notin_((RUNNING, ERROR)),
+            ValidationRun.mlflow_logged.is_(False), ValidationRun.status.notin_((RUNNING, ERROR, CRASHED)),
             ValidationRun.source == NIGHTLY,
         )
         if pair_name:

@@ -20,7 +20,7 @@ from typing import Any
 from specdec.engines.answers import EngineCompletion, EngineCounters
 from specdec.engines.client import EngineClient, safe_url
 from specdec.engines.errors import EngineAnswerError, EngineRequestError
-from specdec.engines.http import Deadline
+from specdec.engines.http import Deadline, join_url
 from specdec.engines.metrics import LLAMACPP_METRICS
 from specdec.engines.profile import (CompletionParams, EngineEndpoint, EngineLimits, EngineProfile, EngineSession,
                                      ProposalRule, Refusal)
@@ -119,7 +119,7 @@ class LlamaCppSession(EngineSession):
         try:
             return counters_of(self.client.metrics_text(deadline), LLAMACPP_METRICS)
         except ValueError as e:
-            raise EngineAnswerError(f"GET {safe_url(self.client.url)}/metrics: malformed exposition: {e}") from None
+            raise EngineAnswerError(f"GET {safe_url(join_url(self.client.url, '/metrics'))}: malformed exposition: {e}") from None
 
     def close(self) -> None:
         self.client.close()

@@ -25,7 +25,7 @@ from typing import Any
 from specdec.engines.answers import EngineCompletion, EngineCounters, count_of, token_ids_of
 from specdec.engines.client import safe_url
 from specdec.engines.errors import EngineAnswerError, EngineDeadlineError, EngineRequestError
-from specdec.engines.http import Deadline
+from specdec.engines.http import Deadline, join_url
 from specdec.engines.metrics import VLLM_METRICS
 from specdec.engines.profile import (CompletionParams, EngineEndpoint, EngineLimits, EngineProfile, EngineSession,
                                      ProposalRule, Refusal, draft_of, no_early_exit)
@@ -145,7 +145,7 @@ class VllmServeSession(EngineSession):
         try:
             return counters_of(self.client.metrics_text(), VLLM_METRICS)
         except ValueError as e:
-            raise EngineAnswerError(f"GET {safe_url(self.client.url)}/metrics: malformed exposition: {e}") from None
+            raise EngineAnswerError(f"GET {safe_url(join_url(self.client.url, '/metrics'))}: malformed exposition: {e}") from None
 
     def close(self) -> None:
         self.client.close()

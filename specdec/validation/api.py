@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from specdec.core.kv import model_device
+from specdec.core.sampling import acceptance_rule_of
 from specdec.validation.config import ValidationConfig
 from specdec.validation.findings import findings
 from specdec.validation.heldout import HeldoutSet
@@ -220,7 +221,9 @@ def drafter_parts(drafter: Any) -> tuple[Any, torch.nn.Module | None, str, str |
 
 def report_common(subset: HeldoutSet, target_ref: str | None, config: ValidationConfig, model: torch.nn.Module) -> dict[str, Any]:
     """The :class:`ValidationReport` fields every drafter's report of one run shares (held-out
-    version, target, config, device, dtype, code version, timestamp, environment)."""
+    version, target, config, device, dtype, code version, timestamp, environment, the served acceptance rule:
+    the config's proposal rule, which :func:`specdec.validation.serving.engine_config` set from the pair's engine
+    profile)."""
     return dict(
         heldout_name=subset.name,
         heldout_version=subset.version,
@@ -232,5 +235,6 @@ def report_common(subset: HeldoutSet, target_ref: str | None, config: Validation
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         alpha_hat_estimator=ALPHA_HAT_ESTIMATOR,
         heldout_source_version=subset.source_version,
+        acceptance_rule=acceptance_rule_of(config.speculative.draft_sampling),
         environment=environment(),
     )

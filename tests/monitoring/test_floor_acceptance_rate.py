@@ -223,6 +223,34 @@ def test_migration_0008_rederives_stored_verdicts_and_keeps_the_numbers(tmp_path
     assert stored[("speed", "overall")]["status"] == "not_applicable"  # kept as stored
 
 
+def test_migration_0008_keeps_the_stored_verdicts_of_production_windows_and_engine_checks(tmp_path):
+    """Issue 51: the upgrade re-derived a stored production window's ``passed`` into ``failed`` with the nightly
+    floor; a window and an engine check are judged by their own rules, so their stored verdicts stay."""
+    db = Database(f"sqlite:///{tmp_path / 'h.db'}")
+    db.upgrade("0007_per_token_acceptance")
+    old = RuleSettings(estimator="per_token", speed_enabled=False)
+    stale = _night(**STALE)
+    results = json.dumps([x.to_dict() for x in rules.evaluate(stale, None, old)])
+    with db.engine.begin() as conn:
+        for rid, source in ((1, "nightly"), (2, "production"), (3, "engine:llamacpp")):
+            conn.execute(text(
+                "INSERT INTO validation_runs (id, pair_name, pair_version, heldout_name, heldout_version, config_hash, "
+                "scheduled_date, status, attempts, mlflow_logged, overall, categories, rule_results, source, "
+                "acceptance_rate) VALUES (:id, 'p', '1', :h, '1', 'c', :d, 'passed', 1, 0, :o, '{}', :r, :src, :a)"),
+                dict(id=rid, h=f"h{rid}", d=NIGHTS[0], o=_stored(stale.overall), r=results, src=source,
+                     a=stale.overall.acceptance_rate))
+    db.upgrade("0008_floor_on_acceptance_rate")
+    with db.engine.connect() as conn:
+        got = dict(conn.execute(text("SELECT id, status FROM validation_runs")).all())
+        kept = conn.execute(text("SELECT rule_results FROM validation_runs WHERE id = 2")).scalar_one()
+    assert got == {1: "failed", 2: "passed", 3: "passed"}
+    assert json.loads(kept) == json.loads(results)
+    db.upgrade("head")
+    with db.engine.connect() as conn:
+        assert dict(conn.execute(text("SELECT id, status FROM validation_runs")).all()) == {1: "failed", 2: "passed",
+                                                                                         3: "passed"}
+
+
 def test_recommend_warns_when_its_k_is_already_below_the_floor():
     from specdec.validation.candidates import CandidateResult
     from specdec.validation.recommend_cli import floor_warnings

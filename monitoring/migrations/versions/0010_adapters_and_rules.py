@@ -26,12 +26,16 @@ COLUMNS = (("target_adapter", sa.String(200)), ("target_adapter_hash", sa.String
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("validation_runs") as batch:
-        for name, type_ in COLUMNS:
-            batch.add_column(sa.Column(name, type_, nullable=True))
+    """Add the six nullable columns (in place on every backend: ADD COLUMN needs no table rebuild)."""
+    for name, type_ in COLUMNS:
+        op.add_column("validation_runs", sa.Column(name, type_, nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("validation_runs") as batch:
-        for name, _ in reversed(COLUMNS):
-            batch.drop_column(name)
+    """Drop them in place (SQLite >= 3.35: a batch rebuild drops the table, and with foreign keys on that deletes
+    prompt_results, as 0009's downgrade notes)."""
+    for name, _ in reversed(COLUMNS):
+        if op.get_bind().dialect.name == "sqlite":
+            op.execute(f"ALTER TABLE validation_runs DROP COLUMN {name}")
+        else:
+            op.drop_column("validation_runs", name)
