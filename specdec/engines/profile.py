@@ -176,6 +176,12 @@ class EngineLimits:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise ValueError(f"{name} must be a finite number of seconds > 0, got {v!r}")
 
+    @classmethod
+    def of(cls, core: Any) -> "EngineLimits":
+        """The limits a :class:`specdec.settings.CoreSettings` sets (``engine_request_timeout_s``,
+        ``engine_check_timeout_s``). Raises ValueError: as the constructor."""
+        return cls(core.engine_request_timeout_s, core.engine_check_timeout_s)
+
     def describe(self) -> str:
         """``deadline 600 s per request, 7200 s per check``."""
         return f"deadline {self.request_timeout_s:g} s per request, {self.check_timeout_s:g} s per check"

@@ -218,6 +218,7 @@ def _engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, target_ref: s
                   opts: _Options) -> None:
     """``--engine-url`` / ``--engine``: run the engine check, write and print it; one error line when the engine fails."""
     from specdec.engines.errors import EngineRequestError
+    from specdec.engines.profile import EngineLimits
     from specdec.settings import get_settings
     from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.engine_check import EngineEndpoint
@@ -236,7 +237,7 @@ def _engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, target_ref: s
     else:
         endpoint = EngineEndpoint(url=opts.engine_url, engine=opts.engine,
                                   baseline_url=opts.engine_baseline_url, api_key=settings.engine_api_key)
-    limits = settings.engine_limits()
+    limits = EngineLimits.of(settings)
     _err.print(f"engine check: {limits.describe()} (SPECDEC_ENGINE_REQUEST_TIMEOUT_S, "
                "SPECDEC_ENGINE_CHECK_TIMEOUT_S)", highlight=False)
     try:
