@@ -138,7 +138,12 @@ def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto", served: b
                              ModelStore(tree.core.models_dir))
     kind = kind_of(pv.drafter_kind)
     target_key = ("target", pv.target_uri, pv.target_weights_sha256, dev, str(dt))
-    if served and kind.beside_served_target:
+    if getattr(pv, "target_adapter", None):
+        if served:
+            raise ValueError(f"{pv.uri} has a target adapter: engine continuations of an adapter pair are not built "
+                             "yet (docs/adapters.md); validate it with the core's continuations")
+        target_key, target = adapted_target(pv, loader)
+    elif served and kind.beside_served_target:
         from specdec.validation.served_target import served_target
 
         target_key = ("served-target",) + target_key[1:]
@@ -151,8 +156,61 @@ def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto", served: b
                             base_uri=source.get("derived_from") or pv.target_uri, recipe=pv.recipe or source.get("recipe"),
                             target_key=target_key, device=dev, dtype=str(dt))
     drafter_key = kind.cache_key(reg, loader)
-    model_cache.cached(drafter_key, lambda: kind.load(reg, target, loader, dtype=dt, device=dev))
+    load = lambda: kind.load(reg, target, loader, dtype=dt, device=dev)  # noqa: E731
+    if getattr(pv, "draft_adapter", None):
+        drafter_key, load = drafter_key + ("lora", pv.draft_adapter["weights_sha256"]), _with_draft_adapter(pv, load, loader)
+    model_cache.cached(drafter_key, load)
     return target_key, drafter_key
+
+
+def _adapter_info(side: dict, loader: _RegistryLoader, base_hash: str):
+    """The :class:`specdec.models.adapters.AdapterInfo` of a pair's adapter record ``side`` (``pair.json``'s
+    ``target_adapter`` / ``draft_adapter``): its version downloaded once per worker, named as registered, the base
+    hash its lineage records."""
+    from dataclasses import replace
+
+    from specdec.models.adapters import read_adapter
+
+    info = read_adapter(loader.directory(side["uri"]), name=side.get("name"))
+    return replace(info, base_hash=side.get("base_weights_sha256") or info.base_hash)
+
+
+def adapted_target(pv, loader: _RegistryLoader) -> tuple[tuple, Any]:
+    """``(cache key, LoadedModel)`` of pair version ``pv``'s target with its LoRA adapter merged.
+
+    The base is loaded once per worker under a key of its weights hash, device and dtype (every adapter pair of that
+    base shares it, whichever pair registered it); each adapter is merged into a copy sharing the base's untouched
+    tensors (:func:`specdec.models.adapters.attach_adapter`), cached under the base key plus the adapter's hash.
+
+    Raises:
+        specdec.models.adapters.AdapterMismatchError: the adapter's recorded base is not this base.
+        registry.ModelNotFound / RegistryUnavailable.
+    """
+    from specdec.models.adapters import attach_adapter
+
+    base_key = ("target-base", pv.target_weights_sha256, loader.dev, str(loader.dt))
+    base = model_cache.cached(base_key, lambda: loader.load(pv.target_uri))
+    side = pv.target_adapter
+    key = base_key + ("lora", side["weights_sha256"])
+    info = lambda: _adapter_info(side, loader, pv.target_weights_sha256)  # noqa: E731
+    return key, model_cache.cached(key, lambda: attach_adapter(base, info(), base_hash=pv.target_weights_sha256))
+
+
+def _with_draft_adapter(pv, load, loader: _RegistryLoader):
+    """``load`` (a drafter's load) followed by merging the pair's draft adapter into the loaded draft model."""
+    from dataclasses import replace
+
+    from specdec.models.adapters import attach_adapter
+
+    def adapted():
+        resolved = load()
+        if resolved.loaded is None:
+            raise ValueError(f"{pv.uri}: a draft adapter needs a draft model, not {pv.drafter_kind}")
+        info = _adapter_info(pv.draft_adapter, loader, pv.draft_weights_sha256)
+        loaded = attach_adapter(resolved.loaded, info, base_hash=pv.draft_weights_sha256)
+        return replace(resolved, drafter=loaded.model, loaded=loaded)
+
+    return adapted
 
 
 def cached_target(key: tuple):

@@ -32,7 +32,7 @@ gate) are noticed before validating, validated first and alerted (:mod:`flows.un
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -282,8 +282,10 @@ def retry_pending_mlflow_logging(db, home: Path, registry, gate) -> list[str]:
     done = []
     for row in history.runs_pending_mlflow(db):
         key = history.RunKey(row.pair_name, row.pair_version, row.heldout_name, row.heldout_version,
-                             row.config_hash, row.scheduled_date)
+                             row.config_hash, row.scheduled_date, row.alias or "")
         rdir = report_dir_for(home, key)
+        if not (rdir / "report.json").exists():  # a run recorded before the alias was part of its key
+            rdir = report_dir_for(home, replace(key, alias=""))
         if not (rdir / "report.json").exists():
             log.warning("history run %s: report %s is missing; cannot log it to MLflow", row.id, rdir)
             continue
@@ -534,7 +536,7 @@ def claim_target(night: Night, target: Target, params: ValidationParams) -> Job 
     from monitoring import history
 
     key = history.RunKey.build(target.pair, target.version, night.held.name, night.held.version,
-                               params.run_config(target.pv), night.date)
+                               params.run_config(target.pv), night.date, alias=target.alias)
     try:
         claim = history.claim_run(night.db, key, alias=target.alias,
                                   stale_after_s=night.settings.claim_stale_after_s, holder_dead=night.holder_dead)

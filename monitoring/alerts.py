@@ -126,8 +126,9 @@ CHANGED_PHRASES = {"target": "after a target-only change: target changed, draft 
 
 
 def floor_headline(overall: RuleResult | None, k: int | None, changed: str | None = None) -> str | None:
-    """The alert's first line when the floor fires: ``acceptance rate 29.6% < 40% at k = 4 after a
-    target-only change: target changed, draft unchanged (floor from policy default)``; None otherwise."""
+    """The alert's first line when the floor fires: ``acceptance rate 29.6% under the argmax rule < 40% at k = 4
+    after a target-only change: target changed, draft unchanged (floor from policy default)`` (the rule where the
+    run names the one it is served under); None otherwise."""
     if overall is None or not overall.firing or overall.value is None or overall.threshold is None:
         return None
     name = METRIC_NAMES.get(overall.metric, overall.metric)
@@ -135,7 +136,9 @@ def floor_headline(overall: RuleResult | None, k: int | None, changed: str | Non
     cause = f" {CHANGED_PHRASES[changed]}" if changed in CHANGED_PHRASES else ""
     m = re.search(r"floor [0-9.]+ \(([^)]*)\)", overall.message or "")
     source = f" (floor from {m.group(1)})" if m else ""
-    return f"{name} {overall.value:.1%} < {overall.threshold:.0%}{at}{cause}{source}"
+    served = re.search(r"judged under the (\w+) rule", overall.message or "")
+    rule = f" under the {served.group(1)} rule" if served else ""
+    return f"{name} {overall.value:.1%}{rule} < {overall.threshold:.0%}{at}{cause}{source}"
 
 
 def _fmt_rule(r: RuleResult) -> str:

@@ -177,9 +177,11 @@ def _below(rule: str, scope: str, g: GroupMetrics, *, limit: float, min_tokens: 
 
 
 def absolute_rules(current: GroupMetrics, categories: Mapping[str, GroupMetrics],
-                   settings: RuleSettings) -> list[RuleResult]:
+                   settings: RuleSettings, *, acceptance_rule: str | None = None) -> list[RuleResult]:
     """The floor overall and for each category of the current run, judged on the policy's metric (the
-    acceptance rate at the validated k by default), naming the floor and where it came from."""
+    acceptance rate at the validated k by default), naming the floor and where it came from, the acceptance rule
+    it judged (``acceptance_rule``, the pair's served rule: its counters were decoded or replayed under it) and
+    both rules' teacher-forced rates beside it (:func:`rule_note`)."""
     policy = settings.policy
     out = [_below("absolute", OVERALL, current, limit=settings.threshold_for(None),
                   min_tokens=policy.min_draft_tokens, baseline=None, policy=policy,
@@ -189,7 +191,28 @@ def absolute_rules(current: GroupMetrics, categories: Mapping[str, GroupMetrics]
         out.append(_below("absolute", name, categories[name], limit=settings.threshold_for(name),
                           min_tokens=settings.min_category_draft_tokens, baseline=None, what="floor",
                           source=source, policy=policy))
+    for r, g in zip(out, [current, *(categories[n] for n in sorted(categories))]):
+        r.message += rule_note(g, acceptance_rule)
     return out
+
+
+#: how each acceptance rule is written in a verdict (docs/metrics.md "Two acceptance rules")
+RULE_LABELS = {"exact": "exact rule Σmin(p,q)", "argmax": "argmax rule p(argmax q)"}
+
+
+def rule_note(g: GroupMetrics, served: str | None) -> str:
+    """``; judged under the argmax rule p(argmax q) (served); exact rule Σmin(p,q) 0.712 beside it (teacher-forced,
+    per token)`` for a run that names its served rule (``exact`` | ``argmax``), with the other rule's teacher-forced
+    rate where measured; ``""`` when the run names no rule (rows recorded before both rules were measured)."""
+    if served not in RULE_LABELS:
+        return ""
+    other = "argmax" if served == "exact" else "exact"
+    own, theirs = _num(getattr(g, f"{served}_rule_acceptance")), _num(getattr(g, f"{other}_rule_acceptance"))
+    note = f"; judged under the {RULE_LABELS[served]} (served)"
+    if theirs is None:
+        return note + f"; {RULE_LABELS[other]} not measured"
+    own_txt = f" (served rule {own:.3f})" if own is not None else ""
+    return note + f"; {RULE_LABELS[other]} {theirs:.3f} beside it (teacher-forced, per token{own_txt})"
 
 
 def _comparable(current: GroupMetrics, baseline: GroupMetrics, estimator: str = "pooled") -> str | None:
@@ -408,7 +431,8 @@ def evaluate(current, baseline, settings: RuleSettings | None = None) -> list[Ru
     """
     settings = settings or RuleSettings()
     base = baseline.overall if baseline is not None else None
-    out = absolute_rules(current.overall, current.categories, settings)
+    out = absolute_rules(current.overall, current.categories, settings,
+                         acceptance_rule=getattr(current, "acceptance_rule", None))
     out.append(relative_rule(current.overall, base, settings))
     out.append(collapse_rule(current.overall, base, settings))
     out.append(measurement_rule(current.overall))
@@ -510,11 +534,23 @@ def _head_label(ref: str | None) -> str:
     return f"head v{m.group(1)} ({ref})" if m else f"head {ref}" if ref else "its last head version"
 
 
+def _adapter_changed(current, baseline) -> str | None:
+    """The name of the target's LoRA adapter when it differs from the baseline's (added, removed or new weights;
+    ``None`` on both sides: no adapter), else None. Lineage without the adapter fields counts as no adapter."""
+    now = (getattr(current, "target_adapter", None), getattr(current, "target_adapter_hash", None))
+    then = (getattr(baseline, "target_adapter", None), getattr(baseline, "target_adapter_hash", None))
+    if now[1] == then[1]:
+        return None
+    return now[0] or then[0] or "of the target"
+
+
 def root_cause_hint(current, baseline, *, drafter_kind: str | None = None, drafter_ref: str | None = None) -> str:
     """A one-line likely cause from lineage facts (plain data: :class:`monitoring.history.Lineage`).
 
     Compares the current run's target hash, draft hash, held-out version and code version with
-    those of the baseline (the last passing run). ``None`` hashes count as unknown, not changed.
+    those of the baseline (the last passing run). ``None`` hashes count as unknown, not changed. A target LoRA
+    adapter whose weights hash differs while base and draft did not is named (``adapter support-v3 changed; draft
+    shared, unchanged``).
     For an EAGLE-3 head (``drafter_kind="eagle3"``, ``drafter_ref`` its version) whose target changed
     under it, the remedy named is a warm-start re-training from that head (``flows.realign``).
     """
@@ -530,7 +566,11 @@ def root_cause_hint(current, baseline, *, drafter_kind: str | None = None, draft
     d = changed(current.draft_hash, baseline.draft_hash)
     h = changed(current.heldout_version, baseline.heldout_version)
     c = changed(current.code_version, baseline.code_version)
-    if t and d:
+    a = _adapter_changed(current, baseline)
+    if a and not t and not d:
+        hint = (f"adapter {a} changed; draft shared, unchanged: the adapted target moved away from the draft "
+                "(re-derive the draft from base + adapter, or train a draft adapter)")
+    elif t and d:
         hint = "both target and draft changed since the last passing run: re-validate the new pair, " \
                "re-derive or retrain the draft from the new target"
     elif t and drafter_kind and kind_of(drafter_kind).retrainable:
@@ -592,7 +632,7 @@ def rederive(stored: list[dict] | None, current, baseline_overall: GroupMetrics 
     s = settings.for_floor(Floor(floor, source)).model_copy(
         update={"category_thresholds": {**settings.category_thresholds, **cats}})
     severity = {r.rule: r.severity for r in old}
-    new = absolute_rules(current.overall, current.categories, s)
+    new = absolute_rules(current.overall, current.categories, s, acceptance_rule=getattr(current, "acceptance_rule", None))
     new.append(relative_rule(current.overall, baseline_overall, s))
     for r in new:
         r.severity = severity.get(r.rule) or settings.acceptance_severity

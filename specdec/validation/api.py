@@ -85,12 +85,23 @@ def validate(request: ValidationRequest) -> list[ValidationReport]:
     finally:
         run.model.train(was_training)
     if request.method == "engine":
-        return [_engine_report(run, engine)]
+        return _name_adapters([_engine_report(run, engine)], request)
     reports = [_report(run, j, decoded, replayed) for j in range(len(run.drafters))]
     reports[0].engine_check = engine
     if is_served(run.model):  # the target's weights never were on this device
         for r in reports:
             r.device, r.dtype = f"engine:{request.engine.name}", r.replay["target"]["served_dtype"]
+    return _name_adapters(reports, request)
+
+
+def _name_adapters(reports: list[ValidationReport], request: ValidationRequest) -> list[ValidationReport]:
+    """Each report's ``target_adapter`` / ``draft_adapter``: the LoRA adapter merged into the request's target
+    (``LoadedModel.adapter``) and into its draft (``ResolvedDrafter.loaded.adapter``) as dicts, else None."""
+    target_adapter = getattr(request.target, "adapter", None)
+    for report, drafter in zip(reports, request.drafters):
+        draft_adapter = getattr(getattr(drafter, "loaded", None), "adapter", None)
+        report.target_adapter = target_adapter.to_dict() if target_adapter is not None else None
+        report.draft_adapter = draft_adapter.to_dict() if draft_adapter is not None else None
     return reports
 
 

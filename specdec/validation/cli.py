@@ -17,7 +17,8 @@ from rich.console import Console
 from rich.table import Table
 from specdec.engines.profiles import checkable_names, engine_profile, engines_help, offline_names
 from specdec.models.store import ModelStore
-from specdec.validation.cli_options import ConfidenceThresholdOption, DraftSamplingOption
+from specdec.validation.cli_options import (ConfidenceThresholdOption, DraftAdapterOption, DraftSamplingOption,
+                                            TargetAdapterOption)
 
 _out = Console()
 _err = Console(stderr=True, emoji=False)
@@ -53,11 +54,12 @@ def validate(
     draft: Annotated[
         list[str],
         typer.Option(
-            "--draft",
+            "--draft", metavar="SPEC",
             help="Drafter: a model ref (or model:REF), 'ngram', 'derived:int8', 'derived:int4', 'derived:bf16', 'derived:fp8' (CUDA), 'eagle3:DIR' (a speculators-format EAGLE-3 head), 'layerskip:N' (the target's first N layers and its LM head) or 'auto' (what `specdec draft recommend` picks). Repeat to "
-            "validate several drafters against one shared target-only run (one report each, in --out/<drafter>/).",
+            "validate several drafters against one shared target-only run (one report each, in --out/<drafter>/). "
+            "Not with --canary.",
         ),
-    ],
+    ] = [],
     heldout: Annotated[
         str, typer.Option("--heldout", help="spec_bench | humaneval | spec_bench+humaneval | path to a JSONL file.")
     ] = "spec_bench",
@@ -123,10 +125,18 @@ def validate(
     engine_python: Annotated[str | None, typer.Option(
         "--engine-python", help="--engine vllm offline: the python of your own vLLM venv (default: the one "
                                 "`make engine` installed).")] = None,
+    target_adapter: TargetAdapterOption = None,
+    draft_adapter: DraftAdapterOption = None,
+    canary: Annotated[bool, typer.Option(
+        "--canary", help="The acceptance canary: the target drafts for itself (no --draft) at --temperature under "
+                         "--draft-sampling. The exact rule (sampled) must accept every draft (1.0), the argmax rule "
+                         "must give E[p(argmax p)] within its CI; otherwise the drafter or verifier counts with a q "
+                         "it does not say. Writes canary.json; exit 1 when it fails. docs/metrics.md#the-canary")] = False,
 ) -> None:
     """Validate a draft/target pair: acceptance, agreement, speedup and exactness, per category.
 
-    With --engine-url / --engine: the engine check of the pair where it is served (the core is the exact reference)."""
+    With --engine-url / --engine: the engine check of the pair where it is served (the core is the exact reference).
+    With --canary: the target against itself, judged against what each acceptance rule must give."""
     opts = _Options(**locals())  # the options as one typed object (nothing else is defined yet)
     from specdec import stopping
 
@@ -145,14 +155,18 @@ def _validate(opts: "_Options") -> None:
     draft, engine_url = opts.draft, opts.engine_url
     _quiet_libraries()
     speculative, hs = _check_run_arguments(opts)
-    out_dir = opts.out or _default_out(hs.name, "+".join(draft))
-    out_dirs = _check_out_dirs(draft, out_dir, opts.overwrite)
+    out_dir = opts.out or _default_out(hs.name, "+".join(draft) or "canary")
+    out_dirs = _check_out_dirs(draft or ["canary"], out_dir, opts.overwrite)
     config = _check_drafters_and_config(opts, speculative)
     checks_engine = engine_url is not None or opts.engine is not None
     if checks_engine and len(draft) != 1:
         _fail("the engine check checks one pair: give one --draft (the draft the engine serves)")
     if checks_engine:
         _check_engine_option(opts.engine, engine_url)
+    if checks_engine and (opts.target_adapter or opts.draft_adapter):
+        _fail("the engine check of an adapter pair is not built yet (docs/adapters.md): validate it without --engine")
+    if opts.draft_adapter and len(draft) != 1:
+        _fail("--draft-adapter adapts one draft model: give one --draft")
     from specdec.core.finite import BrokenModel, NonFiniteLogits
 
     tgt = None
@@ -166,7 +180,10 @@ def _validate(opts: "_Options") -> None:
         _fail(str(BrokenModel.naming(e, getattr(tgt, "model", None), ["(timing pass)"])) + "; nothing was recorded")
     except BrokenModel as e:  # greedy or sampled, decode or replay: one line naming the side, never a figure
         _fail(f"{e}; nothing was recorded")
-    _write_and_print(reports, out_dirs, t_start)
+    verdict = _judge_canary(reports[0]) if opts.canary else None
+    _write_and_print(reports, out_dirs, t_start, serving=not opts.canary)
+    if verdict is not None:
+        _report_canary(verdict, out_dirs[0])
 
 
 def _check_engine_option(engine: str | None, engine_url: str | None) -> None:
@@ -212,6 +229,9 @@ class _Options:
     engine_concurrency: int
     engine: str | None
     engine_python: str | None
+    target_adapter: str | None
+    draft_adapter: str | None
+    canary: bool
 
 
 def _engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, target_ref: str, out_dir: Path,
@@ -262,6 +282,7 @@ def _check_run_arguments(opts: _Options) -> tuple[Any, Any]:
         )
     except (TypeError, ValueError) as e:
         _fail(str(e))
+    _check_draft_or_canary(opts)
     for flag, url in (("--engine-url", opts.engine_url), ("--engine-baseline-url", opts.engine_baseline_url)):
         if url is not None:
             _check_engine_url(flag, url)
@@ -283,6 +304,43 @@ def _check_run_arguments(opts: _Options) -> tuple[Any, Any]:
     if device.startswith("cuda") and not torch.cuda.is_available():
         _fail("--device cuda requested but CUDA is not available")
     return speculative, hs
+
+
+def _check_draft_or_canary(opts: _Options) -> None:
+    """One error line unless exactly one of ``--draft`` and ``--canary`` is given (the canary: decoded, on the core)."""
+    if not opts.canary:
+        if not opts.draft:
+            _fail("give --draft (the drafter to validate), or --canary (the target against itself)")
+        return
+    if opts.draft:
+        _fail("--canary drafts with the target itself: give no --draft")
+    if opts.engine_url is not None or opts.engine is not None:
+        _fail("--canary checks the core here; it does not run with --engine-url / --engine")
+    if opts.method != "decode":
+        _fail("--canary judges the decoded counters: use --method decode (the default)")
+
+
+def _judge_canary(report: Any) -> Any:
+    """The canary's :class:`~specdec.validation.canary.CanaryVerdict` of ``report``; its finding joins the notes."""
+    from specdec.validation.canary import canary_verdict
+
+    verdict = canary_verdict(report)
+    if verdict.finding():
+        report.notes.append(verdict.finding())
+    return verdict
+
+
+def _report_canary(verdict: Any, out_dir: Path) -> None:
+    """Writes ``canary.json``, prints each check; exit 1 when the canary failed."""
+    import json
+
+    (out_dir / "canary.json").write_text(json.dumps(verdict.to_dict(), indent=2) + "\n")
+    _out.print(f"canary (draft = target, {verdict.acceptance_rule} rule, T {verdict.temperature:g}):", highlight=False)
+    for check in verdict.checks:
+        _out.print(f"  {check.line()}", highlight=False)
+    _out.print(f"canary: {out_dir / 'canary.json'}", highlight=False)
+    if not verdict.passed:
+        _fail("canary failed: the acceptance counted is not the served rule's with draft = target (see above)")
 
 
 def _check_engine_url(flag: str, url: str) -> None:
@@ -343,12 +401,17 @@ def _load_pair(opts: _Options, out_dir: Path, out_dirs: list[Path]) -> tuple[Any
     from specdec.settings import model_store
 
     target, draft, store = opts.target, opts.draft, model_store()
-    _step(f"loading target {target} ...")
-    with _err.status(f"loading target {target} ..."):
+    what = target + (f" + adapter {opts.target_adapter}" if opts.target_adapter else "")
+    _step(f"loading target {what} ...")
+    with _err.status(f"loading target {what} ..."):
         try:
-            tgt = load_causal_lm(target, store=store, dtype=opts.dtype, device=opts.device)
+            tgt = load_causal_lm(target, store=store, dtype=opts.dtype, device=opts.device, adapter=opts.target_adapter)
         except (FileNotFoundError, ValueError) as e:
             _fail(f"target: {e}")
+    if opts.canary:  # the target drafts for itself (validate decodes with a copy of it)
+        from specdec.kinds import ResolvedDrafter
+
+        return tgt, [ResolvedDrafter(tgt.model, "model", ref=f"canary: {target}")], out_dirs
     if "auto" in draft:
         draft, out_dirs = _resolve_auto(tgt, opts, out_dir, out_dirs, store)
     drafters = []
@@ -356,8 +419,9 @@ def _load_pair(opts: _Options, out_dir: Path, out_dirs: list[Path]) -> tuple[Any
         _step(f"preparing drafter {spec} ...")
         with _err.status(f"preparing drafter {spec} ..."):
             try:
-                drafters.append(resolve_drafter(spec, tgt, store=store))
-            except (FileNotFoundError, ValueError) as e:  # ModelNotFoundError, IncompatiblePairError, DrafterSpecError
+                drafters.append(resolve_drafter(spec, tgt, store=store, adapter=opts.draft_adapter))
+            except (FileNotFoundError, ValueError) as e:  # ModelNotFoundError, IncompatiblePairError, DrafterSpecError,
+                # AdapterError
                 _fail(f"drafter {spec}: {e}")
         for note in (drafters[-1].compatibility or {}).get("notes", []):
             _err.print(f"[bold yellow]note:[/] drafter {spec}: {note}", highlight=False)
@@ -431,15 +495,18 @@ def _prompt_line(rows: Any) -> str:
     return f"{row.category} #{row.prompt_id}: acceptance {', '.join(_f(r.acceptance_rate) for r in rows)}"
 
 
-def _write_and_print(reports: list[Any], out_dirs: list[Path], t_start: float) -> None:
-    """Writes each report to its directory and prints its summary; exits 1 when no prompt could be validated."""
+def _write_and_print(reports: list[Any], out_dirs: list[Path], t_start: float, *, serving: bool = True) -> None:
+    """Writes each report to its directory and prints its summary (``serving``: and its serving config); exits 1
+    when no prompt could be validated."""
     for report, od in zip(reports, out_dirs):
         path = report.write(od)
         _print_summary(report)
+        _print_rules(report)
         if report.replay is not None:
             _print_replay(report, _out)
         _out.print(f"report: {path}\nper-prompt rows: {od / 'prompts.csv'}")
-        _write_serving_config(report, od)
+        if serving:
+            _write_serving_config(report, od)
     _out.print(f"wall time {time.perf_counter() - t_start:.1f} s (validation {reports[0].wall_seconds:.1f} s)")
     if reports[0].overall.num_prompts == 0:
         _fail("no prompt could be validated (all skipped: empty or longer than the context); see prompts.csv")
@@ -511,8 +578,9 @@ def _print_summary(report: Any) -> None:
 
     k = report.config.get("num_speculative_tokens")
     rows = [("overall", report.overall)] + list(report.categories.items())
+    adapter = f" + adapter {report.target_adapter['name']}" if report.target_adapter else ""
     title = (
-        f"{report.drafter_kind} drafter for {report.target_ref} on {report.heldout_name} "
+        f"{report.drafter_kind} drafter for {report.target_ref}{adapter} on {report.heldout_name} "
         f"(k={k}, {report.config.get('max_new_tokens')} new tokens, temperature {report.config.get('temperature')}"
         f"{_batch_label(report.config)})"
     )
@@ -565,6 +633,26 @@ def _print_summary(report: Any) -> None:
     )
     for note in report.notes:
         _out.print(f"[bold yellow]note:[/] {note}", highlight=False)
+
+
+def _print_rules(report: Any) -> None:
+    """Both acceptance rules from the teacher-forced pass (docs/metrics.md "Two acceptance rules"), overall and per
+    category: the rate with its CI and the expected rate per draft position; the served rule marked."""
+    from rich import box
+
+    served = report.acceptance_rule
+    t = Table(title=f"acceptance rules (teacher-forced; served: {served or 'not named'})", title_justify="left",
+              box=box.SIMPLE_HEAD)
+    for name in ("category", "exact Σmin(p,q) [95% CI]", "per position", "argmax p(argmax q) [95% CI]", "per position"):
+        t.add_column(name, justify="left" if name == "category" else "right")
+    for name, g in [("overall", report.overall), *report.categories.items()]:
+        cells = []
+        for rule in ("exact", "argmax"):
+            mark = " *" if rule == served else ""
+            cells += [_ci(getattr(g, f"{rule}_rule_acceptance"), getattr(g, f"{rule}_rule_acceptance_ci")) + mark,
+                      " ".join(_f(x, 2) for x in getattr(g, f"{rule}_rule_per_position")) or "-"]
+        t.add_row(f"[bold]{name}[/]" if name == "overall" else name, *cells)
+    _out.print(t)
 
 
 def _print_replay(report: Any, out: Console) -> None:

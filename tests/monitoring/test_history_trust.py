@@ -133,3 +133,20 @@ def test_history_source_engine_accepts_the_stored_value(db):
     assert r.exit_code == 0 and "pair-a v3" in r.output
     r = CliRunner().invoke(app, ["history", "--source", "engines"], env={"COLUMNS": "200"})
     assert r.exit_code == 2 and "'engine'" in r.output
+
+
+def test_revalidating_a_version_the_same_day_under_another_alias_keeps_both_rows(db):
+    k = key()
+    first = history.claim_run(db, k, alias="challenger", now=T0)
+    rid1 = history.record_run(db, make_report(0.62), k, LIN, claim=first, alias="challenger", now=T0)
+    second = history.claim_run(db, k, alias="champion", now=T0 + dt.timedelta(hours=3))
+    assert second.run_id != rid1 and second.previous_status is None
+    rid2 = history.record_run(db, make_report(0.31), k, LIN, claim=second, alias="champion")
+    rows = {r.alias: r for r in history.list_runs(db, pair_name="pair-a")}
+    assert set(rows) == {"challenger", "champion"}
+    assert (rows["challenger"].id, rows["challenger"].acceptance_rate) == (rid1, pytest.approx(0.62))
+    assert (rows["champion"].id, rows["champion"].acceptance_rate) == (rid2, pytest.approx(0.31))
+    # a retry under an alias continues that alias's row
+    again = history.claim_run(db, k, alias="challenger", now=T0 + dt.timedelta(hours=4))
+    assert again.run_id == rid1 and again.previous_status == "completed"
+    assert k.with_alias("champion").key_id() != k.with_alias("challenger").key_id()
