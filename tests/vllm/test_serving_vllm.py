@@ -9,8 +9,7 @@ import json
 
 import pytest
 
-from specdec.engines.metrics import counters_of
-from specdec.engines.metrics import VLLM_METRICS
+from specdec.engines.metrics import VLLM_METRICS, counters_of
 from specdec.engines.vllm_server import VllmClient
 from tests.support.vllm import K, MAX_TOKENS, draft_dir
 
