@@ -524,9 +524,28 @@ def resolve_targets(night: Night, job: NightlyJob) -> tuple[list[Target], list[N
             except (RegistryError, MlflowException, OSError, KeyError, ValueError) as e:  # one bad alias or pair.json: the rest go on
                 results.append(_broken(night, pair, alias, version, e, "cannot resolve the pair version"))
                 continue
+            try:
+                check_pair_tags(night, pv.tags)
+            except ValueError as e:  # before any model is loaded: the version's tag, not the storage, is wrong
+                results.append(_broken(night, pair, alias, version, e, "a tag of this pair version is malformed, "
+                                       "nothing validated (set the tag right in MLflow, or delete it)"))
+                continue
             seen[(pair, version)] = alias
             targets.append(Target(pair, alias, pv, champion))
     return targets, results
+
+
+def check_pair_tags(night: Night, tags: dict | None) -> None:
+    """Check the per-pair tags a verdict reads (the floor ``acceptance_floor`` of :func:`judged_by` and the gate)
+    before any model is loaded, so a malformed one ends this version at once instead of after its validation.
+
+    Raises:
+        ValueError: a tag that does not parse (the message names the tag and its value).
+    """
+    from specdec.policy import floor_for
+
+    floor_for(night.settings.rules.policy(), tags)
+    night.gate.for_pair(tags)
 
 
 def claim_target(night: Night, target: Target, params: ValidationParams) -> Job | NightlyResult:
@@ -766,6 +785,7 @@ def nightly_flow_for(parallel: bool = False, dask_workers: int = 2, dask_address
 
     Raises:
         ValueError: ``ray_address`` given without ``prefect-ray`` installed (``pip install 'specdec[ray]'``).
+        flows.cluster.ClusterUnreachable: ``ray_address`` is ``auto`` and no Ray cluster runs here.
     """
     if ray_address:
         return nightly_validation_flow.with_options(task_runner=_ray_runner(ray_address, dask_workers))
@@ -788,7 +808,10 @@ def _ray_runner(address: str, workers: int):
         from prefect_ray import RayTaskRunner
     except ImportError:
         raise ValueError("the Ray task runner needs prefect-ray: pip install 'specdec[ray]'") from None
-    if address == "local":
+    from flows.cluster import ray_cluster_address
+
+    resolved = ray_cluster_address(address)  # "auto": the running cluster, never a local Ray started silently
+    if resolved is None:
         return RayTaskRunner(init_kwargs={"num_cpus": workers, "include_dashboard": False,
                                           "object_store_memory": 256 << 20, "log_to_driver": False})
-    return RayTaskRunner(address=address)
+    return RayTaskRunner(address=resolved)

@@ -15,6 +15,9 @@ Rules (thresholds in :class:`monitoring.settings.RuleSettings`):
   is below ``(1 - 0.15) * baseline``; a baseline at another k still compares, so a k change is not drift.
 - ``collapse``: ``draft_tokens_per_step`` falls by more than 30% against the baseline (a drafter
   that stopped proposing can show 100% acceptance on almost nothing).
+- output length: when a night's mean output length (tokens per prompt) is outside
+  :data:`OUTPUT_LENGTH_BAND` of its baseline's, a firing relative or collapse rule is not called drift: it
+  becomes ``insufficient_evidence`` and says the outputs got shorter or longer (:func:`not_drift`).
 - ``measurement``: the teacher-forced α (``alpha_tf``) and the decoding estimate of the same
   quantity (``alpha_hat``, the i.i.d. maximum-likelihood α from the decoding steps) have non-overlapping 95% CIs. For k > 1 the
   acceptance *rate* is a different quantity from α, so it is not compared with ``alpha_tf``.
@@ -267,6 +270,48 @@ def collapse_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings
         f"{value:.2f} draft tokens per step (baseline {base_value:.2f})"))
 
 
+#: a night whose mean output length (tokens per prompt) is outside this ratio of its baseline's is read as an output
+#: length change, not drift: mean accepted length and acceptance depend on how long the outputs run (an SGLang gate
+#: failed at 5.31 against 6.6 only because the same prompt stopped at 775 tokens instead of 2048)
+OUTPUT_LENGTH_BAND = (0.8, 1.25)
+
+
+def mean_output_tokens(g: GroupMetrics) -> float | None:
+    """Tokens emitted per validated prompt (``num_emitted_tokens / num_prompts``), None where not counted (a
+    production window, an expected-value replay)."""
+    n, emitted = int(g.num_prompts or 0), _num(float(g.num_emitted_tokens or 0))
+    return emitted / n if n > 0 and emitted else None
+
+
+def output_length_note(current: GroupMetrics, baseline: GroupMetrics | None) -> str | None:
+    """``outputs 62% shorter than the baseline's (12.1 against 31.9 tokens per prompt)`` when the ratio of the
+    mean output lengths is outside :data:`OUTPUT_LENGTH_BAND`, else None (also without a baseline or a count)."""
+    cur = mean_output_tokens(current)
+    base = mean_output_tokens(baseline) if baseline is not None else None
+    if cur is None or base is None:
+        return None
+    ratio = cur / base
+    if OUTPUT_LENGTH_BAND[0] <= ratio <= OUTPUT_LENGTH_BAND[1]:
+        return None
+    how = f"{1 - ratio:.0%} shorter" if ratio < 1 else f"{ratio - 1:.0%} longer"
+    return f"outputs {how} than the baseline's ({cur:.1f} against {base:.1f} tokens per prompt)"
+
+
+def not_drift(r: RuleResult, length_note: str | None) -> RuleResult:
+    """A drift rule's result (relative, collapse) on a night whose output length changed (``length_note``): one that
+    fires becomes ``insufficient_evidence`` saying the change is the output length, not drift (so the night is
+    inconclusive: no alert, no resolution); any other names the change. Unchanged without a note."""
+    if length_note is None:
+        return r
+    why = "acceptance depends on output length; pin max_new_tokens (and ignore_eos) to compare"
+    if r.firing:
+        r.status = INSUFFICIENT
+        r.message = f"not judged as drift: {length_note}: {why} (the rule alone says: {r.message})"
+    else:
+        r.message += f"; {length_note}"
+    return r
+
+
 def measurement_rule(current: GroupMetrics) -> RuleResult:
     """``alpha_tf`` and ``alpha_hat`` (both estimate α) disagree: their 95% CIs do not overlap."""
     tf, tf_ci = _num(current.alpha_tf), _ci(current.alpha_tf_ci)
@@ -433,8 +478,9 @@ def evaluate(current, baseline, settings: RuleSettings | None = None) -> list[Ru
     base = baseline.overall if baseline is not None else None
     out = absolute_rules(current.overall, current.categories, settings,
                          acceptance_rule=getattr(current, "acceptance_rule", None))
-    out.append(relative_rule(current.overall, base, settings))
-    out.append(collapse_rule(current.overall, base, settings))
+    length = output_length_note(current.overall, base)
+    out += [not_drift(r, length) for r in (relative_rule(current.overall, base, settings),
+                                           collapse_rule(current.overall, base, settings))]
     out.append(measurement_rule(current.overall))
     out.append(replay_rule(current.overall))
     for r in out:
