@@ -78,12 +78,13 @@ def _calls(source: str, name: str) -> int:
                for n in ast.walk(ast.parse(source)))
 
 
-def test_one_gate_per_night_and_the_pair_floor_found_once():
+def test_one_gate_per_night_and_the_pair_floor_found_by_it():
     """flows/nightly.py builds the night's gate once (of the tree's policy) and leaves the pair version's floor to
-    the gate (``GateConfig.for_pair``, inside ``judge_report``), which the drift rules then take."""
+    the gate (``GateConfig.for_pair``: inside ``judge_report``, which the drift rules then take, and once before
+    any model loads, ``check_pair_tags``); no second floor computation beside it."""
     nightly = (ROOT / "flows" / "nightly.py").read_text()
     assert _calls(nightly, "from_policy") == 1
-    assert _calls(nightly, "floor_for") == _calls(nightly, "for_pair") == 0
+    assert _calls(nightly, "floor_for") == 0 and _calls(nightly, "for_pair") == 1
     assert _calls((ROOT / "registry" / "runs.py").read_text(), "for_pair") == 1
 
 
