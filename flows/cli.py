@@ -272,7 +272,7 @@ def _run(tree, run: NightlyRun, term, *, fail_on_alert: bool) -> None:
                 pass
             api.stop()
         lease.release()
-    _report(results, tree.policy.policy(), fail_on_alert)
+    _report(results, tree.policy, fail_on_alert)
 
 
 def _report(results, policy, fail_on_alert: bool) -> None:

@@ -31,7 +31,6 @@ from monitoring import alerts, history, rules
 from monitoring.db import Database
 from monitoring.rules import Evaluation
 from monitoring.settings import MonitoringSettings
-from specdec.policy import AcceptancePolicy
 from specdec.validation.report import ValidationReport
 
 log = logging.getLogger(__name__)
@@ -104,9 +103,9 @@ def drift_report(
     verdict = evidently_report.build_report(
         history.prompt_results(db, evaluation.run_id),
         history.prompt_results(db, evaluation.baseline_run_id), out,
-        acceptance_threshold=settings.rules.absolute_threshold,
+        acceptance_threshold=settings.rules.policy.threshold,
         relative_drop=settings.rules.relative_drop,
-        judged=AcceptancePolicy(estimator=settings.rules.estimator).metric,
+        judged=settings.rules.policy.metric,
         current_label=f"{row.pair_name} v{row.pair_version}, night {row.scheduled_date} (history run {row.id})",
         reference_label=f"{base.pair_name} v{base.pair_version}, night {base.scheduled_date} (history run {base.id}, "
                         "the last passing run of the champion)",
