@@ -185,12 +185,12 @@ def absolute_rules(current: GroupMetrics, categories: Mapping[str, GroupMetrics]
     acceptance rate at the validated k by default), naming the floor and where it came from, the acceptance rule
     it judged (``acceptance_rule``, the pair's served rule: its counters were decoded or replayed under it) and
     both rules' teacher-forced rates beside it (:func:`rule_note`)."""
-    policy = settings.policy()
+    policy = settings.policy
     out = [_below("absolute", OVERALL, current, limit=settings.threshold_for(None),
-                  min_tokens=settings.min_draft_tokens, baseline=None, policy=policy,
-                  what="floor", source=settings.floor_source)]
+                  min_tokens=policy.min_draft_tokens, baseline=None, policy=policy,
+                  what="floor", source=policy.floor_source)]
     for name in sorted(categories):
-        source = "category threshold" if name in settings.category_thresholds else settings.floor_source
+        source = "category threshold" if name in settings.category_thresholds else policy.floor_source
         out.append(_below("absolute", name, categories[name], limit=settings.threshold_for(name),
                           min_tokens=settings.min_category_draft_tokens, baseline=None, what="floor",
                           source=source, policy=policy))
@@ -242,7 +242,7 @@ def relative_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings
         return RuleResult("relative", OVERALL, NOT_APPLICABLE, metric, value=value, baseline=base_value, message=reason)
     limit = base_value * (1.0 - settings.relative_drop)
     what = f"{1 - settings.relative_drop:.0%} of baseline {base_value:.3f} ="
-    return _below("relative", OVERALL, current, limit=limit, min_tokens=settings.min_draft_tokens,
+    return _below("relative", OVERALL, current, limit=limit, min_tokens=settings.policy.min_draft_tokens,
                   baseline=base_value, what=what, policy=AcceptancePolicy(estimator=est), sides=("upper", "point"))
 
 
@@ -675,11 +675,12 @@ def rederive(stored: list[dict] | None, current, baseline_overall: GroupMetrics 
     """
     old = [RuleResult.from_dict(d) for d in stored or []]
     limits = {r.scope: r.threshold for r in old if r.rule == "absolute" and r.threshold is not None}
-    floor = limits.get(OVERALL, settings.absolute_threshold)
+    policy = settings.policy
+    floor = limits.get(OVERALL, policy.threshold)
     cats = {name: t for name, t in limits.items() if name != OVERALL and t != floor}
-    source = settings.floor_source if floor == settings.absolute_threshold else "the run's stored floor"
-    s = settings.model_copy(update={"absolute_threshold": floor, "floor_source": source,
-                                    "category_thresholds": {**settings.category_thresholds, **cats}})
+    source = policy.floor_source if floor == policy.threshold else "the run's stored floor"
+    s = settings.for_floor(Floor(floor, source)).model_copy(
+        update={"category_thresholds": {**settings.category_thresholds, **cats}})
     severity = {r.rule: r.severity for r in old}
     new = absolute_rules(current.overall, current.categories, s, acceptance_rule=getattr(current, "acceptance_rule", None))
     new.append(relative_rule(current.overall, baseline_overall, s))
