@@ -76,10 +76,6 @@ class _RegistryLoader:
         return download_model_version(get_model_version(uri, registry=self.registry), registry=self.registry)
 
 
-#: drafter kinds validated without the target's weights when an engine serves the target
-SERVED_TARGET_KINDS = ("model", "ngram")
-
-
 def served_checkpoint(uri: str, registry):
     """The target version ``uri``'s files other than weights (config, tokenizer), read through ``registry``
     (:class:`registry.service.Registry`) and downloaded once per worker
@@ -122,8 +118,9 @@ def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto", served: b
 
     Args:
         pv: the :class:`registry.PairVersion` (as read by the flow; no artifacts needed).
-        served: the engine serves the target: for :data:`SERVED_TARGET_KINDS` the target is a served target
-            (config and tokenizer only, module docstring).
+        served: the engine serves the target: for a kind validated beside a served target
+            (:attr:`specdec.kinds.DrafterKind.beside_served_target`) the target is a served target (config and
+            tokenizer only, module docstring).
     Returns:
         ``(target_key, drafter_key)``: the cache keys to pass to :func:`cached_target` /
         :func:`cached_drafter`.
@@ -139,8 +136,14 @@ def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto", served: b
     dev, dt = _resolve_device_dtype(tree.core, device, dtype)
     loader = _RegistryLoader(Registry(tree.registry, check=False), dev, dt,  # no probe: the flow resolved the pair
                              ModelStore(tree.core.models_dir))
+    kind = kind_of(pv.drafter_kind)
     target_key = ("target", pv.target_uri, pv.target_weights_sha256, dev, str(dt))
-    if served and pv.drafter_kind.split(":")[0] in SERVED_TARGET_KINDS:
+    if getattr(pv, "target_adapter", None):
+        if served:
+            raise ValueError(f"{pv.uri} has a target adapter: engine continuations of an adapter pair are not built "
+                             "yet (docs/adapters.md); validate it with the core's continuations")
+        target_key, target = adapted_target(pv, loader)
+    elif served and kind.beside_served_target:
         from specdec.validation.served_target import served_target
 
         target_key = ("served-target",) + target_key[1:]
@@ -152,10 +155,62 @@ def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto", served: b
     reg = RegisteredDrafter(label=pv.drafter_kind, uri=pv.draft_uri, weights_sha256=pv.draft_weights_sha256,
                             base_uri=source.get("derived_from") or pv.target_uri, recipe=pv.recipe or source.get("recipe"),
                             target_key=target_key, device=dev, dtype=str(dt))
-    kind = kind_of(pv.drafter_kind)
     drafter_key = kind.cache_key(reg, loader)
-    model_cache.cached(drafter_key, lambda: kind.load(reg, target, loader, dtype=dt, device=dev))
+    load = lambda: kind.load(reg, target, loader, dtype=dt, device=dev)  # noqa: E731
+    if getattr(pv, "draft_adapter", None):
+        drafter_key, load = drafter_key + ("lora", pv.draft_adapter["weights_sha256"]), _with_draft_adapter(pv, load, loader)
+    model_cache.cached(drafter_key, load)
     return target_key, drafter_key
+
+
+def _adapter_info(side: dict, loader: _RegistryLoader, base_hash: str):
+    """The :class:`specdec.models.adapters.AdapterInfo` of a pair's adapter record ``side`` (``pair.json``'s
+    ``target_adapter`` / ``draft_adapter``): its version downloaded once per worker, named as registered, the base
+    hash its lineage records."""
+    from dataclasses import replace
+
+    from specdec.models.adapters import read_adapter
+
+    info = read_adapter(loader.directory(side["uri"]), name=side.get("name"))
+    return replace(info, base_hash=side.get("base_weights_sha256") or info.base_hash)
+
+
+def adapted_target(pv, loader: _RegistryLoader) -> tuple[tuple, Any]:
+    """``(cache key, LoadedModel)`` of pair version ``pv``'s target with its LoRA adapter merged.
+
+    The base is loaded once per worker under a key of its weights hash, device and dtype (every adapter pair of that
+    base shares it, whichever pair registered it); each adapter is merged into a copy sharing the base's untouched
+    tensors (:func:`specdec.models.adapters.attach_adapter`), cached under the base key plus the adapter's hash.
+
+    Raises:
+        specdec.models.adapters.AdapterMismatchError: the adapter's recorded base is not this base.
+        registry.ModelNotFound / RegistryUnavailable.
+    """
+    from specdec.models.adapters import attach_adapter
+
+    base_key = ("target-base", pv.target_weights_sha256, loader.dev, str(loader.dt))
+    base = model_cache.cached(base_key, lambda: loader.load(pv.target_uri))
+    side = pv.target_adapter
+    key = base_key + ("lora", side["weights_sha256"])
+    info = lambda: _adapter_info(side, loader, pv.target_weights_sha256)  # noqa: E731
+    return key, model_cache.cached(key, lambda: attach_adapter(base, info(), base_hash=pv.target_weights_sha256))
+
+
+def _with_draft_adapter(pv, load, loader: _RegistryLoader):
+    """``load`` (a drafter's load) followed by merging the pair's draft adapter into the loaded draft model."""
+    from dataclasses import replace
+
+    from specdec.models.adapters import attach_adapter
+
+    def adapted():
+        resolved = load()
+        if resolved.loaded is None:
+            raise ValueError(f"{pv.uri}: a draft adapter needs a draft model, not {pv.drafter_kind}")
+        info = _adapter_info(pv.draft_adapter, loader, pv.draft_weights_sha256)
+        loaded = attach_adapter(resolved.loaded, info, base_hash=pv.draft_weights_sha256)
+        return replace(resolved, drafter=loaded.model, loaded=loaded)
+
+    return adapted
 
 
 def cached_target(key: tuple):

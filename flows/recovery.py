@@ -235,6 +235,27 @@ def forget_claim(home: Path | str, run_id: int) -> None:
                 lease.release()
 
 
+def crash_dead_claims(home: Path | str, db, *, stale_after_s: float) -> list[int]:
+    """Rows left ``running`` by nightly processes that died become ``crashed`` with their reason: the claims of
+    this host's dead leases at once (the process is gone: killed, SIGTERM), any host's once their heartbeat is
+    older than ``stale_after_s`` seconds (:func:`monitoring.history.crash_stale_runs`). Without this a row whose
+    key no later night claims again (another method, config or alias) stayed ``running`` for good.
+
+    Returns the history row ids marked. Raises SQLAlchemy's errors when the store cannot be written.
+    """
+    from monitoring import history
+
+    marked = []
+    for lease in dead_leases(home):
+        for run_id, token in list(lease.claims):
+            why = (f"the nightly process {lease.pid} on {lease.host} died (killed or stopped) while it held this run; "
+                   "nothing was recorded. Marked by a later nightly run")
+            if history.mark_crashed(db, int(run_id), str(token), why):
+                marked.append(int(run_id))
+            forget_claim(home, int(run_id))
+    return marked + history.crash_stale_runs(db, stale_after_s=stale_after_s)
+
+
 class Heartbeat:
     """Refresh history claims every ``interval_s`` seconds in a daemon thread while the flow works.
 

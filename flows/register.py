@@ -12,7 +12,8 @@ from specdec.core.config import SamplingConfig, SpeculativeConfig
 
 @dataclass(frozen=True)
 class PairRequest:
-    """What to register: target and draft references, the registered names, the decoding config."""
+    """What to register: target and draft references, the registered names, the decoding config, the LoRA adapters
+    (directories or ``models:/`` versions; None: none)."""
 
     target: str
     draft: str
@@ -20,6 +21,8 @@ class PairRequest:
     target_name: str | None
     draft_name: str | None
     config: SpeculativeConfig
+    target_adapter: str | None = None
+    draft_adapter: str | None = None
 
 
 @task(retries=2, retry_delay_seconds=[5, 20], task_run_name="register {request.target} + {request.draft}",
@@ -35,7 +38,8 @@ def register_task(request: PairRequest, registry, store) -> dict:
 
     reg = register_pair_from_refs(request.target, request.draft, name=request.name, target_name=request.target_name,
                                   draft_name=request.draft_name, config=request.config, registry=registry,
-                                  store=store)
+                                  store=store, target_adapter=request.target_adapter,
+                                  draft_adapter=request.draft_adapter)
     return reg.pair.to_dict()
 
 
@@ -62,6 +66,8 @@ def register_pair_flow(
     top_p: float | None = None,
     max_new_tokens: int = 128,
     alias: str | None = "challenger",
+    target_adapter: str | None = None,
+    draft_adapter: str | None = None,
 ) -> dict:
     """Register a draft/target pair version and (by default) make it the ``challenger``.
 
@@ -69,6 +75,8 @@ def register_pair_flow(
         target: model reference (Hub id, local dir, .gguf, ``smollm2``, ``models:/<name>/<v>``).
         draft: ``ngram``, ``derived:int8|int4|bf16|fp8``, a model reference, or ``models:/<draft>/<v>``.
         alias: alias to point at the new version (ungated); ``None`` to leave aliases alone.
+        target_adapter / draft_adapter: a PEFT LoRA adapter directory (or ``models:/`` adapter version) of the
+            target / draft (docs/adapters.md); None: none.
     Returns:
         the pair version as a dict (``name``, ``version``, ``changed``, ``target_uri``, ...).
     """
@@ -81,10 +89,10 @@ def register_pair_flow(
     registry = Registry(tree.registry)  # this flow run's one MLflow service
     cfg = SpeculativeConfig(num_speculative_tokens, SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p),
                             max_new_tokens)
-    pv = register_task(PairRequest(target, draft, name, target_name, draft_name, cfg), registry,
-                       ModelStore(tree.core.models_dir))
+    pv = register_task(PairRequest(target, draft, name, target_name, draft_name, cfg, target_adapter, draft_adapter),
+                       registry, ModelStore(tree.core.models_dir))
     if alias:
-        set_alias_task(pv["name"], pv["version"], alias, registry, GateConfig.from_policy(tree.policy.policy()))
+        set_alias_task(pv["name"], pv["version"], alias, registry, GateConfig.from_policy(tree.policy))
     get_run_logger().info("pair %s v%s (%s changed)%s", pv["name"], pv["version"], pv["changed"],
                           f" is @{alias}" if alias else "")
     return pv

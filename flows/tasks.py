@@ -55,9 +55,10 @@ def _safe(text: str) -> str:
 
 def report_dir_for(home: Path, key) -> Path:
     """Deterministic directory of a run's report, from its idempotency key (so MLflow logging can
-    be retried later from disk)."""
+    be retried later from disk); a keyed alias is part of it (two aliases' runs of one day never share one)."""
+    alias = f"-{_safe(key.alias)}" if getattr(key, "alias", "") else ""
     return (home / "reports" / _safe(key.pair_name) / f"v{key.pair_version}"
-            / f"{key.scheduled_date}-{key.heldout_version[:12]}-{key.config_hash[:12]}")
+            / f"{key.scheduled_date}-{key.heldout_version[:12]}-{key.config_hash[:12]}{alias}")
 
 
 def run_logger(fallback: str):

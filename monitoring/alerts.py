@@ -32,6 +32,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from monitoring import channels as ch
+from monitoring.actions import do_lines
 from monitoring.channel_health import CHANNEL_HEALTH, REFUSED, enqueue_channel_health
 from monitoring.db import DELIVERED, FIRING, PENDING, RESOLVED, SENDING, AlertDelivery, Database, Incident, utcnow
 from monitoring.rules import FAILED_VERDICT, PASSED_VERDICT, RuleResult, change_since_baseline, severity_of, verdict
@@ -57,6 +58,8 @@ class AlertContext:
         links: name -> URL or path (``{"MLflow run": "http://...", "Evidently report": "/..."}``).
         changed: what changed since the baseline run (``target`` | ``draft`` | ``both`` | None), for the
             floor's headline ("... after a target-only change: target changed, draft unchanged").
+        drafter_kind: the drafter kind (``model``, ``ngram``, ``derived``, ``eagle3``, ``layerskip``): with
+            ``draft_ref`` the drafter spec the alert names when the draft is no registered model.
     """
 
     pair_name: str
@@ -74,6 +77,7 @@ class AlertContext:
     root_cause_hint: str | None = None
     links: dict[str, str] = field(default_factory=dict)
     changed: str | None = None
+    drafter_kind: str | None = None
 
 
 @dataclass
@@ -112,6 +116,16 @@ def _to_delivery(row: AlertDelivery) -> Delivery:
                     row.attempts, row.idempotency_key, row.last_error, row.response_status)
 
 
+def _draft_fact(ctx: AlertContext) -> str | None:
+    """The alert's ``Draft``: the registered draft model (``models:/name/v (weights ...)``), else the drafter spec,
+    kind and ref (``layerskip num_layers=8``, ``ngram max_ngram=3,min_ngram=1``), else the weights hash."""
+    ref, kind, h = ctx.draft_ref, ctx.drafter_kind, ctx.draft_hash
+    if (ref and ref.startswith("models:/")) or not (ref or kind):
+        return _short(h, ref)
+    spec = " ".join(x for x in (kind, ref) if x)
+    return spec + (f" (weights {h[:12]})" if h else "")
+
+
 def _short(h: str | None, ref: str | None = None) -> str | None:
     """``models:/tiny-target/2 (weights 328dcdfcabee)`` when ``ref`` is a registry name, else the hash's head."""
     return ref + (f" (weights {h[:12]})" if h else "") if ref and ref.startswith("models:/") else h[:12] if h else None
@@ -126,8 +140,9 @@ CHANGED_PHRASES = {"target": "after a target-only change: target changed, draft 
 
 
 def floor_headline(overall: RuleResult | None, k: int | None, changed: str | None = None) -> str | None:
-    """The alert's first line when the floor fires: ``acceptance rate 29.6% < 40% at k = 4 after a
-    target-only change: target changed, draft unchanged (floor from policy default)``; None otherwise."""
+    """The alert's first line when the floor fires: ``acceptance rate 29.6% under the argmax rule < 40% at k = 4
+    after a target-only change: target changed, draft unchanged (floor from policy default)`` (the rule where the
+    run names the one it is served under); None otherwise."""
     if overall is None or not overall.firing or overall.value is None or overall.threshold is None:
         return None
     name = METRIC_NAMES.get(overall.metric, overall.metric)
@@ -135,7 +150,9 @@ def floor_headline(overall: RuleResult | None, k: int | None, changed: str | Non
     cause = f" {CHANGED_PHRASES[changed]}" if changed in CHANGED_PHRASES else ""
     m = re.search(r"floor [0-9.]+ \(([^)]*)\)", overall.message or "")
     source = f" (floor from {m.group(1)})" if m else ""
-    return f"{name} {overall.value:.1%} < {overall.threshold:.0%}{at}{cause}{source}"
+    served = re.search(r"judged under the (\w+) rule", overall.message or "")
+    rule = f" under the {served.group(1)} rule" if served else ""
+    return f"{name} {overall.value:.1%}{rule} < {overall.threshold:.0%}{at}{cause}{source}"
 
 
 def _fmt_rule(r: RuleResult) -> str:
@@ -164,7 +181,7 @@ def _facts(ctx: AlertContext, who: str, results: Sequence[RuleResult], overall: 
     floor and source (the other metric beside it), speedup, severity and the run's verdict word."""
     facts: dict[str, Any] = {
         "Pair": who, "Held-out": ctx.heldout, "k": ctx.num_speculative_tokens,
-        "Target": _short(ctx.target_hash, ctx.target_ref), "Draft": _short(ctx.draft_hash, ctx.draft_ref),
+        "Target": _short(ctx.target_hash, ctx.target_ref), "Draft": _draft_fact(ctx),
         "Baseline": ctx.baseline,
     }
     if overall is not None and overall.value is not None:
@@ -230,6 +247,8 @@ def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], 
             f"{r.scope} {r.value:.3f} < {r.threshold:.2f}" for r in fell if r.value is not None))
     if ctx.root_cause_hint and kind != "resolve":
         lines.append(f"Likely cause: {ctx.root_cause_hint}")
+    actions = do_lines(firing, ctx.changed) if kind in ("fire", "remind") else []
+    lines += actions
     if incident is not None and kind == "resolve":
         lines.append(f"Incident {incident.id} open since {incident.opened_at:%Y-%m-%d %H:%M} UTC, "
                      f"resolved by run {ctx.run_id}.")
@@ -239,7 +258,7 @@ def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], 
         "event": event, "title": title, "text": "\n".join(text_parts), "facts": {k: (None if v is None else str(v)) for k, v in facts.items()},
         "lines": lines, "links": {k: v for k, v in ctx.links.items() if v},
         "rules": [r.to_dict() for r in firing], "categories_fell": [r.scope for r in fell],
-        "root_cause_hint": ctx.root_cause_hint, "pair_name": ctx.pair_name,
+        "root_cause_hint": ctx.root_cause_hint, "actions": actions, "pair_name": ctx.pair_name,
         "pair_version": ctx.pair_version, "alias": ctx.alias, "run_id": ctx.run_id,
         "incident_id": incident.id if incident is not None else None, "created_at": now.isoformat(),
     })

@@ -77,8 +77,8 @@ def history_cmd(
     pair: Optional[str] = typer.Option(None, "--pair", help="Only this pair (registered model name)."),
     limit: int = typer.Option(20, "--limit", min=1, help="Most recent runs to show."),
     source: Optional[str] = typer.Option(None, "--source", help="Only 'nightly' (held-out validations), "
-                                         "'production' (serving-engine counter windows) or 'engine:<engine>' "
-                                         "(engine checks, e.g. engine:llamacpp); default all."),
+                                         "'production' (serving-engine counter windows), 'engine' (every engine check) or "
+                                         "'engine:<engine>' (one engine's, e.g. engine:llamacpp); default all."),
     db_url: Optional[str] = typer.Option(None, "--db-url", help="Override SPECDEC_DB_URL."),
 ) -> None:
     """Table of past validation runs (nightly and production) with an acceptance-rate trend per pair."""
@@ -139,6 +139,9 @@ def _print_history_table(runs) -> None:
         cells = dict(zip(_COLUMNS, _history_cells(r)))
         table.add_row(*(cells[c] for c in cols))
     out.print(table)
+    for r in runs:  # a crashed run says why below the table (its row has no numbers to show)
+        if r.status == "crashed":
+            out.print(f"run {r.id} crashed: {r.error}", highlight=False, soft_wrap=True)
     if narrow:
         out.print(f"[dim]{', '.join(_DETAIL)} left out below 200 columns (COLUMNS=200 shows them)[/]", highlight=False)
 
@@ -149,7 +152,7 @@ def _history_cells(r) -> tuple[str, ...]:
     from monitoring.db import ENGINE, PRODUCTION
     from monitoring.history import source_label
 
-    style = {"passed": "green", "failed": "red", "inconclusive": "yellow", "error": "magenta"}
+    style = {"passed": "green", "failed": "red", "inconclusive": "yellow", "error": "magenta", "crashed": "magenta"}
     ci = (f" ({_f(r.acceptance_rate_ci_low)}-{_f(r.acceptance_rate_ci_high)})"
           if r.acceptance_rate_ci_low is not None else "")
     st = style.get(r.status)

@@ -3,7 +3,7 @@
 Six tables:
 
 - ``validation_runs``: one row per (pair name, pair version, held-out name, held-out version,
-  config hash, scheduled date) -- the idempotency key, a unique constraint. Pooled metrics with
+  config hash, scheduled date, alias) -- the idempotency key, a unique index. Pooled metrics with
   their 95% CIs, lineage hashes, config, device, timings, status, MLflow run id and the
   ``mlflow_logged`` flag, rule results and the Evidently verdict. ``source`` says where the
   numbers come from: ``nightly`` (a held-out validation), ``production`` (a window of a serving
@@ -50,7 +50,9 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 RUNNING, COMPLETED, PASSED, FAILED, INCONCLUSIVE, ERROR = (
     "running", "completed", "passed", "failed", "inconclusive", "error",
 )
-TERMINAL_STATUSES = (COMPLETED, PASSED, FAILED, INCONCLUSIVE, ERROR)
+# a run whose process died while it held the row (killed, SIGTERM, the host lost): its ``error`` says why
+CRASHED = "crashed"
+TERMINAL_STATUSES = (COMPLETED, PASSED, FAILED, INCONCLUSIVE, ERROR, CRASHED)
 # incident statuses
 FIRING, RESOLVED = "firing", "resolved"
 # delivery statuses
@@ -95,10 +97,9 @@ class ValidationRun(Base):
 
     __tablename__ = "validation_runs"
     __table_args__ = (
-        UniqueConstraint(
-            "pair_name", "pair_version", "heldout_name", "heldout_version", "config_hash",
-            "scheduled_date", name="uq_validation_runs_key",
-        ),
+        # one row per run: the alias is part of the key (migration 0011_alias_in_run_key), NULL as ''
+        Index("uq_validation_runs_key", "pair_name", "pair_version", "heldout_name", "heldout_version", "config_hash",
+              "scheduled_date", text("coalesce(alias, '')"), unique=True),
         Index("ix_validation_runs_pair_status", "pair_name", "status"),
         Index("ix_validation_runs_alias", "alias"),
         Index("ix_validation_runs_source_pair", "source", "pair_name"),

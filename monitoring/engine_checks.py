@@ -94,7 +94,7 @@ def engine_record(report: EngineCheckReport, *, pair: str, version: str, alias: 
     return history.RunRecord(
         source=ENGINE, engine=report.engine,
         key=history.RunKey(pair, str(version), report.heldout_name[:200], report.heldout_version,
-                           history.config_hash(identity), scheduled_date),
+                           history.config_hash(identity), scheduled_date, alias or ""),
         overall=_metrics(report), categories={c: _metrics(report, [r for r in report.prompts if r.category == c], g)
                                               for c, g in report.categories.items()},
         config={**identity, "engine_check": nan_to_none(_evidence(report))}, alias=alias,

@@ -1,7 +1,8 @@
 """Validation history: claim a nightly run, record its report, find the baseline, list past runs.
 
 Idempotency key: (pair name, pair version, held-out name, held-out version, config hash, scheduled
-date), a unique constraint on ``validation_runs``. The flow:
+date, alias), a unique index on ``validation_runs`` (the alias since migration 0011: re-validating a version the
+same day under another alias is another run, in its own row). The flow:
 
 1. :func:`claim_run` inserts the row in state ``running`` (or re-claims a finished or stale one).
    A second run with the same key while the first is alive gets :class:`RunAlreadyClaimed`.
@@ -25,7 +26,7 @@ import hashlib
 import json
 import math
 import uuid
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
 from sqlalchemy import delete, func, select
@@ -33,6 +34,7 @@ from sqlalchemy.exc import IntegrityError
 
 from monitoring.db import (
     COMPLETED,
+    CRASHED,
     ENGINE,
     ERROR,
     FAILED,
@@ -52,7 +54,7 @@ from specdec.validation.report import GroupMetrics, PromptResult, ValidationRepo
 
 __all__ = ["RunAlreadyClaimed", "config_hash", "RunKey", "Lineage", "Claim", "DEFAULT_STALE_AFTER_S",
            "RunSnapshot", "RunRecord", "source_label", "parse_source_label", "same_origin", "record_of", "upsert",
-           "claim_run", "heartbeat", "record_run", "mark_error", "set_evaluation", "attach_evidently",
+           "claim_run", "heartbeat", "record_run", "mark_error", "mark_crashed", "crash_stale_runs", "set_evaluation", "attach_evidently",
            "mark_mlflow_logged", "runs_pending_mlflow", "get_run", "find_run", "list_runs", "newer_evaluated_run",
            "find_baseline", "snapshot", "snapshot_of", "prompt_results"]
 
@@ -85,7 +87,8 @@ def config_hash(config: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class RunKey:
-    """The idempotency key of one nightly validation."""
+    """The idempotency key of one validation run. ``alias``: the alias the version was validated under (``""``:
+    none given; such a key matches the row of its other fields whatever its alias, as before migration 0011)."""
 
     pair_name: str
     pair_version: str
@@ -93,11 +96,12 @@ class RunKey:
     heldout_version: str
     config_hash: str
     scheduled_date: dt.date
+    alias: str = ""
 
     @classmethod
     def build(
         cls, pair_name: str, pair_version: str | int, heldout_name: str, heldout_version: str,
-        config: Mapping[str, Any], scheduled_date: dt.date | str,
+        config: Mapping[str, Any], scheduled_date: dt.date | str, *, alias: str | None = None,
     ) -> "RunKey":
         """Key from plain values; ``config`` is hashed with :func:`config_hash`.
 
@@ -109,24 +113,31 @@ class RunKey:
         elif isinstance(scheduled_date, dt.datetime):
             scheduled_date = scheduled_date.date()
         return cls(pair_name, str(pair_version), heldout_name, str(heldout_version),
-                   config_hash(config), scheduled_date)
+                   config_hash(config), scheduled_date, alias or "")
+
+    def with_alias(self, alias: str | None) -> "RunKey":
+        """This key under ``alias`` when it has none yet (a key's own alias is kept)."""
+        return self if self.alias or not alias else replace(self, alias=alias)
 
     def key_id(self) -> str:
-        """32 hex chars identifying this key (e.g. the MLflow run tag ``specdec.run_key``)."""
+        """32 hex chars identifying this key (e.g. the MLflow run tag ``specdec.run_key``); the alias counts when
+        there is one."""
         blob = "|".join([self.pair_name, self.pair_version, self.heldout_name, self.heldout_version,
-                         self.config_hash, self.scheduled_date.isoformat()])
+                         self.config_hash, self.scheduled_date.isoformat(), *([self.alias] if self.alias else [])])
         return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
     def describe(self) -> str:
         """Human-readable key (config hash shortened)."""
-        return (f"{self.pair_name} v{self.pair_version} on {self.heldout_name}@{self.heldout_version} "
+        alias = f"@{self.alias} " if self.alias else ""
+        return (f"{self.pair_name} v{self.pair_version} {alias}on {self.heldout_name}@{self.heldout_version} "
                 f"config {self.config_hash[:10]} for {self.scheduled_date.isoformat()}")
 
     def _where(self):
         r = ValidationRun
+        same_alias = (func.coalesce(r.alias, "") == self.alias,) if self.alias else ()
         return (r.pair_name == self.pair_name, r.pair_version == self.pair_version,
                 r.heldout_name == self.heldout_name, r.heldout_version == self.heldout_version,
-                r.config_hash == self.config_hash, r.scheduled_date == self.scheduled_date)
+                r.config_hash == self.config_hash, r.scheduled_date == self.scheduled_date, *same_alias)
 
 
 @dataclass(frozen=True)
@@ -137,18 +148,24 @@ class Lineage:
         target_hash / draft_hash: weight hashes (e.g. sha256 of safetensors); ``None`` for a
             weightless drafter (n-gram). heldout_version: held-out set version. code_version:
             ``specdec`` version + git commit.
+        target_adapter / target_adapter_hash: the LoRA adapter merged into the target (its name and weights
+            hash; ``target_hash`` stays the base's), ``None`` without one.
     """
 
     target_hash: str | None = None
     draft_hash: str | None = None
     heldout_version: str | None = None
     code_version: str | None = None
+    target_adapter: str | None = None
+    target_adapter_hash: str | None = None
 
     @classmethod
     def from_report(cls, report: ValidationReport, *, target_hash: str | None,
                     draft_hash: str | None) -> "Lineage":
-        """Lineage with held-out and code versions taken from ``report``."""
-        return cls(target_hash, draft_hash, report.heldout_version, report.code_version)
+        """Lineage with held-out and code versions, and the target's adapter, taken from ``report``."""
+        adapter = report.target_adapter or {}
+        return cls(target_hash, draft_hash, report.heldout_version, report.code_version, adapter.get("name"),
+                   adapter.get("weights_hash"))
 
 
 @dataclass(frozen=True)
@@ -173,10 +190,13 @@ class RunSnapshot:
     pair_name: str | None = None
     pair_version: str | None = None
     scheduled_date: dt.date | None = None
+    #: the acceptance rule the pair is served under (``exact`` | ``argmax``; None: not recorded)
+    acceptance_rule: str | None = None
 
     @classmethod
     def from_report(cls, report: ValidationReport, lineage: Lineage, **kw) -> "RunSnapshot":
         """Snapshot of an in-memory report (no database needed)."""
+        kw.setdefault("acceptance_rule", report.acceptance_rule)
         return cls(report.overall, dict(report.categories), lineage, **kw)
 
     def describe(self) -> str:
@@ -252,27 +272,32 @@ def source_label(source: str, engine: str | None) -> str:
 
 def parse_source_label(label: str) -> tuple[str, str | None]:
     """``(source, engine)`` of a :func:`source_label` (``engine:llamacpp`` -> ``("engine", "llamacpp")``), for
-    input that names a source the way it is shown (``specdec history --source``).
+    input that names a source the way it is shown (``specdec history --source``) or as it is stored (the
+    ``source`` column: ``engine`` alone is every engine's checks, ``(ENGINE, None)``).
 
     Raises:
-        ValueError: not ``nightly``, ``production`` or ``engine:<engine>``.
+        ValueError: not ``nightly``, ``production``, ``engine`` or ``engine:<engine>``.
     """
-    if label in (NIGHTLY, PRODUCTION):
+    if label in (NIGHTLY, PRODUCTION, ENGINE):
         return label, None
     source, _, engine = label.partition(":")
     if source == ENGINE and engine:
         return ENGINE, engine
-    raise ValueError(f"source must be 'nightly', 'production' or 'engine:<engine>', got {label!r}")
+    raise ValueError(f"source must be 'nightly', 'production', 'engine' or 'engine:<engine>', got {label!r}")
 
 
 def record_of(report: ValidationReport, key: RunKey, lineage: Lineage, *, alias: str | None = None) -> RunRecord:
-    """The nightly :class:`RunRecord` of ``report`` under ``key`` (``report.config`` stored as the config JSON)."""
+    """The nightly :class:`RunRecord` of ``report`` under ``key`` (``report.config`` stored as the config JSON; the
+    served ``acceptance_rule`` with both rules' rates, which :func:`_metric_columns` reads from ``report.overall``)."""
     return RunRecord(
-        source=NIGHTLY, key=key, overall=report.overall, categories=dict(report.categories), config=dict(report.config), alias=alias,
+        source=NIGHTLY, key=key.with_alias(alias), overall=report.overall, categories=dict(report.categories), config=dict(report.config), alias=alias,
         prompts=list(report.prompts), target_ref=report.target_ref, drafter_kind=report.drafter_kind,
         drafter_ref=report.drafter_ref, target_hash=lineage.target_hash, draft_hash=lineage.draft_hash,
         code_version=lineage.code_version or report.code_version, device=report.device, dtype=report.dtype,
         method=report.method, wall_seconds=report.wall_seconds, report_created_at=report.created_at,
+        target_adapter=(report.target_adapter or {}).get("name"),
+        target_adapter_hash=(report.target_adapter or {}).get("weights_hash"),
+        draft_adapter=(report.draft_adapter or {}).get("name"), acceptance_rule=report.acceptance_rule,
     )
 
 
@@ -324,7 +349,9 @@ def _prompt_rows(run_id: int, prompts: list[PromptResult]) -> list[PromptRow]:
 
 
 def _select_for_update(key: RunKey):
-    return select(ValidationRun).where(ValidationRun.source == NIGHTLY, *key._where()).with_for_update()
+    """The nightly row of ``key``, locked (an alias-less key: the newest of its rows)."""
+    r = ValidationRun
+    return select(r).where(r.source == NIGHTLY, *key._where()).order_by(r.id.desc()).limit(1).with_for_update()
 
 
 def claim_run(
@@ -332,7 +359,8 @@ def claim_run(
     stale_after_s: float = DEFAULT_STALE_AFTER_S, now: dt.datetime | None = None,
     holder_dead: Callable[[int, str], bool] | None = None,
 ) -> Claim:
-    """Claim ``key`` for this process: insert the row as ``running`` or re-claim it.
+    """Claim ``key`` (under ``alias`` when the key has none: :meth:`RunKey.with_alias`) for this process: insert
+    the row as ``running`` or re-claim it; a re-claimed row's previous numbers are cleared.
 
     A finished row (completed/passed/failed/inconclusive/error) is re-claimed: a retried nightly
     run re-does the work in the same row. A ``running`` row whose heartbeat is older than
@@ -349,18 +377,19 @@ def claim_run(
     Raises:
         RunAlreadyClaimed: a live run holds the key.
     """
+    key = key.with_alias(alias)
     for attempt in range(2):
         token = str(uuid.uuid4())
         try:
             with db.session() as s:
                 now = now or store_now(s)
-                row = s.scalars(_select_for_update(key)).one_or_none()
+                row = s.scalars(_select_for_update(key)).first()
                 if row is None:
                     row = ValidationRun(
                         pair_name=key.pair_name, pair_version=key.pair_version,
                         heldout_name=key.heldout_name, heldout_version=key.heldout_version,
                         config_hash=key.config_hash, scheduled_date=key.scheduled_date,
-                        alias=alias, status=RUNNING, claim_token=token, claimed_at=now,
+                        alias=key.alias or None, status=RUNNING, claim_token=token, claimed_at=now,
                         heartbeat_at=now, started_at=now, updated_at=now, attempts=1,
                         mlflow_logged=False,
                     )
@@ -380,13 +409,34 @@ def claim_run(
                 row.status, row.claim_token, row.error = RUNNING, token, None
                 row.claimed_at = row.heartbeat_at = row.started_at = row.updated_at = now
                 row.attempts = (row.attempts or 0) + 1
-                if alias is not None:
+                _clear_results(s, row)
+                if alias is not None and not row.alias:
                     row.alias = alias
                 return Claim(row.id, token, key, previous, row.attempts)
         except IntegrityError:  # a concurrent insert won the race (Postgres); re-read once
             if attempt:
                 raise
     raise AssertionError("unreachable")
+
+
+#: what a row says about the work that was done on it, not what it is: cleared when the row is claimed again
+_KEPT_ON_RETRY = frozenset({
+    "id", "pair_name", "pair_version", "heldout_name", "heldout_version", "config_hash", "scheduled_date", "alias",
+    "source", "engine", "production_source", "window_start", "window_end", "status", "claim_token", "claimed_at",
+    "heartbeat_at", "attempts", "started_at", "updated_at", "error", "target_ref", "drafter_kind", "drafter_ref",
+    "target_hash", "draft_hash", "code_version", "config", "num_speculative_tokens", "device", "dtype",
+    "target_adapter", "target_adapter_hash", "draft_adapter", "acceptance_rule", "method", "mlflow_logged"})
+
+
+def _clear_results(s, row: ValidationRun) -> None:
+    """Clear what an earlier attempt measured and concluded on ``row`` (metrics, timings, rule results, Evidently,
+    MLflow run, per-prompt rows): a retried row shows none of the previous attempt's numbers while it runs, nor
+    after it ends in an error or a crash."""
+    for name in ValidationRun.__table__.columns.keys():
+        if name not in _KEPT_ON_RETRY:
+            setattr(row, name, None)
+    row.mlflow_logged = False
+    s.execute(delete(PromptRow).where(PromptRow.run_id == row.id))
 
 
 def store_now(s) -> dt.datetime:
@@ -461,11 +511,13 @@ def _find_row(s, rec: RunRecord) -> ValidationRun | None:
     else:
         where = [*origin, r.pair_name == k.pair_name, r.heldout_name == k.heldout_name,
                  r.heldout_version == k.heldout_version, r.config_hash == k.config_hash]
-    return s.scalars(select(r).where(*where).with_for_update()).one_or_none()
+    return s.scalars(select(r).where(*where).order_by(r.id.desc()).limit(1).with_for_update()).first()
 
 
 def _new_row(rec: RunRecord, now: dt.datetime) -> ValidationRun:
-    return ValidationRun(**asdict(rec.key), source=rec.source, started_at=now, attempts=0, mlflow_logged=False)
+    key = {k: v for k, v in asdict(rec.key).items() if k != "alias"}
+    return ValidationRun(**key, alias=rec.key.alias or rec.alias, source=rec.source, started_at=now, attempts=0,
+                         mlflow_logged=False)
 
 
 def upsert(db: Database, record: RunRecord, *, claim: Claim | None = None, now: dt.datetime | None = None) -> int:
@@ -511,8 +563,8 @@ def _write(s, row: ValidationRun, rec: RunRecord, values: dict[str, Any], now: d
     """Set ``row`` from ``rec`` (``values``: its columns); ``counted``: one more attempt."""
     for k, v in values.items():
         setattr(row, k, v)
-    if rec.alias is not None:
-        row.alias = rec.alias
+    if rec.key.alias or rec.alias is not None:  # a keyed alias is the row's identity: never replaced by another
+        row.alias = rec.key.alias or rec.alias
     row.attempts = (row.attempts or 0) + counted
     row.status, row.claim_token, row.error = COMPLETED, None, None
     row.finished_at = row.updated_at = now
@@ -535,6 +587,39 @@ def mark_error(db: Database, claim: Claim, message: str, *, now: dt.datetime | N
             return
         row.status, row.claim_token, row.error = ERROR, None, message[:4000]
         row.finished_at = row.updated_at = now
+
+
+def mark_crashed(db: Database, run_id: int, token: str, reason: str, *, now: dt.datetime | None = None) -> bool:
+    """Record that the process holding claim ``token`` on row ``run_id`` died (status ``crashed``, ``reason`` as
+    its error; the row can be claimed again). Returns whether the row was still ``running`` under that claim
+    (a row another process took over, or that ended, is left alone)."""
+    with db.session() as s:
+        row = s.get(ValidationRun, run_id, with_for_update=True)
+        if row is None or row.claim_token != token or row.status != RUNNING:
+            return False
+        row.status, row.claim_token, row.error = CRASHED, None, reason[:4000]
+        row.finished_at = row.updated_at = now or store_now(s)
+        return True
+
+
+def crash_stale_runs(db: Database, *, stale_after_s: float, now: dt.datetime | None = None) -> list[int]:
+    """Mark ``crashed`` every nightly row still ``running`` whose heartbeat is older than ``stale_after_s``
+    seconds (its process died on any host: nothing refreshes it); the reason names the last heartbeat.
+    Returns the ids marked."""
+    with db.session() as s:
+        now = now or store_now(s)
+        r = ValidationRun
+        rows = s.scalars(select(r).where(r.source == NIGHTLY, r.status == RUNNING).with_for_update()).all()
+        marked = []
+        for row in rows:
+            beat = row.heartbeat_at or row.claimed_at
+            if beat is not None and (now - beat).total_seconds() >= stale_after_s:
+                row.status, row.claim_token = CRASHED, None
+                row.error = (f"its process stopped refreshing the claim at {beat:%Y-%m-%d %H:%M} UTC (killed, or its "
+                             f"host lost) and nothing was recorded; marked by a later nightly run")
+                row.finished_at = row.updated_at = now
+                marked.append(row.id)
+        return marked
 
 
 def set_evaluation(
@@ -575,7 +660,7 @@ def runs_pending_mlflow(db: Database, pair_name: str | None = None) -> list[Vali
     """Finished nightly runs (not running, not error) not yet logged to MLflow (production never is), oldest first."""
     with db.session() as s:
         q = select(ValidationRun).where(
-            ValidationRun.mlflow_logged.is_(False), ValidationRun.status.notin_((RUNNING, ERROR)),
+            ValidationRun.mlflow_logged.is_(False), ValidationRun.status.notin_((RUNNING, ERROR, CRASHED)),
             ValidationRun.source == NIGHTLY,
         )
         if pair_name:
@@ -592,7 +677,8 @@ def get_run(db: Database, run_id: int) -> ValidationRun | None:
 def find_run(db: Database, key: RunKey) -> ValidationRun | None:
     """The nightly row of ``key`` (detached, read-only) or ``None``; lets the flow skip finished work."""
     with db.session() as s:
-        return s.scalars(select(ValidationRun).where(ValidationRun.source == NIGHTLY, *key._where())).one_or_none()
+        r = ValidationRun
+        return s.scalars(select(r).where(r.source == NIGHTLY, *key._where()).order_by(r.id.desc()).limit(1)).first()
 
 
 def list_runs(db: Database, *, pair_name: str | None = None, limit: int = 20,
@@ -677,9 +763,10 @@ def snapshot_of(row: ValidationRun) -> RunSnapshot:
     return RunSnapshot(
         overall=group_metrics_from_dict(row.overall),
         categories={k: group_metrics_from_dict(v) for k, v in (row.categories or {}).items()},
-        lineage=Lineage(row.target_hash, row.draft_hash, row.heldout_version, row.code_version),
+        lineage=Lineage(row.target_hash, row.draft_hash, row.heldout_version, row.code_version, row.target_adapter,
+                        row.target_adapter_hash),
         run_id=row.id, pair_name=row.pair_name, pair_version=row.pair_version,
-        scheduled_date=row.scheduled_date,
+        scheduled_date=row.scheduled_date, acceptance_rule=row.acceptance_rule,
     )
 
 

@@ -55,24 +55,27 @@ def drafter_recipe_of(tags: dict[str, str]) -> dict | None:
 def compute_changed(prev_tags: dict[str, str] | None, new_tags: dict[str, str]) -> tuple[str, bool]:
     """Which side of the pair changed between two pair versions' tags.
 
-    Compares ``target.weights_sha256`` + ``target.tokenizer_sha256`` (target side), the drafter kind's
+    Compares ``target.weights_sha256`` + ``target.tokenizer_sha256`` + the target's LoRA adapter
+    (``target_adapter.weights_sha256``; target side), the drafter kind's
     family (ngram vs model) + ``draft.weights_sha256`` + ``draft.tokenizer_sha256`` + a model-free
     drafter's recipe (:func:`drafter_recipe_of`; draft side; for a derived draft the weights hash is the
     derivation identity, so re-deriving from a new target changes it) and the decoding config (decoded
-    from the tags, so versions tagged before k was renamed compare equal when their values are).
+    from the tags, so versions tagged before k was renamed compare equal when their values are); a draft adapter
+    (``draft_adapter.weights_sha256``) is the draft side's.
 
     Returns:
         ``(changed, config_changed)`` with ``changed`` in ``initial | target | draft | both | config | none``.
     """
     if not prev_tags:
         return "initial", False
-    t = (prev_tags.get("target.weights_sha256"), prev_tags.get("target.tokenizer_sha256")) != (
-        new_tags.get("target.weights_sha256"), new_tags.get("target.tokenizer_sha256"))
+    target_keys = ("target.weights_sha256", "target.tokenizer_sha256", "target_adapter.weights_sha256")
+    t = [prev_tags.get(k) for k in target_keys] != [new_tags.get(k) for k in target_keys]
     prev_draft = _draft_identity(prev_tags.get("drafter_kind", ""), prev_tags.get("draft.weights_sha256"),
                                  prev_tags.get("draft.tokenizer_sha256"))
     new_draft = _draft_identity(new_tags.get("drafter_kind", ""), new_tags.get("draft.weights_sha256"),
                                 new_tags.get("draft.tokenizer_sha256"))
-    d = prev_draft != new_draft or drafter_recipe_of(prev_tags) != drafter_recipe_of(new_tags)
+    d = prev_draft != new_draft or drafter_recipe_of(prev_tags) != drafter_recipe_of(new_tags) or \
+        prev_tags.get("draft_adapter.weights_sha256") != new_tags.get("draft_adapter.weights_sha256")
     c = not same_config(prev_tags, new_tags)
     if t and d:
         return "both", c

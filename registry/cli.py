@@ -17,8 +17,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from specdec.engines.profiles import (DEFAULT_ENGINE, ENGINE_PROFILES, checkable_names, engine_for_rule,
+                                      engines_help)
 from specdec.settings import model_store
-from specdec.validation.cli_options import ConfidenceThresholdOption
+from specdec.validation.cli_options import ConfidenceThresholdOption, DraftAdapterOption, TargetAdapterOption
 
 pair_app = typer.Typer(help="Draft/target pairs in the MLflow registry: register, list, show, promote.",
                        no_args_is_help=True)
@@ -102,11 +104,13 @@ def register_cmd(
         "--draft-sampling", show_default=False,
         help="Proposal rule of model drafts: argmax (the draft's argmax verified with one-hot q; what vLLM and "
              "SGLang serve) or sampled (x ~ q; transformers). Same output; acceptance differs at T > 0. Default: the "
-             "engine's rule (vllm, the default engine: argmax; at T > 0 without --engine: sampled, transformers).")] = None,
+             f"--engine's rule; without --engine: argmax ({engine_for_rule('argmax')}), at T > 0 sampled "
+             f"({engine_for_rule('sampled')}).")] = None,
     assistant_confidence_threshold: ConfidenceThresholdOption = None,
     engine: Annotated[str | None, typer.Option(
-        "--engine", help="Serving engine profile: vllm | sglang | llamacpp (argmax proposals) | transformers (sampled). Sets the "
-        "proposal rule the nightly measures under and the serving config logged. Default: from --draft-sampling.")] = None,
+        "--engine", help="Serving engine profile: " + " | ".join(f"{n} ({p.draft_sampling})" for n, p in ENGINE_PROFILES.items())
+        + ". Sets the proposal rule the nightly measures under and the serving config logged. Default: the first "
+        "engine with the --draft-sampling rule.")] = None,
     revision: Annotated[str | None, typer.Option(help="Hub revision of the target (Hub ids only).")] = None,
     model_card: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Model card (Markdown) for the target.")] = None,
     alias: Annotated[str | None, typer.Option("--alias", help="Alias to point at the new version (ungated; '' for none).")] = "challenger",
@@ -115,6 +119,8 @@ def register_cmd(
         help="This pair version's own acceptance floor (tag acceptance_floor), e.g. 0.20 for an EAGLE-3 head whose "
              "healthy rate at k 5 is 0.23; default: the policy's (SPECDEC_POLICY__THRESHOLD, 0.40).")] = None,
     tracking_uri: TrackingOpt = None,
+    target_adapter: TargetAdapterOption = None,
+    draft_adapter: DraftAdapterOption = None,
 ) -> None:
     """Check draft/target compatibility, then register target, draft and the pair version (made the @challenger,
     so the nightly flow validates it). Says so at once when the pair's validated acceptance rate at this k is
@@ -148,7 +154,8 @@ def register_cmd(
             registry = _command_registry(tracking_uri)
             reg = register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
                                           config=config, revision=revision, model_card=card, registry=registry,
-                                          engine=engine, store=model_store())
+                                          engine=engine, store=model_store(), target_adapter=target_adapter,
+                                          draft_adapter=draft_adapter)
         except _user_errors() as e:
             _fail(str(e))
         pv, tref, dref, kind = reg.pair, reg.target, reg.draft, reg.drafter_kind
@@ -167,6 +174,7 @@ def register_cmd(
         out.print(f"  target  {tref.uri}{'  (reused)' if tref.reused else ''}  weights {tref.weights_sha256[:12]}", highlight=False)
         if dref is not None:
             out.print(f"  draft   {dref.uri}{'  (reused)' if dref.reused else ''}  weights {dref.weights_sha256[:12]}", highlight=False)
+        _print_adapters(reg, out)
         out.print(f"  drafter {kind}  {config.describe()}", highlight=False)
         out.print(f"  engine  {engine}", highlight=False)
         for note in (pv.compatibility or {}).get("notes", []):
@@ -174,6 +182,16 @@ def register_cmd(
         out.print(f"  floor   {floor_line[0]}", highlight=False)
         if floor_line[1]:
             out.print(f"  [yellow]warning:[/] {floor_line[1]}", highlight=False)
+
+
+def _print_adapters(reg, out: Console) -> None:
+    """One line per LoRA adapter of a registration: its version, name, rank and the base it is lineage to."""
+    for side, ref in (("target", reg.target_adapter), ("draft", reg.draft_adapter)):
+        if ref is not None:
+            t = ref.tags
+            out.print(f"  {side} adapter {ref.uri}{'  (reused)' if ref.reused else ''}  {t.get('adapter.name')} "
+                      f"r={t.get('adapter.rank')}  on {t.get('adapter.base')}  weights {ref.weights_sha256[:12]}",
+                      highlight=False)
 
 
 def _apply_floor(pv, floor: float | None, registry) -> tuple[str, str | None]:
@@ -272,6 +290,7 @@ def show_cmd(
     d = pv.to_dict()
     d["latest_validation"] = None if run is None else {
         "run_id": run.info.run_id, "status": run.data.tags.get("validation_status"),
+        "acceptance_rule": run.data.tags.get("specdec.acceptance_rule"),
         "metrics": {k: v for k, v in sorted(run.data.metrics.items()) if "." not in k}}
     serving = _serving_config(run)
     d["serving_config"] = serving
@@ -284,6 +303,8 @@ def show_cmd(
     rows = [("aliases", ", ".join("@" + a for a in pv.aliases) or "-"), ("drafter kind", pv.drafter_kind),
             ("target", f"{pv.target_uri}  weights {pv.target_weights_sha256[:16]}"),
             ("draft", f"{pv.draft_uri}  weights {(pv.draft_weights_sha256 or '')[:16]}" if pv.draft_uri else "- (n-gram)"),
+            *[(f"{side} adapter", f"{a['uri']}  {a.get('name')}  weights {(a.get('weights_sha256') or '')[:16]}")
+              for side, a in (("target", pv.target_adapter), ("draft", pv.draft_adapter)) if a],
             ("config", json.dumps(pv.config.to_dict())), ("changed", f"{pv.changed} (vs v{pv.previous_version})" if pv.previous_version else pv.changed),
             ("compatibility", json.dumps(pv.compatibility)), ("created", pv.created_at or "-")]
     if pv.recipe:
@@ -300,6 +321,7 @@ def show_cmd(
                   "alpha_tf", "speedup", "predicted_speedup"):
             if k in m:
                 rows.append((f"  {k}", f"{m[k]:.4f}"))
+        rows += _rule_rows(run.data.tags.get("specdec.acceptance_rule"), m)
     rows.append(("floor", _floor_label(pv.tags)))
     rows += _serving_rows(pv.tags, serving)
     for k, v in sorted(pv.tags.items()):
@@ -309,6 +331,23 @@ def show_cmd(
     for k, v in rows:
         table.add_row(k, v)
     _out().print(table)
+
+
+def _rule_rows(served: str | None, metrics) -> list[tuple[str, str]]:
+    """``pair show``'s rows of both acceptance rules (docs/metrics.md "Two acceptance rules") from the run's
+    metrics: the served rule (tag ``specdec.acceptance_rule``), each rule's rate with its CI and per draft position."""
+    rows = [("  acceptance rule", f"{served} (served; the floor judges it)" if served and served != "none"
+             else "not recorded")]
+    for rule in ("exact", "argmax"):
+        name = f"{rule}_rule_acceptance"
+        if name not in metrics:
+            continue
+        ci = (f" [{metrics[name + '_ci_low']:.3f}, {metrics[name + '_ci_high']:.3f}]"
+              if name + "_ci_low" in metrics and name + "_ci_high" in metrics else "")
+        per = [metrics[f"{name}.pos_{i}"] for i in range(64) if f"{name}.pos_{i}" in metrics]
+        positions = f"; per position {' '.join(f'{x:.2f}' for x in per)}" if per else ""
+        rows.append((f"  {name}", f"{metrics[name]:.4f}{ci}{positions}"))
+    return rows
 
 
 def _verdict_line(tags) -> str:
@@ -349,7 +388,7 @@ def _serving_rows(tags: dict, sc: dict | None) -> list[tuple[str, str]]:
     """``engine`` and the serving configuration of the latest validation, for the ``pair show`` table."""
     import shlex
 
-    rows = [("engine", tags.get("engine", "vllm (default)"))]
+    rows = [("engine", tags.get("engine", f"{DEFAULT_ENGINE} (default)"))]
     if sc is None:
         return rows + [("serving config", "- (logged by a validation)")]
     if sc.get("none"):
@@ -364,6 +403,7 @@ def _serving_rows(tags: dict, sc: dict | None) -> list[tuple[str, str]]:
 
 @pair_app.command("engine")
 def engine_cmd(
+    *,
     name: Annotated[str, typer.Argument(help="Pair registered model.")],
     version: Annotated[str, typer.Argument(help="Pair version the engine serves.")],
     url: Annotated[str, typer.Option("--url", help="The engine's base URL, e.g. http://127.0.0.1:8080 (llama-server).")],
@@ -371,9 +411,11 @@ def engine_cmd(
         "--flags", help="The command line the engine runs with (recorded each night; a change is named as the likely "
                         "cause of an engine-side drop), e.g. \"llama-server -m t.gguf --spec-draft-model d.gguf ...\".")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Engine check requests in flight.")] = 1,
+    engine: Annotated[str | None, typer.Option(
+        "--engine", help=f"The engine serving at --url: {engines_help(checkable_names())} (tag engine).")] = None,
     tracking_uri: TrackingOpt = None,
 ) -> None:
-    """Name the engine endpoint serving a pair version: the nightly then runs the engine check on it.
+    """Name the engine and its endpoint serving a pair version: the nightly then runs the engine check on it.
     User info in --url and the value of --api-key (and other credential options) in --flags are never
     stored or printed: the engine check authenticates with SPECDEC_ENGINE_API_KEY."""
     import shlex
@@ -383,13 +425,14 @@ def engine_cmd(
 
     try:
         argv = shlex.split(flags) if flags is not None else None
-        tags, dropped = engine_tags(url, argv, concurrency)
+        tags, dropped = engine_tags(url, argv, concurrency, engine=engine)
         set_engine(name, version, tags=tags, registry=_command_registry(tracking_uri))
     except _user_errors() as e:
         _fail(str(e))
     for what in dropped:
         Console(stderr=True, emoji=False).print(f"[yellow]note:[/] {what}", highlight=False, soft_wrap=True)
-    _out().print(f"{name} v{version}: engine check against {tags['engine_url']} each night", highlight=False)
+    _out().print(f"{name} v{version}: engine check against {tags['engine']} at {tags['engine_url']} each night",
+                 highlight=False)
 
 
 @pair_app.command("promote")

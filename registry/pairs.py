@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from registry.adapters import adapter_side
 from registry.changes import DRAFTER_RECIPE_TAG, compute_changed, drafter_recipe_of, same_config
 from registry.describe import plain_text, registration_description, select_registration_tags
 from registry.errors import AliasNotFound, PairNotFound
@@ -108,6 +109,9 @@ class PairVersion:
         reused: True when :func:`register_pair` found an identical existing version.
         description: the version's one-line description (:mod:`registry.describe`) as plain text
             (the stored Markdown escapes ``\\@`` before mentions; :func:`registry.describe.plain_text`).
+        target_adapter / draft_adapter: the LoRA adapter version merged into the target / draft
+            (:func:`registry.adapters.adapter_side`: ``uri, name, weights_sha256, base_weights_sha256, rank,
+            target_modules``), None: the model as it is.
     """
 
     name: str
@@ -134,6 +138,8 @@ class PairVersion:
     draft_path: Path | None = None
     reused: bool = False
     description: str | None = None
+    target_adapter: dict[str, Any] | None = None
+    draft_adapter: dict[str, Any] | None = None
 
     @property
     def uri(self) -> str:
@@ -192,6 +198,8 @@ def register_pair(
     engine: str | None = None,
     drafter_recipe: dict | None = None,
     store: ModelStore | None = None,
+    target_adapter: ModelVersionRef | None = None,
+    draft_adapter: ModelVersionRef | None = None,
 ) -> PairVersion:
     """Register a pair version referencing exact target/draft model versions.
 
@@ -218,6 +226,9 @@ def register_pair(
             stored as tag ``drafter_recipe`` and part of the pair's identity.
         store: the caller's model caches (:class:`~specdec.models.ModelStore`), where the SmolLM2 GGUF file of a
             conversion cached before ``gguf_path`` was kept is found (:func:`serve_tags`); None: no such lookup.
+        target_adapter / draft_adapter: a LoRA adapter version (:func:`registry.adapters.register_adapter`) merged
+            into the target / the draft, part of the pair's identity (tags ``target_adapter``,
+            ``target_adapter.weights_sha256``, ...; ``pair.json`` keeps :func:`registry.adapters.adapter_side`).
     Returns:
         :class:`PairVersion` (no artifacts downloaded). ``reused=True`` if an identical pair existed.
     Raises:
@@ -251,6 +262,7 @@ def register_pair(
         }
         tags.update(serve_tags("target", t.source, store))
         tags.update(_draft_side_tags(kind, draft_ref, drafter_recipe, store))
+        tags.update(_adapter_pair_tags(target_adapter, draft_adapter))
         existing = _pair_versions(client, name)
         for mv in existing:
             mt = mv.tags or {}
@@ -270,6 +282,7 @@ def register_pair(
                                               "tokenizer_sha256": draft_ref.tokenizer_sha256, "source": draft_ref.source,
                                               "derived_from": draft_ref.derived_from},
             "recipe": draft_ref.recipe if draft_ref is not None else drafter_recipe,
+            "target_adapter": adapter_side(target_adapter), "draft_adapter": adapter_side(draft_adapter),
             "config": cfg, "compatibility": compat, "changed": changed, "config_changed": config_changed,
             "previous_version": str(prev.version) if prev else None,
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -314,8 +327,24 @@ def _draft_side_tags(kind, draft_ref: ModelVersionRef | None, drafter_recipe: di
 
 
 def _same_settings(a: dict[str, str], b: dict[str, str]) -> bool:
-    """Same decoding config and same model-free drafter recipe (the rest of a pair's identity)."""
-    return same_config(a, b) and drafter_recipe_of(a) == drafter_recipe_of(b)
+    """Same decoding config, same model-free drafter recipe and same adapters (the rest of a pair's identity)."""
+    same_adapters = all(a.get(k, "none") == b.get(k, "none") for k in ADAPTER_TAGS)
+    return same_config(a, b) and drafter_recipe_of(a) == drafter_recipe_of(b) and same_adapters
+
+
+#: the pair tags that name its LoRA adapters (absent: none)
+ADAPTER_TAGS = ("target_adapter", "target_adapter.weights_sha256", "draft_adapter", "draft_adapter.weights_sha256")
+
+
+def _adapter_pair_tags(target_adapter: ModelVersionRef | None, draft_adapter: ModelVersionRef | None) -> dict[str, str]:
+    """``<side>_adapter`` (its version URI), ``<side>_adapter.weights_sha256`` and ``<side>_adapter.name`` of each
+    adapter the pair has; nothing for a side without one (older versions read as ``none``)."""
+    out: dict[str, str] = {}
+    for side, ref in (("target_adapter", target_adapter), ("draft_adapter", draft_adapter)):
+        if ref is not None:
+            out.update({side: ref.uri, f"{side}.weights_sha256": ref.weights_sha256,
+                        f"{side}.name": ref.tags.get("adapter.name", ref.name)})
+    return out
 
 
 def serve_tags(side: str, source: dict[str, Any] | None, store: ModelStore | None = None) -> dict[str, str]:
@@ -397,8 +426,17 @@ def _from_doc(mv, doc: dict[str, Any], aliases: list[str], reused: bool = False)
         recipe=doc.get("recipe") or drafter_recipe_of({"drafter_kind": doc["drafter_kind"], **(doc.get("tags") or {})}),
         target_source=target_doc.get("source") or {}, draft_source=draft_doc.get("source") if draft_doc else None,
         aliases=aliases, tags=overlay_tags(doc.get("tags"), mv.tags), created_at=doc.get("created_at"),
-        reused=reused, description=plain_text(mv.description),
+        reused=reused, description=plain_text(mv.description), target_adapter=doc.get("target_adapter"),
+        draft_adapter=doc.get("draft_adapter"),
     )
+
+
+def _adapter_of(tags: dict[str, str], side: str) -> dict[str, Any] | None:
+    """A listing's short record of one adapter from the pair's tags (``uri, name, weights_sha256``), else None."""
+    uri = tags.get(side)
+    if uri in (None, "none"):
+        return None
+    return {"uri": uri, "name": tags.get(f"{side}.name"), "weights_sha256": tags.get(f"{side}.weights_sha256")}
 
 
 def _from_mv(client, mv, reused: bool = False, aliases: list[str] | None = None) -> PairVersion:
@@ -419,6 +457,7 @@ def _from_mv(client, mv, reused: bool = False, aliases: list[str] | None = None)
         config=SpeculativeConfig.from_tags(tg), compatibility=compat, changed=tg.get("changed", ""),
         config_changed=tg.get("config_changed") == "true", previous_version=none(tg.get("previous_version")),
         recipe=drafter_recipe_of(tg), aliases=aliases, tags=tg, reused=reused, description=plain_text(mv.description),
+        target_adapter=_adapter_of(tg, "target_adapter"), draft_adapter=_adapter_of(tg, "draft_adapter"),
         created_at=datetime.fromtimestamp(mv.creation_timestamp / 1000, timezone.utc).isoformat(timespec="seconds"),
     )
 
@@ -535,16 +574,22 @@ def get_pair_version(pair: str, version: str | int, *, download: bool = True, re
                                        download=download)
 
 
-def engine_tags(url: str, flags: list[str] | None, concurrency: int = 1) -> tuple[dict[str, str], list[str]]:
-    """The pair-version tags naming an engine endpoint (``engine_url``, ``engine_flags`` as a JSON list,
-    ``engine_concurrency``) and a note for each credential left out: the URL's user info and the value of
+def engine_tags(url: str, flags: list[str] | None, concurrency: int = 1, *,
+                engine: str | None = None) -> tuple[dict[str, str], list[str]]:
+    """The pair-version tags naming an engine endpoint (``engine``: the profile serving at ``url``, None: the
+    default engine; ``engine_url``, ``engine_flags`` as a JSON list, ``engine_concurrency``) and a note for each credential left out: the URL's user info and the value of
     every credential option in ``flags`` (:func:`specdec.redact.redact_argv`) are never stored.
 
     Raises:
         ValueError: ``url`` is empty, does not parse (e.g. an unclosed IPv6 host) or is not http(s)://HOST;
-        ``concurrency`` < 1; ``flags`` is an empty command line.
+        ``concurrency`` < 1; ``flags`` is an empty command line; an engine the engine check cannot ask.
     """
+    from specdec.engines.profiles import checkable_names, engine_profile
     from specdec.redact import redact_argv, strip_userinfo
+
+    profile = engine_profile(engine)
+    if not profile.checkable:
+        raise ValueError(f"the engine check cannot ask {profile.name}: use {' or '.join(checkable_names())}")
 
     text = (url or "").strip()
     try:
@@ -563,7 +608,7 @@ def engine_tags(url: str, flags: list[str] | None, concurrency: int = 1) -> tupl
         clean = parts._replace(query="", fragment="").geturl()
         dropped.append("the query of --url is not stored (the engine check asks the engine's base URL; it "
                        "authenticates with SPECDEC_ENGINE_API_KEY)")
-    tags = {"engine_url": clean, "engine_concurrency": str(int(concurrency))}
+    tags = {"engine": profile.name, "engine_url": clean, "engine_concurrency": str(int(concurrency))}
     if flags is not None:
         if not flags:
             raise ValueError("--flags is empty: give the engine's command line, or leave --flags out")

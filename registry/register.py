@@ -28,6 +28,8 @@ class PairRegistration:
     target: ModelVersionRef
     draft: ModelVersionRef | None
     drafter_kind: str
+    target_adapter: ModelVersionRef | None = None
+    draft_adapter: ModelVersionRef | None = None
 
 
 def resolve_checkpoint(ref: str, revision: str | None = None, *, store: ModelStore,
@@ -102,6 +104,8 @@ def register_pair_from_refs(
     registry: Registry,
     engine: str | None = None,
     store: ModelStore,
+    target_adapter: str | None = None,
+    draft_adapter: str | None = None,
 ) -> PairRegistration:
     """Check compatibility, then register (or reuse) the target, the draft and the pair version.
 
@@ -120,9 +124,14 @@ def register_pair_from_refs(
             :func:`specdec.validation.serving.engine_config`), None to read it from the config.
         store: the model caches references are fetched/converted into (the entry point's
             :class:`~specdec.models.ModelStore`).
+        target_adapter / draft_adapter: a PEFT LoRA adapter directory (registered as its own version with lineage
+            to its base, :func:`registry.adapters.register_adapter`) or ``models:/<adapter>/<v>`` of one registered
+            for the same base; the draft adapter needs a draft checkpoint (``model`` kind). None: no adapter.
     Returns:
         :class:`PairRegistration`.
     Raises:
+        specdec.models.adapters.AdapterError / AdapterMismatchError: an adapter unreadable / not of this base (one
+            line, before anything is registered).
         specdec.IncompatiblePairError: mismatched vocabularies / special tokens.
         registry.RegistryError subclasses; ValueError on a bad name or spec.
     """
@@ -135,7 +144,8 @@ def register_pair_from_refs(
     with registration_lock(name, registry):
         return _register_pair_from_refs(target, draft, name=name, target_name=target_name, draft_name=draft_name,
                                         config=config, revision=revision, model_card=model_card,
-                                        registry=registry, engine=engine, store=store)
+                                        registry=registry, engine=engine, store=store,
+                                        adapters=(target_adapter, draft_adapter))
 
 
 REGISTRATION_LOCK_TIMEOUT_S = 1800.0  # a registration uploads checkpoints: minutes for a large one
@@ -194,6 +204,8 @@ class RegistrationRequest:
     registry: Registry
     engine: str | None
     store: ModelStore
+    target_adapter: str | None = None
+    draft_adapter: str | None = None
 
 
 @dataclass
@@ -216,13 +228,18 @@ class DraftPlan:
 
 
 def _register_pair_from_refs(target: str, draft: str, *, name: str, target_name, draft_name, config, revision,
-                             model_card, registry: Registry, engine, store: ModelStore) -> PairRegistration:
+                             model_card, registry: Registry, engine, store: ModelStore,
+                             adapters: tuple[str | None, str | None] = (None, None)) -> PairRegistration:
     """:func:`register_pair_from_refs`, under its lock: the registrar of the spec's kind (:data:`REGISTRARS`)."""
     spec = draft.strip()
     kind = kind_of(spec)
     req = RegistrationRequest(target=target, spec=spec, kind=kind, name=name, target_name=target_name,
                               draft_name=draft_name, config=config, revision=revision, model_card=model_card,
-                              registry=registry, engine=engine, store=store)
+                              registry=registry, engine=engine, store=store, target_adapter=adapters[0],
+                              draft_adapter=adapters[1])
+    if any(adapters) and (kind.derives_from_target or kind.reads_target_features):  # loaded from the base version
+        raise ValueError(f"a pair with a LoRA adapter registers a draft model or an n-gram drafter, not {kind.name} "
+                         "(its nightly load does not attach the adapter yet; docs/adapters.md)")
     return REGISTRARS[kind](req)
 
 
@@ -235,6 +252,7 @@ def _register_with(plan_draft: Callable[[RegistrationRequest, dict[str, Any]], D
     t = resolve_checkpoint(req.target, req.revision, store=req.store, registry=req.registry)
     check_budget_fits(req.config, t["config"])
     plan = plan_draft(req, t)
+    _check_adapters_fit(req, t, plan.checkpoint)  # refused before anything is written
     pair = req.name
     tref = t["registered"] or register_model_version(req.target_name or default_model_name(t, pair, "target"),
                                                      t["path"], source=t["source"], model_card=req.model_card,
@@ -245,10 +263,48 @@ def _register_with(plan_draft: Callable[[RegistrationRequest, dict[str, Any]], D
     elif d is not None:
         dref = d["registered"] or register_model_version(req.draft_name or default_model_name(d, pair, "draft"),
                                                          d["path"], source=d["source"], registry=req.registry)
+    t_adapter = _adapter_version(req.target_adapter, tref, t["path"], req.registry)
+    d_adapter = _adapter_version(req.draft_adapter, dref, d and d["path"], req.registry)
     pv = register_pair(tref, dref, drafter_kind=plan.label, config=req.config, compatibility=plan.compat,
                        name=req.name, registry=req.registry, engine=req.engine,
-                       drafter_recipe=plan.drafter_recipe, store=req.store)
-    return PairRegistration(pair=pv, target=tref, draft=dref, drafter_kind=plan.label)
+                       drafter_recipe=plan.drafter_recipe, store=req.store, target_adapter=t_adapter,
+                       draft_adapter=d_adapter)
+    return PairRegistration(pair=pv, target=tref, draft=dref, drafter_kind=plan.label, target_adapter=t_adapter,
+                            draft_adapter=d_adapter)
+
+
+def _check_adapters_fit(req: RegistrationRequest, t: dict[str, Any], d: dict[str, Any] | None) -> None:
+    """Refuse an adapter directory that does not fit its base (target ``t`` / draft checkpoint ``d``, resolved) or a
+    draft adapter without a draft checkpoint, before anything is registered. Registered adapters
+    (``models:/...``) are checked against their base version by :func:`_adapter_version`.
+
+    Raises:
+        specdec.models.adapters.AdapterError / AdapterMismatchError; ValueError: a draft adapter, no draft model.
+    """
+    from registry.adapters import check_adapter_fits
+    from specdec.models.adapters import read_adapter
+    from specdec.models.hashes import weights_sha256
+
+    if req.draft_adapter and d is None:
+        raise ValueError(f"--draft-adapter adapts a draft model; {req.spec} has no draft checkpoint")
+    for adapter, base in ((req.target_adapter, t), (req.draft_adapter, d)):
+        if adapter and not adapter.startswith("models:/"):
+            info = read_adapter(adapter)
+            check_adapter_fits(info, base["path"], weights_sha256(base["path"]) if info.base_hash else None)
+
+
+def _adapter_version(adapter: str | None, base: ModelVersionRef | None, base_dir: Path | None,
+                     registry: Registry) -> ModelVersionRef | None:
+    """The adapter version of ``adapter`` (a directory, registered now; or ``models:/...``, checked to be an adapter
+    of ``base``'s weights); None without an adapter."""
+    from registry.adapters import checked_adapter, register_adapter
+
+    if not adapter:
+        return None
+    if adapter.startswith("models:/"):
+        with registry.errors():
+            return checked_adapter(registry.client, adapter, base)
+    return register_adapter(adapter, base, base_dir, registry=registry)
 
 
 def _compat(t: dict[str, Any], d: dict[str, Any], note: str | None = None) -> dict[str, Any]:

@@ -16,7 +16,9 @@ Run (experiment ``specdec-validation``):
   every other scalar of ``report.overall``; ``acceptance_rate.pos_<i>`` per draft position, and
   ``<metric>.<category>`` per held-out category (``acceptance_rate``, ``acceptance_rate_ci_low``,
   ``mean_accepted_length``, ``alpha_tf``, ``alpha_hat``, ``top1_agreement``, ``speedup``,
-  ``predicted_speedup``, ``num_prompts``); ``config_mismatch`` (1 if the validation's k/sampling differ
+  ``predicted_speedup``, ``num_prompts``, ``exact_rule_acceptance``, ``argmax_rule_acceptance``); both acceptance
+  rules overall (``exact_rule_acceptance``, ``argmax_rule_acceptance``, each with ``_ci_low/high`` and ``.pos_<i>``)
+  next to the tag ``specdec.acceptance_rule`` (the rule the pair is served under); ``config_mismatch`` (1 if the validation's k/sampling differ
   from the pair version's, which fails the gate).
 - artifacts: ``report.json``, ``prompts.csv``, ``plots/per_position_acceptance.png``,
   ``plots/per_category_acceptance.png``, ``plots/acceptance_trend.png`` (acceptance and measured
@@ -55,7 +57,12 @@ from specdec.validation.report_profile import PROFILE_FILE, write_profile
 
 _log = logging.getLogger(__name__)
 _CATEGORY_METRICS = ("acceptance_rate", "per_token_acceptance", "mean_accepted_length", "alpha_tf", "alpha_hat", "top1_agreement", "speedup",
-                     "predicted_speedup", "num_prompts")
+                     "predicted_speedup", "num_prompts", "exact_rule_acceptance", "argmax_rule_acceptance")
+#: per-draft-position lists of GroupMetrics and their metric prefix (``<prefix>.pos_<i>``)
+_POSITION_METRICS = (("per_position_acceptance", "acceptance_rate"),
+                     ("conditional_per_position_acceptance", "conditional_acceptance_rate"),
+                     ("exact_rule_per_position", "exact_rule_acceptance"),
+                     ("argmax_rule_per_position", "argmax_rule_acceptance"))
 
 
 def _finite(v: Any) -> bool:
@@ -74,8 +81,9 @@ def report_metrics(report: ValidationReport) -> dict[str, float]:
     Every scalar field of ``report.overall`` (:class:`~specdec.validation.report.GroupMetrics`) is logged under its
     own name (so fields added to the report later are logged too); ``<name>_ci`` intervals become
     ``<name>_ci_low`` / ``<name>_ci_high``; ``per_position_acceptance[i]`` becomes
-    ``acceptance_rate.pos_<i>`` and ``conditional_per_position_acceptance[i]``
-    ``conditional_acceptance_rate.pos_<i>``; per category, ``<metric>.<category>`` for the metrics in
+    ``acceptance_rate.pos_<i>``, ``conditional_per_position_acceptance[i]``
+    ``conditional_acceptance_rate.pos_<i>`` and both acceptance rules' per-position rates
+    ``exact_rule_acceptance.pos_<i>`` / ``argmax_rule_acceptance.pos_<i>`` (docs/metrics.md); per category, ``<metric>.<category>`` for the metrics in
     ``_CATEGORY_METRICS`` plus ``acceptance_rate_ci_low.<category>``. Also ``wall_seconds`` and
     ``num_skipped_prompts``.
     """
@@ -93,8 +101,7 @@ def report_metrics(report: ValidationReport) -> dict[str, float]:
                 out[f"{base}_ci_low"] = float(v[0])
             if _finite(v[1]):
                 out[f"{base}_ci_high"] = float(v[1])
-    for field_name, prefix in (("per_position_acceptance", "acceptance_rate"),
-                               ("conditional_per_position_acceptance", "conditional_acceptance_rate")):
+    for field_name, prefix in _POSITION_METRICS:
         for i, v in enumerate(getattr(g, field_name, None) or []):
             if _finite(v):
                 out[f"{prefix}.pos_{i}"] = float(v)
@@ -301,7 +308,8 @@ def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -
     ``download`` command writes (never an MLflow URI); a derived draft is the target's checkpoint."""
     from specdec.kinds import kind_of
     from registry.changes import drafter_recipe_of
-    from specdec.validation.serving import DEFAULT_ENGINE, not_served, serving_config
+    from specdec.engines.profiles import engine_profile
+    from specdec.validation.serving import not_served, serving_config
 
     k = (report.config or {}).get("num_speculative_tokens")
     kind = pair_tags.get("drafter_kind", report.drafter_kind)
@@ -318,7 +326,7 @@ def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -
         draft, d_dl = _loadable(pair_tags, "draft")
         download += d_dl
     try:
-        out = serving_config(pair_tags.get("engine", DEFAULT_ENGINE), kind, int(k), draft=draft, target=target,
+        out = serving_config(engine_profile(pair_tags.get("engine")).name, kind, int(k), draft=draft, target=target,
                              drafter_recipe=drafter_recipe_of({"drafter_kind": kind, **pair_tags}),
                              assistant_confidence_threshold=(report.config or {}).get("assistant_confidence_threshold"))
     except (TypeError, ValueError) as e:
@@ -472,7 +480,8 @@ def _run_tags(pair: str, version: str, report: ValidationReport, ptags: Mapping[
             "specdec.validation.heldout": f"{report.heldout_name}@{report.heldout_version}",
             "specdec.report_created_at": str(report.created_at),
             "validation_status": verdict.status, "specdec.gate_status": verdict.status, "specdec.gate_reasons": "; ".join(verdict.reasons)[:5000] or "none",
-            "specdec.config_mismatch": "; ".join(mismatch) or "none"}
+            "specdec.config_mismatch": "; ".join(mismatch) or "none",
+            "specdec.acceptance_rule": report.acceptance_rule or "none"}
     if run_key:
         tags["specdec.run_key"] = run_key
     tags["specdec.acceptance_policy"] = json.dumps(  # recorded with each run, shown with the verdict

@@ -34,13 +34,13 @@ def verify_checkpoint(path: Path, ref, memo_dir: Path) -> None:
 
     Args:
         path: the downloaded artifact directory. ref: the :class:`registry.models.ModelVersionRef`
-            (only ``artifact == "checkpoint"`` versions with a recorded hash are checked; a derived
+            (only ``checkpoint`` and ``lora-adapter`` versions with a recorded hash are checked; a derived
             draft's ``weights_sha256`` is a derivation identity, not a file hash).
         memo_dir: where the cross-process hash memo lives (the registry cache directory).
     Raises:
         WeightsMismatch: naming the version, both hashes (shortened) and the directory.
     """
-    if ref.artifact != "checkpoint" or not ref.weights_sha256:
+    if ref.artifact not in ("checkpoint", "lora-adapter") or not ref.weights_sha256:
         return
     got = checkpoint_sha256(path, memo_dir)
     if got is None:

@@ -76,28 +76,56 @@ class MaskUserinfoFilter(logging.Filter):
         return True
 
 
-# options whose value is a credential, in the engines' own spelling (vLLM, llama-server, SGLang, TGI)
+# options whose value is a credential, in the engines' own spelling (vLLM, llama-server, SGLang, TGI); any option
+# whose last word ends in one of _SECRET_WORDS counts too (--openai-api-key, --auth-token), in any case and with
+# vLLM's underscore spellings (--api_key, --HF_TOKEN=x)
 SECRET_OPTIONS = frozenset({"--api-key", "--hf-token", "-hft", "--token", "--ssl-keyfile-password", "--password",
                             "--admin-api-key"})
+_SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "credentials")
+# an environment assignment (VLLM_API_KEY=..., HF_TOKEN=...) before the program or after `env` / `-e`
+_ENV_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)
+
+
+def _secret_word(name: str, sep: str) -> bool:
+    """Whether the last word of ``name`` (split at ``sep``) ends in a credential word (``API_KEY``, ``hf-token``)."""
+    last = name.lower().strip(sep).rsplit(sep, 1)[-1]
+    return last.endswith(_SECRET_WORDS)
+
+
+def secret_option(name: str) -> bool:
+    """Whether the option ``name`` (``--api-key``, ``--api_key``, ``--HF-TOKEN``, ``-hft``) takes a credential."""
+    norm = name.lower().replace("_", "-")
+    return norm in SECRET_OPTIONS or (norm.startswith("--") and _secret_word(norm[2:], "-"))
+
+
+def _redact_word(a: str) -> tuple[str, bool]:
+    """One word of a command line redacted, and whether the next word is the value of a credential option."""
+    name, eq, value = a.partition("=")
+    if name.startswith("-"):
+        if secret_option(name):
+            return (f"{name}=***", False) if eq else (a, True)
+        return (f"{name}={_redact_word(value)[0]}" if eq else mask_userinfo(a)), False  # --env=HF_TOKEN=...
+    env = _ENV_RE.fullmatch(a)
+    if env and _secret_word(env.group(1), "_"):
+        return f"{env.group(1)}=***", False
+    return mask_userinfo(a), False
 
 
 def redact_argv(args: list[str] | tuple[str, ...]) -> list[str]:
-    """A command line (``["vllm", "serve", ..., "--api-key", "s3cret"]``) with the value of each option of
-    :data:`SECRET_OPTIONS` (``--api-key VALUE`` or ``--api-key=VALUE``) replaced by ``***`` and the user
-    info of every URL in it masked (:func:`mask_userinfo`). Idempotent."""
+    """A command line (``["VLLM_API_KEY=s3cret", "vllm", "serve", ..., "--api_key", "s3cret"]``) with every
+    credential replaced by ``***``: the value of each credential option (:func:`secret_option`: ``--api-key VALUE``
+    or ``--API_KEY=VALUE``; a value-less ``--hf-token`` followed by a ``--`` option leaves that option as it is), each
+    environment assignment whose name ends in a credential word (``HF_TOKEN=...``, ``OPENAI_API_KEY=...``; also
+    after ``env`` or docker's ``-e``), and the user info of every URL (:func:`mask_userinfo`). Idempotent."""
     out: list[str] = []
     hide_next = False
     for a in map(str, args):
-        if hide_next:
+        if hide_next and not a.startswith("--"):
             out.append("***")
             hide_next = False
             continue
-        name, eq, _ = a.partition("=")
-        if name in SECRET_OPTIONS:
-            out.append(f"{name}=***" if eq else a)
-            hide_next = not eq
-            continue
-        out.append(mask_userinfo(a))
+        word, hide_next = _redact_word(a)
+        out.append(word)
     return out
 
 

@@ -57,7 +57,18 @@ __all__ = [
     "verify_drafts",
     "draft_step",
     "one_hot_q",
+    "ACCEPTANCE_RULES",
+    "acceptance_rule_of",
+    "exact_rule_acceptance",
+    "argmax_rule_acceptance",
+    "rule_acceptance",
 ]
+
+#: the acceptance rule each proposal rule (``SpeculativeConfig.draft_sampling``) is counted under
+#: (docs/metrics.md, "Two acceptance rules"): ``x ~ q`` with rejection sampling accepts with Σ_x min(p, q)
+#: ("exact"); ``x = argmax q`` verified with q one-hot (vLLM's default ``draft_sample_method``, llama.cpp's
+#: exact-match verification) accepts with p(argmax q) ("argmax")
+ACCEPTANCE_RULES = {"sampled": "exact", "argmax": "argmax"}
 
 
 def logits_to_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
@@ -151,6 +162,57 @@ def one_hot_q(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """The draft distribution of a deterministic proposal: float32 one-hot ``[..., V]`` on
     ``tokens`` (LongTensor ``[...]``)."""
     return torch.nn.functional.one_hot(tokens, vocab_size).float()
+
+
+def acceptance_rule_of(draft_sampling: str) -> str:
+    """The acceptance rule (``"exact"`` | ``"argmax"``) a proposal rule (``"sampled"`` | ``"argmax"``) is counted under.
+
+    Raises:
+        ValueError: an unknown proposal rule.
+    """
+    try:
+        return ACCEPTANCE_RULES[draft_sampling]
+    except KeyError:
+        raise ValueError(f"draft_sampling must be one of {', '.join(ACCEPTANCE_RULES)}, got {draft_sampling!r}") from None
+
+
+def exact_rule_acceptance(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Acceptance probability of one drafted position under the exact rule: ``x ~ q``, accepted with
+    ``min(1, p(x)/q(x))`` (Leviathan et al. 2022, Sec. 3.1 / Def. 3.1: β = Σ_x min(p(x), q(x)) = 1 − TV(p, q)).
+
+    Args:
+        p, q: float ``[..., V]`` target and draft distributions (rows sum to 1).
+    Returns:
+        float64 ``[...]`` in [0, 1] (rounding above 1 clamped).
+    """
+    return torch.minimum(p.double(), q.double()).sum(dim=-1).clamp(0.0, 1.0)
+
+
+def argmax_rule_acceptance(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Acceptance probability of one drafted position under the argmax rule: the draft proposes ``x =
+    argmax q`` (first index on exact ties, as ``torch.argmax``) and the verifier takes q one-hot on x, so
+    ``min(1, p(x)/1) = p(x)``: acceptance ``p(argmax q)`` (vLLM's rejection sampler with ``draft_probs=None``;
+    llama.cpp's exact match of a sampled target token).
+
+    Args:
+        p, q: float ``[..., V]`` target and draft distributions.
+    Returns:
+        float64 ``[...]`` in [0, 1].
+    """
+    return p.double().gather(-1, q.argmax(dim=-1, keepdim=True)).squeeze(-1).clamp(0.0, 1.0)
+
+
+def rule_acceptance(p: torch.Tensor, q: torch.Tensor, rule: str) -> torch.Tensor:
+    """:func:`exact_rule_acceptance` (``rule="exact"``) or :func:`argmax_rule_acceptance` (``"argmax"``), float64 ``[...]``.
+
+    Raises:
+        ValueError: an unknown rule.
+    """
+    if rule == "exact":
+        return exact_rule_acceptance(p, q)
+    if rule == "argmax":
+        return argmax_rule_acceptance(p, q)
+    raise ValueError(f"acceptance rule must be 'exact' or 'argmax', got {rule!r}")
 
 
 def acceptance_probability(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:

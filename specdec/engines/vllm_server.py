@@ -19,7 +19,9 @@ from typing import Any
 
 import httpx
 
+from specdec import processes
 from specdec.engines.client import EngineRequestError, safe_url
+from specdec.engines.http import engine_root, join_url
 from specdec.engines.vllm_install import installed_python, vllm_env
 from specdec.engines.vllm_offline import VllmEngineArgs, VllmOutput
 
@@ -79,8 +81,8 @@ class VllmServer:
         log = open(self.log_path, "wb")
         env = {**vllm_env(self.engines_dir), "VLLM_SERVER_DEV_MODE": "1"}
         t0 = time.monotonic()
-        self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=env, start_new_session=True, cwd=self.cwd)
+        self.proc = processes.spawn(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, cwd=self.cwd)
         log.close()
         while time.monotonic() < t0 + self.startup_timeout:
             if self.proc.poll() is not None:
@@ -104,17 +106,8 @@ class VllmServer:
         return " | ".join((err[-2:] or lines[-3:]))[-500:]
 
     def stop(self) -> None:
-        """SIGTERM to the server's process group (its engine core is a child), SIGKILL after 20 s."""
-        import os
-        import signal
-
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        """Stop the server's process group (its engine core is a child): :func:`specdec.processes.stop`, 20 s."""
+        processes.stop(self.proc, grace_s=20)
         self.proc = None
 
     def __enter__(self) -> "VllmServer":
@@ -128,17 +121,23 @@ class VllmClient:
     """A client of one running vLLM server (``vllm serve``).
 
     Args:
-        url: base URL, e.g. ``http://127.0.0.1:8000``.
+        url: base URL, e.g. ``http://127.0.0.1:8000`` or the OpenAI base URL ``http://127.0.0.1:8000/v1``
+            (:func:`~specdec.engines.http.engine_root`); each request's URL is joined to it as a URL.
         api_key: ``Authorization: Bearer`` (``vllm serve --api-key``).
         timeout_s: per-request timeout, seconds.
         model: the served model name requests name (default: the first of ``/v1/models``).
+    Raises:
+        EngineRequestError: ``url`` does not parse.
     """
 
     def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = 600.0,
                  model: str | None = None) -> None:
-        self.url = url.rstrip("/")
+        try:
+            self.url = engine_root(url)
+        except ValueError as e:
+            raise EngineRequestError(f"bad engine URL {safe_url(url)}: {e}") from None
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+        self._http = httpx.Client(headers=headers, timeout=timeout_s)
         self._model = model
 
     def close(self) -> None:
@@ -146,12 +145,12 @@ class VllmClient:
 
     def _get(self, path: str, *, optional: bool = False) -> httpx.Response | None:
         try:
-            resp = self._http.get(path)
+            resp = self._http.get(join_url(self.url, path))
             if optional and resp.status_code == 404:
                 return None
             resp.raise_for_status()
         except httpx.HTTPError as e:
-            raise EngineRequestError(f"GET {safe_url(self.url)}{path} failed: {type(e).__name__}: "
+            raise EngineRequestError(f"GET {safe_url(join_url(self.url, path))} failed: {type(e).__name__}: "
                                      f"{getattr(e, 'response', None) and e.response.status_code or e}") from None
         return resp
 
@@ -173,7 +172,7 @@ class VllmClient:
         if self._model is None:
             models = self.models()
             if not models:
-                raise EngineRequestError(f"{safe_url(self.url)}/v1/models lists no model")
+                raise EngineRequestError(f"{safe_url(join_url(self.url, '/v1/models'))} lists no model")
             self._model = str(models[0]["id"])
         return self._model
 
@@ -194,13 +193,13 @@ class VllmClient:
             body["seed"] = int(seed)
         t0 = time.perf_counter()
         try:
-            resp = self._http.post("/v1/completions", json=body)
+            resp = self._http.post(join_url(self.url, "/v1/completions"), json=body)
             resp.raise_for_status()
             data = resp.json()
             choice = data["choices"][0]
         except (httpx.HTTPError, ValueError, KeyError, IndexError) as e:
             detail = e.response.text[:200] if isinstance(e, httpx.HTTPStatusError) else str(e)
-            raise EngineRequestError(f"POST {safe_url(self.url)}/v1/completions failed: {type(e).__name__}: {detail}") from None
+            raise EngineRequestError(f"POST {safe_url(join_url(self.url, '/v1/completions'))} failed: {type(e).__name__}: {detail}") from None
         if choice.get("token_ids") is None:
             raise EngineRequestError("the vLLM answer has no `token_ids` (a vLLM that honours return_token_ids, "
                                      "0.10.2 or later, is needed for the token-level comparison)")

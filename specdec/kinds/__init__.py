@@ -25,7 +25,7 @@ The interface (:class:`~specdec.kinds.base.DrafterKind`; defaults are a draft mo
 - facts: ``name``; ``needs_draft_weights`` (a checkpoint/head of its own), ``model_free`` (no model
   pass, no draft version in a pair), ``derives_from_target`` (the target + a recipe),
   ``reads_target_features`` (target hidden states), ``retrainable`` (warm-start re-training,
-  :mod:`flows.realign`); the names engines give it, ``vllm_method`` and ``sglang_algorithm`` (what the
+  :mod:`flows.realign`), ``beside_served_target`` (validated without the target's weights on a served night); the names engines give it, ``vllm_method`` and ``sglang_algorithm`` (what the
   engines' serving tables write).
 - specs and labels: ``owns(text)``, ``check(spec)`` (syntax only; :class:`DrafterSpecError`, one
   line), ``label(spec)`` (the stored label), ``labels()`` (all it stores), ``ref(spec)``,
@@ -179,19 +179,36 @@ def check_drafter_spec(spec: str) -> str:
 
 
 def resolve_drafter(spec: str, target: Any, *, store: ModelStore, dtype: Any = None,
-                    device: Any = None) -> ResolvedDrafter:
+                    device: Any = None, adapter: Any = None) -> ResolvedDrafter:
     """Build the drafter a spec names (``ngram:4``, ``derived:int8``, ``eagle3:<dir>``, ``layerskip:N``,
-    ``model:<ref>`` or a plain reference) for ``target`` (a :class:`~specdec.models.LoadedModel`), by its
-    kind (:meth:`DrafterKind.resolve`); ``store``: the model caches a draft reference is fetched into (built
-    at the edge); ``dtype``/``device`` for a draft model or a head (default: the target model's).
+    ``model:<ref>`` or a plain reference) for ``target`` (a :class:`~specdec.models.LoadedModel`, with its LoRA
+    adapter merged if it has one: a derived draft derives from the adapted weights, a head reads its hidden
+    states), by its kind (:meth:`DrafterKind.resolve`); ``store``: the model caches a draft reference is fetched
+    into (built at the edge); ``dtype``/``device`` for a draft model or a head (default: the target model's);
+    ``adapter``: a LoRA adapter directory (or :class:`~specdec.models.adapters.AdapterInfo`) merged into a draft
+    model (:func:`~specdec.models.adapters.attach_adapter`); None: the draft as it is (a shared draft stays unadapted).
 
     Raises:
-        DrafterSpecError: empty or malformed spec (e.g. ``derived:int3``, ``ngram:x``).
+        DrafterSpecError: empty or malformed spec (e.g. ``derived:int3``, ``ngram:x``); an adapter for a drafter
+            that has no checkpoint of its own.
         specdec.models.ModelNotFoundError: the draft model reference cannot be found.
         specdec.IncompatiblePairError: the draft's tokenizer/vocabulary does not match the target's.
+        specdec.models.adapters.AdapterError / AdapterMismatchError: the adapter is unreadable / does not fit.
     """
     spec = (spec or "").strip()
-    return kind_of(spec).resolve(spec, target, store=store, dtype=dtype, device=device)
+    kind = kind_of(spec)
+    resolved = kind.resolve(spec, target, store=store, dtype=dtype, device=device)
+    if adapter is None:
+        return resolved
+    if resolved.loaded is None:
+        raise DrafterSpecError(f"a draft adapter adapts a draft model (model:REF); {kind.describe(kind.label(spec))} "
+                               "has no checkpoint of its own")
+    from dataclasses import replace
+
+    from specdec.models.adapters import attach_adapter
+
+    loaded = attach_adapter(resolved.loaded, adapter)
+    return replace(resolved, drafter=loaded.model, loaded=loaded)
 
 
 V = TypeVar("V")

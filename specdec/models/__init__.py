@@ -3,7 +3,7 @@
 Modules: :mod:`~specdec.models.resolve` (reference -> local safetensors checkpoint),
 :mod:`~specdec.models.load` (:func:`load_causal_lm`), :mod:`~specdec.models.hashes`,
 :mod:`~specdec.models.compat` (:func:`check_pair_compatible`), :mod:`~specdec.models.derived`
-(quantized drafts derived from the target). ``--draft`` specs are the drafter kinds' (:mod:`specdec.kinds`).
+(quantized drafts derived from the target), :mod:`~specdec.models.adapters` (LoRA adapters merged into a base). ``--draft`` specs are the drafter kinds' (:mod:`specdec.kinds`).
 """
 
 from __future__ import annotations
@@ -29,6 +29,12 @@ _EXPORTS = {
     "check_loaded_pair": "specdec.models.compat",
     "CompatibilityResult": "specdec.models.compat",
     "IncompatiblePairError": "specdec.models.compat",
+    "AdapterInfo": "specdec.models.adapters",
+    "AdapterError": "specdec.models.adapters",
+    "AdapterMismatchError": "specdec.models.adapters",
+    "read_adapter": "specdec.models.adapters",
+    "attach_adapter": "specdec.models.adapters",
+    "adapted_weights_sha256": "specdec.models.hashes",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -72,6 +72,15 @@ def files_sha256(files: list[Path]) -> str:
     return h.hexdigest()
 
 
+def adapted_weights_sha256(base_sha256: str, adapter_sha256: str | None) -> str:
+    """The weights identity of a base with a LoRA adapter merged: hex sha256 of
+    ``b"lora\\0" + base + b"\\0" + adapter`` (both hex weights hashes); ``base_sha256`` itself without an adapter.
+    Keys what depends on the adapted weights (continuation caches, lineage) apart from the base's."""
+    if not adapter_sha256:
+        return base_sha256
+    return hashlib.sha256(b"lora\0" + base_sha256.encode() + b"\0" + adapter_sha256.encode()).hexdigest()
+
+
 def _canonical_tokenizer_bytes(path: Path) -> bytes:
     if path.suffix != ".json":
         return path.read_bytes()

@@ -23,12 +23,15 @@ class LoadedModel:
         path: local directory holding the safetensors checkpoint, config and tokenizer files.
         source: origin, JSON-serialisable: ``kind`` (``"hub" | "local" | "gguf"``), ``ref``,
             ``revision`` and, for GGUF, ``gguf_file``, ``gguf_sha256`` and ``wheel`` (alias only).
+        adapter: the LoRA adapter merged into ``model`` (:class:`specdec.models.adapters.AdapterInfo`), None for
+            the checkpoint as it is; ``path`` and ``source`` stay the base's.
     """
 
     model: Any
     tokenizer: Any
     path: Path
     source: dict = field(default_factory=dict)
+    adapter: Any = None
 
     @property
     def config(self):
@@ -54,7 +57,7 @@ def _as_device(device: str | torch.device) -> str:
 
 def load_causal_lm(ref: str | Path, *, store: ModelStore, revision: str | None = None,
                    dtype: torch.dtype | str = torch.float32,
-                   device: str | torch.device = "cpu") -> LoadedModel:
+                   device: str | torch.device = "cpu", adapter: str | Path | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer from a local dir, Hub id, ``.gguf`` file or ``smollm2``.
 
     Args:
@@ -67,11 +70,14 @@ def load_causal_lm(ref: str | Path, *, store: ModelStore, revision: str | None =
         dtype: ``torch.dtype`` or a name (``"float32"``, ``"bfloat16"``, ``"auto"``: bf16 on CUDA,
             fp32 on CPU). GGUF checkpoints are cached in fp32 and cast on load.
         device: torch device string, or ``"auto"`` (CUDA if available, else CPU).
+        adapter: a PEFT LoRA adapter directory merged into the loaded model
+            (:func:`specdec.models.adapters.attach_adapter`); None: the checkpoint as it is.
     Returns:
         :class:`LoadedModel` with the model in eval mode on ``device``/``dtype``.
     Raises:
         ModelNotFoundError: the reference cannot be resolved, downloaded or converted.
         ValueError: bad ``revision``/``dtype`` combination.
+        specdec.models.adapters.AdapterError: an unreadable adapter; ``AdapterMismatchError``: it does not fit.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -84,4 +90,9 @@ def load_causal_lm(ref: str | Path, *, store: ModelStore, revision: str | None =
     except OSError as e:
         raise ModelNotFoundError(f"could not load a causal LM from {path}: {e}") from e
     model = model.to(device).eval()
-    return LoadedModel(model=model, tokenizer=tokenizer, path=Path(path), source=source)
+    loaded = LoadedModel(model=model, tokenizer=tokenizer, path=Path(path), source=source)
+    if adapter is None:
+        return loaded
+    from specdec.models.adapters import attach_adapter
+
+    return attach_adapter(loaded, adapter)

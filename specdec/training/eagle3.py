@@ -187,12 +187,14 @@ def _bar(total: int, desc: str, enabled: bool):
 
 
 def _fingerprint(target: Any) -> str:
-    """The target's weights hash: ``weights_sha256`` of its checkpoint dir, else of its parameters in memory."""
+    """The target's weights hash: ``weights_sha256`` of its checkpoint dir (with a LoRA adapter merged, combined
+    with the adapter's), else of its parameters in memory."""
     from specdec.models.errors import ModelNotFoundError
-    from specdec.models.hashes import weights_sha256
+    from specdec.models.hashes import adapted_weights_sha256, weights_sha256
 
     try:
-        return weights_sha256(target.path)
+        adapter = getattr(target, "adapter", None)
+        return adapted_weights_sha256(weights_sha256(target.path), adapter.weights_hash if adapter else None)
     except (ModelNotFoundError, TypeError, AttributeError):
         h = hashlib.sha256()
         for k, v in sorted(target.model.state_dict().items()):

@@ -119,6 +119,19 @@ def _pool_agreement(g: GroupMetrics, ok: list[PromptRun], ci: dict) -> None:
     g.total_variation, g.kl_divergence = ag.mean("tv"), ag.mean("kl")
     g.tf_coverage = ratio(ag.positions, sum(r.tf_total for r in ok))
     g.alpha_tf_ci = bootstrap_ratio_ci([r.agree.alpha for r in ok], [r.agree.positions for r in ok], **ci)
+    _pool_rules(g, ag, ok, ci)
+
+
+def _pool_rules(g: GroupMetrics, ag: AgreementSums, ok: list[PromptRun], ci: dict) -> None:
+    """Both acceptance rules from the teacher-forced pass (docs/metrics.md "Two acceptance rules"): the pooled
+    per-token rate with its bootstrap CI over the prompts ``ok``, and the expected rate at draft positions 1..k."""
+    k = g.num_speculative_tokens
+    g.exact_rule_acceptance, g.argmax_rule_acceptance = ag.mean("alpha"), ag.mean("argmax_rule")
+    positions = [r.agree.positions for r in ok]
+    g.exact_rule_acceptance_ci = bootstrap_ratio_ci([r.agree.alpha for r in ok], positions, **ci)
+    g.argmax_rule_acceptance_ci = bootstrap_ratio_ci([r.agree.argmax_rule for r in ok], positions, **ci)
+    if ag.positions:
+        g.exact_rule_per_position, g.argmax_rule_per_position = ag.per_position("exact", k), ag.per_position("argmax", k)
 
 
 def _pool_timing(g: GroupMetrics, st: DecodingStats, ok: list[PromptRun], ci: dict) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from specdec.core.kv import model_device
+from specdec.core.sampling import acceptance_rule_of
 from specdec.validation.config import ValidationConfig
 from specdec.validation.findings import findings
 from specdec.validation.heldout import HeldoutSet
@@ -84,12 +85,23 @@ def validate(request: ValidationRequest) -> list[ValidationReport]:
     finally:
         run.model.train(was_training)
     if request.method == "engine":
-        return [_engine_report(run, engine)]
+        return _name_adapters([_engine_report(run, engine)], request)
     reports = [_report(run, j, decoded, replayed) for j in range(len(run.drafters))]
     reports[0].engine_check = engine
     if is_served(run.model):  # the target's weights never were on this device
         for r in reports:
             r.device, r.dtype = f"engine:{request.engine.name}", r.replay["target"]["served_dtype"]
+    return _name_adapters(reports, request)
+
+
+def _name_adapters(reports: list[ValidationReport], request: ValidationRequest) -> list[ValidationReport]:
+    """Each report's ``target_adapter`` / ``draft_adapter``: the LoRA adapter merged into the request's target
+    (``LoadedModel.adapter``) and into its draft (``ResolvedDrafter.loaded.adapter``) as dicts, else None."""
+    target_adapter = getattr(request.target, "adapter", None)
+    for report, drafter in zip(reports, request.drafters):
+        draft_adapter = getattr(getattr(drafter, "loaded", None), "adapter", None)
+        report.target_adapter = target_adapter.to_dict() if target_adapter is not None else None
+        report.draft_adapter = draft_adapter.to_dict() if draft_adapter is not None else None
     return reports
 
 
@@ -220,7 +232,9 @@ def drafter_parts(drafter: Any) -> tuple[Any, torch.nn.Module | None, str, str |
 
 def report_common(subset: HeldoutSet, target_ref: str | None, config: ValidationConfig, model: torch.nn.Module) -> dict[str, Any]:
     """The :class:`ValidationReport` fields every drafter's report of one run shares (held-out
-    version, target, config, device, dtype, code version, timestamp, environment)."""
+    version, target, config, device, dtype, code version, timestamp, environment, the served acceptance rule:
+    the config's proposal rule, which :func:`specdec.validation.serving.engine_config` set from the pair's engine
+    profile)."""
     return dict(
         heldout_name=subset.name,
         heldout_version=subset.version,
@@ -232,5 +246,6 @@ def report_common(subset: HeldoutSet, target_ref: str | None, config: Validation
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         alpha_hat_estimator=ALPHA_HAT_ESTIMATOR,
         heldout_source_version=subset.source_version,
+        acceptance_rule=acceptance_rule_of(config.speculative.draft_sampling),
         environment=environment(),
     )

@@ -15,8 +15,10 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from specdec.engines.profiles import checkable_names, engine_profile, engines_help, offline_names
 from specdec.models.store import ModelStore
-from specdec.validation.cli_options import ConfidenceThresholdOption, DraftSamplingOption
+from specdec.validation.cli_options import (ConfidenceThresholdOption, DraftAdapterOption, DraftSamplingOption,
+                                            TargetAdapterOption)
 
 _out = Console()
 _err = Console(stderr=True, emoji=False)
@@ -52,11 +54,12 @@ def validate(
     draft: Annotated[
         list[str],
         typer.Option(
-            "--draft",
+            "--draft", metavar="SPEC",
             help="Drafter: a model ref (or model:REF), 'ngram', 'derived:int8', 'derived:int4', 'derived:bf16', 'derived:fp8' (CUDA), 'eagle3:DIR' (a speculators-format EAGLE-3 head), 'layerskip:N' (the target's first N layers and its LM head) or 'auto' (what `specdec draft recommend` picks). Repeat to "
-            "validate several drafters against one shared target-only run (one report each, in --out/<drafter>/).",
+            "validate several drafters against one shared target-only run (one report each, in --out/<drafter>/). "
+            "Not with --canary.",
         ),
-    ],
+    ] = [],
     heldout: Annotated[
         str, typer.Option("--heldout", help="spec_bench | humaneval | spec_bench+humaneval | path to a JSONL file.")
     ] = "spec_bench",
@@ -107,8 +110,8 @@ def validate(
         float, typer.Option("--decode-fraction", help="--method both: share of prompts decoded (at least 2 per category).")
     ] = 0.25,
     engine_url: Annotated[str | None, typer.Option(
-        "--engine-url", help="Engine check: the URL of a running llama-server (or vllm serve, with --engine vllm) serving "
-                             "this pair; the held-out prompts go "
+        "--engine-url", help=f"Engine check: the URL of a running server of --engine ({engines_help(checkable_names())}) "
+                             "serving this pair; the held-out prompts go "
                              "to it and its own counters are compared with the core's for the same prompts "
                              "(writes engine_check.json). API key: SPECDEC_ENGINE_API_KEY.")] = None,
     engine_baseline_url: Annotated[str | None, typer.Option(
@@ -116,16 +119,24 @@ def validate(
     engine_concurrency: Annotated[int, typer.Option(
         "--engine-concurrency", min=1, help="Engine check: requests in flight at once.")] = 1,
     engine: Annotated[str | None, typer.Option(
-        "--engine", help="Engine check through this engine: vllm (no --engine-url: the product starts vLLM's LLM "
-                         "offline in the engine venv, `make engine`; with --engine-url: a running vllm serve) or "
-                         "llamacpp (the default with --engine-url). docs/vllm.md")] = None,
+        "--engine", help=f"Engine check through this engine: {engines_help(checkable_names())}. Without --engine-url, "
+                         f"{' or '.join(offline_names())} runs offline here in the engine venv (`make engine`). "
+                         "docs/engine-check.md")] = None,
     engine_python: Annotated[str | None, typer.Option(
         "--engine-python", help="--engine vllm offline: the python of your own vLLM venv (default: the one "
                                 "`make engine` installed).")] = None,
+    target_adapter: TargetAdapterOption = None,
+    draft_adapter: DraftAdapterOption = None,
+    canary: Annotated[bool, typer.Option(
+        "--canary", help="The acceptance canary: the target drafts for itself (no --draft) at --temperature under "
+                         "--draft-sampling. The exact rule (sampled) must accept every draft (1.0), the argmax rule "
+                         "must give E[p(argmax p)] within its CI; otherwise the drafter or verifier counts with a q "
+                         "it does not say. Writes canary.json; exit 1 when it fails. docs/metrics.md#the-canary")] = False,
 ) -> None:
     """Validate a draft/target pair: acceptance, agreement, speedup and exactness, per category.
 
-    With --engine-url / --engine: the engine check of the pair where it is served (the core is the exact reference)."""
+    With --engine-url / --engine: the engine check of the pair where it is served (the core is the exact reference).
+    With --canary: the target against itself, judged against what each acceptance rule must give."""
     opts = _Options(**locals())  # the options as one typed object (nothing else is defined yet)
     from specdec import stopping
 
@@ -144,17 +155,18 @@ def _validate(opts: "_Options") -> None:
     draft, engine_url = opts.draft, opts.engine_url
     _quiet_libraries()
     speculative, hs = _check_run_arguments(opts)
-    out_dir = opts.out or _default_out(hs.name, "+".join(draft))
-    out_dirs = _check_out_dirs(draft, out_dir, opts.overwrite)
+    out_dir = opts.out or _default_out(hs.name, "+".join(draft) or "canary")
+    out_dirs = _check_out_dirs(draft or ["canary"], out_dir, opts.overwrite)
     config = _check_drafters_and_config(opts, speculative)
-    engine = {"llama.cpp": "llamacpp", "llama-server": "llamacpp"}.get(opts.engine, opts.engine)  # the project's name too
-    checks_engine = engine_url is not None or engine is not None
+    checks_engine = engine_url is not None or opts.engine is not None
     if checks_engine and len(draft) != 1:
         _fail("the engine check checks one pair: give one --draft (the draft the engine serves)")
-    if engine is not None and engine not in ("vllm", "llamacpp"):
-        _fail(f"--engine {engine!r} is not an engine the check can ask: use vllm or llamacpp (llama.cpp's llama-server)")
-    if engine == "llamacpp" and engine_url is None:
-        _fail("--engine llamacpp needs --engine-url (a running llama-server; `specdec engine serve` starts one)")
+    if checks_engine:
+        _check_engine_option(opts.engine, engine_url)
+    if checks_engine and (opts.target_adapter or opts.draft_adapter):
+        _fail("the engine check of an adapter pair is not built yet (docs/adapters.md): validate it without --engine")
+    if opts.draft_adapter and len(draft) != 1:
+        _fail("--draft-adapter adapts one draft model: give one --draft")
     from specdec.core.finite import BrokenModel, NonFiniteLogits
 
     tgt = None
@@ -168,7 +180,24 @@ def _validate(opts: "_Options") -> None:
         _fail(str(BrokenModel.naming(e, getattr(tgt, "model", None), ["(timing pass)"])) + "; nothing was recorded")
     except BrokenModel as e:  # greedy or sampled, decode or replay: one line naming the side, never a figure
         _fail(f"{e}; nothing was recorded")
-    _write_and_print(reports, out_dirs, t_start)
+    verdict = _judge_canary(reports[0]) if opts.canary else None
+    _write_and_print(reports, out_dirs, t_start, serving=not opts.canary)
+    if verdict is not None:
+        _report_canary(verdict, out_dirs[0])
+
+
+def _check_engine_option(engine: str | None, engine_url: str | None) -> None:
+    """One error line (exit 1) for an ``--engine`` the check cannot ask, or that needs ``--engine-url`` (the profile's
+    ``checkable`` / ``offline``); ``engine`` None: the default engine."""
+    try:
+        profile = engine_profile(engine)
+    except ValueError as e:
+        _fail(f"--engine: {e}")
+    if not profile.checkable:
+        _fail(f"--engine {profile.name!r} is not an engine the check can ask: use {' or '.join(checkable_names())}")
+    if engine_url is None and not profile.offline:
+        _fail(f"--engine {profile.name} needs --engine-url (the URL of a running {profile.title} server serving the pair; "
+              "`specdec engine serve` starts a llama-server)")
 
 
 @dataclass(frozen=True)
@@ -200,31 +229,35 @@ class _Options:
     engine_concurrency: int
     engine: str | None
     engine_python: str | None
+    target_adapter: str | None
+    draft_adapter: str | None
+    canary: bool
 
 
 def _engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, target_ref: str, out_dir: Path,
                   opts: _Options) -> None:
     """``--engine-url`` / ``--engine``: run the engine check, write and print it; one error line when the engine fails."""
     from specdec.engines.errors import EngineRequestError
+    from specdec.engines.profile import EngineLimits
     from specdec.settings import get_settings
     from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.engine_check import EngineEndpoint
-    from specdec.validation.engine_cli import run_engine_check, vllm_offline_endpoint, write_and_print
+    from specdec.validation.engine_cli import offline_endpoint, run_engine_check, write_and_print
 
     concurrency = opts.engine_concurrency
     settings = get_settings()
     if opts.engine_url is None:
         try:
-            endpoint = vllm_offline_endpoint(target_ref, drafter, config, engines_dir=settings.engines_dir,
-                                             store=ModelStore(settings.models_dir), python=opts.engine_python)
+            endpoint = offline_endpoint(opts.engine, target_ref, drafter, config, engines_dir=settings.engines_dir,
+                                        store=ModelStore(settings.models_dir), python=opts.engine_python)
         except ValueError as e:
             _fail(f"engine check: {e}")
-        _err.print("engine check: starting vLLM offline in the engine venv (a first start compiles: minutes)",
-                   highlight=False)
+        _err.print(f"engine check: starting {engine_profile(opts.engine).title} offline in the engine venv (a first "
+                   "start compiles: minutes)", highlight=False)
     else:
-        endpoint = EngineEndpoint(url=opts.engine_url, engine=opts.engine or "llamacpp",
+        endpoint = EngineEndpoint(url=opts.engine_url, engine=opts.engine,
                                   baseline_url=opts.engine_baseline_url, api_key=settings.engine_api_key)
-    limits = settings.engine_limits()
+    limits = EngineLimits.of(settings)
     _err.print(f"engine check: {limits.describe()} (SPECDEC_ENGINE_REQUEST_TIMEOUT_S, "
                "SPECDEC_ENGINE_CHECK_TIMEOUT_S)", highlight=False)
     try:
@@ -249,13 +282,14 @@ def _check_run_arguments(opts: _Options) -> tuple[Any, Any]:
         )
     except (TypeError, ValueError) as e:
         _fail(str(e))
+    _check_draft_or_canary(opts)
     for flag, url in (("--engine-url", opts.engine_url), ("--engine-baseline-url", opts.engine_baseline_url)):
         if url is not None:
             _check_engine_url(flag, url)
     if opts.method not in METHODS:
         _fail(f"unknown --method {opts.method!r}: use decode, replay or both")
     if opts.method == "engine" and opts.engine_url is None and opts.engine is None:
-        _fail("--method engine is the engine check: give --engine-url (or --engine vllm)")
+        _fail(f"--method engine is the engine check: give --engine-url (or --engine {' or '.join(offline_names())})")
     if not 0 < opts.decode_fraction <= 1:
         _fail(f"--decode-fraction must be in (0, 1], got {opts.decode_fraction}")
     try:
@@ -270,6 +304,43 @@ def _check_run_arguments(opts: _Options) -> tuple[Any, Any]:
     if device.startswith("cuda") and not torch.cuda.is_available():
         _fail("--device cuda requested but CUDA is not available")
     return speculative, hs
+
+
+def _check_draft_or_canary(opts: _Options) -> None:
+    """One error line unless exactly one of ``--draft`` and ``--canary`` is given (the canary: decoded, on the core)."""
+    if not opts.canary:
+        if not opts.draft:
+            _fail("give --draft (the drafter to validate), or --canary (the target against itself)")
+        return
+    if opts.draft:
+        _fail("--canary drafts with the target itself: give no --draft")
+    if opts.engine_url is not None or opts.engine is not None:
+        _fail("--canary checks the core here; it does not run with --engine-url / --engine")
+    if opts.method != "decode":
+        _fail("--canary judges the decoded counters: use --method decode (the default)")
+
+
+def _judge_canary(report: Any) -> Any:
+    """The canary's :class:`~specdec.validation.canary.CanaryVerdict` of ``report``; its finding joins the notes."""
+    from specdec.validation.canary import canary_verdict
+
+    verdict = canary_verdict(report)
+    if verdict.finding():
+        report.notes.append(verdict.finding())
+    return verdict
+
+
+def _report_canary(verdict: Any, out_dir: Path) -> None:
+    """Writes ``canary.json``, prints each check; exit 1 when the canary failed."""
+    import json
+
+    (out_dir / "canary.json").write_text(json.dumps(verdict.to_dict(), indent=2) + "\n")
+    _out.print(f"canary (draft = target, {verdict.acceptance_rule} rule, T {verdict.temperature:g}):", highlight=False)
+    for check in verdict.checks:
+        _out.print(f"  {check.line()}", highlight=False)
+    _out.print(f"canary: {out_dir / 'canary.json'}", highlight=False)
+    if not verdict.passed:
+        _fail("canary failed: the acceptance counted is not the served rule's with draft = target (see above)")
 
 
 def _check_engine_url(flag: str, url: str) -> None:
@@ -330,12 +401,17 @@ def _load_pair(opts: _Options, out_dir: Path, out_dirs: list[Path]) -> tuple[Any
     from specdec.settings import model_store
 
     target, draft, store = opts.target, opts.draft, model_store()
-    _step(f"loading target {target} ...")
-    with _err.status(f"loading target {target} ..."):
+    what = target + (f" + adapter {opts.target_adapter}" if opts.target_adapter else "")
+    _step(f"loading target {what} ...")
+    with _err.status(f"loading target {what} ..."):
         try:
-            tgt = load_causal_lm(target, store=store, dtype=opts.dtype, device=opts.device)
+            tgt = load_causal_lm(target, store=store, dtype=opts.dtype, device=opts.device, adapter=opts.target_adapter)
         except (FileNotFoundError, ValueError) as e:
             _fail(f"target: {e}")
+    if opts.canary:  # the target drafts for itself (validate decodes with a copy of it)
+        from specdec.kinds import ResolvedDrafter
+
+        return tgt, [ResolvedDrafter(tgt.model, "model", ref=f"canary: {target}")], out_dirs
     if "auto" in draft:
         draft, out_dirs = _resolve_auto(tgt, opts, out_dir, out_dirs, store)
     drafters = []
@@ -343,8 +419,9 @@ def _load_pair(opts: _Options, out_dir: Path, out_dirs: list[Path]) -> tuple[Any
         _step(f"preparing drafter {spec} ...")
         with _err.status(f"preparing drafter {spec} ..."):
             try:
-                drafters.append(resolve_drafter(spec, tgt, store=store))
-            except (FileNotFoundError, ValueError) as e:  # ModelNotFoundError, IncompatiblePairError, DrafterSpecError
+                drafters.append(resolve_drafter(spec, tgt, store=store, adapter=opts.draft_adapter))
+            except (FileNotFoundError, ValueError) as e:  # ModelNotFoundError, IncompatiblePairError, DrafterSpecError,
+                # AdapterError
                 _fail(f"drafter {spec}: {e}")
         for note in (drafters[-1].compatibility or {}).get("notes", []):
             _err.print(f"[bold yellow]note:[/] drafter {spec}: {note}", highlight=False)
@@ -418,15 +495,18 @@ def _prompt_line(rows: Any) -> str:
     return f"{row.category} #{row.prompt_id}: acceptance {', '.join(_f(r.acceptance_rate) for r in rows)}"
 
 
-def _write_and_print(reports: list[Any], out_dirs: list[Path], t_start: float) -> None:
-    """Writes each report to its directory and prints its summary; exits 1 when no prompt could be validated."""
+def _write_and_print(reports: list[Any], out_dirs: list[Path], t_start: float, *, serving: bool = True) -> None:
+    """Writes each report to its directory and prints its summary (``serving``: and its serving config); exits 1
+    when no prompt could be validated."""
     for report, od in zip(reports, out_dirs):
         path = report.write(od)
         _print_summary(report)
+        _print_rules(report)
         if report.replay is not None:
             _print_replay(report, _out)
         _out.print(f"report: {path}\nper-prompt rows: {od / 'prompts.csv'}")
-        _write_serving_config(report, od)
+        if serving:
+            _write_serving_config(report, od)
     _out.print(f"wall time {time.perf_counter() - t_start:.1f} s (validation {reports[0].wall_seconds:.1f} s)")
     if reports[0].overall.num_prompts == 0:
         _fail("no prompt could be validated (all skipped: empty or longer than the context); see prompts.csv")
@@ -498,8 +578,9 @@ def _print_summary(report: Any) -> None:
 
     k = report.config.get("num_speculative_tokens")
     rows = [("overall", report.overall)] + list(report.categories.items())
+    adapter = f" + adapter {report.target_adapter['name']}" if report.target_adapter else ""
     title = (
-        f"{report.drafter_kind} drafter for {report.target_ref} on {report.heldout_name} "
+        f"{report.drafter_kind} drafter for {report.target_ref}{adapter} on {report.heldout_name} "
         f"(k={k}, {report.config.get('max_new_tokens')} new tokens, temperature {report.config.get('temperature')}"
         f"{_batch_label(report.config)})"
     )
@@ -552,6 +633,26 @@ def _print_summary(report: Any) -> None:
     )
     for note in report.notes:
         _out.print(f"[bold yellow]note:[/] {note}", highlight=False)
+
+
+def _print_rules(report: Any) -> None:
+    """Both acceptance rules from the teacher-forced pass (docs/metrics.md "Two acceptance rules"), overall and per
+    category: the rate with its CI and the expected rate per draft position; the served rule marked."""
+    from rich import box
+
+    served = report.acceptance_rule
+    t = Table(title=f"acceptance rules (teacher-forced; served: {served or 'not named'})", title_justify="left",
+              box=box.SIMPLE_HEAD)
+    for name in ("category", "exact Σmin(p,q) [95% CI]", "per position", "argmax p(argmax q) [95% CI]", "per position"):
+        t.add_column(name, justify="left" if name == "category" else "right")
+    for name, g in [("overall", report.overall), *report.categories.items()]:
+        cells = []
+        for rule in ("exact", "argmax"):
+            mark = " *" if rule == served and getattr(g, f"{rule}_rule_per_position") else ""
+            cells += [_ci(getattr(g, f"{rule}_rule_acceptance"), getattr(g, f"{rule}_rule_acceptance_ci")) + mark,
+                      " ".join(_f(x, 2) for x in getattr(g, f"{rule}_rule_per_position")) or "-"]
+        t.add_row(f"[bold]{name}[/]" if name == "overall" else name, *cells)
+    _out.print(t)
 
 
 def _print_replay(report: Any, out: Console) -> None:

@@ -13,3 +13,9 @@ DraftSamplingOption = Annotated[str, typer.Option(
 ConfidenceThresholdOption = Annotated[float | None, typer.Option(
     "--assistant-confidence-threshold", min=0.0, max=1.0, help="Stop drafting within a step after a draft whose "
     "probability is below this (transformers' name; llama.cpp --draft-p-min). Default: always draft k.")]
+TargetAdapterOption = Annotated[str | None, typer.Option(
+    "--target-adapter", help="A PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) merged "
+    "into --target: the pair's target is the adapted model; a base it does not fit is refused. docs/adapters.md")]
+DraftAdapterOption = Annotated[str | None, typer.Option(
+    "--draft-adapter", help="A PEFT LoRA adapter merged into the draft model (a model:REF draft). Default: the "
+    "draft as it is (one shared, unadapted draft for every target adapter).")]

@@ -115,7 +115,8 @@ def fill_run(run: PromptRun, out: Outcome, tf: TargetTeacherForcing | None, d: D
     row.target_only_seconds, row.speculative_seconds = out.target_only_seconds, out.speculative_seconds
 
     if tf is not None:
-        run.agree = draft_agreement(tf, d.model, d.obj if d.model is None else None, config.sampling)
+        run.agree = draft_agreement(tf, d.model, d.obj if d.model is None else None, config.sampling,
+                                    chain=config.num_speculative_tokens)
         run.tf_total = len(ref_tokens)
     row.num_tf_positions = run.agree.positions
     row.alpha_tf = run.agree.mean("alpha")

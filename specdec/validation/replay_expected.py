@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from specdec.core.config import SamplingConfig
-from specdec.core.sampling import logits_to_probs
+from specdec.core.sampling import argmax_rule_acceptance, exact_rule_acceptance, logits_to_probs
 from specdec.core.stats import DecodingStats
 from specdec.validation.metrics import bootstrap_ratio_ci
 
@@ -30,12 +30,11 @@ def position_alphas(z_p: torch.Tensor, z_q: torch.Tensor, sampling: SamplingConf
         ValueError: an unknown rule.
     """
     p = logits_to_probs(z_p, sampling)
-    if draft_sampling == "argmax":
-        return p.gather(-1, z_q.argmax(dim=-1, keepdim=True)).squeeze(-1).clamp(0.0, 1.0).tolist()
+    if draft_sampling == "argmax":  # argmax of the raw logits = argmax q (temperature / top-k / top-p keep the order)
+        return argmax_rule_acceptance(p, z_q).tolist()
     if draft_sampling != "sampled":
         raise ValueError(f"draft_sampling must be 'sampled' or 'argmax', got {draft_sampling!r}")
-    q = logits_to_probs(z_q, sampling)
-    return torch.minimum(p, q).sum(dim=-1).clamp(0.0, 1.0).tolist()
+    return exact_rule_acceptance(p, logits_to_probs(z_q, sampling)).tolist()
 
 
 def expected_counters(alphas: list[float], *, num_speculative_tokens: int, max_new_tokens: int,

@@ -18,6 +18,7 @@ from specdec.core.head_drafter import Eagle3Drafter
 from specdec.core.inputs import stop_token_ids
 from specdec.validation.aggregate import REPLAY_BASIS, aggregate, groups
 from specdec.validation.request import ValidationRun, calibrate_on, gate_method, precision_of
+from specdec.models.hashes import adapted_weights_sha256
 from specdec.validation.continuation_cache import ContinuationCache, model_weights_hash
 from specdec.validation.prompt_run import PromptRun, record_counters
 from specdec.validation.replay import first_flip, target_divergence
@@ -72,12 +73,16 @@ def replay_kmax(run: ValidationRun) -> int:
 
 def continuation_target_weights(run: ValidationRun, cache: ContinuationCache) -> str:
     """The continuation key's ``target_weights``: the request's (registered) sha256, a served target's config
-    hash, else the weights' hash."""
+    hash, else the weights' hash (a LoadedModel with a LoRA adapter merged: its base checkpoint's hash combined with
+    the adapter's, :func:`specdec.models.hashes.adapted_weights_sha256`)."""
     if run.request.target_weights:
         return run.request.target_weights
     if is_served(run.model):
         return "config:" + hashlib.sha256(run.model.config.to_json_string(use_diff=False).encode()).hexdigest()
     path = None if run.model is run.request.target else getattr(run.request.target, "path", None)
+    adapter = getattr(run.request.target, "adapter", None)
+    if adapter is not None and path is not None:  # the base checkpoint's hash, then the adapter's on top
+        return adapted_weights_sha256(model_weights_hash(run.model, path, cache.weights_memo), adapter.weights_hash)
     return model_weights_hash(run.model, path, cache.weights_memo)
 
 

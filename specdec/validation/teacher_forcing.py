@@ -65,29 +65,30 @@ def target_teacher_forcing(target: torch.nn.Module, prompt_ids: list[int], conti
 
 
 def draft_agreement(tf: TargetTeacherForcing, draft_model: torch.nn.Module | None, drafter: NgramDrafter | Eagle3Drafter | None,
-                    sampling: SamplingConfig) -> AgreementSums:
+                    sampling: SamplingConfig, *, chain: int = 0) -> AgreementSums:
     """Agreement of the drafter's q with the target's p at every continuation position: the draft LM's
     (``draft_model``), else the drafter's (``drafter``: an n-gram's lookup, or a drafter reading target
     features, an EAGLE-3 head; a wrapper such as
-    :class:`~specdec.validation.replay.RecordingDrafter` is unwrapped first)."""
+    :class:`~specdec.validation.replay.RecordingDrafter` is unwrapped first). ``chain``: draft positions of
+    both acceptance rules' per-position sums (k; :func:`specdec.validation.metrics.chain_sums`)."""
     T, vocab = tf.z_p.shape
     drafter = unwrap_drafter(drafter) if drafter is not None else None  # a recorder's inner drafter
     if drafter is not None and drafter.target_layer_ids is not None:  # an EAGLE-3 head
-        return _head_agreement(tf, drafter, sampling)
+        return _head_agreement(tf, drafter, sampling, chain)
     if draft_model is not None:
         z_q = fit_vocab(teacher_forced_logits(draft_model, tf.seq, T), vocab)
-        return agreement_sums(tf.p, logits_to_probs(z_q, sampling), tf.kl_logp, kl_logprobs(z_q, sampling))
+        return agreement_sums(tf.p, logits_to_probs(z_q, sampling), tf.kl_logp, kl_logprobs(z_q, sampling), chain=chain)
     assert drafter is not None
     full = tf.seq + tf.continuation[-1:]
     proposals: list[int | None] = []
     for t in range(T):
         look = drafter.lookup(full[: tf.prompt_len + t], 1)
         proposals.append(look[0] if look and look[0] < vocab else None)
-    return onehot_agreement_sums(tf.p, proposals)
+    return onehot_agreement_sums(tf.p, proposals, chain=chain)
 
 
 @torch.inference_mode()
-def _head_agreement(tf: TargetTeacherForcing, drafter, sampling: SamplingConfig) -> AgreementSums:
+def _head_agreement(tf: TargetTeacherForcing, drafter, sampling: SamplingConfig, chain: int) -> AgreementSums:
     """An EAGLE-3 head's first-draft q at every continuation position ``t >= 1`` (at ``t = 0`` the
     head has no target features: decoding's first step is the target's prefill). Position ``t`` is
     head entry ``len(prompt) + t - 2`` (it reads ``x[e + 1]`` and the target features at ``e``);
@@ -104,4 +105,4 @@ def _head_agreement(tf: TargetTeacherForcing, drafter, sampling: SamplingConfig)
     E = P + T - 2  # entries 0 .. P + T - 3
     _, logits = head(ids[:, 1:E + 1], head.combine(feats[:, :E]), torch.arange(E, device=device)[None], head.new_cache(1))
     z_q = head.target_logits(logits[0, P - 1:], vocab).float().cpu()  # positions t = 1 .. T - 1
-    return agreement_sums(tf.p[1:], logits_to_probs(z_q, sampling), tf.kl_logp[1:], kl_logprobs(z_q, sampling))
+    return agreement_sums(tf.p[1:], logits_to_probs(z_q, sampling), tf.kl_logp[1:], kl_logprobs(z_q, sampling), chain=chain)

@@ -64,7 +64,7 @@ def test_demo_stale_pair_fails_the_default_floor_and_fires_then_the_rederived_pa
     with WebhookReceiver() as receiver:
         s = MonitoringSettings(db_url=f"sqlite:///{tmp_path / 'h.db'}", delivery=FAST, alert_channels=[
             ChannelConfig(type="webhook", url=receiver.url("/hook"), name="ops")])
-        assert s.rules.estimator == "pooled" and s.rules.floor_source == "policy default"  # the default
+        assert s.rules.policy.estimator == "pooled" and s.rules.policy.floor_source == "policy default"  # the default
         db = Database(s.db_url)
         db.upgrade()
         n1 = _record(db, s, 0, "1", Lineage("t1", "d1", "1", "0.1"), **HEALTHY)
@@ -97,7 +97,7 @@ def test_a_pair_with_its_own_floor_of_0_20_passes_at_0_23_and_says_which_floor()
                          num_draft_tokens=4000)
     tags = {FLOOR_TAG: "0.20"}
     base = RuleSettings()
-    floor = floor_for(base.policy(), tags)
+    floor = floor_for(base.policy, tags)
     assert (floor.value, floor.source) == (0.20, "pair version tag acceptance_floor")
     res = rules.evaluate(report, None, base.for_floor(floor))
     (ab,) = [r for r in res if r.rule == "absolute" and r.scope == "overall"]
@@ -114,7 +114,7 @@ def test_a_pair_with_its_own_floor_of_0_20_passes_at_0_23_and_says_which_floor()
     refused = evaluate_gate(metrics, policy_gate().for_pair({}))
     assert refused.status == "failed" and "< floor 0.40 (policy default)" in refused.reasons[0]
     with pytest.raises(ValueError, match="acceptance_floor must be a number in"):
-        floor_for(base.policy(), {FLOOR_TAG: "high"})
+        floor_for(base.policy, {FLOOR_TAG: "high"})
 
 
 def _runs(alpha: float, k: int, prompts: int = 24, tokens: int = 96, seed: int = 0) -> list[PromptRun]:
@@ -196,7 +196,7 @@ def _stored(g) -> str:
 def test_migration_0008_rederives_stored_verdicts_and_keeps_the_numbers(tmp_path):
     db = Database(f"sqlite:///{tmp_path / 'h.db'}")
     db.upgrade("0007_per_token_acceptance")
-    old = RuleSettings(estimator="per_token", speed_enabled=False)
+    old = RuleSettings(policy=AcceptancePolicy(estimator="per_token"), speed_enabled=False)
     base, stale = _night(**HEALTHY), _night(**STALE, categories={"chat": 0.62})
     stale_results = rules.evaluate(stale, None, old)
     assert rules.verdict(stale_results) == "passed"  # what issue 30's default said of the stale pair
@@ -223,6 +223,34 @@ def test_migration_0008_rederives_stored_verdicts_and_keeps_the_numbers(tmp_path
     assert stored[("speed", "overall")]["status"] == "not_applicable"  # kept as stored
 
 
+def test_migration_0008_keeps_the_stored_verdicts_of_production_windows_and_engine_checks(tmp_path):
+    """Issue 51: the upgrade re-derived a stored production window's ``passed`` into ``failed`` with the nightly
+    floor; a window and an engine check are judged by their own rules, so their stored verdicts stay."""
+    db = Database(f"sqlite:///{tmp_path / 'h.db'}")
+    db.upgrade("0007_per_token_acceptance")
+    old = RuleSettings(policy=AcceptancePolicy(estimator="per_token"), speed_enabled=False)
+    stale = _night(**STALE)
+    results = json.dumps([x.to_dict() for x in rules.evaluate(stale, None, old)])
+    with db.engine.begin() as conn:
+        for rid, source in ((1, "nightly"), (2, "production"), (3, "engine:llamacpp")):
+            conn.execute(text(
+                "INSERT INTO validation_runs (id, pair_name, pair_version, heldout_name, heldout_version, config_hash, "
+                "scheduled_date, status, attempts, mlflow_logged, overall, categories, rule_results, source, "
+                "acceptance_rate) VALUES (:id, 'p', '1', :h, '1', 'c', :d, 'passed', 1, 0, :o, '{}', :r, :src, :a)"),
+                dict(id=rid, h=f"h{rid}", d=NIGHTS[0], o=_stored(stale.overall), r=results, src=source,
+                     a=stale.overall.acceptance_rate))
+    db.upgrade("0008_floor_on_acceptance_rate")
+    with db.engine.connect() as conn:
+        got = dict(conn.execute(text("SELECT id, status FROM validation_runs")).all())
+        kept = conn.execute(text("SELECT rule_results FROM validation_runs WHERE id = 2")).scalar_one()
+    assert got == {1: "failed", 2: "passed", 3: "passed"}
+    assert json.loads(kept) == json.loads(results)
+    db.upgrade("head")
+    with db.engine.connect() as conn:
+        assert dict(conn.execute(text("SELECT id, status FROM validation_runs")).all()) == {1: "failed", 2: "passed",
+                                                                                         3: "passed"}
+
+
 def test_recommend_warns_when_its_k_is_already_below_the_floor():
     from specdec.validation.candidates import CandidateResult
     from specdec.validation.recommend_cli import floor_warnings
@@ -241,5 +269,5 @@ def test_a_production_window_is_judged_by_the_floor_its_nightly_run_used():
     report = make_report(0.23, ci_half=0.015, k=5, num_draft_tokens=4000)
     stored = [r.to_dict() for r in rules.evaluate(report, None, own)]
     s = floor_of_nightly(SimpleNamespace(rule_results=stored), RuleSettings())
-    assert (s.absolute_threshold, s.floor_source) == (0.2, "pair version tag acceptance_floor")
-    assert floor_of_nightly(None, RuleSettings()).absolute_threshold == 0.40  # no nightly run: the policy's
+    assert (s.policy.threshold, s.policy.floor_source) == (0.2, "pair version tag acceptance_floor")
+    assert floor_of_nightly(None, RuleSettings()).policy.threshold == 0.40  # no nightly run: the policy's

@@ -61,14 +61,16 @@ def test_no_credential_from_a_url_or_a_flag_reaches_a_terminal_mlflow_or_the_his
                  "--max-new-tokens", "8"], home, uri)
     assert "registered" in said
     said = _run(["pair", "engine", PAIR, "1", "--url", f"http://bob:{URL_PASSWORD}@127.0.0.1:9",
-                 "--flags", f"llama-server -m t.gguf --api-key {API_KEY} --port 9"], home, uri)
+                 "--flags", f"VLLM_API_KEY={API_KEY} llama-server -m t.gguf --API_KEY={API_KEY} --api-key {API_KEY} "
+                            "--port 9"], home, uri)
     assert "http://127.0.0.1:9" in said and "not stored" in said, said  # the user is told what was left out
 
     from mlflow import MlflowClient
 
     tags = MlflowClient(mlflow.uri).get_model_version(PAIR, "1").tags
     assert tags["engine_url"] == "http://127.0.0.1:9", tags
-    assert json.loads(tags["engine_flags"]) == ["llama-server", "-m", "t.gguf", "--api-key", "***", "--port", "9"]
+    assert json.loads(tags["engine_flags"]) == ["VLLM_API_KEY=***", "llama-server", "-m", "t.gguf", "--API_KEY=***",
+                                                "--api-key", "***", "--port", "9"]
 
     # a night (the engine is down: its row is an error, with no secret in it either)
     _run(["nightly", "run", "--pair", PAIR, "--alias", "challenger", "--heldout", str(tmp_path / "h.jsonl"),

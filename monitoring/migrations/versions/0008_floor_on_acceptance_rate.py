@@ -7,7 +7,10 @@ stored rule results are re-derived from those numbers under the new default
 (:func:`monitoring.rules.rederive`): the floor overall and per category at the threshold each stored
 result used, and the relative rule against the row's own baseline run. Every other stored rule result
 (collapse, measurement, speed, gate) is kept. Rows without metrics, still running or in error are left
-alone; open incidents are not touched (the next evaluated run moves them).
+alone; open incidents are not touched (the next evaluated run moves them). Only nightly rows are re-derived: a
+production window or an engine check is judged by its own rules (:mod:`monitoring.production.rules`,
+:mod:`monitoring.engine_checks`), and re-deriving it with the nightly floor turned a stored ``passed`` window
+into ``failed`` (issue 51); their stored verdicts are kept as they are.
 
 Downgrade leaves the re-derived verdicts (a verdict is not a schema change).
 
@@ -16,6 +19,7 @@ Revises: 0007_per_token_acceptance
 Create Date: 2026-12-04
 
 """
+from dataclasses import replace
 from typing import Any, Sequence, Union
 
 from alembic import op
@@ -43,15 +47,18 @@ class _Snapshot:
 
 
 def upgrade() -> None:
-    """Re-derive ``status`` and ``rule_results`` of every evaluated row."""
+    """Re-derive ``status`` and ``rule_results`` of every evaluated nightly row."""
     bind = op.get_bind()
     runs = sa.table("validation_runs", sa.column("id", sa.Integer), sa.column("status", sa.String),
                     sa.column("overall", sa.JSON), sa.column("categories", sa.JSON),
-                    sa.column("rule_results", sa.JSON), sa.column("baseline_run_id", sa.Integer))
+                    sa.column("rule_results", sa.JSON), sa.column("baseline_run_id", sa.Integer),
+                    sa.column("source", sa.String))
     rows = bind.execute(sa.select(runs.c.id, runs.c.status, runs.c.overall, runs.c.categories, runs.c.rule_results,
-                                  runs.c.baseline_run_id).where(runs.c.status.in_(VERDICT_STATUSES))).mappings().all()
+                                  runs.c.baseline_run_id).where(runs.c.status.in_(VERDICT_STATUSES),
+                                                                runs.c.source == "nightly")).mappings().all()
     overall_of = {r["id"]: r["overall"] for r in rows}
-    settings = RuleSettings(estimator="pooled")
+    settings = RuleSettings()  # the environment's policy, judged on the acceptance rate
+    settings = settings.model_copy(update={"policy": replace(settings.policy, estimator="pooled")})
     for row in rows:
         if not row["overall"] or not row["rule_results"]:
             continue
