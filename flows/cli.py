@@ -86,6 +86,7 @@ def run_cmd(
     except ValueError as e:
         err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+    ray_address = _reach_cluster(ray_address or s.ray_address, dask_address)
     from specdec import stopping
     from specdec.terminal import ReadableTerminal
 
@@ -93,13 +94,25 @@ def run_cmd(
                                          "limit": limit, "device": device, "batch_size": batch_size,
                                          "method": method, "shards": shards, "continuations": continuations},
                      parallel=parallel or bool(dask_address), dask_workers=s.dask_workers, dask_address=dask_address,
-                     ray_address=ray_address or s.ray_address)
+                     ray_address=ray_address)
     # SIGTERM or a second Ctrl-C: now; a first Ctrl-C: after the current prompt. One line, exit 143 / 130;
     # Prefect's TerminationSignal raised by its own handler inside the flow is the same stop
     with stopping.stoppable(_stopped_line, kept="history claims still held are taken over by the next run"):
         with ReadableTerminal(str(tree.home), "nightly", debug=debug) as term:
             err.print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
             _run(tree, run, term, fail_on_alert=fail_on_alert)
+
+
+def _reach_cluster(ray_address: str | None, dask_address: str | None) -> str | None:
+    """The Ray address the run uses (:func:`flows.cluster.check_cluster`), or one line and exit 1 when the named
+    cluster is not there (``auto`` with none, or no answer within :data:`flows.cluster.CONNECT_TIMEOUT_S` s)."""
+    from flows.cluster import ClusterUnreachable, check_cluster
+
+    try:
+        return check_cluster(ray_address, dask_address)
+    except ClusterUnreachable as e:
+        err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
 
 
 def check_ray(address: str | None) -> None:
@@ -259,7 +272,7 @@ def _run(tree, run: NightlyRun, term, *, fail_on_alert: bool) -> None:
                 pass
             api.stop()
         lease.release()
-    _report(results, tree.policy.policy(), fail_on_alert)
+    _report(results, tree.policy, fail_on_alert)
 
 
 def _report(results, policy, fail_on_alert: bool) -> None:

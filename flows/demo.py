@@ -620,7 +620,7 @@ def _summary(demo: _Demo, draft: str, k: int, rec, nights: dict, *, ft, held) ->
         "acceptance_ci": {v: r.acceptance_rate_ci for v, r in ch.items()},
         "per_token_acceptance": {label[f"nightly_{i}"]: ch[f"v{i}"].per_token_acceptance for i in (1, 2, 3)},
         "per_token_acceptance_ci": {v: r.per_token_acceptance_ci for v, r in ch.items()},
-        "floor": _floor(demo.settings.policy.policy()),
+        "floor": _floor(demo.settings.policy),
         "judged_by": {label[n]: demo.floors.get(n) for n in label},  # per night: floor, its source, metric, fired
         **{key: {label[n]: demo.speeds.get(n, {}).get(key) for n in label}
            for key in ("speedup", "speedup_ci", "predicted_speedup", "speed_rule",

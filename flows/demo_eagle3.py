@@ -14,7 +14,7 @@ The acts of :mod:`flows.demo` with two changes:
    gate promotes it.
 
 k is ``SPECDEC_DEMO_K`` (default :data:`HEAD_K`). The speed rule is off and the absolute acceptance floor is
-:data:`HEAD_FLOOR` (``SPECDEC_RULES__ABSOLUTE_THRESHOLD`` overrides it); the terminal says why.
+:data:`HEAD_FLOOR` (``SPECDEC_POLICY__THRESHOLD`` overrides it); the terminal says why.
 """
 
 from __future__ import annotations
@@ -79,12 +79,11 @@ def act_choose_head(demo, target_dir: Path) -> tuple[str, int, None]:
     # The story is the head's acceptance going stale and coming back; whether a head trained here in 30
     # minutes also pays on this CPU is measured (benchmarks/results/*eagle3*), and every night still
     # measures and shows the speedup, but a slow head must not stop the story at night 1.
-    # The floor is the acceptance policy's threshold, which the registry's gate and plots read per call from
-    # the environment (through its older name, so SPECDEC_POLICY__THRESHOLD still wins): set there, and
-    # the demo's settings tree read again (demo.rules).
-    os.environ.setdefault("SPECDEC_RULES__ABSOLUTE_THRESHOLD", str(HEAD_FLOOR))
+    # The floor is the acceptance policy's threshold (a value the person running the demo set wins): set in the
+    # environment, and the demo's settings tree read again (demo.rules), so its one policy carries it.
+    os.environ.setdefault("SPECDEC_POLICY__THRESHOLD", str(HEAD_FLOOR))
     demo.rules(speed_enabled=False)
-    floor = demo.settings.monitoring.rules.absolute_threshold
+    floor = demo.settings.policy.threshold
     demo.con.print(f"[dim]in this variant the speed rule is off (the story is acceptance; speedups are still measured "
                    f"and shown) and the acceptance floor is {floor} instead of 0.40: a head trained in 30 minutes on "
                    "this CPU accepts far less than a served head, so the rules that compare the pair with its own "

@@ -34,13 +34,14 @@ def engine_endpoint(pv, *, api_key: str | None) -> Any:
         return None
     flags = tags.get(ENGINE_FLAGS_TAG)
     # a credential in flags tagged before `pair engine` redacted them never reaches the history (specdec.redact)
-    return EngineEndpoint(url=url, engine=tags.get("engine", "llamacpp"), api_key=api_key,
+    return EngineEndpoint(url=url, engine=tags.get("engine"), api_key=api_key,  # no tag: the default engine
                           flags=tuple(redact_argv(json.loads(flags))) if flags else None)
 
 
 def engine_continuations_for(pv):
     """The engine continuations of the engine ``pv`` names, with this flow run's core section (key, limits)."""
     from flows.settings import for_this_run
+    from specdec.engines.profile import EngineLimits
     from specdec.validation.engine_continuations import connect_engine
 
     core = for_this_run().core
@@ -48,7 +49,7 @@ def engine_continuations_for(pv):
     if ep is None:
         raise ValueError(f"{pv.name} v{pv.version} names no engine (tag engine_url): continuations='engine' needs "
                          "one (`specdec pair engine`)")
-    return connect_engine(ep, core.engine_limits())
+    return connect_engine(ep, EngineLimits.of(core))
 
 
 def pair_identity(pv, target: Any) -> Any:
@@ -120,12 +121,13 @@ def _check(night, pv, params, endpoint, config) -> Any:
     read) and the engine's own target-only continuations, which the night's replay already cached (in the cache of
     the night's home, ``night.core.home``)."""
     from flows.loading import cached_drafter, cached_target, load_pair_models
+    from specdec.engines.profile import EngineLimits
     from specdec.validation.api import ValidationRequest, validate
     from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.engine_check import EngineCheck
     from specdec.validation.engine_continuations import connect_engine
 
-    limits = night.core.engine_limits()
+    limits = EngineLimits.of(night.core)
     continuations = connect_engine(endpoint, limits) if params.continuations == "engine" else None
     try:
         tkey, dkey = load_pair_models(pv, device=params.device, dtype=params.dtype, served=continuations is not None)

@@ -76,10 +76,6 @@ class _RegistryLoader:
         return download_model_version(get_model_version(uri, registry=self.registry), registry=self.registry)
 
 
-#: drafter kinds validated without the target's weights when an engine serves the target
-SERVED_TARGET_KINDS = ("model", "ngram")
-
-
 def served_checkpoint(uri: str, registry):
     """The target version ``uri``'s files other than weights (config, tokenizer), read through ``registry``
     (:class:`registry.service.Registry`) and downloaded once per worker
@@ -122,8 +118,9 @@ def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto", served: b
 
     Args:
         pv: the :class:`registry.PairVersion` (as read by the flow; no artifacts needed).
-        served: the engine serves the target: for :data:`SERVED_TARGET_KINDS` the target is a served target
-            (config and tokenizer only, module docstring).
+        served: the engine serves the target: for a kind validated beside a served target
+            (:attr:`specdec.kinds.DrafterKind.beside_served_target`) the target is a served target (config and
+            tokenizer only, module docstring).
     Returns:
         ``(target_key, drafter_key)``: the cache keys to pass to :func:`cached_target` /
         :func:`cached_drafter`.
@@ -139,13 +136,14 @@ def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto", served: b
     dev, dt = _resolve_device_dtype(tree.core, device, dtype)
     loader = _RegistryLoader(Registry(tree.registry, check=False), dev, dt,  # no probe: the flow resolved the pair
                              ModelStore(tree.core.models_dir))
+    kind = kind_of(pv.drafter_kind)
     target_key = ("target", pv.target_uri, pv.target_weights_sha256, dev, str(dt))
     if getattr(pv, "target_adapter", None):
         if served:
             raise ValueError(f"{pv.uri} has a target adapter: engine continuations of an adapter pair are not built "
                              "yet (docs/adapters.md); validate it with the core's continuations")
         target_key, target = adapted_target(pv, loader)
-    elif served and pv.drafter_kind.split(":")[0] in SERVED_TARGET_KINDS:
+    elif served and kind.beside_served_target:
         from specdec.validation.served_target import served_target
 
         target_key = ("served-target",) + target_key[1:]
@@ -157,7 +155,6 @@ def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto", served: b
     reg = RegisteredDrafter(label=pv.drafter_kind, uri=pv.draft_uri, weights_sha256=pv.draft_weights_sha256,
                             base_uri=source.get("derived_from") or pv.target_uri, recipe=pv.recipe or source.get("recipe"),
                             target_key=target_key, device=dev, dtype=str(dt))
-    kind = kind_of(pv.drafter_kind)
     drafter_key = kind.cache_key(reg, loader)
     load = lambda: kind.load(reg, target, loader, dtype=dt, device=dev)  # noqa: E731
     if getattr(pv, "draft_adapter", None):

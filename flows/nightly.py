@@ -365,7 +365,7 @@ def record_night(night: Night, job: Job, report) -> NightlyResult:
     t = job.target
     events.announce("history", pair=t.pair, version=t.version)
     lineage = Lineage.from_report(report, target_hash=t.pv.target_weights_sha256, draft_hash=t.pv.draft_weights_sha256)
-    settings, gate = judged_by(night.settings, t.pv.tags, report)
+    settings, gate = judged_by(night, t.pv.tags, report)
     evidence = pipeline.record_evidence(night.db, report, job.key, lineage, claim=job.claim, alias=t.alias,  # 3, 4
                                         champion_version=t.champion_version, settings=settings,
                                         evidently_dir=job.report_dir / "evidently", extra_results=[gate])
@@ -376,21 +376,19 @@ def record_night(night: Night, job: Job, report) -> NightlyResult:
     return _result(job, report, out.evaluation, out.drift, mlflow, out.alert)
 
 
-def judged_by(settings, pair_tags: dict, report):
+def judged_by(night: Night, pair_tags: dict, report):
     """(monitoring settings with the pair version's own floor, the gate's criteria beyond acceptance as a
-    rule result): what tonight's one verdict word is judged by. The floor is the version's tag
-    ``acceptance_floor`` when set (:func:`specdec.policy.floor_for`), else the policy's; a malformed tag
+    rule result): what tonight's one verdict word is judged by. The night's one gate (``night.gate``, of the
+    tree's one policy) finds the floor once (:meth:`registry.gate.GateConfig.for_pair`: the version's tag
+    ``acceptance_floor`` when set, else the policy's), and the drift rules judge by that floor; a malformed tag
     raises ``ValueError`` (the night records it as this version's error)."""
     from monitoring.rules import gate_result
-    from registry.gate import GateConfig
     from registry.runs import judge_report
-    from specdec.policy import floor_for
 
-    rules = settings.rules
-    floor = floor_for(rules.policy(), pair_tags)
-    settings = settings.model_copy(update={"rules": rules.for_floor(floor)})
-    gate = GateConfig.from_policy(rules.policy())
-    word, reasons = judge_report(report, pair_tags, gate).result.beyond_acceptance()
+    judged = judge_report(report, pair_tags, night.gate)
+    rules = night.settings.rules
+    settings = night.settings.model_copy(update={"rules": rules.for_floor(judged.gate.floor)})
+    word, reasons = judged.result.beyond_acceptance()
     return settings, gate_result(word, reasons, rules.acceptance_severity)
 
 
@@ -463,7 +461,7 @@ def open_night(job: NightlyJob, tree) -> Night:
     registry = Registry(tree.registry, check=False)  # no probe: resolving the aliases retries a server briefly down
     return Night(job.scheduled_date or scheduled_date_of_run(), settings, db, registry,
                  load_heldout(job.validation.heldout), lease, Heartbeat(db, settings.claim_stale_after_s / 10),
-                 holder_dead(settings.home), tree.core, GateConfig.from_policy(tree.policy.policy()))
+                 holder_dead(settings.home), tree.core, GateConfig.from_policy(tree.policy))
 
 
 def check_ungated_pairs(night: Night, job: NightlyJob) -> dict[str, dict[str, Any]]:
@@ -526,9 +524,25 @@ def resolve_targets(night: Night, job: NightlyJob) -> tuple[list[Target], list[N
             except (RegistryError, MlflowException, OSError, KeyError, ValueError) as e:  # one bad alias or pair.json: the rest go on
                 results.append(_broken(night, pair, alias, version, e, "cannot resolve the pair version"))
                 continue
+            try:
+                check_pair_tags(night, pv.tags)
+            except ValueError as e:  # before any model is loaded: the version's tag, not the storage, is wrong
+                results.append(_broken(night, pair, alias, version, e, "a tag of this pair version is malformed, "
+                                       "nothing validated (set the tag right in MLflow, or delete it)"))
+                continue
             seen[(pair, version)] = alias
             targets.append(Target(pair, alias, pv, champion))
     return targets, results
+
+
+def check_pair_tags(night: Night, tags: dict | None) -> None:
+    """Check the per-pair tags a verdict reads (the floor ``acceptance_floor`` of :func:`judged_by` and the gate)
+    before any model is loaded, so a malformed one ends this version at once instead of after its validation.
+
+    Raises:
+        ValueError: a tag that does not parse (the message names the tag and its value).
+    """
+    night.gate.for_pair(tags)  # the pair's floor, as judged_by finds it (the rules take the gate's)
 
 
 def claim_target(night: Night, target: Target, params: ValidationParams) -> Job | NightlyResult:
@@ -768,6 +782,7 @@ def nightly_flow_for(parallel: bool = False, dask_workers: int = 2, dask_address
 
     Raises:
         ValueError: ``ray_address`` given without ``prefect-ray`` installed (``pip install 'specdec[ray]'``).
+        flows.cluster.ClusterUnreachable: ``ray_address`` is ``auto`` and no Ray cluster runs here.
     """
     if ray_address:
         return nightly_validation_flow.with_options(task_runner=_ray_runner(ray_address, dask_workers))
@@ -790,7 +805,10 @@ def _ray_runner(address: str, workers: int):
         from prefect_ray import RayTaskRunner
     except ImportError:
         raise ValueError("the Ray task runner needs prefect-ray: pip install 'specdec[ray]'") from None
-    if address == "local":
+    from flows.cluster import ray_cluster_address
+
+    resolved = ray_cluster_address(address)  # "auto": the running cluster, never a local Ray started silently
+    if resolved is None:
         return RayTaskRunner(init_kwargs={"num_cpus": workers, "include_dashboard": False,
                                           "object_store_memory": 256 << 20, "log_to_driver": False})
-    return RayTaskRunner(address=address)
+    return RayTaskRunner(address=resolved)

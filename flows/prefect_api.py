@@ -21,6 +21,8 @@ from pathlib import Path
 
 import httpx
 
+from specdec import processes
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -91,7 +93,7 @@ class PrefectAPI:
     def _spawn(self, prefect_dir: Path, port: int, env: dict) -> None:
         """Start the server process and wait for ``/health`` (its database is migrated by then)."""
         logf = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
+        self.proc = processes.spawn(
             [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect_dir.parent),
              "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
              "--log-level", "error", "--lifespan", "on"],
@@ -118,13 +120,7 @@ class PrefectAPI:
                 time.sleep(0.2)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        processes.stop(self.proc, grace_s=10)  # the server's process group: SIGTERM, SIGKILL after 10 s, reaped
         self.proc = None
         if self.url and os.environ.get("PREFECT_API_URL") == self.url:
             if self._old_url is None:

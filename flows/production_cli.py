@@ -20,13 +20,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from monitoring.production.settings import ENGINE_NAMES
+from specdec.engines.profiles import DEFAULT_ENGINE, engines_help
+
 ingest_app = typer.Typer(help="Ingest a serving engine's speculative-decoding counters (production acceptance).",
                          no_args_is_help=True)
 err = Console(stderr=True, emoji=False)
 out = Console()
 
 Url = Annotated[str, typer.Option("--url", help="Prometheus base URL, or the engine's /metrics URL.")]
-Engine = Annotated[str, typer.Option("--engine", help="vllm | sglang | llamacpp (which metric names to read).")]
+Engine = Annotated[str, typer.Option("--engine", help=f"{engines_help(ENGINE_NAMES)} (which metric names to read).")]
 Source = Annotated[Optional[str], typer.Option("--source", help="Source name (default: the engine name).")]
 Pair = Annotated[Optional[str], typer.Option("--pair", help="Registered pair serving these models (adds a mapping).")]
 Alias = Annotated[str, typer.Option("--alias", help="Alias production serves.")]
@@ -204,7 +207,7 @@ def _parse_end(end: str | None, settle: float) -> dt.datetime:
 @ingest_app.command("prometheus")
 def prometheus_cmd(
     *,
-    url: Url, engine: Engine = "vllm", source: Source = None,
+    url: Url, engine: Engine = DEFAULT_ENGINE, source: Source = None,
     selector: Annotated[str, typer.Option("--selector", help='Extra PromQL label matchers, e.g. job="vllm".')] = "",
     window: Annotated[Optional[float], typer.Option("--window", min=0.01, help="Window length in minutes "
                                                     "(default SPECDEC_PRODUCTION_WINDOW_MINUTES, 15).")] = None,
@@ -225,7 +228,7 @@ def prometheus_cmd(
 @ingest_app.command("metrics")
 def metrics_cmd(
     *,
-    url: Url, engine: Engine = "vllm", source: Source = None,
+    url: Url, engine: Engine = DEFAULT_ENGINE, source: Source = None,
     pair: Pair = None, alias: Alias = "champion", version: Version = None, model: Model = "*", k: K = None,
     db_url: DbUrl = None, no_alert: NoAlert = False, plot: Plot = None,
 ) -> None:

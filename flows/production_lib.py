@@ -61,7 +61,7 @@ def write_trend_plots(pairs: list[str], out_dir: Path, settings) -> dict[str, st
             d = out_dir / pair.replace("/", "_")
             d.mkdir(parents=True, exist_ok=True)
             p = plots.plot_trend(trend_points(db, pair), d / "acceptance_trend.png",
-                                 threshold=settings.rules.absolute_threshold, estimator=settings.rules.estimator,
+                                 threshold=settings.rules.policy.threshold, estimator=settings.rules.policy.estimator,
                                  title=f"{pair}: acceptance rate, nightly held-out vs production traffic")
             paths[pair] = str(p)
     finally:

@@ -60,7 +60,7 @@ def promote_flow(pair: str = "specdec-pair", version: str = "1", alias: str = "c
 
     tree = for_this_run()
     registry = Registry(tree.registry)  # this flow run's one MLflow service
-    policy_gate = GateConfig.from_policy(tree.policy.policy())
+    policy_gate = GateConfig.from_policy(tree.policy)
     gate = check_promotion_gate(pair, str(version), registry, policy_gate)
     get_run_logger().info("gate for %s v%s: %s", pair, version, "pass" if gate.get("passed") else gate.get("reasons"))
     return move_alias(AliasMove(pair, str(version), alias, force, reason, actor), registry, policy_gate)

@@ -149,7 +149,7 @@ def realign_eagle3_flow(pair: str = "specdec-pair", alias: str = "champion", *, 
     trained = retrain_task(where, out, dict(config or {}), store)
     pv = register_task(HeadRegistration(trained.out_dir, pair, where.target_ref, register_alias, where.config,
                                         where.engine, parse_model_uri(where.head_uri)[0]), registry,
-                       GateConfig.from_policy(tree.policy.policy()), store)
+                       GateConfig.from_policy(tree.policy), store)
     log.info("re-trained head %s -> %s in %.1f min; %s v%s%s", where.head_uri, pv["draft_uri"],
              trained.metrics["train_minutes"], pair, pv["version"], f" is @{register_alias}" if register_alias else "")
     return {"pair": pair, "version": pv["version"], "head_uri": pv["draft_uri"], "parent_head": where.head_uri,

@@ -92,7 +92,7 @@ def register_pair_flow(
     pv = register_task(PairRequest(target, draft, name, target_name, draft_name, cfg, target_adapter, draft_adapter),
                        registry, ModelStore(tree.core.models_dir))
     if alias:
-        set_alias_task(pv["name"], pv["version"], alias, registry, GateConfig.from_policy(tree.policy.policy()))
+        set_alias_task(pv["name"], pv["version"], alias, registry, GateConfig.from_policy(tree.policy))
     get_run_logger().info("pair %s v%s (%s changed)%s", pv["name"], pv["version"], pv["changed"],
                           f" is @{alias}" if alias else "")
     return pv

@@ -35,6 +35,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from monitoring.production.settings import ProductionSettings
 from monitoring.settings import MonitoringSettings
 from registry.settings import RegistrySettings
+from specdec.policy import AcceptancePolicy
 from specdec.settings import CoreSettings, PolicySettings, home_dir
 
 class NightlySettings(BaseSettings):
@@ -143,7 +144,9 @@ class Settings(BaseModel):
 
     Attributes:
         home: absolute data directory (``SPECDEC_HOME``).
-        core / policy / registry / monitoring / production / nightly: the sections (module docstring).
+        core / registry / monitoring / production / nightly: the sections (module docstring).
+        policy: the one acceptance policy of the tree (``SPECDEC_POLICY__*``, read once): the drift rules hold
+            it (``monitoring.rules.policy``), and the gate, plots and Evidently report are built from it.
         prefect: what the CLI reads of Prefect's environment. watch: ``specdec pair watch``'s secret.
     """
 
@@ -151,7 +154,7 @@ class Settings(BaseModel):
 
     home: Path
     core: CoreSettings
-    policy: PolicySettings
+    policy: AcceptancePolicy
     registry: RegistrySettings
     monitoring: MonitoringSettings
     production: ProductionSettings
@@ -168,8 +171,9 @@ def load_settings(home: Path | None = None) -> Settings:
         pydantic.ValidationError: a malformed value (the error names the field; secrets are not echoed).
     """
     home = Path(home).expanduser().resolve() if home is not None else home_dir()
-    return Settings(home=home, core=CoreSettings(home=home), policy=PolicySettings(),
-                    registry=RegistrySettings(home=home), monitoring=MonitoringSettings(home=home),
+    policy = PolicySettings().policy()  # the one policy: the rules hold it, the gate is built from it
+    return Settings(home=home, core=CoreSettings(home=home), policy=policy, registry=RegistrySettings(home=home),
+                    monitoring=MonitoringSettings(home=home, rules={"policy": policy}),
                     production=ProductionSettings(), nightly=NightlySettings(), prefect=PrefectSettings(),
                     watch=WatchSettings())
 

@@ -88,6 +88,6 @@ def watch_cmd(
             Console().print(f"watching {', '.join(pairs)} (webhook {hook}) on http://{host}:{port}/webhook; "
                             f"validations through {deployment}{'; --revert on' if revert else ''}", highlight=False)
             serve(pairs, secret, host=host, port=port, db=monitoring.connect(tree.monitoring), registry=registry,
-                  settings=tree.monitoring, gate=GateConfig.from_policy(tree.policy.policy()),
+                  settings=tree.monitoring, gate=GateConfig.from_policy(tree.policy),
                   deployment=deployment, revert=revert, window_s=window_s, limit=limit)
         stopping.check()  # a first Ctrl-C that uvicorn handled gracefully

@@ -31,7 +31,6 @@ from monitoring import alerts, history, rules
 from monitoring.db import Database
 from monitoring.rules import Evaluation
 from monitoring.settings import MonitoringSettings
-from specdec.policy import AcceptancePolicy
 from specdec.validation.report import ValidationReport
 
 log = logging.getLogger(__name__)
@@ -104,9 +103,9 @@ def drift_report(
     verdict = evidently_report.build_report(
         history.prompt_results(db, evaluation.run_id),
         history.prompt_results(db, evaluation.baseline_run_id), out,
-        acceptance_threshold=settings.rules.absolute_threshold,
+        acceptance_threshold=settings.rules.policy.threshold,
         relative_drop=settings.rules.relative_drop,
-        judged=AcceptancePolicy(estimator=settings.rules.estimator).metric,
+        judged=settings.rules.policy.metric,
         current_label=f"{row.pair_name} v{row.pair_version}, night {row.scheduled_date} (history run {row.id})",
         reference_label=f"{base.pair_name} v{base.pair_version}, night {base.scheduled_date} (history run {base.id}, "
                         "the last passing run of the champion)",
@@ -151,7 +150,7 @@ def alert(
         alias=row.alias, heldout=f"{row.heldout_name}@{row.heldout_version}",
         num_speculative_tokens=row.num_speculative_tokens, target_hash=row.target_hash,
         draft_hash=row.draft_hash, baseline=evaluation.baseline_label, target_ref=row.target_ref,
-        draft_ref=row.drafter_ref,
+        draft_ref=row.drafter_ref, drafter_kind=row.drafter_kind,
         root_cause_hint=evaluation.root_cause_hint, links=dict(links or {}),
         changed=_changed(row, history.get_run(db, evaluation.baseline_run_id) if evaluation.baseline_run_id else None),
     )

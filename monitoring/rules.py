@@ -15,6 +15,9 @@ Rules (thresholds in :class:`monitoring.settings.RuleSettings`):
   is below ``(1 - 0.15) * baseline``; a baseline at another k still compares, so a k change is not drift.
 - ``collapse``: ``draft_tokens_per_step`` falls by more than 30% against the baseline (a drafter
   that stopped proposing can show 100% acceptance on almost nothing).
+- output length: when a night's mean output length (tokens per prompt) is outside
+  :data:`OUTPUT_LENGTH_BAND` of its baseline's, a firing relative or collapse rule is not called drift: it
+  becomes ``insufficient_evidence`` and says the outputs got shorter or longer (:func:`not_drift`).
 - ``measurement``: the teacher-forced α (``alpha_tf``) and the decoding estimate of the same
   quantity (``alpha_hat``, the i.i.d. maximum-likelihood α from the decoding steps) have non-overlapping 95% CIs. For k > 1 the
   acceptance *rate* is a different quantity from α, so it is not compared with ``alpha_tf``.
@@ -182,12 +185,12 @@ def absolute_rules(current: GroupMetrics, categories: Mapping[str, GroupMetrics]
     acceptance rate at the validated k by default), naming the floor and where it came from, the acceptance rule
     it judged (``acceptance_rule``, the pair's served rule: its counters were decoded or replayed under it) and
     both rules' teacher-forced rates beside it (:func:`rule_note`)."""
-    policy = settings.policy()
+    policy = settings.policy
     out = [_below("absolute", OVERALL, current, limit=settings.threshold_for(None),
-                  min_tokens=settings.min_draft_tokens, baseline=None, policy=policy,
-                  what="floor", source=settings.floor_source)]
+                  min_tokens=policy.min_draft_tokens, baseline=None, policy=policy,
+                  what="floor", source=policy.floor_source)]
     for name in sorted(categories):
-        source = "category threshold" if name in settings.category_thresholds else settings.floor_source
+        source = "category threshold" if name in settings.category_thresholds else policy.floor_source
         out.append(_below("absolute", name, categories[name], limit=settings.threshold_for(name),
                           min_tokens=settings.min_category_draft_tokens, baseline=None, what="floor",
                           source=source, policy=policy))
@@ -239,7 +242,7 @@ def relative_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings
         return RuleResult("relative", OVERALL, NOT_APPLICABLE, metric, value=value, baseline=base_value, message=reason)
     limit = base_value * (1.0 - settings.relative_drop)
     what = f"{1 - settings.relative_drop:.0%} of baseline {base_value:.3f} ="
-    return _below("relative", OVERALL, current, limit=limit, min_tokens=settings.min_draft_tokens,
+    return _below("relative", OVERALL, current, limit=limit, min_tokens=settings.policy.min_draft_tokens,
                   baseline=base_value, what=what, policy=AcceptancePolicy(estimator=est), sides=("upper", "point"))
 
 
@@ -267,21 +270,67 @@ def collapse_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings
         f"{value:.2f} draft tokens per step (baseline {base_value:.2f})"))
 
 
-def measurement_rule(current: GroupMetrics) -> RuleResult:
-    """``alpha_tf`` and ``alpha_hat`` (both estimate α) disagree: their 95% CIs do not overlap."""
-    tf, tf_ci = _num(current.alpha_tf), _ci(current.alpha_tf_ci)
+#: a night whose mean output length (tokens per prompt) is outside this ratio of its baseline's is read as an output
+#: length change, not drift: mean accepted length and acceptance depend on how long the outputs run (an SGLang gate
+#: failed at 5.31 against 6.6 only because the same prompt stopped at 775 tokens instead of 2048)
+OUTPUT_LENGTH_BAND = (0.8, 1.25)
+
+
+def mean_output_tokens(g: GroupMetrics) -> float | None:
+    """Tokens emitted per validated prompt (``num_emitted_tokens / num_prompts``), None where not counted (a
+    production window, an expected-value replay)."""
+    n, emitted = int(g.num_prompts or 0), _num(float(g.num_emitted_tokens or 0))
+    return emitted / n if n > 0 and emitted else None
+
+
+def output_length_note(current: GroupMetrics, baseline: GroupMetrics | None) -> str | None:
+    """``outputs 62% shorter than the baseline's (12.1 against 31.9 tokens per prompt)`` when the ratio of the
+    mean output lengths is outside :data:`OUTPUT_LENGTH_BAND`, else None (also without a baseline or a count)."""
+    cur = mean_output_tokens(current)
+    base = mean_output_tokens(baseline) if baseline is not None else None
+    if cur is None or base is None:
+        return None
+    ratio = cur / base
+    if OUTPUT_LENGTH_BAND[0] <= ratio <= OUTPUT_LENGTH_BAND[1]:
+        return None
+    how = f"{1 - ratio:.0%} shorter" if ratio < 1 else f"{ratio - 1:.0%} longer"
+    return f"outputs {how} than the baseline's ({cur:.1f} against {base:.1f} tokens per prompt)"
+
+
+def not_drift(r: RuleResult, length_note: str | None) -> RuleResult:
+    """A drift rule's result (relative, collapse) on a night whose output length changed (``length_note``): one that
+    fires becomes ``insufficient_evidence`` saying the change is the output length, not drift (so the night is
+    inconclusive: no alert, no resolution); any other names the change. Unchanged without a note."""
+    if length_note is None:
+        return r
+    why = "acceptance depends on output length; pin max_new_tokens (and ignore_eos) to compare"
+    if r.firing:
+        r.status = INSUFFICIENT
+        r.message = f"not judged as drift: {length_note}: {why} (the rule alone says: {r.message})"
+    else:
+        r.message += f"; {length_note}"
+    return r
+
+
+def measurement_rule(current: GroupMetrics, acceptance_rule: str | None = None) -> RuleResult:
+    """The teacher-forced α of the served ``acceptance_rule`` (``alpha_tf`` = Σ min(p, q) for the exact rule and
+    older runs, ``argmax_rule_acceptance`` = p(argmax q) for the argmax rule:
+    :meth:`~specdec.validation.report.GroupMetrics.teacher_forced_alpha`) and ``alpha_hat`` (the decoded α, counted
+    under that rule) disagree: their 95% CIs do not overlap."""
+    name, tf_value, tf_pair = current.teacher_forced_alpha(acceptance_rule)
+    tf, tf_ci = _num(tf_value), _ci(tf_pair)
     hat, hat_ci = _num(current.alpha_hat), _ci(current.alpha_hat_ci)
-    common = dict(rule="measurement", scope=OVERALL, metric="alpha_tf", value=tf, ci=tf_ci,
+    common = dict(rule="measurement", scope=OVERALL, metric=name, value=tf, ci=tf_ci,
                   baseline=None, num_draft_tokens=int(current.num_draft_tokens or 0))
     if tf_ci is None or hat_ci is None or hat is None:
-        return RuleResult(status=NOT_APPLICABLE, message="alpha_tf or alpha_hat CI not measured", **common)
+        return RuleResult(status=NOT_APPLICABLE, message=f"{name} or alpha_hat CI not measured", **common)
     common["threshold"] = hat
     if tf_ci[1] < hat_ci[0] or hat_ci[1] < tf_ci[0]:
         return RuleResult(status=FIRING, **common, message=(
-            f"measurement disagreement: alpha_tf {tf:.3f}{_fmt_ci(tf_ci)} vs decoding alpha_hat "
+            f"measurement disagreement: {name} {tf:.3f}{_fmt_ci(tf_ci)} vs decoding alpha_hat "
             f"{hat:.3f}{_fmt_ci(hat_ci)}; check the validation harness before trusting the numbers"))
     return RuleResult(status=OK, **common, message=(
-        f"alpha_tf {tf:.3f}{_fmt_ci(tf_ci)} consistent with alpha_hat {hat:.3f}{_fmt_ci(hat_ci)}"))
+        f"{name} {tf:.3f}{_fmt_ci(tf_ci)} consistent with alpha_hat {hat:.3f}{_fmt_ci(hat_ci)}"))
 
 
 def replay_rule(current: GroupMetrics) -> RuleResult:
@@ -433,9 +482,10 @@ def evaluate(current, baseline, settings: RuleSettings | None = None) -> list[Ru
     base = baseline.overall if baseline is not None else None
     out = absolute_rules(current.overall, current.categories, settings,
                          acceptance_rule=getattr(current, "acceptance_rule", None))
-    out.append(relative_rule(current.overall, base, settings))
-    out.append(collapse_rule(current.overall, base, settings))
-    out.append(measurement_rule(current.overall))
+    length = output_length_note(current.overall, base)
+    out += [not_drift(r, length) for r in (relative_rule(current.overall, base, settings),
+                                           collapse_rule(current.overall, base, settings))]
+    out.append(measurement_rule(current.overall, getattr(current, "acceptance_rule", None)))
     out.append(replay_rule(current.overall))
     for r in out:
         r.severity = "warning" if r.rule == "measurement" else settings.acceptance_severity
@@ -625,11 +675,12 @@ def rederive(stored: list[dict] | None, current, baseline_overall: GroupMetrics 
     """
     old = [RuleResult.from_dict(d) for d in stored or []]
     limits = {r.scope: r.threshold for r in old if r.rule == "absolute" and r.threshold is not None}
-    floor = limits.get(OVERALL, settings.absolute_threshold)
+    policy = settings.policy
+    floor = limits.get(OVERALL, policy.threshold)
     cats = {name: t for name, t in limits.items() if name != OVERALL and t != floor}
-    source = settings.floor_source if floor == settings.absolute_threshold else "the run's stored floor"
-    s = settings.model_copy(update={"absolute_threshold": floor, "floor_source": source,
-                                    "category_thresholds": {**settings.category_thresholds, **cats}})
+    source = policy.floor_source if floor == policy.threshold else "the run's stored floor"
+    s = settings.for_floor(Floor(floor, source)).model_copy(
+        update={"category_thresholds": {**settings.category_thresholds, **cats}})
     severity = {r.rule: r.severity for r in old}
     new = absolute_rules(current.overall, current.categories, s, acceptance_rule=getattr(current, "acceptance_rule", None))
     new.append(relative_rule(current.overall, baseline_overall, s))

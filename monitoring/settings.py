@@ -10,8 +10,9 @@ Environment variables (all optional):
   ``[{"type": "slack", "url": "https://hooks.slack.com/services/..."},
   {"type": "webhook", "url": "https://ops.example/hook", "name": "pager"}]``.
   URLs are secrets (:class:`pydantic.SecretStr`): never logged, shown only as scheme and host.
-- ``SPECDEC_RULES__ABSOLUTE_THRESHOLD=0.4``, ``SPECDEC_RULES__CATEGORY_THRESHOLDS='{"code": 0.5}'``,
-  ... (see :class:`RuleSettings`).
+- ``SPECDEC_RULES__CATEGORY_THRESHOLDS='{"code": 0.5}'``, ``SPECDEC_RULES__RELATIVE_DROP=0.15``, ... (see
+  :class:`RuleSettings`; the floor, its estimator, alert side and minimum evidence are the acceptance policy's,
+  ``SPECDEC_POLICY__*``: the older ``SPECDEC_RULES__ABSOLUTE_THRESHOLD`` etc. still work, with a warning).
 - ``SPECDEC_DELIVERY__MAX_ATTEMPTS=4``, ``SPECDEC_DELIVERY__BACKOFF_INITIAL_S=1`` ... (see
   :class:`DeliverySettings`).
 - ``SPECDEC_REMINDER_INTERVAL_HOURS=24``, ``SPECDEC_CLAIM_STALE_AFTER_S=600`` (a running claim whose
@@ -19,14 +20,16 @@ Environment variables (all optional):
   of a dead process on the same host is taken over at once, see :mod:`flows.recovery`).
 
 The section lives here, with the package that uses it; the whole tree is composed where the packages
-meet (:func:`flows.settings.load_settings`). The rule defaults come from the acceptance policy
-(:mod:`specdec.settings.policy`, which the registry's gate reads too).
+meet (:func:`flows.settings.load_settings`), which hands the rules the tree's one acceptance policy
+(:mod:`specdec.settings.policy`, which the registry's gate takes too); built alone (:func:`get_settings`), the
+section reads the policy once, when it is built.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -44,23 +47,16 @@ from specdec.validation.machine import OVERLOADED_LOAD_PER_CPU
 class RuleSettings(BaseModel):
     """Thresholds of the drift rules (:mod:`monitoring.rules`). Rates are probabilities in [0, 1].
 
-    The defaults come from the acceptance policy (:class:`specdec.policy.AcceptancePolicy`,
-    ``SPECDEC_POLICY__*``, :mod:`specdec.settings.policy`), which the promotion gate, the plots and the Evidently report read too;
-    ``SPECDEC_RULES__ABSOLUTE_THRESHOLD`` is an older name for ``SPECDEC_POLICY__THRESHOLD``.
-
     Attributes:
-        absolute_threshold: the floor: acceptance below which a pair is unhealthy (policy, 0.40, or
-            the pair version's own, tag ``acceptance_floor``: :meth:`for_floor`), in the metric
-            ``estimator`` names.
-        floor_source: where ``absolute_threshold`` came from, named in every floor verdict
-            (``policy default``, ``SPECDEC_POLICY__THRESHOLD``, ``pair version tag acceptance_floor``).
-        estimator: the floor's metric (policy): ``pooled`` (default: the acceptance rate engines print,
-            accepted/drafted at the pair's validated k) or ``per_token`` (α̂, the same at every k). The
-            relative rule always judges α̂.
-        min_draft_tokens: draft tokens needed before the absolute rule may fire overall (policy, 200).
-        alert_side: which end of the 95% CI must be below the threshold to fire (policy, ``upper``).
-        category_thresholds: per-category acceptance thresholds; categories not listed use
-            ``absolute_threshold``.
+        policy: the acceptance policy (:class:`specdec.policy.AcceptancePolicy`, ``SPECDEC_POLICY__*``), the one
+            the promotion gate, the plots and the Evidently report take too: the floor (``threshold``, 0.40, or the
+            pair version's own, tag ``acceptance_floor``: :meth:`for_floor`) and where it came from
+            (``floor_source``), its metric (``estimator``: ``pooled``, the acceptance rate engines print, or
+            ``per_token``; the relative rule always judges α̂), the draft tokens needed before the absolute rule
+            may fire overall (``min_draft_tokens``, 200) and the end of the 95% CI that must be below the floor
+            (``alert_side``, ``upper``). Handed in by the tree (:func:`flows.settings.load_settings`); read from
+            the environment once when the section is built alone.
+        category_thresholds: per-category acceptance thresholds; categories not listed use the floor.
         min_category_draft_tokens: draft tokens a category needs before its rule may fire (100).
         relative_drop: fractional drop of the acceptance rate against the baseline that fires (0.15,
             i.e. the current CI upper bound must be below ``0.85 * baseline``).
@@ -82,11 +78,7 @@ class RuleSettings(BaseModel):
             known kernel gap of a pair (e.g. a Q4_0 draft in llama.cpp, docs/metrics.md "Engine check").
     """
 
-    absolute_threshold: float = Field(default_factory=lambda: get_policy().threshold, ge=0.0, le=1.0)
-    min_draft_tokens: int = Field(default_factory=lambda: get_policy().min_draft_tokens, ge=0)
-    alert_side: Literal["lower", "point", "upper"] = Field(default_factory=lambda: get_policy().alert_side)
-    floor_source: str = Field(default_factory=lambda: get_policy().floor_source)
-    estimator: Literal["per_token", "pooled"] = Field(default_factory=lambda: get_policy().estimator)
+    policy: AcceptancePolicy = Field(default_factory=get_policy)
     category_thresholds: dict[str, float] = Field(default_factory=dict)
     min_category_draft_tokens: int = Field(100, ge=0)
     relative_drop: float = Field(0.15, gt=0.0, lt=1.0)
@@ -100,29 +92,20 @@ class RuleSettings(BaseModel):
     speed_severity: Literal["info", "warning", "critical"] = "warning"
     engine_gap_tolerance: float = Field(0.0, ge=0.0, le=1.0)
 
-    def policy(self) -> AcceptancePolicy:
-        """The acceptance policy these rules apply (:mod:`specdec.policy`; threshold, alert side and
-        minimum evidence as set here, the rest from ``SPECDEC_POLICY__*``)."""
-        base = get_policy()
-        return AcceptancePolicy(threshold=self.absolute_threshold, estimator=self.estimator,
-                                alert_side=self.alert_side, gate_side=base.gate_side,
-                                min_draft_tokens=self.min_draft_tokens, min_prompts=base.min_prompts,
-                                floor_source=self.floor_source)
-
     def for_floor(self, floor: Floor) -> "RuleSettings":
         """These rules with a pair version's ``floor`` (:func:`specdec.policy.floor_for`) as the overall floor."""
-        return self.model_copy(update={"absolute_threshold": floor.value, "floor_source": floor.source})
+        return self.model_copy(update={"policy": replace(self.policy, threshold=floor.value, floor_source=floor.source)})
 
     @property
     def floor(self) -> Floor:
         """The overall floor these rules judge by, with its source."""
-        return Floor(self.absolute_threshold, self.floor_source)
+        return Floor(self.policy.threshold, self.policy.floor_source)
 
     def threshold_for(self, category: str | None) -> float:
         """The absolute threshold for ``category`` (``None`` = overall)."""
         if category is None:
-            return self.absolute_threshold
-        return self.category_thresholds.get(category, self.absolute_threshold)
+            return self.policy.threshold
+        return self.category_thresholds.get(category, self.policy.threshold)
 
 
 class DeliverySettings(BaseModel):

@@ -17,6 +17,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from specdec.engines.profiles import (DEFAULT_ENGINE, ENGINE_PROFILES, checkable_names, engine_for_rule,
+                                      engines_help)
 from specdec.settings import model_store
 from specdec.validation.cli_options import ConfidenceThresholdOption, DraftAdapterOption, TargetAdapterOption
 
@@ -102,11 +104,13 @@ def register_cmd(
         "--draft-sampling", show_default=False,
         help="Proposal rule of model drafts: argmax (the draft's argmax verified with one-hot q; what vLLM and "
              "SGLang serve) or sampled (x ~ q; transformers). Same output; acceptance differs at T > 0. Default: the "
-             "engine's rule (vllm, the default engine: argmax; at T > 0 without --engine: sampled, transformers).")] = None,
+             f"--engine's rule; without --engine: argmax ({engine_for_rule('argmax')}), at T > 0 sampled "
+             f"({engine_for_rule('sampled')}).")] = None,
     assistant_confidence_threshold: ConfidenceThresholdOption = None,
     engine: Annotated[str | None, typer.Option(
-        "--engine", help="Serving engine profile: vllm | sglang | llamacpp (argmax proposals) | transformers (sampled). Sets the "
-        "proposal rule the nightly measures under and the serving config logged. Default: from --draft-sampling.")] = None,
+        "--engine", help="Serving engine profile: " + " | ".join(f"{n} ({p.draft_sampling})" for n, p in ENGINE_PROFILES.items())
+        + ". Sets the proposal rule the nightly measures under and the serving config logged. Default: the first "
+        "engine with the --draft-sampling rule.")] = None,
     revision: Annotated[str | None, typer.Option(help="Hub revision of the target (Hub ids only).")] = None,
     model_card: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Model card (Markdown) for the target.")] = None,
     alias: Annotated[str | None, typer.Option("--alias", help="Alias to point at the new version (ungated; '' for none).")] = "challenger",
@@ -384,7 +388,7 @@ def _serving_rows(tags: dict, sc: dict | None) -> list[tuple[str, str]]:
     """``engine`` and the serving configuration of the latest validation, for the ``pair show`` table."""
     import shlex
 
-    rows = [("engine", tags.get("engine", "vllm (default)"))]
+    rows = [("engine", tags.get("engine", f"{DEFAULT_ENGINE} (default)"))]
     if sc is None:
         return rows + [("serving config", "- (logged by a validation)")]
     if sc.get("none"):
@@ -399,6 +403,7 @@ def _serving_rows(tags: dict, sc: dict | None) -> list[tuple[str, str]]:
 
 @pair_app.command("engine")
 def engine_cmd(
+    *,
     name: Annotated[str, typer.Argument(help="Pair registered model.")],
     version: Annotated[str, typer.Argument(help="Pair version the engine serves.")],
     url: Annotated[str, typer.Option("--url", help="The engine's base URL, e.g. http://127.0.0.1:8080 (llama-server).")],
@@ -406,9 +411,11 @@ def engine_cmd(
         "--flags", help="The command line the engine runs with (recorded each night; a change is named as the likely "
                         "cause of an engine-side drop), e.g. \"llama-server -m t.gguf --spec-draft-model d.gguf ...\".")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Engine check requests in flight.")] = 1,
+    engine: Annotated[str | None, typer.Option(
+        "--engine", help=f"The engine serving at --url: {engines_help(checkable_names())} (tag engine).")] = None,
     tracking_uri: TrackingOpt = None,
 ) -> None:
-    """Name the engine endpoint serving a pair version: the nightly then runs the engine check on it.
+    """Name the engine and its endpoint serving a pair version: the nightly then runs the engine check on it.
     User info in --url and the value of --api-key (and other credential options) in --flags are never
     stored or printed: the engine check authenticates with SPECDEC_ENGINE_API_KEY."""
     import shlex
@@ -418,13 +425,14 @@ def engine_cmd(
 
     try:
         argv = shlex.split(flags) if flags is not None else None
-        tags, dropped = engine_tags(url, argv, concurrency)
+        tags, dropped = engine_tags(url, argv, concurrency, engine=engine)
         set_engine(name, version, tags=tags, registry=_command_registry(tracking_uri))
     except _user_errors() as e:
         _fail(str(e))
     for what in dropped:
         Console(stderr=True, emoji=False).print(f"[yellow]note:[/] {what}", highlight=False, soft_wrap=True)
-    _out().print(f"{name} v{version}: engine check against {tags['engine_url']} each night", highlight=False)
+    _out().print(f"{name} v{version}: engine check against {tags['engine']} at {tags['engine_url']} each night",
+                 highlight=False)
 
 
 @pair_app.command("promote")

@@ -574,16 +574,22 @@ def get_pair_version(pair: str, version: str | int, *, download: bool = True, re
                                        download=download)
 
 
-def engine_tags(url: str, flags: list[str] | None, concurrency: int = 1) -> tuple[dict[str, str], list[str]]:
-    """The pair-version tags naming an engine endpoint (``engine_url``, ``engine_flags`` as a JSON list,
-    ``engine_concurrency``) and a note for each credential left out: the URL's user info and the value of
+def engine_tags(url: str, flags: list[str] | None, concurrency: int = 1, *,
+                engine: str | None = None) -> tuple[dict[str, str], list[str]]:
+    """The pair-version tags naming an engine endpoint (``engine``: the profile serving at ``url``, None: the
+    default engine; ``engine_url``, ``engine_flags`` as a JSON list, ``engine_concurrency``) and a note for each credential left out: the URL's user info and the value of
     every credential option in ``flags`` (:func:`specdec.redact.redact_argv`) are never stored.
 
     Raises:
         ValueError: ``url`` is empty, does not parse (e.g. an unclosed IPv6 host) or is not http(s)://HOST;
-        ``concurrency`` < 1; ``flags`` is an empty command line.
+        ``concurrency`` < 1; ``flags`` is an empty command line; an engine the engine check cannot ask.
     """
+    from specdec.engines.profiles import checkable_names, engine_profile
     from specdec.redact import redact_argv, strip_userinfo
+
+    profile = engine_profile(engine)
+    if not profile.checkable:
+        raise ValueError(f"the engine check cannot ask {profile.name}: use {' or '.join(checkable_names())}")
 
     text = (url or "").strip()
     try:
@@ -602,7 +608,7 @@ def engine_tags(url: str, flags: list[str] | None, concurrency: int = 1) -> tupl
         clean = parts._replace(query="", fragment="").geturl()
         dropped.append("the query of --url is not stored (the engine check asks the engine's base URL; it "
                        "authenticates with SPECDEC_ENGINE_API_KEY)")
-    tags = {"engine_url": clean, "engine_concurrency": str(int(concurrency))}
+    tags = {"engine": profile.name, "engine_url": clean, "engine_concurrency": str(int(concurrency))}
     if flags is not None:
         if not flags:
             raise ValueError("--flags is empty: give the engine's command line, or leave --flags out")

@@ -308,7 +308,8 @@ def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -
     ``download`` command writes (never an MLflow URI); a derived draft is the target's checkpoint."""
     from specdec.kinds import kind_of
     from registry.changes import drafter_recipe_of
-    from specdec.validation.serving import DEFAULT_ENGINE, not_served, serving_config
+    from specdec.engines.profiles import engine_profile
+    from specdec.validation.serving import not_served, serving_config
 
     k = (report.config or {}).get("num_speculative_tokens")
     kind = pair_tags.get("drafter_kind", report.drafter_kind)
@@ -325,7 +326,7 @@ def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -
         draft, d_dl = _loadable(pair_tags, "draft")
         download += d_dl
     try:
-        out = serving_config(pair_tags.get("engine", DEFAULT_ENGINE), kind, int(k), draft=draft, target=target,
+        out = serving_config(engine_profile(pair_tags.get("engine")).name, kind, int(k), draft=draft, target=target,
                              drafter_recipe=drafter_recipe_of({"drafter_kind": kind, **pair_tags}),
                              assistant_confidence_threshold=(report.config or {}).get("assistant_confidence_threshold"))
     except (TypeError, ValueError) as e:

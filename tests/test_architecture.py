@@ -154,16 +154,16 @@ def test_dependencies_point_one_way(package, forbidden):
     assert bad == []
 
 
-@pytest.mark.parametrize(
-    "lower, upper",
-    [
-        ("specdec.core", ("specdec.models", "specdec.kinds", "specdec.validation", "specdec.training")),
-        ("specdec.models", ("specdec.kinds", "specdec.validation", "specdec.training")),
-        ("specdec.validation", ("specdec.training",)),
-    ],
-)
-def test_specdec_layers_point_down(lower, upper):
-    """Inside specdec: core <- models <- kinds <- validation <- training (the lower never imports the upper)."""
+#: the layers inside specdec, lowest first (docs/architecture.md): each imports only the ones before it
+SPECDEC_LAYERS = ("specdec.settings", "specdec.core", "specdec.models", "specdec.kinds", "specdec.engines",
+                  "specdec.validation", "specdec.training")
+
+
+@pytest.mark.parametrize("lower", SPECDEC_LAYERS[:-1])
+def test_specdec_layers_point_down(lower):
+    """Inside specdec: settings <- core <- models <- kinds <- engines <- validation <- training (the lower never
+    imports the upper; 0 upward arrows)."""
+    upper = SPECDEC_LAYERS[SPECDEC_LAYERS.index(lower) + 1:]
     bad = [
         f"{MODULES[m].relative_to(ROOT)}:{line} imports {target}"
         for m in MODULES
@@ -172,6 +172,12 @@ def test_specdec_layers_point_down(lower, upper):
         if any(target == u or target.startswith(u + ".") for u in upper)
     ]
     assert bad == []
+
+
+def test_every_specdec_package_has_a_layer():
+    """A new sub-package of specdec is placed in :data:`SPECDEC_LAYERS` (else the layer test would not see it)."""
+    packages = {f"specdec.{p.parent.name}" for p in (ROOT / "specdec").glob("*/__init__.py")}
+    assert packages == set(SPECDEC_LAYERS)
 
 
 def _body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:

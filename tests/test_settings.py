@@ -24,7 +24,7 @@ def test_every_section_lives_under_one_home(home):
     assert s.core.models_dir == home / "models"
     assert s.registry.tracking_uri == f"sqlite:///{home / 'mlflow.db'}"
     assert s.monitoring.db_url == f"sqlite:///{home / 'history.db'}" and s.monitoring.reports_dir == home / "reports"
-    assert s.policy.policy().threshold == s.monitoring.rules.absolute_threshold == 0.40
+    assert s.policy.threshold == s.monitoring.rules.policy.threshold == 0.40
 
 
 def test_packages_get_their_section_of_the_same_tree(home, monkeypatch):
@@ -33,13 +33,14 @@ def test_packages_get_their_section_of_the_same_tree(home, monkeypatch):
     import monitoring.settings
     import registry.settings
     import specdec.settings
+    from specdec.policy import AcceptancePolicy
 
     s = flows.settings.load_settings()
     assert registry.settings.get_settings().tracking_uri == s.registry.tracking_uri
     assert isinstance(s.monitoring, monitoring.settings.MonitoringSettings)
     assert isinstance(s.production, monitoring.production.settings.ProductionSettings)
     assert isinstance(s.nightly, flows.settings.NightlySettings)
-    assert isinstance(s.core, specdec.settings.CoreSettings) and isinstance(s.policy, specdec.settings.PolicySettings)
+    assert isinstance(s.core, specdec.settings.CoreSettings) and isinstance(s.policy, AcceptancePolicy)
     monkeypatch.setenv("SPECDEC_NIGHTLY_LIMIT", "7")
     monkeypatch.setenv("SPECDEC_PRODUCTION_WINDOW_MINUTES", "5")
     monkeypatch.setenv("SPECDEC_RULES__RELATIVE_DROP", "0.2")
@@ -48,14 +49,15 @@ def test_packages_get_their_section_of_the_same_tree(home, monkeypatch):
 
 
 def test_the_decoding_library_keeps_only_its_own_sections():
-    """specdec/settings holds core, policy and home; the other sections live with their packages."""
+    """specdec/settings holds core, policy, home and the model store's layout; the other sections live with their
+    packages."""
     from pathlib import Path
 
     import specdec.settings
 
     here = Path(specdec.settings.__file__).parent
     assert sorted(p.name for p in here.glob("*.py")) == ["__init__.py", "aliases.py", "core.py", "home.py",
-                                                          "policy.py"]
+                                                          "policy.py", "store.py"]
 
 
 def test_a_flow_called_in_process_runs_with_the_callers_tree(home, tmp_path):

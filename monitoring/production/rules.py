@@ -21,7 +21,7 @@ from monitoring.db import Database, ValidationRun
 from monitoring.production import store
 from monitoring.rules import FIRING, INSUFFICIENT, NOT_APPLICABLE, OK, OVERALL, Evaluation, RuleResult
 from monitoring.settings import MonitoringSettings, RuleSettings
-from specdec.policy import AcceptancePolicy, Floor
+from specdec.policy import Floor
 from specdec.validation.report import GroupMetrics, group_metrics_from_dict
 
 REPRESENTATIVENESS = "representativeness"
@@ -51,7 +51,7 @@ def representativeness_rule(production: GroupMetrics, nightly: GroupMetrics | No
         nightly rate). Fires when the intervals do not overlap; ``not_applicable`` without a nightly
         run or with a different k; ``insufficient_evidence`` when either side lacks tokens or a CI.
     """
-    policy = AcceptancePolicy(estimator=settings.estimator)
+    policy = settings.policy
     value, ci = policy.judged(production)
     name = policy.metric_label
     n = int(production.num_draft_tokens or 0)
@@ -64,13 +64,13 @@ def representativeness_rule(production: GroupMetrics, nightly: GroupMetrics | No
     common["baseline"] = base
     where = f" ({nightly_label})" if nightly_label else ""
     k_p, k_n = production.num_speculative_tokens, nightly.num_speculative_tokens
-    if settings.estimator == "pooled" and k_p and k_n and k_p != k_n:  # the per-token metric compares across k
+    if policy.estimator == "pooled" and k_p and k_n and k_p != k_n:  # the per-token metric compares across k
         return RuleResult(status=NOT_APPLICABLE, **common, message=(
             f"production drafts k={k_p}, the nightly run{where} used k={k_n}: not comparable"))
-    if value is None or ci is None or n < settings.min_draft_tokens:
+    if value is None or ci is None or n < policy.min_draft_tokens:
         return RuleResult(status=INSUFFICIENT, **common, message=(
             f"production {name} on {n} draft tokens without a usable CI: not enough evidence to compare"))
-    if base is None or base_ci is None or int(nightly.num_draft_tokens or 0) < settings.min_draft_tokens:
+    if base is None or base_ci is None or int(nightly.num_draft_tokens or 0) < policy.min_draft_tokens:
         return RuleResult(status=INSUFFICIENT, **common, message=(
             f"the nightly run{where} has no usable {name} CI: not enough evidence to compare"))
     text = (f"production {name} {value:.3f} (95% CI {ci[0]:.3f}-{ci[1]:.3f}, k={k_p or '?'}) vs nightly champion "
@@ -117,7 +117,7 @@ def floor_of_nightly(ref: ValidationRun | None, settings: RuleSettings) -> RuleS
     if found is None:
         return settings
     m = re.search(r"floor [0-9.]+ \(([^)]*)\)", found.get("message") or "")
-    return settings.for_floor(Floor(float(found["threshold"]), m.group(1) if m else settings.floor_source))
+    return settings.for_floor(Floor(float(found["threshold"]), m.group(1) if m else settings.policy.floor_source))
 
 
 def evaluate_window(db: Database, run_id: int, *, settings: MonitoringSettings) -> Evaluation:

@@ -24,8 +24,10 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-# the serving engines whose metrics monitoring.production.engines knows (a test keeps the two equal)
-ENGINE_NAMES = ("llamacpp", "sglang", "vllm")
+from specdec.engines.profiles import DEFAULT_ENGINE, engines_help, metric_engine_names
+
+#: the serving engines whose metrics production ingest reads (the profiles with ``metrics``)
+ENGINE_NAMES = metric_engine_names()
 
 
 class ProductionSource(BaseModel):
@@ -36,14 +38,15 @@ class ProductionSource(BaseModel):
         kind: ``prometheus`` (a Prometheus server's HTTP query API) or ``metrics`` (scrape the
             engine's ``/metrics`` directly; the previous scrape is kept in the history store).
         url: Prometheus base URL or the ``/metrics`` URL.
-        engine: ``vllm`` | ``sglang`` | ``llamacpp`` (which metric names to read).
+        engine: ``vllm`` | ``sglang`` | ``llamacpp``, the engine profiles with metrics (which metric names to
+            read); default: the default engine, llama.cpp (:data:`specdec.engines.profiles.DEFAULT_ENGINE`).
         selector: extra PromQL label matchers for ``prometheus`` sources (``job="vllm"``).
     """
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")
     kind: Literal["prometheus", "metrics"] = "prometheus"
     url: str
-    engine: str = "vllm"
+    engine: str = DEFAULT_ENGINE
     selector: str = ""
 
     @field_validator("url")
@@ -57,7 +60,7 @@ class ProductionSource(BaseModel):
     @classmethod
     def _engine(cls, v: str) -> str:
         if v not in ENGINE_NAMES:
-            raise ValueError(f"unknown engine {v!r}; known: {', '.join(sorted(ENGINE_NAMES))}")
+            raise ValueError(f"unknown engine {v!r}; known: {engines_help(ENGINE_NAMES)}")
         return v
 
 

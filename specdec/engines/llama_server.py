@@ -30,6 +30,8 @@ from pathlib import Path
 
 import httpx
 
+from specdec import processes
+
 __all__ = ["LlamaServerFlags", "LlamaServer", "EngineStartError", "quantize_gguf"]
 
 
@@ -128,7 +130,7 @@ class LlamaServer:
         """Start the process and wait until ``/health`` answers 200."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = processes.spawn(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
@@ -151,14 +153,8 @@ class LlamaServer:
         return " | ".join(lines[-3:])[-400:]
 
     def stop(self) -> None:
-        """Terminate the process (SIGTERM, then SIGKILL after 10 s)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        """Stop the server's process group (:func:`specdec.processes.stop`: SIGTERM, SIGKILL after 10 s)."""
+        processes.stop(self.proc, grace_s=10)
         self.proc = None
 
     def __enter__(self) -> "LlamaServer":

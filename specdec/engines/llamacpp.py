@@ -21,7 +21,7 @@ from specdec.engines.answers import EngineCompletion, EngineCounters
 from specdec.engines.client import EngineClient, safe_url
 from specdec.engines.errors import EngineAnswerError, EngineRequestError
 from specdec.engines.http import Deadline, join_url
-from specdec.engines.metrics import ENGINES
+from specdec.engines.metrics import LLAMACPP_METRICS
 from specdec.engines.profile import (CompletionParams, EngineEndpoint, EngineLimits, EngineProfile, EngineSession,
                                      ProposalRule, Refusal)
 from specdec.kinds import DERIVED, EAGLE3, LAYERSKIP, MODEL, NGRAM, DrafterKind, KindTable, ServingRequest
@@ -117,7 +117,7 @@ class LlamaCppSession(EngineSession):
         from specdec.engines.metrics import counters_of
 
         try:
-            return counters_of(self.client.metrics_text(deadline), ENGINES["llamacpp"])
+            return counters_of(self.client.metrics_text(deadline), LLAMACPP_METRICS)
         except ValueError as e:
             raise EngineAnswerError(f"GET {safe_url(join_url(self.client.url, '/metrics'))}: malformed exposition: {e}") from None
 
@@ -130,8 +130,9 @@ class LlamaCppProfile(EngineProfile):
 
     name = "llamacpp"
     title = "llama.cpp"
+    aliases = ("llama.cpp", "llama-server")
     draft_sampling = "argmax"
-    metrics = ENGINES["llamacpp"]
+    metrics = LLAMACPP_METRICS
     checkable = True
     serving_table = LLAMACPP_SERVING
     synthetic_flags = ("--spec-synth-len", "--spec-synth-rates", "--spec-synthetic-acceptance-length",

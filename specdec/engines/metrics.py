@@ -40,15 +40,16 @@ RATE_GAUGE, LENGTH_GAUGE = "rate_gauge", "length_gauge"
 class EngineMetrics:
     """The metric names one engine exports, by role.
 
+    Each engine profile holds its own (:attr:`specdec.engines.profile.EngineProfile.metrics`); by engine name:
+    :data:`specdec.engines.profiles.ENGINE_METRICS`.
+
     Attributes:
-        engine: ``vllm`` | ``sglang`` | ``llamacpp``.
         model_label: label carrying the served model name (``None``: one model per server).
         counters: role -> counter *family* name (the exposition adds ``_total`` / ``_created``).
         gauges: role -> gauge name (SGLang's last-batch averages).
         position_label: label of the per-position counter (vLLM: ``position``, 0-based).
     """
 
-    engine: str
     model_label: str | None
     counters: dict[str, str]
     gauges: dict[str, str]
@@ -75,40 +76,29 @@ class EngineMetrics:
         return out + list(self.gauges.values())
 
 
-ENGINES: dict[str, EngineMetrics] = {
-    "vllm": EngineMetrics(
-        engine="vllm", model_label="model_name",
-        counters={DRAFTS: "vllm:spec_decode_num_drafts",
-                  DRAFT_TOKENS: "vllm:spec_decode_num_draft_tokens",
-                  ACCEPTED: "vllm:spec_decode_num_accepted_tokens",
-                  PER_POSITION: "vllm:spec_decode_num_accepted_tokens_per_pos"},
-        gauges={},
-    ),
-    "sglang": EngineMetrics(
-        engine="sglang", model_label="model_name", counters={},
-        gauges={RATE_GAUGE: "sglang:spec_accept_rate", LENGTH_GAUGE: "sglang:spec_accept_length"},
-    ),
-    "llamacpp": EngineMetrics(
-        engine="llamacpp", model_label=None,
-        counters={DRAFTS: "llamacpp:spec_decode_num_drafts",
-                  DRAFT_TOKENS: "llamacpp:spec_decode_num_draft_tokens",
-                  ACCEPTED: "llamacpp:spec_decode_num_accepted_tokens",
-                  PER_POSITION: "llamacpp:spec_decode_num_accepted_tokens_per_pos"},
-        gauges={},
-    ),
-}
-
-
-def engine_metrics(engine: str) -> EngineMetrics:
-    """The :class:`EngineMetrics` of ``engine``.
-
-    Raises:
-        ValueError: unknown engine (the message lists the known ones).
-    """
-    try:
-        return ENGINES[engine]
-    except KeyError:
-        raise ValueError(f"unknown serving engine {engine!r}; known: {', '.join(sorted(ENGINES))}") from None
+#: vLLM's counters (V1 engine), label ``model_name``; per position ``position`` (0-based)
+VLLM_METRICS = EngineMetrics(
+    model_label="model_name",
+    counters={DRAFTS: "vllm:spec_decode_num_drafts",
+              DRAFT_TOKENS: "vllm:spec_decode_num_draft_tokens",
+              ACCEPTED: "vllm:spec_decode_num_accepted_tokens",
+              PER_POSITION: "vllm:spec_decode_num_accepted_tokens_per_pos"},
+    gauges={},
+)
+#: SGLang's last-batch gauges (no counters)
+SGLANG_METRICS = EngineMetrics(
+    model_label="model_name", counters={},
+    gauges={RATE_GAUGE: "sglang:spec_accept_rate", LENGTH_GAUGE: "sglang:spec_accept_length"},
+)
+#: llama-server's counters: vLLM's schema under the ``llamacpp:`` prefix, one model per server
+LLAMACPP_METRICS = EngineMetrics(
+    model_label=None,
+    counters={DRAFTS: "llamacpp:spec_decode_num_drafts",
+              DRAFT_TOKENS: "llamacpp:spec_decode_num_draft_tokens",
+              ACCEPTED: "llamacpp:spec_decode_num_accepted_tokens",
+              PER_POSITION: "llamacpp:spec_decode_num_accepted_tokens_per_pos"},
+    gauges={},
+)
 
 
 def counters_of(text: str, em: EngineMetrics):

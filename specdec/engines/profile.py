@@ -135,7 +135,8 @@ class EngineEndpoint:
     Attributes:
         url: base URL (``http://host:port``); credentials in it are never shown. None for an offline
             engine the profile runs itself (``options`` say how).
-        engine: the profile name (:func:`specdec.engines.profiles.engine_profile`).
+        engine: the profile name or one of its aliases (:func:`specdec.engines.profiles.engine_profile`); None:
+            the default engine (:data:`specdec.engines.profiles.DEFAULT_ENGINE`).
         api_key: ``Authorization: Bearer`` token, if the server needs one (never shown or stored).
         baseline_url: the same target served without speculation (for the speedup), optional.
         flags: the command line the engine runs with, when the deployment declares it (recorded in the
@@ -146,7 +147,7 @@ class EngineEndpoint:
     """
 
     url: str | None
-    engine: str = "llamacpp"
+    engine: str | None = None
     api_key: str | None = None
     baseline_url: str | None = None
     flags: tuple[str, ...] | None = None
@@ -174,6 +175,12 @@ class EngineLimits:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise ValueError(f"{name} must be a finite number of seconds > 0, got {v!r}")
+
+    @classmethod
+    def of(cls, core: Any) -> "EngineLimits":
+        """The limits a :class:`specdec.settings.CoreSettings` sets (``engine_request_timeout_s``,
+        ``engine_check_timeout_s``). Raises ValueError: as the constructor."""
+        return cls(core.engine_request_timeout_s, core.engine_check_timeout_s)
 
     def describe(self) -> str:
         """``deadline 600 s per request, 7200 s per check``."""
@@ -317,9 +324,12 @@ class EngineProfile(ABC):
     Class attributes:
         name: the profile name (tags ``engine``, ``--engine``, history source ``engine:<name>``).
         title: how users write it (``llama.cpp``, ``vLLM``).
+        aliases: other names ``--engine`` and the ``engine`` tag accept for it (``llama.cpp``, ``llama-server``).
         draft_sampling: the proposal rule it applies to model drafters (``argmax`` | ``sampled``).
         metrics: its ``/metrics`` names by role (:class:`~specdec.engines.metrics.EngineMetrics`), None without.
-        checkable: the engine check can ask it (:meth:`connect` is implemented).
+        checkable: the engine check can ask it (:meth:`connect` is implemented); the CLI reads it.
+        offline: the product can run it here without a URL (:meth:`connect` with ``endpoint.url`` None: vLLM's
+            ``LLM`` in the engine venv); else the engine check needs the URL of a running server.
         synthetic_flags: command-line flags that switch on a synthetic-acceptance mode (refused).
         serves_lookup: it runs the n-gram prompt lookup the core replays (a model-free drafter can be checked).
         fingerprint_fields: fingerprint keys whose change between nights is named as a likely cause, in order.
@@ -329,9 +339,11 @@ class EngineProfile(ABC):
 
     name: ClassVar[str] = ""
     title: ClassVar[str] = ""
+    aliases: ClassVar[tuple[str, ...]] = ()
     draft_sampling: ClassVar[str] = "argmax"
     metrics: ClassVar[EngineMetrics | None] = None
     checkable: ClassVar[bool] = False
+    offline: ClassVar[bool] = False
     synthetic_flags: ClassVar[tuple[str, ...]] = ()
     serves_lookup: ClassVar[bool] = False
     fingerprint_fields: ClassVar[tuple[str, ...]] = ("draft_sha256", "model_sha256", "flags", "build_info")
@@ -390,8 +402,8 @@ class EngineProfile(ABC):
 
     def connect(self, endpoint: EngineEndpoint, limits: EngineLimits) -> EngineSession:
         """An :class:`EngineSession` to ``endpoint``. Raises ValueError where the engine check cannot ask this engine."""
-        raise ValueError(f"the engine check cannot ask {self.title or self.name} (no client for it): use "
-                         "llamacpp or vllm")
+        raise ValueError(f"the engine check cannot ask {self.title or self.name} (no client for it): use an engine "
+                         "whose profile is checkable")
 
     # ---- its identity -----------------------------------------------------------------------
     def fingerprint(self, session: EngineSession, endpoint: EngineEndpoint,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdec.engines.metrics import ENGINES
+from specdec.engines.metrics import SGLANG_METRICS
 from specdec.engines.profile import EngineProfile, Refusal, draft_of, no_early_exit
 from specdec.kinds import DERIVED, EAGLE3, LAYERSKIP, MODEL, NGRAM, DrafterKind, KindTable, ServingRequest
 
@@ -87,7 +87,7 @@ class SGLangProfile(EngineProfile):
     name = "sglang"
     title = "SGLang"
     draft_sampling = "argmax"
-    metrics = ENGINES["sglang"]
+    metrics = SGLANG_METRICS
     serving_table = SGLANG_SERVING
 
 

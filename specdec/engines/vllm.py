@@ -26,7 +26,7 @@ from specdec.engines.answers import EngineCompletion, EngineCounters, count_of, 
 from specdec.engines.client import safe_url
 from specdec.engines.errors import EngineAnswerError, EngineDeadlineError, EngineRequestError
 from specdec.engines.http import Deadline, join_url
-from specdec.engines.metrics import ENGINES
+from specdec.engines.metrics import VLLM_METRICS
 from specdec.engines.profile import (CompletionParams, EngineEndpoint, EngineLimits, EngineProfile, EngineSession,
                                      ProposalRule, Refusal, draft_of, no_early_exit)
 from specdec.kinds import DERIVED, EAGLE3, LAYERSKIP, MODEL, NGRAM, DrafterKind, KindTable, ServingRequest
@@ -143,7 +143,7 @@ class VllmServeSession(EngineSession):
         from specdec.engines.metrics import counters_of
 
         try:
-            return counters_of(self.client.metrics_text(), ENGINES["vllm"])
+            return counters_of(self.client.metrics_text(), VLLM_METRICS)
         except ValueError as e:
             raise EngineAnswerError(f"GET {safe_url(join_url(self.client.url, '/metrics'))}: malformed exposition: {e}") from None
 
@@ -250,8 +250,9 @@ class VllmProfile(EngineProfile):
     name = "vllm"
     title = "vLLM"
     draft_sampling = "argmax"
-    metrics = ENGINES["vllm"]
+    metrics = VLLM_METRICS
     checkable = True
+    offline = True
     serves_lookup = True
     serving_table = VLLM_SERVING
     fingerprint_fields = ("speculative_config", "vllm_version", "model_runner", "draft_sha256", "model_sha256",

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specdec import processes
 from specdec.engines.errors import EngineRequestError
 from specdec.engines.vllm_install import installed_python, vllm_env
 
@@ -112,8 +113,8 @@ class VllmOffline:
         python = self.python or installed_python(self.engines_dir, VllmWorkerError)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([str(python), str(WORKER_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=log, text=True, env=vllm_env(self.engines_dir), bufsize=1)
+        self.proc = processes.spawn([str(python), str(WORKER_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=log, text=True, env=vllm_env(self.engines_dir), bufsize=1)
         log.close()
         threading.Thread(target=self._pump, daemon=True).start()
         self._send({k: v for k, v in asdict(self.args).items()})
@@ -167,7 +168,7 @@ class VllmOffline:
                 return json.loads(line)
 
     def stop(self) -> None:
-        """Ask the worker to quit; terminate it after 30 s."""
+        """Ask the worker to quit (30 s), then stop its process group (:func:`specdec.processes.stop`, 15 s)."""
         if self.proc is None:
             return
         if self.proc.poll() is None:
@@ -176,12 +177,8 @@ class VllmOffline:
                 self.proc.stdin.close()  # type: ignore[union-attr]
                 self.proc.wait(30)
             except (VllmWorkerError, OSError, subprocess.TimeoutExpired):
-                self.proc.terminate()
-                try:
-                    self.proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
+                pass
+        processes.stop(self.proc, grace_s=15)
         self.proc = None
 
     def __enter__(self) -> "VllmOffline":

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from specdec import processes
 from specdec.engines.client import EngineRequestError, safe_url
 from specdec.engines.http import engine_root, join_url
 from specdec.engines.vllm_install import installed_python, vllm_env
@@ -80,8 +81,8 @@ class VllmServer:
         log = open(self.log_path, "wb")
         env = {**vllm_env(self.engines_dir), "VLLM_SERVER_DEV_MODE": "1"}
         t0 = time.monotonic()
-        self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=env, start_new_session=True, cwd=self.cwd)
+        self.proc = processes.spawn(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, cwd=self.cwd)
         log.close()
         while time.monotonic() < t0 + self.startup_timeout:
             if self.proc.poll() is not None:
@@ -105,17 +106,8 @@ class VllmServer:
         return " | ".join((err[-2:] or lines[-3:]))[-500:]
 
     def stop(self) -> None:
-        """SIGTERM to the server's process group (its engine core is a child), SIGKILL after 20 s."""
-        import os
-        import signal
-
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        """Stop the server's process group (its engine core is a child): :func:`specdec.processes.stop`, 20 s."""
+        processes.stop(self.proc, grace_s=20)
         self.proc = None
 
     def __enter__(self) -> "VllmServer":

@@ -25,7 +25,7 @@ The interface (:class:`~specdec.kinds.base.DrafterKind`; defaults are a draft mo
 - facts: ``name``; ``needs_draft_weights`` (a checkpoint/head of its own), ``model_free`` (no model
   pass, no draft version in a pair), ``derives_from_target`` (the target + a recipe),
   ``reads_target_features`` (target hidden states), ``retrainable`` (warm-start re-training,
-  :mod:`flows.realign`); the names engines give it, ``vllm_method`` and ``sglang_algorithm`` (what the
+  :mod:`flows.realign`), ``beside_served_target`` (validated without the target's weights on a served night); the names engines give it, ``vllm_method`` and ``sglang_algorithm`` (what the
   engines' serving tables write).
 - specs and labels: ``owns(text)``, ``check(spec)`` (syntax only; :class:`DrafterSpecError`, one
   line), ``label(spec)`` (the stored label), ``labels()`` (all it stores), ``ref(spec)``,

@@ -131,6 +131,9 @@ class DrafterKind:
     reads_target_features: ClassVar[bool] = False
     #: it can be re-trained (warm-started) when its target changes (:mod:`flows.realign`)
     retrainable: ClassVar[bool] = False
+    #: it is validated without the target's weights when an engine serves the target (a served night: the target
+    #: is :func:`specdec.validation.served_target.served_target`; the drafter reads no target weights or features)
+    beside_served_target: ClassVar[bool] = False
     #: vLLM ``speculative_config.method`` / SGLang ``--speculative-algorithm`` for this kind: names the engines
     #: give it (what the engines' serving tables write, and Model Optimizer's method name); "" where they have none
     vllm_method: ClassVar[str] = "draft_model"

@@ -20,6 +20,7 @@ class ModelKind(DrafterKind):
 
     name = "model"
     needs_draft_weights = True
+    beside_served_target = True
 
     def check(self, spec: str) -> str:
         spec = spec.strip()

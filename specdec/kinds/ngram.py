@@ -24,6 +24,7 @@ class NgramKind(DrafterKind):
 
     name = "ngram"
     model_free = True
+    beside_served_target = True
     vllm_method = "ngram"
     sglang_algorithm = "NGRAM"
     legacy_recipe = {"max_ngram": 3, "min_ngram": 1}

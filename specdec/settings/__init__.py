@@ -26,9 +26,9 @@ def get_settings() -> CoreSettings:
 
 
 def model_store():
-    """The model caches of ``SPECDEC_MODELS_DIR`` (:class:`specdec.models.store.ModelStore` of
+    """The model caches of ``SPECDEC_MODELS_DIR`` (:class:`specdec.settings.store.ModelStore` of
     ``CoreSettings.models_dir``), read from the environment now: for an entry point (a command, a benchmark
     script), which hands it down. Raises ``ValueError`` (pydantic's) on a malformed setting."""
-    from specdec.models.store import ModelStore  # lazy: the settings package imports no model code at import
+    from specdec.settings.store import ModelStore
 
     return ModelStore(get_settings().models_dir)

@@ -61,12 +61,6 @@ class CoreSettings(HomeSection):
         )
         return self
 
-    def engine_limits(self):
-        """The engine check's :class:`~specdec.engines.profile.EngineLimits` from these settings."""
-        from specdec.engines.profile import EngineLimits
-
-        return EngineLimits(self.engine_request_timeout_s, self.engine_check_timeout_s)
-
     def resolved_device(self) -> str:
         """The concrete torch device string: ``auto`` becomes ``cuda`` if available, else ``cpu``."""
         if self.device != "auto":

@@ -1,7 +1,8 @@
 """The policy section: ``SPECDEC_POLICY__*`` -> :class:`specdec.policy.AcceptancePolicy`.
 
-``SPECDEC_RULES__ABSOLUTE_THRESHOLD`` is read as an older name of ``SPECDEC_POLICY__THRESHOLD`` (with one
-warning per process, see :func:`specdec.settings.aliases.warn_old_names`).
+The older ``SPECDEC_RULES__*`` names of its values (``ABSOLUTE_THRESHOLD``, ``MIN_DRAFT_TOKENS``,
+``ALERT_SIDE``, ``ESTIMATOR``: :data:`specdec.settings.aliases.OLD_NAMES`) are read too, with one warning per
+process and name (:func:`specdec.settings.aliases.warn_old_names`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,12 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specdec.policy import AcceptancePolicy
-from specdec.settings.aliases import warn_old_names
+from specdec.settings.aliases import names_of, warn_old_names
+
+
+def _env(field: str) -> AliasChoices:
+    """``SPECDEC_POLICY__<FIELD>`` and its older names."""
+    return AliasChoices(*names_of(f"SPECDEC_POLICY__{field.upper()}"))
 
 
 class PolicySettings(BaseSettings):
@@ -28,12 +34,11 @@ class PolicySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SPECDEC_POLICY__", env_file=".env", extra="ignore",
                                       populate_by_name=True)
 
-    threshold: float = Field(AcceptancePolicy.threshold, validation_alias=AliasChoices(
-        "SPECDEC_POLICY__THRESHOLD", "SPECDEC_RULES__ABSOLUTE_THRESHOLD"))
-    estimator: str = AcceptancePolicy.estimator
-    alert_side: str = AcceptancePolicy.alert_side
+    threshold: float = Field(AcceptancePolicy.threshold, validation_alias=_env("threshold"))
+    estimator: str = Field(AcceptancePolicy.estimator, validation_alias=_env("estimator"))
+    alert_side: str = Field(AcceptancePolicy.alert_side, validation_alias=_env("alert_side"))
     gate_side: str = AcceptancePolicy.gate_side
-    min_draft_tokens: int = AcceptancePolicy.min_draft_tokens
+    min_draft_tokens: int = Field(AcceptancePolicy.min_draft_tokens, validation_alias=_env("min_draft_tokens"))
     min_prompts: int = AcceptancePolicy.min_prompts
 
     @field_validator("estimator", "alert_side", "gate_side", mode="before")

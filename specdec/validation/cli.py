@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from specdec.engines.profiles import checkable_names, engine_profile, engines_help, offline_names
 from specdec.models.store import ModelStore
 from specdec.validation.cli_options import (ConfidenceThresholdOption, DraftAdapterOption, DraftSamplingOption,
                                             TargetAdapterOption)
@@ -109,8 +110,8 @@ def validate(
         float, typer.Option("--decode-fraction", help="--method both: share of prompts decoded (at least 2 per category).")
     ] = 0.25,
     engine_url: Annotated[str | None, typer.Option(
-        "--engine-url", help="Engine check: the URL of a running llama-server (or vllm serve, with --engine vllm) serving "
-                             "this pair; the held-out prompts go "
+        "--engine-url", help=f"Engine check: the URL of a running server of --engine ({engines_help(checkable_names())}) "
+                             "serving this pair; the held-out prompts go "
                              "to it and its own counters are compared with the core's for the same prompts "
                              "(writes engine_check.json). API key: SPECDEC_ENGINE_API_KEY.")] = None,
     engine_baseline_url: Annotated[str | None, typer.Option(
@@ -118,9 +119,9 @@ def validate(
     engine_concurrency: Annotated[int, typer.Option(
         "--engine-concurrency", min=1, help="Engine check: requests in flight at once.")] = 1,
     engine: Annotated[str | None, typer.Option(
-        "--engine", help="Engine check through this engine: vllm (no --engine-url: the product starts vLLM's LLM "
-                         "offline in the engine venv, `make engine`; with --engine-url: a running vllm serve) or "
-                         "llamacpp (the default with --engine-url). docs/vllm.md")] = None,
+        "--engine", help=f"Engine check through this engine: {engines_help(checkable_names())}. Without --engine-url, "
+                         f"{' or '.join(offline_names())} runs offline here in the engine venv (`make engine`). "
+                         "docs/engine-check.md")] = None,
     engine_python: Annotated[str | None, typer.Option(
         "--engine-python", help="--engine vllm offline: the python of your own vLLM venv (default: the one "
                                 "`make engine` installed).")] = None,
@@ -157,14 +158,11 @@ def _validate(opts: "_Options") -> None:
     out_dir = opts.out or _default_out(hs.name, "+".join(draft) or "canary")
     out_dirs = _check_out_dirs(draft or ["canary"], out_dir, opts.overwrite)
     config = _check_drafters_and_config(opts, speculative)
-    engine = {"llama.cpp": "llamacpp", "llama-server": "llamacpp"}.get(opts.engine, opts.engine)  # the project's name too
-    checks_engine = engine_url is not None or engine is not None
+    checks_engine = engine_url is not None or opts.engine is not None
     if checks_engine and len(draft) != 1:
         _fail("the engine check checks one pair: give one --draft (the draft the engine serves)")
-    if engine is not None and engine not in ("vllm", "llamacpp"):
-        _fail(f"--engine {engine!r} is not an engine the check can ask: use vllm or llamacpp (llama.cpp's llama-server)")
-    if engine == "llamacpp" and engine_url is None:
-        _fail("--engine llamacpp needs --engine-url (a running llama-server; `specdec engine serve` starts one)")
+    if checks_engine:
+        _check_engine_option(opts.engine, engine_url)
     if checks_engine and (opts.target_adapter or opts.draft_adapter):
         _fail("the engine check of an adapter pair is not built yet (docs/adapters.md): validate it without --engine")
     if opts.draft_adapter and len(draft) != 1:
@@ -186,6 +184,20 @@ def _validate(opts: "_Options") -> None:
     _write_and_print(reports, out_dirs, t_start, serving=not opts.canary)
     if verdict is not None:
         _report_canary(verdict, out_dirs[0])
+
+
+def _check_engine_option(engine: str | None, engine_url: str | None) -> None:
+    """One error line (exit 1) for an ``--engine`` the check cannot ask, or that needs ``--engine-url`` (the profile's
+    ``checkable`` / ``offline``); ``engine`` None: the default engine."""
+    try:
+        profile = engine_profile(engine)
+    except ValueError as e:
+        _fail(f"--engine: {e}")
+    if not profile.checkable:
+        _fail(f"--engine {profile.name!r} is not an engine the check can ask: use {' or '.join(checkable_names())}")
+    if engine_url is None and not profile.offline:
+        _fail(f"--engine {profile.name} needs --engine-url (the URL of a running {profile.title} server serving the pair; "
+              "`specdec engine serve` starts a llama-server)")
 
 
 @dataclass(frozen=True)
@@ -226,25 +238,26 @@ def _engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, target_ref: s
                   opts: _Options) -> None:
     """``--engine-url`` / ``--engine``: run the engine check, write and print it; one error line when the engine fails."""
     from specdec.engines.errors import EngineRequestError
+    from specdec.engines.profile import EngineLimits
     from specdec.settings import get_settings
     from specdec.validation.continuation_cache import ContinuationCache
     from specdec.validation.engine_check import EngineEndpoint
-    from specdec.validation.engine_cli import run_engine_check, vllm_offline_endpoint, write_and_print
+    from specdec.validation.engine_cli import offline_endpoint, run_engine_check, write_and_print
 
     concurrency = opts.engine_concurrency
     settings = get_settings()
     if opts.engine_url is None:
         try:
-            endpoint = vllm_offline_endpoint(target_ref, drafter, config, engines_dir=settings.engines_dir,
-                                             store=ModelStore(settings.models_dir), python=opts.engine_python)
+            endpoint = offline_endpoint(opts.engine, target_ref, drafter, config, engines_dir=settings.engines_dir,
+                                        store=ModelStore(settings.models_dir), python=opts.engine_python)
         except ValueError as e:
             _fail(f"engine check: {e}")
-        _err.print("engine check: starting vLLM offline in the engine venv (a first start compiles: minutes)",
-                   highlight=False)
+        _err.print(f"engine check: starting {engine_profile(opts.engine).title} offline in the engine venv (a first "
+                   "start compiles: minutes)", highlight=False)
     else:
-        endpoint = EngineEndpoint(url=opts.engine_url, engine=opts.engine or "llamacpp",
+        endpoint = EngineEndpoint(url=opts.engine_url, engine=opts.engine,
                                   baseline_url=opts.engine_baseline_url, api_key=settings.engine_api_key)
-    limits = settings.engine_limits()
+    limits = EngineLimits.of(settings)
     _err.print(f"engine check: {limits.describe()} (SPECDEC_ENGINE_REQUEST_TIMEOUT_S, "
                "SPECDEC_ENGINE_CHECK_TIMEOUT_S)", highlight=False)
     try:
@@ -276,7 +289,7 @@ def _check_run_arguments(opts: _Options) -> tuple[Any, Any]:
     if opts.method not in METHODS:
         _fail(f"unknown --method {opts.method!r}: use decode, replay or both")
     if opts.method == "engine" and opts.engine_url is None and opts.engine is None:
-        _fail("--method engine is the engine check: give --engine-url (or --engine vllm)")
+        _fail(f"--method engine is the engine check: give --engine-url (or --engine {' or '.join(offline_names())})")
     if not 0 < opts.decode_fraction <= 1:
         _fail(f"--decode-fraction must be in (0, 1], got {opts.decode_fraction}")
     try:
@@ -635,7 +648,7 @@ def _print_rules(report: Any) -> None:
     for name, g in [("overall", report.overall), *report.categories.items()]:
         cells = []
         for rule in ("exact", "argmax"):
-            mark = " *" if rule == served else ""
+            mark = " *" if rule == served and getattr(g, f"{rule}_rule_per_position") else ""
             cells += [_ci(getattr(g, f"{rule}_rule_acceptance"), getattr(g, f"{rule}_rule_acceptance_ci")) + mark,
                       " ".join(_f(x, 2) for x in getattr(g, f"{rule}_rule_per_position")) or "-"]
         t.add_row(f"[bold]{name}[/]" if name == "overall" else name, *cells)

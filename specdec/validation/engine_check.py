@@ -404,7 +404,7 @@ def _report(run: _Run, prompts: list[_Prompt], wall: float, *, compared: bool = 
         notes.append("the target was not loaded here: the audit compares with the engine's own target-only "
                      "continuations (the night's replay), and a divergence has no margin (that needs its weights)")
     return EngineCheckReport(
-        engine=ep.engine, url=safe_url(ep.url or f"offline:{ep.engine}"),
+        engine=run.profile.name, url=safe_url(ep.url or f"offline:{run.profile.name}"),
         heldout_name=subset.name, heldout_version=subset.version, target_ref=vr.target_ref,
         drafter_ref=run.drafter_ref, config=config.to_dict(), concurrency=run.check.concurrency,
         fingerprint=run.fingerprint, counters_source=run.source, overall=overall,

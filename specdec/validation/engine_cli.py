@@ -42,9 +42,10 @@ def run_engine_check(tgt: Any, drafter: Any, hs: Any, config: Any, *, endpoint: 
         return validate(request)[0].engine_check
 
 
-def vllm_offline_endpoint(target_ref: str, drafter: Any, config: Any, *, engines_dir: Path, store: ModelStore,
-                          python: str | None = None) -> Any:
-    """The :class:`~specdec.engines.profile.EngineEndpoint` of an offline vLLM check: the target checkpoint the
+def offline_endpoint(engine: str, target_ref: str, drafter: Any, config: Any, *, engines_dir: Path, store: ModelStore,
+                     python: str | None = None) -> Any:
+    """The :class:`~specdec.engines.profile.EngineEndpoint` of an offline check of ``engine`` (a profile that runs
+    ``offline``: vLLM's ``LLM`` in the engine venv): the target checkpoint the
     core loaded and the ``--speculative-config`` the pair's serving config prints (draft as a local checkpoint);
     ``engines_dir``: the command's ``CoreSettings.engines_dir`` (the installed vLLM and its compile caches);
     ``store``: its :class:`~specdec.models.ModelStore` (where the target and draft references resolve).
@@ -55,21 +56,22 @@ def vllm_offline_endpoint(target_ref: str, drafter: Any, config: Any, *, engines
     import json
 
     from specdec.engines.profile import EngineEndpoint
+    from specdec.engines.profiles import engine_profile
+    from specdec.kinds import kind_of
     from specdec.models.resolve import resolve_model_ref
     from specdec.validation.api import drafter_parts
     from specdec.validation.serving import serving_config
 
-    from specdec.kinds import kind_of
-
     _, _, kind, ref, recipe = drafter_parts(drafter)
     draft_dir = None if kind_of(kind).model_free or not ref else str(resolve_model_ref(ref, store=store)[0])
-    served = serving_config("vllm", kind, config.num_speculative_tokens, draft=draft_dir, drafter_recipe=recipe)
+    engine = engine_profile(engine).name
+    served = serving_config(engine, kind, config.num_speculative_tokens, draft=draft_dir, drafter_recipe=recipe)
     options = [("model", str(resolve_model_ref(target_ref, store=store)[0])),
                ("speculative_config", json.dumps(served["speculative_config"], separators=(",", ":"))),
                ("engines_dir", str(engines_dir))]
     if python:
         options.append(("python", python))
-    return EngineEndpoint(url=None, engine="vllm", options=tuple(options))
+    return EngineEndpoint(url=None, engine=engine, options=tuple(options))
 
 
 def _f(x: float, d: int = 3) -> str:

@@ -32,12 +32,11 @@ from typing import Any
 __all__ = ["ENGINES", "DEFAULT_ENGINE", "serving_config"]
 
 from specdec.core.config import SpeculativeConfig
-from specdec.engines.profiles import engine_names, engine_profile
+from specdec.engines.profiles import DEFAULT_ENGINE, engine_for_rule, engine_names, engine_profile
 from specdec.kinds import ServingRequest, kind_of
 
 #: the engine profiles (:data:`specdec.engines.profiles.ENGINE_PROFILES`; each says its proposal rule)
 ENGINES = engine_names()
-DEFAULT_ENGINE = "vllm"
 
 
 def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, *, draft: str | None,
@@ -91,8 +90,9 @@ def engine_config(engine: str | None, config: SpeculativeConfig) -> tuple[str, S
     """The engine profile of a pair and its config under that engine's proposal rule, so the nightly
     measures acceptance as the engine counts it (docs/metrics.md, "proposal rule").
 
-    ``engine=None``: ``transformers`` for a sampling config with the sampled rule (the one engine that
-    samples drafts from q), else ``vllm``. A named engine whose rule differs from a config left at the
+    ``engine=None``: the first engine of the registry with the config's rule
+    (:func:`~specdec.engines.profiles.engine_for_rule`): ``transformers`` for a sampling config with the sampled
+    rule (the one engine that samples drafts from q), else ``vllm``. A named engine whose rule differs from a config left at the
     default rule (``sampled``) gets its rule (``vllm``/``sglang``: ``argmax``).
 
     Raises:
@@ -102,7 +102,7 @@ def engine_config(engine: str | None, config: SpeculativeConfig) -> tuple[str, S
 
     if engine is None:
         sampled = not config.sampling.is_greedy and config.draft_sampling == "sampled"
-        return ("transformers" if sampled else "vllm"), config
+        return engine_for_rule("sampled" if sampled else "argmax"), config
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}: use {', '.join(ENGINES[:-1])} or {ENGINES[-1]}")
     rule = engine_profile(engine).draft_sampling
@@ -129,8 +129,8 @@ def report_serving_config(report: Any) -> dict[str, Any] | None:
     if refused is not None:
         return refused
     dkind = kind_of(kind)
-    if not engine_profile(engine).serves(dkind):
-        engine = "vllm"  # e.g. transformers has no EAGLE-3 drafter; vLLM's rule differs only at T > 0 (said in the file)
+    if not engine_profile(engine).serves(dkind):  # e.g. transformers has no EAGLE-3 drafter: the first engine that
+        engine = engine_for_rule(engine_profile(engine).draft_sampling, dkind)  # has; its rule differs only at T > 0
     target = getattr(report, "target_ref", None)
     draft = target if dkind.derives_from_target else report.drafter_ref  # as `pair show` (registry.runs)
     try:

@@ -64,7 +64,7 @@ def test_demo_stale_pair_fails_the_default_floor_and_fires_then_the_rederived_pa
     with WebhookReceiver() as receiver:
         s = MonitoringSettings(db_url=f"sqlite:///{tmp_path / 'h.db'}", delivery=FAST, alert_channels=[
             ChannelConfig(type="webhook", url=receiver.url("/hook"), name="ops")])
-        assert s.rules.estimator == "pooled" and s.rules.floor_source == "policy default"  # the default
+        assert s.rules.policy.estimator == "pooled" and s.rules.policy.floor_source == "policy default"  # the default
         db = Database(s.db_url)
         db.upgrade()
         n1 = _record(db, s, 0, "1", Lineage("t1", "d1", "1", "0.1"), **HEALTHY)
@@ -97,7 +97,7 @@ def test_a_pair_with_its_own_floor_of_0_20_passes_at_0_23_and_says_which_floor()
                          num_draft_tokens=4000)
     tags = {FLOOR_TAG: "0.20"}
     base = RuleSettings()
-    floor = floor_for(base.policy(), tags)
+    floor = floor_for(base.policy, tags)
     assert (floor.value, floor.source) == (0.20, "pair version tag acceptance_floor")
     res = rules.evaluate(report, None, base.for_floor(floor))
     (ab,) = [r for r in res if r.rule == "absolute" and r.scope == "overall"]
@@ -114,7 +114,7 @@ def test_a_pair_with_its_own_floor_of_0_20_passes_at_0_23_and_says_which_floor()
     refused = evaluate_gate(metrics, policy_gate().for_pair({}))
     assert refused.status == "failed" and "< floor 0.40 (policy default)" in refused.reasons[0]
     with pytest.raises(ValueError, match="acceptance_floor must be a number in"):
-        floor_for(base.policy(), {FLOOR_TAG: "high"})
+        floor_for(base.policy, {FLOOR_TAG: "high"})
 
 
 def _runs(alpha: float, k: int, prompts: int = 24, tokens: int = 96, seed: int = 0) -> list[PromptRun]:
@@ -196,7 +196,7 @@ def _stored(g) -> str:
 def test_migration_0008_rederives_stored_verdicts_and_keeps_the_numbers(tmp_path):
     db = Database(f"sqlite:///{tmp_path / 'h.db'}")
     db.upgrade("0007_per_token_acceptance")
-    old = RuleSettings(estimator="per_token", speed_enabled=False)
+    old = RuleSettings(policy=AcceptancePolicy(estimator="per_token"), speed_enabled=False)
     base, stale = _night(**HEALTHY), _night(**STALE, categories={"chat": 0.62})
     stale_results = rules.evaluate(stale, None, old)
     assert rules.verdict(stale_results) == "passed"  # what issue 30's default said of the stale pair
@@ -228,7 +228,7 @@ def test_migration_0008_keeps_the_stored_verdicts_of_production_windows_and_engi
     floor; a window and an engine check are judged by their own rules, so their stored verdicts stay."""
     db = Database(f"sqlite:///{tmp_path / 'h.db'}")
     db.upgrade("0007_per_token_acceptance")
-    old = RuleSettings(estimator="per_token", speed_enabled=False)
+    old = RuleSettings(policy=AcceptancePolicy(estimator="per_token"), speed_enabled=False)
     stale = _night(**STALE)
     results = json.dumps([x.to_dict() for x in rules.evaluate(stale, None, old)])
     with db.engine.begin() as conn:
@@ -269,5 +269,5 @@ def test_a_production_window_is_judged_by_the_floor_its_nightly_run_used():
     report = make_report(0.23, ci_half=0.015, k=5, num_draft_tokens=4000)
     stored = [r.to_dict() for r in rules.evaluate(report, None, own)]
     s = floor_of_nightly(SimpleNamespace(rule_results=stored), RuleSettings())
-    assert (s.absolute_threshold, s.floor_source) == (0.2, "pair version tag acceptance_floor")
-    assert floor_of_nightly(None, RuleSettings()).absolute_threshold == 0.40  # no nightly run: the policy's
+    assert (s.policy.threshold, s.policy.floor_source) == (0.2, "pair version tag acceptance_floor")
+    assert floor_of_nightly(None, RuleSettings()).policy.threshold == 0.40  # no nightly run: the policy's

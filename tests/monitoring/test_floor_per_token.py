@@ -12,12 +12,13 @@ import pytest
 
 from monitoring import rules
 from monitoring.settings import RuleSettings
+from specdec.policy import AcceptancePolicy
 from specdec.core.stats import DecodingStats
 from specdec.validation.aggregate import aggregate
 from specdec.validation.prompt_run import PromptRun
 from specdec.validation.report import PromptResult
 
-PER_TOKEN, POOLED = RuleSettings(estimator="per_token"), RuleSettings(estimator="pooled")  # pooled: the default (issue 41)
+PER_TOKEN, POOLED = RuleSettings(policy=AcceptancePolicy(estimator="per_token")), RuleSettings(policy=AcceptancePolicy(estimator="pooled"))  # pooled: the default (issue 41)
 
 
 def _runs(accepted_length, k: int, prompts: int = 24, tokens: int = 64, seed: int = 0) -> list[PromptRun]:

@@ -38,7 +38,7 @@ def test_ingest_metrics_then_history_shows_both_sources(env):
     key = history.RunKey.build("pair-a", "1", rep.heldout_name, "1", rep.config, dt.date(2026, 11, 30))
     history.record_run(db, rep, key, history.Lineage(), alias="champion")
     states = [[histogram_state("tiny", "0", [GOOD_A] * i, K, 1000.0)] for i in range(3)]
-    args = ["--source", "vllm-a", "--pair", "pair-a", "--version", "1", "--model", "tiny"]
+    args = ["--engine", "vllm", "--source", "vllm-a", "--pair", "pair-a", "--version", "1", "--model", "tiny"]
     with ScriptedExporter(states) as ex:
         first = run("ingest", "metrics", "--url", ex.url, *args)
         second = run("ingest", "metrics", "--url", ex.url, *args, "--plot", str(env / "plots"))

@@ -126,7 +126,7 @@ def test_cli_refuses_plus_inf_with_one_line_and_exit_1(tmp_path):
     env = {**os.environ, "SPECDEC_HOME": str(tmp_path), "COLUMNS": "200"}
     for v in ("SPECDEC_DB_URL", "SPECDEC_PRODUCTION_SOURCES", "SPECDEC_PRODUCTION_MAPPINGS", "SPECDEC_ALERT_CHANNELS"):
         env.pop(v, None)
-    args = ["--source", "vllm-a", "--pair", "pair-a", "--version", "1", "--model", "tiny"]
+    args = ["--engine", "vllm", "--source", "vllm-a", "--pair", "pair-a", "--version", "1", "--model", "tiny"]
     with ScriptedExporter([_text("300"), _text("+Inf")]) as ex:
         runs = [subprocess.run([sys.executable, "-m", "specdec.cli", "ingest", "metrics", "--url", ex.url, *args],
                                capture_output=True, text=True, env=env, timeout=180) for _ in range(2)]

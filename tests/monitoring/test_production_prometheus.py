@@ -128,8 +128,8 @@ def test_specdec_ingest_prometheus_cli_one_window(scraped, tmp_path):
     env = {**os.environ, "SPECDEC_HOME": str(tmp_path / "home"), "SPECDEC_ALERT_CHANNELS": "[]",
            "COLUMNS": "250"}
     env.pop("SPECDEC_PRODUCTION_MAPPINGS", None)
-    cmd = [sys.executable, "-m", "specdec.cli", "ingest", "prometheus", "--url", prom.url, "--source", "prom-vllm",
-           "--selector", 'job="vllm"', "--end", b[2].isoformat(), "--window", repr(minutes), "--pair", "pair-a",
+    cmd = [sys.executable, "-m", "specdec.cli", "ingest", "prometheus", "--url", prom.url, "--engine", "vllm",
+           "--source", "prom-vllm", "--selector", 'job="vllm"', "--end", b[2].isoformat(), "--window", repr(minutes), "--pair", "pair-a",
            "--version", "1", "--model", "tiny-llm", "--db-url", db_url]
     r = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -75,3 +75,37 @@ def test_mlflow_metrics_carry_both_rules():
     assert (m["argmax_rule_acceptance_ci_low"], m["exact_rule_acceptance_ci_high"]) == pytest.approx((0.42, 0.74))
     assert m["exact_rule_acceptance.pos_1"] == pytest.approx(0.71 ** 2) and m["argmax_rule_acceptance.pos_3"] == pytest.approx(0.46 ** 4)
     assert (m["exact_rule_acceptance.chat"], m["argmax_rule_acceptance.code"]) == (0.71, 0.46)
+
+
+def _with_length(report, tokens_per_prompt: int):
+    report.overall.num_emitted_tokens = tokens_per_prompt * report.overall.num_prompts
+    return report
+
+
+def test_a_night_with_much_shorter_outputs_is_named_as_such_not_drift():
+    baseline = _with_length(make_report(0.80, alpha_hat=0.90, hat_half=0.02, alpha_tf=0.90, k=4), 64)
+    dropped = dict(alpha_hat=0.60, hat_half=0.02, alpha_tf=0.60, k=4)  # per-token acceptance 0.90 -> 0.60: past the 15% drop
+    same = rules.evaluate(_with_length(make_report(0.55, **dropped), 62), baseline)
+    (rel,) = [r for r in same if r.rule == "relative"]
+    assert rel.firing and rules.verdict(same) == "failed" and "shorter" not in rel.message
+    shorter = rules.evaluate(_with_length(make_report(0.55, **dropped), 20), baseline)
+    (rel,) = [r for r in shorter if r.rule == "relative"]
+    assert rel.status == rules.INSUFFICIENT and rules.verdict(shorter) == "inconclusive"
+    assert rel.message.startswith("not judged as drift: outputs 69% shorter than the baseline's (20.0 against 64.0 "
+                                  "tokens per prompt)")
+    longer = rules.evaluate(_with_length(make_report(0.80, alpha_hat=0.90, hat_half=0.02, alpha_tf=0.90, k=4), 100),
+                            baseline)
+    (rel,) = [r for r in longer if r.rule == "relative"]
+    assert rel.status == rules.OK and rel.message.endswith("; outputs 56% longer than the baseline's (100.0 against "
+                                                           "64.0 tokens per prompt)")
+
+
+def test_the_measurement_rule_compares_alpha_hat_with_the_served_rule():
+    # argmax-served at T > 0: the decoded α̂ counts p(argmax q) (0.46), alpha_tf is Σ min(p, q) (0.71)
+    night = _night(0.40, "argmax", 0.71, 0.46)
+    night.overall.alpha_hat, night.overall.alpha_hat_ci = 0.47, [0.44, 0.50]
+    (m,) = [r for r in rules.evaluate(night, None) if r.rule == "measurement" and r.scope == "overall"]
+    assert m.status == rules.OK and m.metric == "argmax_rule_acceptance" and m.value == pytest.approx(0.46)
+    night.acceptance_rule = "exact"  # the same numbers read as exact-rule counters disagree
+    (m,) = [r for r in rules.evaluate(night, None) if r.rule == "measurement" and r.scope == "overall"]
+    assert m.firing and m.metric == "alpha_tf" and "alpha_tf 0.710" in m.message

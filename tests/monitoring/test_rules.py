@@ -10,6 +10,7 @@ from monitoring import rules
 from monitoring.history import Lineage, RunSnapshot
 from monitoring.rules import FIRING, INSUFFICIENT, NOT_APPLICABLE, OK
 from monitoring.settings import RuleSettings
+from specdec.policy import AcceptancePolicy
 from tests.support.reports import make_report
 
 S = RuleSettings()
@@ -25,8 +26,8 @@ def by(results, rule, scope="overall"):
 
 
 def test_defaults_are_the_issue_values():
-    assert S.absolute_threshold == 0.40 and S.relative_drop == 0.15
-    assert S.min_draft_tokens == 200 and S.collapse_drop == 0.30
+    assert S.policy.threshold == 0.40 and S.relative_drop == 0.15
+    assert S.policy.min_draft_tokens == 200 and S.collapse_drop == 0.30
 
 
 def test_absolute_fires_when_ci_upper_bound_is_below_threshold():
@@ -51,7 +52,7 @@ def test_too_few_draft_tokens_no_alert_even_with_a_tight_ci():
     r = by(rules.evaluate(cur, None, S), "absolute")
     assert r.status == INSUFFICIENT and "150 draft tokens" in r.message
     # lowering N makes the same evidence enough
-    r2 = by(rules.evaluate(cur, None, RuleSettings(min_draft_tokens=100)), "absolute")
+    r2 = by(rules.evaluate(cur, None, RuleSettings(policy=AcceptancePolicy(min_draft_tokens=100))), "absolute")
     assert r2.status == FIRING
 
 
@@ -99,7 +100,7 @@ def test_relative_rule_judges_per_token_acceptance_whatever_the_floors_estimator
     base = snap(make_report(0.63, k=4))
     # the per-token acceptance means the same at every k: the baseline at k=4 still judges a run at k=8,
     # whether the floor judges the acceptance rate (the default) or the per-token acceptance (issue 41)
-    for settings in (RuleSettings(estimator="pooled"), RuleSettings(estimator="per_token")):
+    for settings in (RuleSettings(policy=AcceptancePolicy(estimator="pooled")), RuleSettings(policy=AcceptancePolicy(estimator="per_token"))):
         r = by(rules.evaluate(snap(make_report(0.40, k=8)), base, settings), "relative")
         assert r.metric == "per_token_acceptance" and r.status == FIRING and r.baseline == pytest.approx(0.63)
 

@@ -24,10 +24,10 @@ OK = {"acceptance_rate": 0.62, "acceptance_rate_ci_low": 0.55, "acceptance_rate_
 
 @pytest.mark.parametrize("var", ["SPECDEC_POLICY__THRESHOLD", "SPECDEC_RULES__ABSOLUTE_THRESHOLD"])
 def test_one_threshold_moves_alerts_and_gate_together(monkeypatch, var):
-    assert evaluate_gate(OK, gate=policy_gate()).passed and MonitoringSettings().rules.absolute_threshold == 0.40
+    assert evaluate_gate(OK, gate=policy_gate()).passed and MonitoringSettings().rules.policy.threshold == 0.40
     monkeypatch.setenv(var, "0.7")
     assert get_policy().threshold == 0.7
-    assert MonitoringSettings().rules.absolute_threshold == 0.7
+    assert MonitoringSettings().rules.policy.threshold == 0.7
     assert policy_gate().min_acceptance_rate == 0.7
     verdict = evaluate_gate(OK, gate=policy_gate())
     assert not verdict.passed and "0.70" in verdict.reasons[0]
@@ -50,7 +50,7 @@ def test_sides_and_evidence_are_policy(monkeypatch):
     g = policy_gate()
     assert (g.gate_side, g.min_draft_tokens) == ("point", 5000)
     assert any("too little evidence" in r for r in evaluate_gate(OK, gate=policy_gate()).reasons)
-    assert MonitoringSettings().rules.min_draft_tokens == 5000
+    assert MonitoringSettings().rules.policy.min_draft_tokens == 5000
 
 
 @pytest.mark.parametrize("env,msg", [({"SPECDEC_POLICY__THRESHOLD": "high"}, "THRESHOLD"),

@@ -17,8 +17,17 @@ def test_user_info_and_query_are_not_stored_and_each_is_said():
 
 def test_a_plain_url_is_stored_as_given():
     tags, dropped = engine_tags("http://127.0.0.1:8080", ["llama-server", "-m", "t.gguf"], concurrency=2)
-    assert tags == {"engine_url": "http://127.0.0.1:8080", "engine_concurrency": "2",
+    assert tags == {"engine": "llamacpp", "engine_url": "http://127.0.0.1:8080", "engine_concurrency": "2",
                     "engine_flags": '["llama-server", "-m", "t.gguf"]'} and dropped == []
+
+
+def test_the_engine_is_set_with_its_url_and_must_be_checkable():
+    """``pair engine`` names the engine serving at the URL (the default engine when not given); the nightly checks
+    the pair through that profile, so one it cannot ask is refused."""
+    assert engine_tags("http://127.0.0.1:8000", None, engine="vllm")[0]["engine"] == "vllm"
+    assert engine_tags("http://127.0.0.1:8080", None, engine="llama.cpp")[0]["engine"] == "llamacpp"
+    with pytest.raises(ValueError, match="the engine check cannot ask sglang: use vllm or llamacpp"):
+        engine_tags("http://127.0.0.1:30000", None, engine="sglang")
 
 
 @pytest.mark.parametrize("url", ["", "notaurl", "ftp://h:1"])

@@ -26,7 +26,7 @@ def _group(acc: float, ci_half: float, n_tokens: int, k: int, *, alpha_tf: float
     return GroupMetrics(
         num_prompts=prompts, num_speculative_tokens=k, num_drafts=drafts, num_draft_tokens=n_tokens,
         num_accepted_tokens=accepted, accepted_per_position=[accepted // max(k, 1)] * k,
-        num_emitted_tokens=accepted + drafts, acceptance_rate=acc,
+        num_emitted_tokens=64 * prompts, acceptance_rate=acc,  # 64 new tokens per prompt, as the rows say
         acceptance_rate_ci=[max(acc - ci_half, 0.0), min(acc + ci_half, 1.0)],
         mean_accepted_length=1 + accepted / drafts, draft_tokens_per_step=n_tokens / drafts,
         alpha_hat=a_hat, alpha_hat_ci=[max(a_hat - hat_half, 0.0), min(a_hat + hat_half, 1.0)],

@@ -142,8 +142,12 @@ def _env_names(cls: type[BaseSettings], name: str, field: FieldInfo) -> list[str
 def _rows(cls: type[BaseModel], prefix: str, seen: set[str], settings_cls: type[BaseSettings]) -> list[str]:
     from specdec.settings.aliases import OLD_NAMES
 
+    from specdec.policy import AcceptancePolicy
+
     docs, rows, nested = _docs(cls), [], []
     for name, field in cls.model_fields.items():
+        if field.annotation is AcceptancePolicy:
+            continue  # the tree's one policy, handed to the section: its variables are the policy section's
         names = _env_names(settings_cls, name, field) if cls is settings_cls else [f"{prefix}{name}".upper()]
         if names[0] in seen:
             continue
@@ -181,9 +185,12 @@ def _section(title: str, cls: type[BaseSettings], seen: set[str]) -> str:
 def render() -> str:
     """The whole page, as docs/settings.md holds it."""
     from flows.settings import DemoSettings, Settings
+    from specdec.policy import AcceptancePolicy
+    from specdec.settings.policy import PolicySettings
 
-    sections = [(name, field.annotation) for name, field in Settings.model_fields.items()
-                if isinstance(field.annotation, type) and issubclass(field.annotation, BaseSettings)]
+    read_by = {AcceptancePolicy: PolicySettings}  # a tree field built from the settings class that reads it
+    annotations = [(name, read_by.get(field.annotation, field.annotation)) for name, field in Settings.model_fields.items()]
+    sections = [(name, cls) for name, cls in annotations if isinstance(cls, type) and issubclass(cls, BaseSettings)]
     sections.append(("demo", DemoSettings))
     seen: set[str] = set()
     with empty_environment():

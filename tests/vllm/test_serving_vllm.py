@@ -9,8 +9,7 @@ import json
 
 import pytest
 
-from specdec.engines.metrics import counters_of
-from specdec.engines.metrics import ENGINES
+from specdec.engines.metrics import VLLM_METRICS, counters_of
 from specdec.engines.vllm_server import VllmClient
 from tests.support.vllm import K, MAX_TOKENS, draft_dir
 
@@ -48,10 +47,10 @@ def test_every_printed_config_starts_vllm_serve_and_counts_the_pairs_acceptance(
     try:
         served = client.server_info()["vllm_config"]["speculative_config"]
         assert {k: served[k] for k in printed} == printed  # vLLM runs exactly the printed config
-        before = counters_of(client.metrics_text(), ENGINES["vllm"])
+        before = counters_of(client.metrics_text(), VLLM_METRICS)
         ids = _chat_ids(real_pair[0].tokenizer, REPEAT)  # a prompt the n-gram lookup can copy from
         out = client.complete(ids, max_tokens=MAX_TOKENS, temperature=0.0)
-        delta = counters_of(client.metrics_text(), ENGINES["vllm"]).minus(before)
+        delta = counters_of(client.metrics_text(), VLLM_METRICS).minus(before)
     finally:
         client.close()
     assert delta.drafts > 0 and 0 <= delta.accepted <= delta.draft_tokens <= K * delta.drafts

@@ -19,6 +19,7 @@ Revises: 0007_per_token_acceptance
 Create Date: 2026-12-04
 
 """
+from dataclasses import replace
 from typing import Any, Sequence, Union
 
 from alembic import op
@@ -56,7 +57,8 @@ def upgrade() -> None:
                                   runs.c.baseline_run_id).where(runs.c.status.in_(VERDICT_STATUSES),
                                                                 runs.c.source == "nightly")).mappings().all()
     overall_of = {r["id"]: r["overall"] for r in rows}
-    settings = RuleSettings(estimator="pooled")
+    settings = RuleSettings()  # the environment's policy, judged on the acceptance rate
+    settings = settings.model_copy(update={"policy": replace(settings.policy, estimator="pooled")})
     for row in rows:
         if not row["overall"] or not row["rule_results"]:
             continue
