@@ -32,6 +32,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from monitoring import channels as ch
+from monitoring.actions import do_lines
 from monitoring.channel_health import CHANNEL_HEALTH, REFUSED, enqueue_channel_health
 from monitoring.db import DELIVERED, FIRING, PENDING, RESOLVED, SENDING, AlertDelivery, Database, Incident, utcnow
 from monitoring.rules import FAILED_VERDICT, PASSED_VERDICT, RuleResult, change_since_baseline, severity_of, verdict
@@ -57,6 +58,8 @@ class AlertContext:
         links: name -> URL or path (``{"MLflow run": "http://...", "Evidently report": "/..."}``).
         changed: what changed since the baseline run (``target`` | ``draft`` | ``both`` | None), for the
             floor's headline ("... after a target-only change: target changed, draft unchanged").
+        drafter_kind: the drafter kind (``model``, ``ngram``, ``derived``, ``eagle3``, ``layerskip``): with
+            ``draft_ref`` the drafter spec the alert names when the draft is no registered model.
     """
 
     pair_name: str
@@ -74,6 +77,7 @@ class AlertContext:
     root_cause_hint: str | None = None
     links: dict[str, str] = field(default_factory=dict)
     changed: str | None = None
+    drafter_kind: str | None = None
 
 
 @dataclass
@@ -110,6 +114,16 @@ class AlertOutcome:
 def _to_delivery(row: AlertDelivery) -> Delivery:
     return Delivery(row.id, row.incident_id, row.transition, row.channel_id, row.status,
                     row.attempts, row.idempotency_key, row.last_error, row.response_status)
+
+
+def _draft_fact(ctx: AlertContext) -> str | None:
+    """The alert's ``Draft``: the registered draft model (``models:/name/v (weights ...)``), else the drafter spec,
+    kind and ref (``layerskip num_layers=8``, ``ngram max_ngram=3,min_ngram=1``), else the weights hash."""
+    ref, kind, h = ctx.draft_ref, ctx.drafter_kind, ctx.draft_hash
+    if (ref and ref.startswith("models:/")) or not (ref or kind):
+        return _short(h, ref)
+    spec = " ".join(x for x in (kind, ref) if x)
+    return spec + (f" (weights {h[:12]})" if h else "")
 
 
 def _short(h: str | None, ref: str | None = None) -> str | None:
@@ -167,7 +181,7 @@ def _facts(ctx: AlertContext, who: str, results: Sequence[RuleResult], overall: 
     floor and source (the other metric beside it), speedup, severity and the run's verdict word."""
     facts: dict[str, Any] = {
         "Pair": who, "Held-out": ctx.heldout, "k": ctx.num_speculative_tokens,
-        "Target": _short(ctx.target_hash, ctx.target_ref), "Draft": _short(ctx.draft_hash, ctx.draft_ref),
+        "Target": _short(ctx.target_hash, ctx.target_ref), "Draft": _draft_fact(ctx),
         "Baseline": ctx.baseline,
     }
     if overall is not None and overall.value is not None:
@@ -233,6 +247,8 @@ def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], 
             f"{r.scope} {r.value:.3f} < {r.threshold:.2f}" for r in fell if r.value is not None))
     if ctx.root_cause_hint and kind != "resolve":
         lines.append(f"Likely cause: {ctx.root_cause_hint}")
+    actions = do_lines(firing, ctx.changed) if kind in ("fire", "remind") else []
+    lines += actions
     if incident is not None and kind == "resolve":
         lines.append(f"Incident {incident.id} open since {incident.opened_at:%Y-%m-%d %H:%M} UTC, "
                      f"resolved by run {ctx.run_id}.")
@@ -242,7 +258,7 @@ def build_message(event: str, ctx: AlertContext, results: Sequence[RuleResult], 
         "event": event, "title": title, "text": "\n".join(text_parts), "facts": {k: (None if v is None else str(v)) for k, v in facts.items()},
         "lines": lines, "links": {k: v for k, v in ctx.links.items() if v},
         "rules": [r.to_dict() for r in firing], "categories_fell": [r.scope for r in fell],
-        "root_cause_hint": ctx.root_cause_hint, "pair_name": ctx.pair_name,
+        "root_cause_hint": ctx.root_cause_hint, "actions": actions, "pair_name": ctx.pair_name,
         "pair_version": ctx.pair_version, "alias": ctx.alias, "run_id": ctx.run_id,
         "incident_id": incident.id if incident is not None else None, "created_at": now.isoformat(),
     })

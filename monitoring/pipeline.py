@@ -150,7 +150,7 @@ def alert(
         alias=row.alias, heldout=f"{row.heldout_name}@{row.heldout_version}",
         num_speculative_tokens=row.num_speculative_tokens, target_hash=row.target_hash,
         draft_hash=row.draft_hash, baseline=evaluation.baseline_label, target_ref=row.target_ref,
-        draft_ref=row.drafter_ref,
+        draft_ref=row.drafter_ref, drafter_kind=row.drafter_kind,
         root_cause_hint=evaluation.root_cause_hint, links=dict(links or {}),
         changed=_changed(row, history.get_run(db, evaluation.baseline_run_id) if evaluation.baseline_run_id else None),
     )

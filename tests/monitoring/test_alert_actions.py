@@ -1,0 +1,49 @@
+"""An alert says what fired, for which draft, and what to do (issue 51): a layer-skip draft was ``"Draft": null``
+(its version's ``draft`` tag says none) and the alert named no action ("the cause cannot be narrowed down").
+Through the real pipeline (a real SQLite history, the drift rules, the outbox) to a real HTTP receiver."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from monitoring import pipeline
+from monitoring.actions import FLOOR_ACTIONS, RULE_ACTIONS
+from monitoring.db import connect
+from monitoring.history import Lineage, RunKey
+from monitoring.receiver import WebhookReceiver
+from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings
+from tests.support.reports import make_report
+
+FAST = DeliverySettings(max_attempts=2, backoff_initial_s=0.01, backoff_max_s=0.05, timeout_s=5)
+
+
+def _layerskip(rate: float, **kw):
+    report = make_report(rate, **kw)
+    report.drafter_kind, report.drafter_ref = "layerskip", "num_layers=8"
+    return report
+
+
+def _night(db, settings, report, *, version: str, day: dt.date, lineage: Lineage):
+    key = RunKey.build("ls-pair", version, report.heldout_name, "1", report.config, day)
+    return pipeline.record_and_evaluate(db, report, key, lineage, alias="champion", champion_version="1",
+                                        settings=settings, evidently=False)
+
+
+def test_a_layerskip_draft_failing_the_floor_is_named_with_one_do_line_per_cause(tmp_path):
+    with WebhookReceiver() as rx:
+        settings = MonitoringSettings(db_url=f"sqlite:///{tmp_path / 'h.db'}", delivery=FAST,
+                                      alert_channels=[ChannelConfig(type="webhook", url=rx.url())])
+        db = connect(settings)
+        healthy = _layerskip(0.70)
+        _night(db, settings, healthy, version="1", day=dt.date(2026, 12, 5), lineage=Lineage("t1", None, "1", "0.1"))
+        stale = _layerskip(0.20, categories={"chat": 0.2})
+        out = _night(db, settings, stale, version="2", day=dt.date(2026, 12, 6), lineage=Lineage("t2", None, "1", "0.1"))
+        assert out.alert.transition == "fire"
+        [body] = [r.body for r in rx.accepted]
+    assert body["facts"]["Draft"] == "layerskip num_layers=8"
+    assert body["title"].endswith("ls-pair v2 (champion)")
+    do = [ln for ln in body["lines"] if ln.startswith("Do: ")]
+    fired = list(dict.fromkeys(r["rule"] for r in body["rules"]))
+    assert len(do) == len([r for r in fired if r == "absolute" or r in RULE_ACTIONS]) >= 2
+    assert do[0] == FLOOR_ACTIONS["target"]  # the target changed under the same draft
+    assert body["actions"] == do and all(ln in body["text"] for ln in do)
