@@ -104,8 +104,8 @@ def test_the_measurement_rule_compares_alpha_hat_with_the_served_rule():
     # argmax-served at T > 0: the decoded α̂ counts p(argmax q) (0.46), alpha_tf is Σ min(p, q) (0.71)
     night = _night(0.40, "argmax", 0.71, 0.46)
     night.overall.alpha_hat, night.overall.alpha_hat_ci = 0.47, [0.44, 0.50]
-    (m,) = [r for r in rules.evaluate(night, None) if r.rule == "measurement" and r.scope == "overall"]
+    (m,) = [r for r in rules.evaluate(night, None, RuleSettings()) if r.rule == "measurement" and r.scope == "overall"]
     assert m.status == rules.OK and m.metric == "argmax_rule_acceptance" and m.value == pytest.approx(0.46)
     night.acceptance_rule = "exact"  # the same numbers read as exact-rule counters disagree
-    (m,) = [r for r in rules.evaluate(night, None) if r.rule == "measurement" and r.scope == "overall"]
+    (m,) = [r for r in rules.evaluate(night, None, RuleSettings()) if r.rule == "measurement" and r.scope == "overall"]
     assert m.firing and m.metric == "alpha_tf" and "alpha_tf 0.710" in m.message
