@@ -312,21 +312,25 @@ def not_drift(r: RuleResult, length_note: str | None) -> RuleResult:
     return r
 
 
-def measurement_rule(current: GroupMetrics) -> RuleResult:
-    """``alpha_tf`` and ``alpha_hat`` (both estimate α) disagree: their 95% CIs do not overlap."""
-    tf, tf_ci = _num(current.alpha_tf), _ci(current.alpha_tf_ci)
+def measurement_rule(current: GroupMetrics, acceptance_rule: str | None = None) -> RuleResult:
+    """The teacher-forced α of the served ``acceptance_rule`` (``alpha_tf`` = Σ min(p, q) for the exact rule and
+    older runs, ``argmax_rule_acceptance`` = p(argmax q) for the argmax rule:
+    :meth:`~specdec.validation.report.GroupMetrics.teacher_forced_alpha`) and ``alpha_hat`` (the decoded α, counted
+    under that rule) disagree: their 95% CIs do not overlap."""
+    name, tf_value, tf_pair = current.teacher_forced_alpha(acceptance_rule)
+    tf, tf_ci = _num(tf_value), _ci(tf_pair)
     hat, hat_ci = _num(current.alpha_hat), _ci(current.alpha_hat_ci)
-    common = dict(rule="measurement", scope=OVERALL, metric="alpha_tf", value=tf, ci=tf_ci,
+    common = dict(rule="measurement", scope=OVERALL, metric=name, value=tf, ci=tf_ci,
                   baseline=None, num_draft_tokens=int(current.num_draft_tokens or 0))
     if tf_ci is None or hat_ci is None or hat is None:
-        return RuleResult(status=NOT_APPLICABLE, message="alpha_tf or alpha_hat CI not measured", **common)
+        return RuleResult(status=NOT_APPLICABLE, message=f"{name} or alpha_hat CI not measured", **common)
     common["threshold"] = hat
     if tf_ci[1] < hat_ci[0] or hat_ci[1] < tf_ci[0]:
         return RuleResult(status=FIRING, **common, message=(
-            f"measurement disagreement: alpha_tf {tf:.3f}{_fmt_ci(tf_ci)} vs decoding alpha_hat "
+            f"measurement disagreement: {name} {tf:.3f}{_fmt_ci(tf_ci)} vs decoding alpha_hat "
             f"{hat:.3f}{_fmt_ci(hat_ci)}; check the validation harness before trusting the numbers"))
     return RuleResult(status=OK, **common, message=(
-        f"alpha_tf {tf:.3f}{_fmt_ci(tf_ci)} consistent with alpha_hat {hat:.3f}{_fmt_ci(hat_ci)}"))
+        f"{name} {tf:.3f}{_fmt_ci(tf_ci)} consistent with alpha_hat {hat:.3f}{_fmt_ci(hat_ci)}"))
 
 
 def replay_rule(current: GroupMetrics) -> RuleResult:
@@ -461,7 +465,7 @@ def speed_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: R
     return RuleResult(status=OK, **common, message=f"{shown}: speculation pays or is not credibly slower")
 
 
-def evaluate(current, baseline, settings: RuleSettings | None = None) -> list[RuleResult]:
+def evaluate(current, baseline, settings: RuleSettings) -> list[RuleResult]:
     """Run every rule.
 
     Args:
@@ -469,19 +473,18 @@ def evaluate(current, baseline, settings: RuleSettings | None = None) -> list[Ru
             ``overall: GroupMetrics`` and ``categories: dict[str, GroupMetrics]`` (a
             :class:`specdec.validation.report.ValidationReport` works).
         baseline: the last passing run of the champion (same shape), or ``None``.
-        settings: thresholds (defaults when ``None``).
+        settings: thresholds and the acceptance policy (the caller's section: no settings are read here).
     Returns:
         Results in a fixed order: absolute overall, absolute per category (sorted), relative,
         collapse, measurement, measurement (replay), speed; each with its ``severity``.
     """
-    settings = settings or RuleSettings()
     base = baseline.overall if baseline is not None else None
     out = absolute_rules(current.overall, current.categories, settings,
                          acceptance_rule=getattr(current, "acceptance_rule", None))
     length = output_length_note(current.overall, base)
     out += [not_drift(r, length) for r in (relative_rule(current.overall, base, settings),
                                            collapse_rule(current.overall, base, settings))]
-    out.append(measurement_rule(current.overall))
+    out.append(measurement_rule(current.overall, getattr(current, "acceptance_rule", None)))
     out.append(replay_rule(current.overall))
     for r in out:
         r.severity = "warning" if r.rule == "measurement" else settings.acceptance_severity

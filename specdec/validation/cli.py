@@ -648,7 +648,7 @@ def _print_rules(report: Any) -> None:
     for name, g in [("overall", report.overall), *report.categories.items()]:
         cells = []
         for rule in ("exact", "argmax"):
-            mark = " *" if rule == served else ""
+            mark = " *" if rule == served and getattr(g, f"{rule}_rule_per_position") else ""
             cells += [_ci(getattr(g, f"{rule}_rule_acceptance"), getattr(g, f"{rule}_rule_acceptance_ci")) + mark,
                       " ".join(_f(x, 2) for x in getattr(g, f"{rule}_rule_per_position")) or "-"]
         t.add_row(f"[bold]{name}[/]" if name == "overall" else name, *cells)

@@ -91,12 +91,13 @@ def findings(r: ValidationReport) -> list[str]:
                 else math.nan,
             )
         )
-    if all(not math.isnan(x) for x in (*g.alpha_hat_ci, *g.alpha_tf_ci)) and (
-        g.alpha_hat_ci[1] < g.alpha_tf_ci[0] or g.alpha_tf_ci[1] < g.alpha_hat_ci[0]
+    tf_name, tf, tf_ci = g.teacher_forced_alpha(r.acceptance_rule)  # the rule the decoded α̂ was counted under
+    if all(not math.isnan(x) for x in (*g.alpha_hat_ci, *tf_ci)) and (
+        g.alpha_hat_ci[1] < tf_ci[0] or tf_ci[1] < g.alpha_hat_ci[0]
     ):
         notes.append(
-            f"alpha_hat {g.alpha_hat:.3f} {format_ci(g.alpha_hat_ci)} and alpha_tf {g.alpha_tf:.3f} "
-            f"{format_ci(g.alpha_tf_ci)} disagree beyond their 95% CIs: acceptance is not i.i.d. along the "
+            f"alpha_hat {g.alpha_hat:.3f} {format_ci(g.alpha_hat_ci)} and {tf_name} {tf:.3f} "
+            f"{format_ci(tf_ci)} disagree beyond their 95% CIs: acceptance is not i.i.d. along the "
             "sequence (expected for n-gram copy runs, see docs/metrics.md) or the pair/decoding is off"
         )
     kind_note = kind_of(r.drafter_kind).finding(g)

@@ -124,6 +124,15 @@ class GroupMetrics:
     argmax_rule_acceptance_ci: list[float] = field(default_factory=lambda: [math.nan, math.nan])
     argmax_rule_per_position: list[float] = field(default_factory=list)
 
+    def teacher_forced_alpha(self, rule: str | None) -> tuple[str, float, list[float]]:
+        """The teacher-forced estimate of the α that the decoded α̂ counts under the served acceptance ``rule``:
+        ``("argmax_rule_acceptance", rate, ci)`` for ``"argmax"`` where measured, else ``("alpha_tf", alpha_tf,
+        alpha_tf_ci)`` (Σ min(p, q): the exact rule, and reports from before both rules were measured). At T = 0 both
+        are the greedy agreement."""
+        if rule == "argmax" and not math.isnan(self.argmax_rule_acceptance):
+            return "argmax_rule_acceptance", self.argmax_rule_acceptance, list(self.argmax_rule_acceptance_ci)
+        return "alpha_tf", self.alpha_tf, list(self.alpha_tf_ci)
+
 
 @dataclass
 class PromptResult:

@@ -57,6 +57,7 @@ def test_the_core_passes_the_canary(target, sampling, draft_sampling):
     g = report.overall
     assert verdict.acceptance_rule == {"sampled": "exact", "argmax": "argmax"}[draft_sampling]
     assert g.exact_rule_acceptance == pytest.approx(1.0, abs=1e-6)
+    assert not any("disagree" in n for n in report.notes)  # α̂ is compared with the served rule's teacher-forced α
     if draft_sampling == "sampled" or sampling.is_greedy:
         assert g.num_accepted_tokens == g.num_draft_tokens  # every draft accepted
     else:  # E[p(argmax p)] < 1 at T 0.7: the decoded α̂ is clearly below 1 and matches it
