@@ -11,7 +11,7 @@ from monitoring.actions import FLOOR_ACTIONS, RULE_ACTIONS
 from monitoring.db import connect
 from monitoring.history import Lineage, RunKey
 from monitoring.receiver import WebhookReceiver
-from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings
+from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings, RuleSettings
 from tests.support.reports import make_report
 
 FAST = DeliverySettings(max_attempts=2, backoff_initial_s=0.01, backoff_max_s=0.05, timeout_s=5)
@@ -57,7 +57,7 @@ def test_one_alert_per_version_per_night_across_aliases_and_sources(tmp_path):
     from monitoring.alerts import AlertContext
 
     t0 = dt.datetime(2026, 12, 7, 2, 0, tzinfo=dt.timezone.utc)
-    bad, good = rules.evaluate(make_report(0.2), None), rules.evaluate(make_report(0.7), None)
+    bad, good = (rules.evaluate(make_report(r), None, RuleSettings()) for r in (0.2, 0.7))
     with WebhookReceiver() as rx:
         settings = MonitoringSettings(db_url=f"sqlite:///{tmp_path / 'h.db'}", delivery=FAST,
                                       alert_channels=[ChannelConfig(type="webhook", url=rx.url())])
