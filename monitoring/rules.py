@@ -465,7 +465,7 @@ def speed_rule(current: GroupMetrics, baseline: GroupMetrics | None, settings: R
     return RuleResult(status=OK, **common, message=f"{shown}: speculation pays or is not credibly slower")
 
 
-def evaluate(current, baseline, settings: RuleSettings | None = None) -> list[RuleResult]:
+def evaluate(current, baseline, settings: RuleSettings) -> list[RuleResult]:
     """Run every rule.
 
     Args:
@@ -473,12 +473,11 @@ def evaluate(current, baseline, settings: RuleSettings | None = None) -> list[Ru
             ``overall: GroupMetrics`` and ``categories: dict[str, GroupMetrics]`` (a
             :class:`specdec.validation.report.ValidationReport` works).
         baseline: the last passing run of the champion (same shape), or ``None``.
-        settings: thresholds (defaults when ``None``).
+        settings: thresholds and the acceptance policy (the caller's section: no settings are read here).
     Returns:
         Results in a fixed order: absolute overall, absolute per category (sorted), relative,
         collapse, measurement, measurement (replay), speed; each with its ``severity``.
     """
-    settings = settings or RuleSettings()
     base = baseline.overall if baseline is not None else None
     out = absolute_rules(current.overall, current.categories, settings,
                          acceptance_rule=getattr(current, "acceptance_rule", None))

@@ -19,7 +19,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("specdec", "registry", "monitoring", "flows")
-READERS = ("get_settings", "get_policy", "model_store")  # model_store(): the models directory read from the environment
+#: model_store(): the models directory read from the environment; RuleSettings() / MonitoringSettings() /
+#: PolicySettings(): a section built below the edge reads the environment (the policy with it) under another name
+READERS = ("get_settings", "get_policy", "model_store", "RuleSettings", "MonitoringSettings", "PolicySettings")
 SETTINGS_MODULES = {"specdec/settings", "registry/settings.py", "monitoring/settings.py",
                     "monitoring/production/settings.py", "flows/settings.py"}
 #: the command line's modules: each sub-command is an entry point (pyproject ``specdec.cli`` entry points)

@@ -8,11 +8,10 @@ distributions, the KV caches, derived drafts (``derived:bf16`` of the adapted ta
 states) see a plain causal LM.
 
 The base is never modified: :func:`attach_adapter` builds a copy that **shares** every tensor of the base but the
-weights of the modules the adapter touches (for a LoRA on ``q_proj``/``v_proj`` of SmolLM2-135M: 2 x 30 matrices,
-about 6% of the weights), merges the adapter into those copies and leaves the base as it was. N adapters of one base
-cost one base load plus N small merges (docs/adapters.md has the numbers and why rows of different adapters are not
-batched through PEFT's unmerged ``adapter_names`` path: that path is not bit-identical to the merged model and runs
-slower per token).
+weights of the modules the adapter touches (for a LoRA on ``q/k/v/o_proj`` of SmolLM2-135M: 120 matrices, 101 of
+513 MiB), merges the adapter into those copies and leaves the base as it was. N adapters of one base cost one base
+load plus N merges (docs/adapters.md has the numbers, and why rows of different adapters are not batched through
+PEFT's unmerged ``adapter_names`` path: that path is not bit-identical to the merged model and runs slower per pass).
 
 A mismatched base (another architecture, a module the adapter names missing or of another shape, or a base weights
 hash other than the one the adapter records) is refused with :class:`AdapterMismatchError`, one line.

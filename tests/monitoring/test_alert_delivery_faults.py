@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import select
 
 from monitoring import alerts, rules
+from monitoring.settings import RuleSettings
 from monitoring.alerts import AlertContext
 from monitoring.db import DELIVERED, AlertDelivery, connect
 from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings
@@ -27,7 +28,7 @@ from tests.support.net import free_port
 from tests.support.reports import make_report
 
 T0 = dt.datetime(2026, 11, 29, 2, 0, tzinfo=dt.timezone.utc)
-BAD = rules.evaluate(make_report(0.29), None)
+BAD = rules.evaluate(make_report(0.29), None, RuleSettings())
 HANG = Reply(200, delay_s=30)  # recorded on arrival, answers long after the client's timeout
 FAST = DeliverySettings(max_attempts=4, backoff_initial_s=0.01, backoff_max_s=2, timeout_s=0.5)
 

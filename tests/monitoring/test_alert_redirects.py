@@ -23,6 +23,7 @@ import pytest
 from sqlalchemy import select
 
 from monitoring import alerts, rules
+from monitoring.settings import RuleSettings
 from monitoring.alerts import AlertContext
 from monitoring.db import AlertDelivery, connect
 from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings
@@ -30,7 +31,7 @@ from monitoring.receiver import Reply, WebhookReceiver
 from tests.support.reports import make_report
 
 T0 = dt.datetime(2026, 11, 29, 2, 0, tzinfo=dt.timezone.utc)
-BAD = rules.evaluate(make_report(0.29), None)
+BAD = rules.evaluate(make_report(0.29), None, RuleSettings())
 FAST = DeliverySettings(max_attempts=3, backoff_initial_s=0.01, backoff_max_s=1, timeout_s=2)
 
 

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import select
 
 from monitoring import alerts, rules
+from monitoring.settings import RuleSettings
 from monitoring.alerts import AlertContext
 from monitoring.db import AlertDelivery, Incident, connect
 from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings
@@ -20,9 +21,9 @@ from tests.support.reports import make_report
 T0 = dt.datetime(2026, 11, 29, 2, 0, tzinfo=dt.timezone.utc)
 SECRET = "T0SECRET/B0SECRET/xoxSECRETtoken"
 BAD = rules.evaluate(make_report(0.29, categories={"chat": 0.30, "code": 0.22, "math": 0.5},
-                                 category_tokens=800), None)
-GOOD = rules.evaluate(make_report(0.63), None)
-WIDE = rules.evaluate(make_report(0.35, ci_half=0.10), None)  # CI too wide: inconclusive
+                                 category_tokens=800), None, RuleSettings())
+GOOD = rules.evaluate(make_report(0.63), None, RuleSettings())
+WIDE = rules.evaluate(make_report(0.35, ci_half=0.10), None, RuleSettings())  # CI too wide: inconclusive
 FAST = DeliverySettings(max_attempts=3, backoff_initial_s=0.01, backoff_max_s=0.05, timeout_s=2)
 
 

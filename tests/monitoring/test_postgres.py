@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from monitoring import alerts, history, rules
+from monitoring.settings import RuleSettings
 from monitoring.alerts import AlertContext
 from monitoring.db import Database, head_revision
 from monitoring.history import Lineage, RunAlreadyClaimed, RunKey
@@ -58,7 +59,7 @@ def test_postgres_migrate_upsert_claim_and_incident(pg_url):
     assert history.snapshot(db, rid).overall.acceptance_rate == pytest.approx(0.29)
 
     s = MonitoringSettings(db_url=pg_url)
-    results = rules.evaluate(rep, None)
+    results = rules.evaluate(rep, None, RuleSettings())
     t0 = dt.datetime(2026, 11, 29, 2, tzinfo=dt.timezone.utc)
     ctx = AlertContext(pair_name="pair-a", pair_version="2", run_id=rid)
     assert alerts.process(db, ctx, results, settings=s, now=t0).transition == "fire"

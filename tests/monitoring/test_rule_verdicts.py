@@ -12,7 +12,7 @@ from monitoring import history, pipeline, rules
 from monitoring.db import Database
 from monitoring.history import Lineage, RunKey
 from monitoring.receiver import WebhookReceiver
-from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings
+from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings, RuleSettings
 from registry.runs import report_metrics
 from tests.support.reports import make_report
 
@@ -36,7 +36,7 @@ def _night(rate: float, served: str | None, exact: float, by_argmax: float):
     ("exact", "exact rule Σmin(p,q)", "argmax rule p(argmax q)", "0.460"),
 ])
 def test_the_floor_names_the_served_rule_and_the_other_beside_it(served, own, other, other_value):
-    res = rules.evaluate(_night(0.296, served, 0.71, 0.46), None)
+    res = rules.evaluate(_night(0.296, served, 0.71, 0.46), None, RuleSettings())
     for scope in ("overall", "chat", "code"):
         (floor,) = [r for r in res if r.rule == "absolute" and r.scope == scope]
         assert floor.firing
@@ -45,7 +45,7 @@ def test_the_floor_names_the_served_rule_and_the_other_beside_it(served, own, ot
 
 
 def test_a_run_without_a_served_rule_names_none():
-    res = rules.evaluate(_night(0.296, None, 0.71, 0.46), None)
+    res = rules.evaluate(_night(0.296, None, 0.71, 0.46), None, RuleSettings())
     (floor,) = [r for r in res if r.rule == "absolute" and r.scope == "overall"]
     assert floor.firing and "rule" not in floor.message.split("floor 0.400")[1]
 
@@ -85,16 +85,16 @@ def _with_length(report, tokens_per_prompt: int):
 def test_a_night_with_much_shorter_outputs_is_named_as_such_not_drift():
     baseline = _with_length(make_report(0.80, alpha_hat=0.90, hat_half=0.02, alpha_tf=0.90, k=4), 64)
     dropped = dict(alpha_hat=0.60, hat_half=0.02, alpha_tf=0.60, k=4)  # per-token acceptance 0.90 -> 0.60: past the 15% drop
-    same = rules.evaluate(_with_length(make_report(0.55, **dropped), 62), baseline)
+    same = rules.evaluate(_with_length(make_report(0.55, **dropped), 62), baseline, RuleSettings())
     (rel,) = [r for r in same if r.rule == "relative"]
     assert rel.firing and rules.verdict(same) == "failed" and "shorter" not in rel.message
-    shorter = rules.evaluate(_with_length(make_report(0.55, **dropped), 20), baseline)
+    shorter = rules.evaluate(_with_length(make_report(0.55, **dropped), 20), baseline, RuleSettings())
     (rel,) = [r for r in shorter if r.rule == "relative"]
     assert rel.status == rules.INSUFFICIENT and rules.verdict(shorter) == "inconclusive"
     assert rel.message.startswith("not judged as drift: outputs 69% shorter than the baseline's (20.0 against 64.0 "
                                   "tokens per prompt)")
     longer = rules.evaluate(_with_length(make_report(0.80, alpha_hat=0.90, hat_half=0.02, alpha_tf=0.90, k=4), 100),
-                            baseline)
+                            baseline, RuleSettings())
     (rel,) = [r for r in longer if r.rule == "relative"]
     assert rel.status == rules.OK and rel.message.endswith("; outputs 56% longer than the baseline's (100.0 against "
                                                            "64.0 tokens per prompt)")
@@ -104,8 +104,8 @@ def test_the_measurement_rule_compares_alpha_hat_with_the_served_rule():
     # argmax-served at T > 0: the decoded α̂ counts p(argmax q) (0.46), alpha_tf is Σ min(p, q) (0.71)
     night = _night(0.40, "argmax", 0.71, 0.46)
     night.overall.alpha_hat, night.overall.alpha_hat_ci = 0.47, [0.44, 0.50]
-    (m,) = [r for r in rules.evaluate(night, None) if r.rule == "measurement" and r.scope == "overall"]
+    (m,) = [r for r in rules.evaluate(night, None, RuleSettings()) if r.rule == "measurement" and r.scope == "overall"]
     assert m.status == rules.OK and m.metric == "argmax_rule_acceptance" and m.value == pytest.approx(0.46)
     night.acceptance_rule = "exact"  # the same numbers read as exact-rule counters disagree
-    (m,) = [r for r in rules.evaluate(night, None) if r.rule == "measurement" and r.scope == "overall"]
+    (m,) = [r for r in rules.evaluate(night, None, RuleSettings()) if r.rule == "measurement" and r.scope == "overall"]
     assert m.firing and m.metric == "alpha_tf" and "alpha_tf 0.710" in m.message
