@@ -274,8 +274,59 @@ def _enqueue(s, incident: Incident, transition: str, payload: dict[str, Any],
         ))
 
 
+#: an incident's summary key: the id of the incident whose message already told this night about the same version
+QUIET = "alerted_with_incident"
+
+
+def _twin(s, ctx: AlertContext, inc_id: int, now: dt.datetime, settings: MonitoringSettings) -> Incident | None:
+    """Another firing incident of this pair that sent a message about the same version within the reminder
+    interval (another alias or source failing the same version tonight), else None."""
+    since = now - dt.timedelta(hours=settings.reminder_interval_hours)
+    rows = s.scalars(select(Incident).where(Incident.pair_name == ctx.pair_name, Incident.status == FIRING,
+                                            Incident.id != inc_id)).all()
+    return next((i for i in rows if (i.summary or {}).get("pair_version") == ctx.pair_version
+                 and not (i.summary or {}).get(QUIET) and i.last_notified_at >= since), None)
+
+
+def _fire(s, ctx: AlertContext, results: Sequence[RuleResult], *, summary: dict, settings: MonitoringSettings,
+          now: dt.datetime) -> tuple[str | None, int]:
+    """Open an incident and queue its message, unless this version was alerted tonight already (:func:`_twin`):
+    then the incident is tracked quietly (no fire, reminder or resolve message of its own)."""
+    inc = Incident(pair_name=ctx.pair_name, scope=ctx.scope, status=FIRING, opened_at=now, last_notified_at=now,
+                   reminder_count=0, opened_run_id=ctx.run_id, last_run_id=ctx.run_id, summary=nan_to_none(summary))
+    s.add(inc)
+    s.flush()
+    twin = _twin(s, ctx, inc.id, now, settings)
+    if twin is not None:
+        inc.summary = nan_to_none({**summary, QUIET: twin.id})
+        log.info("%s v%s (%s) failed again tonight: incident %d opened quietly, incident %d already alerted",
+                 ctx.pair_name, ctx.pair_version, ctx.scope or "pair", inc.id, twin.id)
+        return None, inc.id
+    _enqueue(s, inc, "fire", build_message("fire", ctx, results, incident=inc, now=now), settings.alert_channels, now)
+    return "fire", inc.id
+
+
+def _remind(s, inc: Incident, ctx: AlertContext, results: Sequence[RuleResult], *, summary: dict,
+            settings: MonitoringSettings, now: dt.datetime) -> tuple[str | None, int]:
+    """A firing incident failed again: a reminder once the interval passed (none for a quiet one while the incident
+    that alerted for it still fires)."""
+    quiet = (inc.summary or {}).get(QUIET)
+    twin = s.get(Incident, quiet) if quiet else None
+    quiet = quiet if twin is not None and twin.status == FIRING else None  # its twin resolved: it speaks again
+    inc.last_run_id, inc.summary = ctx.run_id, nan_to_none({**summary, **({QUIET: quiet} if quiet else {})})
+    if quiet or now < inc.last_notified_at + dt.timedelta(hours=settings.reminder_interval_hours):
+        return None, inc.id
+    inc.reminder_count += 1
+    inc.last_notified_at = now
+    name = f"remind-{inc.reminder_count}"
+    _enqueue(s, inc, name, build_message(name, ctx, results, incident=inc, now=now), settings.alert_channels, now)
+    return name, inc.id
+
+
 def _transition(db: Database, ctx: AlertContext, results: Sequence[RuleResult], verdict_: str,
                 settings: MonitoringSettings, now: dt.datetime) -> tuple[str | None, int | None]:
+    """The incident transition of one evaluated run (fire, remind-<n>, resolve or none) and the incident id.
+    One message per failing version per night: a second incident of the same version is quiet (:func:`_fire`)."""
     summary = {"verdict": verdict_, "run_id": ctx.run_id, "pair_version": ctx.pair_version,
                "rules": [r.to_dict() for r in results if r.firing], "root_cause_hint": ctx.root_cause_hint}
     with db.session() as s:
@@ -283,28 +334,13 @@ def _transition(db: Database, ctx: AlertContext, results: Sequence[RuleResult], 
             Incident.pair_name == ctx.pair_name, Incident.scope == ctx.scope, Incident.status == FIRING,
         ).with_for_update()).one_or_none()
         if verdict_ == FAILED_VERDICT:
-            if inc is None:
-                inc = Incident(pair_name=ctx.pair_name, scope=ctx.scope, status=FIRING, opened_at=now,
-                               last_notified_at=now, reminder_count=0, opened_run_id=ctx.run_id,
-                               last_run_id=ctx.run_id, summary=nan_to_none(summary))
-                s.add(inc)
-                s.flush()
-                _enqueue(s, inc, "fire", build_message("fire", ctx, results, incident=inc, now=now),
-                         settings.alert_channels, now)
-                return "fire", inc.id
-            inc.last_run_id, inc.summary = ctx.run_id, nan_to_none(summary)
-            due = inc.last_notified_at + dt.timedelta(hours=settings.reminder_interval_hours)
-            if now >= due:
-                inc.reminder_count += 1
-                inc.last_notified_at = now
-                name = f"remind-{inc.reminder_count}"
-                _enqueue(s, inc, name, build_message(name, ctx, results, incident=inc, now=now),
-                         settings.alert_channels, now)
-                return name, inc.id
-            return None, inc.id
+            step = dict(summary=summary, settings=settings, now=now)
+            return _fire(s, ctx, results, **step) if inc is None else _remind(s, inc, ctx, results, **step)
         if verdict_ == PASSED_VERDICT and inc is not None:
             inc.status, inc.resolved_at, inc.resolved_run_id = RESOLVED, now, ctx.run_id
             inc.last_run_id = ctx.run_id
+            if (inc.summary or {}).get(QUIET):
+                return None, inc.id
             _enqueue(s, inc, "resolve", build_message("resolve", ctx, results, incident=inc, now=now),
                      settings.alert_channels, now)
             return "resolve", inc.id

@@ -11,7 +11,7 @@ from monitoring.actions import FLOOR_ACTIONS, RULE_ACTIONS
 from monitoring.db import connect
 from monitoring.history import Lineage, RunKey
 from monitoring.receiver import WebhookReceiver
-from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings
+from monitoring.settings import ChannelConfig, DeliverySettings, MonitoringSettings, RuleSettings
 from tests.support.reports import make_report
 
 FAST = DeliverySettings(max_attempts=2, backoff_initial_s=0.01, backoff_max_s=0.05, timeout_s=5)
@@ -47,3 +47,30 @@ def test_a_layerskip_draft_failing_the_floor_is_named_with_one_do_line_per_cause
     assert len(do) == len([r for r in fired if r == "absolute" or r in RULE_ACTIONS]) >= 2
     assert do[0] == FLOOR_ACTIONS["target"]  # the target changed under the same draft
     assert body["actions"] == do and all(ln in body["text"] for ln in do)
+
+
+def test_one_alert_per_version_per_night_across_aliases_and_sources(tmp_path):
+    """The same failing version under @champion, @challenger and its engine check the same night: one message; the
+    quiet incidents are tracked, send no reminder or resolve of their own, and speak again once the one that
+    alerted is resolved."""
+    from monitoring import alerts, rules
+    from monitoring.alerts import AlertContext
+
+    t0 = dt.datetime(2026, 12, 7, 2, 0, tzinfo=dt.timezone.utc)
+    bad, good = (rules.evaluate(make_report(r), None, RuleSettings()) for r in (0.2, 0.7))
+    with WebhookReceiver() as rx:
+        settings = MonitoringSettings(db_url=f"sqlite:///{tmp_path / 'h.db'}", delivery=FAST,
+                                      alert_channels=[ChannelConfig(type="webhook", url=rx.url())])
+        db = connect(settings)
+
+        def run(scope, results, at, version="3"):
+            ctx = AlertContext(pair_name="p", pair_version=version, scope=scope, alias=scope or None)
+            return alerts.process(db, ctx, results, settings=settings, now=at).transition
+
+        assert [run("champion", bad, t0), run("challenger", bad, t0 + dt.timedelta(minutes=4)),
+                run("engine:llamacpp", bad, t0 + dt.timedelta(minutes=9))] == ["fire", None, None]
+        assert run("champion", bad, t0 + dt.timedelta(hours=1), version="4") is None  # still firing: no new fire
+        assert run("challenger", good, t0 + dt.timedelta(hours=2)) is None  # a quiet incident resolves quietly
+        assert run("champion", good, t0 + dt.timedelta(hours=3)) == "resolve"
+        assert run("engine:llamacpp", bad, t0 + dt.timedelta(hours=30)) == "remind-1"  # speaks for itself again
+        assert [r.body["event"] for r in rx.accepted] == ["fire", "resolve", "remind-1"]
