@@ -118,12 +118,16 @@ def _measure(run: ValidationRun) -> tuple[DecodeMeasurement | None, ReplayMeasur
 
 
 def _engine_report(run: ValidationRun, engine: EngineCheckReport) -> ValidationReport:
-    """Method ``engine``: the drafter's report with the engine check as its only measurement."""
+    """Method ``engine``: the drafter's report with the engine check as its only measurement, under the acceptance rule
+    of the rule the engine check replayed (its profile's verifier)."""
     d = run.drafters[0]
     report = ValidationReport(**report_common(run.subset, run.target_ref, run.config, run.model), drafter_kind=d.kind,
                               drafter_ref=d.ref, drafter_recipe=d.recipe, overall=GroupMetrics(), method="engine",
                               engine_check=engine)
     report.wall_seconds = engine.wall_seconds
+    validated = (engine.rule or {}).get("validated") or {}
+    if validated.get("draft_sampling"):  # the engine's verifier (its profile's rule), not the command line's default
+        report.acceptance_rule = acceptance_rule_of(validated["draft_sampling"])
     return report
 
 

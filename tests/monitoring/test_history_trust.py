@@ -24,6 +24,7 @@ from monitoring import history
 from monitoring.db import PromptRow, ValidationRun, connect
 from monitoring.history import Lineage, RunKey
 from specdec.cli import app
+from tests.postgres import postgres_cluster
 from tests.support.reports import make_report
 
 DAY = dt.date(2026, 12, 7)
@@ -43,11 +44,22 @@ def home(tmp_path, monkeypatch):
     return tmp_path / "home"
 
 
-@pytest.fixture
-def db(home):
-    d = connect(url=f"sqlite:///{home / 'history.db'}")
-    yield d
-    d.dispose()
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(home, request, monkeypatch):
+    """The history store on SQLite and on PostgreSQL (where installed), the one the CLI opens too."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{home / 'history.db'}"
+        monkeypatch.setenv("SPECDEC_DB_URL", url)
+        d = connect(url=url)
+        yield d
+        d.dispose()
+        return
+    with postgres_cluster("specdec") as (port, _):
+        url = f"postgresql+psycopg://specdec@127.0.0.1:{port}/postgres"
+        monkeypatch.setenv("SPECDEC_DB_URL", url)
+        d = connect(url=url)
+        yield d
+        d.dispose()
 
 
 def _row(db, run_id: int) -> ValidationRun:

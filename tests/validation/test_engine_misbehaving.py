@@ -280,3 +280,11 @@ def test_a_fingerprint_finding_is_one_alert_naming_it_and_no_retrain_hint(tiny, 
         bodies = [r.body for r in receiver.accepted]
         assert [b["event"] for b in bodies] == ["fire"]
         assert "qwen2.5-0.5b-instruct.Q4_0.gguf" in json.dumps(bodies[0]) and "re-train" not in json.dumps(bodies[0])
+
+
+def test_an_engine_report_names_the_engines_acceptance_rule(tiny):
+    """Method ``engine``: the report's served rule is the engine's verifier (llama.cpp: exact match of the target's
+    token, the argmax rule), not the command line's default proposal rule (sampled)."""
+    with ScriptedEngine(greedy_answer(tiny)) as eng:
+        [report] = validate(_request(tiny, eng.url))
+    assert report.engine_check.rule["validated"]["draft_sampling"] == "argmax" and report.acceptance_rule == "argmax"
