@@ -69,6 +69,8 @@ def test_an_adapter_pair_registers_with_lineage_to_its_base(cli, dirs):
     assert mv.tags["target"] == "models:/specdec-pair-target/1" and mv.tags["target_adapter"] == "models:/support-v3/1"
     assert ("base models:/specdec-pair-target/1 + adapter support-v3 (models:/support-v3/1); draft shared, unadapted"
             in pv.description)
+    shown = cli("show", "specdec-pair", "1")
+    assert "target adapter" in shown.output and "models:/support-v3/1  support-v3" in shown.output
     # the same registration again reuses every version; the adapter is downloaded as the two PEFT files
     again = cli("register", "--target", dirs["base"], "--target-adapter", dirs["v3"], "--draft", dirs["draft"], "-k", 3)
     assert "already registered as models:/specdec-pair/1" in again.output and "(reused)" in again.output
