@@ -77,9 +77,9 @@ def test_k_follows_the_speed_model():
 
 
 def test_the_size_decides_the_floor_where_one_fits():
-    """One prompt per category cannot decide: night 2's rate CI is too wide (issue 48: 0.376 [0.310, 0.465]).
-    On the EPYC the demo takes a size that decides within the margin."""
-    assert not B.budget_for(EPYC, _size(1, 32), DEMO_RECIPE).decides
+    """Night 2's CI narrows with the prompts (issue 48: one per category gave 0.376 [0.310, 0.465] with the old
+    fine-tune). On the EPYC the demo takes a size that decides within the margin."""
+    assert not B.budget_for(EPYC, _size(1, 32), DEMO_RECIPE).floor_upper < B.FLOOR - 0.1  # 6 prompts: a wide CI
     assert B.floor_upper(_size(4, 24)) < B.floor_upper(_size(2, 48)) < B.floor_upper(_size(1, 48))
     b = B.choose(EPYC, _sizes(), DEMO_RECIPE, policy_gate().min_draft_tokens)
     assert b.decides and b.predicted_s <= B.MARGIN * B.BUDGET_S
