@@ -505,8 +505,8 @@ def _budget(demo: _Demo, target_dir: Path) -> None:
     if note:
         demo.con.print(f"[yellow]{note}[/]")
     if not b.fits:
-        demo.con.print(f"[yellow]even the smallest size is predicted at {b.predicted_s:.0f}s on this CPU idle: "
-                       "the demo will take longer than 10 minutes on this machine[/]")
+        demo.con.print(f"[yellow]{b.per_category} x {b.max_new_tokens} is predicted at {b.predicted_s:.0f}s on this CPU "
+                       "idle (no size fits): the demo will take longer than 10 minutes on this machine[/]")
     elif not b.decides:
         demo.con.print(f"[yellow]no size that fits 10 minutes here is predicted to decide night 2's floor (CI upper "
                        f"end {b.floor_upper:.2f}); the floor may stay inconclusive[/]")
