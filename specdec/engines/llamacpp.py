@@ -26,7 +26,7 @@ from specdec.engines.profile import (CompletionParams, EngineEndpoint, EngineLim
                                      ProposalRule, Refusal)
 from specdec.kinds import DERIVED, EAGLE3, LAYERSKIP, MODEL, NGRAM, DrafterKind, KindTable, ServingRequest
 
-__all__ = ["LlamaCppProfile", "LlamaCppSession", "LLAMACPP_SERVING", "flag_value"]
+__all__ = ["LlamaCppProfile", "LlamaCppSession", "LLAMACPP_SERVING", "flag_value", "lora_files"]
 
 #: llama-server's default ``--spec-draft-n-max`` (``common/common.h``)
 DEFAULT_N_MAX = 3
@@ -51,12 +51,12 @@ def _llama_server(kind: DrafterKind, req: ServingRequest) -> dict[str, Any]:
     for what, ref in (("target", req.target), ("draft", req.draft)):
         if not ref or not str(ref).endswith(".gguf"):
             raise ValueError(f"llama.cpp serves GGUF files: the {what} reference is {ref!r}, not a .gguf file")
-    lora = _lora_file(req.target_adapter)
+    lora = lora_files(req.target_adapter)
     args = LlamaServerFlags(model=str(req.target), draft=str(req.draft), n_max=req.k, lora=lora).args()
     return {"args": args, "command": shlex.join(["llama-server", *args])}
 
 
-def _lora_file(adapter: str | None) -> tuple[str, ...]:
+def lora_files(adapter: str | None) -> tuple[str, ...]:
     """``(adapter,)`` for a GGUF LoRA file, ``()`` for none. Raises ValueError: a PEFT directory (llama.cpp loads
     GGUF adapters only)."""
     if adapter is None:

@@ -62,3 +62,44 @@ def test_llama_server_with_the_printed_flags_serves_the_adapter(tmp_path):
     # the adapter is applied at scale 1 and moves the greedy tokens; the server still speculates (its draft counters)
     assert len(adapted["tokens"]) >= 1 and adapted["tokens"] != base["tokens"]
     assert base["timings"]["draft_n"] >= base["timings"]["draft_n_accepted"] >= 0 and base["timings"]["draft_n"] > 0
+
+
+def test_a_pairs_logged_serving_config_never_drops_its_target_adapter():
+    """``serving_config_for`` (what ``pair show`` prints): an adapter with a GGUF serve ref becomes ``--lora`` on
+    llama.cpp; an adapter known only as its PEFT version gives no config (with the reason logged) rather than a config
+    of the base alone, on llama.cpp (it needs GGUF) and on an engine whose config has no adapter yet."""
+    from types import SimpleNamespace
+
+    from registry.runs import serving_config_for
+
+    tags = {"drafter_kind": "model", "target": "models:/t/1", "draft": "models:/d/1", "target.serve_ref": "/m/t.gguf",
+            "draft.serve_ref": "/m/d.gguf", "target_adapter": "models:/support-v3/1"}
+    report = SimpleNamespace(config={"num_speculative_tokens": 3}, drafter_kind="model")
+    sc = serving_config_for({**tags, "engine": "llamacpp", "target_adapter.serve_ref": "/m/support-v3.gguf"}, report)
+    assert sc["command"].startswith("llama-server -m /m/t.gguf ") and "--lora /m/support-v3.gguf" in sc["command"]
+    assert serving_config_for({**tags, "engine": "llamacpp"}, report) is None
+    assert serving_config_for({**tags, "engine": "vllm", "target.serve_ref": "org/t", "draft.serve_ref": "org/d"},
+                              report) is None
+    assert serving_config_for({**tags, "engine": "vllm", "target.serve_ref": "org/t", "draft.serve_ref": "org/d",
+                               "target_adapter": "none"}, report) is not None  # an older pair: no adapter
+
+
+def test_engine_serve_passes_the_adapter_and_refuses_a_peft_dir(monkeypatch, tmp_path):
+    """``specdec engine serve --lora FILE.gguf``: the llama-server line it runs (``os.execv`` captured) has
+    ``--lora FILE``; a PEFT directory is refused in one line before anything runs."""
+    from typer.testing import CliRunner
+
+    import specdec.engines.cli as engine_cli
+    from specdec.cli import app
+
+    from tests.support.engine import engine_or_skip, target_gguf
+
+    engine_or_skip()
+    ran: list[list[str]] = []
+    monkeypatch.setattr(engine_cli.os, "execv", lambda path, cmd: ran.append(cmd))
+    r = CliRunner().invoke(app, ["engine", "serve", "-m", str(target_gguf()), "--lora", str(ADAPTER)])
+    assert r.exit_code == 0, r.output
+    assert ran[0][ran[0].index("--lora") + 1] == str(ADAPTER.resolve())
+    (tmp_path / "adapter_config.json").write_text("{}")
+    r = CliRunner().invoke(app, ["engine", "serve", "-m", str(target_gguf()), "--lora", str(tmp_path)])
+    assert r.exit_code == 1 and "llama.cpp loads a LoRA adapter as GGUF" in r.output and len(ran) == 1
