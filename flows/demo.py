@@ -42,6 +42,10 @@ import sys
 import time
 from pathlib import Path
 
+# k when no derived draft pays here (the recommended k is then 1, where acceptance equals the first position's
+# and a stale draft may stay above the 40% threshold); the budget sizes the nights with it
+from flows.demo_budget import NO_SPEED_K
+
 REPO = Path(__file__).resolve().parents[1]
 #: candidates the demo measures (int4 is left out: it is the slowest and costs the most time)
 #: int8/int4 copies dequantize on every call on a CPU and never pay there (benchmarks/results/2026-12-01-speed-cpu.json);
@@ -49,9 +53,6 @@ REPO = Path(__file__).resolve().parents[1]
 DEMO_CANDIDATES = ("derived:bf16", "ngram")
 #: prompts are drawn among the ones at most this long in each category (RAG's shortest are ~650)
 DEMO_MAX_PROMPT_TOKENS = 300
-#: k when no derived draft pays here (the recommended k is then 1, where acceptance equals the
-#: first position's and a stale draft may stay above the 40% threshold)
-NO_SPEED_K = 4
 
 
 def _env_defaults(opts) -> Path:
@@ -99,6 +100,8 @@ def _choose_draft(demo: "_Demo", target_dir: Path, held):
         k = demo.opts.k if demo.opts.k is not None else 4
         con.print(f"draft given by SPECDEC_DEMO_DRAFT: {forced} (k={k}); not measured")
         return forced, k, None
+    if _draft_cannot_pay(demo):
+        return "derived:bf16", NO_SPEED_K, None
     from specdec.validation.heldout import HeldoutSet
     from specdec.models import load_causal_lm
     from specdec.settings import get_settings
@@ -111,10 +114,12 @@ def _choose_draft(demo: "_Demo", target_dir: Path, held):
     for p in held.prompts:  # one (short) prompt per category is enough to choose each candidate's k
         first.setdefault(p.category, p)
     sub = HeldoutSet(held.name, held.version, list(first.values()))
+    # the speed check on those prompts too: on the nightly's full set it cost two nights' decoding (issue 48); the
+    # nights measure the speedup on every prompt, recommend only has to rank the candidates
     con.print("measuring candidates: pass costs, replayed acceptance at every k, then a timed speed check of each "
-              f"on the {len(held.prompts)} prompts the nightly validates (so both CIs have the same width)")
+              f"on {len(sub.prompts)} prompts (one per category)")
     rec = recommend_draft(target, sub, candidates=DEMO_CANDIDATES, max_new_tokens=max_new,
-                          k_values=tuple(range(1, 7)), cost_reps=10, target_ref="smollm2 (fp32)", speed_heldout=held,
+                          k_values=tuple(range(1, 7)), cost_reps=10, target_ref="smollm2 (fp32)", speed_heldout=sub,
                           progress=lambda line: con.print(f"  {line}", highlight=False),
                           cache=ContinuationCache.in_home(get_settings().home), store=demo.store)
     print_recommendation(rec, con)
@@ -124,6 +129,26 @@ def _choose_draft(demo: "_Demo", target_dir: Path, held):
     if not cand.pays:
         return spec, NO_SPEED_K, rec
     return spec, int(cand.k or NO_SPEED_K), rec
+
+
+def _draft_cannot_pay(demo: "_Demo") -> bool:
+    """True, saying why, where the CPU has no native bf16 (the bf16 copy is emulated) and the draft's measured
+    pass costs at least a target pass (:data:`flows.demo_budget.CANNOT_PAY_C`): a step of k drafts then costs at
+    least k + 1 target passes for at most k + 1 tokens, so no k can pay and timing the candidates would only
+    spend the budget. The story goes on at k = NO_SPEED_K with the speed rule off. With native bf16 the
+    candidates are always measured: on a busy machine the bf16 pass's c read 1.4-2.5 (0.39 idle)."""
+    from flows.demo_budget import CANNOT_PAY_C
+
+    b = demo.budget or {}
+    c = b.get("draft_cost_ratio")
+    if c is None or c < CANNOT_PAY_C or b.get("native_bf16", True):
+        return False
+    demo.rules(speed_enabled=False)
+    demo.con.print(f"[yellow]derived:bf16's one-token pass costs {c:.2f} of the fp32 target's here (no native bf16: "
+                   f"emulated): no k can pay, so the candidates are not timed. The demo goes on with derived:bf16 at "
+                   f"k={NO_SPEED_K} to show the acceptance story; the speed rule is off for the demo "
+                   "(SPECDEC_RULES__SPEED_ENABLED=false). Speedups are still measured and shown.[/]")
+    return True
 
 
 def _story_draft(rec, demo: "_Demo") -> str:
@@ -450,11 +475,10 @@ def _act_model(demo: _Demo) -> tuple[Path, Path, object]:
 
 
 def _budget(demo: _Demo, target_dir: Path) -> None:
-    """The held-out size from the measured one-token pass (:mod:`flows.demo_budget`); env overrides win."""
+    """The held-out size from this machine's measured unit costs (:mod:`flows.demo_budget`); env overrides win."""
     from flows import demo_budget
-    from specdec.models import load_causal_lm
+    from flows.finetune import DEMO_RECIPE
     from specdec.settings.policy import get_policy
-
     from specdec.validation.machine import current_load
 
     # other work running now, before the demo's own starts (not the 1-minute load average: on a fresh clone it
@@ -462,24 +486,69 @@ def _budget(demo: _Demo, target_dir: Path) -> None:
     load = 0.0 if math.isnan(load := current_load()) else load
     cpus = os.cpu_count() or 1
     factor = demo_budget.busy_factor(load, cpus)
-    # the one-token pass measured on a busy machine is slower by about that factor: the size is chosen for the
-    # idle machine, so the story is the same, and the demo says how much longer it will take now
-    t1 = demo_budget.one_token_pass_seconds(load_causal_lm(str(target_dir), store=demo.store, dtype="float32",
-                                                                 device="cpu").model) / factor
-    b = demo_budget.choose(t1, get_policy().min_draft_tokens)  # the gate's evidence minimum (GateConfig.from_policy)
+    # passes measured on a busy machine are slower by about that factor: the size is chosen for the idle
+    # machine, so the story is the same, and the demo says how much longer it will take now
+    units = _unit_costs(demo, target_dir).scaled(factor)
+    sizes = _sizes(demo, target_dir)
+    b = demo_budget.choose(units, sizes, DEMO_RECIPE, get_policy().min_draft_tokens)  # the gate's evidence minimum
+    if demo.per_cat is not None or demo.max_new is not None:  # overridden: the prediction of the size asked for
+        want = (demo.per_cat or b.per_category, demo.max_new or b.max_new_tokens)
+        b = demo_budget.budget_for(units, _sizes(demo, target_dir, [want])[0], DEMO_RECIPE)
     demo.budget = b.to_dict()
-    demo.per_cat = b.per_category if demo.per_cat is None else demo.per_cat
-    demo.max_new = b.max_new_tokens if demo.max_new is None else demo.max_new
-    demo.con.print(f"one-token fp32 pass here: {b.t1_ms:.0f} ms -> {demo.per_cat} prompt(s) per category x "
-                   f"{demo.max_new} new tokens (predicted {demo_budget.predicted_seconds(t1, demo.per_cat, demo.max_new):.0f}s "
-                   f"of the {demo_budget.BUDGET_S:.0f}s budget)")
+    demo.per_cat, demo.max_new = b.per_category, b.max_new_tokens
+    demo.con.print(f"this CPU: one-token fp32 pass {b.t1_ms:.0f} ms, prefill {units.prefill_s * 1e3:.2f} ms/token, "
+                   f"{_story_spec(demo)} draft pass c = {units.c:.2f} of it -> {b.per_category} prompt(s) per category "
+                   f"x {b.max_new_tokens} new tokens (predicted {b.predicted_s:.0f}s of the {demo_budget.BUDGET_S:.0f}s "
+                   f"budget; night 2's floor CI predicted to reach {b.floor_upper:.2f})")
     demo.budget.update(load_at_start=load, num_cpus=cpus, busy_factor=factor)
     note = demo_budget.busy_note(load, cpus, b.predicted_s)
     if note:
         demo.con.print(f"[yellow]{note}[/]")
     if not b.fits:
-        demo.con.print(f"[yellow]even the smallest size is predicted at {b.predicted_s:.0f}s on this CPU idle: "
-                       "the demo will take longer than 10 minutes on this machine[/]")
+        demo.con.print(f"[yellow]{b.per_category} x {b.max_new_tokens} is predicted at {b.predicted_s:.0f}s on this CPU "
+                       "idle (no size fits): the demo will take longer than 10 minutes on this machine[/]")
+    elif not b.decides:
+        demo.con.print(f"[yellow]no size that fits 10 minutes here is predicted to decide night 2's floor (CI upper "
+                       f"end {b.floor_upper:.2f}); the floor may stay inconclusive[/]")
+
+
+def _story_spec(demo: _Demo) -> str:
+    """The draft the story is likely to run with: the one given, else ``derived:bf16`` (:func:`_story_draft`)."""
+    return demo.opts.draft or "derived:bf16"
+
+
+def _unit_costs(demo: _Demo, target_dir: Path):
+    """:func:`flows.demo_budget.measure` on the fp32 target and the story's draft (a derived copy; none for a
+    drafter without a model of its own)."""
+    from flows import demo_budget
+    from specdec.kinds import DERIVED, kind_of, resolve_drafter
+    from specdec.models import load_causal_lm
+    from specdec.validation.api import drafter_parts
+
+    target = load_causal_lm(str(target_dir), store=demo.store, dtype="float32", device="cpu")
+    spec = _story_spec(demo)
+    draft = None
+    if kind_of(spec) is DERIVED:
+        draft = drafter_parts(resolve_drafter(spec, target, store=demo.store))[1]
+    return demo_budget.measure(target.model, draft)
+
+
+def _sizes(demo: _Demo, target_dir: Path, choices=None) -> list:
+    """:class:`flows.demo_budget.Size` of each of ``choices`` (default :data:`flows.demo_budget.CHOICES`), with
+    the token counts of the prompts :func:`demo_heldout` would draw."""
+    from transformers import AutoTokenizer
+
+    from flows import demo_budget
+    from specdec.validation.heldout import load_heldout, prompt_token_ids
+    from specdec.validation.short_prompts import short_prompts
+
+    tok, full = AutoTokenizer.from_pretrained(target_dir), load_heldout("spec_bench")
+    choices = list(choices or demo_budget.CHOICES)
+    lengths = {}
+    for per_cat in sorted({pc for pc, _ in choices}):
+        held = short_prompts(full, tok, per_category=per_cat, max_prompt_tokens=DEMO_MAX_PROMPT_TOKENS, seed=0)
+        lengths[per_cat] = tuple(len(prompt_token_ids(p, tok)) for p in held.prompts)
+    return [demo_budget.Size(pc, new, lengths[pc]) for pc, new in choices]
 
 
 def _act_choose_draft(demo: _Demo, target_dir: Path, held) -> tuple[str, int, object]:
@@ -573,7 +642,8 @@ def _act_where_to_look(demo: _Demo, draft: str, k: int, rec, nights: dict, *, ft
         f"v2 report:      {n2['challenger'].report_dir}/report.json\n"
         f"Evidently:      {n2['challenger'].evidently_html}\n"
         f"third-party log: {demo.log_path}\n"
-        f"summary:        {home / 'demo_summary.json'}  (total {summary['total_s']:.0f}s)",
+        f"summary:        {home / 'demo_summary.json'}  (total {summary['total_s']:.0f}s; predicted "
+        f"{(demo.budget or {}).get('predicted_s', float('nan')):.0f}s on this machine idle)",
         title="where to look"))
     return summary
 

@@ -62,13 +62,38 @@ class _RegistryLoader:
 
         return load_causal_lm(str(self.directory(uri)), store=self.store, dtype=self.dt, device=self.dev)
 
-    def checkpoint(self, uri: str, *, shared: bool = False):
+    def checkpoint(self, uri: str, *, shared: bool = False, adapter: dict | None = None):
         """The checkpoint ``uri`` loaded (``shared``: cached under the target key, so a draft derived from the
-        pair's target shares the target's load)."""
+        pair's target shares the target's load; ``adapter``: a pair's adapter record merged into it, cached as
+        :meth:`adapted` caches it)."""
+        if adapter is not None:
+            return self.adapted(uri, self.weights_sha256(uri), adapter)[1]
         if not shared:
             return self.load(uri)
         key = ("target", uri, self.weights_sha256(uri), self.dev, str(self.dt))
         return model_cache.cached(key, lambda: self.load(uri))
+
+    def adapted(self, uri: str, base_sha256: str, side: dict) -> tuple[tuple, Any]:
+        """``(cache key, LoadedModel)`` of the checkpoint ``uri`` (weights ``base_sha256``) with the LoRA adapter of
+        the record ``side`` (``pair.json``'s ``target_adapter``: ``uri, name, weights_sha256, base_weights_sha256``)
+        merged.
+
+        The base is loaded once per worker under a key of its weights hash, device and dtype (every adapter pair of
+        that base shares it, whichever pair registered it); each adapter is merged into a copy sharing the base's
+        untouched tensors (:func:`specdec.models.adapters.attach_adapter`), cached under the base key plus the
+        adapter's hash.
+
+        Raises:
+            specdec.models.adapters.AdapterMismatchError: the adapter's recorded base is not this base.
+            registry.ModelNotFound / RegistryUnavailable.
+        """
+        from specdec.models.adapters import attach_adapter
+
+        base_key = ("target-base", base_sha256, self.dev, str(self.dt))
+        base = model_cache.cached(base_key, lambda: self.load(uri))
+        key = base_key + ("lora", side["weights_sha256"])
+        return key, model_cache.cached(key, lambda: attach_adapter(base, _adapter_info(side, self),
+                                                                     base_hash=base_sha256))
 
     def directory(self, uri: str):
         from registry import download_model_version, get_model_version
@@ -142,7 +167,7 @@ def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto", served: b
         if served:
             raise ValueError(f"{pv.uri} has a target adapter: engine continuations of an adapter pair are not built "
                              "yet (docs/adapters.md); validate it with the core's continuations")
-        target_key, target = adapted_target(pv, loader)
+        target_key, target = loader.adapted(pv.target_uri, pv.target_weights_sha256, pv.target_adapter)
     elif served and kind.beside_served_target:
         from specdec.validation.served_target import served_target
 
@@ -154,7 +179,8 @@ def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto", served: b
     source = pv.draft_source or {}
     reg = RegisteredDrafter(label=pv.drafter_kind, uri=pv.draft_uri, weights_sha256=pv.draft_weights_sha256,
                             base_uri=source.get("derived_from") or pv.target_uri, recipe=pv.recipe or source.get("recipe"),
-                            target_key=target_key, device=dev, dtype=str(dt))
+                            target_key=target_key, device=dev, dtype=str(dt),
+                            base_adapter=source.get("derived_from_adapter"))
     drafter_key = kind.cache_key(reg, loader)
     load = lambda: kind.load(reg, target, loader, dtype=dt, device=dev)  # noqa: E731
     if getattr(pv, "draft_adapter", None):
@@ -163,7 +189,7 @@ def load_pair_models(pv, *, device: str = "auto", dtype: str = "auto", served: b
     return target_key, drafter_key
 
 
-def _adapter_info(side: dict, loader: _RegistryLoader, base_hash: str):
+def _adapter_info(side: dict, loader: _RegistryLoader):
     """The :class:`specdec.models.adapters.AdapterInfo` of a pair's adapter record ``side`` (``pair.json``'s
     ``target_adapter`` / ``draft_adapter``): its version downloaded once per worker, named as registered, the base
     hash its lineage records."""
@@ -173,27 +199,6 @@ def _adapter_info(side: dict, loader: _RegistryLoader, base_hash: str):
 
     info = read_adapter(loader.directory(side["uri"]), name=side.get("name"))
     return replace(info, base_hash=side.get("base_weights_sha256") or info.base_hash)
-
-
-def adapted_target(pv, loader: _RegistryLoader) -> tuple[tuple, Any]:
-    """``(cache key, LoadedModel)`` of pair version ``pv``'s target with its LoRA adapter merged.
-
-    The base is loaded once per worker under a key of its weights hash, device and dtype (every adapter pair of that
-    base shares it, whichever pair registered it); each adapter is merged into a copy sharing the base's untouched
-    tensors (:func:`specdec.models.adapters.attach_adapter`), cached under the base key plus the adapter's hash.
-
-    Raises:
-        specdec.models.adapters.AdapterMismatchError: the adapter's recorded base is not this base.
-        registry.ModelNotFound / RegistryUnavailable.
-    """
-    from specdec.models.adapters import attach_adapter
-
-    base_key = ("target-base", pv.target_weights_sha256, loader.dev, str(loader.dt))
-    base = model_cache.cached(base_key, lambda: loader.load(pv.target_uri))
-    side = pv.target_adapter
-    key = base_key + ("lora", side["weights_sha256"])
-    info = lambda: _adapter_info(side, loader, pv.target_weights_sha256)  # noqa: E731
-    return key, model_cache.cached(key, lambda: attach_adapter(base, info(), base_hash=pv.target_weights_sha256))
 
 
 def _with_draft_adapter(pv, load, loader: _RegistryLoader):
@@ -206,7 +211,7 @@ def _with_draft_adapter(pv, load, loader: _RegistryLoader):
         resolved = load()
         if resolved.loaded is None:
             raise ValueError(f"{pv.uri}: a draft adapter needs a draft model, not {pv.drafter_kind}")
-        info = _adapter_info(pv.draft_adapter, loader, pv.draft_weights_sha256)
+        info = _adapter_info(pv.draft_adapter, loader)
         loaded = attach_adapter(resolved.loaded, info, base_hash=pv.draft_weights_sha256)
         return replace(resolved, drafter=loaded.model, loaded=loaded)
 

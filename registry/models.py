@@ -284,6 +284,7 @@ def register_derived_draft(
     *,
     name: str | None = None,
     registry: Registry,
+    adapter: dict[str, Any] | None = None,
 ) -> ModelVersionRef:
     """Register a derived (quantized) draft: its artifact is ``recipe.json``; the weights are re-derived
     from the target at load time with ``specdec.models.derived.derive_draft(target_model, recipe)``.
@@ -293,6 +294,9 @@ def register_derived_draft(
         recipe: ``DerivedDraftRecipe.to_dict()``; must contain ``kind`` (``int8``, ``int4``, ``bf16`` or ``fp8``).
         name: registered model name for the draft (default ``<target>-derived-<kind>``).
         registry: the job's registry service (:class:`registry.service.Registry`).
+        adapter: the LoRA adapter merged into the target the draft derives from (a pair's adapter record,
+            :func:`registry.adapters.adapter_side`): kept as ``source["derived_from_adapter"]`` and tag
+            ``derived_from_adapter``, part of the derivation identity. None: the target as it is.
     Returns:
         :class:`ModelVersionRef` with ``artifact="derived-recipe"``, ``derived_from=<target uri>``,
         ``tokenizer_sha256`` = the target's; ``reused=True`` if the same (target version, recipe)
@@ -306,14 +310,18 @@ def register_derived_draft(
     client = registry.client
     with mlflow_errors(client.tracking_uri):
         tref = target if isinstance(target, ModelVersionRef) else client_get_model_version(client, target)
-        name = validate_name(name or sanitize_name(f"{tref.name}-derived-{kind}"))
+        from specdec.models.hashes import adapted_weights_sha256
+
+        lora = f"-{adapter['name']}" if adapter else ""
+        name = validate_name(name or sanitize_name(f"{tref.name}{lora}-derived-{kind}"))
         recipe_sha = sha256_text(canonical_json(recipe))
-        identity = sha256_text(f"derived\n{tref.weights_sha256}\n{recipe_sha}")
+        base = adapted_weights_sha256(tref.weights_sha256, adapter["weights_sha256"] if adapter else None)
+        identity = sha256_text(f"derived\n{base}\n{recipe_sha}")
         existing = _find_existing(client, name, identity, "derived")
         if existing is not None:
             return ref_from_mv(existing, reused=True)
         source = {"kind": "derived", "recipe": recipe, "derived_from": tref.uri,
-                  "derived_from_weights_sha256": tref.weights_sha256}
+                  "derived_from_weights_sha256": tref.weights_sha256, **({"derived_from_adapter": adapter} if adapter else {})}
         tags = {
             "weights_sha256": identity,
             "tokenizer_sha256": tref.tokenizer_sha256,
@@ -322,13 +330,14 @@ def register_derived_draft(
             "specdec.artifact": "derived-recipe",
             "derived_from": tref.uri,
             "derived.kind": kind,
-            "recipe_sha256": recipe_sha,
+            "recipe_sha256": recipe_sha, **({"derived_from_adapter": adapter["uri"]} if adapter else {}),
         }
         params = {"derived_from": tref.uri, "derived.kind": kind, "recipe_sha256": recipe_sha}
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / RECIPE_FILE).write_text(json.dumps({"recipe": recipe, "derived_from": tref.uri}, indent=2))
             mv = log_and_register(registry, name, Path(tmp), tags, params, model_type="derived-recipe",
-                                  description=f"{kind} draft derived from {tref.uri}")
+                                  description=f"{kind} draft derived from {tref.uri}"
+                                              + (f" + adapter {adapter['name']} ({adapter['uri']})" if adapter else ""))
         return ref_from_mv(mv)
 
 

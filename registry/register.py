@@ -237,9 +237,9 @@ def _register_pair_from_refs(target: str, draft: str, *, name: str, target_name,
                               draft_name=draft_name, config=config, revision=revision, model_card=model_card,
                               registry=registry, engine=engine, store=store, target_adapter=adapters[0],
                               draft_adapter=adapters[1])
-    if any(adapters) and (kind.derives_from_target or kind.reads_target_features):  # loaded from the base version
-        raise ValueError(f"a pair with a LoRA adapter registers a draft model or an n-gram drafter, not {kind.name} "
-                         "(its nightly load does not attach the adapter yet; docs/adapters.md)")
+    if any(adapters) and kind.reads_target_features:  # the head registrar takes no adapter yet
+        raise ValueError(f"a pair with a LoRA adapter takes a draft model, an n-gram, a derived or a layer-skip draft, "
+                         f"not {kind.name} yet (docs/adapters.md)")
     return REGISTRARS[kind](req)
 
 
@@ -247,6 +247,7 @@ def _register_with(plan_draft: Callable[[RegistrationRequest, dict[str, Any]], D
                    req: RegistrationRequest) -> PairRegistration:
     """Resolve the target, plan the draft side (``plan_draft(req, resolved target)``), then register the target,
     the draft (as planned) and the pair version."""
+    from registry.adapters import adapter_side
     from registry.models import register_derived_draft, register_model_version
     from registry.pairs import register_pair
     t = resolve_checkpoint(req.target, req.revision, store=req.store, registry=req.registry)
@@ -258,12 +259,13 @@ def _register_with(plan_draft: Callable[[RegistrationRequest, dict[str, Any]], D
                                                      t["path"], source=t["source"], model_card=req.model_card,
                                                      registry=req.registry)
     dref, d = plan.version, plan.checkpoint
-    if plan.derive is not None:
-        dref = register_derived_draft(tref, plan.derive, name=req.draft_name, registry=req.registry)
+    t_adapter = _adapter_version(req.target_adapter, tref, t["path"], req.registry)
+    if plan.derive is not None:  # derived from the target as the pair has it: base + adapter
+        dref = register_derived_draft(tref, plan.derive, name=req.draft_name, registry=req.registry,
+                                      adapter=adapter_side(t_adapter))
     elif d is not None:
         dref = d["registered"] or register_model_version(req.draft_name or default_model_name(d, pair, "draft"),
                                                          d["path"], source=d["source"], registry=req.registry)
-    t_adapter = _adapter_version(req.target_adapter, tref, t["path"], req.registry)
     d_adapter = _adapter_version(req.draft_adapter, dref, d and d["path"], req.registry)
     pv = register_pair(tref, dref, drafter_kind=plan.label, config=req.config, compatibility=plan.compat,
                        name=req.name, registry=req.registry, engine=req.engine,

@@ -58,6 +58,8 @@ class RegisteredDrafter:
             (``ngram``: its sizes; the registry fills a kind's ``legacy_recipe`` for older pairs), else None.
         target_key: the worker-cache key of the pair's loaded target (a head is loaded against it).
         device, dtype: where and in what precision the models load (strings).
+        base_adapter: the LoRA adapter merged into the base a derived draft derives from (the derived-recipe version's
+            ``derived_from_adapter`` record: ``uri, name, weights_sha256, base_weights_sha256``), None: none.
     """
 
     label: str
@@ -68,20 +70,22 @@ class RegisteredDrafter:
     target_key: tuple = ()
     device: str = "cpu"
     dtype: str = "torch.float32"
+    base_adapter: dict | None = None
 
 
 class DraftLoader(Protocol):
     """What a registered drafter is loaded through (the registry side implements it; specdec imports no registry).
 
-    ``weights_sha256(uri)``: a registered version's weights hash. ``checkpoint(uri, shared=False)``:
+    ``weights_sha256(uri)``: a registered version's weights hash. ``checkpoint(uri, shared=False, adapter=None)``:
     the :class:`~specdec.models.LoadedModel` of a registered checkpoint (``shared``: from the worker
-    cache the target is in, so a draft derived from the target shares its load). ``directory(uri)``:
+    cache the target is in, so a draft derived from the target shares its load; ``adapter``: a pair's adapter
+    record, merged into it). ``directory(uri)``:
     a registered artifact downloaded (a head directory).
     """
 
     def weights_sha256(self, uri: str) -> str: ...
 
-    def checkpoint(self, uri: str, *, shared: bool = False) -> Any: ...
+    def checkpoint(self, uri: str, *, shared: bool = False, adapter: dict | None = None) -> Any: ...
 
     def directory(self, uri: str) -> Path: ...
 
@@ -100,6 +104,8 @@ class ServingRequest:
         recipe: what a model-free drafter was validated with beyond its label (the ``ngram`` sizes,
             :meth:`DrafterKind.pair_recipe`), None for the kind's defaults.
         tau: the validated assistant confidence threshold, or None.
+        target_adapter: the target's LoRA adapter as the engine loads it (llama.cpp: a GGUF LoRA file that
+            ``convert_lora_to_gguf.py`` wrote), None for the target as it is.
     """
 
     engine: str
@@ -109,6 +115,7 @@ class ServingRequest:
     target: str | None = None
     recipe: dict | None = None
     tau: float | None = None
+    target_adapter: str | None = None
 
 
 class DrafterKind:

@@ -81,17 +81,19 @@ class DerivedKind(DrafterKind):
                                recipe=recipe.to_dict())
 
     def load(self, reg: RegisteredDrafter, target: Any, loader, *, dtype=None, device=None) -> ResolvedDrafter:
-        """Re-derive from the target version the draft was derived from (``reg.base_uri``, shared with the
-        target's load when it is the pair's target): a stale derived draft stays stale."""
+        """Re-derive from the target version the draft was derived from (``reg.base_uri``, with the LoRA adapter it
+        was derived with, ``reg.base_adapter``; shared with the target's load when it is the pair's target): a stale
+        derived draft stays stale."""
         from specdec.models.derived import DerivedDraftRecipe, derive_draft
 
-        base = loader.checkpoint(reg.base_uri, shared=True)
+        base = loader.checkpoint(reg.base_uri, shared=True, adapter=reg.base_adapter)
         r = DerivedDraftRecipe.from_dict(reg.recipe) if reg.recipe else self.recipe(reg.label)
         return ResolvedDrafter(drafter=derive_draft(base.model, r), kind=reg.label, ref=reg.base_uri, recipe=r.to_dict())
 
     def cache_key(self, reg: RegisteredDrafter, loader) -> tuple:
-        return ("derived", reg.base_uri, loader.weights_sha256(reg.base_uri), reg.label,
-                repr(sorted((reg.recipe or {}).items())), reg.device, reg.dtype)
+        key = ("derived", reg.base_uri, loader.weights_sha256(reg.base_uri), reg.label,
+               repr(sorted((reg.recipe or {}).items())), reg.device, reg.dtype)
+        return key + (("lora", reg.base_adapter["weights_sha256"]),) if reg.base_adapter else key
 
     def registered_draft_problem(self, label: str, uri: str, artifact: str, recipe: dict | None) -> str | None:
         want = self.precision(label)

@@ -73,3 +73,23 @@ def test_a_speed_check_taken_on_a_busy_machine_is_not_called_slower(tmp_path, mo
     text = " ".join(out.getvalue().split())
     assert "no derived draft was shown to pay on this machine" in text and "slower" not in text
     assert "could not tell on this busy machine" in text and "re-run on an idle machine" in text
+
+
+def test_a_draft_that_costs_a_target_pass_is_not_timed(tmp_path, monkeypatch):
+    """Issue 48: on an EPYC without native bf16 the bf16 copy is emulated and costs more than the fp32 target;
+    no k can pay, so the demo skips the candidates' timing (a third of its time there) and says why."""
+    from flows.demo import _choose_draft
+
+    demo, out = _demo(tmp_path, monkeypatch)
+    demo.budget, demo.max_new = {"draft_cost_ratio": 2.7, "native_bf16": False}, 24
+    assert _choose_draft(demo, tmp_path / "no-model-needed", held=None) == ("derived:bf16", NO_SPEED_K, None)
+    text = " ".join(out.getvalue().split())
+    assert "costs 2.70 of the fp32 target's" in text and "no k can pay" in text
+    assert demo.settings.monitoring.rules.speed_enabled is False
+    from flows.demo import _draft_cannot_pay
+
+    demo.budget = {"draft_cost_ratio": 0.39, "native_bf16": False}  # a paying draft: the candidates are timed
+    assert _draft_cannot_pay(demo) is False
+    # with native bf16 they are timed whatever c reads: under load 10 on this EPYC it read 2.54 (0.39 idle)
+    demo.budget = {"draft_cost_ratio": 2.54, "native_bf16": True}
+    assert _draft_cannot_pay(demo) is False

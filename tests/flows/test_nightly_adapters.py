@@ -98,6 +98,12 @@ def test_adapter_pairs_get_a_row_a_verdict_and_an_alert_of_their_own(env):
     assert calm.status == "passed" and calm.alert_transition is None
     fired = [r.body for r in env["receiver"].accepted]
     assert len(fired) == 1 and "support-pair" in json.dumps(fired[0]) and "sql-pair" not in json.dumps(fired[0])
+    assert "adapter support-v4 changed; draft shared, unchanged" in json.dumps(fired[0])
+    from registry.service import Registry
+    from registry.settings import get_settings as registry_settings
+
+    description = Registry(registry_settings()).client.get_model_version("support-pair", "2").description
+    assert description.startswith("failed: ") and "+ adapter support-v4 (models:/support-v4/1)" in description
     db = monitoring.connect(monitoring.get_settings())
     rows = {r: history.get_run(db, night2[r].history_run_id) for r in night2 if night2[r].history_run_id}
     assert {(r.pair_name, r.target_adapter) for r in rows.values()} == {

@@ -6,6 +6,7 @@ nothing written."""
 from __future__ import annotations
 
 import pytest
+import torch
 from mlflow import MlflowClient
 from typer.testing import CliRunner
 
@@ -68,6 +69,8 @@ def test_an_adapter_pair_registers_with_lineage_to_its_base(cli, dirs):
     assert mv.tags["target"] == "models:/specdec-pair-target/1" and mv.tags["target_adapter"] == "models:/support-v3/1"
     assert ("base models:/specdec-pair-target/1 + adapter support-v3 (models:/support-v3/1); draft shared, unadapted"
             in pv.description)
+    shown = cli("show", "specdec-pair", "1")
+    assert "target adapter" in shown.output and "models:/support-v3/1  support-v3" in shown.output
     # the same registration again reuses every version; the adapter is downloaded as the two PEFT files
     again = cli("register", "--target", dirs["base"], "--target-adapter", dirs["v3"], "--draft", dirs["draft"], "-k", 3)
     assert "already registered as models:/specdec-pair/1" in again.output and "(reused)" in again.output
@@ -96,7 +99,33 @@ def test_an_adapter_of_another_base_is_refused_in_one_line_before_anything_is_wr
     assert len(lines) == 1 and lines[0].startswith("error: adapter support-v3 does not fit base LlamaForCausalLM: "
                                                    "model.layers.0.self_attn.q_proj is 48x48"), r.output
     assert MlflowClient(cli.uri, cli.uri).search_registered_models() == []
-    r = cli("register", "--target", dirs["base"], "--target-adapter", dirs["v3"], "--draft", "derived:int8")
-    assert r.exit_code == 1 and "a pair with a LoRA adapter registers a draft model or an n-gram drafter" in r.output
+    r = cli("register", "--target", dirs["base"], "--target-adapter", dirs["v3"], "--draft", f"eagle3:{dirs['base']}")
+    assert r.exit_code == 1 and "a pair with a LoRA adapter takes a draft model, an n-gram, a derived" in r.output
     r = cli("register", "--target", dirs["base"], "--draft-adapter", dirs["v3"], "--draft", "ngram")
     assert r.exit_code == 1 and "--draft-adapter adapts a draft model; ngram has no draft checkpoint" in r.output
+
+
+def test_a_derived_draft_of_an_adapter_pair_derives_from_base_plus_adapter(cli, dirs):
+    import registry as R
+    from flows import model_cache
+    from flows.loading import cached_drafter, cached_target, load_pair_models
+    from specdec.models import load_causal_lm
+    from specdec.models.adapters import attach_adapter
+    from specdec.models.derived import DerivedDraftRecipe, derive_draft
+    from specdec.models.store import ModelStore
+
+    r = cli("register", "--target", dirs["base"], "--target-adapter", dirs["v3"], "--draft", "derived:bf16", "-k", 3)
+    assert r.exit_code == 0, r.output
+    registry = open_registry_at(cli.uri)
+    pv = R.get_pair_version("specdec-pair", "1", download=False, registry=registry)
+    assert pv.draft_uri == "models:/specdec-pair-target-support-v3-derived-bf16/1"
+    assert pv.draft_source["derived_from_adapter"]["uri"] == "models:/support-v3/1"
+    model_cache.clear()
+    tkey, dkey = load_pair_models(pv, device="cpu", dtype="float32")
+    store = ModelStore(dirs["base"].parent / "models")
+    expected = derive_draft(attach_adapter(load_causal_lm(dirs["base"], store=store), dirs["v3"]).model,
+                            DerivedDraftRecipe(kind="bf16")).state_dict()
+    got = cached_drafter(dkey).drafter.state_dict()
+    assert got.keys() == expected.keys() and all(torch.equal(got[k], expected[k]) for k in expected)
+    assert cached_target(tkey).adapter.name == "support-v3"
+    model_cache.clear()

@@ -31,10 +31,10 @@ def dirs(tmp_path_factory):
             "heldout": heldout}
 
 
-def _validate(dirs, out, *target_args):
+def _validate(dirs, out, *target_args, method="decode"):
     args = ["validate", *target_args, "--draft", "ngram", "--heldout", dirs["heldout"], "--max-new-tokens", 48,
-            "-k", 3, "--device", "cpu", "--out", out, "--bootstrap-resamples", 50]
-    return runner.invoke(app, list(map(str, args)), env={"COLUMNS": "200"})
+            "-k", 3, "--device", "cpu", "--out", out, "--bootstrap-resamples", 50, "--method", method]
+    return runner.invoke(app, list(map(str, args)), env={"COLUMNS": "200", "SPECDEC_HOME": str(dirs["root"] / "home")})
 
 
 def _counters(report):
@@ -73,3 +73,17 @@ def test_a_base_the_adapter_does_not_fit_is_one_error_line(dirs, tmp_path):
     assert "Traceback" not in res.output and not (tmp_path / "wider" / "report.json").exists()
     res = _validate(dirs, tmp_path / "x", "--target", dirs["base"], "--draft-adapter", dirs["adapter"])
     assert res.exit_code == 1 and "error: drafter ngram: a draft adapter adapts a draft model" in res.output
+
+
+def test_replay_of_the_adapted_target_never_reads_the_bases_continuations(dirs, tmp_path):
+    """The continuation cache keys an adapted target by base + adapter: replaying the base first (its continuations
+    cached) and then base + adapter gives the merged checkpoint's replay, not the base's."""
+    reports = {}
+    for name, args in (("base", ("--target", dirs["base"])),
+                       ("adapted", ("--target", dirs["base"], "--target-adapter", dirs["adapter"])),
+                       ("merged", ("--target", dirs["merged"]))):
+        res = _validate(dirs, tmp_path / name, *args, method="replay")
+        assert res.exit_code == 0, res.output
+        reports[name] = ValidationReport.read(tmp_path / name)
+    counts = {n: (r.overall.num_draft_tokens, r.overall.num_accepted_tokens) for n, r in reports.items()}
+    assert counts["adapted"] == counts["merged"] != counts["base"]
