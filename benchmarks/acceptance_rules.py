@@ -113,13 +113,18 @@ def main() -> None:
     for t in (float(x) for x in args.temperatures.split(",")):
         per = runs_at(tgt, drafters, prompts, SamplingConfig(temperature=t), args)
         results += [(name, t, groups(runs, args.k)[0]) for name, runs in per.items()]
+        write(results, args, len(prompts), load_before)  # after each temperature: a partial table survives a stop
+
+
+def write(results: list, args: argparse.Namespace, num_prompts: int, load_before: str) -> None:
+    """The markdown of ``results`` (command, machine, setup, table) to ``--out`` (default ``benchmarks/results/``)."""
     out = args.out or ROOT / "benchmarks" / "results" / f"{dt.date.today().isoformat()}-acceptance-rules-cpu.md"
     cmd = "HF_HUB_OFFLINE=1 .venv/bin/python " + shlex.join([str(Path(sys.argv[0]).relative_to(ROOT)
                                                                   if Path(sys.argv[0]).is_absolute() else sys.argv[0]),
                                                               *sys.argv[1:]])
     body = [f"# Both acceptance rules per draft position, {args.target} (issue 49)", "",
             f"Command: `{cmd}`", "", f"Machine at the start: {load_before}", f"Machine at the end: {machine()}", "",
-            f"{len(prompts)} Spec-Bench prompts (stratified, seed {args.seed}), {args.max_new_tokens} new tokens, "
+            f"{num_prompts} Spec-Bench prompts (stratified, seed {args.seed}), {args.max_new_tokens} new tokens, "
             f"k = {args.k}; the target's own continuation per prompt and temperature, one teacher-forced pass of each "
             "model over it (no decoding: these numbers do not depend on the load). Rates pooled over positions, 95% "
             "bootstrap CIs over prompts; per position j: the expected acceptance of draft j of a chain started at "

@@ -87,6 +87,7 @@ def run_cmd(
         err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     ray_address = _reach_cluster(ray_address or s.ray_address, dask_address)
+    _check_pairs(tree, pair)
     from specdec import stopping
     from specdec.terminal import ReadableTerminal
 
@@ -101,6 +102,22 @@ def run_cmd(
         with ReadableTerminal(str(tree.home), "nightly", debug=debug) as term:
             err.print(f"[dim]log file: {term.log_path}[/]", soft_wrap=True)
             _run(tree, run, term, fail_on_alert=fail_on_alert)
+
+
+def _check_pairs(tree, pairs: list[str] | None) -> None:
+    """One line and exit 1 when a pair named with ``--pair`` is not registered (with the closest registered name),
+    or the registry does not answer, before any flow starts (:func:`registry.pairs.check_pairs_exist`)."""
+    if not pairs:
+        return
+    from registry.errors import RegistryError
+    from registry.pairs import check_pairs_exist
+    from registry.service import Registry
+
+    try:
+        check_pairs_exist(list(pairs), registry=Registry(tree.registry))
+    except RegistryError as e:
+        err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
 
 
 def _reach_cluster(ray_address: str | None, dask_address: str | None) -> str | None:

@@ -272,17 +272,21 @@ def _print_versions(name: str, versions) -> None:
 @pair_app.command("show")
 def show_cmd(
     name: Annotated[str, typer.Argument(help="Pair registered model.")],
-    version: Annotated[str, typer.Argument(help="Version number or alias (champion, challenger).")],
+    version: Annotated[Optional[str], typer.Argument(
+        help="Version number or alias (champion, challenger); default: the newest version.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """Show one pair version: exact target/draft, config, compatibility, lineage, validation, promotion."""
     _quiet_mlflow()
-    from registry.pairs import get_pair_version
+    from registry.pairs import get_pair_version, list_pair_versions
     from registry.runs import latest_validation_run
 
     try:
         registry = _command_registry(tracking_uri)
+        if version is None:  # the newest (list_pair_versions: newest first); PairNotFound (one line) for no pair
+            version = next(iter(list_pair_versions(name, registry=registry)), None)
+            version = "1" if version is None else str(version.version)
         pv = get_pair_version(name, version, download=False, registry=registry)
         run = latest_validation_run(name, pv.version, registry=registry)
     except _user_errors() as e:

@@ -391,6 +391,24 @@ PAIR_MODEL_DESCRIPTION = ("specdec draft/target pairs: each version is a pair.js
                           "target/draft model versions and the decoding config")
 
 
+def check_pairs_exist(pairs: list[str], *, registry: Registry) -> None:
+    """Nothing when every name in ``pairs`` is a registered pair.
+
+    Raises:
+        PairNotFound: one line naming the first unknown pair, with the closest registered name ("did you mean")
+            and how to list them. RegistryUnavailable: the tracking server does not answer.
+    """
+    import difflib
+
+    known = pair_names(registry=registry)
+    for name in pairs:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise PairNotFound(f"pair {name!r} is not registered: {hint}(`specdec pair list` lists the "
+                               f"{len(known)} registered)")
+
+
 def pair_names(*, registry: Registry) -> list[str]:
     """The registered models that hold pairs (their description is :data:`PAIR_MODEL_DESCRIPTION`), sorted."""
     client = registry.client

@@ -304,7 +304,8 @@ def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -
     (unknown engine tag, no k, an engine that cannot serve this drafter as validated).
 
     Model references are what the engine loads (``<side>.serve_ref``: a Hub id, a checkpoint
-    directory or a GGUF file). A registered draft without one is named by the directory the
+    directory or a GGUF file; a target adapter: ``target_adapter.serve_ref``, else its PEFT directory, which only an
+    engine whose serving config carries an adapter takes: llama.cpp needs a GGUF adapter). A registered draft without one is named by the directory the
     ``download`` command writes (never an MLflow URI); a derived draft is the target's checkpoint."""
     from specdec.kinds import kind_of
     from registry.changes import drafter_recipe_of
@@ -325,13 +326,16 @@ def serving_config_for(pair_tags: Mapping[str, str], report: ValidationReport) -
     elif served_from == "draft":
         draft, d_dl = _loadable(pair_tags, "draft")
         download += d_dl
+    adapter, a_dl = _loadable(pair_tags, "target_adapter")  # never dropped: an engine that cannot carry it refuses
     try:
         out = serving_config(engine_profile(pair_tags.get("engine")).name, kind, int(k), draft=draft, target=target,
                              drafter_recipe=drafter_recipe_of({"drafter_kind": kind, **pair_tags}),
-                             assistant_confidence_threshold=(report.config or {}).get("assistant_confidence_threshold"))
+                             assistant_confidence_threshold=(report.config or {}).get("assistant_confidence_threshold"),
+                             target_adapter=adapter)
     except (TypeError, ValueError) as e:
         _log.warning("no serving configuration for this pair: %s", e)
         return None
+    download += a_dl
     if download:
         out["download"] = download
     note = dkind.serving_note(kind)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -421,3 +422,23 @@ def test_a_fifth_kind_is_one_class_one_registration_and_one_entry_per_table(monk
     assert all(t.missing() == [] for t in kind_tables().values())
     assert serving_config("vllm", "mtp", 2, draft="./head")["speculative_config"]["method"] == "mtp"
     assert serving_config("sglang", "mtp", 2, draft="./head")["args"][:2] == ["--speculative-algorithm", "NEXTN"]
+
+
+@pytest.mark.parametrize("spec,said", [("bogus:3", "unknown drafter kind 'bogus': use ngram"),
+                                       ("ngarm:3", "unknown drafter kind 'ngarm': did you mean 'ngram'?"),
+                                       ("derivd:int8", "did you mean 'derived'?")])
+def test_a_kind_typo_names_the_kinds_not_a_missing_path(spec, said):
+    """``--draft bogus:3`` said "model path not found: <cwd>/bogus:3" (new-user try, issue 51)."""
+    from specdec.kinds import DrafterSpecError, check_drafter_spec
+
+    with pytest.raises(DrafterSpecError, match=re.escape(said)):
+        check_drafter_spec(spec)
+
+
+def test_model_refs_with_a_colon_prefix_still_pass(tmp_path):
+    from specdec.kinds import check_drafter_spec
+
+    (tmp_path / "odd:name").mkdir()
+    assert check_drafter_spec(f"model:{tmp_path}") == f"model:{tmp_path}"
+    assert check_drafter_spec(str(tmp_path / "odd:name")) == str(tmp_path / "odd:name")
+    assert check_drafter_spec("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"

@@ -77,6 +77,18 @@ def quantize(
     typer.echo(out)
 
 
+
+def _lora_gguf(ref: str) -> Path:
+    """A LoRA adapter GGUF file (``--lora``); a PEFT directory fails in one line naming llama.cpp's converter."""
+    from specdec.engines.llamacpp import lora_files
+
+    try:
+        lora_files(ref if Path(ref).is_dir() else None)
+    except ValueError as e:
+        _fail(str(e))
+    return _gguf(ref)
+
+
 @engine_app.command("serve")
 def serve(
     model: Annotated[str, typer.Option("--model", "-m", help="Target .gguf, or 'smollm2'.")],
@@ -84,13 +96,16 @@ def serve(
     k: Annotated[int, typer.Option("--num-speculative-tokens", "-k", min=1, help="--spec-draft-n-max.")] = 4,
     port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1.")] = 8080,
     threads: Annotated[int | None, typer.Option("--threads", "-t", help="llama-server -t.")] = None,
+    lora: Annotated[list[str] | None, typer.Option("--lora", help="A target LoRA adapter as GGUF (llama.cpp's "
+                                                   "convert_lora_to_gguf.py; repeatable); the draft stays unadapted.")] = None,
 ) -> None:
     """Run llama-server in the foreground with the flags the core validates (this process becomes llama-server:
     Ctrl-C or a kill of its PID stops it)."""
     from specdec.engines.llama_server import LlamaServerFlags
 
     flags = LlamaServerFlags(model=str(_gguf(model)), draft=str(_gguf(draft)) if draft else None,
-                             spec_type="draft-simple" if draft else "none", n_max=k, threads=threads)
+                             spec_type="draft-simple" if draft else "none", n_max=k, threads=threads,
+                             lora=tuple(str(_lora_gguf(f)) for f in lora or ()))
     cmd = [str(_install().server), *flags.args(), "--host", "127.0.0.1", "--port", str(port), "--metrics"]
     typer.echo(shlex.join(cmd), err=True)
     sys.stdout.flush()

@@ -51,6 +51,8 @@ class LlamaServerFlags:
         n_min: ``--spec-draft-n-min``; p_min: ``--spec-draft-p-min``; draft_sampling: ``greedy`` |
             ``probabilistic`` (``--spec-draft-sampling``).
         ctx_size: ``-c`` (tokens); parallel: ``-np`` (slots); threads: ``-t`` (None: llama.cpp's default).
+        lora: GGUF LoRA adapter files of the target (``--lora FILE`` each, applied at scale 1; the draft model
+            gets none), what ``convert_lora_to_gguf.py`` writes.
         extra: further arguments as given (e.g. ``("--spec-draft-type-k", "q4_0")``), appended last.
     """
 
@@ -64,6 +66,7 @@ class LlamaServerFlags:
     ctx_size: int = 4096
     parallel: int = 1
     threads: int | None = None
+    lora: tuple[str, ...] = ()
     extra: tuple[str, ...] = field(default_factory=tuple)
 
     def args(self) -> list[str]:
@@ -85,6 +88,8 @@ class LlamaServerFlags:
                 out += ["--spec-draft-model", str(self.draft)]
             out += ["--spec-draft-n-max", str(self.n_max), "--spec-draft-n-min", str(self.n_min),
                     "--spec-draft-p-min", f"{self.p_min:g}", "--spec-draft-sampling", self.draft_sampling]
+        for f in self.lora:
+            out += ["--lora", str(f)]
         return out + list(self.extra)
 
 

@@ -26,7 +26,7 @@ from specdec.engines.profile import (CompletionParams, EngineEndpoint, EngineLim
                                      ProposalRule, Refusal)
 from specdec.kinds import DERIVED, EAGLE3, LAYERSKIP, MODEL, NGRAM, DrafterKind, KindTable, ServingRequest
 
-__all__ = ["LlamaCppProfile", "LlamaCppSession", "LLAMACPP_SERVING", "flag_value"]
+__all__ = ["LlamaCppProfile", "LlamaCppSession", "LLAMACPP_SERVING", "flag_value", "lora_files"]
 
 #: llama-server's default ``--spec-draft-n-max`` (``common/common.h``)
 DEFAULT_N_MAX = 3
@@ -44,14 +44,27 @@ def flag_value(flags: list[str] | tuple[str, ...], *names: str) -> str | None:
 
 def _llama_server(kind: DrafterKind, req: ServingRequest) -> dict[str, Any]:
     """``args`` / ``command`` of ``llama-server`` for a draft of GGUF files (the rule the core validated: fixed k,
-    argmax drafts, no threshold). Raises ValueError: a target/draft reference that is not a ``.gguf`` file."""
+    argmax drafts, no threshold), with ``--lora FILE`` for a target adapter (the draft stays unadapted).
+    Raises ValueError: a target/draft/adapter reference that is not a ``.gguf`` file."""
     from specdec.engines.llama_server import LlamaServerFlags
 
     for what, ref in (("target", req.target), ("draft", req.draft)):
         if not ref or not str(ref).endswith(".gguf"):
             raise ValueError(f"llama.cpp serves GGUF files: the {what} reference is {ref!r}, not a .gguf file")
-    args = LlamaServerFlags(model=str(req.target), draft=str(req.draft), n_max=req.k).args()
+    lora = lora_files(req.target_adapter)
+    args = LlamaServerFlags(model=str(req.target), draft=str(req.draft), n_max=req.k, lora=lora).args()
     return {"args": args, "command": shlex.join(["llama-server", *args])}
+
+
+def lora_files(adapter: str | None) -> tuple[str, ...]:
+    """``(adapter,)`` for a GGUF LoRA file, ``()`` for none. Raises ValueError: a PEFT directory (llama.cpp loads
+    GGUF adapters only)."""
+    if adapter is None:
+        return ()
+    if not str(adapter).endswith(".gguf"):
+        raise ValueError(f"llama.cpp loads a LoRA adapter as GGUF: the target adapter is {adapter!r}; convert it with "
+                         "llama.cpp's convert_lora_to_gguf.py --base <target checkpoint> --outfile <adapter>.gguf <adapter>")
+    return (str(adapter),)
 
 
 def _served_differently(kind: DrafterKind, req: ServingRequest) -> str:
@@ -135,6 +148,7 @@ class LlamaCppProfile(EngineProfile):
     metrics = LLAMACPP_METRICS
     checkable = True
     serving_table = LLAMACPP_SERVING
+    serves_target_adapter = True
     synthetic_flags = ("--spec-synth-len", "--spec-synth-rates", "--spec-synthetic-acceptance-length",
                        "--spec-synthetic-acceptance-rates")
     fingerprint_fields = ("draft_sha256", "model_sha256", "flags", "build_info", "model_ftype", "model_path",

@@ -331,6 +331,7 @@ class EngineProfile(ABC):
         offline: the product can run it here without a URL (:meth:`connect` with ``endpoint.url`` None: vLLM's
             ``LLM`` in the engine venv); else the engine check needs the URL of a running server.
         synthetic_flags: command-line flags that switch on a synthetic-acceptance mode (refused).
+        serves_target_adapter: whether :meth:`serving_config` carries a target LoRA adapter (``target_adapter``).
         serves_lookup: it runs the n-gram prompt lookup the core replays (a model-free drafter can be checked).
         fingerprint_fields: fingerprint keys whose change between nights is named as a likely cause, in order.
         serving_table: its module-level :class:`~specdec.kinds.KindTable` of :data:`ServingFn` (a
@@ -345,6 +346,7 @@ class EngineProfile(ABC):
     checkable: ClassVar[bool] = False
     offline: ClassVar[bool] = False
     synthetic_flags: ClassVar[tuple[str, ...]] = ()
+    serves_target_adapter: ClassVar[bool] = False
     serves_lookup: ClassVar[bool] = False
     fingerprint_fields: ClassVar[tuple[str, ...]] = ("draft_sha256", "model_sha256", "flags", "build_info")
     serving_table: ClassVar[Any]  # a specdec.kinds.KindTable of ServingFn

@@ -175,7 +175,28 @@ def check_drafter_spec(spec: str) -> str:
         DrafterSpecError: empty or malformed spec (one line naming the accepted forms).
     """
     spec = (spec or "").strip()
-    return kind_of(spec).check(spec)
+    kind = kind_of(spec)
+    if kind is _DEFAULT[0]:
+        _check_unknown_prefix(spec)
+    return kind.check(spec)
+
+
+def _check_unknown_prefix(spec: str) -> None:
+    """Raises DrafterSpecError when ``spec`` reads as ``word:...`` with a ``word`` no kind owns and no such path
+    exists (``bogus:3``, ``ngarm:3``): a kind typo, not a model reference (Hub ids and paths have no such prefix)."""
+    import difflib
+    import re
+    from pathlib import Path
+
+    m = re.match(r"([A-Za-z][A-Za-z0-9_-]*):", spec)
+    if m is None or Path(spec).expanduser().exists():
+        return
+    names = [k.name for k in kinds()]
+    if m.group(1) in names:  # model:<ref>
+        return
+    close = difflib.get_close_matches(m.group(1), names, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise DrafterSpecError(f"unknown drafter kind {m.group(1)!r}: {hint}use {SPEC_FORMS}")
 
 
 def resolve_drafter(spec: str, target: Any, *, store: ModelStore, dtype: Any = None,

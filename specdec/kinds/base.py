@@ -104,6 +104,8 @@ class ServingRequest:
         recipe: what a model-free drafter was validated with beyond its label (the ``ngram`` sizes,
             :meth:`DrafterKind.pair_recipe`), None for the kind's defaults.
         tau: the validated assistant confidence threshold, or None.
+        target_adapter: the target's LoRA adapter as the engine loads it (llama.cpp: a GGUF LoRA file that
+            ``convert_lora_to_gguf.py`` wrote), None for the target as it is.
     """
 
     engine: str
@@ -113,6 +115,7 @@ class ServingRequest:
     target: str | None = None
     recipe: dict | None = None
     tau: float | None = None
+    target_adapter: str | None = None
 
 
 class DrafterKind:

@@ -40,7 +40,8 @@ ENGINES = engine_names()
 
 
 def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, *, draft: str | None,
-                   drafter_recipe: dict | None = None, assistant_confidence_threshold: float | None = None, target: str | None = None) -> dict[str, Any]:
+                   drafter_recipe: dict | None = None, assistant_confidence_threshold: float | None = None, target: str | None = None,
+                   target_adapter: str | None = None) -> dict[str, Any]:
     """The serving settings of one engine profile for a validated pair.
 
     Args:
@@ -57,6 +58,8 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
         assistant_confidence_threshold: the validated tau, if any: transformers takes it as is; vLLM and
             SGLang have no per-token confidence stop, so it is reported under ``not_applied``.
         target: the target reference (llama.cpp: the target GGUF, required there).
+        target_adapter: the target's LoRA adapter as the engine loads it (llama.cpp: a GGUF LoRA file from
+            ``convert_lora_to_gguf.py``, served with ``--lora``; docs/adapters.md, Engines); None: no adapter.
     Returns:
         ``{"engine", "num_speculative_tokens", "drafter_kind", ...}`` plus, per engine,
         ``speculative_config`` and ``args`` (vLLM), ``args`` (SGLang) or ``generate_kwargs``
@@ -64,7 +67,8 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
         llama.cpp: ``args`` and ``command`` (the whole ``llama-server`` line).
     Raises:
         ValueError: unknown engine, k < 1, a model drafter without ``draft``, an EAGLE-3 head on transformers,
-            llama.cpp without GGUF files or with a drafter kind it cannot serve as validated.
+            llama.cpp without GGUF files or with a drafter kind it cannot serve as validated, a target adapter on an
+            engine whose serving config does not carry one yet or that is not a GGUF file for llama.cpp.
         MissingKindEntry: the drafter kind has no entry in the engine's serving table.
     """
     profile = engine_profile(engine)
@@ -72,6 +76,9 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
     if k < 1:
         raise ValueError(f"num_speculative_tokens must be >= 1, got {k}")
     kind = kind_of(drafter_kind)
+    if target_adapter is not None and not profile.serves_target_adapter:
+        raise ValueError(f"the {profile.title} serving config does not carry a target adapter yet (docs/adapters.md, "
+                         "Engines): serve the adapter {target_adapter} with the engine's own LoRA flags")
     out: dict[str, Any] = {"engine": engine, "num_speculative_tokens": k, "drafter_kind": drafter_kind,
                            "draft_sampling": profile.draft_sampling}
     tau = assistant_confidence_threshold
@@ -79,7 +86,7 @@ def serving_config(engine: str, drafter_kind: str, num_speculative_tokens: int, 
         out["not_applied"] = {"assistant_confidence_threshold": tau}
     req = ServingRequest(engine=engine, label=drafter_kind, k=k, draft=None if kind.model_free else draft, target=target,
                          recipe=drafter_recipe,
-                         tau=tau if profile.tau_applies(kind) else None)
+                         tau=tau if profile.tau_applies(kind) else None, target_adapter=target_adapter)
     served = profile.serving_config(kind, req)
     if "not_applied" in out and "not_applied" in served:
         served["not_applied"] = {**out["not_applied"], **served["not_applied"]}

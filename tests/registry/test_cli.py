@@ -94,6 +94,8 @@ def test_register_list_show_promote(cli, ckpts, tmp_path):
     assert shown["recipe"]["kind"] == "int8" and shown["latest_validation"] is None
     r = cli("show", "specdec-pair", "1")
     assert r.exit_code == 0 and "acceptance_rate" in r.output and "models:/specdec-pair-target/1" in r.output
+    newest = json.loads(cli("show", "specdec-pair", "--json").stdout)  # no version: the newest
+    assert newest["version"] == "3", newest["version"]
     assert "vllm" in r.output and "--speculative-config" in r.output  # what to copy into serving
     sc = json.loads(cli("show", "specdec-pair", "1", "--json").stdout)["serving_config"]
     assert sc["engine"] == "vllm" and sc["speculative_config"] == {  # the checkpoint vLLM loads, not an MLflow URI
