@@ -132,7 +132,7 @@ def report_serving_config(report: Any) -> dict[str, Any] | None:
     cfg = SpeculativeConfig.from_dict(report.config or {})
     engine, cfg = engine_config(None, cfg)
     kind = report.drafter_kind
-    refused = not_served(kind, cfg.num_speculative_tokens)
+    refused = not_served(kind, cfg.num_speculative_tokens) or _adapter_not_printed(report, cfg.num_speculative_tokens)
     if refused is not None:
         return refused
     dkind = kind_of(kind)
@@ -148,6 +148,18 @@ def report_serving_config(report: Any) -> dict[str, Any] | None:
         return None
     note = dkind.serving_note(kind)
     return {**out, "derived": note} if note else out
+
+
+def _adapter_not_printed(report: Any, k: int | None) -> dict[str, Any] | None:
+    """``{"none": why, ...}`` for a report of an adapted target (the base's flags alone would serve the base; the
+    engine needs the adapter in its own format, docs/adapters.md), else None."""
+    adapter = getattr(report, "target_adapter", None)
+    if not adapter:
+        return None
+    name = adapter.get("name") or "adapter"
+    return {"none": f"the target carries LoRA adapter {name}: serve it with llama.cpp's --lora <adapter GGUF> "
+                    f"(`specdec engine serve --lora`) or vLLM's --enable-lora --lora-modules {name}=<dir> "
+                    "(docs/adapters.md, Engines)", "num_speculative_tokens": k}
 
 
 def not_served(kind: str, k: int | None) -> dict[str, Any] | None:

@@ -39,6 +39,22 @@ def test_a_validated_ngram_report_serves_its_own_sizes():
     assert (spec["prompt_lookup_max"], spec["prompt_lookup_min"]) == (2, 1)
 
 
+def test_a_report_of_an_adapted_target_prints_no_base_only_flags():
+    """``validate --target-adapter`` printed the base's vLLM flags: that command serves the base (new-user try)."""
+    from types import SimpleNamespace
+
+    from specdec.validation.serving import report_serving_config
+
+    rep = SimpleNamespace(config={"num_speculative_tokens": 3}, drafter_kind="ngram", drafter_ref=None,
+                          drafter_recipe={"max_ngram": 3, "min_ngram": 2}, target_ref="smollm2",
+                          target_adapter={"name": "support-v3", "ref": "/a/support-v3"})
+    out = report_serving_config(rep)
+    assert "speculative_config" not in out and out["num_speculative_tokens"] == 3
+    assert "LoRA adapter support-v3" in out["none"] and "--lora-modules support-v3=<dir>" in out["none"]
+    rep.target_adapter = None
+    assert report_serving_config(rep)["speculative_config"]["prompt_lookup_max"] == 3
+
+
 def test_sglang_flags_are_a_chain_of_k_drafts():
     sc = serving_config("sglang", "model", 3, draft="/models/draft")
     assert sc["args"] == ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", "/models/draft",
