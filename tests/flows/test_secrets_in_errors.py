@@ -91,13 +91,19 @@ def test_no_password_of_the_tracking_uri_in_the_nightly_log_file(tmp_path, mlflo
     """issue 32, item 6: with ``MLFLOW_TRACKING_URI=http://user:PASSWORD@host:port`` and a reachable
     server, the nightly's log file held ``INFO httpx: HTTP Request: GET http://user:PASSWORD@.../health``
     (a library logger writing the request URL). No logger of any library may write it."""
+    from mlflow import MlflowClient
+
+    from registry.pairs import PAIR_MODEL_DESCRIPTION
+
     home = tmp_path / "home"
     uri = mlflow.uri.replace("://", f"://specdec:{TOKEN}@", 1)
-    p = _run(["nightly", "run", "--pair", "no-such-pair", "--alias", "champion", "--device", "cpu"], home, mlflow,
+    # a registered pair with no versions: the night gets past the up-front pair check and fails on the alias
+    MlflowClient(tracking_uri=mlflow.uri).create_registered_model("empty-pair", description=PAIR_MODEL_DESCRIPTION)
+    p = _run(["nightly", "run", "--pair", "empty-pair", "--alias", "champion", "--device", "cpu"], home, mlflow,
              "MLFLOW_TRACKING_URI", uri)
     said = p.stdout + p.stderr
     logs = list((home / "logs").glob("nightly-*.log"))
-    assert logs and "no-such-pair" in said, said[-3000:]
+    assert logs and "empty-pair" in said, said[-3000:]
     assert "HTTP Request" in "".join(q.read_text() for q in logs)  # the library logger did write its lines
     assert TOKEN not in said, said[-3000:]
     assert _files_with_token(home, tmp_path / "prefect") == []

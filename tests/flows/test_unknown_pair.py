@@ -30,7 +30,7 @@ def test_a_pair_typo_is_one_line_with_the_closest_name(tmp_path):
     assert p.returncode == 1, said
     assert said == ("error: pair 'suport-pair' is not registered: did you mean 'support-pair'? "
                     "(`specdec pair list` lists the 1 registered)")
-    assert not (tmp_path / "home" / "history.db").exists()  # nothing claimed: no flow ran
+    assert not list((tmp_path / "home").glob("logs/nightly-*.log"))  # no night started
     p = _nightly(tmp_path, uri, "zzz")
     said = (p.stdout + p.stderr).strip()
     assert p.returncode == 1 and said == "error: pair 'zzz' is not registered: (`specdec pair list` lists the 1 registered)"
