@@ -276,6 +276,9 @@ def _enqueue(s, incident: Incident, transition: str, payload: dict[str, Any],
 
 #: an incident's summary key: the id of the incident whose message already told this night about the same version
 QUIET = "alerted_with_incident"
+#: the rule of an alert about an act, not a measurement (@champion moved by hand past the gate,
+#: :mod:`monitoring.promotion_alerts`): it always speaks, even when the version already failed tonight
+UNGATED_RULE = "ungated_promotion"
 
 
 def _twin(s, ctx: AlertContext, inc_id: int, now: dt.datetime, settings: MonitoringSettings) -> Incident | None:
@@ -296,7 +299,8 @@ def _fire(s, ctx: AlertContext, results: Sequence[RuleResult], *, summary: dict,
                    reminder_count=0, opened_run_id=ctx.run_id, last_run_id=ctx.run_id, summary=nan_to_none(summary))
     s.add(inc)
     s.flush()
-    twin = _twin(s, ctx, inc.id, now, settings)
+    acts = any(r.rule == UNGATED_RULE for r in results)
+    twin = None if acts else _twin(s, ctx, inc.id, now, settings)
     if twin is not None:
         inc.summary = nan_to_none({**summary, QUIET: twin.id})
         log.info("%s v%s (%s) failed again tonight: incident %d opened quietly, incident %d already alerted",

@@ -17,7 +17,7 @@ from monitoring import alerts, rules
 from monitoring.db import Database
 from monitoring.settings import MonitoringSettings
 
-UNGATED_RULE = "ungated_promotion"
+UNGATED_RULE = alerts.UNGATED_RULE
 
 
 def ungated_scope(alias: str) -> str:

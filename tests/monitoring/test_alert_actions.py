@@ -74,3 +74,24 @@ def test_one_alert_per_version_per_night_across_aliases_and_sources(tmp_path):
         assert run("champion", good, t0 + dt.timedelta(hours=3)) == "resolve"
         assert run("engine:llamacpp", bad, t0 + dt.timedelta(hours=30)) == "remind-1"  # speaks for itself again
         assert [r.body["event"] for r in rx.accepted] == ["fire", "resolve", "remind-1"]
+
+
+def test_a_hand_moved_champion_alerts_although_its_version_failed_tonight(tmp_path):
+    """The quiet twin is for measurements of the same version; @champion moved by hand to that failing version is
+    an act someone must undo, and always speaks (tests/flows/test_watch.py's ungated alert never came)."""
+    from monitoring import alerts, promotion_alerts, rules
+    from monitoring.alerts import AlertContext
+
+    t0 = dt.datetime(2026, 12, 7, 2, 0, tzinfo=dt.timezone.utc)
+    bad = rules.evaluate(make_report(0.2), None, RuleSettings())
+    with WebhookReceiver() as rx:
+        settings = MonitoringSettings(db_url=f"sqlite:///{tmp_path / 'h.db'}", delivery=FAST,
+                                      alert_channels=[ChannelConfig(type="webhook", url=rx.url())])
+        db = connect(settings)
+        ctx = AlertContext(pair_name="p", pair_version="2", scope="challenger", alias="challenger")
+        assert alerts.process(db, ctx, bad, settings=settings, now=t0).transition == "fire"
+        out = promotion_alerts.alert_ungated_promotion(db, "p", "champion", version="2", firing=True,
+                                                       message="@champion moved to v2 by hand", settings=settings,
+                                                       now=t0 + dt.timedelta(minutes=5))
+        assert out.transition == "fire"
+        assert [r.body["event"] for r in rx.accepted] == ["fire", "fire"]
