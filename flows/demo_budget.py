@@ -187,16 +187,22 @@ def validation_seconds(units: UnitCosts, size: Size, *, alpha: float, k: int, ad
     return decode + prefill + CALIBRATION_ROUNDS * (k + 1) * (VERIFY_T1[k] + c) * t
 
 
+def _one_per_category(size: Size) -> tuple[float, Size]:
+    """The prompt tokens of one prompt per category, each of the held-out set's mean length, and that subset's
+    :class:`Size` (what recommend's replay and speed check run on)."""
+    one = CATEGORIES * sum(size.prompt_tokens) / size.prompts
+    return one, Size(1, size.max_new_tokens, (round(one / CATEGORIES),) * CATEGORIES)
+
+
 def recommend_seconds(units: UnitCosts, size: Size) -> float:
     """``specdec draft recommend`` as the demo runs it: the pass costs at every k, then on one prompt per category
     the replay and the speed check of the draft (at the k it picks) and of the n-gram drafter."""
     t, p, T = units.t1_s, units.prefill_s, size.max_new_tokens
     k_draft, _ = story_k(units)
     costs = COST_ROUNDS * sum(VERIFY_T1[k] + units.c for k in K_VALUES) * t
-    one = CATEGORIES * sum(size.prompt_tokens) / size.prompts  # one prompt per category, of mean length
+    one, sub = _one_per_category(size)
     replay = (CATEGORIES * (T - 1) * t * _speculative_t1_per_token(HEALTHY_ALPHA, k_draft, units.c)
               + p * (2 * one + CATEGORIES * T) + units.c_prefill * p * (one + CATEGORIES * T))
-    sub = Size(1, T, (round(one / CATEGORIES),) * CATEGORIES)
     check = (validation_seconds(units, sub, alpha=HEALTHY_ALPHA, k=k_draft)
              + validation_seconds(units, sub, alpha=0.0, k=NO_SPEED_K, ngram=True))
     return costs + replay + check

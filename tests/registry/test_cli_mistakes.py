@@ -101,4 +101,4 @@ def test_register_help_names_the_draft_sampling_default_it_records(run):
     from specdec.cli import app
 
     out = CliRunner().invoke(app, ["pair", "register", "--help"], env={"COLUMNS": "400"}).output
-    assert "default: sampled" not in out and "vllm, the default engine: argmax" in " ".join(out.split())
+    assert "default: sampled" not in out and "without --engine: argmax (vllm)" in " ".join(out.split())
