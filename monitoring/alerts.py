@@ -35,7 +35,8 @@ from monitoring import channels as ch
 from monitoring.actions import do_lines
 from monitoring.channel_health import CHANNEL_HEALTH, REFUSED, enqueue_channel_health
 from monitoring.db import DELIVERED, FIRING, PENDING, RESOLVED, SENDING, AlertDelivery, Database, Incident, utcnow
-from monitoring.rules import FAILED_VERDICT, PASSED_VERDICT, RuleResult, change_since_baseline, severity_of, verdict
+from monitoring.rules import (FAILED_VERDICT, PASSED_VERDICT, REPRESENTATIVENESS, RuleResult, change_since_baseline,
+                              severity_of, verdict)
 from monitoring.settings import ChannelConfig, MonitoringSettings
 from specdec.validation.report import nan_to_none
 
@@ -279,6 +280,9 @@ QUIET = "alerted_with_incident"
 #: the rule of an alert about an act, not a measurement (@champion moved by hand past the gate,
 #: :mod:`monitoring.promotion_alerts`): it always speaks, even when the version already failed tonight
 UNGATED_RULE = "ungated_promotion"
+#: rules whose incidents always speak for themselves: an act (an ungated promotion) or traffic unlike the held-out
+#: set are not the pair's acceptance measured again, so "one alert per version per night" never folds them
+SPEAKS_ALONE = frozenset({UNGATED_RULE, REPRESENTATIVENESS})
 
 
 def _twin(s, ctx: AlertContext, inc_id: int, now: dt.datetime, settings: MonitoringSettings) -> Incident | None:
@@ -288,7 +292,8 @@ def _twin(s, ctx: AlertContext, inc_id: int, now: dt.datetime, settings: Monitor
     rows = s.scalars(select(Incident).where(Incident.pair_name == ctx.pair_name, Incident.status == FIRING,
                                             Incident.id != inc_id)).all()
     return next((i for i in rows if (i.summary or {}).get("pair_version") == ctx.pair_version
-                 and not (i.summary or {}).get(QUIET) and i.last_notified_at >= since), None)
+                 and not (i.summary or {}).get(QUIET) and i.last_notified_at >= since
+                 and not SPEAKS_ALONE & {r.get("rule") for r in (i.summary or {}).get("rules") or []}), None)
 
 
 def _fire(s, ctx: AlertContext, results: Sequence[RuleResult], *, summary: dict, settings: MonitoringSettings,
@@ -299,8 +304,8 @@ def _fire(s, ctx: AlertContext, results: Sequence[RuleResult], *, summary: dict,
                    reminder_count=0, opened_run_id=ctx.run_id, last_run_id=ctx.run_id, summary=nan_to_none(summary))
     s.add(inc)
     s.flush()
-    acts = any(r.rule == UNGATED_RULE for r in results)
-    twin = None if acts else _twin(s, ctx, inc.id, now, settings)
+    alone = bool(SPEAKS_ALONE & {r.rule for r in results if r.firing})
+    twin = None if alone else _twin(s, ctx, inc.id, now, settings)
     if twin is not None:
         inc.summary = nan_to_none({**summary, QUIET: twin.id})
         log.info("%s v%s (%s) failed again tonight: incident %d opened quietly, incident %d already alerted",

@@ -96,6 +96,9 @@ class RuleResult:
         return cls(**d)
 
 
+#: the rule of a production window whose traffic does not look like the held-out set (monitoring.production.rules)
+REPRESENTATIVENESS = "representativeness"
+
 def _num(x: float | None) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 

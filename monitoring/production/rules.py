@@ -24,7 +24,7 @@ from monitoring.settings import MonitoringSettings, RuleSettings
 from specdec.policy import Floor
 from specdec.validation.report import GroupMetrics, group_metrics_from_dict
 
-REPRESENTATIVENESS = "representativeness"
+REPRESENTATIVENESS = rules.REPRESENTATIVENESS
 DIFFERS = "held-out set or serving stack differs from traffic"
 
 
