@@ -279,14 +279,12 @@ def show_cmd(
 ) -> None:
     """Show one pair version: exact target/draft, config, compatibility, lineage, validation, promotion."""
     _quiet_mlflow()
-    from registry.pairs import get_pair_version, list_pair_versions
+    from registry.pairs import get_pair_version, newest_pair_version
     from registry.runs import latest_validation_run
 
     try:
         registry = _command_registry(tracking_uri)
-        if version is None:  # the newest (list_pair_versions: newest first); PairNotFound (one line) for no pair
-            version = next(iter(list_pair_versions(name, registry=registry)), None)
-            version = "1" if version is None else str(version.version)
+        version = version or newest_pair_version(name, registry=registry)
         pv = get_pair_version(name, version, download=False, registry=registry)
         run = latest_validation_run(name, pv.version, registry=registry)
     except _user_errors() as e:

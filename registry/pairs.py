@@ -422,6 +422,20 @@ def pair_names(*, registry: Registry) -> list[str]:
                 return sorted(names)
 
 
+def newest_pair_version(pair: str, *, registry: Registry) -> str:
+    """The newest version number of ``pair`` (one search, no ``pair.json`` read).
+
+    Raises:
+        PairNotFound: no registered model ``pair``, or it has no version.
+    """
+    client = registry.client
+    with mlflow_errors(client.tracking_uri):
+        versions = [int(m.version) for m in _pair_versions(client, pair)]
+    if not versions:
+        raise PairNotFound(f"pair {pair!r} is not registered (no registered model of that name) or has no version")
+    return str(max(versions))
+
+
 def _pair_versions(client, name: str) -> list:
     return list(client.search_model_versions(f"name='{name}'"))
 
